@@ -1,0 +1,39 @@
+# Every target sets up what it needs: a fresh clone needs only Python 3.11+,
+# git, make and (for the polyglot tests) Node.js.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+NODE_DIR := tests/polyglot/node
+
+.PHONY: all test demo bench protos check-protos node-deps clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+protos: $(STAMP)
+	$(PY) scripts/gen_protos.py
+
+check-protos: $(STAMP)
+	$(PY) scripts/gen_protos.py --check
+
+node-deps:
+	@command -v node >/dev/null || { echo "Node.js is required for the polyglot tests (tests/polyglot): install node and npm" >&2; exit 1; }
+	@if [ -f $(NODE_DIR)/package-lock.json ]; then cd $(NODE_DIR) && npm ci --silent --no-audit --no-fund; fi
+
+test: $(STAMP) check-protos node-deps
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+demo: $(STAMP)
+	$(VENV)/bin/corral demo
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info

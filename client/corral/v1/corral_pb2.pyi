@@ -1,0 +1,585 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class TaskState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TASK_STATE_UNSPECIFIED: _ClassVar[TaskState]
+    TASK_STATE_PENDING: _ClassVar[TaskState]
+    TASK_STATE_IN_PROGRESS: _ClassVar[TaskState]
+    TASK_STATE_COMPLETED: _ClassVar[TaskState]
+    TASK_STATE_FAILED: _ClassVar[TaskState]
+    TASK_STATE_CANCELED: _ClassVar[TaskState]
+
+class TeammateStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TEAMMATE_STATUS_UNSPECIFIED: _ClassVar[TeammateStatus]
+    TEAMMATE_STATUS_OFFLINE: _ClassVar[TeammateStatus]
+    TEAMMATE_STATUS_IDLE: _ClassVar[TeammateStatus]
+    TEAMMATE_STATUS_BUSY: _ClassVar[TeammateStatus]
+    TEAMMATE_STATUS_AWAITING_PLAN: _ClassVar[TeammateStatus]
+    TEAMMATE_STATUS_SHUTTING_DOWN: _ClassVar[TeammateStatus]
+    TEAMMATE_STATUS_REMOVED: _ClassVar[TeammateStatus]
+
+class TeammateChangeReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TEAMMATE_CHANGE_REASON_UNSPECIFIED: _ClassVar[TeammateChangeReason]
+    TEAMMATE_CHANGE_REASON_JOINED: _ClassVar[TeammateChangeReason]
+    TEAMMATE_CHANGE_REASON_IDLE: _ClassVar[TeammateChangeReason]
+    TEAMMATE_CHANGE_REASON_IDLE_TIMEOUT: _ClassVar[TeammateChangeReason]
+    TEAMMATE_CHANGE_REASON_SHUTTING_DOWN: _ClassVar[TeammateChangeReason]
+    TEAMMATE_CHANGE_REASON_LEFT: _ClassVar[TeammateChangeReason]
+    TEAMMATE_CHANGE_REASON_REMOVED: _ClassVar[TeammateChangeReason]
+    TEAMMATE_CHANGE_REASON_BUSY: _ClassVar[TeammateChangeReason]
+    TEAMMATE_CHANGE_REASON_AWAITING_PLAN: _ClassVar[TeammateChangeReason]
+TASK_STATE_UNSPECIFIED: TaskState
+TASK_STATE_PENDING: TaskState
+TASK_STATE_IN_PROGRESS: TaskState
+TASK_STATE_COMPLETED: TaskState
+TASK_STATE_FAILED: TaskState
+TASK_STATE_CANCELED: TaskState
+TEAMMATE_STATUS_UNSPECIFIED: TeammateStatus
+TEAMMATE_STATUS_OFFLINE: TeammateStatus
+TEAMMATE_STATUS_IDLE: TeammateStatus
+TEAMMATE_STATUS_BUSY: TeammateStatus
+TEAMMATE_STATUS_AWAITING_PLAN: TeammateStatus
+TEAMMATE_STATUS_SHUTTING_DOWN: TeammateStatus
+TEAMMATE_STATUS_REMOVED: TeammateStatus
+TEAMMATE_CHANGE_REASON_UNSPECIFIED: TeammateChangeReason
+TEAMMATE_CHANGE_REASON_JOINED: TeammateChangeReason
+TEAMMATE_CHANGE_REASON_IDLE: TeammateChangeReason
+TEAMMATE_CHANGE_REASON_IDLE_TIMEOUT: TeammateChangeReason
+TEAMMATE_CHANGE_REASON_SHUTTING_DOWN: TeammateChangeReason
+TEAMMATE_CHANGE_REASON_LEFT: TeammateChangeReason
+TEAMMATE_CHANGE_REASON_REMOVED: TeammateChangeReason
+TEAMMATE_CHANGE_REASON_BUSY: TeammateChangeReason
+TEAMMATE_CHANGE_REASON_AWAITING_PLAN: TeammateChangeReason
+
+class TaskSpec(_message.Message):
+    __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "max_attempts", "lease_duration", "required_role")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_DURATION_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_ROLE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    title: str
+    description: str
+    payload: bytes
+    depends_on: _containers.RepeatedScalarFieldContainer[str]
+    priority: int
+    max_attempts: int
+    lease_duration: _duration_pb2.Duration
+    required_role: str
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., required_role: _Optional[str] = ...) -> None: ...
+
+class Task(_message.Message):
+    __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "required_role", "max_attempts", "lease_duration", "state", "owner", "attempt", "result", "error", "seq", "create_time", "lease_expire_time", "finish_time")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_ROLE_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_DURATION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    title: str
+    description: str
+    payload: bytes
+    depends_on: _containers.RepeatedScalarFieldContainer[str]
+    priority: int
+    required_role: str
+    max_attempts: int
+    lease_duration: _duration_pb2.Duration
+    state: TaskState
+    owner: str
+    attempt: int
+    result: bytes
+    error: str
+    seq: int
+    create_time: _timestamp_pb2.Timestamp
+    lease_expire_time: _timestamp_pb2.Timestamp
+    finish_time: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., required_role: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., owner: _Optional[str] = ..., attempt: _Optional[int] = ..., result: _Optional[bytes] = ..., error: _Optional[str] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Teammate(_message.Message):
+    __slots__ = ("name", "roles", "status", "require_plan_approval", "held_task_ids")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REQUIRE_PLAN_APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    HELD_TASK_IDS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    status: TeammateStatus
+    require_plan_approval: bool
+    held_task_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., status: _Optional[_Union[TeammateStatus, str]] = ..., require_plan_approval: _Optional[bool] = ..., held_task_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Message(_message.Message):
+    __slots__ = ("seq", "send_time", "sender", "body")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    SEND_TIME_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    send_time: _timestamp_pb2.Timestamp
+    sender: str
+    body: str
+    def __init__(self, seq: _Optional[int] = ..., send_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., sender: _Optional[str] = ..., body: _Optional[str] = ...) -> None: ...
+
+class ShutdownRequest(_message.Message):
+    __slots__ = ("seq", "send_time", "request_id", "reason", "deadline_time")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    SEND_TIME_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_TIME_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    send_time: _timestamp_pb2.Timestamp
+    request_id: str
+    reason: str
+    deadline_time: _timestamp_pb2.Timestamp
+    def __init__(self, seq: _Optional[int] = ..., send_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_id: _Optional[str] = ..., reason: _Optional[str] = ..., deadline_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class PlanDecision(_message.Message):
+    __slots__ = ("seq", "send_time", "plan_id", "approve", "feedback")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    SEND_TIME_FIELD_NUMBER: _ClassVar[int]
+    PLAN_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVE_FIELD_NUMBER: _ClassVar[int]
+    FEEDBACK_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    send_time: _timestamp_pb2.Timestamp
+    plan_id: str
+    approve: bool
+    feedback: str
+    def __init__(self, seq: _Optional[int] = ..., send_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., plan_id: _Optional[str] = ..., approve: _Optional[bool] = ..., feedback: _Optional[str] = ...) -> None: ...
+
+class Claim(_message.Message):
+    __slots__ = ("task", "claim_token", "lease_expire_time", "attempt", "fence")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    claim_token: str
+    lease_expire_time: _timestamp_pb2.Timestamp
+    attempt: int
+    fence: int
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., claim_token: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ...) -> None: ...
+
+class IdleTimeout(_message.Message):
+    __slots__ = ("idle_polls",)
+    IDLE_POLLS_FIELD_NUMBER: _ClassVar[int]
+    idle_polls: int
+    def __init__(self, idle_polls: _Optional[int] = ...) -> None: ...
+
+class CreateTasksRequest(_message.Message):
+    __slots__ = ("tasks", "request_id")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskSpec]
+    request_id: str
+    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class CreateTasksResponse(_message.Message):
+    __slots__ = ("tasks",)
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[Task]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ...) -> None: ...
+
+class CancelTasksRequest(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CancelTasksResponse(_message.Message):
+    __slots__ = ("tasks",)
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[Task]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ...) -> None: ...
+
+class AddTeammateRequest(_message.Message):
+    __slots__ = ("name", "roles", "require_plan_approval")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    REQUIRE_PLAN_APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    require_plan_approval: bool
+    def __init__(self, name: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., require_plan_approval: _Optional[bool] = ...) -> None: ...
+
+class AddTeammateResponse(_message.Message):
+    __slots__ = ("teammate", "token")
+    TEAMMATE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    teammate: Teammate
+    token: str
+    def __init__(self, teammate: _Optional[_Union[Teammate, _Mapping]] = ..., token: _Optional[str] = ...) -> None: ...
+
+class RemoveTeammateRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class RemoveTeammateResponse(_message.Message):
+    __slots__ = ("teammate",)
+    TEAMMATE_FIELD_NUMBER: _ClassVar[int]
+    teammate: Teammate
+    def __init__(self, teammate: _Optional[_Union[Teammate, _Mapping]] = ...) -> None: ...
+
+class RequestShutdownRequest(_message.Message):
+    __slots__ = ("name", "reason", "grace")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    GRACE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    reason: str
+    grace: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., reason: _Optional[str] = ..., grace: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class RequestShutdownResponse(_message.Message):
+    __slots__ = ("request_id", "deadline_time")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_TIME_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    deadline_time: _timestamp_pb2.Timestamp
+    def __init__(self, request_id: _Optional[str] = ..., deadline_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class DecidePlanRequest(_message.Message):
+    __slots__ = ("plan_id", "approve", "feedback")
+    PLAN_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVE_FIELD_NUMBER: _ClassVar[int]
+    FEEDBACK_FIELD_NUMBER: _ClassVar[int]
+    plan_id: str
+    approve: bool
+    feedback: str
+    def __init__(self, plan_id: _Optional[str] = ..., approve: _Optional[bool] = ..., feedback: _Optional[str] = ...) -> None: ...
+
+class DecidePlanResponse(_message.Message):
+    __slots__ = ("seq",)
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    def __init__(self, seq: _Optional[int] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("after_seq",)
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    after_seq: int
+    def __init__(self, after_seq: _Optional[int] = ...) -> None: ...
+
+class TeammateChanged(_message.Message):
+    __slots__ = ("teammate", "status", "reason")
+    TEAMMATE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    teammate: Teammate
+    status: TeammateStatus
+    reason: TeammateChangeReason
+    def __init__(self, teammate: _Optional[_Union[Teammate, _Mapping]] = ..., status: _Optional[_Union[TeammateStatus, str]] = ..., reason: _Optional[_Union[TeammateChangeReason, str]] = ...) -> None: ...
+
+class PlanSubmitted(_message.Message):
+    __slots__ = ("plan_id", "author", "plan")
+    PLAN_ID_FIELD_NUMBER: _ClassVar[int]
+    AUTHOR_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    plan_id: str
+    author: str
+    plan: str
+    def __init__(self, plan_id: _Optional[str] = ..., author: _Optional[str] = ..., plan: _Optional[str] = ...) -> None: ...
+
+class ShutdownAnswered(_message.Message):
+    __slots__ = ("request_id", "teammate", "approve", "reason")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TEAMMATE_FIELD_NUMBER: _ClassVar[int]
+    APPROVE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    teammate: str
+    approve: bool
+    reason: str
+    def __init__(self, request_id: _Optional[str] = ..., teammate: _Optional[str] = ..., approve: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class WatchResponse(_message.Message):
+    __slots__ = ("seq", "time", "task_changed", "teammate_changed", "message", "plan_submitted", "shutdown_answered")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    TASK_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    TEAMMATE_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PLAN_SUBMITTED_FIELD_NUMBER: _ClassVar[int]
+    SHUTDOWN_ANSWERED_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    time: _timestamp_pb2.Timestamp
+    task_changed: Task
+    teammate_changed: TeammateChanged
+    message: Message
+    plan_submitted: PlanSubmitted
+    shutdown_answered: ShutdownAnswered
+    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., task_changed: _Optional[_Union[Task, _Mapping]] = ..., teammate_changed: _Optional[_Union[TeammateChanged, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., plan_submitted: _Optional[_Union[PlanSubmitted, _Mapping]] = ..., shutdown_answered: _Optional[_Union[ShutdownAnswered, _Mapping]] = ...) -> None: ...
+
+class IdleRequest(_message.Message):
+    __slots__ = ("max_idle_polls", "poll_interval", "slots")
+    MAX_IDLE_POLLS_FIELD_NUMBER: _ClassVar[int]
+    POLL_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    max_idle_polls: int
+    poll_interval: _duration_pb2.Duration
+    slots: int
+    def __init__(self, max_idle_polls: _Optional[int] = ..., poll_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., slots: _Optional[int] = ...) -> None: ...
+
+class IdleResponse(_message.Message):
+    __slots__ = ("message", "shutdown_request", "plan_decision", "claim", "idle_timeout")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SHUTDOWN_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    PLAN_DECISION_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    message: Message
+    shutdown_request: ShutdownRequest
+    plan_decision: PlanDecision
+    claim: Claim
+    idle_timeout: IdleTimeout
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., shutdown_request: _Optional[_Union[ShutdownRequest, _Mapping]] = ..., plan_decision: _Optional[_Union[PlanDecision, _Mapping]] = ..., claim: _Optional[_Union[Claim, _Mapping]] = ..., idle_timeout: _Optional[_Union[IdleTimeout, _Mapping]] = ...) -> None: ...
+
+class AckMessagesRequest(_message.Message):
+    __slots__ = ("through_seq",)
+    THROUGH_SEQ_FIELD_NUMBER: _ClassVar[int]
+    through_seq: int
+    def __init__(self, through_seq: _Optional[int] = ...) -> None: ...
+
+class AckMessagesResponse(_message.Message):
+    __slots__ = ("acked_through_seq",)
+    ACKED_THROUGH_SEQ_FIELD_NUMBER: _ClassVar[int]
+    acked_through_seq: int
+    def __init__(self, acked_through_seq: _Optional[int] = ...) -> None: ...
+
+class RenewLeaseRequest(_message.Message):
+    __slots__ = ("task_id", "claim_token")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    claim_token: str
+    def __init__(self, task_id: _Optional[str] = ..., claim_token: _Optional[str] = ...) -> None: ...
+
+class RenewLeaseResponse(_message.Message):
+    __slots__ = ("lease_expire_time", "protocol_pending")
+    LEASE_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_PENDING_FIELD_NUMBER: _ClassVar[int]
+    lease_expire_time: _timestamp_pb2.Timestamp
+    protocol_pending: bool
+    def __init__(self, lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., protocol_pending: _Optional[bool] = ...) -> None: ...
+
+class CompleteTaskRequest(_message.Message):
+    __slots__ = ("task_id", "claim_token", "result")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    claim_token: str
+    result: bytes
+    def __init__(self, task_id: _Optional[str] = ..., claim_token: _Optional[str] = ..., result: _Optional[bytes] = ...) -> None: ...
+
+class CompleteTaskResponse(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
+
+class FailTaskRequest(_message.Message):
+    __slots__ = ("task_id", "claim_token", "error", "retryable")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    claim_token: str
+    error: str
+    retryable: bool
+    def __init__(self, task_id: _Optional[str] = ..., claim_token: _Optional[str] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
+
+class FailTaskResponse(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
+
+class ReleaseTaskRequest(_message.Message):
+    __slots__ = ("task_id", "claim_token")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    claim_token: str
+    def __init__(self, task_id: _Optional[str] = ..., claim_token: _Optional[str] = ...) -> None: ...
+
+class ReleaseTaskResponse(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
+
+class SubmitPlanRequest(_message.Message):
+    __slots__ = ("plan",)
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    plan: str
+    def __init__(self, plan: _Optional[str] = ...) -> None: ...
+
+class SubmitPlanResponse(_message.Message):
+    __slots__ = ("plan_id",)
+    PLAN_ID_FIELD_NUMBER: _ClassVar[int]
+    plan_id: str
+    def __init__(self, plan_id: _Optional[str] = ...) -> None: ...
+
+class RespondShutdownRequest(_message.Message):
+    __slots__ = ("request_id", "approve", "reason")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    approve: bool
+    reason: str
+    def __init__(self, request_id: _Optional[str] = ..., approve: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class RespondShutdownResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetTaskRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class GetTaskResponse(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
+
+class ListTasksRequest(_message.Message):
+    __slots__ = ("states", "owner", "page_size", "page_token")
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    states: _containers.RepeatedScalarFieldContainer[TaskState]
+    owner: str
+    page_size: int
+    page_token: str
+    def __init__(self, states: _Optional[_Iterable[_Union[TaskState, str]]] = ..., owner: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListTasksResponse(_message.Message):
+    __slots__ = ("tasks", "next_page_token")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[Task]
+    next_page_token: str
+    def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ListTeammatesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTeammatesResponse(_message.Message):
+    __slots__ = ("teammates",)
+    TEAMMATES_FIELD_NUMBER: _ClassVar[int]
+    teammates: _containers.RepeatedCompositeFieldContainer[Teammate]
+    def __init__(self, teammates: _Optional[_Iterable[_Union[Teammate, _Mapping]]] = ...) -> None: ...
+
+class SendMessageRequest(_message.Message):
+    __slots__ = ("to", "body")
+    TO_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    to: str
+    body: str
+    def __init__(self, to: _Optional[str] = ..., body: _Optional[str] = ...) -> None: ...
+
+class SendMessageResponse(_message.Message):
+    __slots__ = ("recipients",)
+    RECIPIENTS_FIELD_NUMBER: _ClassVar[int]
+    recipients: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, recipients: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetStatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WriterStats(_message.Message):
+    __slots__ = ("queue_depth", "queue_depth_p50", "queue_depth_p99", "commits", "mean_batch_size", "busy_retries", "jobs", "failed_commits", "refused_jobs", "commit_latency_p50_ms", "commit_latency_p99_ms")
+    QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DEPTH_P50_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DEPTH_P99_FIELD_NUMBER: _ClassVar[int]
+    COMMITS_FIELD_NUMBER: _ClassVar[int]
+    MEAN_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    BUSY_RETRIES_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_COMMITS_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_JOBS_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LATENCY_P50_MS_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LATENCY_P99_MS_FIELD_NUMBER: _ClassVar[int]
+    queue_depth: int
+    queue_depth_p50: float
+    queue_depth_p99: float
+    commits: int
+    mean_batch_size: float
+    busy_retries: int
+    jobs: int
+    failed_commits: int
+    refused_jobs: int
+    commit_latency_p50_ms: float
+    commit_latency_p99_ms: float
+    def __init__(self, queue_depth: _Optional[int] = ..., queue_depth_p50: _Optional[float] = ..., queue_depth_p99: _Optional[float] = ..., commits: _Optional[int] = ..., mean_batch_size: _Optional[float] = ..., busy_retries: _Optional[int] = ..., jobs: _Optional[int] = ..., failed_commits: _Optional[int] = ..., refused_jobs: _Optional[int] = ..., commit_latency_p50_ms: _Optional[float] = ..., commit_latency_p99_ms: _Optional[float] = ...) -> None: ...
+
+class GetStatsResponse(_message.Message):
+    __slots__ = ("tasks_by_state", "teammates_by_status", "writer", "open_streams")
+    class TasksByStateEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class TeammatesByStatusEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    TASKS_BY_STATE_FIELD_NUMBER: _ClassVar[int]
+    TEAMMATES_BY_STATUS_FIELD_NUMBER: _ClassVar[int]
+    WRITER_FIELD_NUMBER: _ClassVar[int]
+    OPEN_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    tasks_by_state: _containers.ScalarMap[str, int]
+    teammates_by_status: _containers.ScalarMap[str, int]
+    writer: WriterStats
+    open_streams: int
+    def __init__(self, tasks_by_state: _Optional[_Mapping[str, int]] = ..., teammates_by_status: _Optional[_Mapping[str, int]] = ..., writer: _Optional[_Union[WriterStats, _Mapping]] = ..., open_streams: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,1 @@
+"""corrald: the corral daemon."""
