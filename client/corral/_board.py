@@ -1,0 +1,100 @@
+"""The sync client base: a channel, a credential, and the BoardService calls
+that both the Lead and teammates may make."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+import grpc
+
+from corral import _convert
+from corral._channel import DEFAULT_RPC_TIMEOUT, bearer_metadata
+from corral._errors import error_from_rpc
+from corral._types import Stats, Task, TaskState, TeammateInfo
+from corral.v1 import corral_pb2 as pb
+from corral.v1 import corral_pb2_grpc as pb_grpc
+
+_Response = TypeVar("_Response")
+
+
+class BoardClient:
+    """Connection plumbing plus the board reads and messaging (sync)."""
+
+    def __init__(self, channel: grpc.Channel, address: str, token: str, *, rpc_timeout: float | None) -> None:
+        self._channel = channel
+        self._metadata = bearer_metadata(token)
+        self._rpc_timeout = DEFAULT_RPC_TIMEOUT if rpc_timeout is None else rpc_timeout
+        self._board = pb_grpc.BoardServiceStub(channel)
+        self.address = address
+        """The daemon's address, usable as a gRPC target."""
+        self.token = token
+        """This client's bearer credential."""
+
+    # ------------------------------------------------------------ plumbing
+
+    def _unary(self, method: Callable[..., _Response], request: Any) -> _Response:
+        try:
+            return method(request, metadata=self._metadata, timeout=self._rpc_timeout)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from exc
+
+    def _stream(self, method: Callable[..., Any], request: Any, *, timeout: float | None = None) -> Iterator[Any]:
+        """Iterate a server stream, mapping errors and cancelling it when abandoned."""
+        call = method(request, metadata=self._metadata, timeout=timeout)
+        try:
+            while True:
+                try:
+                    response = next(call)
+                except StopIteration:
+                    return
+                except grpc.RpcError as exc:
+                    raise error_from_rpc(exc) from exc
+                yield response
+        finally:
+            call.cancel()
+
+    def close(self) -> None:
+        """Close the channel; calls in flight end with CANCELLED."""
+        self._channel.close()
+
+    # ------------------------------------------------------------ board
+
+    def get_task(self, task_id: str) -> Task:
+        """One task by id; raises NotFound."""
+        response = self._unary(self._board.GetTask, pb.GetTaskRequest(id=task_id))
+        return _convert.task_from_pb(response.task)
+
+    def list_tasks(
+        self, *, states: Iterable[TaskState] = (), owner: str = "", page_size: int | None = None
+    ) -> Iterator[Task]:
+        """Every task matching the filters, fetching pages lazily as you iterate.
+
+        Empty `states` means every state; `page_size` None is the daemon's default.
+        """
+        states = tuple(states)
+        page_token = ""
+        while True:
+            request = _convert.list_tasks_request(states, owner, page_size, page_token)
+            response = self._unary(self._board.ListTasks, request)
+            yield from _convert.tasks_from_pb(response.tasks)
+            page_token = response.next_page_token
+            if not page_token:
+                return
+
+    def list_teammates(self) -> list[TeammateInfo]:
+        """Every teammate the daemon knows, with status and held claims."""
+        response = self._unary(self._board.ListTeammates, pb.ListTeammatesRequest())
+        return [_convert.teammate_from_pb(teammate) for teammate in response.teammates]
+
+    def send_message(self, to: str, body: str) -> list[str]:
+        """Send `body` to "lead", a teammate's name, or "*" (every teammate).
+
+        Returns the names it was queued for.
+        """
+        response = self._unary(self._board.SendMessage, pb.SendMessageRequest(to=to, body=body))
+        return list(response.recipients)
+
+    def get_stats(self) -> Stats:
+        """Counts by state and status, and the daemon writer's health."""
+        return _convert.stats_from_pb(self._unary(self._board.GetStats, pb.GetStatsRequest()))

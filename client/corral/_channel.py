@@ -1,0 +1,73 @@
+"""Channel construction and credentials, shared by the sync and async clients."""
+
+from __future__ import annotations
+
+import os
+
+import grpc
+import grpc.aio
+
+from corral._errors import CorralError
+
+ADDRESS_ENV = "CORRAL_ADDRESS"
+TOKEN_ENV = "CORRAL_TOKEN"
+
+# Results and payloads may be 1 MiB each and a page of tasks holds many of
+# them; 32 MiB leaves room without letting a bug allocate without bound.
+MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+
+# Keepalive pings notice a daemon whose host died or whose network dropped
+# (a local daemon that exits closes the socket, which is noticed at once).
+# `http2.max_pings_without_data` is deliberately left at its default of 2: a
+# server with default settings counts more frequent pings on a silent stream
+# as abuse and answers GOAWAY "too_many_pings", which would break every Idle
+# stream that waits longer than a minute.
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 0),
+)
+
+# Unary calls get a deadline so a wedged daemon cannot hang a caller forever.
+DEFAULT_RPC_TIMEOUT = 30.0
+
+
+def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:
+    """Call metadata carrying `token` as the bearer credential."""
+    return (("authorization", f"Bearer {token}"),)
+
+
+def open_channel(address: str, *, root_certificates: bytes | None = None) -> grpc.Channel:
+    """A sync channel to `address` (`unix:/path` or `host:port`); TLS when a CA is given."""
+    if root_certificates is not None:
+        credentials = grpc.ssl_channel_credentials(root_certificates)
+        return grpc.secure_channel(address, credentials, options=CHANNEL_OPTIONS)
+    return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+
+
+def open_aio_channel(address: str, *, root_certificates: bytes | None = None) -> grpc.aio.Channel:
+    """A `grpc.aio` channel to `address`; TLS when a CA is given."""
+    if root_certificates is not None:
+        credentials = grpc.ssl_channel_credentials(root_certificates)
+        return grpc.aio.secure_channel(address, credentials, options=CHANNEL_OPTIONS)
+    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+
+
+def resolve_credentials(address: str | None, token: str | None) -> tuple[str, str]:
+    """The address and token to use, falling back to CORRAL_ADDRESS / CORRAL_TOKEN."""
+    address = address or os.environ.get(ADDRESS_ENV, "")
+    token = token or os.environ.get(TOKEN_ENV, "")
+    missing = [name for name, value in ((ADDRESS_ENV, address), (TOKEN_ENV, token)) if not value]
+    if missing:
+        raise CorralError(
+            f"no daemon to connect to: pass address= and token=, or set {' and '.join(missing)} "
+            "(the Lead gets both from Lead.teammate_env)"
+        )
+    return address, token.strip()
+
+
+def teammate_env(address: str, token: str) -> dict[str, str]:
+    """The environment variables a teammate process needs to connect."""
+    return {ADDRESS_ENV: address, TOKEN_ENV: token}

@@ -1,0 +1,335 @@
+"""The only module that converts between `corral.v1` messages and SDK types.
+
+Requests are built here too, so the sync and async clients share one
+definition of every call's wire shape. Zero or unset numbers and durations
+mean "daemon default" on the wire; `None` means the same in the SDK.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable
+from typing import Any
+
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from corral._types import (
+    ClaimInfo,
+    IdleTimeout,
+    LeadMessage,
+    Message,
+    NewTeammate,
+    PlanDecision,
+    PlanSubmitted,
+    ShutdownAnswered,
+    ShutdownRequest,
+    Stats,
+    Task,
+    TaskChanged,
+    TaskSpec,
+    TaskState,
+    TeammateChanged,
+    TeammateChangeReason,
+    TeammateInfo,
+    TeammateStatus,
+    WatchEvent,
+    WriterStats,
+)
+from corral.v1 import corral_pb2 as pb
+
+InboxItem = Message | ShutdownRequest | PlanDecision
+IdleItem = InboxItem | ClaimInfo | IdleTimeout
+
+_UTC = datetime.timezone.utc
+
+# ---------------------------------------------------------------- scalars
+
+
+def time_from_pb(parent: Any, field_name: str) -> datetime.datetime | None:
+    """A Timestamp field as an aware UTC datetime, or None when unset."""
+    if not parent.HasField(field_name):
+        return None
+    return getattr(parent, field_name).ToDatetime(tzinfo=_UTC)
+
+
+def time_to_pb(value: datetime.datetime) -> timestamp_pb2.Timestamp:
+    """An aware datetime as a Timestamp (naive datetimes are taken as UTC)."""
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(value if value.tzinfo else value.replace(tzinfo=_UTC))
+    return stamp
+
+
+def duration_from_pb(parent: Any, field_name: str) -> datetime.timedelta | None:
+    """A Duration field as a timedelta, or None when unset."""
+    if not parent.HasField(field_name):
+        return None
+    return getattr(parent, field_name).ToTimedelta()
+
+
+def duration_to_pb(value: datetime.timedelta | float | None) -> duration_pb2.Duration | None:
+    """A timedelta (or seconds) as a Duration; None stays None (= default)."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime.timedelta):
+        value = datetime.timedelta(seconds=value)
+    duration = duration_pb2.Duration()
+    duration.FromTimedelta(value)
+    return duration
+
+
+# ---------------------------------------------------------------- board
+
+
+def task_spec_to_pb(spec: TaskSpec) -> pb.TaskSpec:
+    """A TaskSpec as the wire message."""
+    return pb.TaskSpec(
+        id=spec.id,
+        title=spec.title,
+        description=spec.description,
+        payload=spec.payload,
+        depends_on=list(spec.depends_on),
+        priority=spec.priority,
+        max_attempts=spec.max_attempts or 0,
+        lease_duration=duration_to_pb(spec.lease_duration),
+        required_role=spec.required_role,
+    )
+
+
+def task_spec_from_pb(message: pb.TaskSpec) -> TaskSpec:
+    """The wire TaskSpec as an SDK TaskSpec (used by tests and tools)."""
+    return TaskSpec(
+        id=message.id,
+        title=message.title,
+        description=message.description,
+        payload=message.payload,
+        depends_on=tuple(message.depends_on),
+        priority=message.priority,
+        max_attempts=message.max_attempts or None,
+        lease_duration=duration_from_pb(message, "lease_duration"),
+        required_role=message.required_role,
+    )
+
+
+def task_from_pb(message: pb.Task) -> Task:
+    """The wire Task as an SDK Task."""
+    return Task(
+        id=message.id,
+        state=TaskState(message.state),
+        title=message.title,
+        description=message.description,
+        payload=message.payload,
+        depends_on=tuple(message.depends_on),
+        priority=message.priority,
+        required_role=message.required_role,
+        max_attempts=message.max_attempts,
+        lease_duration=duration_from_pb(message, "lease_duration") or datetime.timedelta(0),
+        owner=message.owner,
+        attempt=message.attempt,
+        result=message.result,
+        error=message.error,
+        seq=message.seq,
+        create_time=time_from_pb(message, "create_time"),
+        lease_expire_time=time_from_pb(message, "lease_expire_time"),
+        finish_time=time_from_pb(message, "finish_time"),
+    )
+
+
+def task_to_pb(task: Task) -> pb.Task:
+    """An SDK Task as the wire message (used by tests and tools)."""
+    message = pb.Task(
+        id=task.id,
+        state=task.state.value,
+        title=task.title,
+        description=task.description,
+        payload=task.payload,
+        depends_on=list(task.depends_on),
+        priority=task.priority,
+        required_role=task.required_role,
+        max_attempts=task.max_attempts,
+        lease_duration=duration_to_pb(task.lease_duration),
+        owner=task.owner,
+        attempt=task.attempt,
+        result=task.result,
+        error=task.error,
+        seq=task.seq,
+    )
+    for name in ("create_time", "lease_expire_time", "finish_time"):
+        value = getattr(task, name)
+        if value is not None:
+            getattr(message, name).CopyFrom(time_to_pb(value))
+    return message
+
+
+def tasks_from_pb(messages: Iterable[pb.Task]) -> list[Task]:
+    """Several wire Tasks as SDK Tasks."""
+    return [task_from_pb(message) for message in messages]
+
+
+def teammate_from_pb(message: pb.Teammate) -> TeammateInfo:
+    """The wire Teammate as TeammateInfo."""
+    return TeammateInfo(
+        name=message.name,
+        roles=tuple(message.roles),
+        status=TeammateStatus(message.status) if message.status else TeammateStatus.OFFLINE,
+        require_plan_approval=message.require_plan_approval,
+        held_task_ids=tuple(message.held_task_ids),
+    )
+
+
+def new_teammate_from_pb(response: pb.AddTeammateResponse) -> NewTeammate:
+    """AddTeammate's answer as NewTeammate."""
+    return NewTeammate(info=teammate_from_pb(response.teammate), token=response.token)
+
+
+def stats_from_pb(response: pb.GetStatsResponse) -> Stats:
+    """GetStats' answer as Stats; state names the SDK does not know are skipped."""
+    return Stats(
+        tasks_by_state=_enum_counts(TaskState, "TASK_STATE_", response.tasks_by_state),
+        teammates_by_status=_enum_counts(TeammateStatus, "TEAMMATE_STATUS_", response.teammates_by_status),
+        writer=WriterStats(**{name: getattr(response.writer, name) for name in WriterStats.__dataclass_fields__}),
+        open_streams=response.open_streams,
+    )
+
+
+def _enum_counts(enum_type: Any, prefix: str, counts: Any) -> dict[Any, int]:
+    result = {}
+    for key, count in counts.items():
+        member = enum_type.__members__.get(key.removeprefix(prefix))
+        if member is not None:
+            result[member] = count
+    return result
+
+
+# ---------------------------------------------------------------- inbox and idle
+
+
+def message_from_pb(message: pb.Message) -> Message:
+    """A wire Message."""
+    return Message(
+        seq=message.seq, send_time=time_from_pb(message, "send_time"), sender=message.sender, body=message.body
+    )
+
+
+def idle_item_from_pb(response: pb.IdleResponse) -> IdleItem | None:
+    """One Idle stream item; None for an event kind this SDK does not know."""
+    kind = response.WhichOneof("event")
+    if kind == "message":
+        return message_from_pb(response.message)
+    if kind == "shutdown_request":
+        request = response.shutdown_request
+        return ShutdownRequest(
+            seq=request.seq,
+            send_time=time_from_pb(request, "send_time"),
+            request_id=request.request_id,
+            reason=request.reason,
+            deadline_time=time_from_pb(request, "deadline_time"),
+        )
+    if kind == "plan_decision":
+        decision = response.plan_decision
+        return PlanDecision(
+            seq=decision.seq,
+            send_time=time_from_pb(decision, "send_time"),
+            plan_id=decision.plan_id,
+            approve=decision.approve,
+            feedback=decision.feedback,
+        )
+    if kind == "claim":
+        return claim_from_pb(response.claim)
+    if kind == "idle_timeout":
+        return IdleTimeout(idle_polls=response.idle_timeout.idle_polls)
+    return None
+
+
+def claim_from_pb(claim: pb.Claim) -> ClaimInfo:
+    """A wire Claim as ClaimInfo."""
+    return ClaimInfo(
+        task=task_from_pb(claim.task),
+        token=claim.claim_token,
+        lease_expire_time=time_from_pb(claim, "lease_expire_time"),
+        attempt=claim.attempt,
+        fence=claim.fence,
+    )
+
+
+def idle_request(
+    *,
+    max_idle_polls: int | None,
+    poll_interval: datetime.timedelta | float | None,
+    slots: int | None,
+) -> pb.IdleRequest:
+    """The Idle request; None for any option means the daemon's default."""
+    return pb.IdleRequest(
+        max_idle_polls=max_idle_polls or 0,
+        poll_interval=duration_to_pb(poll_interval),
+        slots=slots or 0,
+    )
+
+
+# ---------------------------------------------------------------- watch
+
+
+def watch_event_from_pb(response: pb.WatchResponse) -> WatchEvent | None:
+    """One Watch stream item; None for an event kind this SDK does not know."""
+    seq, time = response.seq, time_from_pb(response, "time")
+    kind = response.WhichOneof("event")
+    if kind == "task_changed":
+        return TaskChanged(seq=seq, time=time, task=task_from_pb(response.task_changed))
+    if kind == "teammate_changed":
+        changed = response.teammate_changed
+        return TeammateChanged(
+            seq=seq,
+            time=time,
+            teammate=teammate_from_pb(changed.teammate),
+            status=TeammateStatus(changed.status) if changed.status else TeammateStatus.OFFLINE,
+            reason=_change_reason(changed.reason),
+        )
+    if kind == "message":
+        return LeadMessage(seq=seq, time=time, message=message_from_pb(response.message))
+    if kind == "plan_submitted":
+        plan = response.plan_submitted
+        return PlanSubmitted(seq=seq, time=time, plan_id=plan.plan_id, author=plan.author, plan=plan.plan)
+    if kind == "shutdown_answered":
+        answer = response.shutdown_answered
+        return ShutdownAnswered(
+            seq=seq,
+            time=time,
+            request_id=answer.request_id,
+            teammate=answer.teammate,
+            approve=answer.approve,
+            reason=answer.reason,
+        )
+    return None
+
+
+def _change_reason(value: int) -> TeammateChangeReason:
+    try:
+        return TeammateChangeReason(value)
+    except ValueError:  # a newer daemon's reason: report it as unspecified
+        return TeammateChangeReason.UNSPECIFIED
+
+
+# ---------------------------------------------------------------- requests
+
+
+def create_tasks_request(specs: Iterable[TaskSpec], request_id: str | None) -> pb.CreateTasksRequest:
+    """The CreateTasks request for a batch."""
+    return pb.CreateTasksRequest(tasks=[task_spec_to_pb(spec) for spec in specs], request_id=request_id or "")
+
+
+def request_shutdown_request(
+    name: str, reason: str, grace: datetime.timedelta | float | None
+) -> pb.RequestShutdownRequest:
+    """The RequestShutdown request; grace None means the daemon's default."""
+    return pb.RequestShutdownRequest(name=name, reason=reason, grace=duration_to_pb(grace))
+
+
+def list_tasks_request(
+    states: Iterable[TaskState], owner: str, page_size: int | None, page_token: str
+) -> pb.ListTasksRequest:
+    """One page request of ListTasks."""
+    return pb.ListTasksRequest(
+        states=[state.value for state in states],
+        owner=owner,
+        page_size=page_size or 0,
+        page_token=page_token,
+    )

@@ -1,0 +1,226 @@
+"""The sync Lead client: owns the board, mints teammates, decides plans."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+import grpc
+
+from corral import _convert
+from corral._board import BoardClient
+from corral._channel import open_channel, teammate_env
+from corral._errors import CorralError, Unavailable
+from corral._launch import DaemonProcess, launch_daemon
+from corral._types import NewTeammate, Stats, Task, TaskChanged, TaskSpec, TaskState, TeammateInfo, WatchEvent
+from corral.v1 import corral_pb2 as pb
+from corral.v1 import corral_pb2_grpc as pb_grpc
+
+__all__ = ["Lead"]
+
+
+class Lead(BoardClient):
+    """The Lead's connection to a corrald daemon.
+
+    Make one with `Lead.launch(...)` (starts a daemon, stops it on `close()`
+    or when the `with` block ends) or `Lead.connect(address, token)` (joins a
+    running daemon; `close()` only closes the channel).
+    """
+
+    def __init__(
+        self,
+        channel: grpc.Channel,
+        address: str,
+        token: str,
+        *,
+        daemon: DaemonProcess | None = None,
+        rpc_timeout: float | None = None,
+    ) -> None:
+        super().__init__(channel, address, token, rpc_timeout=rpc_timeout)
+        self._lead = pb_grpc.LeadServiceStub(channel)
+        self._daemon = daemon
+
+    @classmethod
+    def launch(
+        cls,
+        state_dir: str | os.PathLike[str] | None = None,
+        *,
+        listen: str | None = None,
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        ready_timeout: float = 30.0,
+        rpc_timeout: float | None = None,
+    ) -> Lead:
+        """Start `corrald serve` on `state_dir` and connect to it as the Lead.
+
+        `state_dir=None` uses a fresh temporary directory, removed when the
+        daemon stops. `listen` is `unix:PATH` or `HOST:PORT` (default: a
+        socket in the state directory). Raises CorralError, with the daemon's
+        stderr, when it fails to start within `ready_timeout` seconds.
+        """
+        daemon = launch_daemon(state_dir, listen=listen, extra_args=extra_args, env=env, ready_timeout=ready_timeout)
+        try:
+            token = daemon.read_lead_token()
+            return cls(open_channel(daemon.address), daemon.address, token, daemon=daemon, rpc_timeout=rpc_timeout)
+        except BaseException:
+            daemon.stop()
+            raise
+
+    @classmethod
+    def connect(
+        cls,
+        address: str,
+        token: str,
+        *,
+        root_certificates: bytes | None = None,
+        rpc_timeout: float | None = None,
+    ) -> Lead:
+        """Join a running daemon at `address` with the Lead credential `token`.
+
+        Pass the CA certificate(s) as `root_certificates` for a TLS listener.
+        """
+        channel = open_channel(address, root_certificates=root_certificates)
+        return cls(channel, address, token.strip(), rpc_timeout=rpc_timeout)
+
+    @property
+    def state_dir(self) -> Path | None:
+        """The launched daemon's state directory (None after `connect`)."""
+        return self._daemon.state_dir if self._daemon else None
+
+    @property
+    def pid(self) -> int | None:
+        """The launched daemon's process id (None after `connect`)."""
+        return self._daemon.pid if self._daemon else None
+
+    def close(self) -> None:
+        """Close the channel and, if this Lead launched the daemon, stop it."""
+        super().close()
+        if self._daemon is not None:
+            self._daemon.stop()
+
+    def __enter__(self) -> Lead:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ tasks
+
+    def create_tasks(self, specs: Iterable[TaskSpec], *, request_id: str | None = None) -> list[Task]:
+        """Add a batch of tasks atomically (all or nothing).
+
+        A retry with the same `request_id` returns the same tasks instead of
+        failing; raises InvalidArgument (cycles, unknown deps, bad values) or
+        AlreadyExists (an id taken by a different spec).
+        """
+        response = self._unary(self._lead.CreateTasks, _convert.create_tasks_request(specs, request_id))
+        return _convert.tasks_from_pb(response.tasks)
+
+    def cancel_tasks(self, ids: Iterable[str]) -> list[Task]:
+        """Cancel tasks and, transitively, their dependents; returns every task changed."""
+        response = self._unary(self._lead.CancelTasks, pb.CancelTasksRequest(ids=list(ids)))
+        return _convert.tasks_from_pb(response.tasks)
+
+    # ------------------------------------------------------------ teammates
+
+    def add_teammate(
+        self, name: str, *, roles: Iterable[str] = (), require_plan_approval: bool = False
+    ) -> NewTeammate:
+        """Mint a teammate credential. Its token is shown only in the result."""
+        request = pb.AddTeammateRequest(name=name, roles=list(roles), require_plan_approval=require_plan_approval)
+        return _convert.new_teammate_from_pb(self._unary(self._lead.AddTeammate, request))
+
+    def remove_teammate(self, name: str) -> TeammateInfo:
+        """Revoke a teammate: its streams end and its claims return to PENDING."""
+        response = self._unary(self._lead.RemoveTeammate, pb.RemoveTeammateRequest(name=name))
+        return _convert.teammate_from_pb(response.teammate)
+
+    def request_shutdown(
+        self, name: str, *, reason: str = "", grace: datetime.timedelta | float | None = None
+    ) -> str:
+        """Ask a teammate to stop; returns the request id.
+
+        If it has not answered within `grace` (default: the daemon's, 5 min)
+        the daemon removes it.
+        """
+        request = _convert.request_shutdown_request(name, reason, grace)
+        return self._unary(self._lead.RequestShutdown, request).request_id
+
+    def decide_plan(self, plan_id: str, *, approve: bool, feedback: str = "") -> None:
+        """Approve or reject a submitted plan; the author receives a plan_decision."""
+        request = pb.DecidePlanRequest(plan_id=plan_id, approve=approve, feedback=feedback)
+        self._unary(self._lead.DecidePlan, request)
+
+    def teammate_env(self, new_teammate: NewTeammate, *, address: str | None = None) -> dict[str, str]:
+        """CORRAL_ADDRESS and CORRAL_TOKEN for a teammate process's environment.
+
+        `address` defaults to the one this Lead is connected to (pass it
+        explicitly when teammates reach the daemon by another route).
+        """
+        return teammate_env(address or self.address, new_teammate.token)
+
+    # ------------------------------------------------------------ events
+
+    def watch(self, after_seq: int = 0) -> Iterator[WatchEvent]:
+        """Board events with a sequence number above `after_seq`, then live ones.
+
+        Runs until you stop iterating (the stream is cancelled) or the daemon
+        ends it. Resume after a break with the last event's `seq`.
+        """
+        return self._watch(after_seq, timeout=None)
+
+    def _watch(self, after_seq: int, *, timeout: float | None) -> Iterator[WatchEvent]:
+        for response in self._stream(self._lead.Watch, pb.WatchRequest(after_seq=after_seq), timeout=timeout):
+            event = _convert.watch_event_from_pb(response)
+            if event is not None:
+                yield event
+
+    def wait_until_done(self, timeout: datetime.timedelta | float) -> Stats:
+        """Block until no task is PENDING or IN_PROGRESS; returns the final stats.
+
+        Follows the Watch feed and confirms with GetStats, so it reacts as
+        soon as the last task finishes. Raises TimeoutError after `timeout`.
+        """
+        seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
+        deadline = time.monotonic() + seconds
+        stats = self.get_stats()
+        if stats.active_tasks == 0:
+            return stats
+        unfinished: dict[str, TaskState] = {}
+        events = self._watch(0, timeout=max(deadline - time.monotonic(), 0.001))
+        try:
+            for event in events:
+                if not isinstance(event, TaskChanged):
+                    continue
+                if not _track_unfinished(unfinished, event.task):
+                    continue
+                stats = self.get_stats()
+                if stats.active_tasks == 0:
+                    return stats
+        except CorralError as exc:
+            if exc.code is grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise TimeoutError(f"tasks still active after {seconds:g}s") from None
+            raise
+        finally:
+            events.close()
+        raise Unavailable("the daemon ended the watch stream before every task finished")
+
+
+def _track_unfinished(unfinished: dict[str, TaskState], task: Task) -> bool:
+    """Record `task`'s state; True when a task finished and none is known to be unfinished.
+
+    Only a hint: the caller confirms with GetStats, which also covers tasks
+    whose earlier events this replay has not reached.
+    """
+    if not task.state.is_final:
+        unfinished[task.id] = task.state
+        return False
+    unfinished.pop(task.id, None)
+    return not unfinished
+

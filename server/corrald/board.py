@@ -1,0 +1,241 @@
+"""The board: the one object the service layer talks to.
+
+It validates input, turns each operation into one writer job (or one reader
+query), and keeps the credential cache. Every decision about who may get
+what lives in `store`; the gRPC layer only converts and maps errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import pathlib
+import secrets
+from collections.abc import Callable, Sequence
+
+from . import errors, validate
+from .clock import Clock
+from .config import Limits, WriterConfig
+from .readers import ReaderPool
+from .store import delivery, events, tasks, team
+from .store.model import Event, TaskRecord, TaskSpec, TaskState, TeammateRecord, TeammateStatus, Txn, Wakes
+from .store.schema import open_writer
+from .writer import Writer, WriterStats
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Identity:
+    name: str  # "lead" or a teammate's name
+    is_lead: bool
+
+
+LEAD = "lead"
+
+
+def token_hash(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+@dataclasses.dataclass(frozen=True)
+class BoardStats:
+    tasks_by_state: dict[TaskState, int]
+    teammates_by_status: dict[TeammateStatus, int]
+    writer: WriterStats
+
+
+class Board:
+    def __init__(
+        self,
+        database: pathlib.Path,
+        *,
+        clock: Clock,
+        limits: Limits = Limits(),
+        writer_config: WriterConfig = WriterConfig(),
+        lead_token: str,
+        on_commit: Callable[[Wakes], None] | None = None,
+        readers: int = 4,
+    ) -> None:
+        self.clock = clock
+        self.limits = limits
+        self._lead_hash = token_hash(lead_token)
+        self._teammate_hashes: dict[bytes, str] = {}
+        self._on_commit = on_commit
+        self.writer = Writer(
+            lambda: open_writer(database, synchronous=writer_config.synchronous,
+                                busy_timeout_ms=writer_config.busy_timeout_ms),
+            clock, writer_config, self._committed,
+        )
+        self._database = database
+        self._reader_count = readers
+        self.readers: ReaderPool | None = None
+
+    def _committed(self, wakes: Wakes) -> None:
+        if self._on_commit is not None:
+            self._on_commit(wakes)
+
+    def set_listener(self, on_commit: Callable[[Wakes], None]) -> None:
+        self._on_commit = on_commit
+
+    # ------------------------------------------------------------ lifecycle
+
+    def open(self) -> None:
+        """Starts the writer, recovers from a previous life, loads credentials."""
+        self.writer.start()
+        self.readers = ReaderPool(self._database, size=self._reader_count)
+
+        def recover(tx: Txn) -> list[tuple[bytes, str, bool]]:
+            tasks.extend_live_leases(tx)
+            team.mark_all_offline(tx)
+            return team.credentials(tx.conn)
+
+        for digest, name, removed in self.writer.call(recover):
+            if not removed:
+                self._teammate_hashes[digest] = name
+
+    def close(self) -> None:
+        self.writer.close()
+        if self.readers is not None:
+            self.readers.close()
+
+    # ------------------------------------------------------------ identity
+
+    def authenticate(self, token: str) -> Identity | None:
+        digest = token_hash(token)
+        if hmac.compare_digest(digest, self._lead_hash):
+            return Identity(LEAD, True)
+        name = self._teammate_hashes.get(digest)
+        return Identity(name, False) if name is not None else None
+
+    # ------------------------------------------------------------ lead
+
+    async def create_tasks(self, raw_specs: Sequence[TaskSpec], request_id: str = "") -> list[TaskRecord]:
+        specs = validate.normalize_batch(raw_specs, self.limits)
+        if len(request_id) > self.limits.name_max_chars:
+            raise errors.InvalidArgument("request_id", f"longer than {self.limits.name_max_chars} characters")
+        return await self.writer.run(lambda tx: tasks.create_tasks(tx, specs, request_id))
+
+    async def cancel_tasks(self, task_ids: Sequence[str]) -> list[TaskRecord]:
+        if not task_ids:
+            raise errors.InvalidArgument("ids", "must not be empty")
+        return await self.writer.run(lambda tx: tasks.cancel(tx, list(task_ids)))
+
+    async def add_teammate(self, name: str, roles: Sequence[str], require_plan: bool) -> tuple[TeammateRecord, str]:
+        validate.check_id("name", name, self.limits)
+        if name in validate.RESERVED_NAMES:
+            raise errors.InvalidArgument("name", f"{name!r} is reserved")
+        if len(roles) > self.limits.roles_max:
+            raise errors.InvalidArgument("roles", f"more than {self.limits.roles_max} roles")
+        for role in roles:
+            validate.check_id("roles", role, self.limits)
+        token = "corral-tm-" + secrets.token_urlsafe(32)
+        digest = token_hash(token)
+        record = await self.writer.run(lambda tx: team.add_teammate(tx, name, tuple(roles), require_plan, digest))
+        self._teammate_hashes[digest] = name
+        return record, token
+
+    async def remove_teammate(self, name: str) -> TeammateRecord:
+        record = await self.writer.run(lambda tx: team.remove_teammate(tx, name))
+        self._forget(name)
+        return record
+
+    def _forget(self, name: str) -> None:
+        for digest, owner in list(self._teammate_hashes.items()):
+            if owner == name:
+                del self._teammate_hashes[digest]
+
+    async def request_shutdown(self, name: str, reason: str, grace_ms: int) -> tuple[str, int]:
+        validate.check_text("reason", reason, self.limits.text_max_bytes)
+        grace = validate.defaulted("grace", grace_ms, self.limits.grace_default_ms,
+                                   self.limits.grace_min_ms, self.limits.grace_max_ms, "ms")
+        return await self.writer.run(lambda tx: team.request_shutdown(tx, name, reason, grace))
+
+    async def decide_plan(self, plan_id: str, approve: bool, feedback: str) -> int:
+        validate.check_text("feedback", feedback, self.limits.text_max_bytes)
+        return await self.writer.run(lambda tx: team.decide_plan(tx, plan_id, approve, feedback))
+
+    async def reap(self) -> int | None:
+        """Reclaims expired leases and runs out shutdown graces; returns the next deadline."""
+
+        def job(tx: Txn) -> tuple[list[str], int | None]:
+            tasks.reclaim_expired(tx)
+            removed = team.expire_shutdowns(tx)
+            return removed, tasks.next_deadline(tx.conn)
+
+        removed, deadline = await self.writer.run(job)
+        for name in removed:
+            self._forget(name)
+        return deadline
+
+    # ------------------------------------------------------------ teammate
+
+    async def next_for(self, name: str, cursor: delivery.StreamCursor) -> list[delivery.Delivery]:
+        return await self.writer.run(lambda tx: delivery.next_for_teammate(tx, name, cursor))
+
+    async def set_online(self, name: str, online: bool, reason: str | None = None) -> None:
+        await self.writer.run(lambda tx: team.set_online(tx, name, online, reason))
+
+    async def ack(self, name: str, through_seq: int) -> int:
+        return await self.writer.run(lambda tx: team.ack(tx, name, through_seq))
+
+    async def renew(self, name: str, task_id: str, token: str) -> tuple[int, bool]:
+        return await self.writer.run(lambda tx: tasks.renew(tx, name, task_id, token))
+
+    async def complete(self, name: str, task_id: str, token: str, result: bytes) -> TaskRecord:
+        if len(result) > self.limits.blob_max_bytes:
+            raise errors.InvalidArgument("result", f"larger than {self.limits.blob_max_bytes} bytes")
+        return await self.writer.run(lambda tx: tasks.complete(tx, name, task_id, token, result))
+
+    async def fail(self, name: str, task_id: str, token: str, error: str, retryable: bool) -> TaskRecord:
+        validate.check_text("error", error, self.limits.text_max_bytes)
+        return await self.writer.run(lambda tx: tasks.fail(tx, name, task_id, token, error, retryable))
+
+    async def release(self, name: str, task_id: str, token: str) -> TaskRecord:
+        return await self.writer.run(lambda tx: tasks.release(tx, name, task_id, token))
+
+    async def submit_plan(self, name: str, plan: str) -> str:
+        validate.check_text("plan", plan, self.limits.text_max_bytes)
+        return await self.writer.run(lambda tx: team.submit_plan(tx, name, plan))
+
+    async def respond_shutdown(self, name: str, request_id: str, approve: bool, reason: str) -> None:
+        validate.check_text("reason", reason, self.limits.text_max_bytes)
+        await self.writer.run(lambda tx: team.respond_shutdown(tx, name, request_id, approve, reason))
+
+    # ------------------------------------------------------------ both
+
+    async def send_message(self, sender: str, to: str, body: str) -> list[str]:
+        if not to:
+            raise errors.InvalidArgument("to", "must not be empty")
+        validate.check_text("body", body, self.limits.text_max_bytes)
+        limit = self.limits.unacked_inbox_max
+        return await self.writer.run(lambda tx: team.send_message(tx, sender, to, body, inbox_limit=limit))
+
+    async def read(self, query: Callable):
+        assert self.readers is not None
+        return await self.readers.run(query)
+
+    async def get_task(self, task_id: str) -> TaskRecord:
+        return await self.read(lambda conn: tasks.get_task(conn, task_id))
+
+    async def list_tasks(self, *, states: Sequence[TaskState], owner: str, after_seq: int, limit: int) -> list[TaskRecord]:
+        return await self.read(
+            lambda conn: tasks.list_tasks(conn, states=states, owner=owner, after_seq=after_seq, limit=limit)
+        )
+
+    async def list_teammates(self) -> list[TeammateRecord]:
+        return await self.read(team.list_teammates)
+
+    async def teammate_roles(self, name: str) -> tuple[str, ...]:
+        return await self.read(lambda conn: team.roles_of(conn, name))
+
+    async def read_events(self, after_seq: int, limit: int = 256) -> list[Event]:
+        return await self.read(lambda conn: events.read_events(conn, after_seq, limit))
+
+    async def stats(self) -> BoardStats:
+        def query(conn) -> BoardStats:
+            by_status: dict[TeammateStatus, int] = {}
+            for teammate in team.list_teammates(conn):
+                by_status[teammate.status] = by_status.get(teammate.status, 0) + 1
+            return BoardStats(tasks.count_by_state(conn), by_status, self.writer.stats())
+
+        return await self.read(query)

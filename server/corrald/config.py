@@ -1,0 +1,67 @@
+"""Defaults and limits (design §7) in one frozen place.
+
+Every limit is enforced by refusing, never by clamping.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+SECOND_MS = 1000
+MINUTE_MS = 60 * SECOND_MS
+HOUR_MS = 60 * MINUTE_MS
+KIB = 1024
+MIB = 1024 * KIB
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    lease_default_ms: int = 60 * SECOND_MS
+    lease_min_ms: int = 1 * SECOND_MS
+    lease_max_ms: int = 24 * HOUR_MS
+    max_attempts_default: int = 3
+    max_attempts_max: int = 100
+    poll_interval_default_ms: int = 5 * SECOND_MS
+    poll_interval_min_ms: int = 50
+    poll_interval_max_ms: int = 10 * MINUTE_MS
+    max_idle_polls_default: int = 12
+    max_idle_polls_max: int = 10_000
+    slots_default: int = 1
+    slots_max: int = 64
+    grace_default_ms: int = 5 * MINUTE_MS
+    grace_min_ms: int = 1 * SECOND_MS
+    grace_max_ms: int = 24 * HOUR_MS
+    batch_max: int = 10_000
+    title_max_chars: int = 200
+    text_max_bytes: int = 64 * KIB
+    blob_max_bytes: int = 1 * MIB
+    deps_per_task_max: int = 1_000
+    unacked_inbox_max: int = 10_000
+    name_max_chars: int = 128
+    roles_max: int = 32
+    priority_min: int = -1_000_000
+    priority_max: int = 1_000_000
+    page_size_default: int = 100
+    page_size_max: int = 1_000
+
+
+@dataclasses.dataclass(frozen=True)
+class WriterLevels:
+    """Queue-depth levels from the single-writer proposal."""
+
+    record: int = 10
+    warn: int = 50
+    degraded: int = 100
+    refuse: int = 500
+
+
+@dataclasses.dataclass(frozen=True)
+class WriterConfig:
+    max_batch: int = 64
+    levels: WriterLevels = WriterLevels()
+    synchronous: str = "FULL"
+    busy_timeout_ms: int = 5000
+    busy_retries: int = 8
+
+
+DEFAULT_LIMITS = Limits()

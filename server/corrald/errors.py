@@ -1,0 +1,91 @@
+"""The daemon's domain errors. The gRPC layer maps them in one table."""
+
+from __future__ import annotations
+
+
+class CorralError(Exception):
+    """Root of every error the board reports to a caller."""
+
+    reason: str = "INTERNAL"
+
+    def __init__(self, message: str, **metadata: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.metadata = {k: str(v) for k, v in metadata.items()}
+
+
+class InvalidArgument(CorralError):
+    reason = "INVALID_ARGUMENT"
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}", field=field)
+        self.field = field
+        self.description = message
+
+
+class NotFound(CorralError):
+    reason = "NOT_FOUND"
+
+
+class TaskNotFound(NotFound):
+    reason = "TASK_NOT_FOUND"
+
+
+class TeammateNotFound(NotFound):
+    reason = "TEAMMATE_NOT_FOUND"
+
+
+class PlanNotFound(NotFound):
+    reason = "PLAN_NOT_FOUND"
+
+
+class ShutdownRequestNotFound(NotFound):
+    reason = "SHUTDOWN_REQUEST_NOT_FOUND"
+
+
+class AlreadyExists(CorralError):
+    reason = "ALREADY_EXISTS"
+
+
+class ClaimError(CorralError):
+    """A call about a claim that is not the caller's live claim."""
+
+
+class LeaseExpired(ClaimError):
+    reason = "LEASE_EXPIRED"
+
+
+class ClaimTokenMismatch(ClaimError):
+    reason = "CLAIM_TOKEN_MISMATCH"
+
+
+class TaskCanceled(ClaimError):
+    reason = "TASK_CANCELED"
+
+
+class FailedPrecondition(CorralError):
+    reason = "FAILED_PRECONDITION"
+
+
+class Overloaded(CorralError):
+    reason = "OVERLOADED"
+
+    def __init__(self, message: str, retry_after_ms: int = 100) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
+
+
+class Unauthenticated(CorralError):
+    reason = "UNAUTHENTICATED"
+
+
+class PermissionDenied(CorralError):
+    reason = "PERMISSION_DENIED"
+
+
+class Unavailable(CorralError):
+    reason = "UNAVAILABLE"
+
+
+class ReentrantSubmit(RuntimeError):
+    """A writer job tried to submit another job: it would wait on itself."""

@@ -1,0 +1,86 @@
+"""The state directory: one owner at a time, private permissions, no symlinks."""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import os
+import pathlib
+import secrets
+import stat
+
+
+class StateDirError(Exception):
+    """The state directory cannot be used; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StatePaths:
+    root: pathlib.Path
+
+    @property
+    def database(self) -> pathlib.Path:
+        return self.root / "corral.sqlite3"
+
+    @property
+    def lock(self) -> pathlib.Path:
+        return self.root / "corrald.lock"
+
+    @property
+    def socket(self) -> pathlib.Path:
+        return self.root / "corral.sock"
+
+    @property
+    def lead_token(self) -> pathlib.Path:
+        return self.root / "lead.token"
+
+
+class StateDir:
+    """Holds an exclusive flock on the lock file for the daemon's life."""
+
+    def __init__(self, root: pathlib.Path) -> None:
+        self.paths = StatePaths(root.absolute())
+        self._lock_fd: int | None = None
+
+    def acquire(self) -> None:
+        root = self.paths.root
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = root.lstat()
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+            raise StateDirError(f"state directory {root} is not a plain directory")
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise StateDirError(f"state directory {root} is writable by group or others; chmod 700 it")
+        os.chmod(root, 0o700)
+        for path in (self.paths.database, self.paths.lead_token, self.paths.lock):
+            if path.is_symlink():
+                raise StateDirError(f"{path} is a symbolic link; refusing to follow it")
+        fd = os.open(self.paths.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StateDirError(f"state directory {root} is in use by corrald pid {holder}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock_fd = fd
+
+    def lead_token(self) -> str:
+        """The Lead's credential: made on first start, private to the owner."""
+        path = self.paths.lead_token
+        if path.exists():
+            return path.read_text().strip()
+        token = "corral-lead-" + secrets.token_urlsafe(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(token)
+        return token
+
+    def secure_files(self) -> None:
+        for path in self.paths.root.glob("corral.sqlite3*"):
+            os.chmod(path, 0o600)
+
+    def release(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None

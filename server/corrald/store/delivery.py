@@ -1,0 +1,67 @@
+"""What a teammate may receive now: design §5 steps 1–4 in one place.
+
+The Idle stream (and, later, a bidirectional Session stream) calls this one
+function; it runs as a single writer job so the gates and the claim are
+decided in the same transaction. While a gate is closed it writes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .. import errors
+from . import tasks, team
+from .model import ClaimGrant, InboxItem, Txn
+
+
+@dataclasses.dataclass
+class StreamCursor:
+    """What one Idle stream has already sent; a new stream starts empty."""
+
+    slots: int
+    sent_tokens: set[str] = dataclasses.field(default_factory=set)
+    sent_through_seq: int | None = None
+    # Whether the last check found the gates open and a free slot: only such
+    # streams are woken when a task becomes ready.
+    can_claim: bool = True
+
+
+Delivery = ClaimGrant | InboxItem
+
+
+def next_for_teammate(tx: Txn, name: str, cursor: StreamCursor) -> list[Delivery]:
+    """Returns what to send now, in order; an empty list means "wait"."""
+    roles, require_plan, removed, _, _, acked, _ = team._row(tx.conn, name)  # noqa: SLF001 (same package)
+    if removed:
+        raise errors.Unauthenticated(f"teammate {name!r} was removed")
+    held = tasks.held_claims(tx.conn, name)
+    cursor.sent_tokens.intersection_update(grant.token for grant in held)  # forget ended claims
+    # 1. Claims this teammate holds but this stream has not sent (a new stream re-sends all).
+    resend = [grant for grant in held if grant.token not in cursor.sent_tokens]
+    if resend:
+        return list(resend)
+    # 2. Inbox items after what this stream sent, starting at the acknowledged sequence.
+    after = acked if cursor.sent_through_seq is None else max(cursor.sent_through_seq, acked)
+    items = team.inbox_after(tx.conn, name, after)
+    if items:
+        return list(items)
+    cursor.can_claim = False
+    # 3. The gates sit before the claim: control always beats the task board.
+    if team.protocol_pending(tx.conn, name):
+        return []
+    if require_plan and not team.plan_approved(tx.conn, name, acked):
+        return []
+    # 4. Claim while this teammate holds fewer claims than its slots.
+    if len(held) >= cursor.slots:
+        return []
+    grant = tasks.claim_next(tx, name, team.roles_of(tx.conn, name))
+    cursor.can_claim = grant is None or len(held) + 1 < cursor.slots
+    return [grant] if grant else []
+
+
+def mark_sent(cursor: StreamCursor, sent: list[Delivery]) -> None:
+    for item in sent:
+        if isinstance(item, ClaimGrant):
+            cursor.sent_tokens.add(item.token)
+        else:
+            cursor.sent_through_seq = max(cursor.sent_through_seq or 0, item.seq)

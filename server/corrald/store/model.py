@@ -1,0 +1,165 @@
+"""Plain values the store hands out; no SQL and no wire types here."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+import sqlite3
+
+
+class TaskState(enum.IntEnum):
+    """Numbers match corral.v1.TaskState on the wire."""
+
+    PENDING = 1
+    IN_PROGRESS = 2
+    COMPLETED = 3
+    FAILED = 4
+    CANCELED = 5
+
+    @property
+    def terminal(self) -> bool:
+        return self in (TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED)
+
+
+class TeammateStatus(enum.IntEnum):
+    """Numbers match corral.v1.TeammateStatus on the wire."""
+
+    OFFLINE = 1
+    IDLE = 2
+    BUSY = 3
+    AWAITING_PLAN = 4
+    SHUTTING_DOWN = 5
+    REMOVED = 6
+
+
+class ClaimOutcome(enum.StrEnum):
+    """How a claim ended; NULL in the history table means it is live."""
+
+    COMPLETED = "completed"
+    EXPIRED = "expired"
+    FAILED = "failed"
+    RELEASED = "released"
+    CANCELED = "canceled"
+    REVOKED = "revoked"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskSpec:
+    """A validated, defaulted task specification."""
+
+    id: str
+    title: str
+    description: str
+    payload: bytes
+    depends_on: tuple[str, ...]
+    priority: int
+    max_attempts: int
+    lease_ms: int
+    required_role: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskRecord:
+    seq: int
+    id: str
+    title: str
+    description: str
+    payload: bytes
+    depends_on: tuple[str, ...]
+    priority: int
+    required_role: str
+    max_attempts: int
+    lease_ms: int
+    state: TaskState
+    owner: str
+    attempt: int
+    result: bytes
+    error: str
+    create_ms: int
+    lease_expire_ms: int | None
+    finish_ms: int | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClaimGrant:
+    task: TaskRecord
+    token: str
+    lease_expire_ms: int
+    attempt: int
+    fence: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class InboxItem:
+    """One per-recipient inbox entry: a plain message or a protocol message."""
+
+    seq: int
+    kind: str  # "message" | "shutdown_request" | "plan_decision"
+    send_ms: int
+    sender: str = ""
+    body: str = ""
+    ref: str = ""  # request_id or plan_id
+    approve: bool = False
+    deadline_ms: int | None = None
+
+    @property
+    def is_protocol(self) -> bool:
+        return self.kind != "message"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TeammateRecord:
+    name: str
+    roles: tuple[str, ...]
+    require_plan_approval: bool
+    status: TeammateStatus
+    held_task_ids: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Event:
+    seq: int
+    time_ms: int
+    kind: str
+    data: dict
+
+
+@dataclasses.dataclass
+class Wakes:
+    """What a committed job changed, for the wake hub (after COMMIT only)."""
+
+    ready_roles: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    teammates: set[str] = dataclasses.field(default_factory=set)
+    everyone: bool = False
+    ended: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> why
+    next_deadline_ms: int | None = None
+    events: bool = False
+
+    def deadline(self, at_ms: int) -> None:
+        if self.next_deadline_ms is None or at_ms < self.next_deadline_ms:
+            self.next_deadline_ms = at_ms
+
+    def merge(self, other: "Wakes") -> None:
+        self.ready_roles.update(other.ready_roles)
+        self.teammates |= other.teammates
+        self.everyone = self.everyone or other.everyone
+        self.ended.update(other.ended)
+        if other.next_deadline_ms is not None:
+            self.deadline(other.next_deadline_ms)
+        self.events = self.events or other.events
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.ready_roles or self.teammates or self.everyone or self.ended
+            or self.events or self.next_deadline_ms is not None
+        )
+
+
+@dataclasses.dataclass(slots=True)
+class Txn:
+    """One job's view of the open transaction: the connection, `now`, and wake notes."""
+
+    conn: sqlite3.Connection
+    now_ms: int
+    wakes: Wakes = dataclasses.field(default_factory=Wakes)

@@ -1,0 +1,196 @@
+"""Schema, ordered migrations, and explicit connection setup.
+
+`PRAGMA user_version` records how many migrations ran. Connections use
+`isolation_level=None`: Python's implicit transactions are off, and the writer
+issues BEGIN IMMEDIATE / SAVEPOINT / COMMIT itself.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sqlite3
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: the board.
+    """
+    CREATE TABLE tasks (
+        seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+        id              TEXT    NOT NULL UNIQUE,
+        title           TEXT    NOT NULL,
+        description     TEXT    NOT NULL,
+        payload         BLOB    NOT NULL,
+        priority        INTEGER NOT NULL,
+        required_role   TEXT    NOT NULL,
+        max_attempts    INTEGER NOT NULL,
+        lease_ms        INTEGER NOT NULL,
+        spec_digest     BLOB    NOT NULL,
+        state           INTEGER NOT NULL,
+        unmet_deps      INTEGER NOT NULL,
+        owner           TEXT    NOT NULL DEFAULT '',
+        attempt         INTEGER NOT NULL DEFAULT 0,
+        failures        INTEGER NOT NULL DEFAULT 0,
+        live_fence      INTEGER,
+        result          BLOB,
+        error           TEXT    NOT NULL DEFAULT '',
+        create_ms       INTEGER NOT NULL,
+        lease_expire_ms INTEGER,
+        finish_ms       INTEGER
+    );
+    -- The claim query: equality on state and unmet_deps, then the order.
+    CREATE INDEX tasks_ready ON tasks (state, unmet_deps, priority DESC, seq);
+    CREATE INDEX tasks_lease ON tasks (lease_expire_ms) WHERE state = 2;
+    CREATE INDEX tasks_owner ON tasks (owner, state);
+
+    CREATE TABLE deps (
+        task_seq INTEGER NOT NULL REFERENCES tasks (seq),
+        dep_seq  INTEGER NOT NULL REFERENCES tasks (seq),
+        PRIMARY KEY (task_seq, dep_seq)
+    ) WITHOUT ROWID;
+    CREATE INDEX deps_by_dep ON deps (dep_seq, task_seq);
+
+    -- Every claim ever made. The fence is the claim's own strictly increasing
+    -- number (AUTOINCREMENT never reuses one); the token is unique for life.
+    CREATE TABLE claims (
+        fence    INTEGER PRIMARY KEY AUTOINCREMENT,
+        token    TEXT    NOT NULL UNIQUE,
+        task_seq INTEGER NOT NULL REFERENCES tasks (seq),
+        teammate TEXT    NOT NULL,
+        attempt  INTEGER NOT NULL,
+        claim_ms INTEGER NOT NULL,
+        end_ms   INTEGER,
+        outcome  TEXT
+    );
+    CREATE INDEX claims_by_task ON claims (task_seq);
+
+    CREATE TABLE create_requests (
+        request_id TEXT PRIMARY KEY,
+        digest     BLOB NOT NULL,
+        task_ids   TEXT NOT NULL
+    );
+
+    CREATE TABLE teammates (
+        name          TEXT    PRIMARY KEY,
+        token_hash    BLOB    NOT NULL UNIQUE,
+        roles         TEXT    NOT NULL,
+        require_plan  INTEGER NOT NULL,
+        removed       INTEGER NOT NULL DEFAULT 0,
+        online        INTEGER NOT NULL DEFAULT 0,
+        status        INTEGER NOT NULL,
+        acked_seq     INTEGER NOT NULL DEFAULT 0,
+        last_seq      INTEGER NOT NULL DEFAULT 0,
+        created_ms    INTEGER NOT NULL
+    );
+
+    CREATE TABLE inbox (
+        recipient   TEXT    NOT NULL REFERENCES teammates (name),
+        seq         INTEGER NOT NULL,
+        kind        TEXT    NOT NULL,
+        send_ms     INTEGER NOT NULL,
+        sender      TEXT    NOT NULL DEFAULT '',
+        body        TEXT    NOT NULL DEFAULT '',
+        ref         TEXT    NOT NULL DEFAULT '',
+        approve     INTEGER NOT NULL DEFAULT 0,
+        deadline_ms INTEGER,
+        PRIMARY KEY (recipient, seq)
+    ) WITHOUT ROWID;
+
+    CREATE TABLE plans (
+        plan_id     INTEGER PRIMARY KEY AUTOINCREMENT,
+        author      TEXT    NOT NULL REFERENCES teammates (name),
+        body        TEXT    NOT NULL,
+        submit_ms   INTEGER NOT NULL,
+        approve     INTEGER,
+        feedback    TEXT    NOT NULL DEFAULT '',
+        decision_seq INTEGER
+    );
+    CREATE INDEX plans_by_author ON plans (author, plan_id);
+
+    CREATE TABLE shutdowns (
+        request_id    INTEGER PRIMARY KEY AUTOINCREMENT,
+        teammate      TEXT    NOT NULL REFERENCES teammates (name),
+        reason        TEXT    NOT NULL,
+        request_ms    INTEGER NOT NULL,
+        deadline_ms   INTEGER NOT NULL,
+        answered      INTEGER NOT NULL DEFAULT 0,
+        approve       INTEGER,
+        answer_reason TEXT    NOT NULL DEFAULT ''
+    );
+    CREATE INDEX shutdowns_open ON shutdowns (teammate) WHERE answered = 0;
+    CREATE INDEX shutdowns_deadline ON shutdowns (deadline_ms) WHERE answered = 0;
+
+    -- Append-only: every state change, in order; the Watch feed.
+    CREATE TABLE events (
+        seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+        time_ms INTEGER NOT NULL,
+        kind    TEXT    NOT NULL,
+        data    TEXT    NOT NULL
+    );
+    """,
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _apply_pragmas(conn: sqlite3.Connection, *, synchronous: str, busy_timeout_ms: int) -> None:
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    # Checks, not hopes: a pragma that silently did not apply is an error.
+    if conn.execute("PRAGMA foreign_keys").fetchone()[0] != 1:
+        raise RuntimeError("SQLite refused foreign_keys=ON")
+
+
+def open_writer(path: pathlib.Path, *, synchronous: str = "FULL", busy_timeout_ms: int = 5000) -> sqlite3.Connection:
+    """The one read-write connection: WAL, explicit transactions, migrated."""
+    if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+        raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if mode.lower() != "wal":
+        raise RuntimeError(f"SQLite refused WAL mode (got {mode})")
+    _apply_pragmas(conn, synchronous=synchronous.upper(), busy_timeout_ms=busy_timeout_ms)
+    levels = {"OFF": 0, "NORMAL": 1, "FULL": 2, "EXTRA": 3}
+    if conn.execute("PRAGMA synchronous").fetchone()[0] != levels[synchronous.upper()]:
+        raise RuntimeError("SQLite refused the synchronous setting")
+    conn.execute("PRAGMA wal_autocheckpoint = 1000")
+    migrate(conn)
+    return conn
+
+
+def open_reader(path: pathlib.Path, *, busy_timeout_ms: int = 5000) -> sqlite3.Connection:
+    """A read-only connection: it cannot write even by mistake."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    conn.execute("PRAGMA query_only = ON")
+    return conn
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise RuntimeError(f"database schema {version} is newer than this corrald ({SCHEMA_VERSION})")
+    for number in range(version, SCHEMA_VERSION):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _statements(MIGRATIONS[number]):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number + 1}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration into statements (executescript would COMMIT on its own)."""
+    statements, buffer = [], ""
+    for line in script.splitlines(keepends=True):
+        if line.strip().startswith("--"):
+            continue
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip():
+        raise RuntimeError(f"incomplete statement in migration: {buffer.strip()[:60]}")
+    return statements

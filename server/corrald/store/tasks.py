@@ -1,0 +1,389 @@
+"""Tasks: create, claim, renew, complete, fail, release, cancel, reclaim."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+from collections.abc import Iterable, Sequence
+
+from .. import errors
+from ..validate import batch_digest, spec_digest
+from . import team
+from .events import emit
+from .model import ClaimGrant, ClaimOutcome, TaskRecord, TaskSpec, TaskState, Txn
+
+_COLUMNS = (
+    "seq, id, title, description, payload, priority, required_role, max_attempts, lease_ms,"
+    " state, owner, attempt, result, error, create_ms, lease_expire_ms, finish_ms"
+)
+PENDING, IN_PROGRESS = int(TaskState.PENDING), int(TaskState.IN_PROGRESS)
+
+
+# ---------------------------------------------------------------- reads
+
+
+def _depends_on(conn: sqlite3.Connection, seq: int) -> tuple[str, ...]:
+    rows = conn.execute(
+        "SELECT t.id FROM deps d JOIN tasks t ON t.seq = d.dep_seq WHERE d.task_seq = ? ORDER BY t.seq", (seq,)
+    )
+    return tuple(row[0] for row in rows)
+
+
+def _record(conn: sqlite3.Connection, row: tuple) -> TaskRecord:
+    (seq, task_id, title, description, payload, priority, required_role, max_attempts, lease_ms,
+     state, owner, attempt, result, error, create_ms, lease_expire_ms, finish_ms) = row
+    return TaskRecord(
+        seq=seq, id=task_id, title=title, description=description, payload=payload,
+        depends_on=_depends_on(conn, seq), priority=priority, required_role=required_role,
+        max_attempts=max_attempts, lease_ms=lease_ms, state=TaskState(state), owner=owner,
+        attempt=attempt, result=result or b"", error=error, create_ms=create_ms,
+        lease_expire_ms=lease_expire_ms, finish_ms=finish_ms,
+    )
+
+
+def task_by_seq(conn: sqlite3.Connection, seq: int) -> TaskRecord:
+    return _record(conn, conn.execute(f"SELECT {_COLUMNS} FROM tasks WHERE seq = ?", (seq,)).fetchone())
+
+
+def get_task(conn: sqlite3.Connection, task_id: str) -> TaskRecord:
+    row = conn.execute(f"SELECT {_COLUMNS} FROM tasks WHERE id = ?", (task_id,)).fetchone()
+    if row is None:
+        raise errors.TaskNotFound(f"no task {task_id!r}", id=task_id)
+    return _record(conn, row)
+
+
+def list_tasks(
+    conn: sqlite3.Connection, *, states: Sequence[TaskState], owner: str, after_seq: int, limit: int
+) -> list[TaskRecord]:
+    where, params = ["seq > ?"], [after_seq]
+    if states:
+        where.append(f"state IN ({','.join('?' * len(states))})")
+        params.extend(int(s) for s in states)
+    if owner:
+        where.append("owner = ?")
+        params.append(owner)
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM tasks WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?", (*params, limit)
+    ).fetchall()
+    return [_record(conn, row) for row in rows]
+
+
+def count_by_state(conn: sqlite3.Connection) -> dict[TaskState, int]:
+    rows = conn.execute("SELECT state, count(*) FROM tasks GROUP BY state")
+    return {TaskState(state): count for state, count in rows}
+
+
+def next_deadline(conn: sqlite3.Connection) -> int | None:
+    """The earliest instant at which a lease ends or a shutdown grace runs out."""
+    lease = conn.execute("SELECT min(lease_expire_ms) FROM tasks WHERE state = 2").fetchone()[0]
+    grace = conn.execute("SELECT min(deadline_ms) FROM shutdowns WHERE answered = 0").fetchone()[0]
+    candidates = [t for t in (lease, grace) if t is not None]
+    return min(candidates) if candidates else None
+
+
+# ---------------------------------------------------------------- create
+
+
+def create_tasks(tx: Txn, specs: Sequence[TaskSpec], request_id: str = "") -> list[TaskRecord]:
+    """Adds a validated batch, all or nothing; identical re-sends return the same tasks."""
+    conn = tx.conn
+    digest = batch_digest(specs)
+    if request_id:
+        row = conn.execute("SELECT digest, task_ids FROM create_requests WHERE request_id = ?", (request_id,)).fetchone()
+        if row is not None:
+            if row[0] != digest:
+                raise errors.AlreadyExists(f"request_id {request_id!r} was used for a different batch", field="request_id")
+            return [get_task(conn, task_id) for task_id in json.loads(row[1])]
+    new_specs = [spec for i, spec in enumerate(specs) if not _exists_identically(conn, i, spec)]
+    batch_ids = {spec.id for spec in new_specs}
+    created: list[int] = []
+    for index, spec in enumerate(new_specs):
+        unmet = sum(1 for dep in spec.depends_on if dep in batch_ids)
+        unmet += _unmet_on_board(conn, index, spec, batch_ids)
+        cursor = conn.execute(
+            "INSERT INTO tasks (id, title, description, payload, priority, required_role, max_attempts,"
+            " lease_ms, spec_digest, state, unmet_deps, create_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (spec.id, spec.title, spec.description, spec.payload, spec.priority, spec.required_role,
+             spec.max_attempts, spec.lease_ms, spec_digest(spec), PENDING, unmet, tx.now_ms),
+        )
+        created.append(cursor.lastrowid)
+        if unmet == 0:
+            tx.wakes.ready_roles[spec.required_role] += 1
+    for spec, seq in zip(new_specs, created):
+        conn.executemany(
+            "INSERT INTO deps (task_seq, dep_seq) SELECT ?, seq FROM tasks WHERE id = ?",
+            [(seq, dep) for dep in spec.depends_on],
+        )
+    for seq in created:
+        task_changed(tx, task_by_seq(conn, seq))
+    if request_id:
+        conn.execute(
+            "INSERT INTO create_requests (request_id, digest, task_ids) VALUES (?, ?, ?)",
+            (request_id, digest, json.dumps([spec.id for spec in specs])),
+        )
+    return [get_task(conn, spec.id) for spec in specs]
+
+
+def _exists_identically(conn: sqlite3.Connection, index: int, spec: TaskSpec) -> bool:
+    row = conn.execute("SELECT spec_digest FROM tasks WHERE id = ?", (spec.id,)).fetchone()
+    if row is None:
+        return False
+    if row[0] != spec_digest(spec):
+        raise errors.AlreadyExists(f"task {spec.id!r} exists with a different spec", field=f"tasks[{index}].id")
+    return True
+
+
+def _unmet_on_board(conn: sqlite3.Connection, index: int, spec: TaskSpec, batch_ids: set[str]) -> int:
+    unmet = 0
+    for dep in spec.depends_on:
+        if dep in batch_ids:
+            continue
+        row = conn.execute("SELECT state FROM tasks WHERE id = ?", (dep,)).fetchone()
+        if row is None:
+            raise errors.InvalidArgument(f"tasks[{index}].depends_on", f"unknown dependency {dep!r}")
+        state = TaskState(row[0])
+        if state in (TaskState.FAILED, TaskState.CANCELED):
+            raise errors.InvalidArgument(f"tasks[{index}].depends_on", f"dependency {dep!r} is {state.name}")
+        unmet += state != TaskState.COMPLETED
+    return unmet
+
+
+# ---------------------------------------------------------------- claims
+
+
+def claim_next(tx: Txn, teammate: str, roles: Iterable[str]) -> ClaimGrant | None:
+    """Claims the first ready task this teammate may take, or returns None."""
+    reclaim_expired(tx)
+    allowed = ["", *roles]
+    row = tx.conn.execute(
+        "SELECT seq, failures, lease_ms FROM tasks WHERE state = 1 AND unmet_deps = 0"
+        f" AND required_role IN ({','.join('?' * len(allowed))}) ORDER BY priority DESC, seq LIMIT 1",
+        allowed,
+    ).fetchone()
+    if row is None:
+        return None
+    seq, failures, lease_ms = row
+    attempt, lease_end = failures + 1, tx.now_ms + lease_ms
+    token = secrets.token_urlsafe(24)  # 192 bits; UNIQUE in claims makes reuse impossible
+    fence = tx.conn.execute(
+        "INSERT INTO claims (token, task_seq, teammate, attempt, claim_ms) VALUES (?, ?, ?, ?, ?)",
+        (token, seq, teammate, attempt, tx.now_ms),
+    ).lastrowid
+    changed = tx.conn.execute(
+        "UPDATE tasks SET state = 2, owner = ?, attempt = ?, live_fence = ?, lease_expire_ms = ?"
+        " WHERE seq = ? AND state = 1 AND unmet_deps = 0",
+        (teammate, attempt, fence, lease_end, seq),
+    ).rowcount
+    if changed != 1:
+        raise RuntimeError(f"claim of task seq {seq} changed {changed} rows")
+    tx.wakes.deadline(lease_end)
+    task = task_by_seq(tx.conn, seq)
+    task_changed(tx, task)
+    team.refresh_status(tx, teammate)
+    return ClaimGrant(task=task, token=token, lease_expire_ms=lease_end, attempt=attempt, fence=fence)
+
+
+def held_claims(conn: sqlite3.Connection, teammate: str) -> list[ClaimGrant]:
+    rows = conn.execute(
+        "SELECT t.seq, c.token, t.lease_expire_ms, c.attempt, c.fence FROM tasks t"
+        " JOIN claims c ON c.fence = t.live_fence WHERE t.owner = ? AND t.state = 2 ORDER BY c.fence",
+        (teammate,),
+    ).fetchall()
+    return [ClaimGrant(task_by_seq(conn, seq), token, end, attempt, fence) for seq, token, end, attempt, fence in rows]
+
+
+def _live_claim(tx: Txn, teammate: str, task_id: str, token: str) -> tuple[int, int]:
+    """Returns (task seq, fence) of the caller's live claim, or raises why not."""
+    task = tx.conn.execute("SELECT seq, live_fence, lease_expire_ms FROM tasks WHERE id = ?", (task_id,)).fetchone()
+    if task is None:
+        raise errors.TaskNotFound(f"no task {task_id!r}", id=task_id)
+    seq, live_fence, lease_end = task
+    claim = tx.conn.execute(
+        "SELECT fence, task_seq, teammate, outcome FROM claims WHERE token = ?", (token,)
+    ).fetchone()
+    if claim is None or claim[1] != seq or claim[2] != teammate:
+        raise errors.ClaimTokenMismatch(f"token is not your claim on task {task_id!r}", id=task_id)
+    fence, _, _, outcome = claim
+    if outcome is None and fence == live_fence:
+        if tx.now_ms >= lease_end:
+            raise errors.LeaseExpired(f"lease on task {task_id!r} ended", id=task_id)
+        return seq, fence
+    if outcome == ClaimOutcome.EXPIRED:
+        raise errors.LeaseExpired(f"lease on task {task_id!r} ended", id=task_id)
+    if outcome == ClaimOutcome.CANCELED:
+        raise errors.TaskCanceled(f"task {task_id!r} was canceled", id=task_id)
+    raise errors.ClaimTokenMismatch(f"claim on task {task_id!r} already ended ({outcome})", id=task_id)
+
+
+def _end_claim(tx: Txn, fence: int, outcome: ClaimOutcome) -> None:
+    tx.conn.execute("UPDATE claims SET outcome = ?, end_ms = ? WHERE fence = ?", (outcome.value, tx.now_ms, fence))
+
+
+def renew(tx: Txn, teammate: str, task_id: str, token: str) -> tuple[int, bool]:
+    """Extends the lease to now + lease duration; also says if protocol messages wait."""
+    seq, _ = _live_claim(tx, teammate, task_id, token)
+    (lease_ms,) = tx.conn.execute("SELECT lease_ms FROM tasks WHERE seq = ?", (seq,)).fetchone()
+    lease_end = tx.now_ms + lease_ms
+    tx.conn.execute("UPDATE tasks SET lease_expire_ms = ? WHERE seq = ?", (lease_end, seq))
+    tx.wakes.deadline(lease_end)
+    return lease_end, team.protocol_pending(tx.conn, teammate)
+
+
+def complete(tx: Txn, teammate: str, task_id: str, token: str, result: bytes) -> TaskRecord:
+    done = tx.conn.execute(
+        "SELECT 1 FROM claims c JOIN tasks t ON t.seq = c.task_seq"
+        " WHERE c.token = ? AND t.id = ? AND c.teammate = ? AND c.outcome = 'completed'",
+        (token, task_id, teammate),
+    ).fetchone()
+    if done:
+        return get_task(tx.conn, task_id)  # completed once: the stored result
+    seq, fence = _live_claim(tx, teammate, task_id, token)
+    _end_claim(tx, fence, ClaimOutcome.COMPLETED)
+    tx.conn.execute(
+        "UPDATE tasks SET state = 3, result = ?, finish_ms = ?, live_fence = NULL, lease_expire_ms = NULL"
+        " WHERE seq = ?",
+        (result, tx.now_ms, seq),
+    )
+    tx.conn.execute(
+        "UPDATE tasks SET unmet_deps = unmet_deps - 1 WHERE seq IN (SELECT task_seq FROM deps WHERE dep_seq = ?)",
+        (seq,),
+    )
+    ready = tx.conn.execute(
+        "SELECT t.required_role FROM deps d JOIN tasks t ON t.seq = d.task_seq"
+        " WHERE d.dep_seq = ? AND t.state = 1 AND t.unmet_deps = 0",
+        (seq,),
+    )
+    tx.wakes.ready_roles.update(role for (role,) in ready)
+    task = task_by_seq(tx.conn, seq)
+    task_changed(tx, task)
+    _slot_freed(tx, teammate)
+    return task
+
+
+def fail(tx: Txn, teammate: str, task_id: str, token: str, error: str, retryable: bool) -> TaskRecord:
+    seq, fence = _live_claim(tx, teammate, task_id, token)
+    _end_claim(tx, fence, ClaimOutcome.FAILED)
+    _count_failure(tx, seq, error, final=not retryable)
+    _slot_freed(tx, teammate)
+    return task_by_seq(tx.conn, seq)
+
+
+def release(tx: Txn, teammate: str, task_id: str, token: str) -> TaskRecord:
+    seq, fence = _live_claim(tx, teammate, task_id, token)
+    _end_claim(tx, fence, ClaimOutcome.RELEASED)
+    _back_to_pending(tx, seq)
+    _slot_freed(tx, teammate)
+    return task_by_seq(tx.conn, seq)
+
+
+def _slot_freed(tx: Txn, teammate: str) -> None:
+    """A claim of this teammate ended: its stream may claim again now."""
+    tx.wakes.teammates.add(teammate)
+    team.refresh_status(tx, teammate)
+
+
+def release_all(tx: Txn, teammate: str, outcome: ClaimOutcome) -> None:
+    """Returns every live claim of a teammate to PENDING without using an attempt."""
+    rows = tx.conn.execute(
+        "SELECT seq, live_fence FROM tasks WHERE owner = ? AND state = 2", (teammate,)
+    ).fetchall()
+    for seq, fence in rows:
+        _end_claim(tx, fence, outcome)
+        _back_to_pending(tx, seq)
+
+
+def _back_to_pending(tx: Txn, seq: int) -> None:
+    tx.conn.execute(
+        "UPDATE tasks SET state = 1, owner = '', live_fence = NULL, lease_expire_ms = NULL WHERE seq = ?", (seq,)
+    )
+    task = task_by_seq(tx.conn, seq)
+    tx.wakes.ready_roles[task.required_role] += 1
+    task_changed(tx, task)
+
+
+def _count_failure(tx: Txn, seq: int, error: str, *, final: bool) -> None:
+    """One claim ended by failure or expiry: retry while attempts remain, else FAILED."""
+    failures, max_attempts = tx.conn.execute(
+        "UPDATE tasks SET failures = failures + 1, error = ? WHERE seq = ? RETURNING failures, max_attempts",
+        (error, seq),
+    ).fetchone()
+    if final or failures >= max_attempts:
+        _finish(tx, seq, TaskState.FAILED)
+        _cancel_dependents(tx, [seq])
+    else:
+        _back_to_pending(tx, seq)
+
+
+def _finish(tx: Txn, seq: int, state: TaskState, error: str | None = None) -> None:
+    tx.conn.execute(
+        "UPDATE tasks SET state = ?, finish_ms = ?, live_fence = NULL, lease_expire_ms = NULL,"
+        " error = coalesce(?, error) WHERE seq = ?",
+        (int(state), tx.now_ms, error, seq),
+    )
+    task_changed(tx, task_by_seq(tx.conn, seq))
+
+
+# ---------------------------------------------------------------- cancel and reclaim
+
+
+def cancel(tx: Txn, task_ids: Sequence[str]) -> list[TaskRecord]:
+    """Cancels the named tasks and, transitively, their unfinished dependents."""
+    seqs = [get_task(tx.conn, task_id).seq for task_id in task_ids]
+    return [task_by_seq(tx.conn, seq) for seq in _cancel_seqs(tx, seqs, "canceled by the lead")]
+
+
+def _cancel_dependents(tx: Txn, seqs: list[int]) -> None:
+    frontier = [dep for seq in seqs for (dep,) in tx.conn.execute("SELECT task_seq FROM deps WHERE dep_seq = ?", (seq,))]
+    _cancel_seqs(tx, frontier, "a dependency failed or was canceled")
+
+
+def _cancel_seqs(tx: Txn, frontier: list[int], why: str) -> list[int]:
+    changed: list[int] = []
+    seen: set[int] = set()
+    while frontier:
+        seq = frontier.pop()
+        if seq in seen:
+            continue
+        seen.add(seq)
+        state, fence, owner = tx.conn.execute(
+            "SELECT state, live_fence, owner FROM tasks WHERE seq = ?", (seq,)
+        ).fetchone()
+        if TaskState(state).terminal:
+            continue
+        if fence is not None:
+            _end_claim(tx, fence, ClaimOutcome.CANCELED)
+        _finish(tx, seq, TaskState.CANCELED, error=why)
+        if fence is not None:
+            _slot_freed(tx, owner)
+        changed.append(seq)
+        frontier.extend(dep for (dep,) in tx.conn.execute("SELECT task_seq FROM deps WHERE dep_seq = ?", (seq,)))
+    return changed
+
+
+def reclaim_expired(tx: Txn) -> int:
+    """Ends every claim whose lease is over (half-open: at the end instant it is dead)."""
+    rows = tx.conn.execute(
+        "SELECT seq, live_fence, owner, attempt FROM tasks WHERE state = 2 AND lease_expire_ms <= ?", (tx.now_ms,)
+    ).fetchall()
+    for seq, fence, owner, attempt in rows:
+        _end_claim(tx, fence, ClaimOutcome.EXPIRED)
+        _count_failure(tx, seq, f"lease expired on attempt {attempt}", final=False)
+        _slot_freed(tx, owner)
+    return len(rows)
+
+
+def extend_live_leases(tx: Txn) -> int:
+    """On restart: a daemon's downtime never expires a working teammate."""
+    count = tx.conn.execute(
+        "UPDATE tasks SET lease_expire_ms = ? + lease_ms WHERE state = 2", (tx.now_ms,)
+    ).rowcount
+    tx.wakes.deadline(tx.now_ms)
+    return count
+
+
+def task_changed(tx: Txn, task: TaskRecord) -> None:
+    emit(tx, "task_changed", {
+        "id": task.id, "state": int(task.state), "owner": task.owner, "attempt": task.attempt,
+        "error": task.error, "lease_expire_ms": task.lease_expire_ms, "finish_ms": task.finish_ms,
+    })

@@ -1,0 +1,131 @@
+"""Pure checks on incoming values (no SQL, no clock): refuse, never clamp."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+
+from .config import Limits
+from .errors import InvalidArgument
+from .store.model import TaskSpec
+
+RESERVED_NAMES = frozenset({"lead", "*"})
+
+
+def check_id(field: str, value: str, limits: Limits) -> None:
+    if not value:
+        raise InvalidArgument(field, "must not be empty")
+    if len(value) > limits.name_max_chars:
+        raise InvalidArgument(field, f"longer than {limits.name_max_chars} characters")
+    if any(ch.isspace() or ord(ch) < 32 for ch in value) or "\x00" in value:
+        raise InvalidArgument(field, "must not contain whitespace or control characters")
+
+
+def check_text(field: str, value: str, max_bytes: int) -> None:
+    if len(value.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise InvalidArgument(field, f"longer than {max_bytes} bytes")
+
+
+def check_range(field: str, value: int, low: int, high: int, unit: str = "") -> None:
+    if not low <= value <= high:
+        raise InvalidArgument(field, f"{value}{unit} is outside [{low}{unit}, {high}{unit}]")
+
+
+def defaulted(field: str, value: int, default: int, low: int, high: int, unit: str = "") -> int:
+    """Zero means "use the default"; anything else must be in range."""
+    if value == 0:
+        return default
+    check_range(field, value, low, high, unit)
+    return value
+
+
+def normalize_spec(index: int, raw: TaskSpec, limits: Limits) -> TaskSpec:
+    at = f"tasks[{index}]"
+    check_id(f"{at}.id", raw.id, limits)
+    if len(raw.title) > limits.title_max_chars:
+        raise InvalidArgument(f"{at}.title", f"longer than {limits.title_max_chars} characters")
+    check_text(f"{at}.description", raw.description, limits.text_max_bytes)
+    if len(raw.payload) > limits.blob_max_bytes:
+        raise InvalidArgument(f"{at}.payload", f"larger than {limits.blob_max_bytes} bytes")
+    if len(raw.depends_on) > limits.deps_per_task_max:
+        raise InvalidArgument(f"{at}.depends_on", f"more than {limits.deps_per_task_max} dependencies")
+    if len(set(raw.depends_on)) != len(raw.depends_on):
+        raise InvalidArgument(f"{at}.depends_on", "names a dependency twice")
+    if raw.id in raw.depends_on:
+        raise InvalidArgument(f"{at}.depends_on", f"task {raw.id!r} depends on itself")
+    for dep in raw.depends_on:
+        check_id(f"{at}.depends_on", dep, limits)
+    check_range(f"{at}.priority", raw.priority, limits.priority_min, limits.priority_max)
+    if raw.required_role:
+        check_id(f"{at}.required_role", raw.required_role, limits)
+    return TaskSpec(
+        id=raw.id,
+        title=raw.title,
+        description=raw.description,
+        payload=raw.payload,
+        depends_on=tuple(raw.depends_on),
+        priority=raw.priority,
+        max_attempts=defaulted(
+            f"{at}.max_attempts", raw.max_attempts, limits.max_attempts_default, 1, limits.max_attempts_max
+        ),
+        lease_ms=defaulted(
+            f"{at}.lease_duration", raw.lease_ms, limits.lease_default_ms, limits.lease_min_ms, limits.lease_max_ms, "ms"
+        ),
+        required_role=raw.required_role,
+    )
+
+
+def normalize_batch(raw_specs: Sequence[TaskSpec], limits: Limits) -> list[TaskSpec]:
+    """Checks every spec, duplicate ids and cycles inside the batch."""
+    if not raw_specs:
+        raise InvalidArgument("tasks", "must not be empty")
+    if len(raw_specs) > limits.batch_max:
+        raise InvalidArgument("tasks", f"more than {limits.batch_max} tasks in one batch")
+    specs = [normalize_spec(i, raw, limits) for i, raw in enumerate(raw_specs)]
+    positions: dict[str, int] = {}
+    for i, spec in enumerate(specs):
+        if spec.id in positions:
+            raise InvalidArgument(f"tasks[{i}].id", f"duplicate id {spec.id!r} (also tasks[{positions[spec.id]}])")
+        positions[spec.id] = i
+    _refuse_cycles(specs, positions)
+    return specs
+
+
+def _refuse_cycles(specs: list[TaskSpec], positions: dict[str, int]) -> None:
+    # Tasks already on the board cannot depend on new ones, so a cycle can
+    # only run through this batch: Kahn's algorithm over the batch edges.
+    waiting_on = [sum(1 for dep in spec.depends_on if dep in positions) for spec in specs]
+    dependents: dict[int, list[int]] = {}
+    for i, spec in enumerate(specs):
+        for dep in spec.depends_on:
+            if dep in positions:
+                dependents.setdefault(positions[dep], []).append(i)
+    ready = [i for i, count in enumerate(waiting_on) if count == 0]
+    done = 0
+    while ready:
+        i = ready.pop()
+        done += 1
+        for j in dependents.get(i, ()):
+            waiting_on[j] -= 1
+            if waiting_on[j] == 0:
+                ready.append(j)
+    if done != len(specs):
+        stuck = next(i for i, count in enumerate(waiting_on) if count > 0)
+        raise InvalidArgument(f"tasks[{stuck}].depends_on", f"dependency cycle through task {specs[stuck].id!r}")
+
+
+def spec_digest(spec: TaskSpec) -> bytes:
+    canonical = json.dumps(
+        [spec.id, spec.title, spec.description, spec.payload.hex(), list(spec.depends_on),
+         spec.priority, spec.max_attempts, spec.lease_ms, spec.required_role],
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).digest()
+
+
+def batch_digest(specs: Sequence[TaskSpec]) -> bytes:
+    digest = hashlib.sha256()
+    for spec in specs:
+        digest.update(spec_digest(spec))
+    return digest.digest()

@@ -1,0 +1,113 @@
+"""The wake hub: after each COMMIT the writer says what changed; streams re-check.
+
+Lives on the event loop. `post` is the one thread-safe entry (the writer
+thread calls it); everything else runs on the loop, so no locks are needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from .store.model import Wakes
+
+
+class Waiter:
+    """One open Idle stream's wake-up handle."""
+
+    def __init__(self, name: str, roles: tuple[str, ...]) -> None:
+        self.name = name
+        self.roles = roles
+        self.event = asyncio.Event()
+        self.waiting = False
+        self.can_claim = True
+        self.ended: str | None = None  # why the stream must end, if it must
+        self.superseded = False
+
+    def may_take(self, role: str) -> bool:
+        return not role or role in self.roles
+
+    def end(self, why: str, *, superseded: bool = False) -> None:
+        self.ended = why
+        self.superseded = superseded
+        self.event.set()
+
+
+class WakeHub:
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_deadline: Callable[[int], None]) -> None:
+        self._loop = loop
+        self._on_deadline = on_deadline
+        self._waiters: dict[str, Waiter] = {}
+        self._board_moved = asyncio.Event()
+
+    # ------------------------------------------------------------ streams
+
+    def register(self, name: str, roles: tuple[str, ...]) -> Waiter:
+        """A second stream from the same identity supersedes the first."""
+        previous = self._waiters.get(name)
+        if previous is not None:
+            previous.end("superseded by a newer Idle stream", superseded=True)
+        waiter = Waiter(name, roles)
+        self._waiters[name] = waiter
+        return waiter
+
+    def unregister(self, waiter: Waiter) -> None:
+        if self._waiters.get(waiter.name) is waiter:
+            del self._waiters[waiter.name]
+
+    def end_streams(self, why: str) -> None:
+        for waiter in list(self._waiters.values()):
+            waiter.end(why)
+
+    @property
+    def open_streams(self) -> int:
+        return len(self._waiters)
+
+    def is_open(self, name: str) -> bool:
+        return name in self._waiters
+
+    def board_moved(self) -> asyncio.Event:
+        """An event set at the next committed change (for Watch streams)."""
+        return self._board_moved
+
+    # ------------------------------------------------------------ wake-ups
+
+    def post(self, wakes: Wakes) -> None:
+        """Thread-safe: called by the writer after COMMIT."""
+        try:
+            self._loop.call_soon_threadsafe(self._apply, wakes)
+        except RuntimeError:  # loop closed during shutdown
+            pass
+
+    def _apply(self, wakes: Wakes) -> None:
+        for name, why in wakes.ended.items():
+            waiter = self._waiters.get(name)
+            if waiter is not None:
+                waiter.end(why)
+        if wakes.everyone:
+            for waiter in self._waiters.values():
+                waiter.event.set()
+        for name in wakes.teammates:
+            waiter = self._waiters.get(name)
+            if waiter is not None:
+                waiter.event.set()
+        for role, count in wakes.ready_roles.items():
+            self._wake_for_ready(role, count)
+        if wakes.events:
+            self._board_moved.set()
+            self._board_moved = asyncio.Event()
+        if wakes.next_deadline_ms is not None:
+            self._on_deadline(wakes.next_deadline_ms)
+
+    def _wake_for_ready(self, role: str, count: int) -> None:
+        # Wake as many waiting streams as tasks became ready (no thundering
+        # herd). Streams in the middle of a check are always nudged: their
+        # check may have run just before this commit.
+        for waiter in self._waiters.values():
+            if not waiter.can_claim or not waiter.may_take(role) or waiter.event.is_set():
+                continue
+            if not waiter.waiting:
+                waiter.event.set()
+            elif count > 0:
+                waiter.event.set()
+                count -= 1

@@ -1,0 +1,312 @@
+"""The single writer: one thread, the only read-write connection, group commit.
+
+Callers submit *jobs*: whole transaction bodies `job(tx) -> value`, never
+single statements. The writer drains up to `max_batch` queued jobs into one
+`BEGIN IMMEDIATE … COMMIT`, each inside its own SAVEPOINT so a failing job rolls
+back alone. Futures resolve only after COMMIT returns; if COMMIT fails, every
+job of that batch fails (nothing is reported successful that is not durable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import dataclasses
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import tenacity
+
+from . import failpoints
+from .clock import Clock
+from .config import WriterConfig
+from .errors import Overloaded, ReentrantSubmit, Unavailable
+from .store.model import Txn, Wakes
+
+log = logging.getLogger("corrald.writer")
+T = TypeVar("T")
+Job = Callable[[Txn], T]
+
+
+class CommitFailed(Exception):
+    """The batch this job belonged to did not commit; the job had no effect."""
+
+
+@dataclasses.dataclass(slots=True)
+class _Pending:
+    job: Job
+    future: concurrent.futures.Future | asyncio.Future
+    loop: asyncio.AbstractEventLoop | None
+
+
+@dataclasses.dataclass(frozen=True)
+class WriterStats:
+    queue_depth: int
+    queue_depth_p50: float
+    queue_depth_p99: float
+    level: str
+    commits: int
+    jobs: int
+    mean_batch_size: float
+    busy_retries: int
+    failed_commits: int
+    refused_jobs: int
+    commit_latency_p50_ms: float
+    commit_latency_p99_ms: float
+
+
+def _percentile(samples: list[float], q: float) -> float:
+    if not samples:
+        return 0.0
+    ordered = sorted(samples)
+    return float(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
+
+
+def _is_busy(error: BaseException) -> bool:
+    return isinstance(error, sqlite3.OperationalError) and (
+        "locked" in str(error) or "busy" in str(error)
+    )
+
+
+class Writer:
+    """Owns the read-write connection; see the module docstring."""
+
+    def __init__(
+        self,
+        connect: Callable[[], sqlite3.Connection],
+        clock: Clock,
+        config: WriterConfig = WriterConfig(),
+        on_commit: Callable[[Wakes], None] | None = None,
+    ) -> None:
+        self._connect = connect
+        self._clock = clock
+        self._config = config
+        self._on_commit = on_commit or (lambda wakes: None)
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._cond = threading.Condition()
+        self._accepting = False
+        self._thread: threading.Thread | None = None
+        self._thread_id: int | None = None
+        self._conn: sqlite3.Connection | None = None
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
+        # Counters (written by the writer thread or under the condition lock).
+        self._depth_samples: collections.deque[int] = collections.deque(maxlen=4096)
+        self._latency_ms: collections.deque[float] = collections.deque(maxlen=4096)
+        self._commits = self._jobs = self._busy_retries = self._failed_commits = self._refused = 0
+        self._last_warn = 0.0
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._main, name="corral-writer", daemon=True)
+        self._thread.start()
+        self._started.wait()
+        if self._start_error is not None:
+            raise self._start_error
+
+    def close(self, *, checkpoint: bool = True) -> None:
+        """Stops accepting, drains every queued job, checkpoints and closes."""
+        with self._cond:
+            self._accepting = False
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        if self._conn is not None:
+            if checkpoint:
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._conn.close()
+            self._conn = None
+
+    # ------------------------------------------------------------ submitting
+
+    def submit(self, job: Job[T]) -> concurrent.futures.Future[T]:
+        """Queues a job from any thread; the future resolves after COMMIT."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._enqueue(_Pending(job, future, None))
+        return future
+
+    async def run(self, job: Job[T]) -> T:
+        """Queues a job from the event loop and awaits its committed result."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._enqueue(_Pending(job, future, loop))
+        return await future
+
+    def call(self, job: Job[T], timeout: float | None = None) -> T:
+        """Blocking convenience for threads and tests."""
+        return self.submit(job).result(timeout)
+
+    def _enqueue(self, pending: _Pending) -> None:
+        if threading.get_ident() == self._thread_id:
+            raise ReentrantSubmit("a writer job may not submit another job: it would wait on itself")
+        levels = self._config.levels
+        with self._cond:
+            if not self._accepting:
+                raise Unavailable("the writer is not accepting jobs (daemon draining)")
+            depth = len(self._queue)
+            if depth >= levels.refuse:
+                self._refused += 1
+                raise Overloaded(f"writer queue holds {depth} jobs", retry_after_ms=50)
+            self._depth_samples.append(depth)
+            self._queue.append(pending)
+            self._cond.notify()
+        if depth > levels.warn and time.monotonic() - self._last_warn > 5:
+            self._last_warn = time.monotonic()
+            log.warning("writer queue depth %d (%s)", depth, self.level(depth))
+
+    def level(self, depth: int | None = None) -> str:
+        depth = len(self._queue) if depth is None else depth
+        levels = self._config.levels
+        for name, limit in (("normal", levels.record), ("record", levels.warn), ("warn", levels.degraded),
+                            ("degraded", levels.refuse)):
+            if depth <= limit:
+                return name
+        return "refuse"
+
+    # ------------------------------------------------------------ the thread
+
+    def _main(self) -> None:
+        self._thread_id = threading.get_ident()
+        try:
+            self._conn = self._connect()
+        except BaseException as error:  # reported to start()
+            self._start_error = error
+            self._started.set()
+            return
+        with self._cond:
+            self._accepting = True
+        self._started.set()
+        while True:
+            with self._cond:
+                while not self._queue and self._accepting:
+                    self._cond.wait()
+                if not self._queue:
+                    return  # closed and drained
+                batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._config.max_batch))]
+            self._run_batch(batch)
+
+    def _run_batch(self, batch: list[_Pending]) -> None:
+        started = time.perf_counter()
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(_is_busy),
+            stop=tenacity.stop_after_attempt(self._config.busy_retries),
+            wait=tenacity.wait_exponential_jitter(initial=0.002, max=0.2),
+            before_sleep=self._count_busy,
+            reraise=True,
+        )
+        try:
+            outcomes = retrying(self._transaction, batch)
+        except BaseException as error:  # the whole batch failed to commit
+            self._failed_commits += 1
+            log.error("commit of %d jobs failed: %s", len(batch), error)
+            failure = CommitFailed(f"transaction did not commit: {error}")
+            outcomes = [(False, failure, None)] * len(batch)
+        else:
+            self._commits += 1
+            self._jobs += len(batch)
+            self._latency_ms.append((time.perf_counter() - started) * 1000)
+        wakes = Wakes()
+        for ok, _, job_wakes in outcomes:
+            if ok and job_wakes:
+                wakes.merge(job_wakes)
+        if wakes:
+            try:
+                self._on_commit(wakes)
+            except Exception:  # a broken listener must not stop the writer
+                log.exception("wake-up listener failed")
+        self._resolve(batch, outcomes)
+
+    def _count_busy(self, state: tenacity.RetryCallState) -> None:
+        self._busy_retries += 1
+
+    def _transaction(self, batch: list[_Pending]) -> list[tuple[bool, Any, Wakes | None]]:
+        conn = self._conn
+        assert conn is not None
+        now = self._clock.now_ms()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            outcomes = []
+            for index, pending in enumerate(batch):
+                outcomes.append(self._run_job(conn, pending, now))
+                if not conn.in_transaction:
+                    # SQLite rolled the whole transaction back (e.g. disk full):
+                    # the earlier jobs of this batch are gone too.
+                    raise CommitFailed(f"transaction rolled back by job {index}")
+            failpoints.hit("before_commit")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        failpoints.hit("after_commit")
+        return outcomes
+
+    @staticmethod
+    def _run_job(conn: sqlite3.Connection, pending: _Pending, now: int) -> tuple[bool, Any, Wakes | None]:
+        tx = Txn(conn, now)
+        conn.execute("SAVEPOINT job")
+        try:
+            value = pending.job(tx)
+        except Exception as error:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK TO job")
+                conn.execute("RELEASE job")
+            return False, error, None
+        conn.execute("RELEASE job")
+        return True, value, tx.wakes
+
+    @staticmethod
+    def _resolve(batch: list[_Pending], outcomes: list[tuple[bool, Any, Wakes | None]]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+        for pending, (ok, value, _) in zip(batch, outcomes):
+            if pending.loop is None:
+                if ok:
+                    pending.future.set_result(value)
+                else:
+                    pending.future.set_exception(value)
+            else:
+                by_loop.setdefault(pending.loop, []).append((pending.future, ok, value))
+        for loop, items in by_loop.items():
+            # One thread hop per loop per batch, not one per job.
+            try:
+                loop.call_soon_threadsafe(_resolve_on_loop, items)
+            except RuntimeError:  # loop closed: nobody is waiting any more
+                pass
+
+    # ------------------------------------------------------------ stats
+
+    def stats(self) -> WriterStats:
+        with self._cond:
+            depth = len(self._queue)
+            samples = list(self._depth_samples)
+        latencies = list(self._latency_ms)
+        return WriterStats(
+            queue_depth=depth,
+            queue_depth_p50=_percentile(samples, 0.5),
+            queue_depth_p99=_percentile(samples, 0.99),
+            level=self.level(depth),
+            commits=self._commits,
+            jobs=self._jobs,
+            mean_batch_size=self._jobs / self._commits if self._commits else 0.0,
+            busy_retries=self._busy_retries,
+            failed_commits=self._failed_commits,
+            refused_jobs=self._refused,
+            commit_latency_p50_ms=_percentile(latencies, 0.5),
+            commit_latency_p99_ms=_percentile(latencies, 0.99),
+        )
+
+
+def _resolve_on_loop(items: list[tuple[asyncio.Future, bool, Any]]) -> None:
+    for future, ok, value in items:
+        if future.done():  # the awaiting coroutine was cancelled
+            continue
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)

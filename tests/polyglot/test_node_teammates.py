@@ -1,0 +1,386 @@
+"""Polyglot proof: Node.js teammates, speaking only corral.v1, next to Python ones.
+
+The Node programs live in tests/polyglot/node/ and load proto/corral/v1/corral.proto
+at run time (no generated code): if they can do the job, any language can.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import threading
+import time
+from collections import Counter
+from datetime import timedelta
+
+import grpc
+import pytest
+
+from corral import Lead, TaskSpec, TaskState, run_teammate
+from corral.v1 import corral_pb2, corral_pb2_grpc
+
+NODE_DIR = pathlib.Path(__file__).resolve().parent / "node"
+
+# gRPC status codes as numbers, the way the Node programs report them.
+OK = grpc.StatusCode.OK.value[0]
+INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+FAILED_PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION.value[0]
+PERMISSION_DENIED = grpc.StatusCode.PERMISSION_DENIED.value[0]
+UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED.value[0]
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def node_executable() -> str:
+    """The node binary, failing (never skipping) with a fix when the toolchain is missing."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail(
+            "Node.js is required for tests/polyglot: install node (v18+) and npm, then run `make test`",
+            pytrace=False,
+        )
+    if not (NODE_DIR / "node_modules" / "@grpc" / "grpc-js").is_dir():
+        pytest.fail(
+            f"{NODE_DIR / 'node_modules'} is missing: run `make test` (it runs npm ci)",
+            pytrace=False,
+        )
+    return node
+
+
+class NodeProcess:
+    """A Node program whose stdout is one JSON object per line, collected as it arrives."""
+
+    def __init__(self, script: str, env: dict[str, str], log_dir: pathlib.Path, label: str):
+        self.label = label
+        self.lines: list[dict] = []
+        self._cond = threading.Condition()
+        self._stderr_path = log_dir / f"{label}.stderr"
+        self._stderr = open(self._stderr_path, "wb")  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen(
+            [node_executable(), str(NODE_DIR / script)],
+            cwd=NODE_DIR,
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+        )
+        self._reader = threading.Thread(target=self._read, name=f"read-{label}", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            text = raw.decode("utf-8", "replace").strip()
+            if not text:
+                continue
+            try:
+                item = json.loads(text)
+            except json.JSONDecodeError:
+                item = {"event": "unparsed", "text": text}
+            with self._cond:
+                self.lines.append(item)
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def events(self, name: str) -> list[dict]:
+        with self._cond:
+            return [line for line in self.lines if line.get("event") == name]
+
+    def wait_exit(self, timeout: float) -> int:
+        """The exit code; the stdout reader has drained everything by then."""
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{self.label} did not exit within {timeout}s; output so far:\n{self.describe()}")
+        self._reader.join(timeout=10)
+        return code
+
+    def describe(self) -> str:
+        with self._cond:
+            out = "\n".join(json.dumps(line) for line in self.lines[-40:])
+        err = self._stderr_path.read_text(errors="replace")[-4000:] if self._stderr_path.exists() else ""
+        return f"--- stdout (last 40) ---\n{out}\n--- stderr ---\n{err}"
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self._stderr.close()
+
+
+@pytest.fixture
+def node_procs(tmp_path):
+    """Starts Node programs; kills whatever is still running when the test ends."""
+    node_executable()
+    started: list[NodeProcess] = []
+
+    def start(script: str, label: str, **env: str) -> NodeProcess:
+        proc = NodeProcess(script, env, tmp_path, label)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.close()
+
+
+def layered_dag() -> list[TaskSpec]:
+    """65 tasks in 7 layers: one root fanning out, overlapping fan-in between
+    layers, a skip-layer edge, and one sink that waits for the whole last layer."""
+    widths = [1, 12, 15, 18, 12, 6, 1]
+    layers: list[list[str]] = []
+    specs: list[TaskSpec] = []
+    for depth, width in enumerate(widths):
+        layer = [f"L{depth}-{i:02d}" for i in range(width)]
+        for i, task_id in enumerate(layer):
+            deps: set[str] = set()
+            if depth > 0:
+                prev = layers[-1]
+                if width == 1:
+                    deps.update(prev)  # fan-in of the whole layer
+                else:
+                    deps.update({prev[i % len(prev)], prev[(i * 7 + 3) % len(prev)], prev[(i + 1) % len(prev)]})
+            if depth >= 2 and i % 4 == 0:
+                deps.add(layers[-2][i % len(layers[-2])])  # skip a layer
+            ordered = tuple(sorted(deps))
+            specs.append(
+                TaskSpec(
+                    id=task_id,
+                    title=f"layer {depth} task {i}",
+                    payload=json.dumps({"layer": depth, "index": i}).encode(),
+                    depends_on=ordered,
+                )
+            )
+        layers.append(layer)
+    return specs
+
+
+def deadline_loop(timeout: float, what: str):
+    """Yields until the deadline passes, then fails naming what was awaited."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        yield
+    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+
+
+# ---------------------------------------------------------------- a. a mixed team
+
+
+@pytest.mark.timeout(180)
+def test_node_and_python_teammates_share_a_dag(tmp_path, node_procs):
+    specs = layered_dag()
+    assert len(specs) >= 60
+    by_id = {spec.id: spec for spec in specs}
+
+    with Lead.launch(tmp_path / "state") as lead:
+        # Node teammates: subprocesses that speak the proto through grpc-js.
+        node_names = ["node-1", "node-2", "node-3"]
+        nodes = {}
+        for name in node_names:
+            mate = lead.add_teammate(name)
+            nodes[name] = node_procs(
+                "teammate.js",
+                name,
+                CORRAL_ADDRESS=lead.address,
+                CORRAL_TOKEN=mate.token,
+                CORRAL_NAME=name,
+                CORRAL_MAX_IDLE_POLLS="600",
+                CORRAL_POLL_INTERVAL_MS="200",
+                CORRAL_WORK_MS="30",
+            )
+
+        # Python teammates: threads running the SDK's loop.
+        py_names = ["py-1", "py-2"]
+        py_done: list[tuple[str, str]] = []
+        py_lock = threading.Lock()
+        simulated_work = threading.Event()  # never set: wait() below is the work's duration, not a wait
+
+        def handler_for(name: str):
+            def handle(task) -> bytes:
+                simulated_work.wait(0.01)
+                with py_lock:
+                    py_done.append((name, task.id))
+                return json.dumps({"by": "python", "teammate": name, "task": task.id}).encode()
+
+            return handle
+
+        py_errors: list[BaseException] = []
+        py_threads = []
+        for name in py_names:
+            mate = lead.add_teammate(name)
+
+            def run(name=name, token=mate.token):
+                try:
+                    run_teammate(handler_for(name), address=lead.address, token=token)
+                except BaseException as exc:  # surfaced by the assertions below
+                    py_errors.append(exc)
+
+            thread = threading.Thread(target=run, name=f"teammate-{name}", daemon=True)
+            thread.start()
+            py_threads.append(thread)
+
+        # Tasks arrive after the team is idle: the daemon must wake them.
+        lead.create_tasks(specs)
+        lead.wait_until_done(timeout=120)
+
+        tasks = {task.id: task for task in lead.list_tasks()}
+        assert set(tasks) == set(by_id)
+        not_done = {tid: task.state for tid, task in tasks.items() if task.state != TaskState.COMPLETED}
+        assert not not_done, f"tasks not completed: {not_done}"
+
+        # Exactly once: each task was worked on by exactly one teammate, once.
+        node_done = [(name, ev["task"]) for name, proc in nodes.items() for ev in proc.events("completed")]
+        executions = Counter(task_id for _, task_id in node_done + py_done)
+        assert set(executions) == set(by_id)
+        assert [tid for tid, n in executions.items() if n != 1] == []
+        for proc in nodes.values():
+            assert proc.events("dropped") == [], proc.describe()
+            assert proc.events("duplicate_claim") == [], proc.describe()
+
+        # The board's owner is the teammate that did the work (identity from its credential).
+        for name, task_id in node_done + py_done:
+            assert tasks[task_id].owner == name
+
+        # Dependency order: no task finished before any of its dependencies.
+        for task in tasks.values():
+            assert tuple(task.depends_on) == by_id[task.id].depends_on
+            for dep in task.depends_on:
+                assert task.finish_time >= tasks[dep].finish_time, (task.id, dep)
+        # ... and none was claimed before its dependencies completed (each
+        # Node teammate logs a claim only after receiving it).
+        completed_at = {}
+        for proc in nodes.values():
+            for ev in proc.events("completed"):
+                completed_at[ev["task"]] = ev["ts"]
+        for proc in nodes.values():
+            for ev in proc.events("claimed"):
+                for dep in ev["depends_on"]:
+                    assert tasks[dep].finish_time is not None
+
+        # Both languages did real work, and Node's results are stored verbatim.
+        owners = Counter(task.owner for task in tasks.values())
+        assert sum(owners[name] for name in node_names) > 0, owners
+        assert sum(owners[name] for name in py_names) > 0, owners
+        for name, task_id in node_done:
+            result = json.loads(lead.get_task(task_id).result)
+            assert result == {
+                "by": "node",
+                "teammate": name,
+                "task": task_id,
+                "deps": list(by_id[task_id].depends_on),
+            }
+
+        # The Lead ends the session: every teammate approves and stops cleanly.
+        for name in node_names + py_names:
+            lead.request_shutdown(name, reason="the board is done", grace=timedelta(seconds=30))
+        for name, proc in nodes.items():
+            code = proc.wait_exit(timeout=30)
+            assert code == 0, proc.describe()
+            assert [ev["reason"] for ev in proc.events("exit")] == ["shutdown"], proc.describe()
+            assert len(proc.events("shutdown")) == 1
+            # Control before work: nothing was claimed once a shutdown request arrived.
+            assert not [ev for ev in proc.events("claimed") if ev["after_shutdown_request"]]
+        for thread in py_threads:
+            thread.join(timeout=30)
+            assert not thread.is_alive(), f"{thread.name} still running after shutdown"
+        assert py_errors == []
+
+
+# ---------------------------------------------------------------- b. a hostile client
+
+
+def teammate_stub(address: str, token: str):
+    channel = grpc.insecure_channel(address)
+    return channel, corral_pb2_grpc.TeammateServiceStub(channel), (("authorization", f"Bearer {token}"),)
+
+
+@pytest.mark.timeout(90)
+def test_hostile_node_client_is_refused(tmp_path, node_procs):
+    with Lead.launch(tmp_path / "state") as lead:
+        lead.create_tasks(
+            [
+                TaskSpec(id="victim-task", title="held by the victim", priority=10),
+                TaskSpec(id="bait-task", title="the hostile client's own claim"),
+            ]
+        )
+        victim = lead.add_teammate("victim")
+        hostile = lead.add_teammate("node-hostile")
+
+        # The victim takes the high-priority task with a plain stub; its claim
+        # outlives the stream (until the 60 s default lease ends).
+        channel, stub, victim_md = teammate_stub(lead.address, victim.token)
+        with channel:
+            stream = stub.Idle(
+                corral_pb2.IdleRequest(max_idle_polls=50, poll_interval={"nanos": 100_000_000}),
+                metadata=victim_md,
+                timeout=30,
+            )
+            first = next(stream)
+            stream.cancel()
+            assert first.WhichOneof("event") == "claim"
+            victim_claim = first.claim
+            assert victim_claim.task.id == "victim-task"
+
+            proc = node_procs(
+                "hostile.js",
+                "hostile",
+                CORRAL_ADDRESS=lead.address,
+                CORRAL_TOKEN=hostile.token,
+                CORRAL_FOREIGN_TASK="victim-task",
+                CORRAL_FOREIGN_CLAIM_TOKEN=victim_claim.claim_token,
+            )
+            assert proc.wait_exit(timeout=60) == 0, proc.describe()
+            seen = {line["attempt"]: line for line in proc.lines if "attempt" in line}
+
+            def verdict(attempt: str) -> tuple[int, str]:
+                assert attempt in seen, f"{attempt} missing:\n{proc.describe()}"
+                return seen[attempt]["code"], seen[attempt]["reason"]
+
+            # Lead-only calls with a teammate's credential.
+            assert verdict("lead_create_tasks")[0] == PERMISSION_DENIED
+            assert verdict("lead_add_teammate")[0] == PERMISSION_DENIED
+            # No credential, or one the daemon never minted.
+            assert verdict("no_token")[0] == UNAUTHENTICATED
+            assert verdict("no_token_complete")[0] == UNAUTHENTICATED
+            assert verdict("bogus_token")[0] == UNAUTHENTICATED
+            # Someone else's claim token is useless with our credential.
+            for attempt in ("foreign_claim_complete", "foreign_claim_renew", "foreign_claim_release"):
+                assert verdict(attempt) == (FAILED_PRECONDITION, "CLAIM_TOKEN_MISMATCH"), seen[attempt]
+                assert seen[attempt].get("domain") == "corral"
+            # A field the schema does not know (a forged "owner") is refused,
+            # even on a request that would otherwise succeed.
+            assert seen["own_claim"]["code"] == OK, proc.describe()
+            assert seen["own_claim"]["task"] == "bait-task"
+            assert seen["own_claim"]["owner"] == "node-hostile"
+            assert verdict("raw_renew_known_fields") == (OK, "")
+            assert verdict("unknown_field_renew")[0] == INVALID_ARGUMENT
+            assert verdict("unknown_field_complete")[0] == INVALID_ARGUMENT
+            assert seen["after_forgery"]["state"] == "TASK_STATE_IN_PROGRESS"
+            assert seen["after_forgery"]["owner"] == "node-hostile"
+            assert seen["after_forgery"]["result"] == ""
+            assert verdict("made_up_claim_token") == (FAILED_PRECONDITION, "CLAIM_TOKEN_MISMATCH")
+            assert verdict("release_own") == (OK, "")
+
+            # Nothing the hostile client tried changed the board.
+            assert sorted(task.id for task in lead.list_tasks()) == ["bait-task", "victim-task"]
+            bait = lead.get_task("bait-task")
+            assert bait.state == TaskState.PENDING
+            held = lead.get_task("victim-task")
+            assert (held.state, held.owner, held.result) == (TaskState.IN_PROGRESS, "victim", b"")
+
+            # The victim's claim still works for the victim.
+            done = stub.CompleteTask(
+                corral_pb2.CompleteTaskRequest(
+                    task_id="victim-task", claim_token=victim_claim.claim_token, result=b"victim's work"
+                ),
+                metadata=victim_md,
+                timeout=10,
+            )
+            assert done.task.state == corral_pb2.TASK_STATE_COMPLETED
+            assert done.task.owner == "victim"
+            assert lead.get_task("victim-task").result == b"victim's work"
