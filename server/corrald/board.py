@@ -228,8 +228,20 @@ class Board:
     async def teammate_roles(self, name: str) -> tuple[str, ...]:
         return await self.read(lambda conn: team.roles_of(conn, name))
 
-    async def read_events(self, after_seq: int, limit: int = 256) -> list[Event]:
-        return await self.read(lambda conn: events.read_events(conn, after_seq, limit))
+    async def read_feed(
+        self, after_seq: int, limit: int = 256
+    ) -> list[tuple[Event, TaskRecord | None, TeammateRecord | None]]:
+        """Events after `after_seq` with the task or teammate each one is about."""
+
+        def query(conn) -> list[tuple[Event, TaskRecord | None, TeammateRecord | None]]:
+            feed = []
+            for event in events.read_events(conn, after_seq, limit):
+                task = tasks.get_task(conn, event.data["id"]) if event.kind == "task_changed" else None
+                mate = team.get_teammate(conn, event.data["name"]) if event.kind == "teammate_changed" else None
+                feed.append((event, task, mate))
+            return feed
+
+        return await self.read(query)
 
     async def stats(self) -> BoardStats:
         def query(conn) -> BoardStats:

@@ -89,3 +89,9 @@ class Unavailable(CorralError):
 
 class ReentrantSubmit(RuntimeError):
     """A writer job tried to submit another job: it would wait on itself."""
+
+
+class Aborted(CorralError):
+    """The call lost a race it cannot win, e.g. a superseded Idle stream."""
+
+    reason = "ABORTED"

@@ -39,6 +39,24 @@ class WakeHub:
         self._on_deadline = on_deadline
         self._waiters: dict[str, Waiter] = {}
         self._board_moved = asyncio.Event()
+        self._closed = asyncio.Event()
+
+    @property
+    def closing(self) -> bool:
+        return self._closed.is_set()
+
+    def close(self, why: str) -> None:
+        """Daemon draining: every Idle and Watch stream ends."""
+        self._closed.set()
+        self.end_streams(why)
+
+    async def wait_or_close(self, event: asyncio.Event) -> None:
+        waiters = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self._closed.wait())]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
 
     # ------------------------------------------------------------ streams
 

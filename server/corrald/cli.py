@@ -1,0 +1,62 @@
+"""`corrald serve`: parse arguments, build a frozen config, run."""
+
+from __future__ import annotations
+
+import json
+import logging
+import pathlib
+import sys
+
+import click
+
+from .config import WriterConfig
+from .service.server import ConfigError, ServeConfig, serve
+from .statedir import StateDirError
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"time": self.formatTime(record), "level": record.levelname.lower(), "logger": record.name,
+                 "message": record.getMessage()}
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def _configure_logging(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter() if fmt == "json" else
+                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler])
+
+
+@click.group()
+def main() -> None:
+    """corrald: the corral coordination daemon."""
+
+
+@main.command("serve")
+@click.option("--state-dir", required=True, type=click.Path(path_type=pathlib.Path),
+              help="Directory the daemon owns (created 0700): database, lock, socket, lead token.")
+@click.option("--listen", default=None, help="unix:PATH or HOST:PORT (default unix:STATE_DIR/corral.sock).")
+@click.option("--metrics", default=None, help="HOST:PORT to serve Prometheus metrics on.")
+@click.option("--tls-cert", type=click.Path(exists=True, path_type=pathlib.Path), default=None)
+@click.option("--tls-key", type=click.Path(exists=True, path_type=pathlib.Path), default=None)
+@click.option("--synchronous", type=click.Choice(["OFF", "NORMAL", "FULL", "EXTRA"], case_sensitive=False),
+              default="FULL", show_default=True, help="SQLite durability (group commit pays for FULL).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--log-level", default="info", show_default=True)
+def serve_command(state_dir: pathlib.Path, listen: str | None, metrics: str | None, tls_cert: pathlib.Path | None,
+                  tls_key: pathlib.Path | None, synchronous: str, log_format: str, log_level: str) -> None:
+    """Serve one board until SIGTERM."""
+    _configure_logging(log_level, log_format)
+    config = ServeConfig(
+        state_dir=state_dir, listen=listen, metrics=metrics, tls_cert=tls_cert, tls_key=tls_key,
+        writer=WriterConfig(synchronous=synchronous.upper()),
+    )
+    try:
+        code = serve(config)
+    except (StateDirError, ConfigError) as error:
+        click.echo(f"corrald: {error}", err=True)
+        sys.exit(2)
+    sys.exit(code)

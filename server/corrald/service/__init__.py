@@ -1,0 +1,1 @@
+"""The gRPC surface: conversion, one error table, auth, and thin servicers."""

@@ -1,0 +1,171 @@
+"""One interceptor for what every call shares: identity, role, strictness, errors.
+
+The bearer credential becomes an `Identity`, which the servicer method gets as
+its third argument; nothing about the caller is taken from request fields.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import grpc
+from google.protobuf import message as pb_message
+from google.protobuf import unknown_fields
+
+from .. import errors
+from ..board import Board, Identity
+from . import status
+
+log = logging.getLogger("corrald.rpc")
+
+LEAD_ONLY = "/corral.v1.LeadService/"
+TEAMMATE_ONLY = "/corral.v1.TeammateService/"
+EITHER = "/corral.v1.BoardService/"
+OPEN = "/grpc.health.v1.Health/"  # load balancers probe without credentials
+
+
+def unknown_field_path(message: pb_message.Message, prefix: str = "") -> str | None:
+    """The path of the first field the schema does not know, if any."""
+    if len(unknown_fields.UnknownFieldSet(message)):
+        return prefix or "(request)"
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            continue
+        children = value if field.is_repeated else [value]
+        for index, child in enumerate(children):
+            path = f"{prefix}{field.name}" + (f"[{index}]" if field.is_repeated else "")
+            found = unknown_field_path(child, path + ".")
+            if found:
+                return found.rstrip(".")
+    return None
+
+
+def _bearer(metadata) -> str | None:
+    for key, value in metadata or ():
+        if key == "authorization":
+            scheme, _, token = value.partition(" ")
+            return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    return None
+
+
+class CorralInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, board: Board, *, draining: Callable[[], bool]) -> None:
+        self._board = board
+        self._draining = draining
+
+    def _admit(self, method: str, metadata) -> Identity | None:
+        """Raises a domain error when the call may not proceed."""
+        if self._draining():
+            raise errors.Unavailable("corrald is shutting down")
+        token = _bearer(metadata)
+        identity = self._board.authenticate(token) if token else None
+        if identity is None:
+            raise errors.Unauthenticated("missing, invalid or revoked credential")
+        if method.startswith(LEAD_ONLY) and not identity.is_lead:
+            raise errors.PermissionDenied("only the lead may call this")
+        if method.startswith(TEAMMATE_ONLY) and identity.is_lead:
+            raise errors.PermissionDenied("only a teammate may call this")
+        return identity
+
+    async def intercept_service(self, continuation, handler_call_details):
+        method: str = handler_call_details.method
+        handler = await continuation(handler_call_details)
+        if handler is None or method.startswith(OPEN):
+            return handler
+        ours = method.startswith((LEAD_ONLY, TEAMMATE_ONLY, EITHER))
+        try:
+            identity = self._admit(method, handler_call_details.invocation_metadata)
+        except errors.CorralError as error:
+            return _refusing(handler, error)
+        return _wrap(handler, identity if ours else None)
+
+
+def _check_strict(request) -> None:
+    if isinstance(request, pb_message.Message):
+        path = unknown_field_path(request)
+        if path:
+            raise errors.InvalidArgument(path, "carries a field this server does not know")
+
+
+async def _abort(context: grpc.aio.ServicerContext, error: BaseException) -> None:
+    if not isinstance(error, errors.CorralError):
+        log.exception("unexpected error", exc_info=error)
+    await context.abort_with_status(status.to_status(error))
+
+
+class _Undecodable:
+    """Stands for request bytes that do not parse, so the answer is INVALID_ARGUMENT."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+def _lenient(deserializer):
+    def parse(data: bytes):
+        try:
+            return deserializer(data)
+        except Exception as error:  # noqa: BLE001 (any parse failure is the caller's)
+            return _Undecodable(str(error) or type(error).__name__)
+
+    return parse
+
+
+def _wrap(handler: grpc.RpcMethodHandler, identity: Identity | None) -> grpc.RpcMethodHandler:
+    def call(behavior, request, context):
+        if isinstance(request, _Undecodable):
+            raise errors.InvalidArgument("(request)", f"not a valid message: {request.why}")
+        return behavior(request, context, identity) if identity is not None else behavior(request, context)
+
+    if handler.unary_unary:
+        behavior = handler.unary_unary
+
+        async def unary_unary(request, context):
+            try:
+                _check_strict(request)
+                return await call(behavior, request, context)
+            except Exception as error:
+                if isinstance(error, grpc.aio.AbortError):
+                    raise
+                await _abort(context, error)
+
+        return grpc.unary_unary_rpc_method_handler(
+            unary_unary, _lenient(handler.request_deserializer), handler.response_serializer)
+    if handler.unary_stream:
+        behavior = handler.unary_stream
+
+        async def unary_stream(request, context):
+            try:
+                _check_strict(request)
+                async for response in call(behavior, request, context):
+                    yield response
+            except Exception as error:
+                if isinstance(error, grpc.aio.AbortError):
+                    raise
+                await _abort(context, error)
+
+        return grpc.unary_stream_rpc_method_handler(
+            unary_stream, _lenient(handler.request_deserializer), handler.response_serializer)
+    return handler  # server reflection (stream_stream): the credential check is all it needs
+
+
+def _refusing(handler: grpc.RpcMethodHandler, error: BaseException) -> grpc.RpcMethodHandler:
+    async def refuse(request_or_iterator, context):
+        await context.abort_with_status(status.to_status(error))
+
+    async def refuse_stream(request_or_iterator, context):
+        await context.abort_with_status(status.to_status(error))
+        yield  # pragma: no cover  (makes this an async generator)
+
+    kinds = (
+        ("unary_unary", grpc.unary_unary_rpc_method_handler, refuse),
+        ("unary_stream", grpc.unary_stream_rpc_method_handler, refuse_stream),
+        ("stream_unary", grpc.stream_unary_rpc_method_handler, refuse),
+        ("stream_stream", grpc.stream_stream_rpc_method_handler, refuse_stream),
+    )
+    for attribute, factory, behavior in kinds:
+        if getattr(handler, attribute):
+            return factory(behavior, handler.request_deserializer, handler.response_serializer)
+    return handler

@@ -1,0 +1,66 @@
+"""The one table from domain errors to gRPC status codes, with rich details.
+
+Every domain error carries a `google.rpc.ErrorInfo` (domain "corral") with its
+reason; OVERLOADED adds `RetryInfo`, INVALID_ARGUMENT adds `BadRequest`.
+"""
+
+from __future__ import annotations
+
+import grpc
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from .. import errors
+from ..writer import CommitFailed
+
+DOMAIN = "corral"
+
+# Most specific first: the first matching class decides.
+STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
+    (errors.InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.NotFound, grpc.StatusCode.NOT_FOUND),
+    (errors.ClaimError, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (errors.PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (errors.Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (errors.AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
+    (errors.Aborted, grpc.StatusCode.ABORTED),
+    # The transaction did not commit: nothing happened, the caller may retry.
+    (CommitFailed, grpc.StatusCode.UNAVAILABLE),
+)
+
+
+def code_for(error: BaseException) -> grpc.StatusCode:
+    for kind, code in STATUS_TABLE:
+        if isinstance(error, kind):
+            return code
+    return grpc.StatusCode.INTERNAL
+
+
+def _pack(message) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)
+    return packed
+
+
+def to_status(error: BaseException) -> grpc.Status:
+    code = code_for(error)
+    if isinstance(error, errors.CorralError):
+        message, reason, metadata = error.message, error.reason, error.metadata
+    elif isinstance(error, CommitFailed):
+        message, reason, metadata = str(error), "COMMIT_FAILED", {}
+    else:
+        message, reason, metadata = "internal error", "INTERNAL", {}
+    details = [_pack(error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=metadata))]
+    if isinstance(error, errors.InvalidArgument):
+        details.append(_pack(error_details_pb2.BadRequest(field_violations=[
+            error_details_pb2.BadRequest.FieldViolation(field=error.field, description=error.description)])))
+    if isinstance(error, errors.Overloaded):
+        delay = duration_pb2.Duration(seconds=error.retry_after_ms // 1000,
+                                      nanos=(error.retry_after_ms % 1000) * 1_000_000)
+        details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
+    return rpc_status.to_status(status_pb2.Status(
+        code=getattr(code_pb2, code.name), message=message, details=details))
