@@ -82,11 +82,13 @@ class Writer:
         clock: Clock,
         config: WriterConfig = WriterConfig(),
         on_commit: Callable[[Wakes], None] | None = None,
+        on_batch: Callable[[float, int], None] | None = None,
     ) -> None:
         self._connect = connect
         self._clock = clock
         self._config = config
         self._on_commit = on_commit or (lambda wakes: None)
+        self.on_batch = on_batch  # (commit latency in seconds, jobs) after each COMMIT
         self._queue: collections.deque[_Pending] = collections.deque()
         self._cond = threading.Condition()
         self._accepting = False
@@ -210,7 +212,10 @@ class Writer:
         else:
             self._commits += 1
             self._jobs += len(batch)
-            self._latency_ms.append((time.perf_counter() - started) * 1000)
+            latency = time.perf_counter() - started
+            self._latency_ms.append(latency * 1000)
+            if self.on_batch is not None:
+                self.on_batch(latency, len(batch))
         wakes = Wakes()
         for ok, _, job_wakes in outcomes:
             if ok and job_wakes:

@@ -24,6 +24,7 @@ from .. import failpoints
 from ..board import Board
 from ..clock import Clock, SystemClock
 from ..config import Limits, WriterConfig
+from ..metrics import Metrics
 from ..statedir import StateDir
 from ..wake import WakeHub
 from .interceptor import CorralInterceptor
@@ -127,6 +128,15 @@ class Daemon:
         self.reaper = Reaper(self.board)
         self.hub = WakeHub(loop, self.reaper.schedule)
         self.board.set_listener(self.hub.post)
+        if self.config.metrics:
+            metrics = Metrics(self.board, self.hub)
+
+            def committed(wakes) -> None:
+                metrics.observe_wakes(wakes)
+                self.hub.post(wakes)
+
+            self.board.set_listener(committed)
+            metrics.serve(self.config.metrics)
         await loop.run_in_executor(None, self.board.open)
         self.state.secure_files()
         self.server = grpc.aio.server(
@@ -167,6 +177,8 @@ class Daemon:
         await self.start()
         ready = {"event": "ready", "address": self.address, "pid": os.getpid(),
                  "state_dir": str(self.state.paths.root)}
+        if self.config.metrics:
+            ready["metrics"] = self.config.metrics
         sys.stdout.write(json.dumps(ready) + "\n")
         sys.stdout.flush()
         log.info("serving on %s", self.address)

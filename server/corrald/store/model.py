@@ -135,6 +135,8 @@ class Wakes:
     ended: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> why
     next_deadline_ms: int | None = None
     events: bool = False
+    # Operation counts for metrics: claims, completions, failures, expirations...
+    tally: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
     def deadline(self, at_ms: int) -> None:
         if self.next_deadline_ms is None or at_ms < self.next_deadline_ms:
@@ -148,11 +150,12 @@ class Wakes:
         if other.next_deadline_ms is not None:
             self.deadline(other.next_deadline_ms)
         self.events = self.events or other.events
+        self.tally.update(other.tally)
 
     def __bool__(self) -> bool:
         return bool(
             self.ready_roles or self.teammates or self.everyone or self.ended
-            or self.events or self.next_deadline_ms is not None
+            or self.events or self.next_deadline_ms is not None or self.tally
         )
 
 

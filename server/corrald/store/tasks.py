@@ -178,6 +178,7 @@ def claim_next(tx: Txn, teammate: str, roles: Iterable[str]) -> ClaimGrant | Non
     if changed != 1:
         raise RuntimeError(f"claim of task seq {seq} changed {changed} rows")
     tx.wakes.deadline(lease_end)
+    tx.wakes.tally["claims"] += 1
     task = task_by_seq(tx.conn, seq)
     task_changed(tx, task)
     team.refresh_status(tx, teammate)
@@ -255,6 +256,7 @@ def complete(tx: Txn, teammate: str, task_id: str, token: str, result: bytes) ->
         (seq,),
     )
     tx.wakes.ready_roles.update(role for (role,) in ready)
+    tx.wakes.tally["completions"] += 1
     task = task_by_seq(tx.conn, seq)
     task_changed(tx, task)
     _slot_freed(tx, teammate)
@@ -264,6 +266,7 @@ def complete(tx: Txn, teammate: str, task_id: str, token: str, result: bytes) ->
 def fail(tx: Txn, teammate: str, task_id: str, token: str, error: str, retryable: bool) -> TaskRecord:
     seq, fence = _live_claim(tx, teammate, task_id, token)
     _end_claim(tx, fence, ClaimOutcome.FAILED)
+    tx.wakes.tally["failures"] += 1
     _count_failure(tx, seq, error, final=not retryable)
     _slot_freed(tx, teammate)
     return task_by_seq(tx.conn, seq)
@@ -272,6 +275,7 @@ def fail(tx: Txn, teammate: str, task_id: str, token: str, error: str, retryable
 def release(tx: Txn, teammate: str, task_id: str, token: str) -> TaskRecord:
     seq, fence = _live_claim(tx, teammate, task_id, token)
     _end_claim(tx, fence, ClaimOutcome.RELEASED)
+    tx.wakes.tally["releases"] += 1
     _back_to_pending(tx, seq)
     _slot_freed(tx, teammate)
     return task_by_seq(tx.conn, seq)
@@ -354,6 +358,7 @@ def _cancel_seqs(tx: Txn, frontier: list[int], why: str) -> list[int]:
         if fence is not None:
             _end_claim(tx, fence, ClaimOutcome.CANCELED)
         _finish(tx, seq, TaskState.CANCELED, error=why)
+        tx.wakes.tally["cancellations"] += 1
         if fence is not None:
             _slot_freed(tx, owner)
         changed.append(seq)
@@ -368,6 +373,7 @@ def reclaim_expired(tx: Txn) -> int:
     ).fetchall()
     for seq, fence, owner, attempt in rows:
         _end_claim(tx, fence, ClaimOutcome.EXPIRED)
+        tx.wakes.tally["lease_expirations"] += 1
         _count_failure(tx, seq, f"lease expired on attempt {attempt}", final=False)
         _slot_freed(tx, owner)
     return len(rows)

@@ -1,0 +1,82 @@
+"""Prometheus metrics (`corrald serve --metrics HOST:PORT`).
+
+Counters for operations come from each committed job's tally, so a number is
+only ever counted after COMMIT; gauges are read at scrape time.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .board import Board
+from .store import tasks
+from .store.model import TaskState, TeammateStatus, Wakes
+from .wake import WakeHub
+
+LEVELS = ("normal", "record", "warn", "degraded", "refuse")
+OPERATIONS = ("claims", "completions", "failures", "releases", "lease_expirations", "cancellations")
+
+
+class _BoardCollector(Collector):
+    def __init__(self, board: Board, hub: WakeHub) -> None:
+        self._board = board
+        self._hub = hub
+
+    def collect(self):
+        stats = self._board.writer.stats()
+        yield GaugeMetricFamily("corral_writer_queue_depth", "Jobs waiting for the writer.", value=stats.queue_depth)
+        level = GaugeMetricFamily("corral_writer_queue_level", "1 for the current queue level.", labels=["level"])
+        for name in LEVELS:
+            level.add_metric([name], 1.0 if name == stats.level else 0.0)
+        yield level
+        yield CounterMetricFamily("corral_writer_busy_retries", "SQLITE_BUSY retries of a whole transaction.",
+                                  value=stats.busy_retries)
+        yield CounterMetricFamily("corral_writer_failed_commits", "Batches whose COMMIT failed.",
+                                  value=stats.failed_commits)
+        yield CounterMetricFamily("corral_writer_refused_jobs", "Jobs refused because the queue was full.",
+                                  value=stats.refused_jobs)
+        yield GaugeMetricFamily("corral_idle_streams_open", "Open Idle streams.", value=self._hub.open_streams)
+        if self._board.readers is None:
+            return
+        by_state = self._board.readers.call(tasks.count_by_state)
+        family = GaugeMetricFamily("corral_tasks", "Tasks on the board by state.", labels=["state"])
+        for state in TaskState:
+            family.add_metric([state.name.lower()], by_state.get(state, 0))
+        yield family
+        by_status = self._board.readers.call(
+            lambda conn: dict(conn.execute("SELECT status, count(*) FROM teammates GROUP BY status").fetchall()))
+        family = GaugeMetricFamily("corral_teammates", "Teammates by status.", labels=["status"])
+        for status in TeammateStatus:
+            family.add_metric([status.name.lower()], by_status.get(int(status), 0))
+        yield family
+
+
+class Metrics:
+    def __init__(self, board: Board, hub: WakeHub) -> None:
+        self.registry = CollectorRegistry()
+        self._commit_seconds = Histogram(
+            "corral_writer_commit_seconds", "Time from BEGIN to COMMIT of one group commit.",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0), registry=self.registry)
+        self._batch_jobs = Histogram(
+            "corral_writer_jobs_per_commit", "Jobs in one group commit.",
+            buckets=(1, 2, 4, 8, 16, 32, 64), registry=self.registry)
+        self._operations = Counter("corral_operations", "Committed board operations.", ["operation"],
+                                   registry=self.registry)
+        for name in OPERATIONS:
+            self._operations.labels(name)
+        self.registry.register(_BoardCollector(board, hub))
+        board.writer.on_batch = self.observe_commit
+
+    def observe_commit(self, seconds: float, jobs: int) -> None:
+        self._commit_seconds.observe(seconds)
+        self._batch_jobs.observe(jobs)
+
+    def observe_wakes(self, wakes: Wakes) -> None:
+        for name, count in wakes.tally.items():
+            self._operations.labels(name).inc(count)
+
+    def serve(self, address: str) -> None:
+        host, _, port = address.rpartition(":")
+        start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
