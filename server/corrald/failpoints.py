@@ -1,5 +1,6 @@
 """Named failpoints for crash and fault tests; inert unless enabled.
 
+Points: `before_commit`, `after_commit` (writer), `after_claim_sent` (Idle stream).
 Enabled programmatically (`enable`) or, for a daemon under test, with the
 environment variable CORRAL_FAILPOINTS, e.g. `before_commit=kill:3` (SIGKILL
 the process the third time the point is reached) or `after_commit=error`.

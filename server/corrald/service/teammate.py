@@ -10,9 +10,10 @@ import grpc
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
-from .. import errors, validate
+from .. import errors, failpoints, validate
 from ..board import Board, Identity
 from ..store.delivery import StreamCursor, mark_sent
+from ..store.model import ClaimGrant
 from ..wake import WakeHub, Waiter
 from . import convert
 
@@ -51,6 +52,8 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
                 if items:
                     for item in items:
                         yield convert.idle_response(item)
+                        if isinstance(item, ClaimGrant):
+                            failpoints.hit("after_claim_sent")
                     mark_sent(cursor, items)
                     idle_polls = 0
                     continue
