@@ -118,14 +118,15 @@ class WakeHub:
             self._on_deadline(wakes.next_deadline_ms)
 
     def _wake_for_ready(self, role: str, count: int) -> None:
-        # Wake as many waiting streams as tasks became ready (no thundering
-        # herd). Streams in the middle of a check are always nudged: their
-        # check may have run just before this commit.
+        # Wake as many waiting streams (with a free slot) as tasks became
+        # ready: no thundering herd. A stream in the middle of a check is
+        # always nudged, whatever its last check said, because that check may
+        # have run just before this commit; over-waking is only a spare check.
         for waiter in self._waiters.values():
-            if not waiter.can_claim or not waiter.may_take(role) or waiter.event.is_set():
+            if not waiter.may_take(role) or waiter.event.is_set():
                 continue
             if not waiter.waiting:
                 waiter.event.set()
-            elif count > 0:
+            elif waiter.can_claim and count > 0:
                 waiter.event.set()
                 count -= 1

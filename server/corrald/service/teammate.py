@@ -12,7 +12,7 @@ from corral.v1 import corral_pb2_grpc as pb_grpc
 
 from .. import errors, failpoints, validate
 from ..board import Board, Identity
-from ..store.delivery import StreamCursor, mark_sent
+from ..store.delivery import StreamCursor, mark_sent, settled
 from ..store.model import ClaimGrant
 from ..wake import WakeHub, Waiter
 from . import convert
@@ -56,7 +56,8 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
                             failpoints.hit("after_claim_sent")
                     mark_sent(cursor, items)
                     idle_polls = 0
-                    continue
+                    if not settled(cursor, items):
+                        continue
                 if await self._wait(waiter, interval):
                     continue  # woken: wake-ups never use up the idle budget
                 if not cursor.sent_tokens:  # an idle poll counts only while holding no claim

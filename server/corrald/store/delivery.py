@@ -59,6 +59,16 @@ def next_for_teammate(tx: Txn, name: str, cursor: StreamCursor) -> list[Delivery
     return [grant] if grant else []
 
 
+def settled(cursor: StreamCursor, sent: list[Delivery]) -> bool:
+    """True when, after sending `sent`, asking again now would find nothing.
+
+    That holds right after a fresh claim filled the last slot: the same check
+    found the inbox empty and the gates open, and any later change wakes the
+    stream. Skipping that empty re-check saves a writer job per claim.
+    """
+    return len(sent) == 1 and isinstance(sent[0], ClaimGrant) and not cursor.can_claim
+
+
 def mark_sent(cursor: StreamCursor, sent: list[Delivery]) -> None:
     for item in sent:
         if isinstance(item, ClaimGrant):
