@@ -44,7 +44,12 @@ class StateDir:
 
     def acquire(self) -> None:
         root = self.paths.root
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise StateDirError(f"state directory {root} exists and is not a directory") from None
+        except PermissionError as error:
+            raise StateDirError(f"cannot create state directory {root}: {error.strerror}") from None
         info = root.lstat()
         if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
             raise StateDirError(f"state directory {root} is not a plain directory")

@@ -191,7 +191,11 @@ class Writer:
                 if not self._queue:
                     return  # closed and drained
                 batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._config.max_batch))]
-            self._run_batch(batch)
+            # A thread caller may have cancelled its future while it waited:
+            # such a job must not run (nobody would learn its outcome).
+            batch = [p for p in batch if p.loop is not None or p.future.set_running_or_notify_cancel()]
+            if batch:
+                self._run_batch(batch)
 
     def _run_batch(self, batch: list[_Pending]) -> None:
         started = time.perf_counter()

@@ -34,7 +34,7 @@ def next_for_teammate(tx: Txn, name: str, cursor: StreamCursor) -> list[Delivery
     roles, require_plan, removed, _, _, acked, _ = team._row(tx.conn, name)  # noqa: SLF001 (same package)
     if removed:
         raise errors.Unauthenticated(f"teammate {name!r} was removed")
-    held = tasks.held_claims(tx.conn, name)
+    held = tasks.held_claims(tx.conn, name, tx.now_ms)
     cursor.sent_tokens.intersection_update(grant.token for grant in held)  # forget ended claims
     # 1. Claims this teammate holds but this stream has not sent (a new stream re-sends all).
     resend = [grant for grant in held if grant.token not in cursor.sent_tokens]

@@ -185,11 +185,13 @@ def claim_next(tx: Txn, teammate: str, roles: Iterable[str]) -> ClaimGrant | Non
     return ClaimGrant(task=task, token=token, lease_expire_ms=lease_end, attempt=attempt, fence=fence)
 
 
-def held_claims(conn: sqlite3.Connection, teammate: str) -> list[ClaimGrant]:
+def held_claims(conn: sqlite3.Connection, teammate: str, now_ms: int) -> list[ClaimGrant]:
+    """The teammate's claims whose lease has not ended (a dead one awaits the reaper)."""
     rows = conn.execute(
         "SELECT t.seq, c.token, t.lease_expire_ms, c.attempt, c.fence FROM tasks t"
-        " JOIN claims c ON c.fence = t.live_fence WHERE t.owner = ? AND t.state = 2 ORDER BY c.fence",
-        (teammate,),
+        " JOIN claims c ON c.fence = t.live_fence WHERE t.owner = ? AND t.state = 2 AND t.lease_expire_ms > ?"
+        " ORDER BY c.fence",
+        (teammate, now_ms),
     ).fetchall()
     return [ClaimGrant(task_by_seq(conn, seq), token, end, attempt, fence) for seq, token, end, attempt, fence in rows]
 
@@ -380,7 +382,13 @@ def reclaim_expired(tx: Txn) -> int:
 
 
 def extend_live_leases(tx: Txn) -> int:
-    """On restart: a daemon's downtime never expires a working teammate."""
+    """On restart: a daemon's downtime never expires a working teammate.
+
+    Leases that already ended by the daemon clock are dead (a caller may have
+    been told LEASE_EXPIRED) and are reclaimed first; the live ones get a
+    whole new lease from now.
+    """
+    reclaim_expired(tx)
     count = tx.conn.execute(
         "UPDATE tasks SET lease_expire_ms = ? + lease_ms WHERE state = 2", (tx.now_ms,)
     ).rowcount
