@@ -64,7 +64,7 @@ class Board:
         self.writer = Writer(
             lambda: open_writer(database, synchronous=writer_config.synchronous,
                                 busy_timeout_ms=writer_config.busy_timeout_ms),
-            clock, writer_config, self._committed,
+            clock, writer_config, self._committed, preamble=tasks.note_clock,
         )
         self._database = database
         self._reader_count = readers

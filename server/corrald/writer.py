@@ -83,12 +83,14 @@ class Writer:
         config: WriterConfig = WriterConfig(),
         on_commit: Callable[[Wakes], None] | None = None,
         on_batch: Callable[[float, int], None] | None = None,
+        preamble: Callable[[sqlite3.Connection, int], None] | None = None,
     ) -> None:
         self._connect = connect
         self._clock = clock
         self._config = config
         self._on_commit = on_commit or (lambda wakes: None)
         self.on_batch = on_batch  # (commit latency in seconds, jobs) after each COMMIT
+        self._preamble = preamble  # runs first in every transaction, outside any job's savepoint
         self._queue: collections.deque[_Pending] = collections.deque()
         self._cond = threading.Condition()
         self._accepting = False
@@ -202,7 +204,7 @@ class Writer:
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(_is_busy),
             stop=tenacity.stop_after_attempt(self._config.busy_retries),
-            wait=tenacity.wait_exponential_jitter(initial=0.002, max=0.2),
+            wait=tenacity.wait_exponential_jitter(multiplier=0.002, max=0.2),
             before_sleep=self._count_busy,
             reraise=True,
         )
@@ -240,6 +242,8 @@ class Writer:
         now = self._clock.now_ms()
         conn.execute("BEGIN IMMEDIATE")
         try:
+            if self._preamble is not None:
+                self._preamble(conn, now)
             outcomes = []
             for index, pending in enumerate(batch):
                 outcomes.append(self._run_job(conn, pending, now))

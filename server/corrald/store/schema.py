@@ -126,6 +126,16 @@ MIGRATIONS: tuple[str, ...] = (
         data    TEXT    NOT NULL
     );
     """,
+    # 2: the daemon clock's high-water mark, so a restart can tell leases that
+    # ended while the daemon was up (and may have been reported expired) from
+    # leases that ran out during the downtime.
+    """
+    CREATE TABLE meta (
+        key   TEXT    PRIMARY KEY,
+        value INTEGER NOT NULL
+    );
+    INSERT INTO meta (key, value) VALUES ('clock_ms', 0);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

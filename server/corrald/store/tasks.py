@@ -381,14 +381,21 @@ def reclaim_expired(tx: Txn) -> int:
     return len(rows)
 
 
+def note_clock(conn: sqlite3.Connection, now_ms: int) -> None:
+    """Records how far the daemon clock got; every transaction carries it."""
+    conn.execute("UPDATE meta SET value = max(value, ?) WHERE key = 'clock_ms'", (now_ms,))
+
+
 def extend_live_leases(tx: Txn) -> int:
     """On restart: a daemon's downtime never expires a working teammate.
 
-    Leases that already ended by the daemon clock are dead (a caller may have
-    been told LEASE_EXPIRED) and are reclaimed first; the live ones get a
-    whole new lease from now.
+    A lease that ended before the last instant the previous daemon reached may
+    have been reported LEASE_EXPIRED, so it stays dead and is reclaimed. A
+    lease that ran out only during the downtime is alive: every live lease
+    gets a whole new duration from now.
     """
-    reclaim_expired(tx)
+    (last_ms,) = tx.conn.execute("SELECT value FROM meta WHERE key = 'clock_ms'").fetchone()
+    reclaim_expired(Txn(tx.conn, min(last_ms, tx.now_ms), tx.wakes))
     count = tx.conn.execute(
         "UPDATE tasks SET lease_expire_ms = ? + lease_ms WHERE state = 2", (tx.now_ms,)
     ).rowcount
