@@ -3,7 +3,7 @@ that both the Lead and teammates may make."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from typing import Any, TypeVar
 
 import grpc
@@ -33,13 +33,15 @@ class BoardClient:
 
     # ------------------------------------------------------------ plumbing
 
-    def _unary(self, method: Callable[..., _Response], request: Any) -> _Response:
+    def _unary(self, method: Callable[..., _Response], request: Any, *, timeout: float | None = None) -> _Response:
         try:
-            return method(request, metadata=self._metadata, timeout=self._rpc_timeout)
+            return method(request, metadata=self._metadata, timeout=timeout or self._rpc_timeout)
         except grpc.RpcError as exc:
             raise error_from_rpc(exc) from exc
 
-    def _stream(self, method: Callable[..., Any], request: Any, *, timeout: float | None = None) -> Iterator[Any]:
+    def _stream(
+        self, method: Callable[..., Any], request: Any, *, timeout: float | None = None
+    ) -> Generator[Any, None, None]:
         """Iterate a server stream, mapping errors and cancelling it when abandoned."""
         call = method(request, metadata=self._metadata, timeout=timeout)
         try:
@@ -67,7 +69,7 @@ class BoardClient:
 
     def list_tasks(
         self, *, states: Iterable[TaskState] = (), owner: str = "", page_size: int | None = None
-    ) -> Iterator[Task]:
+    ) -> Generator[Task, None, None]:
         """Every task matching the filters, fetching pages lazily as you iterate.
 
         Empty `states` means every state; `page_size` None is the daemon's default.

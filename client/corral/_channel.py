@@ -22,12 +22,21 @@ MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 # server with default settings counts more frequent pings on a silent stream
 # as abuse and answers GOAWAY "too_many_pings", which would break every Idle
 # stream that waits longer than a minute.
+#
+# Each client gets its own subchannels: gRPC otherwise shares them process-
+# wide per address, so a fresh client to a restarted daemon inherits the old
+# connection's failure and backoff and fails its first calls. Reconnect
+# backoff is capped at 5 s (gRPC's default cap is 2 min) so a teammate finds
+# a restarted daemon promptly; the SDK's own retries sit on top of this.
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 0),
+    ("grpc.use_local_subchannel_pool", 1),
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 5_000),
 )
 
 # Unary calls get a deadline so a wedged daemon cannot hang a caller forever.

@@ -17,8 +17,8 @@ from corral._errors import (
     LeaseLost,
     Overloaded,
     TaskCanceled,
-    Unavailable,
 )
+from corral._retry import is_transient
 from corral._types import ClaimInfo, Task
 
 if TYPE_CHECKING:
@@ -30,8 +30,6 @@ _log = logging.getLogger("corral.claim")
 
 # Errors proving the claim is dead: keepalive stops and records LeaseLost.
 DEAD_CLAIM_ERRORS = (LeaseExpired, ClaimTokenMismatch, TaskCanceled)
-# Errors after which the claim may still be live: keepalive tries again sooner.
-TRANSIENT_ERRORS = (Unavailable, Overloaded)
 MIN_RENEW_INTERVAL = 0.05
 
 
@@ -42,11 +40,24 @@ def lease_seconds(info: ClaimInfo) -> float:
     return max(seconds_until(info.lease_expire_time), MIN_RENEW_INTERVAL)
 
 
+def retry_delay_after_renew_error(exc: CorralError, lease_left: float, interval: float) -> float | None:
+    """When to try renewing again after `exc`, or None when the claim is lost.
+
+    Transient errors are retried sooner while the lease (as measured
+    locally) has time left; any other error, e.g. the teammate having been
+    removed, means the claim is gone too.
+    """
+    if not is_transient(exc) or lease_left <= 0:
+        return None
+    hint = exc.retry_after.total_seconds() if isinstance(exc, Overloaded) and exc.retry_after else None
+    return max(min(hint or lease_left / 3, lease_left, interval), MIN_RENEW_INTERVAL)
+
+
 def seconds_until(when: datetime.datetime | None) -> float:
     """Seconds from now (wall clock) to `when`; 0 when unknown or past."""
     if when is None:
         return 0.0
-    return max((when - datetime.datetime.now(datetime.timezone.utc)).total_seconds(), 0.0)
+    return max((when - datetime.datetime.now(datetime.UTC)).total_seconds(), 0.0)
 
 
 class Claim:
@@ -202,17 +213,13 @@ class Claim:
             return interval
         except DEAD_CLAIM_ERRORS:
             return None  # renew() recorded the loss
-        except TRANSIENT_ERRORS as exc:
-            left = self._local_expiry - time.monotonic()
-            if left <= 0:
-                self._record_lost(None)
-                return None
-            _log.info("renewing task %s failed (%s); retrying", self.task.id, exc)
-            hint = exc.retry_after.total_seconds() if isinstance(exc, Overloaded) and exc.retry_after else None
-            return min(hint or left / 3, left, interval)
-        except CorralError as exc:  # e.g. the teammate was removed: the claim is gone too
-            self._record_lost(exc)
-            return None
+        except CorralError as exc:
+            delay = retry_delay_after_renew_error(exc, self._local_expiry - time.monotonic(), interval)
+            if delay is None:
+                self._record_lost(None if is_transient(exc) else exc)
+            else:
+                _log.info("renewing task %s failed (%s); retrying in %.2fs", self.task.id, exc, delay)
+            return delay
 
     def _record_lost(self, cause: CorralError | None) -> None:
         with self._lock:

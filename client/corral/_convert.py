@@ -40,7 +40,7 @@ from corral.v1 import corral_pb2 as pb
 InboxItem = Message | ShutdownRequest | PlanDecision
 IdleItem = InboxItem | ClaimInfo | IdleTimeout
 
-_UTC = datetime.timezone.utc
+_UTC = datetime.UTC
 
 # ---------------------------------------------------------------- scalars
 
@@ -49,7 +49,8 @@ def time_from_pb(parent: Any, field_name: str) -> datetime.datetime | None:
     """A Timestamp field as an aware UTC datetime, or None when unset."""
     if not parent.HasField(field_name):
         return None
-    return getattr(parent, field_name).ToDatetime(tzinfo=_UTC)
+    stamp: timestamp_pb2.Timestamp = getattr(parent, field_name)
+    return stamp.ToDatetime(tzinfo=_UTC)
 
 
 def time_to_pb(value: datetime.datetime) -> timestamp_pb2.Timestamp:
@@ -63,7 +64,8 @@ def duration_from_pb(parent: Any, field_name: str) -> datetime.timedelta | None:
     """A Duration field as a timedelta, or None when unset."""
     if not parent.HasField(field_name):
         return None
-    return getattr(parent, field_name).ToTimedelta()
+    duration: duration_pb2.Duration = getattr(parent, field_name)
+    return duration.ToTimedelta()
 
 
 def duration_to_pb(value: datetime.timedelta | float | None) -> duration_pb2.Duration | None:
@@ -78,6 +80,11 @@ def duration_to_pb(value: datetime.timedelta | float | None) -> duration_pb2.Dur
 
 
 # ---------------------------------------------------------------- board
+
+
+def wire_state_name(state: TaskState) -> str:
+    """The wire enum name of a TaskState (protobuf accepts names for enum fields)."""
+    return f"TASK_STATE_{state.name}"
 
 
 def task_spec_to_pb(spec: TaskSpec) -> pb.TaskSpec:
@@ -138,7 +145,7 @@ def task_to_pb(task: Task) -> pb.Task:
     """An SDK Task as the wire message (used by tests and tools)."""
     message = pb.Task(
         id=task.id,
-        state=task.state.value,
+        state=wire_state_name(task.state),
         title=task.title,
         description=task.description,
         payload=task.payload,
@@ -328,7 +335,7 @@ def list_tasks_request(
 ) -> pb.ListTasksRequest:
     """One page request of ListTasks."""
     return pb.ListTasksRequest(
-        states=[state.value for state in states],
+        states=[wire_state_name(state) for state in states],
         owner=owner,
         page_size=page_size or 0,
         page_token=page_token,

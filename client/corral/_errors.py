@@ -148,6 +148,9 @@ class LeaseLost(CorralError):
         self.task_id = task_id
         self.cause = cause
 
+    def __str__(self) -> str:
+        return self.details  # already names the cause's reason
+
 
 class PermanentFailure(Exception):
     """Raise from a `run_teammate` handler to fail the task without a retry."""
@@ -228,7 +231,8 @@ def _retry_after(status: status_pb2.Status | None) -> datetime.timedelta | None:
     info = _unpack(status, error_details_pb2.RetryInfo)
     if info is None or not info.HasField("retry_delay"):
         return None
-    return info.retry_delay.ToTimedelta()
+    delay: datetime.timedelta = info.retry_delay.ToTimedelta()
+    return delay
 
 
 def _field_violations(status: status_pb2.Status | None) -> tuple[FieldViolation, ...]:

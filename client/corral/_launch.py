@@ -114,6 +114,8 @@ class DaemonProcess:
                 _log.warning("corrald (pid %d) ignored SIGTERM for %.0fs; killing it", self.pid, grace)
                 self._process.kill()
         returncode = self._process.wait()
+        if returncode != 0:
+            _log.warning("corrald exited with status %d; stderr:\n%s", returncode, self._stderr.text())
         if self._owns_state_dir:
             shutil.rmtree(self.state_dir, ignore_errors=True)
         return returncode
@@ -154,9 +156,7 @@ def launch_daemon(
     except BaseException:
         _abandon(process, directory if owns_state_dir else None)
         raise
-    return DaemonProcess(
-        process, state_dir=directory, address=address, owns_state_dir=owns_state_dir, stderr=stderr
-    )
+    return DaemonProcess(process, state_dir=directory, address=address, owns_state_dir=owns_state_dir, stderr=stderr)
 
 
 def _watch_stdout(stream: IO[bytes], ready: queue.Queue[dict[str, object] | _Exited]) -> None:
@@ -194,9 +194,7 @@ def _await_ready(
     try:
         event = ready.get(timeout=timeout)
     except queue.Empty:
-        raise CorralError(
-            f"corrald did not become ready within {timeout:g}s; stderr:\n{stderr.text(wait=0)}"
-        ) from None
+        raise CorralError(f"corrald did not become ready within {timeout:g}s; stderr:\n{stderr.text(wait=0)}") from None
     if isinstance(event, _Exited):
         try:
             returncode = process.wait(STOP_GRACE_SECONDS)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -129,9 +130,7 @@ class Lead(BoardClient):
 
     # ------------------------------------------------------------ teammates
 
-    def add_teammate(
-        self, name: str, *, roles: Iterable[str] = (), require_plan_approval: bool = False
-    ) -> NewTeammate:
+    def add_teammate(self, name: str, *, roles: Iterable[str] = (), require_plan_approval: bool = False) -> NewTeammate:
         """Mint a teammate credential. Its token is shown only in the result."""
         request = pb.AddTeammateRequest(name=name, roles=list(roles), require_plan_approval=require_plan_approval)
         return _convert.new_teammate_from_pb(self._unary(self._lead.AddTeammate, request))
@@ -141,16 +140,15 @@ class Lead(BoardClient):
         response = self._unary(self._lead.RemoveTeammate, pb.RemoveTeammateRequest(name=name))
         return _convert.teammate_from_pb(response.teammate)
 
-    def request_shutdown(
-        self, name: str, *, reason: str = "", grace: datetime.timedelta | float | None = None
-    ) -> str:
+    def request_shutdown(self, name: str, *, reason: str = "", grace: datetime.timedelta | float | None = None) -> str:
         """Ask a teammate to stop; returns the request id.
 
         If it has not answered within `grace` (default: the daemon's, 5 min)
         the daemon removes it.
         """
         request = _convert.request_shutdown_request(name, reason, grace)
-        return self._unary(self._lead.RequestShutdown, request).request_id
+        response: pb.RequestShutdownResponse = self._unary(self._lead.RequestShutdown, request)
+        return response.request_id
 
     def decide_plan(self, plan_id: str, *, approve: bool, feedback: str = "") -> None:
         """Approve or reject a submitted plan; the author receives a plan_decision."""
@@ -167,19 +165,27 @@ class Lead(BoardClient):
 
     # ------------------------------------------------------------ events
 
-    def watch(self, after_seq: int = 0) -> Iterator[WatchEvent]:
+    def watch(
+        self, after_seq: int = 0, *, timeout: datetime.timedelta | float | None = None
+    ) -> Generator[WatchEvent, None, None]:
         """Board events with a sequence number above `after_seq`, then live ones.
 
-        Runs until you stop iterating (the stream is cancelled) or the daemon
-        ends it. Resume after a break with the last event's `seq`.
+        Runs until you stop iterating (the stream is cancelled), the daemon
+        ends it, or `timeout` passes (TimeoutError). Resume after a break
+        with the last event's `seq`.
         """
-        return self._watch(after_seq, timeout=None)
-
-    def _watch(self, after_seq: int, *, timeout: float | None) -> Iterator[WatchEvent]:
-        for response in self._stream(self._lead.Watch, pb.WatchRequest(after_seq=after_seq), timeout=timeout):
-            event = _convert.watch_event_from_pb(response)
-            if event is not None:
-                yield event
+        seconds = _seconds(timeout) if timeout is not None else None
+        request = pb.WatchRequest(after_seq=after_seq)
+        with contextlib.closing(self._stream(self._lead.Watch, request, timeout=seconds)) as responses:
+            try:
+                for response in responses:
+                    event = _convert.watch_event_from_pb(response)
+                    if event is not None:
+                        yield event
+            except CorralError as exc:
+                if exc.code is grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise TimeoutError(f"watch ran past its {seconds:g}s timeout") from None
+                raise
 
     def wait_until_done(self, timeout: datetime.timedelta | float) -> Stats:
         """Block until no task is PENDING or IN_PROGRESS; returns the final stats.
@@ -187,32 +193,25 @@ class Lead(BoardClient):
         Follows the Watch feed and confirms with GetStats, so it reacts as
         soon as the last task finishes. Raises TimeoutError after `timeout`.
         """
-        seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
-        deadline = time.monotonic() + seconds
+        deadline = time.monotonic() + _seconds(timeout)
         stats = self.get_stats()
         if stats.active_tasks == 0:
             return stats
         unfinished: dict[str, TaskState] = {}
-        events = self._watch(0, timeout=max(deadline - time.monotonic(), 0.001))
-        try:
+        with contextlib.closing(self.watch(0, timeout=max(deadline - time.monotonic(), 0.001))) as events:
             for event in events:
-                if not isinstance(event, TaskChanged):
-                    continue
-                if not _track_unfinished(unfinished, event.task):
-                    continue
-                stats = self.get_stats()
-                if stats.active_tasks == 0:
-                    return stats
-        except CorralError as exc:
-            if exc.code is grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise TimeoutError(f"tasks still active after {seconds:g}s") from None
-            raise
-        finally:
-            events.close()
+                if isinstance(event, TaskChanged) and track_unfinished(unfinished, event.task):
+                    stats = self.get_stats()
+                    if stats.active_tasks == 0:
+                        return stats
         raise Unavailable("the daemon ended the watch stream before every task finished")
 
 
-def _track_unfinished(unfinished: dict[str, TaskState], task: Task) -> bool:
+def _seconds(value: datetime.timedelta | float) -> float:
+    return value.total_seconds() if isinstance(value, datetime.timedelta) else float(value)
+
+
+def track_unfinished(unfinished: dict[str, TaskState], task: Task) -> bool:
     """Record `task`'s state; True when a task finished and none is known to be unfinished.
 
     Only a hint: the caller confirms with GetStats, which also covers tasks
@@ -223,4 +222,3 @@ def _track_unfinished(unfinished: dict[str, TaskState], task: Task) -> bool:
         return False
     unfinished.pop(task.id, None)
     return not unfinished
-

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime
 import enum
 from dataclasses import dataclass, field
-from typing import Union
 
 __all__ = [
     "ClaimInfo",
@@ -298,7 +297,7 @@ class ShutdownAnswered:
     reason: str
 
 
-WatchEvent = Union[TaskChanged, TeammateChanged, LeadMessage, PlanSubmitted, ShutdownAnswered]
+WatchEvent = TaskChanged | TeammateChanged | LeadMessage | PlanSubmitted | ShutdownAnswered
 """Any event `Lead.watch` yields."""
 
 
@@ -320,8 +319,8 @@ class RunSummary:
 
     `completed` counts tasks the handler finished and the daemon accepted;
     `failed` counts handler exceptions reported with FailTask; `lost` counts
-    claims whose lease was lost or that were canceled under the handler, so
-    their outcome was dropped.
+    claims whose outcome was dropped: the lease was lost, the task was
+    canceled under the handler, or the daemon could not be told.
     """
 
     exit_reason: ExitReason

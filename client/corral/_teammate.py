@@ -1,0 +1,174 @@
+"""The sync teammate client: the Idle stream, claims, plans and shutdown answers."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+from collections.abc import Generator
+from types import TracebackType
+
+import grpc
+
+from corral import _convert
+from corral._board import BoardClient
+from corral._channel import open_channel, resolve_credentials
+from corral._claim import Claim
+from corral._claimbook import ClaimBook
+from corral._types import ClaimInfo, IdleTimeout, Message, PlanDecision, ShutdownRequest, Task
+from corral.v1 import corral_pb2 as pb
+from corral.v1 import corral_pb2_grpc as pb_grpc
+
+__all__ = ["IdleEvent", "Teammate"]
+
+IdleEvent = Message | ShutdownRequest | PlanDecision | Claim | IdleTimeout
+"""Anything `Teammate.idle` yields."""
+
+
+class Teammate(BoardClient):
+    """A teammate's connection to the daemon (sync).
+
+    `Teammate.connect()` reads CORRAL_ADDRESS and CORRAL_TOKEN from the
+    environment; iterate `idle()` to receive work and control messages.
+    """
+
+    def __init__(self, channel: grpc.Channel, address: str, token: str, *, rpc_timeout: float | None = None) -> None:
+        super().__init__(channel, address, token, rpc_timeout=rpc_timeout)
+        self._teammate = pb_grpc.TeammateServiceStub(channel)
+        self._claims: ClaimBook[Claim] = ClaimBook()
+        self._acked_through = 0
+
+    @classmethod
+    def connect(
+        cls,
+        address: str | None = None,
+        token: str | None = None,
+        *,
+        root_certificates: bytes | None = None,
+        rpc_timeout: float | None = None,
+    ) -> Teammate:
+        """Connect with the given credentials, else CORRAL_ADDRESS / CORRAL_TOKEN.
+
+        Raises CorralError when neither is available. The channel connects
+        lazily: a wrong address shows up as Unavailable on the first call.
+        """
+        address, token = resolve_credentials(address, token)
+        return cls(open_channel(address, root_certificates=root_certificates), address, token, rpc_timeout=rpc_timeout)
+
+    def close(self) -> None:
+        """Stop every keepalive and close the channel. Held claims stay leased
+        until they expire (release them first to hand them back at once)."""
+        for claim in self._claims.held():
+            claim.stop_keepalive()
+        super().close()
+
+    def __enter__(self) -> Teammate:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ idle
+
+    def idle(
+        self,
+        *,
+        max_idle_polls: int | None = None,
+        poll_interval: datetime.timedelta | float | None = None,
+        slots: int | None = None,
+    ) -> Generator[IdleEvent, None, None]:
+        """Open the Idle stream and yield what the daemon sends, in order.
+
+        Yields `Claim` handles (each claim once, even when a new stream
+        re-sends it), `Message`, `ShutdownRequest`, `PlanDecision` and, last,
+        `IdleTimeout` before the daemon ends the stream.
+
+        Inbox items are acknowledged when you resume the iterator after one
+        (i.e. once your loop body handled it), so an item whose handling
+        raised, or that was the last before you stopped iterating, is sent
+        again on the next stream. The daemon sends no claim while a
+        shutdown request or plan decision is unacknowledged.
+
+        Options left as None take the daemon's defaults (12 polls of 5 s, one slot).
+        Stream failures raise CorralError subclasses (Unavailable when the
+        daemon went away); a newer Idle stream of the same teammate ends this
+        one with an ABORTED CorralError.
+        """
+        request = _convert.idle_request(max_idle_polls=max_idle_polls, poll_interval=poll_interval, slots=slots)
+        with contextlib.closing(self._stream(self._teammate.Idle, request)) as responses:
+            for response in responses:
+                item = _convert.idle_item_from_pb(response)
+                if isinstance(item, ClaimInfo):
+                    claim = self._claims.admit(item, self._make_claim)
+                    if claim is not None:
+                        yield claim
+                elif isinstance(item, (Message, ShutdownRequest, PlanDecision)):
+                    yield item
+                    self.ack(item.seq)
+                elif item is not None:
+                    yield item
+
+    def ack(self, through_seq: int) -> int:
+        """Acknowledge inbox items up to and including `through_seq`.
+
+        `idle()` does this for you; call it yourself only to acknowledge an
+        item before resuming the iterator. Returns the acknowledged sequence.
+        """
+        if through_seq <= self._acked_through:
+            return self._acked_through
+        response = self._unary(self._teammate.AckMessages, pb.AckMessagesRequest(through_seq=through_seq))
+        self._acked_through = max(self._acked_through, response.acked_through_seq or through_seq)
+        return self._acked_through
+
+    def held_claims(self) -> list[Claim]:
+        """The claims this client holds and has not finished."""
+        return self._claims.held()
+
+    def _make_claim(self, info: ClaimInfo) -> Claim:
+        return Claim(info, self)
+
+    # ------------------------------------------------------------ plans and shutdown
+
+    def submit_plan(self, plan: str) -> str:
+        """Submit a plan for the Lead to decide; returns its plan id.
+
+        When this teammate must plan first, claims arrive only after the
+        newest plan's approval (a `PlanDecision` on the Idle stream).
+        """
+        response: pb.SubmitPlanResponse = self._unary(self._teammate.SubmitPlan, pb.SubmitPlanRequest(plan=plan))
+        return response.plan_id
+
+    def respond_shutdown(self, request_id: str, *, approve: bool, reason: str = "") -> None:
+        """Answer a ShutdownRequest. Approving releases every claim this
+        teammate holds and ends its Idle stream; rejecting lets it claim again."""
+        request = pb.RespondShutdownRequest(request_id=request_id, approve=approve, reason=reason)
+        self._unary(self._teammate.RespondShutdown, request)
+        if approve:
+            for claim in self._claims.held():
+                claim.stop_keepalive()
+                self._forget(claim.token)
+
+    # ------------------------------------------------------------ claim calls (used by Claim)
+
+    def _renew(self, task_id: str, token: str, *, timeout: float) -> tuple[datetime.datetime, bool]:
+        request = pb.RenewLeaseRequest(task_id=task_id, claim_token=token)
+        response = self._unary(self._teammate.RenewLease, request, timeout=timeout)
+        expire_time = _convert.time_from_pb(response, "lease_expire_time")
+        assert expire_time is not None, "RenewLease answered without lease_expire_time"
+        return expire_time, response.protocol_pending
+
+    def _complete(self, task_id: str, token: str, result: bytes) -> Task:
+        request = pb.CompleteTaskRequest(task_id=task_id, claim_token=token, result=result)
+        return _convert.task_from_pb(self._unary(self._teammate.CompleteTask, request).task)
+
+    def _fail(self, task_id: str, token: str, error: str, retryable: bool) -> Task:
+        request = pb.FailTaskRequest(task_id=task_id, claim_token=token, error=error, retryable=retryable)
+        return _convert.task_from_pb(self._unary(self._teammate.FailTask, request).task)
+
+    def _release(self, task_id: str, token: str) -> Task:
+        request = pb.ReleaseTaskRequest(task_id=task_id, claim_token=token)
+        return _convert.task_from_pb(self._unary(self._teammate.ReleaseTask, request).task)
+
+    def _forget(self, token: str) -> None:
+        self._claims.forget(token)

@@ -1,0 +1,197 @@
+"""The asyncio claim handle; its keepalive is an asyncio task."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from corral._claim import (
+    DEAD_CLAIM_ERRORS,
+    MIN_RENEW_INTERVAL,
+    lease_seconds,
+    retry_delay_after_renew_error,
+    seconds_until,
+)
+from corral._errors import CorralError, LeaseLost
+from corral._retry import is_transient
+from corral._types import ClaimInfo, Task
+
+if TYPE_CHECKING:
+    from corral.aio._teammate import Teammate
+
+__all__ = ["Claim"]
+
+_log = logging.getLogger("corral.claim")
+
+
+class Claim:
+    """An exclusive, leased hold on one task, as yielded by `Teammate.idle`.
+
+    Finish it with one of `await complete()`, `fail()` or `release()`. Keep
+    the lease alive with `async with claim.keepalive(): ...`; when a renew
+    proves the claim dead, `claim.lost` turns True and `claim.check()`
+    raises LeaseLost.
+    """
+
+    def __init__(self, info: ClaimInfo, teammate: Teammate) -> None:
+        self._info = info
+        self._teammate = teammate
+        self._lease_seconds = lease_seconds(info)
+        self._lease_expire_time = info.lease_expire_time
+        self._local_expiry = time.monotonic() + seconds_until(info.lease_expire_time)
+        self._protocol_pending = False
+        self._lost: LeaseLost | None = None
+        self._keepalive: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"Claim(task={self.task.id!r}, attempt={self.attempt}, fence={self.fence}, lost={self.lost})"
+
+    @property
+    def info(self) -> ClaimInfo:
+        """The claim's data as first received."""
+        return self._info
+
+    @property
+    def task(self) -> Task:
+        """The claimed task (as of the claim)."""
+        return self._info.task
+
+    @property
+    def token(self) -> str:
+        """The claim token."""
+        return self._info.token
+
+    @property
+    def attempt(self) -> int:
+        """Which attempt at the task this claim is (1 for the first)."""
+        return self._info.attempt
+
+    @property
+    def fence(self) -> int:
+        """Board-wide increasing number; pass it to external systems to fence stale holders."""
+        return self._info.fence
+
+    @property
+    def lease_expire_time(self) -> datetime.datetime | None:
+        """When the lease ends (daemon clock) unless renewed."""
+        return self._lease_expire_time
+
+    @property
+    def protocol_pending(self) -> bool:
+        """True when the last renew said a shutdown request or plan decision waits."""
+        return self._protocol_pending
+
+    @property
+    def lost(self) -> bool:
+        """True once the keepalive (or a renew) found the lease lost."""
+        return self._lost is not None
+
+    @property
+    def lost_error(self) -> LeaseLost | None:
+        """The recorded LeaseLost, if any; its `cause` is None for an unconfirmed loss."""
+        return self._lost
+
+    def check(self) -> None:
+        """Raise LeaseLost if the lease was lost."""
+        if self._lost is not None:
+            raise self._lost
+
+    # ------------------------------------------------------------ calls
+
+    async def renew(self) -> datetime.datetime:
+        """Extend the lease by its duration; returns the new expiry."""
+        sent_at = time.monotonic()
+        try:
+            expire_time, protocol_pending = await self._teammate._renew(
+                self.task.id, self.token, timeout=max(self._lease_seconds, 1.0)
+            )
+        except DEAD_CLAIM_ERRORS as exc:
+            self._record_lost(exc)
+            raise
+        self._lease_expire_time = expire_time
+        self._protocol_pending = protocol_pending
+        self._local_expiry = sent_at + self._lease_seconds
+        return expire_time
+
+    async def complete(self, result: bytes | str = b"") -> Task:
+        """Finish the task with `result`; safe to repeat."""
+        payload = result.encode("utf-8") if isinstance(result, str) else result
+        return await self._finish(lambda: self._teammate._complete(self.task.id, self.token, payload))
+
+    async def fail(self, error: str, *, retryable: bool = True) -> Task:
+        """Report failure; retryable failures go back to PENDING while attempts remain."""
+        return await self._finish(lambda: self._teammate._fail(self.task.id, self.token, error, retryable))
+
+    async def release(self) -> Task:
+        """Give the task back without using up an attempt."""
+        return await self._finish(lambda: self._teammate._release(self.task.id, self.token))
+
+    async def _finish(self, call: Callable[[], Awaitable[Task]]) -> Task:
+        await self.stop_keepalive()
+        try:
+            task = await call()
+        except DEAD_CLAIM_ERRORS:
+            self._teammate._forget(self.token)
+            raise
+        self._teammate._forget(self.token)
+        return task
+
+    # ------------------------------------------------------------ keepalive
+
+    @contextlib.asynccontextmanager
+    async def keepalive(self) -> AsyncIterator[Claim]:
+        """Renew the lease in the background for the duration of the block."""
+        self.start_keepalive()
+        try:
+            yield self
+        finally:
+            await self.stop_keepalive()
+
+    def start_keepalive(self) -> None:
+        """Start renewing at a third of the lease (needs a running event loop)."""
+        if self._keepalive is None and self._lost is None:
+            interval = max(self._lease_seconds / 3, MIN_RENEW_INTERVAL)
+            self._keepalive = asyncio.create_task(self._keep_alive(interval), name=f"corral-keepalive-{self.task.id}")
+
+    async def stop_keepalive(self) -> None:
+        """Stop the keepalive task, if running."""
+        keepalive, self._keepalive = self._keepalive, None
+        if keepalive is not None and keepalive is not asyncio.current_task():
+            keepalive.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keepalive
+
+    async def _keep_alive(self, interval: float) -> None:
+        delay: float | None = interval
+        while delay is not None:
+            await asyncio.sleep(delay)
+            delay = await self._keepalive_tick(interval)
+
+    async def _keepalive_tick(self, interval: float) -> float | None:
+        try:
+            await self.renew()
+            return interval
+        except DEAD_CLAIM_ERRORS:
+            return None
+        except CorralError as exc:
+            delay = retry_delay_after_renew_error(exc, self._local_expiry - time.monotonic(), interval)
+            if delay is None:
+                self._record_lost(None if is_transient(exc) else exc)
+            else:
+                _log.info("renewing task %s failed (%s); retrying in %.2fs", self.task.id, exc, delay)
+            return delay
+
+    def _record_lost(self, cause: CorralError | None) -> None:
+        if self._lost is None:
+            self._lost = LeaseLost(self.task.id, cause)
+            _log.warning("%s", self._lost)
+        if cause is not None:
+            self._teammate._forget(self.token)
+
+    def _refresh(self, info: ClaimInfo) -> None:
+        self._lease_expire_time = info.lease_expire_time

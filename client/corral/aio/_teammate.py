@@ -1,0 +1,152 @@
+"""The asyncio teammate client. Same calls as `corral.Teammate`, awaited."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+from collections.abc import AsyncGenerator
+from types import TracebackType
+
+import grpc.aio
+
+from corral import _convert
+from corral._channel import open_aio_channel, resolve_credentials
+from corral._claimbook import ClaimBook
+from corral._types import ClaimInfo, IdleTimeout, Message, PlanDecision, ShutdownRequest, Task
+from corral.aio._board import BoardClient
+from corral.aio._claim import Claim
+from corral.v1 import corral_pb2 as pb
+from corral.v1 import corral_pb2_grpc as pb_grpc
+
+__all__ = ["IdleEvent", "Teammate"]
+
+IdleEvent = Message | ShutdownRequest | PlanDecision | Claim | IdleTimeout
+"""Anything `Teammate.idle` yields."""
+
+
+class Teammate(BoardClient):
+    """A teammate's asyncio connection to the daemon.
+
+    `await Teammate.connect()` reads CORRAL_ADDRESS and CORRAL_TOKEN from the
+    environment; `async for event in teammate.idle(): ...` receives work.
+    """
+
+    def __init__(
+        self, channel: grpc.aio.Channel, address: str, token: str, *, rpc_timeout: float | None = None
+    ) -> None:
+        super().__init__(channel, address, token, rpc_timeout=rpc_timeout)
+        self._teammate = pb_grpc.TeammateServiceStub(channel)
+        self._claims: ClaimBook[Claim] = ClaimBook()
+        self._acked_through = 0
+
+    @classmethod
+    async def connect(
+        cls,
+        address: str | None = None,
+        token: str | None = None,
+        *,
+        root_certificates: bytes | None = None,
+        rpc_timeout: float | None = None,
+    ) -> Teammate:
+        """Connect with the given credentials, else CORRAL_ADDRESS / CORRAL_TOKEN."""
+        address, token = resolve_credentials(address, token)
+        channel = open_aio_channel(address, root_certificates=root_certificates)
+        return cls(channel, address, token, rpc_timeout=rpc_timeout)
+
+    async def close(self) -> None:
+        """Stop every keepalive and close the channel."""
+        for claim in self._claims.held():
+            await claim.stop_keepalive()
+        await super().close()
+
+    async def __aenter__(self) -> Teammate:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------ idle
+
+    async def idle(
+        self,
+        *,
+        max_idle_polls: int | None = None,
+        poll_interval: datetime.timedelta | float | None = None,
+        slots: int | None = None,
+    ) -> AsyncGenerator[IdleEvent, None]:
+        """Open the Idle stream and yield what the daemon sends, in order.
+
+        Same contract as `corral.Teammate.idle`: each claim once, inbox items
+        acknowledged when you resume the iterator after them. Close it with
+        `contextlib.aclosing` to end the stream promptly when you stop early.
+        """
+        request = _convert.idle_request(max_idle_polls=max_idle_polls, poll_interval=poll_interval, slots=slots)
+        async with contextlib.aclosing(self._stream(self._teammate.Idle, request)) as responses:
+            async for response in responses:
+                item = _convert.idle_item_from_pb(response)
+                if isinstance(item, ClaimInfo):
+                    claim = self._claims.admit(item, self._make_claim)
+                    if claim is not None:
+                        yield claim
+                elif isinstance(item, (Message, ShutdownRequest, PlanDecision)):
+                    yield item
+                    await self.ack(item.seq)
+                elif item is not None:
+                    yield item
+
+    async def ack(self, through_seq: int) -> int:
+        """Acknowledge inbox items up to and including `through_seq`."""
+        if through_seq <= self._acked_through:
+            return self._acked_through
+        response = await self._unary(self._teammate.AckMessages, pb.AckMessagesRequest(through_seq=through_seq))
+        self._acked_through = max(self._acked_through, response.acked_through_seq or through_seq)
+        return self._acked_through
+
+    def held_claims(self) -> list[Claim]:
+        """The claims this client holds and has not finished."""
+        return self._claims.held()
+
+    def _make_claim(self, info: ClaimInfo) -> Claim:
+        return Claim(info, self)
+
+    # ------------------------------------------------------------ plans and shutdown
+
+    async def submit_plan(self, plan: str) -> str:
+        """Submit a plan for the Lead to decide; returns its plan id."""
+        response: pb.SubmitPlanResponse = await self._unary(self._teammate.SubmitPlan, pb.SubmitPlanRequest(plan=plan))
+        return response.plan_id
+
+    async def respond_shutdown(self, request_id: str, *, approve: bool, reason: str = "") -> None:
+        """Answer a ShutdownRequest; approving releases every claim and ends the stream."""
+        request = pb.RespondShutdownRequest(request_id=request_id, approve=approve, reason=reason)
+        await self._unary(self._teammate.RespondShutdown, request)
+        if approve:
+            for claim in self._claims.held():
+                await claim.stop_keepalive()
+                self._forget(claim.token)
+
+    # ------------------------------------------------------------ claim calls (used by Claim)
+
+    async def _renew(self, task_id: str, token: str, *, timeout: float) -> tuple[datetime.datetime, bool]:
+        request = pb.RenewLeaseRequest(task_id=task_id, claim_token=token)
+        response = await self._unary(self._teammate.RenewLease, request, timeout=timeout)
+        expire_time = _convert.time_from_pb(response, "lease_expire_time")
+        assert expire_time is not None, "RenewLease answered without lease_expire_time"
+        return expire_time, response.protocol_pending
+
+    async def _complete(self, task_id: str, token: str, result: bytes) -> Task:
+        request = pb.CompleteTaskRequest(task_id=task_id, claim_token=token, result=result)
+        return _convert.task_from_pb((await self._unary(self._teammate.CompleteTask, request)).task)
+
+    async def _fail(self, task_id: str, token: str, error: str, retryable: bool) -> Task:
+        request = pb.FailTaskRequest(task_id=task_id, claim_token=token, error=error, retryable=retryable)
+        return _convert.task_from_pb((await self._unary(self._teammate.FailTask, request)).task)
+
+    async def _release(self, task_id: str, token: str) -> Task:
+        request = pb.ReleaseTaskRequest(task_id=task_id, claim_token=token)
+        return _convert.task_from_pb((await self._unary(self._teammate.ReleaseTask, request)).task)
+
+    def _forget(self, token: str) -> None:
+        self._claims.forget(token)

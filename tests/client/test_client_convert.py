@@ -1,0 +1,226 @@
+"""Round trips between SDK types and wire messages (no daemon needed)."""
+
+import datetime
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from corral import _convert
+from corral._types import (
+    ClaimInfo,
+    IdleTimeout,
+    LeadMessage,
+    Message,
+    PlanDecision,
+    PlanSubmitted,
+    ShutdownAnswered,
+    ShutdownRequest,
+    Task,
+    TaskChanged,
+    TaskSpec,
+    TaskState,
+    TeammateChanged,
+    TeammateChangeReason,
+    TeammateStatus,
+)
+from corral.v1 import corral_pb2 as pb
+
+UTC = datetime.UTC
+
+ids = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_", min_size=1, max_size=20)
+int32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
+# Timestamps and durations carry nanoseconds; datetimes stop at microseconds.
+instants = st.datetimes(
+    min_value=datetime.datetime(1970, 1, 2), max_value=datetime.datetime(2200, 1, 1), timezones=st.just(UTC)
+)
+spans = st.timedeltas(min_value=datetime.timedelta(microseconds=1), max_value=datetime.timedelta(days=1))
+
+task_specs = st.builds(
+    TaskSpec,
+    id=ids,
+    title=st.text(max_size=50),
+    description=st.text(max_size=200),
+    payload=st.binary(max_size=100),
+    depends_on=st.lists(ids, max_size=5).map(tuple),
+    priority=int32,
+    max_attempts=st.none() | st.integers(min_value=1, max_value=100),
+    lease_duration=st.none() | spans,
+    required_role=st.text(max_size=10),
+)
+
+tasks = st.builds(
+    Task,
+    id=ids,
+    state=st.sampled_from(TaskState),
+    title=st.text(max_size=50),
+    description=st.text(max_size=200),
+    payload=st.binary(max_size=100),
+    depends_on=st.lists(ids, max_size=5).map(tuple),
+    priority=int32,
+    required_role=st.text(max_size=10),
+    max_attempts=st.integers(min_value=0, max_value=100),
+    lease_duration=spans,
+    owner=st.text(max_size=10),
+    attempt=st.integers(min_value=0, max_value=100),
+    result=st.binary(max_size=100),
+    error=st.text(max_size=100),
+    seq=st.integers(min_value=0, max_value=2**62),
+    create_time=st.none() | instants,
+    lease_expire_time=st.none() | instants,
+    finish_time=st.none() | instants,
+)
+
+
+@given(task_specs)
+def test_task_spec_round_trips(spec: TaskSpec) -> None:
+    wire = _convert.task_spec_to_pb(spec)
+    assert _convert.task_spec_from_pb(pb.TaskSpec.FromString(wire.SerializeToString())) == spec
+
+
+@given(tasks)
+def test_task_round_trips(task: Task) -> None:
+    wire = pb.Task.FromString(_convert.task_to_pb(task).SerializeToString())
+    assert _convert.task_from_pb(wire) == task
+
+
+def test_unset_spec_options_mean_default_on_the_wire() -> None:
+    wire = _convert.task_spec_to_pb(TaskSpec("a"))
+    assert wire.max_attempts == 0
+    assert not wire.HasField("lease_duration")
+
+
+def test_unset_times_become_none_and_set_times_are_utc_aware() -> None:
+    wire = pb.Task(id="a", state=pb.TASK_STATE_PENDING)
+    wire.create_time.FromSeconds(1_700_000_000)
+    task = _convert.task_from_pb(wire)
+    assert task.create_time == datetime.datetime.fromtimestamp(1_700_000_000, UTC)
+    assert task.create_time.tzinfo is not None
+    assert task.finish_time is None and task.lease_expire_time is None
+    assert task.lease_duration == datetime.timedelta(0)
+
+
+def test_naive_datetimes_are_taken_as_utc() -> None:
+    naive = datetime.datetime(2030, 1, 1, 12, 0)
+    assert _convert.time_to_pb(naive).ToDatetime(tzinfo=UTC) == naive.replace(tzinfo=UTC)
+
+
+def _stamp(seconds: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(seconds, UTC)
+
+
+def test_idle_items_convert_by_kind() -> None:
+    message = pb.IdleResponse(message=pb.Message(seq=3, sender="lead", body="hi"))
+    message.message.send_time.FromSeconds(10)
+    assert _convert.idle_item_from_pb(message) == Message(seq=3, send_time=_stamp(10), sender="lead", body="hi")
+
+    shutdown = pb.IdleResponse(shutdown_request=pb.ShutdownRequest(seq=4, request_id="r1", reason="done"))
+    shutdown.shutdown_request.deadline_time.FromSeconds(20)
+    assert _convert.idle_item_from_pb(shutdown) == ShutdownRequest(
+        seq=4, send_time=None, request_id="r1", reason="done", deadline_time=_stamp(20)
+    )
+
+    decision = pb.IdleResponse(plan_decision=pb.PlanDecision(seq=5, plan_id="p", approve=True, feedback="ok"))
+    assert _convert.idle_item_from_pb(decision) == PlanDecision(
+        seq=5, send_time=None, plan_id="p", approve=True, feedback="ok"
+    )
+
+    claim = pb.IdleResponse(
+        claim=pb.Claim(task=pb.Task(id="t", state=pb.TASK_STATE_IN_PROGRESS), claim_token="tok", attempt=2, fence=9)
+    )
+    claim.claim.lease_expire_time.FromSeconds(30)
+    item = _convert.idle_item_from_pb(claim)
+    assert isinstance(item, ClaimInfo)
+    assert (item.task.id, item.token, item.attempt, item.fence) == ("t", "tok", 2, 9)
+    assert item.lease_expire_time == _stamp(30)
+    assert "tok" not in repr(item), "claim tokens are secrets and stay out of reprs"
+
+    timeout = pb.IdleResponse(idle_timeout=pb.IdleTimeout(idle_polls=12))
+    assert _convert.idle_item_from_pb(timeout) == IdleTimeout(idle_polls=12)
+    assert _convert.idle_item_from_pb(pb.IdleResponse()) is None
+
+
+def test_watch_events_convert_by_kind() -> None:
+    def event(**kwargs: object) -> pb.WatchResponse:
+        response = pb.WatchResponse(seq=7, **kwargs)
+        response.time.FromSeconds(40)
+        return response
+
+    changed = _convert.watch_event_from_pb(event(task_changed=pb.Task(id="a", state=pb.TASK_STATE_COMPLETED)))
+    assert isinstance(changed, TaskChanged) and changed.seq == 7 and changed.time == _stamp(40)
+    assert changed.task.state is TaskState.COMPLETED
+
+    teammate = _convert.watch_event_from_pb(
+        event(
+            teammate_changed=pb.TeammateChanged(
+                teammate=pb.Teammate(name="ann", roles=["dev"], status=pb.TEAMMATE_STATUS_IDLE),
+                status=pb.TEAMMATE_STATUS_IDLE,
+                reason=pb.TEAMMATE_CHANGE_REASON_JOINED,
+            )
+        )
+    )
+    assert isinstance(teammate, TeammateChanged)
+    assert (teammate.teammate.name, teammate.teammate.roles) == ("ann", ("dev",))
+    assert (teammate.status, teammate.reason) == (TeammateStatus.IDLE, TeammateChangeReason.JOINED)
+
+    message = _convert.watch_event_from_pb(event(message=pb.Message(seq=1, sender="ann", body="hey")))
+    assert isinstance(message, LeadMessage) and message.message.body == "hey"
+
+    plan = _convert.watch_event_from_pb(event(plan_submitted=pb.PlanSubmitted(plan_id="p", author="ann", plan="x")))
+    assert plan == PlanSubmitted(seq=7, time=_stamp(40), plan_id="p", author="ann", plan="x")
+
+    answer = _convert.watch_event_from_pb(
+        event(shutdown_answered=pb.ShutdownAnswered(request_id="r", teammate="ann", approve=True, reason="bye"))
+    )
+    assert answer == ShutdownAnswered(
+        seq=7, time=_stamp(40), request_id="r", teammate="ann", approve=True, reason="bye"
+    )
+    assert _convert.watch_event_from_pb(pb.WatchResponse(seq=8)) is None
+
+
+def test_unknown_change_reason_is_reported_as_unspecified() -> None:
+    response = pb.WatchResponse(teammate_changed=pb.TeammateChanged(reason=99))
+    event = _convert.watch_event_from_pb(response)
+    assert isinstance(event, TeammateChanged) and event.reason is TeammateChangeReason.UNSPECIFIED
+
+
+def test_stats_map_state_names_and_skip_unknown_ones() -> None:
+    response = pb.GetStatsResponse(
+        tasks_by_state={"TASK_STATE_PENDING": 2, "TASK_STATE_COMPLETED": 5, "TASK_STATE_FROZEN": 1},
+        teammates_by_status={"TEAMMATE_STATUS_BUSY": 3},
+        writer=pb.WriterStats(queue_depth=4, commits=9, mean_batch_size=1.5),
+        open_streams=6,
+    )
+    stats = _convert.stats_from_pb(response)
+    assert stats.tasks_by_state == {TaskState.PENDING: 2, TaskState.COMPLETED: 5}
+    assert stats.teammates_by_status == {TeammateStatus.BUSY: 3}
+    assert (stats.writer.queue_depth, stats.writer.commits, stats.writer.mean_batch_size) == (4, 9, 1.5)
+    assert stats.open_streams == 6
+    assert stats.active_tasks == 2
+    assert stats.count(TaskState.FAILED) == 0
+
+
+def test_request_builders_use_zero_for_defaults() -> None:
+    idle = _convert.idle_request(max_idle_polls=None, poll_interval=None, slots=None)
+    assert (idle.max_idle_polls, idle.slots, idle.HasField("poll_interval")) == (0, 0, False)
+    idle = _convert.idle_request(max_idle_polls=3, poll_interval=0.25, slots=2)
+    assert idle.poll_interval.ToTimedelta() == datetime.timedelta(milliseconds=250)
+
+    listing = _convert.list_tasks_request([TaskState.PENDING, TaskState.FAILED], "ann", None, "tok")
+    assert list(listing.states) == [pb.TASK_STATE_PENDING, pb.TASK_STATE_FAILED]
+    assert (listing.owner, listing.page_size, listing.page_token) == ("ann", 0, "tok")
+
+    shutdown = _convert.request_shutdown_request("ann", "bye", datetime.timedelta(seconds=3))
+    assert shutdown.grace.seconds == 3
+    assert not _convert.request_shutdown_request("ann", "", None).HasField("grace")
+
+    batch = _convert.create_tasks_request([TaskSpec("a"), TaskSpec("b", depends_on=("a",))], None)
+    assert [t.id for t in batch.tasks] == ["a", "b"] and batch.request_id == ""
+
+
+def test_enum_values_match_the_wire() -> None:
+    for state in TaskState:
+        assert pb.TaskState.Name(state.value) == f"TASK_STATE_{state.name}"
+    for status in TeammateStatus:
+        assert pb.TeammateStatus.Name(status.value) == f"TEAMMATE_STATUS_{status.name}"
+    for reason in TeammateChangeReason:
+        assert pb.TeammateChangeReason.Name(reason.value) == f"TEAMMATE_CHANGE_REASON_{reason.name}"

@@ -1,0 +1,17 @@
+"""Fixtures for the SDK end-to-end tests against a real corrald."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import corral
+
+
+@pytest.fixture
+def lead(tmp_path: Path) -> Iterator[corral.Lead]:
+    """A Lead that launched a fresh daemon on tmp_path/state; stopped afterwards."""
+    with corral.Lead.launch(tmp_path / "state", ready_timeout=30) as lead:
+        yield lead
