@@ -75,6 +75,7 @@ class TeammateChangeReason(enum.Enum):
     REMOVED = 6
     BUSY = 7
     AWAITING_PLAN = 8
+    ADDED = 9
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ class TeammateChangeReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TEAMMATE_CHANGE_REASON_REMOVED: _ClassVar[TeammateChangeReason]
     TEAMMATE_CHANGE_REASON_BUSY: _ClassVar[TeammateChangeReason]
     TEAMMATE_CHANGE_REASON_AWAITING_PLAN: _ClassVar[TeammateChangeReason]
+    TEAMMATE_CHANGE_REASON_ADDED: _ClassVar[TeammateChangeReason]
 TASK_STATE_UNSPECIFIED: TaskState
 TASK_STATE_PENDING: TaskState
 TASK_STATE_IN_PROGRESS: TaskState
@@ -63,6 +64,7 @@ TEAMMATE_CHANGE_REASON_LEFT: TeammateChangeReason
 TEAMMATE_CHANGE_REASON_REMOVED: TeammateChangeReason
 TEAMMATE_CHANGE_REASON_BUSY: TeammateChangeReason
 TEAMMATE_CHANGE_REASON_AWAITING_PLAN: TeammateChangeReason
+TEAMMATE_CHANGE_REASON_ADDED: TeammateChangeReason
 
 class TaskSpec(_message.Message):
     __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "max_attempts", "lease_duration", "required_role")

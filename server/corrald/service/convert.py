@@ -10,7 +10,7 @@ from ..store.delivery import Delivery
 from ..store.model import ClaimGrant, Event, InboxItem, TaskRecord, TaskSpec, TeammateRecord
 
 TEAMMATE_REASONS = {
-    "added": pb.TEAMMATE_CHANGE_REASON_UNSPECIFIED,
+    "added": pb.TEAMMATE_CHANGE_REASON_ADDED,
     "joined": pb.TEAMMATE_CHANGE_REASON_JOINED,
     "idle": pb.TEAMMATE_CHANGE_REASON_IDLE,
     "idle_timeout": pb.TEAMMATE_CHANGE_REASON_IDLE_TIMEOUT,

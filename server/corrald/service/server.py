@@ -46,6 +46,7 @@ SERVER_OPTIONS = (
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.max_concurrent_streams", 4096),
 )
+UNIX_PATH_MAX = 107  # sun_path holds 108 bytes including the terminating NUL
 SERVICE_NAMES = (
     pb.DESCRIPTOR.services_by_name["LeadService"].full_name,
     pb.DESCRIPTOR.services_by_name["TeammateService"].full_name,
@@ -87,6 +88,9 @@ def _bind(server: grpc.aio.Server, config: ServeConfig, socket_default: pathlib.
         credentials = grpc.ssl_server_credentials([(config.tls_key.read_bytes(), config.tls_cert.read_bytes())])
     if listen.startswith("unix:"):
         path = pathlib.Path(listen.removeprefix("unix:")).absolute()
+        if len(os.fsencode(path)) > UNIX_PATH_MAX:
+            raise ConfigError(f"socket path {path} is longer than {UNIX_PATH_MAX} bytes (a Unix socket limit); "
+                              "use a shorter --state-dir or --listen unix:PATH")
         if path.exists() or path.is_symlink():
             path.unlink()  # stale socket of a dead daemon: we hold the state lock
         address = f"unix:{path}"

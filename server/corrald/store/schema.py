@@ -44,6 +44,7 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TABLE deps (
         task_seq INTEGER NOT NULL REFERENCES tasks (seq),
         dep_seq  INTEGER NOT NULL REFERENCES tasks (seq),
+        position INTEGER NOT NULL,  -- order in the spec's depends_on
         PRIMARY KEY (task_seq, dep_seq)
     ) WITHOUT ROWID;
     CREATE INDEX deps_by_dep ON deps (dep_seq, task_seq);

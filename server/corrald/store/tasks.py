@@ -25,7 +25,7 @@ PENDING, IN_PROGRESS = int(TaskState.PENDING), int(TaskState.IN_PROGRESS)
 
 def _depends_on(conn: sqlite3.Connection, seq: int) -> tuple[str, ...]:
     rows = conn.execute(
-        "SELECT t.id FROM deps d JOIN tasks t ON t.seq = d.dep_seq WHERE d.task_seq = ? ORDER BY t.seq", (seq,)
+        "SELECT t.id FROM deps d JOIN tasks t ON t.seq = d.dep_seq WHERE d.task_seq = ? ORDER BY d.position", (seq,)
     )
     return tuple(row[0] for row in rows)
 
@@ -112,8 +112,8 @@ def create_tasks(tx: Txn, specs: Sequence[TaskSpec], request_id: str = "") -> li
             tx.wakes.ready_roles[spec.required_role] += 1
     for spec, seq in zip(new_specs, created):
         conn.executemany(
-            "INSERT INTO deps (task_seq, dep_seq) SELECT ?, seq FROM tasks WHERE id = ?",
-            [(seq, dep) for dep in spec.depends_on],
+            "INSERT INTO deps (task_seq, dep_seq, position) SELECT ?, seq, ? FROM tasks WHERE id = ?",
+            [(seq, position, dep) for position, dep in enumerate(spec.depends_on)],
         )
     for seq in created:
         task_changed(tx, task_by_seq(conn, seq))

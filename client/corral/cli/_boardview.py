@@ -1,0 +1,275 @@
+"""The board as seen through the Watch feed, drawn live (rich) or as plain lines.
+
+`BoardModel` folds watch events into tasks, teammates and a short history;
+`LiveBoard` redraws it in a terminal, `PlainBoard` prints progress lines for
+logs and pipes. Both are driven by the caller's loop (`update()` after each
+batch of events), so they never touch the network themselves.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import IO, Protocol
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.markup import escape
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+import corral
+
+from ._output import first_line, short, state_name, styled
+
+HISTORY_LINES = 8
+PLAIN_PROGRESS_EVERY = 0.5
+
+
+def want_live(force_plain: bool = False) -> bool:
+    """Draw a live board only on a real terminal (not CI, not a pipe, not TERM=dumb)."""
+    if force_plain or os.environ.get("CI") or os.environ.get("TERM") == "dumb":
+        return False
+    return sys.stdout.isatty()
+
+
+@dataclass
+class Mate:
+    """What the board knows about one teammate."""
+
+    name: str
+    roles: tuple[str, ...] = ()
+    status: corral.TeammateStatus = corral.TeammateStatus.OFFLINE
+    current: str = ""
+    done: int = 0
+
+
+@dataclass
+class BoardModel:
+    """Tasks, teammates and recent history, folded from watch events."""
+
+    tasks: dict[str, corral.Task] = field(default_factory=dict)
+    mates: dict[str, Mate] = field(default_factory=dict)
+    history: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=HISTORY_LINES))
+    notable: list[str] = field(default_factory=list)
+    plans: dict[str, corral.PlanSubmitted] = field(default_factory=dict)
+    messages: list[corral.LeadMessage] = field(default_factory=list)
+    answers: dict[str, corral.ShutdownAnswered] = field(default_factory=dict)
+    expected_tasks: int = 0  # when known (the demo): progress waits until the replay has them all
+    failed_attempts: int = 0
+    first_claim: float | None = None
+    last_finish: float | None = None
+    last_seq: int = 0
+
+    # ------------------------------------------------------------ folding
+
+    def apply(self, event: corral.WatchEvent) -> None:
+        self.last_seq = max(self.last_seq, event.seq)
+        if isinstance(event, corral.TaskChanged):
+            self._task(event.task)
+        elif isinstance(event, corral.TeammateChanged):
+            self._teammate(event)
+        elif isinstance(event, corral.LeadMessage):
+            self.messages.append(event)
+            self.note(f"message from {event.message.sender}: {short(event.message.body, 80)}")
+        elif isinstance(event, corral.PlanSubmitted):
+            self.plans[event.plan_id] = event
+            self.note(f"{event.author} submitted plan {event.plan_id}: {short(event.plan, 60)}")
+        elif isinstance(event, corral.ShutdownAnswered):
+            self.answers[event.request_id] = event
+            answer = "approved" if event.approve else "rejected"
+            self.note(f"{event.teammate} {answer} shutdown: {short(event.reason, 60)}")
+
+    def note(self, line: str, *, notable: bool = True) -> None:
+        """Add a line to the history (and, if notable, to the plain output)."""
+        self.history.append(line)
+        if notable:
+            self.notable.append(line)
+
+    def mate(self, name: str) -> Mate:
+        return self.mates.setdefault(name, Mate(name))
+
+    def _task(self, task: corral.Task) -> None:
+        old = self.tasks.get(task.id)
+        self.tasks[task.id] = task
+        was_running = old is not None and old.state is corral.TaskState.IN_PROGRESS
+        if was_running and old is not None and old.owner:
+            self._clear_current(old.owner, task.id)
+        state = task.state
+        if state is corral.TaskState.IN_PROGRESS:
+            self.first_claim = self.first_claim or time.monotonic()
+            if task.owner:
+                self.mate(task.owner).current = task.id
+            self.note(f"{task.owner} claimed {task.id} (attempt {task.attempt})", notable=False)
+        elif state is corral.TaskState.COMPLETED:
+            self.last_finish = time.monotonic()
+            if task.owner:
+                self.mate(task.owner).done += 1
+            self.note(f"{task.owner or '?'} completed {task.id}", notable=False)
+        elif state is corral.TaskState.PENDING and was_running and old is not None:
+            self._back_to_pending(old, task)
+        elif state is corral.TaskState.PENDING and old is None:
+            self.note(f"task {task.id} added", notable=False)
+        elif state is corral.TaskState.FAILED:
+            self.last_finish = time.monotonic()
+            self.note(f"{task.id} FAILED after {task.attempt} attempt(s): {short(first_line(task.error), 60)}")
+        elif state is corral.TaskState.CANCELED:
+            self.note(f"{task.id} canceled")
+
+    def _back_to_pending(self, old: corral.Task, task: corral.Task) -> None:
+        # A release does not use up an attempt; a failure or an expiry does, and records why.
+        if task.attempt < old.attempt:
+            self.note(f"{old.owner or '?'} released {task.id}")
+        elif task.error.startswith("lease expired"):
+            self.note(f"{task.id}: lease of {old.owner or '?'} expired on attempt {old.attempt}; will retry")
+        else:
+            self.failed_attempts += 1
+            self.note(f"{task.id} attempt {old.attempt} failed ({short(first_line(task.error), 50)}); will retry")
+
+    def _clear_current(self, name: str, task_id: str) -> None:
+        mate = self.mates.get(name)
+        if mate is not None and mate.current == task_id:
+            mate.current = ""
+
+    def _teammate(self, event: corral.TeammateChanged) -> None:
+        mate = self.mate(event.teammate.name)
+        mate.roles = event.teammate.roles or mate.roles
+        mate.status = event.status
+        if event.status is not corral.TeammateStatus.BUSY:
+            mate.current = ""
+        reason = event.reason
+        notable = reason in (
+            corral.TeammateChangeReason.JOINED,
+            corral.TeammateChangeReason.LEFT,
+            corral.TeammateChangeReason.REMOVED,
+            corral.TeammateChangeReason.IDLE_TIMEOUT,
+        )
+        if notable:
+            self.note(f"teammate {mate.name} {state_name(reason)}")
+
+    # ------------------------------------------------------------ questions
+
+    def count(self, *states: corral.TaskState) -> int:
+        return sum(1 for task in self.tasks.values() if task.state in states)
+
+    def counts(self) -> dict[corral.TaskState, int]:
+        return {state: self.count(state) for state in corral.TaskState}
+
+    def all_final(self) -> bool:
+        """True when the board has tasks and every one is final (a hint; confirm with GetStats)."""
+        return bool(self.tasks) and all(task.state.is_final for task in self.tasks.values())
+
+    def drain_notable(self) -> list[str]:
+        lines, self.notable = self.notable, []
+        return lines
+
+
+class BoardView(Protocol):
+    def update(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def progress_text(model: BoardModel) -> str:
+    """`12/30 completed | pending 10, in_progress 4, completed 12` (zero states left out)."""
+    counts = model.counts()
+    parts = [f"{state_name(state)} {counts[state]}" for state in corral.TaskState if counts[state]]
+    return f"{counts[corral.TaskState.COMPLETED]}/{len(model.tasks)} completed | " + ", ".join(parts)
+
+
+class PlainBoard:
+    """Progress lines and notable events, for logs and pipes."""
+
+    def __init__(self, model: BoardModel, *, out: IO[str] | None = None, started: float | None = None) -> None:
+        self._model = model
+        self._out = out or sys.stdout
+        self._started = started or time.monotonic()
+        self._last_progress = ""
+        self._last_time = 0.0
+
+    def update(self, *, force: bool = False) -> None:
+        elapsed = time.monotonic() - self._started
+        for line in self._model.drain_notable():
+            self._print(f"[{elapsed:6.1f}s] {line}")
+        progress = progress_text(self._model)
+        due = force or time.monotonic() - self._last_time >= PLAIN_PROGRESS_EVERY
+        known = len(self._model.tasks)
+        if known and known >= self._model.expected_tasks and progress != self._last_progress and due:
+            self._print(f"[{elapsed:6.1f}s] {progress}")
+            self._last_progress, self._last_time = progress, time.monotonic()
+
+    def close(self) -> None:
+        self.update(force=True)
+
+    def _print(self, line: str) -> None:
+        print(line, file=self._out, flush=True)
+
+
+class LiveBoard:
+    """A live terminal board (rich Live), redrawn on each `update()`."""
+
+    def __init__(
+        self, model: BoardModel, title: str, *, console: Console | None = None, started: float | None = None
+    ) -> None:
+        self._model = model
+        self._title = title
+        self._started = started or time.monotonic()
+        self._live = Live(self._render(), console=console, refresh_per_second=10, transient=False)
+        self._live.start()
+
+    def update(self) -> None:
+        self._model.drain_notable()  # the history panel shows them
+        self._live.update(self._render())
+
+    def close(self) -> None:
+        self.update()
+        self._live.stop()
+
+    def _render(self) -> Group:
+        model = self._model
+        counts = model.counts()
+        total = len(model.tasks)
+        done = counts[corral.TaskState.COMPLETED]
+        header = Text.from_markup(
+            f"[bold]{escape(self._title)}[/]   {done}/{total} completed   "
+            f"elapsed {time.monotonic() - self._started:.1f}s"
+        )
+        # ProgressBar ends without a newline: give it a row of its own.
+        bar = Table.grid(padding=(0, 1))
+        bar.add_row(ProgressBar(total=max(total, 1), completed=done, width=60), f"{done}/{total}")
+        states = Text.from_markup("   ".join(f"{styled(state)} {counts[state]}" for state in corral.TaskState))
+        return Group(header, bar, states, Text(""), self._mates_table(), self._history())
+
+    def _mates_table(self) -> Table:
+        table = Table("teammate", "roles", "status", "current task", "done", title="teammates", title_justify="left")
+        for mate in sorted(self._model.mates.values(), key=lambda m: m.name):
+            table.add_row(
+                escape(mate.name),
+                escape(", ".join(mate.roles) or "-"),
+                styled(mate.status),
+                escape(mate.current or "-"),
+                str(mate.done),
+            )
+        return table
+
+    def _history(self) -> Table:
+        table = Table("latest events", show_edge=False, box=None)
+        for line in self._model.history:
+            table.add_row(escape(line))
+        return table
+
+
+def open_view(
+    model: BoardModel, title: str, *, plain: bool, out: IO[str] | None = None, started: float | None = None
+) -> BoardView:
+    """A LiveBoard on a terminal, else a PlainBoard (on `out`, default stdout).
+
+    `started` (a `time.monotonic()` value) is where the elapsed time counts from.
+    """
+    if want_live(plain) and out in (None, sys.stdout):
+        return LiveBoard(model, title, started=started)
+    return PlainBoard(model, out=out, started=started)

@@ -1,0 +1,187 @@
+"""Where the CLI finds the daemon, and how its failures become one line on stderr.
+
+Address and Lead token come, in this order, from `--address` / `--token`,
+from `--state-dir DIR` (`unix:DIR/corral.sock` and `DIR/lead.token`), or from
+CORRAL_ADDRESS / CORRAL_TOKEN. The options may be given on the `corral` group
+or on the command itself; the command's win.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import click
+import grpc
+
+import corral
+
+ADDRESS_ENV = "CORRAL_ADDRESS"
+TOKEN_ENV = "CORRAL_TOKEN"
+STATE_DIR_ENV = "CORRAL_STATE_DIR"
+SOCKET_NAME = "corral.sock"
+LEAD_TOKEN_NAME = "lead.token"
+
+# Exit statuses (documented in `corral --help`).
+EXIT_FAILED = 1  # the daemon refused the request, or an input file is wrong
+EXIT_USAGE = 2  # click's own status for bad usage; also: no daemon configured
+EXIT_UNREACHABLE = 3  # the daemon cannot be reached
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_OPTION_KEYS = ("state_dir", "address", "token")
+
+
+class CliError(click.ClickException):
+    """A failure reported as one `corral: ...` line on stderr."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"corral: {self.format_message()}", err=True, file=file)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A resolved daemon address and Lead credential."""
+
+    address: str
+    token: str
+    source: str  # where they came from, for error messages
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    if value is not None:
+        ctx.ensure_object(dict)[param.name] = value
+    return value
+
+
+def connection_options(func: _F) -> _F:
+    """Add --state-dir, --address and --token (stored on the context, not passed on)."""
+    options = [
+        click.option(
+            "--state-dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            expose_value=False,
+            callback=_remember,
+            help=f"corrald state directory: connect to unix:DIR/{SOCKET_NAME} with DIR/{LEAD_TOKEN_NAME}.",
+        ),
+        click.option(
+            "--address",
+            expose_value=False,
+            callback=_remember,
+            help=f"Daemon address (unix:PATH or HOST:PORT); default ${ADDRESS_ENV}.",
+        ),
+        click.option(
+            "--token",
+            expose_value=False,
+            callback=_remember,
+            help=f"Lead token; default ${TOKEN_ENV}.",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def resolve_target(ctx: click.Context) -> Target:
+    """The address and token to use for this invocation."""
+    chosen: dict[str, Any] = {}
+    for context in reversed(_lineage(ctx)):  # the innermost (the command's own) wins
+        chosen.update({k: v for k, v in (context.obj or {}).items() if k in _OPTION_KEYS})
+    state_dir = chosen.get("state_dir") or os.environ.get(STATE_DIR_ENV) or None
+    address, token = chosen.get("address") or "", chosen.get("token") or ""
+    source = "--token"
+    if state_dir is not None:
+        state_dir = Path(state_dir).expanduser().absolute()
+        address = address or f"unix:{state_dir / SOCKET_NAME}"
+        if not token:
+            token, source = _read_token(state_dir), str(state_dir / LEAD_TOKEN_NAME)
+    address = address or os.environ.get(ADDRESS_ENV, "")
+    if not token:
+        token, source = os.environ.get(TOKEN_ENV, ""), f"${TOKEN_ENV}"
+    if not address or not token:
+        missing = "address" if not address else "lead token"
+        raise CliError(
+            f"no {missing} for the daemon: pass --state-dir DIR (or --address and --token), "
+            f"or set {ADDRESS_ENV} and {TOKEN_ENV}",
+            EXIT_USAGE,
+        )
+    return Target(address=address, token=token.strip(), source=source)
+
+
+def _lineage(ctx: click.Context) -> list[click.Context]:
+    chain: list[click.Context] = []
+    current: click.Context | None = ctx
+    while current is not None:
+        chain.append(current)
+        current = current.parent
+    return chain
+
+
+def _read_token(state_dir: Path) -> str:
+    path = state_dir / LEAD_TOKEN_NAME
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        raise CliError(
+            f"no lead token at {path} (is {state_dir} a corrald state directory? start one with "
+            f"`corral serve --state-dir {state_dir}`)",
+            EXIT_UNREACHABLE,
+        ) from None
+    except OSError as exc:
+        raise CliError(f"cannot read the lead token {path}: {exc.strerror or exc}") from None
+
+
+@contextlib.contextmanager
+def lead_session(ctx: click.Context) -> Iterator[corral.Lead]:
+    """A Lead connected to the configured daemon; errors become CliError."""
+    target = resolve_target(ctx)
+    with translate_errors(target):
+        lead = corral.Lead.connect(target.address, target.token)
+        try:
+            yield lead
+        finally:
+            lead.close()
+
+
+@contextlib.contextmanager
+def translate_errors(target: Target) -> Iterator[None]:
+    """Turn SDK and gRPC failures into one clear CliError."""
+    try:
+        yield
+    except corral.CorralError as exc:
+        raise describe_error(exc, target) from None
+    except grpc.RpcError as exc:  # should not escape the SDK, but never show a traceback
+        raise describe_error(corral.CorralError(str(exc)), target) from None
+
+
+def describe_error(exc: corral.CorralError, target: Target) -> CliError:
+    """The one-line message (and exit status) for a failed call."""
+    if isinstance(exc, corral.Unavailable) or exc.code is grpc.StatusCode.UNAVAILABLE:
+        draining = "drain" in exc.details.lower() or "shutting down" in exc.details.lower()
+        if draining:
+            return CliError(f"corrald at {target.address} is shutting down", EXIT_UNREACHABLE)
+        return CliError(f"cannot reach corrald at {target.address} (is it running?)", EXIT_UNREACHABLE)
+    if exc.code is grpc.StatusCode.DEADLINE_EXCEEDED:
+        return CliError(f"corrald at {target.address} did not answer in time ({exc.details})", EXIT_UNREACHABLE)
+    if isinstance(exc, corral.Unauthenticated):
+        return CliError(f"corrald refused the credential from {target.source}: {exc.details}")
+    if isinstance(exc, corral.PermissionDenied):
+        return CliError(
+            f"permission denied: {exc.details} (these commands need the lead token; "
+            f"the one from {target.source} may be a teammate's)"
+        )
+    if isinstance(exc, corral.NotFound):
+        return CliError(f"not found: {exc.details}")
+    if isinstance(exc, corral.InvalidArgument):
+        return CliError(f"invalid request: {exc.details}")
+    if isinstance(exc, corral.Overloaded):
+        after = f"; retry after {exc.retry_after.total_seconds():g}s" if exc.retry_after else ""
+        return CliError(f"corrald is overloaded: {exc.details}{after}")
+    return CliError(str(exc))

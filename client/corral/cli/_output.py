@@ -1,0 +1,233 @@
+"""Turning SDK values into JSON-ready dicts, tables and short lines.
+
+JSON shapes (documented in docs/dag-format.md, "Output of --json"):
+states and statuses are lower-case names, times ISO 8601 UTC strings or null,
+durations seconds; payload and result are UTF-8 text, or base64 with a
+`*_base64: true` marker when the bytes are not UTF-8.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import json
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import click
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+import corral
+
+STATE_STYLES = {
+    corral.TaskState.PENDING: "yellow",
+    corral.TaskState.IN_PROGRESS: "cyan",
+    corral.TaskState.COMPLETED: "green",
+    corral.TaskState.FAILED: "bold red",
+    corral.TaskState.CANCELED: "magenta",
+}
+STATUS_STYLES = {
+    corral.TeammateStatus.OFFLINE: "dim",
+    corral.TeammateStatus.IDLE: "yellow",
+    corral.TeammateStatus.BUSY: "cyan",
+    corral.TeammateStatus.AWAITING_PLAN: "magenta",
+    corral.TeammateStatus.SHUTTING_DOWN: "blue",
+    corral.TeammateStatus.REMOVED: "dim red",
+}
+
+
+# ---------------------------------------------------------------- JSON
+
+
+def emit_json(value: Any) -> None:
+    """Print `value` as indented JSON on stdout."""
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def emit_json_line(value: Any) -> None:
+    """Print `value` as one JSON line (for streams of events)."""
+    click.echo(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def iso(value: datetime.datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None
+
+
+def state_name(state: corral.TaskState | corral.TeammateStatus | corral.TeammateChangeReason) -> str:
+    return state.name.lower()
+
+
+def _blob(data: dict[str, Any], key: str, value: bytes) -> None:
+    try:
+        data[key] = value.decode("utf-8")
+    except UnicodeDecodeError:
+        data[key] = base64.b64encode(value).decode("ascii")
+        data[f"{key}_base64"] = True
+
+
+def task_json(task: corral.Task) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": task.id,
+        "state": state_name(task.state),
+        "title": task.title,
+        "description": task.description,
+        "depends_on": list(task.depends_on),
+        "priority": task.priority,
+        "required_role": task.required_role,
+        "max_attempts": task.max_attempts,
+        "lease_seconds": task.lease_duration.total_seconds(),
+        "owner": task.owner,
+        "attempt": task.attempt,
+        "error": task.error,
+        "seq": task.seq,
+        "create_time": iso(task.create_time),
+        "lease_expire_time": iso(task.lease_expire_time),
+        "finish_time": iso(task.finish_time),
+    }
+    _blob(data, "payload", task.payload)
+    _blob(data, "result", task.result)
+    return data
+
+
+def teammate_json(mate: corral.TeammateInfo) -> dict[str, Any]:
+    return {
+        "name": mate.name,
+        "status": state_name(mate.status),
+        "roles": list(mate.roles),
+        "require_plan_approval": mate.require_plan_approval,
+        "held_task_ids": list(mate.held_task_ids),
+    }
+
+
+def stats_json(stats: corral.Stats) -> dict[str, Any]:
+    return {
+        "tasks_by_state": {state_name(s): stats.tasks_by_state.get(s, 0) for s in corral.TaskState},
+        "teammates_by_status": {state_name(s): stats.teammates_by_status.get(s, 0) for s in corral.TeammateStatus},
+        "active_tasks": stats.active_tasks,
+        "writer": dataclasses.asdict(stats.writer),
+        "open_streams": stats.open_streams,
+    }
+
+
+def event_json(event: corral.WatchEvent) -> dict[str, Any]:
+    base: dict[str, Any] = {"seq": event.seq, "time": iso(event.time)}
+    if isinstance(event, corral.TaskChanged):
+        return {**base, "type": "task_changed", "task": task_json(event.task)}
+    if isinstance(event, corral.TeammateChanged):
+        return {
+            **base,
+            "type": "teammate_changed",
+            "teammate": teammate_json(event.teammate),
+            "status": state_name(event.status),
+            "reason": state_name(event.reason),
+        }
+    if isinstance(event, corral.LeadMessage):
+        message = event.message
+        return {**base, "type": "message", "sender": message.sender, "body": message.body, "message_seq": message.seq}
+    if isinstance(event, corral.PlanSubmitted):
+        return {**base, "type": "plan_submitted", "plan_id": event.plan_id, "author": event.author, "plan": event.plan}
+    return {
+        **base,
+        "type": "shutdown_answered",
+        "request_id": event.request_id,
+        "teammate": event.teammate,
+        "approve": event.approve,
+        "reason": event.reason,
+    }
+
+
+# ---------------------------------------------------------------- text
+
+
+def console() -> Console:
+    """A console on the current stdout (so CliRunner captures it); no colour when piped."""
+    return Console(file=sys.stdout, highlight=False, soft_wrap=False)
+
+
+def table(*columns: str, title: str | None = None) -> Table:
+    return Table(*columns, box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False)
+
+
+def styled(state: corral.TaskState | corral.TeammateStatus) -> str:
+    styles: dict[Any, str] = {**STATE_STYLES, **STATUS_STYLES}
+    return f"[{styles.get(state, '')}]{state_name(state)}[/]"
+
+
+def short(text: str, limit: int = 60) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def first_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    # A traceback's cause is its last line.
+    return lines[-1] if lines and lines[0].startswith("Traceback") else (lines[0] if lines else "")
+
+
+def blob_text(value: bytes) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"<{len(value)} bytes, not UTF-8; base64 {base64.b64encode(value).decode('ascii')}>"
+
+
+def tasks_table(tasks: Iterable[corral.Task], title: str | None = None) -> Table:
+    result = table("id", "state", "prio", "owner", "att", "role", "depends on", "title", title=title)
+    for task in tasks:
+        result.add_row(
+            escape(task.id),
+            styled(task.state),
+            str(task.priority),
+            escape(task.owner or "-"),
+            f"{task.attempt}/{task.max_attempts}",
+            escape(task.required_role or "-"),
+            escape(", ".join(task.depends_on) or "-"),
+            escape(short(task.title, 40)),
+        )
+    return result
+
+
+def teammates_table(mates: Iterable[corral.TeammateInfo]) -> Table:
+    result = table("name", "status", "roles", "plan", "holds")
+    for mate in mates:
+        result.add_row(
+            escape(mate.name),
+            styled(mate.status),
+            escape(", ".join(mate.roles) or "-"),
+            "required" if mate.require_plan_approval else "-",
+            escape(", ".join(mate.held_task_ids) or "-"),
+        )
+    return result
+
+
+def task_detail(task: corral.Task) -> Table:
+    result = Table.grid(padding=(0, 2))
+    result.add_column(style="bold")
+    result.add_column(overflow="fold")
+    rows = [
+        ("id", task.id),
+        ("state", styled(task.state)),
+        ("title", task.title),
+        ("description", task.description),
+        ("depends on", ", ".join(task.depends_on)),
+        ("priority", str(task.priority)),
+        ("required role", task.required_role),
+        ("owner", task.owner),
+        ("attempt", f"{task.attempt} of {task.max_attempts}"),
+        ("lease", f"{task.lease_duration.total_seconds():g}s"),
+        ("created", iso(task.create_time) or ""),
+        ("lease expires", iso(task.lease_expire_time) or ""),
+        ("finished", iso(task.finish_time) or ""),
+        ("payload", blob_text(task.payload)),
+        ("result", blob_text(task.result)),
+        ("error", task.error),
+    ]
+    for label, value in rows:
+        if value:
+            result.add_row(label, value if label == "state" else escape(value))
+    return result

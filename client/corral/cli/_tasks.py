@@ -1,0 +1,110 @@
+"""`corral tasks add|list|show|cancel`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+import corral
+
+from ._connect import CliError, connection_options, lead_session
+from ._dag import FORMATS, DagError, explain_create_error, load_dag
+from ._output import console, emit_json, task_detail, task_json, tasks_table
+
+STATE_NAMES = [state.name.lower() for state in corral.TaskState]
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
+@click.group("tasks")
+def tasks_group() -> None:
+    """Add, list, show and cancel tasks."""
+
+
+@tasks_group.command("add")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), help="File format (default: from the file suffix).")
+@click.option("--request-id", help="Make a retried add idempotent: the same id returns the same tasks.")
+@json_option
+@connection_options
+@click.pass_context
+def add_command(ctx: click.Context, file: Path, fmt: str | None, request_id: str | None, as_json: bool) -> None:
+    """Add every task of a DAG FILE (TOML, YAML or JSON) in one atomic batch.
+
+    See docs/dag-format.md for the schema. Nothing is written if any task is refused.
+    """
+    try:
+        dag = load_dag(file, fmt)
+    except DagError as exc:
+        raise CliError(str(exc)) from None
+    with lead_session(ctx) as lead:
+        try:
+            created = lead.create_tasks(dag.specs, request_id=request_id)
+        except (corral.InvalidArgument, corral.AlreadyExists) as exc:
+            explained = explain_create_error(exc, dag)
+            if explained is None:
+                raise
+            raise CliError(explained) from None
+    if as_json:
+        emit_json([task_json(task) for task in created])
+        return
+    click.echo(f"added {len(created)} task(s) from {file}")
+
+
+@tasks_group.command("list")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice(STATE_NAMES, case_sensitive=False),
+    help="Only tasks in this state (repeatable).",
+)
+@click.option("--owner", default="", help="Only tasks held (or last held) by this teammate.")
+@json_option
+@connection_options
+@click.pass_context
+def list_command(ctx: click.Context, states: tuple[str, ...], owner: str, as_json: bool) -> None:
+    """List tasks in board order."""
+    wanted = [corral.TaskState[name.upper()] for name in states]
+    with lead_session(ctx) as lead:
+        tasks = list(lead.list_tasks(states=wanted, owner=owner))
+    if as_json:
+        emit_json([task_json(task) for task in tasks])
+        return
+    if not tasks:
+        click.echo("no tasks")
+        return
+    console().print(tasks_table(tasks))
+
+
+@tasks_group.command("show")
+@click.argument("task_id")
+@json_option
+@connection_options
+@click.pass_context
+def show_command(ctx: click.Context, task_id: str, as_json: bool) -> None:
+    """Show one task, with its payload, result and last error."""
+    with lead_session(ctx) as lead:
+        task = lead.get_task(task_id)
+    if as_json:
+        emit_json(task_json(task))
+        return
+    console().print(task_detail(task))
+
+
+@tasks_group.command("cancel")
+@click.argument("task_ids", nargs=-1, required=True)
+@json_option
+@connection_options
+@click.pass_context
+def cancel_command(ctx: click.Context, task_ids: tuple[str, ...], as_json: bool) -> None:
+    """Cancel tasks and, transitively, every task depending on them."""
+    with lead_session(ctx) as lead:
+        changed = lead.cancel_tasks(task_ids)
+    if as_json:
+        emit_json([task_json(task) for task in changed])
+        return
+    if not changed:
+        click.echo("nothing to cancel (already finished)")
+        return
+    click.echo(f"canceled {len(changed)} task(s): {', '.join(task.id for task in changed)}")

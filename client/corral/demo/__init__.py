@@ -1,0 +1,11 @@
+"""`corral demo`: a daemon, a sample task DAG and a team of teammate processes.
+
+`run_demo()` is what `corral demo` (and `make demo`) runs; the teammates are
+`python -m corral.demo.worker` processes; the DAG is `sample_dag.toml`.
+"""
+
+from corral.demo.report import DemoReport
+from corral.demo.runner import load_sample_dag, run_demo
+from corral.demo.team import DemoFailed
+
+__all__ = ["DemoFailed", "DemoReport", "load_sample_dag", "run_demo"]

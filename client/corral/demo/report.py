@@ -1,0 +1,151 @@
+"""Checking what the demo's team did, and the summary it prints."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import corral
+from corral.cli._boardview import BoardModel
+from corral.cli._output import first_line, short
+
+from .team import DemoFailed, Member
+
+
+def _payload(data: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(data.decode("utf-8")) if data else {}
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def expected_values(specs: Sequence[corral.TaskSpec]) -> dict[str, int]:
+    """Each weighted task's value: its weight plus the values of the tasks it reads."""
+    payloads = {spec.id: _payload(spec.payload) for spec in specs}
+    values: dict[str, int] = {}
+
+    def value(task_id: str, trail: tuple[str, ...] = ()) -> int:
+        if task_id in values:
+            return values[task_id]
+        if task_id in trail or task_id not in payloads:
+            return 0
+        spec = payloads[task_id]
+        total = int(spec.get("weight") or 0) + sum(value(dep, (*trail, task_id)) for dep in spec.get("reads", ()))
+        values[task_id] = total
+        return total
+
+    for task_id, spec in payloads.items():
+        if "weight" in spec:
+            value(task_id)
+    return {task_id: v for task_id, v in values.items() if "weight" in payloads[task_id]}
+
+
+def verify(
+    tasks: Sequence[corral.Task], specs: Sequence[corral.TaskSpec], model: BoardModel, members: Sequence[Member]
+) -> None:
+    """Raise DemoFailed unless the run did everything the demo promises."""
+    by_id = {task.id: task for task in tasks}
+    missing = [spec.id for spec in specs if spec.id not in by_id]
+    if missing:
+        raise DemoFailed(f"tasks missing from the board: {', '.join(missing)}")
+    unfinished = [task for task in tasks if task.state is not corral.TaskState.COMPLETED]
+    if unfinished:
+        described = "; ".join(
+            f"{task.id} is {task.state.name}" + (f" ({short(first_line(task.error), 80)})" if task.error else "")
+            for task in unfinished[:5]
+        )
+        raise DemoFailed(f"{len(unfinished)} of {len(tasks)} task(s) not completed: {described}")
+    for task_id, expected in expected_values(specs).items():
+        actual = _payload(by_id[task_id].result).get("value")
+        if actual != expected:
+            raise DemoFailed(f"task {task_id} computed {actual!r} from its dependencies' results, expected {expected}")
+    for spec in specs:
+        if _payload(spec.payload).get("fail_first_attempt") and by_id[spec.id].attempt < 2:
+            raise DemoFailed(f"task {spec.id} should have failed once and been retried, but took 1 attempt")
+    senders = {event.message.sender for event in model.messages}
+    authors = {event.author for event in model.plans.values()}
+    for member in members:
+        if member.hello is not None and member.name not in senders:
+            raise DemoFailed(f"the Lead never saw the message {member.name} sends on start")
+        if member.plan is not None and member.name not in authors:
+            raise DemoFailed(f"the Lead never saw the plan {member.name} submits on start")
+
+
+@dataclass(frozen=True)
+class DemoReport:
+    """What a demo run did (returned by `run_demo`, printed as its summary)."""
+
+    run_dir: Path
+    tasks: int
+    completed: int
+    attempts: int
+    retried: tuple[str, ...]
+    wall_seconds: float
+    work_seconds: float
+    stats: corral.Stats
+    done_by: dict[str, int] = field(default_factory=dict)
+    messages: tuple[tuple[str, str], ...] = ()
+    plans_approved: tuple[str, ...] = ()
+
+    @property
+    def retries(self) -> int:
+        return self.attempts - self.completed
+
+    @property
+    def cycles_per_second(self) -> float:
+        """Claim-to-finish cycles (every attempt) per second of work."""
+        return self.attempts / self.work_seconds if self.work_seconds > 0 else 0.0
+
+    def lines(self) -> list[str]:
+        writer = self.stats.writer
+        retried = f": {', '.join(self.retried)}" if self.retried else ""
+        team = ", ".join(f"{name} {count}" for name, count in sorted(self.done_by.items()))
+        messages = "; ".join(f"{sender}: {short(body, 70)!r}" for sender, body in self.messages) or "none"
+        plans = ", ".join(self.plans_approved) or "none"
+        return [
+            f"corral demo: {self.completed}/{self.tasks} tasks completed in {self.wall_seconds:.1f} s wall time",
+            f"  attempts    {self.attempts} ({self.retries} retr{'y' if self.retries == 1 else 'ies'}{retried})",
+            (
+                f"  throughput  {self.cycles_per_second:.1f} cycles/s ({self.attempts} claim-to-finish cycles in "
+                f"{self.work_seconds:.2f} s from first claim to last completion)"
+            ),
+            f"  teammates   tasks done: {team}; every one approved its shutdown and exited 0",
+            f"  lead inbox  {len(self.messages)} message(s): {messages}",
+            f"  plans       approved: {plans}",
+            (
+                f"  writer      queue depth p99 {writer.queue_depth_p99:g}, {writer.commits} commits of "
+                f"{writer.jobs} jobs (mean batch {writer.mean_batch_size:.2f}), commit p99 "
+                f"{writer.commit_latency_p99_ms:.2f} ms"
+            ),
+            f"  kept        {self.run_dir} (state/: `corral serve --state-dir {self.run_dir / 'state'}`; logs/)",
+        ]
+
+
+def build_report(
+    *,
+    run_dir: Path,
+    tasks: Sequence[corral.Task],
+    model: BoardModel,
+    stats: corral.Stats,
+    wall_seconds: float,
+    approved: Sequence[str],
+) -> DemoReport:
+    first, last = model.first_claim, model.last_finish
+    work = (last - first) if first is not None and last is not None else 0.0
+    return DemoReport(
+        run_dir=run_dir,
+        tasks=len(tasks),
+        completed=sum(1 for task in tasks if task.state is corral.TaskState.COMPLETED),
+        attempts=sum(task.attempt for task in tasks),
+        retried=tuple(task.id for task in tasks if task.attempt > 1),
+        wall_seconds=wall_seconds,
+        work_seconds=work,
+        stats=stats,
+        done_by={mate.name: mate.done for mate in model.mates.values()},
+        messages=tuple((event.message.sender, event.message.body) for event in model.messages),
+        plans_approved=tuple(approved),
+    )

@@ -1,0 +1,248 @@
+"""`corral demo`: a daemon, the sample DAG, a team of teammate processes, a live board.
+
+The Lead side is one loop on the main thread: take the watch events that
+arrived (a pump thread follows the stream), fold them into the board, react
+(approve plans), redraw, check the teammate processes and the deadline.
+Every wait is bounded by the run's deadline.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+import corral
+from corral.cli._boardview import BoardModel, open_view
+from corral.cli._dag import DagError, DagFile, load_dag, parse_dag
+from corral.cli._events import EventPump, StreamEnded
+
+from .report import DemoReport, build_report, verify
+from .team import TEAM, DemoFailed, Team
+
+SAMPLE_DAG = "sample_dag.toml"
+# sun_path holds 108 bytes on Linux, 104 on macOS, including the final NUL.
+MAX_SOCKET_PATH = 103
+TICK_SECONDS = 0.1
+SHUTDOWN_GRACE_SECONDS = 30.0
+
+
+class Deadline:
+    """The run's time budget."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return max(self._end - time.monotonic(), 0.0)
+
+    def check(self, waiting_for: str) -> None:
+        if self.left() <= 0:
+            raise DemoFailed(f"timed out after {self.seconds:g}s waiting for {waiting_for}")
+
+
+def load_sample_dag() -> DagFile:
+    """The DAG shipped with the package."""
+    text = importlib.resources.files("corral.demo").joinpath(SAMPLE_DAG).read_text(encoding="utf-8")
+    return parse_dag(text, "toml", name=SAMPLE_DAG)
+
+
+class Conductor:
+    """The Lead's loop: follow events, approve plans, draw the board, shut the team down."""
+
+    def __init__(
+        self,
+        lead: corral.Lead,
+        team: Team,
+        deadline: Deadline,
+        *,
+        task_count: int,
+        plain: bool,
+        out: IO[str],
+        started: float,
+    ) -> None:
+        self.model = BoardModel(expected_tasks=task_count)
+        self.approved: list[str] = []
+        self._lead = lead
+        self._team = team
+        self._deadline = deadline
+        self._task_count = task_count
+        self._decided: set[str] = set()
+        self._pump = EventPump(lead.address, lead.token)
+        self._view = open_view(self.model, "corral demo", plain=plain, out=out, started=started)
+
+    def run(self) -> None:
+        """Until every task is final, then until every teammate has shut down."""
+        try:
+            self._until(self._work_done, lambda: f"every task to finish ({self._progress()})")
+            self._shut_down_team()
+        finally:
+            self._view.close()
+            self._pump.close()
+
+    def _progress(self) -> str:
+        done = self.model.count(corral.TaskState.COMPLETED)
+        return f"{done}/{self._task_count} completed"
+
+    def _until(self, done: Callable[[], bool], waiting_for: Callable[[], str]) -> None:
+        while not done():
+            self._deadline.check(waiting_for())
+            self._step()
+
+    def _step(self) -> None:
+        try:
+            event = self._pump.get(timeout=min(TICK_SECONDS, max(self._deadline.left(), 0.001)))
+            while event is not None:
+                self.model.apply(event)
+                self._react(event)
+                event = self._pump.get(timeout=0)
+        except StreamEnded as ended:
+            raise DemoFailed(f"the daemon ended the watch stream: {ended}") from None
+        self._view.update()
+        self._team.check_alive()
+
+    def _react(self, event: corral.WatchEvent) -> None:
+        if isinstance(event, corral.PlanSubmitted) and event.plan_id not in self._decided:
+            self._decided.add(event.plan_id)
+            self._lead.decide_plan(event.plan_id, approve=True, feedback="Approved: go ahead.")
+            self.approved.append(event.author)
+            self.model.note(f"lead approved {event.author}'s plan {event.plan_id}")
+
+    def _work_done(self) -> bool:
+        if len(self.model.tasks) < self._task_count or not self.model.all_final():
+            return False
+        return self._lead.get_stats().active_tasks == 0  # the feed is a hint; the board decides
+
+    def _shut_down_team(self) -> None:
+        grace = max(min(SHUTDOWN_GRACE_SECONDS, self._deadline.left()), 1.0)
+        requests: dict[str, str] = {}
+        for name, process in self._team.processes.items():
+            process.released = True  # from here on, exiting is what it should do
+            requests[name] = self._lead.request_shutdown(name, reason="every task is finished", grace=grace)
+            self.model.note(f"lead asked {name} to shut down")
+        answers = self.model.answers
+
+        def answered() -> bool:
+            return all(request_id in answers for request_id in requests.values())
+
+        self._until(answered, lambda: f"shutdown answers from {', '.join(self._unanswered(requests))}")
+        refused = [answers[request_id].teammate for request_id in requests.values() if not answers[request_id].approve]
+        if refused:
+            raise DemoFailed(f"teammate(s) refused to shut down: {', '.join(refused)}")
+        self._until(
+            lambda: not self._team.running(),
+            lambda: f"teammate processes to exit ({', '.join(p.member.name for p in self._team.running())})",
+        )
+
+    def _unanswered(self, requests: dict[str, str]) -> list[str]:
+        return [name for name, request_id in requests.items() if request_id not in self.model.answers]
+
+
+def run_demo(
+    *,
+    timeout: float = 120.0,
+    work_ms: int = 100,
+    dag_file: Path | None = None,
+    base_dir: Path | None = None,
+    plain: bool = False,
+    out: IO[str] | None = None,
+) -> DemoReport:
+    """Run the whole demo; returns its report, raises DemoFailed (run directory kept)."""
+    out = out or sys.stdout
+    started = time.monotonic()
+    deadline = Deadline(timeout)
+    try:
+        dag = load_dag(dag_file) if dag_file is not None else load_sample_dag()
+    except DagError as exc:
+        raise DemoFailed(str(exc)) from None
+    _check_roles(dag)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(tempfile.mkdtemp(prefix=f"corral-demo-{stamp}-", dir=base_dir)).absolute()
+    say = _printer(out)
+    say(f"corral demo: {len(dag.specs)} tasks from {dag.name}; teammates {', '.join(m.blurb for m in TEAM)}")
+    say(f"  run directory {run_dir} (state/ and logs/ are kept)")
+    try:
+        return _run(dag, run_dir, deadline, started, work_ms=work_ms, plain=plain, out=out)
+    except corral.CorralError as exc:
+        raise DemoFailed(f"{exc} (run directory {run_dir})") from None
+    except DemoFailed as exc:
+        raise DemoFailed(f"{exc}\n(run directory {run_dir}: state/ for the board, logs/ per teammate)") from None
+
+
+def _run(
+    dag: DagFile,
+    run_dir: Path,
+    deadline: Deadline,
+    started: float,
+    *,
+    work_ms: int,
+    plain: bool,
+    out: IO[str],
+) -> DemoReport:
+    say = _printer(out)
+    with _launch(run_dir, deadline) as lead:
+        say(f"  corrald pid {lead.pid} listening on {lead.address}")
+        lead.create_tasks(dag.specs)
+        team = Team(lead, run_dir / "logs", work_ms=work_ms)
+        try:
+            team.start()
+            conductor = Conductor(
+                lead, team, deadline, task_count=len(dag.specs), plain=plain, out=out, started=started
+            )
+            conductor.run()
+            tasks = list(lead.list_tasks())
+            stats = lead.get_stats()
+        finally:
+            team.stop_all()
+        wall = time.monotonic() - started
+    team.check_exits()
+    verify(tasks, dag.specs, conductor.model, team.members)
+    report = build_report(
+        run_dir=run_dir, tasks=tasks, model=conductor.model, stats=stats, wall_seconds=wall,
+        approved=conductor.approved,
+    )
+    for line in report.lines():
+        say(line)
+    return report
+
+
+def _check_roles(dag: DagFile) -> None:
+    """Refuse at once a task no demo teammate may take (it would wait until the timeout)."""
+    roles = {role for member in TEAM for role in member.roles}
+    for spec in dag.specs:
+        if spec.required_role and spec.required_role not in roles:
+            raise DemoFailed(
+                f"{dag.name}: task {spec.id!r} requires role {spec.required_role!r}, which no demo teammate holds "
+                f"(roles: {', '.join(sorted(roles))})"
+            )
+
+
+def _launch(run_dir: Path, deadline: Deadline) -> corral.Lead:
+    """Start corrald on run_dir/state; a failure keeps the daemon's stderr in a file."""
+    state_dir = run_dir / "state"
+    socket_path = state_dir / "corral.sock"
+    if len(str(socket_path)) > MAX_SOCKET_PATH:
+        raise DemoFailed(
+            f"the daemon's socket path {socket_path} is longer than a Unix socket allows "
+            f"({len(str(socket_path))} > {MAX_SOCKET_PATH} characters); pass a shorter --dir"
+        )
+    try:
+        return corral.Lead.launch(state_dir, ready_timeout=max(min(30.0, deadline.left()), 1.0))
+    except corral.CorralError as exc:
+        log = run_dir / "corrald-start.log"
+        log.write_text(str(exc), encoding="utf-8")
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        cause = lines[-1] if len(lines) > 1 else ""
+        raise DemoFailed(f"{lines[0] if lines else exc} {cause} (full output in {log})") from None
+
+
+def _printer(out: IO[str]) -> Callable[[str], None]:
+    def say(line: str) -> None:
+        print(line, file=out, flush=True)
+
+    return say

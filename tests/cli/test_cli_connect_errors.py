@@ -1,0 +1,68 @@
+"""Finding the daemon, and the one-line errors when it cannot be found or refuses."""
+
+from __future__ import annotations
+
+import pytest
+
+import corral
+from corral.cli import main
+
+from click.testing import CliRunner
+
+
+def run(*args: str, env: dict[str, str] | None = None):
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+@pytest.mark.timeout(30)
+def test_no_daemon_configured_is_a_usage_error(error_line):
+    result = run("tasks", "list")
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert "--state-dir" in line and "CORRAL_ADDRESS" in line
+
+
+@pytest.mark.timeout(30)
+def test_state_dir_without_a_daemon_says_so(tmp_path, error_line):
+    result = run("tasks", "list", "--state-dir", str(tmp_path))
+    assert result.exit_code == 3
+    assert f"no lead token at {tmp_path / 'lead.token'}" in error_line(result)
+
+
+@pytest.mark.timeout(30)
+def test_stopped_daemon_cannot_be_reached(tmp_path, error_line):
+    state_dir = tmp_path / "state"
+    with corral.Lead.launch(state_dir, ready_timeout=30):
+        pass  # the daemon has stopped; its lead.token stays behind
+    for command in (["tasks", "list"], ["stats", "--json"], ["watch", "--no-follow"], ["plans", "list"]):
+        result = run(*command, "--state-dir", str(state_dir))
+        assert result.exit_code == 3, (command, result.output)
+        expected = f"corral: cannot reach corrald at unix:{state_dir / 'corral.sock'} (is it running?)"
+        assert error_line(result) == expected
+
+
+@pytest.mark.timeout(30)
+def test_unreachable_address_from_the_environment(tmp_path, error_line):
+    address = f"unix:{tmp_path / 'nothing.sock'}"
+    result = run("teammates", "list", env={"CORRAL_ADDRESS": address, "CORRAL_TOKEN": "x"})
+    assert result.exit_code == 3
+    assert error_line(result) == f"corral: cannot reach corrald at {address} (is it running?)"
+
+
+@pytest.mark.timeout(60)
+def test_wrong_token_is_refused_in_one_line(cli, error_line):
+    result = cli("tasks", "list", "--token", "not-a-token")
+    assert result.exit_code == 1
+    assert "refused the credential from --token" in error_line(result)
+
+
+@pytest.mark.timeout(60)
+def test_a_teammate_token_cannot_run_lead_commands(cli, lead, error_line):
+    new = lead.add_teammate("ann")
+    env = {"CORRAL_ADDRESS": lead.address, "CORRAL_TOKEN": new.token}
+    result = cli("teammates", "add", "bob", env=env, connect=False)
+    assert result.exit_code == 1
+    line = error_line(result)
+    assert line.startswith("corral: permission denied:") and "lead token" in line
+    # Board reads are open to teammates.
+    assert cli("tasks", "list", "--json", env=env, connect=False).exit_code == 0

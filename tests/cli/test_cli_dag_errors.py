@@ -1,0 +1,179 @@
+"""Bad DAG files: one clear line naming the file, the task and the field; nothing written."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import corral
+from corral.cli._dag import DagError, parse_dag
+
+
+@pytest.fixture(scope="module")
+def shared_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[corral.Lead, Path]]:
+    """One daemon for the refusals: a refused batch writes nothing, so they cannot interfere."""
+    state_dir = tmp_path_factory.mktemp("dag") / "state"
+    with corral.Lead.launch(state_dir, ready_timeout=30) as lead:
+        yield lead, state_dir
+
+# (file name, content, what the error line must contain)
+REFUSED_BY_THE_DAEMON = [
+    pytest.param(
+        "cycle.toml",
+        '[[tasks]]\nid = "a"\ndepends_on = ["c"]\n[[tasks]]\nid = "b"\ndepends_on = ["a"]\n'
+        '[[tasks]]\nid = "c"\ndepends_on = ["b"]\n',
+        ["cycle.toml: task '", "depends_on: dependency cycle"],
+        id="cycle",
+    ),
+    pytest.param(
+        "unknown.yaml",
+        "tasks:\n  - id: a\n  - id: b\n    depends_on: [a, nope]\n",
+        ["unknown.yaml: task 'b' (tasks[1]): depends_on: unknown dependency 'nope'"],
+        id="unknown-dep",
+    ),
+    pytest.param(
+        "dup.json",
+        '{"tasks": [{"id": "a"}, {"id": "b"}, {"id": "a"}]}',
+        ["dup.json: task 'a' (tasks[2]): id: duplicate id 'a'"],
+        id="duplicate-id",
+    ),
+    pytest.param(
+        "self.toml",
+        '[[tasks]]\nid = "a"\n[[tasks]]\nid = "loop"\ndepends_on = ["loop"]\n',
+        ["self.toml: task 'loop' (tasks[1]): depends_on:", "depends on itself"],
+        id="self-dependency",
+    ),
+    pytest.param(
+        "range.yaml",
+        "tasks:\n  - id: a\n    max_attempts: 500\n",
+        ["range.yaml: task 'a' (tasks[0]): max_attempts: 500 is outside"],
+        id="max-attempts-out-of-range",
+    ),
+    pytest.param(
+        "lease.toml",
+        '[[tasks]]\nid = "a"\nlease_seconds = 0.5\n',
+        ["lease.toml: task 'a' (tasks[0]): lease_seconds: 0.5s is outside [1s"],
+        id="lease-out-of-range",
+    ),
+]
+
+REFUSED_BY_THE_CLI = [
+    pytest.param(
+        "type.toml",
+        '[[tasks]]\nid = "a"\n[[tasks]]\nid = "b"\npriority = "high"\n',
+        ["type.toml: task 'b' (tasks[1]): priority: expected an integer, got string \"high\""],
+        id="bad-field-type",
+    ),
+    pytest.param(
+        "deps.yaml",
+        "tasks:\n  - id: a\n  - id: b\n    depends_on: a\n",
+        ["deps.yaml: task 'b' (tasks[1]): depends_on: expected a list of strings, got string"],
+        id="deps-not-a-list",
+    ),
+    pytest.param(
+        "intid.yaml",
+        "tasks:\n  - id: 12\n",
+        ["intid.yaml: tasks[0]: id: expected a string, got integer 12"],
+        id="id-not-a-string",
+    ),
+    pytest.param(
+        "typo.json",
+        '{"tasks": [{"id": "a", "dependson": ["b"]}]}',
+        ["typo.json: task 'a' (tasks[0]): unknown field 'dependson' (did you mean 'depends_on'?)"],
+        id="unknown-field",
+    ),
+    pytest.param(
+        "noid.toml",
+        '[[tasks]]\ntitle = "who am I"\n',
+        ["noid.toml: tasks[0]: id: missing"],
+        id="missing-id",
+    ),
+    pytest.param("broken.toml", '[[tasks]\nid = "a"\n', ["broken.toml: not valid TOML:", "line 1"], id="bad-toml"),
+    pytest.param("broken.json", '{"tasks": [{"id": "a"},', ["broken.json: not valid JSON:", "line 1"], id="bad-json"),
+    pytest.param("broken.yaml", "tasks:\n  - id: [a\n", ["broken.yaml: not valid YAML:", "line"], id="bad-yaml"),
+    pytest.param("empty.yaml", "tasks: []\n", ["empty.yaml: no tasks"], id="no-tasks"),
+    pytest.param("tasks.txt", "whatever", ["tasks.txt: cannot tell the format", "--format"], id="unknown-suffix"),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("name", "text", "expected"), REFUSED_BY_THE_DAEMON)
+def test_daemon_refusal_points_at_the_task_and_field_and_writes_nothing(
+    shared_daemon, make_cli, write_file, error_line, name, text, expected
+):
+    lead, state_dir = shared_daemon
+    result = make_cli(state_dir)("tasks", "add", str(write_file(name, text)))
+    assert result.exit_code == 1, result.output
+    line = error_line(result)
+    for fragment in expected:
+        assert fragment in line, line
+    assert list(lead.list_tasks()) == []
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(("name", "text", "expected"), REFUSED_BY_THE_CLI)
+def test_bad_file_is_refused_before_any_daemon_is_contacted(
+    tmp_path, make_cli, write_file, error_line, name, text, expected
+):
+    # No daemon at all: the file's own problems are reported first.
+    result = make_cli(tmp_path / "no-daemon-here")("tasks", "add", str(write_file(name, text)))
+    assert result.exit_code == 1, result.output
+    line = error_line(result)
+    for fragment in expected:
+        assert fragment in line, line
+
+
+@pytest.mark.timeout(60)
+def test_a_different_spec_for_an_existing_id_names_the_task(cli, write_file, error_line, lead):
+    lead.create_tasks([corral.TaskSpec("a", title="original")])
+    result = cli("tasks", "add", str(write_file("dag.yaml", "tasks:\n  - id: b\n  - id: a\n    title: changed\n")))
+    line = error_line(result)
+    assert "dag.yaml: task 'a' (tasks[1]): id:" in line and "different spec" in line
+    assert [task.id for task in lead.list_tasks()] == ["a"]
+
+
+@pytest.mark.timeout(60)
+def test_missing_file_is_one_line(cli, tmp_path, error_line):
+    result = cli("tasks", "add", str(tmp_path / "absent.toml"))
+    assert result.exit_code == 1
+    assert "absent.toml: cannot read" in error_line(result)
+
+
+@pytest.mark.timeout(60)
+def test_format_option_overrides_the_suffix(cli, write_file, lead):
+    path = write_file("tasks.txt", '{"tasks": [{"id": "a"}]}')
+    result = cli("tasks", "add", str(path), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    assert [task.id for task in lead.list_tasks()] == ["a"]
+
+
+# ---------------------------------------------------------------- the parser alone
+
+
+@pytest.mark.timeout(10)
+def test_parser_applies_defaults_and_converts_fields():
+    dag = parse_dag(
+        "defaults:\n  lease_seconds: 2.5\n  priority: 4\ntasks:\n"
+        "  - id: a\n    payload: héllo\n  - id: b\n    priority: -1\n    depends_on: [a]\n    max_attempts: 7\n",
+        "yaml",
+        name="x.yaml",
+    )
+    a, b = dag.specs
+    assert a == corral.TaskSpec(
+        "a", payload="héllo".encode(), priority=4, lease_duration=datetime.timedelta(seconds=2.5)
+    )
+    assert b.priority == -1 and b.depends_on == ("a",) and b.max_attempts == 7
+
+
+@pytest.mark.timeout(10)
+def test_parser_accepts_a_bare_list_and_refuses_unknown_top_level_keys():
+    assert [spec.id for spec in parse_dag('[{"id": "a"}, {"id": "b"}]', "json", name="x").specs] == ["a", "b"]
+    with pytest.raises(DagError, match="unknown top-level key 'task' \\(did you mean 'tasks'\\?\\)"):
+        parse_dag('[[task]]\nid = "a"\n', "toml", name="x")
+    with pytest.raises(DagError, match="defaults: unknown key 'title'"):
+        parse_dag('[defaults]\ntitle = "t"\n[[tasks]]\nid = "a"\n', "toml", name="x")
+    with pytest.raises(DagError, match="max_attempts: expected an integer, got boolean true"):
+        parse_dag('[[tasks]]\nid = "a"\nmax_attempts = true\n', "toml", name="x")

@@ -1,0 +1,156 @@
+"""`corral demo` end to end, without a terminal, as `make demo` runs it in CI."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import corral
+from corral.demo import load_sample_dag
+from corral.demo.report import expected_values
+
+CORRAL = str(Path(sys.executable).with_name("corral"))
+
+
+def run_demo(*args: str, timeout: float = 150.0) -> subprocess.CompletedProcess[str]:
+    command = [CORRAL] if os.access(CORRAL, os.X_OK) else [sys.executable, "-m", "corral.cli"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    return subprocess.run(
+        [*command, "demo", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A directory with a short path: the daemon's Unix socket path must fit in ~100 characters."""
+    base = "/tmp" if os.path.isdir("/tmp") else None
+    path = Path(tempfile.mkdtemp(prefix="corral-t-", dir=base))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def run_dir_of(output: str) -> Path:
+    match = re.search(r"run directory (\S+)", output)
+    assert match, output
+    return Path(match.group(1))
+
+
+@pytest.mark.timeout(10)
+def test_sample_dag_has_the_promised_shapes():
+    specs = {spec.id: spec for spec in load_sample_dag().specs}
+    assert 25 <= len(specs) <= 40
+    dependents: dict[str, list[str]] = {}
+    for spec in specs.values():
+        for dep in spec.depends_on:
+            dependents.setdefault(dep, []).append(spec.id)
+    assert max(len(children) for children in dependents.values()) >= 5  # a fan-out
+    assert dependents["schema"] == ["migrate", "seed"] and specs["db-ready"].depends_on == ("migrate", "seed")
+    assert [spec.id for spec in specs.values() if spec.required_role] == ["security-review"]
+    assert len({spec.priority for spec in specs.values()}) >= 4
+    assert sum(b'"fail_first_attempt": true' in spec.payload for spec in specs.values()) == 1
+    assert set(expected_values(list(specs.values()))) == set(specs)  # every task computes a value from its deps
+
+
+@pytest.mark.timeout(200)
+def test_demo_runs_to_completion_without_a_terminal(short_dir):
+    result = run_demo("--dir", str(short_dir))
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    total = len(load_sample_dag().specs)
+    # Plain progress lines, not a live board.
+    assert "\x1b[" not in out
+    assert re.search(rf"^\[\s*\d+\.\ds\] {total}/{total} completed \| completed {total}$", out, re.MULTILINE), out
+    # What happened along the way.
+    assert "eve submitted plan" in out and "lead approved eve's plan" in out
+    assert "message from brook:" in out
+    assert "integration attempt 1 failed (SimulatedFailure:" in out
+    # The summary.
+    assert f"corral demo: {total}/{total} tasks completed in" in out
+    assert f"attempts    {total + 1} (1 retry: integration)" in out
+    assert re.search(r"throughput  \d+\.\d cycles/s", out)
+    assert re.search(r"writer      queue depth p99 \d", out)
+    assert "every one approved its shutdown and exited 0" in out
+
+    # The state directory is kept: a daemon on it shows every task completed.
+    run_dir = run_dir_of(out)
+    assert run_dir.parent == short_dir
+    logs = sorted(path.name for path in (run_dir / "logs").iterdir())
+    assert logs == ["ada.log", "brook.log", "cyd.log", "dee.log", "eve.log"]
+    with corral.Lead.launch(run_dir / "state") as lead:
+        tasks = list(lead.list_tasks())
+    assert len(tasks) == total
+    assert all(task.state is corral.TaskState.COMPLETED for task in tasks)
+    by_id = {task.id: task for task in tasks}
+    assert by_id["security-review"].owner == "dee"  # the only reviewer
+    assert by_id["integration"].attempt == 2
+
+
+@pytest.mark.timeout(120)
+def test_demo_fails_clearly_when_a_task_fails(short_dir):
+    dag = short_dir / "doomed.toml"
+    dag.write_text(
+        '[[tasks]]\nid = "ok"\npayload = \'{"weight": 1}\'\n'
+        '[[tasks]]\nid = "doomed"\nmax_attempts = 1\ndepends_on = ["ok"]\n'
+        'payload = \'{"weight": 1, "reads": ["ok"], "fail_first_attempt": true}\'\n'
+        '[[tasks]]\nid = "after"\ndepends_on = ["doomed"]\n',
+        encoding="utf-8",
+    )
+    result = run_demo("--dir", str(short_dir), "--dag", str(dag), "--work-ms", "1")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("corral: demo failed: 2 of 3 task(s) not completed: doomed is FAILED")
+    assert "after is CANCELED" in first
+    assert "run directory" in result.stderr
+
+
+@pytest.mark.timeout(120)
+def test_demo_times_out_with_a_clear_message(short_dir):
+    dag = short_dir / "slow.toml"
+    dag.write_text('[[tasks]]\nid = "slow"\n', encoding="utf-8")
+    result = run_demo("--dir", str(short_dir), "--dag", str(dag), "--work-ms", "10000", "--timeout", "4")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("corral: demo failed: timed out after 4s waiting for "), result.stderr
+
+
+@pytest.mark.timeout(30)
+def test_demo_refuses_a_bad_dag_file(tmp_path):
+    dag = tmp_path / "bad.toml"
+    dag.write_text('[[tasks]]\nid = "x"\npriority = "high"\n', encoding="utf-8")
+    result = run_demo("--dag", str(dag), "--dir", str(tmp_path))
+    assert result.returncode == 1
+    expected = f"corral: demo failed: {dag}: task 'x' (tasks[0]): priority: expected an integer, got string \"high\""
+    assert result.stderr.strip() == expected
+
+
+@pytest.mark.timeout(30)
+def test_demo_refuses_a_run_directory_too_long_for_a_socket(tmp_path):
+    deep = tmp_path / ("d" * 60)
+    deep.mkdir()
+    result = run_demo("--dir", str(deep))
+    assert result.returncode == 1
+    assert "longer than a Unix socket allows" in result.stderr and "pass a shorter --dir" in result.stderr
+
+
+@pytest.mark.timeout(30)
+def test_demo_refuses_a_role_no_teammate_holds(tmp_path):
+    dag = tmp_path / "roles.yaml"
+    dag.write_text("tasks:\n  - id: ship\n    required_role: deployer\n", encoding="utf-8")
+    result = run_demo("--dag", str(dag), "--dir", str(tmp_path))
+    assert result.returncode == 1
+    assert "task 'ship' requires role 'deployer', which no demo teammate holds (roles: reviewer)" in result.stderr

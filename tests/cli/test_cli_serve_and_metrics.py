@@ -1,0 +1,134 @@
+"""`corral serve` is `corrald serve`; the daemon's Prometheus endpoint counts what happened."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import corral
+
+CORRAL = str(Path(sys.executable).with_name("corral"))
+
+
+def corral_command(*args: str) -> list[str]:
+    """The installed console script, else the module (same code either way)."""
+    if os.access(CORRAL, os.X_OK):
+        return [CORRAL, *args]
+    return [sys.executable, "-c", "import sys; from corral.cli import main; sys.exit(main())", *args]
+
+
+@pytest.mark.timeout(60)
+def test_serve_runs_corrald_with_the_same_arguments(tmp_path):
+    state_dir = tmp_path / "state"
+    process = subprocess.Popen(
+        corral_command("serve", "--state-dir", str(state_dir), "--log-format", "json"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        ready = json.loads(process.stdout.readline())  # blocks until corrald's ready line
+        assert ready["event"] == "ready"
+        assert ready["address"] == f"unix:{state_dir.absolute() / 'corral.sock'}"
+        assert ready["pid"] == process.pid  # exec'd in place: the same process
+        stats = subprocess.run(
+            corral_command("stats", "--json", "--state-dir", str(state_dir)),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert stats.returncode == 0, stats.stderr
+        assert json.loads(stats.stdout)["active_tasks"] == 0
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.timeout(60)
+def test_serve_help_is_corralds():
+    result = subprocess.run(corral_command("serve", "--help"), capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 0
+    assert "--state-dir" in result.stdout and "--metrics" in result.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def scrape(port: int) -> dict[str, list]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode("utf-8")
+    return {family.name: family.samples for family in text_string_to_metric_families(text)}
+
+
+def sample(families: dict[str, list], family: str, name: str, **labels: str) -> float:
+    matches = [
+        s.value for s in families[family] if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
+    assert len(matches) == 1, (family, name, labels, families[family])
+    return matches[0]
+
+
+@pytest.mark.timeout(90)
+def test_metrics_endpoint_counts_the_work(tmp_path, start_teammate_factory):
+    port = free_port()
+    tasks = [corral.TaskSpec(f"t{i}", depends_on=(f"t{i - 1}",) if i % 3 else ()) for i in range(12)]
+    with corral.Lead.launch(tmp_path / "state", extra_args=["--metrics", f"127.0.0.1:{port}"]) as lead:
+        before = scrape(port)
+        assert sample(before, "corral_operations", "corral_operations_total", operation="completions") == 0
+        lead.create_tasks(tasks)
+        lead.create_tasks([corral.TaskSpec("doomed")])
+        lead.cancel_tasks(["doomed"])
+
+        def handler(task: corral.Task) -> str:
+            if task.id == "t4" and corral.current_claim().attempt == 1:
+                raise RuntimeError("fail once")
+            return task.id
+
+        start = start_teammate_factory(lead)
+        mates = [start("ann", handler), start("bob", handler)]
+        lead.wait_until_done(timeout=30)
+        completed = lead.get_stats().count(corral.TaskState.COMPLETED)
+        assert completed == len(tasks)
+        for mate in mates:
+            lead.request_shutdown(mate.new.name, reason="done")
+        for mate in mates:
+            assert mate.result().exit_reason is corral.ExitReason.SHUTDOWN
+
+        families = scrape(port)
+        ops = "corral_operations_total"
+        assert sample(families, "corral_operations", ops, operation="completions") == completed
+        assert sample(families, "corral_operations", ops, operation="failures") == 1
+        assert sample(families, "corral_operations", ops, operation="claims") == completed + 1
+        assert sample(families, "corral_operations", ops, operation="cancellations") == 1
+        assert sample(families, "corral_operations", ops, operation="lease_expirations") == 0
+        assert sample(families, "corral_tasks", "corral_tasks", state="completed") == completed
+        assert sample(families, "corral_tasks", "corral_tasks", state="canceled") == 1
+        assert sample(families, "corral_tasks", "corral_tasks", state="pending") == 0
+        assert sample(families, "corral_teammates", "corral_teammates", status="offline") == 2
+        assert sample(families, "corral_writer_queue_depth", "corral_writer_queue_depth") >= 0
+        levels = {s.labels["level"]: s.value for s in families["corral_writer_queue_level"]}
+        assert sum(levels.values()) == 1 and set(levels) == {"normal", "record", "warn", "degraded", "refuse"}
+        commits = sample(families, "corral_writer_commit_seconds", "corral_writer_commit_seconds_count")
+        assert commits >= completed
+        assert sample(families, "corral_writer_failed_commits", "corral_writer_failed_commits_total") == 0
+        assert sample(families, "corral_writer_refused_jobs", "corral_writer_refused_jobs_total") == 0
+        assert sample(families, "corral_idle_streams_open", "corral_idle_streams_open") == 0
+        jobs = sample(families, "corral_writer_jobs_per_commit", "corral_writer_jobs_per_commit_sum")
+        assert jobs >= commits

@@ -1,0 +1,116 @@
+"""`corral teammates|send|shutdown|plans` with real teammates (run_teammate in threads)."""
+
+from __future__ import annotations
+
+import pytest
+
+import corral
+
+TEAMMATE_KEYS = {"name", "status", "roles", "require_plan_approval", "held_task_ids"}
+
+
+def is_plan(event: corral.WatchEvent) -> bool:
+    return isinstance(event, corral.PlanSubmitted)
+
+
+@pytest.mark.timeout(60)
+def test_teammates_add_prints_the_token_once_and_it_works(cli, lead):
+    result = cli("teammates", "add", "ann", "--role", "reviewer", "--role", "builder")
+    assert result.exit_code == 0, result.stderr
+    token = result.stdout.strip()
+    assert "\n" not in token and token
+    assert "shown only this once" in result.stderr
+    with corral.Teammate.connect(lead.address, token) as teammate:
+        assert teammate.get_stats().open_streams == 0  # the credential works
+
+    added = cli.json("teammates", "add", "bob", "--plan-required")
+    assert set(added) == TEAMMATE_KEYS | {"token", "env"}
+    assert added["require_plan_approval"] is True and added["status"] == "offline"
+    assert added["env"] == {"CORRAL_ADDRESS": lead.address, "CORRAL_TOKEN": added["token"]}
+
+    exports = cli("teammates", "add", "cyd", "--env")
+    assert exports.stdout.startswith(f"export CORRAL_ADDRESS={lead.address}\nexport CORRAL_TOKEN=")
+
+    listed = cli.json("teammates", "list")
+    assert [mate["name"] for mate in listed] == ["ann", "bob", "cyd"]
+    assert all(set(mate) == TEAMMATE_KEYS for mate in listed)
+    assert sorted(listed[0]["roles"]) == ["builder", "reviewer"]
+
+    removed = cli.json("teammates", "remove", "cyd")
+    assert removed["name"] == "cyd" and removed["status"] == "removed"
+
+
+@pytest.mark.timeout(60)
+def test_duplicate_teammate_and_unknown_removal_are_one_line(cli, error_line):
+    assert cli("teammates", "add", "ann").exit_code == 0
+    assert error_line(cli("teammates", "add", "ann")).startswith("corral: ")
+    result = cli("teammates", "remove", "nobody")
+    assert result.exit_code == 1 and "not found" in error_line(result)
+
+
+@pytest.mark.timeout(60)
+def test_send_reaches_teammates(cli, lead, start_teammate, until_event):
+    received: list[corral.Message] = []
+    mate = start_teammate("ann", lambda task: None, on_message=received.append)
+    start_teammate("bob", lambda task: None)
+    until_event(lead, lambda e: isinstance(e, corral.TeammateChanged) and e.teammate.name == "ann"
+                and e.reason is corral.TeammateChangeReason.JOINED)
+    assert cli.json("send", "*", "hello all") == {"recipients": ["ann", "bob"]}
+    result = cli("send", "ann", "just you")
+    assert result.exit_code == 0 and "sent to ann" in result.stdout
+    answer = cli.json("shutdown", "ann", "--reason", "test over", "--wait", "--timeout", "20")
+    assert answer["approve"] is True and answer["request_id"]
+    assert mate.result().exit_reason is corral.ExitReason.SHUTDOWN
+    # on_message runs on the loop's thread before the shutdown request is handled.
+    assert [m.body for m in received] == ["hello all", "just you"]
+    assert all(m.sender == "lead" for m in received)
+
+
+@pytest.mark.timeout(60)
+def test_plans_list_and_approve_then_work_flows(cli, lead, start_teammate, until_event):
+    lead.create_tasks([corral.TaskSpec("a"), corral.TaskSpec("b", depends_on=("a",))])
+    mate = start_teammate("planner", lambda task: f"did {task.id}", plan="do a, then b",
+                          require_plan_approval=True)
+    until_event(lead, is_plan)
+    plans = cli.json("plans", "list")
+    assert len(plans) == 1
+    plan = plans[0]
+    assert set(plan) == {"plan_id", "author", "plan", "submit_time", "newest"}
+    assert plan["author"] == "planner" and plan["plan"] == "do a, then b" and plan["newest"] is True
+    assert lead.get_stats().count(corral.TaskState.COMPLETED) == 0  # the gate is closed
+
+    text = cli("plans", "list")
+    assert text.exit_code == 0 and "planner" in text.stdout
+    result = cli("plans", "approve", plan["plan_id"], "--feedback", "go")
+    assert result.exit_code == 0, result.stderr
+    lead.wait_until_done(timeout=20)
+    assert {task.id: task.result for task in lead.list_tasks()} == {"a": b"did a", "b": b"did b"}
+
+    shutdown = cli("shutdown", "planner", "--wait", "--timeout", "20")
+    assert shutdown.exit_code == 0, shutdown.stderr
+    assert "planner approved" in shutdown.stdout
+    summary = mate.result()
+    assert summary.exit_reason is corral.ExitReason.SHUTDOWN and summary.completed == 2
+
+
+@pytest.mark.timeout(60)
+def test_plans_reject_sends_the_feedback(cli, lead, start_teammate, until_event):
+    mate = start_teammate("planner", lambda task: None, plan="wing it", require_plan_approval=True)
+    plan_id = until_event(lead, is_plan).plan_id
+    result = cli("plans", "reject", plan_id, "--feedback", "write a real plan")
+    assert result.exit_code == 0 and f"rejected plan {plan_id}" in result.stdout
+    summary = mate.result()
+    assert summary.exit_reason is corral.ExitReason.PLAN_REJECTED
+    assert summary.plan_feedback == "write a real plan"
+
+
+@pytest.mark.timeout(60)
+def test_plans_list_on_a_board_without_plans(cli):
+    assert cli.json("plans", "list") == []
+    assert "no plans submitted" in cli("plans", "list").stdout
+
+
+@pytest.mark.timeout(60)
+def test_deciding_an_unknown_plan_is_one_line(cli, error_line):
+    result = cli("plans", "approve", "999")
+    assert result.exit_code == 1 and "not found" in error_line(result)
