@@ -118,13 +118,14 @@ class Lead(BoardClient):
 
         A retry with the same `request_id` returns the same tasks instead of
         failing; raises InvalidArgument (cycles, unknown deps, bad values) or
-        AlreadyExists (an id taken by a different spec).
+        AlreadyExists (an id taken by a different spec). The returned tasks
+        leave out payload and result (`get_task` has them).
         """
         response = self._unary(self._lead.CreateTasks, _convert.create_tasks_request(specs, request_id))
         return _convert.tasks_from_pb(response.tasks)
 
     def cancel_tasks(self, ids: Iterable[str]) -> list[Task]:
-        """Cancel tasks and, transitively, their dependents; returns every task changed."""
+        """Cancel tasks and, transitively, their dependents; returns every task changed (without payloads)."""
         response = self._unary(self._lead.CancelTasks, pb.CancelTasksRequest(ids=list(ids)))
         return _convert.tasks_from_pb(response.tasks)
 

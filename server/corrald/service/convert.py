@@ -33,17 +33,18 @@ def duration(ms: int) -> duration_pb2.Duration:
 
 
 def duration_ms(message: pb.Message, field: str) -> int:
-    """A Duration field in whole ms; unset or zero means "default" (0).
+    """A Duration field in whole ms, rounded up; unset or zero means "default" (0).
 
-    Sub-millisecond or negative values come back as -1 so range checks refuse them.
+    Rounding up keeps a set value from ever turning into 0 ("default"); a
+    negative value comes back as -1 so range checks refuse it.
     """
     if not message.HasField(field):
         return 0
     value: duration_pb2.Duration = getattr(message, field)
     nanos = value.seconds * 1_000_000_000 + value.nanos
-    if nanos < 0 or nanos % 1_000_000:
-        return -1 if nanos else 0
-    return nanos // 1_000_000
+    if nanos < 0:
+        return -1
+    return -(-nanos // 1_000_000)
 
 
 def task_spec(message: pb.TaskSpec) -> TaskSpec:
@@ -52,6 +53,14 @@ def task_spec(message: pb.TaskSpec) -> TaskSpec:
         depends_on=tuple(message.depends_on), priority=message.priority, max_attempts=message.max_attempts,
         lease_ms=duration_ms(message, "lease_duration"), required_role=message.required_role,
     )
+
+
+def task_summary(record: TaskRecord) -> pb.Task:
+    """The task without its payload and result, for replies that list many tasks at once."""
+    summary = task(record)
+    summary.ClearField("payload")
+    summary.ClearField("result")
+    return summary
 
 
 def task(record: TaskRecord) -> pb.Task:

@@ -14,6 +14,7 @@ from ..wake import WakeHub
 from . import convert
 
 FEED_PAGE = 256
+PAGE_BYTES = 3 * 1024 * 1024  # under gRPC's default 4 MiB receive limit
 
 
 class LeadServicer(pb_grpc.LeadServiceServicer):
@@ -24,11 +25,13 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
     async def CreateTasks(self, request: pb.CreateTasksRequest, context, identity: Identity) -> pb.CreateTasksResponse:
         specs = [convert.task_spec(spec) for spec in request.tasks]
         created = await self._board.create_tasks(specs, request.request_id)
-        return pb.CreateTasksResponse(tasks=[convert.task(t) for t in created])
+        # A batch may carry 10,000 payloads; echoing them would make the reply
+        # larger than the request and than a default client accepts.
+        return pb.CreateTasksResponse(tasks=[convert.task_summary(t) for t in created])
 
     async def CancelTasks(self, request: pb.CancelTasksRequest, context, identity: Identity) -> pb.CancelTasksResponse:
         canceled = await self._board.cancel_tasks(list(request.ids))
-        return pb.CancelTasksResponse(tasks=[convert.task(t) for t in canceled])
+        return pb.CancelTasksResponse(tasks=[convert.task_summary(t) for t in canceled])
 
     async def AddTeammate(self, request: pb.AddTeammateRequest, context, identity: Identity) -> pb.AddTeammateResponse:
         record, token = await self._board.add_teammate(request.name, list(request.roles), request.require_plan_approval)
@@ -82,9 +85,16 @@ class BoardServicer(pb_grpc.BoardServiceServicer):
             states.append(TaskState(state))
         after = _decode_page_token(request.page_token)
         found = await self._board.list_tasks(states=states, owner=request.owner, after_seq=after, limit=page_size + 1)
-        page, more = found[:page_size], len(found) > page_size
+        page, size = [], 0
+        for record in found[:page_size]:
+            message = convert.task(record)
+            size += message.ByteSize()
+            if page and size > PAGE_BYTES:
+                break  # a page never outgrows what a default client accepts
+            page.append(message)
+        more = len(found) > len(page)
         token = _encode_page_token(page[-1].seq) if more else ""
-        return pb.ListTasksResponse(tasks=[convert.task(t) for t in page], next_page_token=token)
+        return pb.ListTasksResponse(tasks=page, next_page_token=token)
 
     async def ListTeammates(self, request, context, identity: Identity) -> pb.ListTeammatesResponse:
         mates = await self._board.list_teammates()

@@ -1,0 +1,80 @@
+"""Idle polls and idle_timeout (design §5, last paragraph)."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+
+from corral.v1 import corral_pb2 as pb
+
+from .wire import spec
+
+
+@pytest.mark.timeout(30)
+def test_idle_timeout_is_sent_then_the_stream_ends_ok(daemon):
+    mate = daemon.add_teammate()
+    watch = daemon.watch()
+    started = time.monotonic()
+    stream = mate.idle(max_idle_polls=3, poll_interval=0.1)
+    timeout = stream.next_event("idle_timeout", timeout=5)
+    elapsed = time.monotonic() - started
+    assert timeout.idle_polls == 3
+    assert elapsed >= 0.3 - 0.05, f"three 100 ms polls took only {elapsed:.3f}s"
+    code, details = stream.wait_end(5)
+    assert code == grpc.StatusCode.OK, details
+    assert len(stream.received) == 1, "nothing but idle_timeout was expected"
+    changed = watch.next_matching(
+        lambda e: e.WhichOneof("event") == "teammate_changed"
+        and e.teammate_changed.reason == pb.TEAMMATE_CHANGE_REASON_IDLE_TIMEOUT, what="idle_timeout event")
+    assert changed.teammate_changed.teammate.name == mate.name
+    watch.cancel()
+
+
+@pytest.mark.timeout(30)
+def test_wake_ups_and_deliveries_do_not_use_up_the_idle_budget(daemon):
+    mate = daemon.add_teammate()
+    stream = mate.idle(max_idle_polls=3, poll_interval=0.3)  # would time out after ~0.9 s of nothing
+    started = time.monotonic()
+    last_delivery = started
+    for round_number in range(10):  # ~1.5 s of traffic: well past 3 x 300 ms
+        daemon.lead.board.SendMessage(pb.SendMessageRequest(to=mate.name, body=f"ping {round_number}"))
+        message = stream.next_event("message", timeout=2)
+        assert message.body == f"ping {round_number}"
+        last_delivery = time.monotonic()
+        mate.ack(message.seq)
+        stream.expect_quiet(0.15)  # no idle_timeout while the teammate is being woken
+    assert time.monotonic() - started >= 1.5
+    timeout = stream.next_event("idle_timeout", timeout=5)
+    quiet_for = time.monotonic() - last_delivery
+    assert timeout.idle_polls == 3
+    assert quiet_for >= 0.9 - 0.2, f"timed out {quiet_for:.2f}s after the last delivery; the budget was not reset"
+    code, details = stream.wait_end(5)
+    assert code == grpc.StatusCode.OK, details
+
+
+@pytest.mark.timeout(30)
+def test_idle_polls_do_not_count_while_a_claim_is_held(daemon):
+    mate = daemon.add_teammate()
+    daemon.create_tasks(spec("long-job"))
+    stream = mate.idle(max_idle_polls=2, poll_interval=0.1)
+    claim = stream.next_event("claim")
+    stream.expect_quiet(0.6)  # six poll intervals with a claim held: not idle
+    mate.complete(claim)
+    assert stream.next_event("idle_timeout", timeout=5).idle_polls == 2
+    assert stream.wait_end(5)[0] == grpc.StatusCode.OK
+
+
+@pytest.mark.timeout(30)
+def test_a_task_arriving_before_the_timeout_is_claimed_and_resets_the_budget(daemon):
+    mate = daemon.add_teammate()
+    stream = mate.idle(max_idle_polls=10, poll_interval=0.1)  # ~1 s of budget
+    stream.expect_quiet(0.25)
+    daemon.create_tasks(spec("just-in-time"))
+    claim = stream.next_event("claim", timeout=2)
+    assert claim.task.id == "just-in-time"
+    mate.complete(claim)
+    started = time.monotonic()
+    assert stream.next_event("idle_timeout", timeout=5).idle_polls == 10
+    assert time.monotonic() - started >= 1.0 - 0.1, "the claim did not restart the idle count"
