@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NODE_DIR := tests/polyglot/node
 
-.PHONY: all test demo bench protos check-protos node-deps clean
+.PHONY: all test demo bench protos check-protos node-deps lint-proto clean
 
 all: test
 
@@ -24,9 +24,13 @@ check-protos: $(STAMP)
 
 node-deps:
 	@command -v node >/dev/null || { echo "Node.js is required for the polyglot tests (tests/polyglot): install node and npm" >&2; exit 1; }
-	@if [ -f $(NODE_DIR)/package-lock.json ]; then cd $(NODE_DIR) && npm ci --silent --no-audit --no-fund; fi
+	cd $(NODE_DIR) && npm ci --silent --no-audit --no-fund
 
-test: $(STAMP) check-protos node-deps
+# The buf CLI ships inside its npm package, so the contract is linted offline.
+lint-proto: node-deps
+	$(NODE_DIR)/node_modules/.bin/buf lint proto
+
+test: $(STAMP) check-protos lint-proto
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 demo: $(STAMP)

@@ -19,7 +19,7 @@ from datetime import timedelta
 import grpc
 import pytest
 
-from corral import Lead, TaskSpec, TaskState, run_teammate
+from corral import ExitReason, Lead, RunSummary, TaskChanged, TaskSpec, TaskState, run_teammate
 from corral.v1 import corral_pb2, corral_pb2_grpc
 
 NODE_DIR = pathlib.Path(__file__).resolve().parent / "node"
@@ -116,7 +116,6 @@ class NodeProcess:
 @pytest.fixture
 def node_procs(tmp_path):
     """Starts Node programs; kills whatever is still running when the test ends."""
-    node_executable()
     started: list[NodeProcess] = []
 
     def start(script: str, label: str, **env: str) -> NodeProcess:
@@ -160,12 +159,41 @@ def layered_dag() -> list[TaskSpec]:
     return specs
 
 
-def deadline_loop(timeout: float, what: str):
-    """Yields until the deadline passes, then fails naming what was awaited."""
+def wait_until(predicate, timeout: float, what: str) -> None:
+    """Polls `predicate` until it holds; fails after `timeout` seconds."""
     end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        yield
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+    tick = threading.Event()  # never set: wait() is the polling interval
+    while not predicate():
+        if time.monotonic() > end:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        tick.wait(0.02)
+
+
+def board_history(lead, task_ids: set[str]) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """Watch-feed sequence numbers at which each task entered IN_PROGRESS and
+    COMPLETED, replayed from the start until every task has completed."""
+    claimed: dict[str, list[int]] = {task_id: [] for task_id in task_ids}
+    completed: dict[str, list[int]] = {task_id: [] for task_id in task_ids}
+    last_state: dict[str, TaskState] = {}
+    remaining = set(task_ids)
+    events = lead.watch(after_seq=0)
+    try:
+        for event in events:
+            if not isinstance(event, TaskChanged) or event.task.id not in task_ids:
+                continue
+            task = event.task
+            if task.state != last_state.get(task.id):
+                if task.state == TaskState.IN_PROGRESS:
+                    claimed[task.id].append(event.seq)
+                elif task.state == TaskState.COMPLETED:
+                    completed[task.id].append(event.seq)
+                    remaining.discard(task.id)
+            last_state[task.id] = task.state
+            if not remaining:
+                break
+    finally:
+        events.close()
+    return claimed, completed
 
 
 # ---------------------------------------------------------------- a. a mixed team
@@ -173,6 +201,7 @@ def deadline_loop(timeout: float, what: str):
 
 @pytest.mark.timeout(180)
 def test_node_and_python_teammates_share_a_dag(tmp_path, node_procs):
+    node_executable()  # fail fast, with the fix, when Node or node_modules is missing
     specs = layered_dag()
     assert len(specs) >= 60
     by_id = {spec.id: spec for spec in specs}
@@ -191,7 +220,7 @@ def test_node_and_python_teammates_share_a_dag(tmp_path, node_procs):
                 CORRAL_NAME=name,
                 CORRAL_MAX_IDLE_POLLS="600",
                 CORRAL_POLL_INTERVAL_MS="200",
-                CORRAL_WORK_MS="30",
+                CORRAL_WORK_MS="10",  # the same simulated work as the Python handler
             )
 
         # Python teammates: threads running the SDK's loop.
@@ -210,13 +239,20 @@ def test_node_and_python_teammates_share_a_dag(tmp_path, node_procs):
             return handle
 
         py_errors: list[BaseException] = []
+        py_summaries: dict[str, RunSummary] = {}
         py_threads = []
         for name in py_names:
             mate = lead.add_teammate(name)
 
             def run(name=name, token=mate.token):
                 try:
-                    run_teammate(handler_for(name), address=lead.address, token=token)
+                    py_summaries[name] = run_teammate(
+                        handler_for(name),
+                        address=lead.address,
+                        token=token,
+                        max_idle_polls=600,
+                        poll_interval=0.2,
+                    )
                 except BaseException as exc:  # surfaced by the assertions below
                     py_errors.append(exc)
 
@@ -232,6 +268,15 @@ def test_node_and_python_teammates_share_a_dag(tmp_path, node_procs):
         assert set(tasks) == set(by_id)
         not_done = {tid: task.state for tid, task in tasks.items() if task.state != TaskState.COMPLETED}
         assert not not_done, f"tasks not completed: {not_done}"
+
+        # A Node teammate logs "completed" once CompleteTask has returned,
+        # which can be a moment after the board saw the last task finish.
+        node_owned = {tid for tid, task in tasks.items() if task.owner in nodes}
+
+        def node_logged() -> set[str]:
+            return {ev["task"] for proc in nodes.values() for ev in proc.events("completed")}
+
+        wait_until(lambda: node_owned <= node_logged(), 10, "Node teammates to log their completions")
 
         # Exactly once: each task was worked on by exactly one teammate, once.
         node_done = [(name, ev["task"]) for name, proc in nodes.items() for ev in proc.events("completed")]
@@ -251,19 +296,18 @@ def test_node_and_python_teammates_share_a_dag(tmp_path, node_procs):
             assert tuple(task.depends_on) == by_id[task.id].depends_on
             for dep in task.depends_on:
                 assert task.finish_time >= tasks[dep].finish_time, (task.id, dep)
-        # ... and none was claimed before its dependencies completed (each
-        # Node teammate logs a claim only after receiving it).
-        completed_at = {}
-        for proc in nodes.values():
-            for ev in proc.events("completed"):
-                completed_at[ev["task"]] = ev["ts"]
-        for proc in nodes.values():
-            for ev in proc.events("claimed"):
-                for dep in ev["depends_on"]:
-                    assert tasks[dep].finish_time is not None
+        # ... and none was claimed before all its dependencies completed, and
+        # each was claimed and completed once: replay the board's event feed.
+        claimed_at, completed_at = board_history(lead, set(by_id))
+        for task_id, spec in by_id.items():
+            assert len(claimed_at[task_id]) == 1, (task_id, claimed_at[task_id])
+            assert len(completed_at[task_id]) == 1, (task_id, completed_at[task_id])
+            for dep in spec.depends_on:
+                assert claimed_at[task_id][0] > completed_at[dep][0], (task_id, dep)
 
         # Both languages did real work, and Node's results are stored verbatim.
         owners = Counter(task.owner for task in tasks.values())
+        print(f"tasks per teammate: {dict(sorted(owners.items()))}")
         assert sum(owners[name] for name in node_names) > 0, owners
         assert sum(owners[name] for name in py_names) > 0, owners
         for name, task_id in node_done:
@@ -274,6 +318,8 @@ def test_node_and_python_teammates_share_a_dag(tmp_path, node_procs):
                 "task": task_id,
                 "deps": list(by_id[task_id].depends_on),
             }
+        for name, task_id in py_done:
+            assert json.loads(lead.get_task(task_id).result)["by"] == "python"
 
         # The Lead ends the session: every teammate approves and stops cleanly.
         for name in node_names + py_names:
@@ -289,6 +335,9 @@ def test_node_and_python_teammates_share_a_dag(tmp_path, node_procs):
             thread.join(timeout=30)
             assert not thread.is_alive(), f"{thread.name} still running after shutdown"
         assert py_errors == []
+        assert {name: summary.exit_reason for name, summary in py_summaries.items()} == {
+            name: ExitReason.SHUTDOWN for name in py_names
+        }
 
 
 # ---------------------------------------------------------------- b. a hostile client
@@ -301,6 +350,7 @@ def teammate_stub(address: str, token: str):
 
 @pytest.mark.timeout(90)
 def test_hostile_node_client_is_refused(tmp_path, node_procs):
+    node_executable()  # fail fast, with the fix, when Node or node_modules is missing
     with Lead.launch(tmp_path / "state") as lead:
         lead.create_tasks(
             [
@@ -384,3 +434,72 @@ def test_hostile_node_client_is_refused(tmp_path, node_procs):
             assert done.task.state == corral_pb2.TASK_STATE_COMPLETED
             assert done.task.owner == "victim"
             assert lead.get_task("victim-task").result == b"victim's work"
+
+
+# ---------------------------------------------------------------- c. leases and control while working
+
+
+def start_node_teammate(lead, node_procs, name: str, work_ms: int) -> NodeProcess:
+    mate = lead.add_teammate(name)
+    return node_procs(
+        "teammate.js",
+        name,
+        CORRAL_ADDRESS=lead.address,
+        CORRAL_TOKEN=mate.token,
+        CORRAL_NAME=name,
+        CORRAL_MAX_IDLE_POLLS="600",
+        CORRAL_POLL_INTERVAL_MS="200",
+        CORRAL_WORK_MS=str(work_ms),
+    )
+
+
+def logged(proc: NodeProcess, event: str, task: str) -> bool:
+    return any(ev.get("task") == task for ev in proc.events(event))
+
+
+@pytest.mark.timeout(60)
+def test_node_teammate_renews_and_finishes_before_approving_shutdown(tmp_path, node_procs):
+    node_executable()  # fail fast, with the fix, when Node or node_modules is missing
+    with Lead.launch(tmp_path / "state") as lead:
+        # A 1 s lease and 2.5 s of work: only renewing every third of the lease keeps it.
+        lead.create_tasks([TaskSpec(id="long", title="outlives its lease", lease_duration=timedelta(seconds=1))])
+        proc = start_node_teammate(lead, node_procs, "node-long", work_ms=2500)
+        wait_until(lambda: logged(proc, "claimed", "long"), 20, "node-long to claim the task")
+
+        # Shutdown while it works: it acknowledges at once, approves only when done.
+        lead.request_shutdown("node-long", reason="wrap up", grace=timedelta(seconds=30))
+        assert proc.wait_exit(timeout=30) == 0, proc.describe()
+
+        order = [ev["event"] for ev in proc.lines if ev["event"] in ("claimed", "shutdown_request", "completed", "shutdown")]
+        assert order == ["claimed", "shutdown_request", "completed", "shutdown"], proc.describe()
+        assert proc.events("shutdown_request")[0]["holding"] == 1
+        assert len(proc.events("renewed")) >= 3, proc.describe()
+        assert proc.events("dropped") == []
+        task = lead.get_task("long")
+        assert (task.state, task.owner, task.attempt) == (TaskState.COMPLETED, "node-long", 1)
+        assert json.loads(task.result)["by"] == "node"
+
+
+@pytest.mark.timeout(60)
+def test_node_teammate_drops_a_canceled_task_and_carries_on(tmp_path, node_procs):
+    node_executable()  # fail fast, with the fix, when Node or node_modules is missing
+    with Lead.launch(tmp_path / "state") as lead:
+        lead.create_tasks([TaskSpec(id="doomed", title="canceled mid-work", lease_duration=timedelta(seconds=1))])
+        proc = start_node_teammate(lead, node_procs, "node-drop", work_ms=1500)
+        wait_until(lambda: logged(proc, "claimed", "doomed"), 20, "node-drop to claim the task")
+
+        lead.cancel_tasks(["doomed"])
+        # Its next renewal (a third of the lease later) learns the task is gone.
+        wait_until(lambda: logged(proc, "dropped", "doomed"), 10, "node-drop to drop the canceled task")
+        dropped = proc.events("dropped")[0]
+        assert (dropped["code"], dropped["reason"]) == (FAILED_PRECONDITION, "TASK_CANCELED"), proc.describe()
+
+        # ... and carries on with the next task.
+        lead.create_tasks([TaskSpec(id="after", title="the next job")])
+        wait_until(lambda: logged(proc, "completed", "after"), 20, "node-drop to complete the next task")
+        lead.request_shutdown("node-drop", reason="done", grace=timedelta(seconds=30))
+        assert proc.wait_exit(timeout=30) == 0, proc.describe()
+
+        assert not logged(proc, "completed", "doomed")
+        assert lead.get_task("doomed").state == TaskState.CANCELED
+        assert (lead.get_task("after").state, lead.get_task("after").owner) == (TaskState.COMPLETED, "node-drop")
