@@ -37,6 +37,14 @@ def token_hash(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
 
 
+def _stamp_clock(conn, now_ms: int, changed: bool, failures: list[BaseException]) -> None:
+    # Record how far the daemon clock got whenever a transaction wrote or told
+    # a caller its claim was dead, so a restart never revives such a lease. A
+    # gated Idle check does neither, and so still writes nothing.
+    if changed or any(isinstance(error, errors.ClaimError) for error in failures):
+        tasks.note_clock(conn, now_ms)
+
+
 @dataclasses.dataclass(frozen=True)
 class BoardStats:
     tasks_by_state: dict[TaskState, int]
@@ -64,7 +72,7 @@ class Board:
         self.writer = Writer(
             lambda: open_writer(database, synchronous=writer_config.synchronous,
                                 busy_timeout_ms=writer_config.busy_timeout_ms),
-            clock, writer_config, self._committed, preamble=tasks.note_clock,
+            clock, writer_config, self._committed, epilogue=_stamp_clock,
         )
         self._database = database
         self._reader_count = readers

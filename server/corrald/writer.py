@@ -83,14 +83,16 @@ class Writer:
         config: WriterConfig = WriterConfig(),
         on_commit: Callable[[Wakes], None] | None = None,
         on_batch: Callable[[float, int], None] | None = None,
-        preamble: Callable[[sqlite3.Connection, int], None] | None = None,
+        epilogue: Callable[[sqlite3.Connection, int, bool, list[BaseException]], None] | None = None,
     ) -> None:
         self._connect = connect
         self._clock = clock
         self._config = config
         self._on_commit = on_commit or (lambda wakes: None)
         self.on_batch = on_batch  # (commit latency in seconds, jobs) after each COMMIT
-        self._preamble = preamble  # runs first in every transaction, outside any job's savepoint
+        # Runs last in every transaction, outside the jobs' savepoints, with
+        # whether the jobs changed anything and the errors they raised.
+        self._epilogue = epilogue
         self._queue: collections.deque[_Pending] = collections.deque()
         self._cond = threading.Condition()
         self._accepting = False
@@ -242,8 +244,7 @@ class Writer:
         now = self._clock.now_ms()
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if self._preamble is not None:
-                self._preamble(conn, now)
+            changes_before = conn.total_changes
             outcomes = []
             for index, pending in enumerate(batch):
                 outcomes.append(self._run_job(conn, pending, now))
@@ -251,6 +252,9 @@ class Writer:
                     # SQLite rolled the whole transaction back (e.g. disk full):
                     # the earlier jobs of this batch are gone too.
                     raise CommitFailed(f"transaction rolled back by job {index}")
+            if self._epilogue is not None:
+                failures = [value for ok, value, _ in outcomes if not ok]
+                self._epilogue(conn, now, conn.total_changes != changes_before, failures)
             failpoints.hit("before_commit")
             conn.execute("COMMIT")
         except BaseException:

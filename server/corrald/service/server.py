@@ -194,5 +194,9 @@ class Daemon:
 
 def serve(config: ServeConfig) -> int:
     failpoints.load_from_env()
+    # The writer thread releases the GIL around every SQLite call and must win
+    # it back from the event loop; at the default 5 ms switch interval each
+    # hand-back can stall a whole group commit. 1 ms measured ~20% more cycles/s.
+    sys.setswitchinterval(0.001)
     os.umask(0o077)  # every file and socket we create is private
     return asyncio.run(Daemon(config).run())

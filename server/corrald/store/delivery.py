@@ -8,6 +8,7 @@ decided in the same transaction. While a gate is closed it writes nothing.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from .. import errors
 from . import tasks, team
@@ -31,30 +32,32 @@ Delivery = ClaimGrant | InboxItem
 
 def next_for_teammate(tx: Txn, name: str, cursor: StreamCursor) -> list[Delivery]:
     """Returns what to send now, in order; an empty list means "wait"."""
-    roles, require_plan, removed, _, _, acked, _ = team._row(tx.conn, name)  # noqa: SLF001 (same package)
-    if removed:
+    row = tx.conn.execute(
+        "SELECT roles, require_plan, removed, acked_seq, last_seq FROM teammates WHERE name = ?", (name,)
+    ).fetchone()
+    if row is None or row[2]:
         raise errors.Unauthenticated(f"teammate {name!r} was removed")
-    held = tasks.held_claims(tx.conn, name, tx.now_ms)
-    cursor.sent_tokens.intersection_update(grant.token for grant in held)  # forget ended claims
+    roles, require_plan, _, acked, last = row
+    held = tasks.held_claim_refs(tx.conn, name, tx.now_ms)
+    cursor.sent_tokens.intersection_update(ref.token for ref in held)  # forget ended claims
     # 1. Claims this teammate holds but this stream has not sent (a new stream re-sends all).
-    resend = [grant for grant in held if grant.token not in cursor.sent_tokens]
+    resend = [ref for ref in held if ref.token not in cursor.sent_tokens]
     if resend:
-        return list(resend)
+        return [tasks.grant(tx.conn, ref) for ref in resend]
     # 2. Inbox items after what this stream sent, starting at the acknowledged sequence.
     after = acked if cursor.sent_through_seq is None else max(cursor.sent_through_seq, acked)
-    items = team.inbox_after(tx.conn, name, after)
-    if items:
-        return list(items)
+    if last > after:
+        return list(team.inbox_after(tx.conn, name, after))
     cursor.can_claim = False
     # 3. The gates sit before the claim: control always beats the task board.
-    if team.protocol_pending(tx.conn, name):
+    if team.protocol_pending(tx.conn, name, acked, last):
         return []
     if require_plan and not team.plan_approved(tx.conn, name, acked):
         return []
     # 4. Claim while this teammate holds fewer claims than its slots.
     if len(held) >= cursor.slots:
         return []
-    grant = tasks.claim_next(tx, name, team.roles_of(tx.conn, name))
+    grant = tasks.claim_next(tx, name, json.loads(roles))
     cursor.can_claim = grant is None or len(held) + 1 < cursor.slots
     return [grant] if grant else []
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import sqlite3
@@ -181,11 +182,22 @@ def claim_next(tx: Txn, teammate: str, roles: Iterable[str]) -> ClaimGrant | Non
     tx.wakes.tally["claims"] += 1
     task = task_by_seq(tx.conn, seq)
     task_changed(tx, task)
-    team.refresh_status(tx, teammate)
+    team.mark_busy(tx, teammate)
     return ClaimGrant(task=task, token=token, lease_expire_ms=lease_end, attempt=attempt, fence=fence)
 
 
-def held_claims(conn: sqlite3.Connection, teammate: str, now_ms: int) -> list[ClaimGrant]:
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClaimRef:
+    """A live claim, without the task: enough to decide whether to re-send it."""
+
+    task_seq: int
+    token: str
+    lease_expire_ms: int
+    attempt: int
+    fence: int
+
+
+def held_claim_refs(conn: sqlite3.Connection, teammate: str, now_ms: int) -> list[ClaimRef]:
     """The teammate's claims whose lease has not ended (a dead one awaits the reaper)."""
     rows = conn.execute(
         "SELECT t.seq, c.token, t.lease_expire_ms, c.attempt, c.fence FROM tasks t"
@@ -193,15 +205,29 @@ def held_claims(conn: sqlite3.Connection, teammate: str, now_ms: int) -> list[Cl
         " ORDER BY c.fence",
         (teammate, now_ms),
     ).fetchall()
-    return [ClaimGrant(task_by_seq(conn, seq), token, end, attempt, fence) for seq, token, end, attempt, fence in rows]
+    return [ClaimRef(*row) for row in rows]
 
 
-def _live_claim(tx: Txn, teammate: str, task_id: str, token: str) -> tuple[int, int]:
-    """Returns (task seq, fence) of the caller's live claim, or raises why not."""
-    task = tx.conn.execute("SELECT seq, live_fence, lease_expire_ms FROM tasks WHERE id = ?", (task_id,)).fetchone()
+def grant(conn: sqlite3.Connection, ref: ClaimRef) -> ClaimGrant:
+    return ClaimGrant(task_by_seq(conn, ref.task_seq), ref.token, ref.lease_expire_ms, ref.attempt, ref.fence)
+
+
+def held_claims(conn: sqlite3.Connection, teammate: str, now_ms: int) -> list[ClaimGrant]:
+    return [grant(conn, ref) for ref in held_claim_refs(conn, teammate, now_ms)]
+
+
+def _live_claim(tx: Txn, teammate: str, task_id: str, token: str, *, completed_ok: bool = False) -> tuple[int, int, int]:
+    """Returns (task seq, fence, lease ms) of the caller's live claim, or raises why not.
+
+    With `completed_ok`, the token that completed the task returns fence 0
+    instead of raising (a repeated CompleteTask is answered from the store).
+    """
+    task = tx.conn.execute(
+        "SELECT seq, live_fence, lease_expire_ms, lease_ms FROM tasks WHERE id = ?", (task_id,)
+    ).fetchone()
     if task is None:
         raise errors.TaskNotFound(f"no task {task_id!r}", id=task_id)
-    seq, live_fence, lease_end = task
+    seq, live_fence, lease_end, lease_ms = task
     claim = tx.conn.execute(
         "SELECT fence, task_seq, teammate, outcome FROM claims WHERE token = ?", (token,)
     ).fetchone()
@@ -211,7 +237,9 @@ def _live_claim(tx: Txn, teammate: str, task_id: str, token: str) -> tuple[int, 
     if outcome is None and fence == live_fence:
         if tx.now_ms >= lease_end:
             raise errors.LeaseExpired(f"lease on task {task_id!r} ended", id=task_id)
-        return seq, fence
+        return seq, fence, lease_ms
+    if outcome == ClaimOutcome.COMPLETED and completed_ok:
+        return seq, 0, lease_ms
     if outcome == ClaimOutcome.EXPIRED:
         raise errors.LeaseExpired(f"lease on task {task_id!r} ended", id=task_id)
     if outcome == ClaimOutcome.CANCELED:
@@ -225,8 +253,7 @@ def _end_claim(tx: Txn, fence: int, outcome: ClaimOutcome) -> None:
 
 def renew(tx: Txn, teammate: str, task_id: str, token: str) -> tuple[int, bool]:
     """Extends the lease to now + lease duration; also says if protocol messages wait."""
-    seq, _ = _live_claim(tx, teammate, task_id, token)
-    (lease_ms,) = tx.conn.execute("SELECT lease_ms FROM tasks WHERE seq = ?", (seq,)).fetchone()
+    seq, _, lease_ms = _live_claim(tx, teammate, task_id, token)
     lease_end = tx.now_ms + lease_ms
     tx.conn.execute("UPDATE tasks SET lease_expire_ms = ? WHERE seq = ?", (lease_end, seq))
     tx.wakes.deadline(lease_end)
@@ -234,30 +261,21 @@ def renew(tx: Txn, teammate: str, task_id: str, token: str) -> tuple[int, bool]:
 
 
 def complete(tx: Txn, teammate: str, task_id: str, token: str, result: bytes) -> TaskRecord:
-    done = tx.conn.execute(
-        "SELECT 1 FROM claims c JOIN tasks t ON t.seq = c.task_seq"
-        " WHERE c.token = ? AND t.id = ? AND c.teammate = ? AND c.outcome = 'completed'",
-        (token, task_id, teammate),
-    ).fetchone()
-    if done:
-        return get_task(tx.conn, task_id)  # completed once: the stored result
-    seq, fence = _live_claim(tx, teammate, task_id, token)
+    seq, fence, _ = _live_claim(tx, teammate, task_id, token, completed_ok=True)
+    if not fence:
+        return task_by_seq(tx.conn, seq)  # completed once: the stored result
     _end_claim(tx, fence, ClaimOutcome.COMPLETED)
     tx.conn.execute(
         "UPDATE tasks SET state = 3, result = ?, finish_ms = ?, live_fence = NULL, lease_expire_ms = NULL"
         " WHERE seq = ?",
         (result, tx.now_ms, seq),
     )
-    tx.conn.execute(
-        "UPDATE tasks SET unmet_deps = unmet_deps - 1 WHERE seq IN (SELECT task_seq FROM deps WHERE dep_seq = ?)",
+    dependents = tx.conn.execute(
+        "UPDATE tasks SET unmet_deps = unmet_deps - 1 WHERE seq IN (SELECT task_seq FROM deps WHERE dep_seq = ?)"
+        " RETURNING required_role, unmet_deps, state",
         (seq,),
-    )
-    ready = tx.conn.execute(
-        "SELECT t.required_role FROM deps d JOIN tasks t ON t.seq = d.task_seq"
-        " WHERE d.dep_seq = ? AND t.state = 1 AND t.unmet_deps = 0",
-        (seq,),
-    )
-    tx.wakes.ready_roles.update(role for (role,) in ready)
+    ).fetchall()
+    tx.wakes.ready_roles.update(role for role, unmet, state in dependents if unmet == 0 and state == PENDING)
     tx.wakes.tally["completions"] += 1
     task = task_by_seq(tx.conn, seq)
     task_changed(tx, task)
@@ -266,7 +284,7 @@ def complete(tx: Txn, teammate: str, task_id: str, token: str, result: bytes) ->
 
 
 def fail(tx: Txn, teammate: str, task_id: str, token: str, error: str, retryable: bool) -> TaskRecord:
-    seq, fence = _live_claim(tx, teammate, task_id, token)
+    seq, fence, _ = _live_claim(tx, teammate, task_id, token)
     _end_claim(tx, fence, ClaimOutcome.FAILED)
     tx.wakes.tally["failures"] += 1
     _count_failure(tx, seq, error, final=not retryable)
@@ -275,7 +293,7 @@ def fail(tx: Txn, teammate: str, task_id: str, token: str, error: str, retryable
 
 
 def release(tx: Txn, teammate: str, task_id: str, token: str) -> TaskRecord:
-    seq, fence = _live_claim(tx, teammate, task_id, token)
+    seq, fence, _ = _live_claim(tx, teammate, task_id, token)
     _end_claim(tx, fence, ClaimOutcome.RELEASED)
     tx.wakes.tally["releases"] += 1
     _back_to_pending(tx, seq)
@@ -382,7 +400,7 @@ def reclaim_expired(tx: Txn) -> int:
 
 
 def note_clock(conn: sqlite3.Connection, now_ms: int) -> None:
-    """Records how far the daemon clock got; every transaction carries it."""
+    """Records how far the daemon clock got (the writer's epilogue calls it)."""
     conn.execute("UPDATE meta SET value = max(value, ?) WHERE key = 'clock_ms'", (now_ms,))
 
 

@@ -85,27 +85,48 @@ def mark_all_offline(tx: Txn) -> None:
         set_online(tx, name, False)
 
 
-def _status(conn: sqlite3.Connection, name: str) -> TeammateStatus:
-    roles, require_plan, removed, online, _, acked, _ = _row(conn, name)
+_STATUS_QUERY = (
+    "SELECT removed, online, require_plan, acked_seq, status,"
+    " EXISTS (SELECT 1 FROM shutdowns WHERE teammate = :name AND answered = 0),"
+    " EXISTS (SELECT 1 FROM tasks WHERE owner = :name AND state = 2)"
+    " FROM teammates WHERE name = :name"
+)
+
+
+def _status(conn: sqlite3.Connection, name: str) -> tuple[TeammateStatus, int]:
+    """(the status now, the status last stored), in one query."""
+    row = conn.execute(_STATUS_QUERY, {"name": name}).fetchone()
+    if row is None:
+        raise errors.TeammateNotFound(f"no teammate {name!r}", name=name)
+    removed, online, require_plan, acked, stored, shutting_down, busy = row
     if removed:
-        return TeammateStatus.REMOVED
-    if shutdown_pending(conn, name):
-        return TeammateStatus.SHUTTING_DOWN
-    if conn.execute("SELECT 1 FROM tasks WHERE owner = ? AND state = 2 LIMIT 1", (name,)).fetchone():
-        return TeammateStatus.BUSY
+        return TeammateStatus.REMOVED, stored
+    if shutting_down:
+        return TeammateStatus.SHUTTING_DOWN, stored
+    if busy:
+        return TeammateStatus.BUSY, stored
     if not online:
-        return TeammateStatus.OFFLINE
+        return TeammateStatus.OFFLINE, stored
     if require_plan and not plan_approved(conn, name, acked):
-        return TeammateStatus.AWAITING_PLAN
-    return TeammateStatus.IDLE
+        return TeammateStatus.AWAITING_PLAN, stored
+    return TeammateStatus.IDLE, stored
 
 
 def refresh_status(tx: Txn, name: str, *, reason: str | None = None, force: bool = False) -> None:
     """Stores the teammate's status and reports it on the Watch feed when it moved."""
-    status = _status(tx.conn, name)
-    (stored,) = tx.conn.execute("SELECT status FROM teammates WHERE name = ?", (name,)).fetchone()
+    status, stored = _status(tx.conn, name)
     if status == stored and not force:
         return
+    _store_status(tx, name, status, reason)
+
+
+def mark_busy(tx: Txn, name: str) -> None:
+    """After a claim: the holder is busy (the claim's gates ruled out every other status)."""
+    if tx.conn.execute("UPDATE teammates SET status = 3 WHERE name = ? AND status != 3", (name,)).rowcount:
+        emit(tx, "teammate_changed", {"name": name, "status": int(TeammateStatus.BUSY), "reason": "busy"})
+
+
+def _store_status(tx: Txn, name: str, status: TeammateStatus, reason: str | None) -> None:
     tx.conn.execute("UPDATE teammates SET status = ? WHERE name = ?", (int(status), name))
     emit(tx, "teammate_changed", {"name": name, "status": int(status), "reason": reason or _STATUS_REASON[status]})
 
@@ -169,12 +190,15 @@ def ack(tx: Txn, name: str, through_seq: int) -> int:
     return max(acked, through_seq)
 
 
-def protocol_pending(conn: sqlite3.Connection, name: str) -> bool:
-    acked = _row(conn, name)[5]
-    unacked = conn.execute(
+def protocol_pending(conn: sqlite3.Connection, name: str, acked: int | None = None, last: int | None = None) -> bool:
+    """An unacknowledged protocol message or an unanswered shutdown request waits."""
+    if acked is None or last is None:
+        _, _, _, _, _, acked, last = _row(conn, name)
+    if last > acked and conn.execute(
         "SELECT 1 FROM inbox WHERE recipient = ? AND seq > ? AND kind != 'message' LIMIT 1", (name, acked)
-    ).fetchone()
-    return unacked is not None or shutdown_pending(conn, name)
+    ).fetchone():
+        return True
+    return shutdown_pending(conn, name)
 
 
 # ---------------------------------------------------------------- plans
