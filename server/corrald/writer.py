@@ -94,6 +94,7 @@ class Writer:
         # whether the jobs changed anything and the errors they raised.
         self._epilogue = epilogue
         self._queue: collections.deque[_Pending] = collections.deque()
+        self._room_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
         self._cond = threading.Condition()
         self._accepting = False
         self._thread: threading.Thread | None = None
@@ -138,17 +139,42 @@ class Writer:
         return future
 
     async def run(self, job: Job[T]) -> T:
-        """Queues a job from the event loop and awaits its committed result."""
+        """Queues a job from the event loop and awaits its committed result.
+
+        A full queue makes the caller wait up to `admission_wait_ms` for room
+        (back-pressure for bursts) before it is refused with Overloaded.
+        """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._enqueue(_Pending(job, future, loop))
+        pending = _Pending(job, future, loop)
+        try:
+            self._enqueue(pending)
+        except Overloaded:
+            await self._admit(pending, loop)
         return await future
+
+    async def _admit(self, pending: _Pending, loop: asyncio.AbstractEventLoop) -> None:
+        deadline = loop.time() + self._config.admission_wait_ms / 1000
+        while True:
+            room: asyncio.Future[None] = loop.create_future()
+            with self._cond:
+                self._room_waiters.append((loop, room))
+            try:
+                await asyncio.wait_for(room, max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                pass
+            try:
+                self._enqueue(pending, count_refusal=loop.time() >= deadline)
+                return
+            except Overloaded:
+                if loop.time() >= deadline:
+                    raise
 
     def call(self, job: Job[T], timeout: float | None = None) -> T:
         """Blocking convenience for threads and tests."""
         return self.submit(job).result(timeout)
 
-    def _enqueue(self, pending: _Pending) -> None:
+    def _enqueue(self, pending: _Pending, *, count_refusal: bool = True) -> None:
         if threading.get_ident() == self._thread_id:
             raise ReentrantSubmit("a writer job may not submit another job: it would wait on itself")
         levels = self._config.levels
@@ -157,7 +183,7 @@ class Writer:
                 raise Unavailable("the writer is not accepting jobs (daemon draining)")
             depth = len(self._queue)
             if depth >= levels.refuse:
-                self._refused += 1
+                self._refused += count_refusal
                 raise Overloaded(f"writer queue holds {depth} jobs", retry_after_ms=50)
             self._depth_samples.append(depth)
             self._queue.append(pending)
@@ -195,6 +221,12 @@ class Writer:
                 if not self._queue:
                     return  # closed and drained
                 batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._config.max_batch))]
+                waiting_for_room, self._room_waiters = self._room_waiters, []
+            for loop, room in waiting_for_room:
+                try:
+                    loop.call_soon_threadsafe(_set_if_pending, room)
+                except RuntimeError:  # loop closed
+                    pass
             # A thread caller may have cancelled its future while it waited:
             # such a job must not run (nobody would learn its outcome).
             batch = [p for p in batch if p.loop is not None or p.future.set_running_or_notify_cancel()]
@@ -317,6 +349,11 @@ class Writer:
             commit_latency_p50_ms=_percentile(latencies, 0.5),
             commit_latency_p99_ms=_percentile(latencies, 0.99),
         )
+
+
+def _set_if_pending(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _resolve_on_loop(items: list[tuple[asyncio.Future, bool, Any]]) -> None:
