@@ -60,27 +60,16 @@ def seconds_until(when: datetime.datetime | None) -> float:
     return max((when - datetime.datetime.now(datetime.UTC)).total_seconds(), 0.0)
 
 
-class Claim:
-    """An exclusive, leased hold on one task, as yielded by `Teammate.idle`.
+class ClaimState:
+    """What the sync and asyncio claim handles share: the claim's data and lease bookkeeping."""
 
-    Finish it with exactly one of `complete`, `fail` or `release`. Keep the
-    lease alive while you work with `with claim.keepalive(): ...` (renews at
-    a third of the lease in a background thread). When a renew proves the
-    claim dead (lease expired, token superseded, task canceled) the keepalive
-    stops and records it: `claim.lost` turns True and `claim.check()` raises
-    LeaseLost, so long work should call `check()` between steps.
-    """
-
-    def __init__(self, info: ClaimInfo, teammate: Teammate) -> None:
+    def __init__(self, info: ClaimInfo) -> None:
         self._info = info
-        self._teammate = teammate
-        self._lock = threading.Lock()
         self._lease_seconds = lease_seconds(info)
         self._lease_expire_time = info.lease_expire_time
         self._local_expiry = time.monotonic() + seconds_until(info.lease_expire_time)
         self._protocol_pending = False
         self._lost: LeaseLost | None = None
-        self._keepalive: _Keepalive | None = None
 
     def __repr__(self) -> str:
         return f"Claim(task={self.task.id!r}, attempt={self.attempt}, fence={self.fence}, lost={self.lost})"
@@ -136,6 +125,24 @@ class Claim:
         """Raise LeaseLost if the lease was lost; call it between steps of long work."""
         if self._lost is not None:
             raise self._lost
+
+
+class Claim(ClaimState):
+    """An exclusive, leased hold on one task, as yielded by `Teammate.idle`.
+
+    Finish it with exactly one of `complete`, `fail` or `release`. Keep the
+    lease alive while you work with `with claim.keepalive(): ...` (renews at
+    a third of the lease in a background thread). When a renew proves the
+    claim dead (lease expired, token superseded, task canceled) the keepalive
+    stops and records it: `claim.lost` turns True and `claim.check()` raises
+    LeaseLost, so long work should call `check()` between steps.
+    """
+
+    def __init__(self, info: ClaimInfo, teammate: Teammate) -> None:
+        super().__init__(info)
+        self._teammate = teammate
+        self._lock = threading.Lock()
+        self._keepalive: _Keepalive | None = None
 
     # ------------------------------------------------------------ calls
 

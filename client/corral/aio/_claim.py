@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING
 
 from corral._claim import (
     DEAD_CLAIM_ERRORS,
+    ClaimState,
     MIN_RENEW_INTERVAL,
-    lease_seconds,
     retry_delay_after_renew_error,
-    seconds_until,
 )
 from corral._errors import CorralError, LeaseLost
 from corral._retry import is_transient
@@ -29,7 +28,7 @@ __all__ = ["Claim"]
 _log = logging.getLogger("corral.claim")
 
 
-class Claim:
+class Claim(ClaimState):
     """An exclusive, leased hold on one task, as yielded by `Teammate.idle`.
 
     Finish it with one of `await complete()`, `fail()` or `release()`. Keep
@@ -39,67 +38,9 @@ class Claim:
     """
 
     def __init__(self, info: ClaimInfo, teammate: Teammate) -> None:
-        self._info = info
+        super().__init__(info)
         self._teammate = teammate
-        self._lease_seconds = lease_seconds(info)
-        self._lease_expire_time = info.lease_expire_time
-        self._local_expiry = time.monotonic() + seconds_until(info.lease_expire_time)
-        self._protocol_pending = False
-        self._lost: LeaseLost | None = None
         self._keepalive: asyncio.Task[None] | None = None
-
-    def __repr__(self) -> str:
-        return f"Claim(task={self.task.id!r}, attempt={self.attempt}, fence={self.fence}, lost={self.lost})"
-
-    @property
-    def info(self) -> ClaimInfo:
-        """The claim's data as first received."""
-        return self._info
-
-    @property
-    def task(self) -> Task:
-        """The claimed task (as of the claim)."""
-        return self._info.task
-
-    @property
-    def token(self) -> str:
-        """The claim token."""
-        return self._info.token
-
-    @property
-    def attempt(self) -> int:
-        """Which attempt at the task this claim is (1 for the first)."""
-        return self._info.attempt
-
-    @property
-    def fence(self) -> int:
-        """Board-wide increasing number; pass it to external systems to fence stale holders."""
-        return self._info.fence
-
-    @property
-    def lease_expire_time(self) -> datetime.datetime | None:
-        """When the lease ends (daemon clock) unless renewed."""
-        return self._lease_expire_time
-
-    @property
-    def protocol_pending(self) -> bool:
-        """True when the last renew said a shutdown request or plan decision waits."""
-        return self._protocol_pending
-
-    @property
-    def lost(self) -> bool:
-        """True once the keepalive (or a renew) found the lease lost."""
-        return self._lost is not None
-
-    @property
-    def lost_error(self) -> LeaseLost | None:
-        """The recorded LeaseLost, if any; its `cause` is None for an unconfirmed loss."""
-        return self._lost
-
-    def check(self) -> None:
-        """Raise LeaseLost if the lease was lost."""
-        if self._lost is not None:
-            raise self._lost
 
     # ------------------------------------------------------------ calls
 
