@@ -1,0 +1,1 @@
+"""corral's benchmark suite: `python -m bench` (see docs/benchmarks.md)."""

@@ -1,0 +1,213 @@
+"""Helpers shared by the corrald server tests (imported by the test modules).
+
+`SyncBoard` wraps a real `Board` on a real SQLite file with its own event loop,
+so tests drive the async API with plain calls. Time comes from a `FakeClock`
+only. Database checks go through the writer (`rows`, `scalar`), which sees
+exactly what has been committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import pathlib
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from corrald.board import Board
+from corrald.clock import FakeClock
+from corrald.config import Limits, WriterConfig
+from corrald.store import delivery, tasks, team
+from corrald.store.model import ClaimGrant, TaskRecord, TaskSpec, TaskState
+
+LEAD_TOKEN = "t"
+CALL_TIMEOUT = 20.0  # seconds; a hung writer fails the test instead of hanging it
+
+
+def spec(
+    task_id: str,
+    *deps: str,
+    title: str | None = None,
+    description: str = "",
+    payload: bytes = b"",
+    priority: int = 0,
+    max_attempts: int = 0,
+    lease_ms: int = 0,
+    required_role: str = "",
+) -> TaskSpec:
+    """A raw spec as the service layer would build it (0 = use the default)."""
+    return TaskSpec(
+        id=task_id,
+        title=task_id if title is None else title,
+        description=description,
+        payload=payload,
+        depends_on=tuple(deps),
+        priority=priority,
+        max_attempts=max_attempts,
+        lease_ms=lease_ms,
+        required_role=required_role,
+    )
+
+
+class SyncBoard:
+    """A Board plus an event loop of its own; `restart()` reopens the same file."""
+
+    def __init__(
+        self,
+        path: pathlib.Path,
+        clock: FakeClock,
+        *,
+        limits: Limits = Limits(),
+        writer_config: WriterConfig = WriterConfig(),
+    ) -> None:
+        self.path = path
+        self.clock = clock
+        self.limits = limits
+        self.writer_config = writer_config
+        self.loop = asyncio.new_event_loop()
+        self.board: Board | None = None
+        self._probe: sqlite3.Connection | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def open(self) -> "SyncBoard":
+        board = Board(self.path, clock=self.clock, limits=self.limits,
+                      writer_config=self.writer_config, lead_token=LEAD_TOKEN)
+        board.open()
+        self.board = board
+        return self
+
+    def close(self) -> None:
+        if self.board is not None:
+            self.board.close()
+            self.board = None
+
+    def restart(self) -> None:
+        """Closes the Board and opens a new one on the same file (recovery runs in open)."""
+        self.close()
+        self.open()
+
+    def dispose(self) -> None:
+        self.close()
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None
+        self.loop.close()
+
+    # ------------------------------------------------------------ running
+
+    def run(self, coro) -> Any:
+        return self.loop.run_until_complete(asyncio.wait_for(coro, CALL_TIMEOUT))
+
+    def call(self, job: Callable) -> Any:
+        """Runs a store job through the writer, synchronously."""
+        assert self.board is not None
+        return self.board.writer.call(job, timeout=CALL_TIMEOUT)
+
+    # ------------------------------------------------------------ board operations
+
+    def create(self, *specs: TaskSpec, request_id: str = "") -> list[TaskRecord]:
+        return self.run(self.board.create_tasks(list(specs), request_id))
+
+    def add(self, name: str, roles: Sequence[str] = (), require_plan: bool = False) -> str:
+        _, token = self.run(self.board.add_teammate(name, tuple(roles), require_plan))
+        return token
+
+    def claim(self, name: str) -> ClaimGrant | None:
+        """One claim job (reclaim expired, pick, update) for `name` with its stored roles."""
+        return self.call(lambda tx: tasks.claim_next(tx, name, team.roles_of(tx.conn, name)))
+
+    def next_for(self, name: str, cursor: delivery.StreamCursor, *, mark: bool = True) -> list:
+        items = self.run(self.board.next_for(name, cursor))
+        if mark:
+            delivery.mark_sent(cursor, items)
+        return items
+
+    def renew(self, name: str, task_id: str, token: str):
+        return self.run(self.board.renew(name, task_id, token))
+
+    def complete(self, name: str, task_id: str, token: str, result: bytes = b"done") -> TaskRecord:
+        return self.run(self.board.complete(name, task_id, token, result))
+
+    def fail(self, name: str, task_id: str, token: str, error: str = "boom", retryable: bool = True) -> TaskRecord:
+        return self.run(self.board.fail(name, task_id, token, error, retryable))
+
+    def release(self, name: str, task_id: str, token: str) -> TaskRecord:
+        return self.run(self.board.release(name, task_id, token))
+
+    def cancel(self, *task_ids: str) -> list[TaskRecord]:
+        return self.run(self.board.cancel_tasks(list(task_ids)))
+
+    def reap(self) -> int | None:
+        return self.run(self.board.reap())
+
+    def send(self, sender: str, to: str, body: str) -> list[str]:
+        return self.run(self.board.send_message(sender, to, body))
+
+    def ack(self, name: str, through_seq: int) -> int:
+        return self.run(self.board.ack(name, through_seq))
+
+    # ------------------------------------------------------------ inspection
+
+    def task(self, task_id: str) -> TaskRecord:
+        return self.call(lambda tx: tasks.get_task(tx.conn, task_id))
+
+    def state(self, task_id: str) -> TaskState:
+        return self.task(task_id).state
+
+    def rows(self, sql: str, params: Sequence = ()) -> list[tuple]:
+        return self.call(lambda tx: tx.conn.execute(sql, tuple(params)).fetchall())
+
+    def scalar(self, sql: str, params: Sequence = ()) -> Any:
+        return self.rows(sql, params)[0][0]
+
+    def events(self, kind: str | None = None) -> list[tuple]:
+        if kind is None:
+            return self.rows("SELECT seq, kind, data FROM events ORDER BY seq")
+        return self.rows("SELECT seq, kind, data FROM events WHERE kind = ? ORDER BY seq", (kind,))
+
+    def counts(self) -> dict[str, int]:
+        names = ("tasks", "deps", "claims", "events", "create_requests", "teammates", "inbox", "plans", "shutdowns")
+        return self.call(lambda tx: {n: tx.conn.execute(f"SELECT count(*) FROM {n}").fetchone()[0] for n in names})
+
+    def dump(self) -> str:
+        return self.call(lambda tx: "\n".join(tx.conn.iterdump()))
+
+    def data_version(self) -> int:
+        """PRAGMA data_version seen by a separate connection: moves when anyone else commits a change."""
+        if self._probe is None:
+            self._probe = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None)
+        return self._probe.execute("PRAGMA data_version").fetchone()[0]
+
+    def snapshot(self) -> tuple:
+        """What moves when a transaction persists anything: data_version and the whole dump."""
+        return self.data_version(), self.dump()
+
+
+class Blocker:
+    """A writer job that holds the writer thread until released.
+
+    While it runs, newly submitted jobs queue up, so the next batch is large
+    (group commit) and the queue depth is under the test's control.
+    """
+
+    def __init__(self, timeout: float = 10.0) -> None:
+        self.started = threading.Event()
+        self.go = threading.Event()
+        self.timeout = timeout
+
+    def __call__(self, tx) -> str:
+        self.started.set()
+        if not self.go.wait(self.timeout):
+            raise TimeoutError("blocker was never released")
+        return "blocker"
+
+    def hold(self, writer) -> concurrent.futures.Future:
+        future = writer.submit(self)
+        assert self.started.wait(self.timeout), "writer never started the blocking job"
+        return future
+
+    def release(self) -> None:
+        self.go.set()

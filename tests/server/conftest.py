@@ -1,0 +1,54 @@
+"""Fixtures for the corrald server tests: a fake clock, a real SQLite file, a Board."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # for `import boardkit`
+
+from boardkit import SyncBoard  # noqa: E402
+from corrald import failpoints  # noqa: E402
+from corrald.clock import FakeClock  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _no_failpoints():
+    failpoints.disable()
+    yield
+    failpoints.disable()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def db_path(tmp_path: pathlib.Path) -> pathlib.Path:
+    return tmp_path / "corral.sqlite3"
+
+
+@pytest.fixture
+def board(db_path, clock):
+    """An open Board (through `SyncBoard`) on a fresh file; closed at the end."""
+    sync = SyncBoard(db_path, clock).open()
+    yield sync
+    sync.dispose()
+
+
+@pytest.fixture
+def make_board(db_path, clock):
+    """Opens boards with custom limits or writer settings; all are disposed at the end."""
+    made: list[SyncBoard] = []
+
+    def make(path: pathlib.Path | None = None, **kwargs) -> SyncBoard:
+        sync = SyncBoard(path or db_path, clock, **kwargs).open()
+        made.append(sync)
+        return sync
+
+    yield make
+    for sync in made:
+        sync.dispose()

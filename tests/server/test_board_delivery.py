@@ -1,0 +1,309 @@
+"""What a teammate gets next (design §5 steps 1–4), through Board.next_for.
+
+`mark_sent` plays the part of an Idle stream that sent what it was given; a new
+`StreamCursor` is a new stream.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from boardkit import spec
+from corrald import errors
+from corrald.store.delivery import StreamCursor
+from corrald.store.model import ClaimGrant, InboxItem
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def kinds(items) -> list[str]:
+    return ["claim" if isinstance(item, ClaimGrant) else item.kind for item in items]
+
+
+def assert_gated(board, name, cursor):
+    """The gate is shut: nothing to send and nothing written, not even a status."""
+    before = board.snapshot()
+    claims = board.scalar("SELECT count(*) FROM claims")
+    assert board.next_for(name, cursor) == []
+    assert board.snapshot() == before
+    assert board.scalar("SELECT count(*) FROM claims") == claims
+
+
+# ---------------------------------------------------------------- step 1: re-send held claims
+
+
+def test_new_stream_resends_every_held_claim_unchanged(board):
+    board.add("w1")
+    board.create(spec("a"), spec("b"), spec("c"))
+    first = StreamCursor(slots=2)
+    (ga,) = board.next_for("w1", first)
+    (gb,) = board.next_for("w1", first)
+    assert_gated(board, "w1", first)  # both slots taken
+    second = StreamCursor(slots=2)
+    resent = board.next_for("w1", second)
+    assert [(g.task.id, g.token, g.attempt, g.fence, g.lease_expire_ms) for g in resent] == [
+        (g.task.id, g.token, g.attempt, g.fence, g.lease_expire_ms) for g in (ga, gb)]
+    assert board.scalar("SELECT count(*) FROM claims") == 2
+    assert_gated(board, "w1", second)
+
+
+def test_resend_forgets_claims_that_ended(board):
+    board.add("w1")
+    board.create(spec("a"), spec("b"))
+    cursor = StreamCursor(slots=1)
+    (ga,) = board.next_for("w1", cursor)
+    board.complete("w1", "a", ga.token)
+    (gb,) = board.next_for("w1", cursor)
+    assert gb.task.id == "b"
+    assert cursor.sent_tokens == {gb.token}
+
+
+def test_claims_are_resent_before_inbox_items(board):
+    board.add("w1")
+    board.create(spec("a"))
+    (grant,) = board.next_for("w1", StreamCursor(slots=1))
+    board.send("lead", "w1", "hello")
+    cursor = StreamCursor(slots=1)
+    assert board.next_for("w1", cursor) == [grant]
+    assert kinds(board.next_for("w1", cursor)) == ["message"]
+
+
+def test_a_new_stream_is_not_given_a_claim_whose_lease_ended(board, clock):
+    board.add("w1")
+    board.create(spec("a", lease_ms=1000))
+    (dead,) = board.next_for("w1", StreamCursor(slots=1))
+    clock.advance(1000)  # the lease is over; the reaper has not run yet
+    items = board.next_for("w1", StreamCursor(slots=1))
+    # Not re-sent, and not counted against the slot: the claim job reclaims and claims afresh.
+    (grant,) = items
+    assert (grant.task.id, grant.attempt) == ("a", 2) and grant.token != dead.token
+    assert board.rows("SELECT outcome FROM claims ORDER BY fence") == [("expired",), (None,)]
+
+
+def test_a_dead_claim_is_not_resent_to_a_gated_stream(board, clock):
+    board.add("w1")
+    board.create(spec("a", lease_ms=1000))
+    (dead,) = board.next_for("w1", StreamCursor(slots=1))
+    board.run(board.board.request_shutdown("w1", "stop", 0))
+    clock.advance(1000)
+    cursor = StreamCursor(slots=1)
+    assert kinds(board.next_for("w1", cursor)) == ["shutdown_request"]  # the dead claim is not re-sent
+    assert_gated(board, "w1", cursor)
+
+
+# ---------------------------------------------------------------- step 2: inbox
+
+
+def test_inbox_items_come_in_order_and_before_a_claim(board):
+    board.add("w1")
+    board.create(spec("a"))
+    for i in range(3):
+        board.send("lead", "w1", f"m{i}")
+    cursor = StreamCursor(slots=1)
+    items = board.next_for("w1", cursor)
+    assert [(i.seq, i.body, i.sender) for i in items] == [(1, "m0", "lead"), (2, "m1", "lead"), (3, "m2", "lead")]
+    assert board.scalar("SELECT count(*) FROM claims") == 0
+    # Plain messages do not gate the claim once sent, acknowledged or not.
+    assert kinds(board.next_for("w1", cursor)) == ["claim"]
+
+
+def test_new_stream_starts_after_the_acknowledged_sequence(board):
+    board.add("w1")
+    for i in range(4):
+        board.send("lead", "w1", f"m{i}")
+    assert [i.seq for i in board.next_for("w1", StreamCursor(slots=1))] == [1, 2, 3, 4]
+    board.ack("w1", 2)
+    assert [i.seq for i in board.next_for("w1", StreamCursor(slots=1))] == [3, 4]
+    cursor = StreamCursor(slots=1)
+    board.next_for("w1", cursor)
+    board.send("w1", "w1", "note to self")  # a later item on the same stream comes next
+    assert [i.seq for i in board.next_for("w1", cursor)] == [5]
+
+
+def test_inbox_is_sent_in_pages(board):
+    board.add("w1")
+    for i in range(70):
+        board.send("lead", "w1", str(i))
+    cursor = StreamCursor(slots=1)
+    first, second = board.next_for("w1", cursor), board.next_for("w1", cursor)
+    assert [i.seq for i in first + second] == list(range(1, 71))
+    assert len(first) <= 64
+
+
+# ---------------------------------------------------------------- step 3: the gates
+
+
+def test_unacked_protocol_message_shuts_the_gate(board):
+    board.add("w1")
+    board.create(spec("a"))
+    plan_id = board.run(board.board.submit_plan("w1", "p"))  # no plan needed; a decision is still protocol
+    seq = board.run(board.board.decide_plan(plan_id, True, "fine"))
+    cursor = StreamCursor(slots=1)
+    (decision,) = board.next_for("w1", cursor)
+    assert isinstance(decision, InboxItem) and decision.kind == "plan_decision" and decision.is_protocol
+    assert (decision.seq, decision.ref, decision.approve, decision.body) == (seq, plan_id, True, "fine")
+    assert_gated(board, "w1", cursor)
+    board.ack("w1", seq)
+    assert kinds(board.next_for("w1", cursor)) == ["claim"]
+
+
+def test_new_stream_resends_an_unacked_protocol_message_and_stays_gated(board):
+    board.add("w1")
+    board.create(spec("a"))
+    request_id, _ = board.run(board.board.request_shutdown("w1", "stop", 0))
+    cursor = StreamCursor(slots=1)
+    (item,) = board.next_for("w1", cursor)
+    assert (item.kind, item.ref) == ("shutdown_request", request_id)
+    assert_gated(board, "w1", cursor)
+    again = StreamCursor(slots=1)
+    assert [i.seq for i in board.next_for("w1", again)] == [item.seq]
+    assert_gated(board, "w1", again)
+
+
+def test_pending_shutdown_shuts_the_gate_even_when_acknowledged(board):
+    board.add("w1")
+    board.create(spec("a"))
+    request_id, _ = board.run(board.board.request_shutdown("w1", "stop", 0))
+    cursor = StreamCursor(slots=1)
+    (item,) = board.next_for("w1", cursor)
+    board.ack("w1", item.seq)
+    assert_gated(board, "w1", cursor)
+    assert_gated(board, "w1", StreamCursor(slots=1))
+    board.run(board.board.respond_shutdown("w1", request_id, False, "not yet"))
+    assert kinds(board.next_for("w1", cursor)) == ["claim"]
+
+
+def test_control_beats_a_ready_task_that_arrives_first(board):
+    board.add("w1")
+    board.create(spec("a"), spec("b"))
+    board.run(board.board.request_shutdown("w1", "stop", 0))
+    cursor = StreamCursor(slots=2)
+    assert kinds(board.next_for("w1", cursor)) == ["shutdown_request"]
+    assert_gated(board, "w1", cursor)
+
+
+def _plan(board, name="w1"):
+    return board.run(board.board.submit_plan(name, "plan"))
+
+
+def _decide(board, plan_id, approve):
+    return board.run(board.board.decide_plan(plan_id, approve, ""))
+
+
+def _no_plan(board):
+    pass
+
+
+def _undecided(board):
+    _plan(board)
+
+
+def _approved_not_acked(board):
+    _decide(board, _plan(board), True)
+
+
+def _approved_and_acked(board):
+    board.ack("w1", _decide(board, _plan(board), True))
+
+
+def _rejected_and_acked(board):
+    board.ack("w1", _decide(board, _plan(board), False))
+
+
+def _older_approved_newer_undecided(board):
+    board.ack("w1", _decide(board, _plan(board), True))
+    _plan(board)
+
+
+def _older_approved_after_newer_submitted(board):
+    older = _plan(board)
+    _plan(board)
+    board.ack("w1", _decide(board, older, True))
+
+
+def _rejected_then_newer_approved(board):
+    board.ack("w1", _decide(board, _plan(board), False))
+    board.ack("w1", _decide(board, _plan(board), True))
+
+
+PLAN_CASES = {
+    "no plan": (_no_plan, False),
+    "plan undecided": (_undecided, False),
+    "approved, not acknowledged": (_approved_not_acked, False),
+    "approved and acknowledged": (_approved_and_acked, True),
+    "rejected and acknowledged": (_rejected_and_acked, False),
+    "older approved, newer undecided": (_older_approved_newer_undecided, False),
+    "older approved after newer was submitted": (_older_approved_after_newer_submitted, False),
+    "rejected, then newer approved": (_rejected_then_newer_approved, True),
+}
+
+
+@pytest.mark.parametrize("case", list(PLAN_CASES), ids=list(PLAN_CASES))
+def test_plan_gate(board, case):
+    setup, opens = PLAN_CASES[case]
+    board.add("w1", require_plan=True)
+    board.create(spec("a"))
+    setup(board)
+    cursor = StreamCursor(slots=1)
+    while True:  # the stream first sends every inbox item
+        items = board.next_for("w1", cursor)
+        if not items or isinstance(items[0], ClaimGrant):
+            break
+        assert all(isinstance(i, InboxItem) for i in items)
+    if opens:
+        assert kinds(items) == ["claim"]
+    else:
+        assert items == []
+        assert_gated(board, "w1", cursor)
+
+
+def test_gated_check_at_a_later_instant_writes_nothing(board, clock):
+    board.add("w1", require_plan=True)
+    board.create(spec("a"))
+    cursor = StreamCursor(slots=1)
+    assert_gated(board, "w1", cursor)
+    clock.advance(5_000)  # the next poll interval
+    assert_gated(board, "w1", cursor)
+
+
+# ---------------------------------------------------------------- step 4: slots
+
+
+@pytest.mark.parametrize("slots", [1, 3])
+def test_slots_are_respected(board, slots):
+    board.add("w1")
+    board.create(*[spec(f"t{i}") for i in range(5)])
+    cursor = StreamCursor(slots=slots)
+    grants = []
+    for _ in range(slots):
+        items = board.next_for("w1", cursor)
+        assert kinds(items) == ["claim"]  # one claim per look
+        grants.extend(items)
+    assert_gated(board, "w1", cursor)
+    board.complete("w1", grants[0].task.id, grants[0].token)
+    assert kinds(board.next_for("w1", cursor)) == ["claim"]
+    assert board.scalar("SELECT count(*) FROM tasks WHERE owner = 'w1' AND state = 2") == slots
+
+
+def test_required_role_through_delivery(board):
+    board.add("plain")
+    board.add("builder", roles=["build"])
+    board.create(spec("b", required_role="build"))
+    assert board.next_for("plain", StreamCursor(slots=1)) == []
+    assert kinds(board.next_for("builder", StreamCursor(slots=1))) == ["claim"]
+
+
+def test_nothing_ready_writes_nothing(board):
+    board.add("w1")
+    board.create(spec("a"), spec("b", "a"))
+    board.claim("w1")
+    cursor = StreamCursor(slots=2)
+    board.next_for("w1", cursor)  # re-sends "a"
+    assert_gated(board, "w1", cursor)  # "b" waits for "a"
+
+
+def test_removed_teammate_gets_unauthenticated(board):
+    board.add("w1")
+    board.run(board.board.remove_teammate("w1"))
+    with pytest.raises(errors.Unauthenticated):
+        board.next_for("w1", StreamCursor(slots=1))

@@ -1,0 +1,152 @@
+"""The wake hub: after a commit, exactly the streams that may have work now are woken."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+
+import pytest
+
+from corrald.store.model import Wakes
+from corrald.wake import WakeHub
+
+pytestmark = pytest.mark.timeout(15)
+
+
+def run(test):
+    """Runs `test(hub, deadlines)` on a fresh loop with a hub bound to it."""
+    async def main():
+        deadlines: list[int] = []
+        hub = WakeHub(asyncio.get_running_loop(), deadlines.append)
+        return await test(hub, deadlines)
+
+    return asyncio.run(main())
+
+
+async def settle():
+    """Lets call_soon_threadsafe callbacks run."""
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+def ready(role: str = "", count: int = 1) -> Wakes:
+    return Wakes(ready_roles=collections.Counter({role: count}))
+
+
+def test_second_stream_supersedes_the_first():
+    async def test(hub, _):
+        first = hub.register("w1", ())
+        second = hub.register("w1", ())
+        assert first.ended and first.superseded and first.event.is_set()
+        assert second.ended is None and hub.open_streams == 1
+        hub.unregister(first)  # the old stream's cleanup must not drop the new one
+        assert hub.is_open("w1")
+        hub.unregister(second)
+        assert not hub.is_open("w1")
+
+    run(test)
+
+
+def test_message_wakes_only_its_recipient():
+    async def test(hub, _):
+        a, b = hub.register("a", ()), hub.register("b", ())
+        a.waiting = b.waiting = True
+        hub.post(Wakes(teammates={"a"}))
+        await settle()
+        assert a.event.is_set() and not b.event.is_set()
+
+    run(test)
+
+
+def test_ready_tasks_wake_as_many_waiting_streams_as_became_ready():
+    async def test(hub, _):
+        waiters = [hub.register(f"w{i}", ()) for i in range(5)]
+        for waiter in waiters:
+            waiter.waiting = True
+        hub.post(ready(count=2))
+        await settle()
+        assert sum(w.event.is_set() for w in waiters) == 2  # no thundering herd
+
+    run(test)
+
+
+def test_ready_task_with_a_role_wakes_only_streams_with_that_role():
+    async def test(hub, _):
+        plain, builder = hub.register("plain", ()), hub.register("builder", ("build",))
+        plain.waiting = builder.waiting = True
+        hub.post(ready("build"))
+        await settle()
+        assert builder.event.is_set() and not plain.event.is_set()
+
+    run(test)
+
+
+def test_stream_mid_check_is_always_nudged():
+    async def test(hub, _):
+        busy = hub.register("busy", ())
+        busy.waiting = False  # checking right now: its check may predate the commit
+        busy.can_claim = False
+        idle = hub.register("idle", ())
+        idle.waiting = True
+        hub.post(ready(count=1))
+        await settle()
+        assert busy.event.is_set() and idle.event.is_set()
+
+    run(test)
+
+
+def test_full_stream_is_not_counted_against_ready_tasks():
+    async def test(hub, _):
+        full = hub.register("full", ())
+        full.waiting, full.can_claim = True, False
+        free = hub.register("free", ())
+        free.waiting = True
+        hub.post(ready(count=1))
+        await settle()
+        assert free.event.is_set() and not full.event.is_set()
+
+    run(test)
+
+
+def test_removed_teammate_stream_is_ended():
+    async def test(hub, _):
+        waiter = hub.register("w1", ())
+        waiter.waiting = True
+        hub.post(Wakes(ended={"w1": "removed"}))
+        await settle()
+        assert waiter.ended == "removed" and waiter.event.is_set() and not waiter.superseded
+
+    run(test)
+
+
+def test_events_move_the_board_and_deadlines_reach_the_reaper():
+    async def test(hub, deadlines):
+        moved = hub.board_moved()
+        hub.post(Wakes(next_deadline_ms=1234))
+        await settle()
+        assert deadlines == [1234] and not moved.is_set()
+        hub.post(Wakes(events=True))
+        await settle()
+        assert moved.is_set() and not hub.board_moved().is_set()  # a fresh event for the next change
+
+    run(test)
+
+
+def test_post_from_the_writer_thread():
+    async def test(hub, _):
+        waiter = hub.register("w1", ())
+        waiter.waiting = True
+        thread = threading.Thread(target=hub.post, args=(Wakes(teammates={"w1"}),))
+        thread.start()
+        await asyncio.wait_for(waiter.event.wait(), 5)
+        thread.join(5)
+
+    run(test)
+
+
+def test_post_after_the_loop_closed_is_harmless():
+    loop = asyncio.new_event_loop()
+    hub = WakeHub(loop, lambda ms: None)
+    loop.close()
+    hub.post(Wakes(everyone=True))  # must not raise in the writer thread

@@ -1,0 +1,403 @@
+"""The single writer: savepoints per job, group commit, commit failures, re-entrancy,
+overload refusal, and its counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import sqlite3
+import threading
+
+import pytest
+
+from boardkit import Blocker
+from corrald import failpoints
+from corrald.clock import FakeClock
+from corrald.config import WriterConfig, WriterLevels
+from corrald.errors import Overloaded, ReentrantSubmit, Unavailable
+from corrald.store.schema import open_writer
+from corrald.writer import CommitFailed, Writer
+
+pytestmark = pytest.mark.timeout(30)
+WAIT = 10  # seconds for any single future
+
+
+@pytest.fixture
+def make_writer(db_path):
+    made: list[Writer] = []
+
+    def make(config: WriterConfig = WriterConfig(), on_commit=None, clock: FakeClock | None = None) -> Writer:
+        def connect():
+            return open_writer(db_path, synchronous=config.synchronous, busy_timeout_ms=config.busy_timeout_ms)
+
+        writer = Writer(connect, clock or FakeClock(), config, on_commit)
+        writer.start()
+        made.append(writer)
+        writer.call(lambda tx: tx.conn.execute("CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY, v BLOB)"), WAIT)
+        return writer
+
+    yield make
+    for writer in made:
+        writer.close()
+
+
+@pytest.fixture
+def writer(make_writer) -> Writer:
+    return make_writer()
+
+
+def insert(key: str, value: bytes = b""):
+    def job(tx):
+        tx.conn.execute("INSERT INTO t (k, v) VALUES (?, ?)", (key, value))
+        return key
+    return job
+
+
+def insert_then_raise(key: str):
+    def job(tx):
+        tx.conn.execute("INSERT INTO t (k) VALUES (?)", (key,))
+        raise ValueError(f"job {key} fails after writing")
+    return job
+
+
+def keys(db_path) -> set[str]:
+    """What a fresh connection sees: only committed rows."""
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        return {k for (k,) in conn.execute("SELECT k FROM t")}
+    finally:
+        conn.close()
+
+
+def outcome(future):
+    try:
+        return ("ok", future.result(WAIT))
+    except Exception as error:  # noqa: BLE001 (the test looks at which)
+        return ("error", error)
+
+
+# ---------------------------------------------------------------- savepoints and group commit
+
+
+def test_a_failing_job_rolls_back_alone(writer, db_path):
+    blocker = Blocker()
+    held = blocker.hold(writer)
+    commits = writer.stats().commits
+    futures = [writer.submit(insert("a")), writer.submit(insert_then_raise("b")), writer.submit(insert("c")),
+               writer.submit(insert("a")),  # a constraint error is a job error too
+               writer.submit(insert("d"))]
+    blocker.release()
+    assert held.result(WAIT) == "blocker"
+    results = [outcome(f) for f in futures]
+    assert results[0] == ("ok", "a") and results[2] == ("ok", "c") and results[4] == ("ok", "d")
+    assert results[1][0] == "error" and isinstance(results[1][1], ValueError)
+    assert results[3][0] == "error" and isinstance(results[3][1], sqlite3.IntegrityError)
+    assert keys(db_path) == {"a", "c", "d"}
+    # The blocker's batch and one batch for all five jobs.
+    assert writer.stats().commits - commits == 2
+
+
+def test_batches_are_capped_at_max_batch(make_writer):
+    writer = make_writer(WriterConfig(max_batch=4))
+    blocker = Blocker()
+    held = blocker.hold(writer)
+    commits = writer.stats().commits
+    futures = [writer.submit(insert(f"k{i}")) for i in range(10)]
+    blocker.release()
+    held.result(WAIT)
+    assert [f.result(WAIT) for f in futures] == [f"k{i}" for i in range(10)]
+    assert writer.stats().commits - commits == 1 + 3  # the blocker, then 4 + 4 + 2
+
+
+def test_futures_resolve_only_after_commit(writer, db_path):
+    seen_before_commit: list[bool] = []
+
+    def job(tx):
+        tx.conn.execute("INSERT INTO t (k) VALUES ('x')")
+        return "x"
+
+    failpoints.enable("before_commit", lambda: seen_before_commit.append("x" in keys(db_path)))
+    future = writer.submit(job)
+    assert future.result(WAIT) == "x"
+    assert seen_before_commit == [False]
+    assert "x" in keys(db_path)
+
+
+def test_jobs_of_a_batch_share_one_now(make_writer):
+    clock = FakeClock(5_000)
+    writer = make_writer(clock=clock)
+    blocker = Blocker()
+    held = blocker.hold(writer)
+    futures = [writer.submit(lambda tx: tx.now_ms) for _ in range(3)]
+    clock.advance(7)
+    blocker.release()
+    held.result(WAIT)
+    assert [f.result(WAIT) for f in futures] == [5_007] * 3
+
+
+# ---------------------------------------------------------------- commit failures
+
+
+def test_failed_commit_fails_every_job_and_leaves_nothing(writer, db_path):
+    blocker = Blocker()
+    failpoints.enable("before_commit", "error", after=2)  # 1st hit: the blocker's batch; 2nd: ours
+    held = blocker.hold(writer)
+    futures = [writer.submit(insert(f"k{i}")) for i in range(5)] + [writer.submit(insert_then_raise("bad"))]
+    blocker.release()
+    assert held.result(WAIT) == "blocker"
+    results = [outcome(f) for f in futures]
+    assert all(kind == "error" for kind, _ in results), results
+    assert all(isinstance(error, CommitFailed) for _, error in results[:5])
+    assert keys(db_path) == set()
+    stats = writer.stats()
+    assert stats.failed_commits == 1
+    # The writer keeps working afterwards.
+    assert writer.call(insert("after"), WAIT) == "after"
+    assert keys(db_path) == {"after"}
+
+
+def test_commit_failure_on_every_batch_never_reports_success(writer, db_path):
+    failpoints.enable("before_commit", "error")
+    futures = [writer.submit(insert(f"k{i}")) for i in range(20)]
+    assert all(outcome(f)[0] == "error" for f in futures)
+    failpoints.disable()
+    assert keys(db_path) == set()
+
+
+def test_disk_full_is_consistent(writer, db_path):
+    """SQLITE_FULL mid-batch: whatever was reported successful is there, nothing else is."""
+    pages = writer.call(lambda tx: tx.conn.execute("PRAGMA page_count").fetchone()[0], WAIT)
+    writer.call(lambda tx: tx.conn.execute(f"PRAGMA max_page_count = {pages + 1}"), WAIT)
+    blocker = Blocker()
+    held = blocker.hold(writer)
+    futures = {
+        "small1": writer.submit(insert("small1")),
+        "huge": writer.submit(insert("huge", b"x" * 2_000_000)),
+        "small2": writer.submit(insert("small2")),
+    }
+    blocker.release()
+    held.result(WAIT)
+    results = {k: outcome(f) for k, f in futures.items()}
+    assert results["huge"][0] == "error"
+    assert "full" in str(results["huge"][1]) or isinstance(results["huge"][1], CommitFailed)
+    committed = keys(db_path)
+    for key, (kind, _) in results.items():
+        assert (kind == "ok") == (key in committed), (key, results, committed)
+    writer.call(lambda tx: tx.conn.execute("PRAGMA max_page_count = 1073741823"), WAIT)
+    assert writer.call(insert("later", b"y" * 100_000), WAIT) == "later"
+
+
+def test_a_job_that_ends_the_transaction_fails_its_whole_batch(writer, db_path):
+    blocker = Blocker()
+    held = blocker.hold(writer)
+    first = writer.submit(insert("first"))
+
+    def rollback_everything(tx):
+        tx.conn.execute("ROLLBACK")
+        raise RuntimeError("rolled back the batch")
+
+    rogue = writer.submit(rollback_everything)
+    last = writer.submit(insert("last"))
+    blocker.release()
+    held.result(WAIT)
+    assert outcome(rogue)[0] == "error"
+    assert outcome(first)[0] == "error"  # its write went with the rollback
+    assert outcome(last)[0] == "error"
+    assert keys(db_path) == set()
+    assert writer.call(insert("next"), WAIT) == "next"
+
+
+# ---------------------------------------------------------------- re-entrancy, overload, close
+
+
+def test_reentrant_submit_fails_promptly(writer, db_path):
+    def reentrant(tx):
+        tx.conn.execute("INSERT INTO t (k) VALUES ('outer')")
+        writer.submit(insert("inner"))
+        return "unreachable"
+
+    with pytest.raises(ReentrantSubmit):
+        writer.submit(reentrant).result(WAIT)
+
+    def reentrant_call(tx):
+        return writer.call(insert("inner2"), 1)
+
+    with pytest.raises(ReentrantSubmit):
+        writer.submit(reentrant_call).result(WAIT)
+    assert keys(db_path) == set()
+    assert writer.call(insert("fine"), WAIT) == "fine"
+
+
+def test_overload_refused_past_the_limit(make_writer):
+    writer = make_writer(WriterConfig(levels=WriterLevels(record=1, warn=2, degraded=3, refuse=5)))
+    blocker = Blocker()
+    held = blocker.hold(writer)
+    queued = [writer.submit(insert(f"k{i}")) for i in range(5)]
+    assert writer.stats().queue_depth == 5
+    with pytest.raises(Overloaded) as caught:
+        writer.submit(insert("k5"))
+    assert caught.value.retry_after_ms > 0
+    assert writer.stats().refused_jobs == 1 and writer.stats().level == "degraded"  # depth 5 is at the limit, not past it
+    blocker.release()
+    held.result(WAIT)
+    assert [f.result(WAIT) for f in queued] == [f"k{i}" for i in range(5)]
+    assert writer.call(insert("k5"), WAIT) == "k5"  # accepted again once drained
+
+
+def test_thousand_concurrent_submissions_under_the_limit(writer, db_path):
+    threads, per_thread = 10, 100
+    failures: list[BaseException] = []
+    start = threading.Barrier(threads)
+
+    def worker(n: int) -> None:
+        start.wait(WAIT)
+        for i in range(per_thread):
+            try:
+                writer.call(insert(f"{n}-{i}"), WAIT)
+            except BaseException as error:  # noqa: BLE001
+                failures.append(error)
+
+    pool = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in pool)
+    assert failures == []
+    assert len(keys(db_path)) == threads * per_thread
+    stats = writer.stats()
+    assert stats.jobs >= threads * per_thread and stats.refused_jobs == 0 and stats.failed_commits == 0
+    assert stats.mean_batch_size > 1.0, stats
+    assert stats.commits < stats.jobs
+
+
+def test_stats_counters(writer):
+    base = writer.stats()
+    blocker = Blocker()
+    held = blocker.hold(writer)
+    futures = [writer.submit(insert(f"k{i}")) for i in range(9)]
+    blocker.release()
+    held.result(WAIT)
+    for future in futures:
+        future.result(WAIT)
+    stats = writer.stats()
+    assert stats.commits - base.commits == 2
+    assert stats.jobs - base.jobs == 10
+    assert stats.queue_depth == 0 and stats.level == "normal"
+    assert stats.queue_depth_p99 >= 8  # the ninth job found eight waiting
+    assert stats.commit_latency_p50_ms >= 0 and stats.commit_latency_p99_ms >= stats.commit_latency_p50_ms
+    fresh = Writer(lambda: None, FakeClock())
+    assert fresh.stats().mean_batch_size == 0.0
+
+
+def test_close_drains_the_queue_then_refuses(make_writer, db_path):
+    writer = make_writer()
+    blocker = Blocker()
+    held = blocker.hold(writer)
+    queued = [writer.submit(insert(f"k{i}")) for i in range(3)]
+    closer = threading.Thread(target=writer.close)
+    closer.start()
+    blocker.release()
+    closer.join(WAIT)
+    assert not closer.is_alive()
+    assert held.result(WAIT) == "blocker" and [f.result(WAIT) for f in queued] == ["k0", "k1", "k2"]
+    with pytest.raises(Unavailable):
+        writer.submit(insert("late"))
+    assert keys(db_path) == {"k0", "k1", "k2"}
+
+
+def test_on_commit_hears_only_committed_wakes(make_writer):
+    heard: list = []
+    writer = make_writer(on_commit=heard.append)
+
+    def wake(name, fail=False):
+        def job(tx):
+            tx.wakes.teammates.add(name)
+            if fail:
+                raise ValueError(name)
+        return job
+
+    blocker = Blocker()
+    held = blocker.hold(writer)
+    futures = [writer.submit(wake("a")), writer.submit(wake("b", fail=True)), writer.submit(wake("c"))]
+    blocker.release()
+    held.result(WAIT)
+    for future in futures:
+        outcome(future)
+    assert [w.teammates for w in heard] == [{"a", "c"}]
+    failpoints.enable("before_commit", "error")
+    outcome(writer.submit(wake("d")))
+    assert len(heard) == 1  # a failed commit wakes nobody
+
+
+def test_a_broken_listener_does_not_stop_the_writer(make_writer):
+    def explode(wakes):
+        raise RuntimeError("listener bug")
+
+    writer = make_writer(on_commit=explode)
+
+    def job(tx):
+        tx.wakes.everyone = True
+        return 1
+
+    assert writer.call(job, WAIT) == 1
+    assert writer.call(job, WAIT) == 1
+
+
+def test_async_run_resolves_on_the_loop(writer):
+    async def main():
+        return await asyncio.gather(*(writer.run(insert(f"a{i}")) for i in range(20)))
+
+    assert asyncio.run(main()) == [f"a{i}" for i in range(20)]
+
+
+def test_a_cancelled_future_does_not_kill_the_writer(writer, db_path):
+    blocker = Blocker()
+    held = blocker.hold(writer)
+    doomed = writer.submit(insert("doomed"))
+    kept = writer.submit(insert("kept"))
+    assert doomed.cancel()  # a caller giving up on a queued job
+    blocker.release()
+    held.result(WAIT)
+    assert kept.result(WAIT) == "kept"
+    later = writer.submit(insert("later"))
+    assert later.result(WAIT) == "later"
+    # A cancelled job never runs: its caller was told it was cancelled.
+    assert keys(db_path) == {"kept", "later"}
+    assert writer.stats().jobs >= 3
+
+
+def test_start_failure_is_reported(tmp_path):
+    def broken():
+        raise sqlite3.OperationalError("cannot open")
+
+    writer = Writer(broken, FakeClock())
+    with pytest.raises(sqlite3.OperationalError):
+        writer.start()
+    with pytest.raises(Unavailable):
+        writer.submit(lambda tx: None)
+    writer.close()
+
+
+def test_concurrent_futures_from_threads_and_loops_mix(writer):
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda i: writer.call(insert(f"p{i}"), WAIT), range(40)))
+    assert results == [f"p{i}" for i in range(40)]
+
+
+def test_sqlite_busy_is_retried_counted_and_never_reported_as_success(make_writer, db_path):
+    writer = make_writer(WriterConfig(busy_timeout_ms=1, busy_retries=3))
+    intruder = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        intruder.execute("BEGIN IMMEDIATE")  # a second writer: what corrald never lets happen
+        future = writer.submit(insert("blocked"))
+        with pytest.raises(CommitFailed, match="locked"):
+            future.result(WAIT)
+        assert writer.stats().busy_retries == 2  # three attempts, two waits
+        assert writer.stats().failed_commits == 1
+    finally:
+        intruder.execute("ROLLBACK")
+        intruder.close()
+    assert writer.call(insert("free"), WAIT) == "free"
+    assert keys(db_path) == {"free"}
