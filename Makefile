@@ -37,6 +37,7 @@ demo: $(STAMP)
 	$(VENV)/bin/corral demo
 
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -r bench/requirements.txt
 	$(PY) -m bench
 
 clean:

@@ -9,18 +9,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from .clock import Clock, SystemClock
 from .store.model import Wakes
 
 
 class Waiter:
     """One open Idle stream's wake-up handle."""
 
-    def __init__(self, name: str, roles: tuple[str, ...]) -> None:
+    def __init__(self, name: str, roles: tuple[str, ...], opened_ms: int) -> None:
         self.name = name
         self.roles = roles
         self.event = asyncio.Event()
         self.waiting = False
         self.can_claim = True
+        self.last_alive_ms = opened_ms  # the teammate's last own call (opening the stream counts)
+        self.claims_paused = False  # its last check held claims back until it shows life
         self.ended: str | None = None  # why the stream must end, if it must
         self.superseded = False
 
@@ -34,8 +37,10 @@ class Waiter:
 
 
 class WakeHub:
-    def __init__(self, loop: asyncio.AbstractEventLoop, on_deadline: Callable[[int], None]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_deadline: Callable[[int], None],
+                 clock: Clock | None = None) -> None:
         self._loop = loop
+        self._clock = clock or SystemClock()
         self._on_deadline = on_deadline
         self._waiters: dict[str, Waiter] = {}
         self._board_moved = asyncio.Event()
@@ -65,13 +70,22 @@ class WakeHub:
         previous = self._waiters.get(name)
         if previous is not None:
             previous.end("superseded by a newer Idle stream", superseded=True)
-        waiter = Waiter(name, roles)
+        waiter = Waiter(name, roles, self._clock.now_ms())
         self._waiters[name] = waiter
         return waiter
 
     def unregister(self, waiter: Waiter) -> None:
         if self._waiters.get(waiter.name) is waiter:
             del self._waiters[waiter.name]
+
+    def alive(self, name: str) -> None:
+        """The teammate made a call of its own: it is not frozen, claims may flow again."""
+        waiter = self._waiters.get(name)
+        if waiter is None:
+            return
+        waiter.last_alive_ms = self._clock.now_ms()
+        if waiter.claims_paused:
+            waiter.event.set()
 
     def end_streams(self, why: str) -> None:
         for waiter in list(self._waiters.values()):

@@ -95,6 +95,7 @@ class Writer:
         self._epilogue = epilogue
         self._queue: collections.deque[_Pending] = collections.deque()
         self._room_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._admitting = 0  # async callers waiting for room
         self._cond = threading.Condition()
         self._accepting = False
         self._thread: threading.Thread | None = None
@@ -148,12 +149,26 @@ class Writer:
         future: asyncio.Future[T] = loop.create_future()
         pending = _Pending(job, future, loop)
         try:
-            self._enqueue(pending)
+            self._enqueue(pending, count_refusal=False)
         except Overloaded:
             await self._admit(pending, loop)
         return await future
 
     async def _admit(self, pending: _Pending, loop: asyncio.AbstractEventLoop) -> None:
+        with self._cond:
+            # Waiting callers are bounded too: past half as many as the queue
+            # holds, a caller is refused at once instead of parked in memory.
+            if self._admitting >= self._config.levels.refuse // 2:
+                self._refused += 1
+                raise Overloaded("writer queue and its waiting room are full", retry_after_ms=200)
+            self._admitting += 1
+        try:
+            await self._wait_for_room(pending, loop)
+        finally:
+            with self._cond:
+                self._admitting -= 1
+
+    async def _wait_for_room(self, pending: _Pending, loop: asyncio.AbstractEventLoop) -> None:
         deadline = loop.time() + self._config.admission_wait_ms / 1000
         while True:
             room: asyncio.Future[None] = loop.create_future()
@@ -163,11 +178,12 @@ class Writer:
                 await asyncio.wait_for(room, max(0.0, deadline - loop.time()))
             except TimeoutError:
                 pass
+            final = loop.time() >= deadline
             try:
-                self._enqueue(pending, count_refusal=loop.time() >= deadline)
+                self._enqueue(pending, count_refusal=final)
                 return
             except Overloaded:
-                if loop.time() >= deadline:
+                if final:
                     raise
 
     def call(self, job: Job[T], timeout: float | None = None) -> T:

@@ -131,7 +131,7 @@ def _decode_page_token(token: str) -> int:
         return 0
     try:
         kind, _, seq = base64.urlsafe_b64decode(token.encode()).decode().partition(":")
-        if kind == "after" and seq.isdigit():
+        if kind == "after" and seq.isascii() and seq.isdigit() and len(seq) <= 18:
             return int(seq)
     except ValueError:
         pass

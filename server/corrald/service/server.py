@@ -94,7 +94,7 @@ def _bind(server: grpc.aio.Server, config: ServeConfig, socket_default: pathlib.
         if path.exists() or path.is_symlink():
             path.unlink()  # stale socket of a dead daemon: we hold the state lock
         address = f"unix:{path}"
-        if server.add_insecure_port(address) == 0:
+        if _add_port(server, address, None) == 0:
             raise ConfigError(f"cannot listen on {address}")
         os.chmod(path, 0o600)
         return address
@@ -103,10 +103,20 @@ def _bind(server: grpc.aio.Server, config: ServeConfig, socket_default: pathlib.
         raise ConfigError(f"--listen must be unix:PATH or HOST:PORT, not {listen!r}")
     if credentials is None and not _is_loopback(host):
         raise ConfigError(f"listening on non-loopback {host!r} requires --tls-cert and --tls-key")
-    bound = server.add_secure_port(listen, credentials) if credentials else server.add_insecure_port(listen)
+    bound = _add_port(server, listen, credentials)
     if bound == 0:
         raise ConfigError(f"cannot listen on {listen} (in use?)")
     return f"{host}:{bound}"
+
+
+def _add_port(server: grpc.aio.Server, address: str, credentials: grpc.ServerCredentials | None) -> int:
+    """The bound port, or 0: grpcio reports a failed bind by raising or by returning 0."""
+    try:
+        if credentials is None:
+            return server.add_insecure_port(address)
+        return server.add_secure_port(address, credentials)
+    except RuntimeError:
+        return 0
 
 
 class Daemon:
@@ -130,7 +140,7 @@ class Daemon:
         self.board = Board(self.state.paths.database, clock=self.clock, limits=self.config.limits,
                            writer_config=self.config.writer, lead_token=lead_token)
         self.reaper = Reaper(self.board)
-        self.hub = WakeHub(loop, self.reaper.schedule)
+        self.hub = WakeHub(loop, self.reaper.schedule, self.clock)
         self.board.set_listener(self.hub.post)
         if self.config.metrics:
             metrics = Metrics(self.board, self.hub)

@@ -47,8 +47,10 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
             idle_polls = 0
             while waiter.ended is None:
                 waiter.event.clear()
+                cursor.last_alive_ms = waiter.last_alive_ms
                 items = await self._board.next_for(name, cursor)
                 waiter.can_claim = cursor.can_claim
+                waiter.claims_paused = cursor.claims_paused
                 if items:
                     for item in items:
                         yield convert.idle_response(item)
@@ -107,29 +109,36 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
             await asyncio.gather(*self._background, return_exceptions=True)
 
     async def AckMessages(self, request: pb.AckMessagesRequest, context, identity: Identity) -> pb.AckMessagesResponse:
+        self._hub.alive(identity.name)
         acked = await self._board.ack(identity.name, request.through_seq)
         return pb.AckMessagesResponse(acked_through_seq=acked)
 
     async def RenewLease(self, request: pb.RenewLeaseRequest, context, identity: Identity) -> pb.RenewLeaseResponse:
+        self._hub.alive(identity.name)
         lease_end, pending = await self._board.renew(identity.name, request.task_id, request.claim_token)
         return pb.RenewLeaseResponse(lease_expire_time=convert.timestamp(lease_end), protocol_pending=pending)
 
     async def CompleteTask(self, request: pb.CompleteTaskRequest, context, identity: Identity) -> pb.CompleteTaskResponse:
+        self._hub.alive(identity.name)
         task = await self._board.complete(identity.name, request.task_id, request.claim_token, request.result)
         return pb.CompleteTaskResponse(task=convert.task(task))
 
     async def FailTask(self, request: pb.FailTaskRequest, context, identity: Identity) -> pb.FailTaskResponse:
+        self._hub.alive(identity.name)
         task = await self._board.fail(identity.name, request.task_id, request.claim_token, request.error,
                                       request.retryable)
         return pb.FailTaskResponse(task=convert.task(task))
 
     async def ReleaseTask(self, request: pb.ReleaseTaskRequest, context, identity: Identity) -> pb.ReleaseTaskResponse:
+        self._hub.alive(identity.name)
         task = await self._board.release(identity.name, request.task_id, request.claim_token)
         return pb.ReleaseTaskResponse(task=convert.task(task))
 
     async def SubmitPlan(self, request: pb.SubmitPlanRequest, context, identity: Identity) -> pb.SubmitPlanResponse:
+        self._hub.alive(identity.name)
         return pb.SubmitPlanResponse(plan_id=await self._board.submit_plan(identity.name, request.plan))
 
     async def RespondShutdown(self, request: pb.RespondShutdownRequest, context, identity: Identity) -> pb.RespondShutdownResponse:
+        self._hub.alive(identity.name)
         await self._board.respond_shutdown(identity.name, request.request_id, request.approve, request.reason)
         return pb.RespondShutdownResponse()

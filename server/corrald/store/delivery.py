@@ -25,6 +25,12 @@ class StreamCursor:
     # Whether the last check found the gates open and a free slot: only such
     # streams are woken when a task becomes ready.
     can_claim: bool = True
+    # The teammate's last call of its own (opening the stream counts), daemon
+    # clock. A teammate silent since one of its leases ran out may be frozen
+    # with its stream open: it gets no new claim until it shows life.
+    # None means "alive now" (a caller that does not track it).
+    last_alive_ms: int | None = None
+    claims_paused: bool = False
 
 
 Delivery = ClaimGrant | InboxItem
@@ -57,7 +63,13 @@ def next_for_teammate(tx: Txn, name: str, cursor: StreamCursor) -> list[Delivery
     # 4. Claim while this teammate holds fewer claims than its slots.
     if len(held) >= cursor.slots:
         return []
-    grant = tasks.claim_next(tx, name, json.loads(roles))
+    tasks.reclaim_expired(tx)
+    (last_expiry,) = tx.conn.execute("SELECT last_expiry_ms FROM teammates WHERE name = ?", (name,)).fetchone()
+    alive_ms = tx.now_ms if cursor.last_alive_ms is None else cursor.last_alive_ms
+    cursor.claims_paused = last_expiry > alive_ms
+    if cursor.claims_paused:
+        return []
+    grant = tasks.claim_next(tx, name, json.loads(roles), reclaimed=True)
     cursor.can_claim = grant is None or len(held) + 1 < cursor.slots
     return [grant] if grant else []
 

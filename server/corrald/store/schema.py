@@ -129,13 +129,16 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 2: the daemon clock's high-water mark, so a restart can tell leases that
     # ended while the daemon was up (and may have been reported expired) from
-    # leases that ran out during the downtime.
+    # leases that ran out during the downtime; and each teammate's last expiry.
     """
     CREATE TABLE meta (
         key   TEXT    PRIMARY KEY,
         value INTEGER NOT NULL
     );
     INSERT INTO meta (key, value) VALUES ('clock_ms', 0);
+    -- The end of this teammate's latest lease that ran out: until it shows
+    -- life after that instant it may be frozen, and gets no new claim.
+    ALTER TABLE teammates ADD COLUMN last_expiry_ms INTEGER NOT NULL DEFAULT 0;
     """,
 )
 

@@ -153,9 +153,13 @@ def _unmet_on_board(conn: sqlite3.Connection, index: int, spec: TaskSpec, batch_
 # ---------------------------------------------------------------- claims
 
 
-def claim_next(tx: Txn, teammate: str, roles: Iterable[str]) -> ClaimGrant | None:
-    """Claims the first ready task this teammate may take, or returns None."""
-    reclaim_expired(tx)
+def claim_next(tx: Txn, teammate: str, roles: Iterable[str], *, reclaimed: bool = False) -> ClaimGrant | None:
+    """Claims the first ready task this teammate may take, or returns None.
+
+    Expired leases are reclaimed first, unless the caller just did (`reclaimed`).
+    """
+    if not reclaimed:
+        reclaim_expired(tx)
     allowed = ["", *roles]
     row = tx.conn.execute(
         "SELECT seq, failures, lease_ms FROM tasks WHERE state = 1 AND unmet_deps = 0"
@@ -389,13 +393,18 @@ def _cancel_seqs(tx: Txn, frontier: list[int], why: str) -> list[int]:
 def reclaim_expired(tx: Txn) -> int:
     """Ends every claim whose lease is over (half-open: at the end instant it is dead)."""
     rows = tx.conn.execute(
-        "SELECT seq, live_fence, owner, attempt FROM tasks WHERE state = 2 AND lease_expire_ms <= ?", (tx.now_ms,)
+        "SELECT seq, live_fence, owner, attempt, lease_expire_ms FROM tasks WHERE state = 2 AND lease_expire_ms <= ?",
+        (tx.now_ms,),
     ).fetchall()
-    for seq, fence, owner, attempt in rows:
+    for seq, fence, owner, attempt, lease_end in rows:
         _end_claim(tx, fence, ClaimOutcome.EXPIRED)
         tx.wakes.tally["lease_expirations"] += 1
         _count_failure(tx, seq, f"lease expired on attempt {attempt}", final=False)
-        _slot_freed(tx, owner)
+        # Not woken like a freed slot: a frozen holder whose stream is still
+        # open would only take the same task straight back (see delivery).
+        tx.conn.execute("UPDATE teammates SET last_expiry_ms = max(last_expiry_ms, ?) WHERE name = ?",
+                        (lease_end, owner))
+        team.refresh_status(tx, owner)
     return len(rows)
 
 

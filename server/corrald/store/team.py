@@ -221,10 +221,15 @@ def submit_plan(tx: Txn, author: str, body: str) -> str:
     return str(plan_id)
 
 
+def _row_id(text: str) -> int:
+    """An id the daemon issued ("42"), or -1, which matches nothing."""
+    if text.isascii() and text.isdigit() and len(text) <= 18:
+        return int(text)
+    return -1
+
+
 def decide_plan(tx: Txn, plan_id: str, approve: bool, feedback: str) -> int:
-    row = tx.conn.execute(
-        "SELECT author, approve FROM plans WHERE plan_id = ?", (int(plan_id) if plan_id.isdigit() else -1,)
-    ).fetchone()
+    row = tx.conn.execute("SELECT author, approve FROM plans WHERE plan_id = ?", (_row_id(plan_id),)).fetchone()
     if row is None:
         raise errors.PlanNotFound(f"no plan {plan_id!r}", plan_id=plan_id)
     author, decided = row
@@ -233,7 +238,7 @@ def decide_plan(tx: Txn, plan_id: str, approve: bool, feedback: str) -> int:
     seq = _enqueue(tx, author, "plan_decision", 0, ref=plan_id, approve=approve, body=feedback)
     tx.conn.execute(
         "UPDATE plans SET approve = ?, feedback = ?, decision_seq = ? WHERE plan_id = ?",
-        (int(approve), feedback, seq, int(plan_id)),
+        (int(approve), feedback, seq, _row_id(plan_id)),
     )
     return seq
 
@@ -261,7 +266,7 @@ def request_shutdown(tx: Txn, name: str, reason: str, grace_ms: int) -> tuple[st
 def respond_shutdown(tx: Txn, name: str, request_id: str, approve: bool, reason: str) -> None:
     row = tx.conn.execute(
         "SELECT answered FROM shutdowns WHERE request_id = ? AND teammate = ?",
-        (int(request_id) if request_id.isdigit() else -1, name),
+        (_row_id(request_id), name),
     ).fetchone()
     if row is None:
         raise errors.ShutdownRequestNotFound(f"no shutdown request {request_id!r} for you", request_id=request_id)
@@ -277,7 +282,7 @@ def respond_shutdown(tx: Txn, name: str, request_id: str, approve: bool, reason:
     else:
         tx.conn.execute(
             "UPDATE shutdowns SET answered = 1, approve = 0, answer_reason = ? WHERE request_id = ?",
-            (reason, int(request_id)),
+            (reason, _row_id(request_id)),
         )
         tx.wakes.teammates.add(name)
     emit(tx, "shutdown_answered", {"request_id": request_id, "teammate": name, "approve": approve, "reason": reason})

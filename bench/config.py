@@ -1,0 +1,66 @@
+"""How big each measurement is: the full run and the `--quick` smoke run."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    teammates: tuple[int, ...] = (1, 8, 32, 128)
+    # Tasks per end-to-end run, by teammate count (multiples of the layer width, 64).
+    tasks_for: tuple[tuple[int, int], ...] = ((1, 512), (8, 1536), (32, 2048), (128, 2560))
+    cycles: int = 2048  # echo-floor cycles per run
+    run_deadline_s: float = 90.0  # hard bound on any one load run
+    client_processes: int = 2  # teammates are spread over this many client processes
+    normal_at: int = 32  # also measure corral at synchronous=NORMAL with this many teammates
+    paired_teammates: int = 32  # targets (1) are measured back to back at this count
+    tutorial_processes: tuple[int, ...] = (2, 8, 20)
+    tutorial_tasks: int = 2048
+    tutorial_layered_at: int = 8  # the layered DAG for the tutorial design at this process count
+    huey_processes: tuple[int, ...] = (2, 8, 20)
+    huey_pairs: int = 2048
+    floor_tasks: int = 2048  # writer-floor tasks per run
+    latency_samples: int = 200
+    poll_interval_s: float = 5.0
+    poll_samples: int = 4
+    board_sizes: tuple[int, ...] = (1_000, 100_000, 1_000_000)
+    claim_samples: int = 200
+    streams: int = 1_000
+    unary_samples: int = 1_000
+    busy_teammates: int = 20
+    busy_tasks: int = 2048
+    submissions: int = 1_000
+
+    def tasks(self, teammates: int) -> int:
+        table = dict(self.tasks_for)
+        return table.get(teammates, max(table.values()))
+
+
+FULL = Sizes()
+
+QUICK = Sizes(
+    teammates=(4,),
+    tasks_for=((4, 64),),
+    cycles=128,
+    run_deadline_s=20.0,
+    client_processes=1,
+    normal_at=4,
+    paired_teammates=4,
+    tutorial_processes=(2,),
+    tutorial_tasks=64,
+    tutorial_layered_at=2,
+    huey_processes=(2,),
+    huey_pairs=64,
+    floor_tasks=64,
+    latency_samples=10,
+    poll_interval_s=0.2,
+    poll_samples=2,
+    board_sizes=(200, 1_000),
+    claim_samples=20,
+    streams=20,
+    unary_samples=50,
+    busy_teammates=4,
+    busy_tasks=64,
+    submissions=50,
+)

@@ -1,0 +1,222 @@
+"""Section 3: the latencies a poll loop cannot match.
+
+* dependency → claim: teammate A completes X; its dependent Y (a role only
+  teammate B may take) is pushed to B, whose Idle stream is open and waiting.
+  Measured from just before A's CompleteTask is sent to B receiving the claim.
+* shutdown → teammate: the Lead's RequestShutdown is sent → teammate C's
+  stream delivers the shutdown_request. C rejects and acknowledges after each.
+
+Against a poll loop with a 5 s interval: detection waits for the next poll,
+so latency is uniform on [0, 5 s): mean 2.5 s, p99 4.95 s. A short simulated
+poll loop (a thread polling a SQLite table) is measured alongside, bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+import sqlite3
+import threading
+import time
+
+import grpc
+import grpc.aio
+
+from corral.v1 import corral_pb2 as pb
+from corral.v1 import corral_pb2_grpc as pb_grpc
+
+from . import grpc_floor, teamworker
+from .daemon import Daemon, Lead, bearer, duration, run_async, scratch_dir
+from .stats import latency_fields, ms, summarize
+
+FIELDS = {"p50_ms": "ms", "p99_ms": "ms", "max_ms": "ms"}
+SETTLE_S = 0.02  # let the waiting stream finish its check and park before each sample
+
+
+class _Stream:
+    """An Idle stream whose events land on a queue with their arrival time."""
+
+    def __init__(self, channel, token: str) -> None:
+        self.stub = pb_grpc.TeammateServiceStub(channel)
+        self.md = bearer(token)
+        self.events: asyncio.Queue = asyncio.Queue()
+        self.call = self.stub.Idle(pb.IdleRequest(max_idle_polls=10_000, poll_interval=duration(30)), metadata=self.md)
+        self.reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        async for response in self.call:
+            await self.events.put((time.monotonic(), response))
+
+    async def next(self, kind: str, timeout: float = 10.0):
+        while True:
+            arrived, response = await asyncio.wait_for(self.events.get(), timeout)
+            if response.WhichOneof("event") == kind:
+                return arrived, response
+
+    def close(self) -> None:
+        self.reader.cancel()
+        self.call.cancel()
+
+
+async def _dependency_samples(lead: Lead, tokens: dict, samples: int, prefix: str) -> list[float]:
+    specs = []
+    for i in range(samples):
+        specs.append(pb.TaskSpec(id=f"{prefix}x{i}", title="x", required_role="a"))
+        specs.append(pb.TaskSpec(id=f"{prefix}y{i}", title="y", required_role="b", depends_on=[f"{prefix}x{i}"]))
+    await lead.create(specs)
+    a, b = _Stream(lead.channel, tokens["alpha"]), _Stream(lead.channel, tokens["beta"])
+    out = []
+    try:
+        for _ in range(samples):
+            _, x = await a.next("claim")
+            await asyncio.sleep(SETTLE_S)
+            started = time.monotonic()
+            await a.stub.CompleteTask(pb.CompleteTaskRequest(task_id=x.claim.task.id, claim_token=x.claim.claim_token),
+                                      metadata=a.md, timeout=30)
+            arrived, y = await b.next("claim")
+            out.append(arrived - started)
+            await b.stub.CompleteTask(pb.CompleteTaskRequest(task_id=y.claim.task.id, claim_token=y.claim.claim_token),
+                                      metadata=b.md, timeout=30)
+    finally:
+        a.close()
+        b.close()
+    return out
+
+
+async def _shutdown_samples(lead: Lead, tokens: dict, samples: int) -> list[float]:
+    c = _Stream(lead.channel, tokens["gamma"])
+    out = []
+    try:
+        await asyncio.sleep(0.2)  # the stream is open and parked
+        for _ in range(samples):
+            await asyncio.sleep(SETTLE_S)
+            started = time.monotonic()
+            ask = pb.RequestShutdownRequest(name="gamma", reason="bench", grace=duration(600))
+            await lead.lead.RequestShutdown(ask, metadata=lead.md, timeout=30)
+            arrived, event = await c.next("shutdown_request")
+            out.append(arrived - started)
+            request = event.shutdown_request
+            answer = pb.RespondShutdownRequest(request_id=request.request_id, approve=False, reason="keep working")
+            await c.stub.RespondShutdown(answer, metadata=c.md, timeout=30)
+            await c.stub.AckMessages(pb.AckMessagesRequest(through_seq=request.seq), metadata=c.md, timeout=30)
+    finally:
+        c.close()
+    return out
+
+
+async def _corral(daemon: Daemon, samples: int, runs: int) -> list[dict]:
+    lead = Lead(daemon.address, daemon.token)
+    try:
+        tokens = await lead.add_teammates(["alpha"], roles=("a",))
+        tokens |= await lead.add_teammates(["beta"], roles=("b",))
+        tokens |= await lead.add_teammates(["gamma"], roles=("c",))
+        results = []
+        for run in range(runs):
+            dependency = await _dependency_samples(lead, tokens, samples, f"r{run}-")
+            shutdown = await _shutdown_samples(lead, tokens, samples)
+            writer = (await lead.stats()).writer
+            results.append({**{f"dependency_{k}": v for k, v in latency_fields(dependency).items()},
+                            **{f"shutdown_{k}": v for k, v in latency_fields(shutdown).items()},
+                            "commit_p50_ms": writer.commit_latency_p50_ms,
+                            "commit_p99_ms": writer.commit_latency_p99_ms})
+        return results
+    finally:
+        await lead.close()
+
+
+async def _echo_push_samples(address: str, samples: int) -> list[float]:
+    """The gRPC floor for the same path: a unary call releases a message on a waiting stream."""
+    channel = grpc.aio.insecure_channel(address)
+    idle = channel.unary_stream(teamworker.ECHO_IDLE, request_serializer=_identity, response_deserializer=_identity)
+    complete = channel.unary_unary(teamworker.ECHO_COMPLETE, request_serializer=_identity,
+                                   response_deserializer=_identity)
+    stream = idle(b"probe")
+    messages = stream.__aiter__()
+    out = []
+    try:
+        await asyncio.wait_for(messages.__anext__(), 10)
+        for _ in range(samples):
+            await asyncio.sleep(SETTLE_S)
+            started = time.monotonic()
+            await complete(b"probe|x", timeout=30)
+            await asyncio.wait_for(messages.__anext__(), 10)
+            out.append(time.monotonic() - started)
+    finally:
+        stream.cancel()
+        await channel.close()
+    return out
+
+
+def _identity(value: bytes) -> bytes:
+    return value
+
+
+def poll_loop(interval_s: float, samples: int) -> list[float]:
+    """A real poll loop on SQLite: an event lands at a random moment, the poller sees it at its next poll."""
+    root = scratch_dir("poll")
+    path = str(root / "poll.sqlite3")
+    setup = sqlite3.connect(path, isolation_level=None)
+    setup.execute("PRAGMA journal_mode = WAL")
+    setup.execute("CREATE TABLE ready (id INTEGER PRIMARY KEY, at REAL NOT NULL, seen REAL)")
+    setup.close()
+    stop = threading.Event()
+
+    def poller() -> None:
+        conn = sqlite3.connect(path, isolation_level=None)
+        while not stop.wait(interval_s):
+            conn.execute("UPDATE ready SET seen = ? WHERE seen IS NULL", (time.monotonic(),))
+        conn.close()
+
+    thread = threading.Thread(target=poller, daemon=True)
+    thread.start()
+    conn = sqlite3.connect(path, isolation_level=None)
+    rng = random.Random(7)
+    try:
+        for _ in range(samples):
+            time.sleep(rng.uniform(0, interval_s))
+            conn.execute("INSERT INTO ready (at) VALUES (?)", (time.monotonic(),))
+            bound = time.monotonic() + 2 * interval_s + 1
+            while conn.execute("SELECT 1 FROM ready WHERE seen IS NULL").fetchone() and time.monotonic() < bound:
+                time.sleep(interval_s / 50)
+        latencies = [seen - at for at, seen in conn.execute("SELECT at, seen FROM ready WHERE seen IS NOT NULL")]
+    finally:
+        stop.set()
+        thread.join(interval_s + 1)
+        conn.close()
+        shutil.rmtree(root, ignore_errors=True)
+    return latencies
+
+
+def run(sizes, runs: int, log) -> dict:
+    polled: list[float] = []
+    poll_thread = threading.Thread(target=lambda: polled.extend(poll_loop(sizes.poll_interval_s, sizes.poll_samples)),
+                                   daemon=True)
+    poll_thread.start()
+    fields = {f"{what}_{k}": unit for what in ("dependency", "shutdown") for k, unit in FIELDS.items()}
+    fields |= {"commit_p50_ms": "ms", "commit_p99_ms": "ms"}
+    with Daemon() as daemon:
+        out = summarize(run_async(_corral(daemon, sizes.latency_samples, runs)), fields)
+    with grpc_floor.EchoServer() as echo:
+        floor = [latency_fields(run_async(_echo_push_samples(echo.address, sizes.latency_samples)))
+                 for _ in range(runs)]
+    out["grpc_floor"] = summarize(floor, FIELDS)
+    # Diagnostic, not a target: the same paths without an fsync per commit.
+    with Daemon(synchronous="NORMAL") as daemon:
+        out["NORMAL"] = summarize(run_async(_corral(daemon, sizes.latency_samples, runs)), fields)
+    poll_thread.join(sizes.poll_samples * 3 * sizes.poll_interval_s + 10)
+    out["samples_per_run"] = sizes.latency_samples
+    interval = sizes.poll_interval_s
+    out["poll_loop"] = {
+        "interval_s": interval,
+        "analytic": {"mean_ms": ms(interval / 2), "p50_ms": ms(interval / 2), "p99_ms": ms(0.99 * interval)},
+        "simulated_ms": [ms(x) for x in polled],
+    }
+    log(f"latency     dependency→claim p50 {out['dependency_p50_ms']['median']:.2f} ms p99 "
+        f"{out['dependency_p99_ms']['median']:.2f} ms; shutdown→teammate p50 {out['shutdown_p50_ms']['median']:.2f} ms"
+        f" p99 {out['shutdown_p99_ms']['median']:.2f} ms (at NORMAL: dependency p99 "
+        f"{out['NORMAL']['dependency_p99_ms']['median']:.2f} ms; gRPC echo floor for one unary → stream push: "
+        f"p50 {out['grpc_floor']['p50_ms']['median']:.2f} ms p99 {out['grpc_floor']['p99_ms']['median']:.2f} ms);"
+        f" {interval:g} s poll loop simulated "
+        f"{', '.join(f'{x:.0f}' for x in out['poll_loop']['simulated_ms'])} ms")
+    return out

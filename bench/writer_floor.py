@@ -1,0 +1,92 @@
+"""The floor for SQLite: claim + complete in-process through corrald's own Board and Writer.
+
+No gRPC and no second process: N coroutines on one event loop call the same
+writer jobs the daemon runs per cycle (`delivery.next_for_teammate`, the Idle
+stream's job, then `tasks.complete`), with group commit and the same pragmas.
+The gap between this and the end-to-end figure is what the RPC layer costs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+
+from corrald.board import Board
+from corrald.clock import SystemClock
+from corrald.config import WriterConfig
+from corrald.store.delivery import StreamCursor, mark_sent
+from corrald.store.model import ClaimGrant, TaskSpec
+
+from . import dags
+from .daemon import scratch_dir
+from .stats import latency_fields, summarize
+
+FIELDS = {"throughput": "cycles/s", "p50_ms": "ms", "p99_ms": "ms", "mean_batch": "jobs/commit",
+          "cpu_ms": "process CPU ms/cycle"}
+
+
+def _specs(count: int, prefix: str) -> list[TaskSpec]:
+    return [TaskSpec(id=prefix + task_id, title=f"bench {task_id}", description="", payload=b"x" * 32,
+                     depends_on=tuple(prefix + d for d in deps), priority=0, max_attempts=0, lease_ms=0,
+                     required_role="")
+            for task_id, deps in dags.graph("independent", count)]
+
+
+async def _teammate(board: Board, name: str, goal: int, done: list[int], latencies: list[float],
+                    deadline: float) -> None:
+    cursor = StreamCursor(slots=1)
+    while done[0] < goal and time.monotonic() < deadline:
+        items = await board.next_for(name, cursor)
+        mark_sent(cursor, items)
+        grants = [item for item in items if isinstance(item, ClaimGrant)]
+        if not grants:
+            await asyncio.sleep(0.001)
+            continue
+        started = time.monotonic()
+        await board.complete(name, grants[0].task.id, grants[0].token, b"")
+        latencies.append(time.monotonic() - started)
+        done[0] += 1
+
+
+async def _measure(teammates: int, count: int, synchronous: str, deadline_s: float, runs: int) -> list[dict]:
+    root = scratch_dir("floor")
+    board = Board(root / "floor.sqlite3", clock=SystemClock(), lead_token="bench-floor",
+                  writer_config=WriterConfig(synchronous=synchronous))
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, board.open)
+    results = []
+    try:
+        names = [f"mate{i}" for i in range(teammates)]
+        for name in names:
+            await board.add_teammate(name, (), False)
+        for run in range(runs):
+            specs = _specs(count, f"r{run}-")
+            for start in range(0, len(specs), 10_000):
+                await board.create_tasks(specs[start:start + 10_000])
+            before = board.writer.stats()
+            done, latencies = [0], []
+            cpu = time.process_time()
+            started = time.monotonic()
+            await asyncio.gather(*(_teammate(board, name, count, done, latencies, started + deadline_s)
+                                   for name in names))
+            wall = time.monotonic() - started
+            after = board.writer.stats()
+            commits = max(after.commits - before.commits, 1)
+            results.append({"throughput": done[0] / wall, **latency_fields(latencies),
+                            "mean_batch": (after.jobs - before.jobs) / commits,
+                            "cpu_ms": 1000 * (time.process_time() - cpu) / max(done[0], 1)})
+    finally:
+        await loop.run_in_executor(None, board.close)
+        shutil.rmtree(root, ignore_errors=True)
+    return results
+
+
+def run(sizes, runs: int, log) -> dict:
+    out: dict = {"FULL": {}}
+    for teammates in sizes.teammates:
+        results = asyncio.run(_measure(teammates, sizes.floor_tasks, "FULL", sizes.run_deadline_s, runs))
+        out["FULL"][str(teammates)] = summarize(results, FIELDS)
+        log(f"writer floor FULL  {teammates:>4} teammates: {out['FULL'][str(teammates)]['throughput']['median']:8.0f}"
+            f" cycles/s")
+    return out

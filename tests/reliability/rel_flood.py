@@ -1,0 +1,112 @@
+"""A load generator in a child process (so it does not share the test's event loop).
+
+    python rel_flood.py CONFIG.json
+
+CONFIG: {"address", "duration_s", "channels", "flows": [{"token", "kind", "concurrency", ...}]}
+kinds: "message" (SendMessage to `to` (default "lead"), `body_bytes`), "create" (CreateTasks of `batch` tasks,
+lead token), "streams" (open Idle streams over and over with the same identity).
+Prints "started" when its calls are running, then one JSON summary line when done:
+codes seen, refusals with and without RetryInfo, calls per second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import pathlib
+import sys
+import time
+import uuid
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+import grpc  # noqa: E402
+import grpc.aio  # noqa: E402
+
+from corral.v1 import corral_pb2 as pb  # noqa: E402
+from corral.v1 import corral_pb2_grpc as pb_grpc  # noqa: E402
+from rel_harness import CHANNEL_OPTIONS, dur, md, status_details  # noqa: E402
+
+
+async def main(config: dict) -> dict:
+    channels = [grpc.aio.insecure_channel(config["address"], options=CHANNEL_OPTIONS)
+                for _ in range(config.get("channels", 4))]
+    codes: collections.Counter = collections.Counter()
+    details: collections.Counter = collections.Counter()
+    samples: list[str] = []  # the first few unexpected errors, with when they happened
+    stop = asyncio.Event()
+    begun = time.monotonic()
+    prefix = uuid.uuid4().hex[:8]
+
+    async def message(i: int, flow: dict) -> None:
+        stub = pb_grpc.BoardServiceStub(channels[i % len(channels)])
+        body = "x" * flow.get("body_bytes", 256)
+        while not stop.is_set():
+            await call(stub.SendMessage(pb.SendMessageRequest(to=flow.get("to", "lead"), body=body),
+                                        metadata=md(flow["token"]),
+                                        timeout=10))
+
+    async def create(i: int, flow: dict) -> None:
+        stub = pb_grpc.LeadServiceStub(channels[i % len(channels)])
+        n = 0
+        while not stop.is_set():
+            n += 1
+            specs = [pb.TaskSpec(id=f"f{prefix}-{i}-{n}-{k}", title="flood", payload=b"p" * 64)
+                     for k in range(flow.get("batch", 5))]
+            await call(stub.CreateTasks(pb.CreateTasksRequest(tasks=specs), metadata=md(flow["token"]), timeout=10))
+
+    async def streams(i: int, flow: dict) -> None:
+        stub = pb_grpc.TeammateServiceStub(channels[i % len(channels)])
+        while not stop.is_set():
+            stream = stub.Idle(pb.IdleRequest(poll_interval=dur(50), max_idle_polls=1), metadata=md(flow["token"]),
+                               timeout=5)
+            try:
+                async for _ in stream:
+                    pass
+                codes["OK"] += 1
+            except grpc.aio.AioRpcError as error:
+                codes[error.code().name] += 1
+
+    async def call(awaitable) -> None:
+        try:
+            await awaitable
+            codes["OK"] += 1
+        except grpc.aio.AioRpcError as error:
+            codes[error.code().name] += 1
+            if error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                reason, retry = status_details(error)
+                details[f"{reason}+RetryInfo" if retry is not None else f"{reason}-no-RetryInfo"] += 1
+                await asyncio.sleep(0.005)
+            else:
+                if len(samples) < 5:
+                    samples.append(f"{time.monotonic() - begun:.2f}s {error.code().name}: {error.details()}")
+                if error.code() == grpc.StatusCode.UNAVAILABLE:
+                    await asyncio.sleep(0.05)
+
+    kinds = {"message": message, "create": create, "streams": streams}
+    # Ramp up in waves: a burst of ~1,000 calls opened at the same instant on a fresh connection
+    # makes gRPC itself answer some with CANCELLED (seen with a plain grpc.aio server too).
+    tasks = []
+    for flow in config["flows"]:
+        for i in range(flow["concurrency"]):
+            tasks.append(asyncio.ensure_future(kinds[flow["kind"]](i, flow)))
+            if len(tasks) % 50 == 0:
+                await asyncio.sleep(0.01)
+    print("started", flush=True)
+    started = time.monotonic()
+    await asyncio.sleep(config["duration_s"])  # the flood lasts a fixed time
+    stop.set()
+    await asyncio.wait(tasks, timeout=15)
+    for task in tasks:
+        task.cancel()
+    elapsed = time.monotonic() - started
+    for channel in channels:
+        await channel.close()
+    return {"codes": dict(codes), "refusals": dict(details), "samples": samples, "seconds": elapsed,
+            "calls_per_s": sum(codes.values()) / elapsed}
+
+
+if __name__ == "__main__":
+    summary = asyncio.run(main(json.loads(pathlib.Path(sys.argv[1]).read_text())))
+    print(json.dumps(summary), flush=True)

@@ -1,0 +1,482 @@
+"""Shared machinery for the reliability suite: sizes, daemons, channels, errors, figures.
+
+Everything talks to corrald through the generated stubs only (no SDK), over
+Unix sockets or 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import random
+import select
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Sequence
+
+import grpc
+import grpc.aio
+from google.protobuf import duration_pb2
+from google.rpc import error_details_pb2, status_pb2
+
+from corral.v1 import corral_pb2 as pb
+from corral.v1 import corral_pb2_grpc as pb_grpc
+
+HERE = pathlib.Path(__file__).resolve().parent
+SOAK = os.environ.get("CORRAL_SOAK", "") not in ("", "0")
+
+
+def pick(reduced, full):
+    """The reduced size for `make test`, the full size with CORRAL_SOAK=1."""
+    return full if SOAK else reduced
+
+
+# Each client gets its own subchannels (a fresh client to a restarted daemon must
+# not inherit the old connection's backoff) and reconnects quickly.
+CHANNEL_OPTIONS = (
+    ("grpc.use_local_subchannel_pool", 1),
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.min_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 300),
+    ("grpc.enable_retries", 0),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+)
+
+# Codes after which the outcome of a write is unknown: retry with the same token.
+IN_DOUBT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                      grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
+                      grpc.StatusCode.INTERNAL})  # INTERNAL only from a connection torn mid-call
+
+
+def md(token: str | None) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),) if token else ()
+
+
+def dur(ms: int) -> duration_pb2.Duration:
+    return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def ts_ms(stamp) -> int:
+    return stamp.seconds * 1000 + stamp.nanos // 1_000_000
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# ---------------------------------------------------------------- error details
+
+
+def status_details(error: grpc.RpcError) -> tuple[str, error_details_pb2.RetryInfo | None]:
+    """(ErrorInfo reason or "", RetryInfo or None) of a failed call."""
+    try:
+        trailers = error.trailing_metadata() or ()
+    except Exception:  # noqa: BLE001
+        trailers = ()
+    reason, retry = "", None
+    for key, value in trailers:
+        if key != "grpc-status-details-bin":
+            continue
+        status = status_pb2.Status.FromString(value)
+        for detail in status.details:
+            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                detail.Unpack(info)
+                reason = info.reason
+            elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+                retry = error_details_pb2.RetryInfo()
+                detail.Unpack(retry)
+    return reason, retry
+
+
+def code_of(error: BaseException) -> grpc.StatusCode | None:
+    return error.code() if isinstance(error, grpc.RpcError) else None
+
+
+# ---------------------------------------------------------------- figures
+
+
+class Figures:
+    """Prints each test's figures and appends them as JSON lines to a file."""
+
+    def __init__(self, path: pathlib.Path, test: str) -> None:
+        self.path = path
+        self.test = test
+
+    def __call__(self, **values) -> None:
+        values = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in values.items()}
+        print(f"\n[figures] {self.test}: " + ", ".join(f"{k}={v}" for k, v in values.items()), flush=True)
+        with self.path.open("a") as handle:
+            handle.write(json.dumps({"test": self.test, "soak": SOAK, **values}, default=str) + "\n")
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def p50(samples):
+    return statistics.median(samples) if samples else float("nan")
+
+
+# ---------------------------------------------------------------- the daemon
+
+
+class DaemonError(RuntimeError):
+    pass
+
+
+class Daemon:
+    """One `corrald serve` child process on a state directory; restartable."""
+
+    def __init__(self, state_dir: pathlib.Path, *, listen: str | None = None, log_level: str = "info",
+                 extra_args: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
+        self.state_dir = state_dir
+        self.listen = listen
+        self.log_level = log_level
+        self.extra_args = list(extra_args)
+        self.env = dict(env or {})
+        self.proc: subprocess.Popen | None = None
+        self.address: str | None = None
+        self.ready: dict | None = None
+        self.starts = 0
+        self.log_dir = state_dir.parent / f"{state_dir.name}-logs"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._stdout_thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------ life
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "corrald", "serve", "--state-dir", str(self.state_dir),
+               "--log-level", self.log_level]
+        if self.listen:
+            cmd += ["--listen", self.listen]
+        return cmd + self.extra_args
+
+    def spawn(self, failpoints: str | None = None) -> subprocess.Popen:
+        env = {**os.environ, **self.env}
+        env.pop("CORRAL_FAILPOINTS", None)
+        if failpoints:
+            env["CORRAL_FAILPOINTS"] = failpoints
+        self.starts += 1
+        stderr = open(self.log_dir / f"stderr.{self.starts}.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=stderr, env=env,
+                                     start_new_session=True)
+        stderr.close()
+        return self.proc
+
+    def start(self, failpoints: str | None = None, timeout: float = 20.0) -> "Daemon":
+        if self.proc is not None and self.proc.poll() is None:
+            raise DaemonError("daemon already running")
+        proc = self.spawn(failpoints)
+        line = read_line(proc, timeout)
+        if not line:
+            proc.wait(5)
+            raise DaemonError(f"corrald exited {proc.returncode} before ready: {self.stderr_tail()}")
+        self.ready = json.loads(line)
+        self.address = self.ready["address"]
+        out_path = self.log_dir / f"stdout.{self.starts}.log"
+        out_path.write_bytes(line)
+
+        def copy(stream=proc.stdout, path=out_path) -> None:
+            with path.open("ab") as handle:
+                for chunk in iter(lambda: stream.read1(65536), b""):
+                    handle.write(chunk)
+
+        self._stdout_thread = threading.Thread(target=copy, daemon=True)
+        self._stdout_thread.start()
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> int:
+        """SIGKILL and reap; returns the exit status."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        return self.proc.wait(20)
+
+    def wait_exit(self, timeout: float) -> int | None:
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def terminate(self, timeout: float = 10.0) -> tuple[int | None, float]:
+        """SIGTERM; returns (exit status or None if still running, seconds to exit)."""
+        assert self.proc is not None
+        started = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.wait_exit(timeout)
+        return code, time.monotonic() - started
+
+    def restart(self, failpoints: str | None = None) -> "Daemon":
+        if self.alive():
+            self.kill()
+        return self.start(failpoints)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            code, _ = self.terminate(10)
+            if code is None:
+                self.kill()
+        if self._stdout_thread is not None:
+            self._stdout_thread.join(5)
+
+    # ------------------------------------------------------------ files
+
+    @property
+    def database(self) -> pathlib.Path:
+        return self.state_dir / "corral.sqlite3"
+
+    @property
+    def wal(self) -> pathlib.Path:
+        return self.state_dir / "corral.sqlite3-wal"
+
+    def lead_token(self) -> str:
+        return (self.state_dir / "lead.token").read_text().strip()
+
+    def stderr_tail(self, chars: int = 3000) -> str:
+        path = self.log_dir / f"stderr.{self.starts}.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    def all_logs(self) -> str:
+        return "".join(p.read_text(errors="replace") for p in sorted(self.log_dir.iterdir()))
+
+    def rss_kib(self) -> int:
+        with open(f"/proc/{self.pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+    # ------------------------------------------------------------ clients
+
+    def channel(self) -> grpc.Channel:
+        assert self.address
+        return grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+
+    def aio_channel(self) -> grpc.aio.Channel:
+        assert self.address
+        return grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+
+
+def read_line(proc: subprocess.Popen, timeout: float) -> bytes:
+    """One line of the child's stdout, waiting at most `timeout` (b"" on exit/timeout)."""
+    deadline = time.monotonic() + timeout
+    buffer = b""
+    fd = proc.stdout.fileno()
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(fd, 1)
+        if not chunk:
+            break
+        buffer += chunk
+        if chunk == b"\n":
+            return buffer
+    return b""
+
+
+def run_daemon_expect_failure(args: Sequence[str], timeout: float = 20.0, env=None) -> tuple[int, str, str]:
+    """Runs `corrald serve ARGS`; returns (exit code, stdout, stderr); kills it if it stays up."""
+    proc = subprocess.Popen([sys.executable, "-m", "corrald", "serve", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, **(env or {})}, start_new_session=True)
+    line = read_line(proc, timeout)
+    if line.startswith(b"{") and b'"ready"' in line:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=10)
+        return 0, (line + out).decode(errors="replace"), err.decode(errors="replace") + "\n(daemon came up)"
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, (line + out).decode(errors="replace"), err.decode(errors="replace")
+
+
+# ---------------------------------------------------------------- lead helpers (sync)
+
+
+class Lead:
+    """Sync stubs with the lead credential; in-doubt calls are retried by callers."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self.token = daemon.lead_token()
+        self.md = md(self.token)
+        self.reconnect()
+
+    def reconnect(self) -> None:
+        self.channel = self.daemon.channel()
+        self.lead = pb_grpc.LeadServiceStub(self.channel)
+        self.board = pb_grpc.BoardServiceStub(self.channel)
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def add_teammate(self, name: str, roles: Iterable[str] = (), require_plan: bool = False) -> str:
+        reply = self.lead.AddTeammate(pb.AddTeammateRequest(name=name, roles=list(roles),
+                                                            require_plan_approval=require_plan),
+                                      metadata=self.md, timeout=20)
+        return reply.token
+
+    def create(self, specs: Sequence[pb.TaskSpec], request_id: str = "", timeout: float = 30) -> list[pb.Task]:
+        reply = self.lead.CreateTasks(pb.CreateTasksRequest(tasks=specs, request_id=request_id),
+                                      metadata=self.md, timeout=timeout)
+        return list(reply.tasks)
+
+    def create_retrying(self, specs: Sequence[pb.TaskSpec], request_id: str, deadline_s: float = 60) -> list[pb.Task]:
+        """CreateTasks with a request_id, retried while the outcome is in doubt."""
+        deadline = time.monotonic() + deadline_s
+        while True:
+            try:
+                return self.create(specs, request_id, timeout=10)
+            except grpc.RpcError as error:
+                if error.code() not in IN_DOUBT | {grpc.StatusCode.RESOURCE_EXHAUSTED} or time.monotonic() > deadline:
+                    raise
+                wait_briefly(0.05)
+
+    def get_task(self, task_id: str) -> pb.Task:
+        return self.board.GetTask(pb.GetTaskRequest(id=task_id), metadata=self.md, timeout=20).task
+
+    def stats(self) -> pb.GetStatsResponse:
+        return self.board.GetStats(pb.GetStatsRequest(), metadata=self.md, timeout=20)
+
+    def all_tasks(self) -> list[pb.Task]:
+        tasks, token = [], ""
+        while True:
+            reply = self.board.ListTasks(pb.ListTasksRequest(page_size=1000, page_token=token), metadata=self.md,
+                                         timeout=20)
+            tasks.extend(reply.tasks)
+            token = reply.next_page_token
+            if not token:
+                return tasks
+
+
+def wait_briefly(seconds: float) -> None:
+    """A retry back-off (never used to wait for a condition)."""
+    threading.Event().wait(seconds)
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
+    """Polls `predicate` with a deadline; returns its truthy value or raises."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        wait_briefly(interval)
+
+
+def wait_for_tasks_terminal(lead: Lead, ids: set[str], timeout: float, seen: dict | None = None) -> dict[str, int]:
+    """Follows the Watch feed until every task in `ids` is terminal; returns id -> state.
+    `seen`, when given, collects every event read (seq -> serialized event)."""
+    states: dict[str, int] = {}
+    terminal = {pb.TASK_STATE_COMPLETED, pb.TASK_STATE_FAILED, pb.TASK_STATE_CANCELED}
+    deadline = time.monotonic() + timeout
+    stream = lead.lead.Watch(pb.WatchRequest(after_seq=0), metadata=lead.md, timeout=timeout)
+    try:
+        for event in stream:
+            if seen is not None:
+                seen[event.seq] = event.SerializeToString(deterministic=True)
+            if event.HasField("task_changed"):
+                states[event.task_changed.id] = event.task_changed.state
+                if all(states.get(i) in terminal for i in ids):
+                    return states
+            if time.monotonic() > deadline:
+                break
+    except grpc.RpcError as error:
+        if error.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise
+    finally:
+        stream.cancel()
+    missing = sorted(i for i in ids if states.get(i) not in terminal)
+    raise AssertionError(f"{len(missing)} tasks not terminal after {timeout}s: {missing[:10]}")
+
+
+# ---------------------------------------------------------------- the database, read-only
+
+
+@contextlib.contextmanager
+def open_db_ro(path: pathlib.Path):
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def integrity(path: pathlib.Path) -> str:
+    with open_db_ro(path) as conn:
+        return ";".join(row[0] for row in conn.execute("PRAGMA integrity_check"))
+
+
+def double_completions(conn: sqlite3.Connection) -> int:
+    return conn.execute(
+        "SELECT count(*) FROM (SELECT task_seq FROM claims WHERE outcome = 'completed'"
+        " GROUP BY task_seq HAVING count(*) > 1)").fetchone()[0]
+
+
+def schema_of(path: pathlib.Path) -> list[tuple]:
+    with open_db_ro(path) as conn:
+        return conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name").fetchall()
+
+
+def wal_size(daemon: Daemon) -> int:
+    try:
+        return daemon.wal.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+# ---------------------------------------------------------------- graphs
+
+
+def random_dag(rng: random.Random, prefix: str, count: int, *, max_deps: int = 3,
+               outside: Sequence[str] = ()) -> list[tuple[str, list[str]]]:
+    """Tasks `prefix-i` in topological order; each depends on up to `max_deps` earlier ones
+    (or on ids in `outside`, tasks already on the board)."""
+    tasks: list[tuple[str, list[str]]] = []
+    for i in range(count):
+        pool = [t for t, _ in tasks[max(0, i - 20):]] + list(outside)
+        deps = rng.sample(pool, min(len(pool), rng.randint(0, max_deps))) if pool and rng.random() < 0.7 else []
+        tasks.append((f"{prefix}-{i}", deps))
+    return tasks
+
+
+def specs_for(graph: Sequence[tuple[str, Sequence[str]]], **fields) -> list[pb.TaskSpec]:
+    return [pb.TaskSpec(id=task_id, title=f"title {task_id}", depends_on=list(deps), **fields)
+            for task_id, deps in graph]
+
+
+def replay_watch(lead: Lead, through_seq: int, timeout: float = 30) -> dict[int, bytes]:
+    """The Watch feed from the start through `through_seq` (seq -> serialized event)."""
+    events: dict[int, bytes] = {}
+    stream = lead.lead.Watch(pb.WatchRequest(after_seq=0), metadata=lead.md, timeout=timeout)
+    try:
+        for event in stream:
+            events[event.seq] = event.SerializeToString(deterministic=True)
+            if event.seq >= through_seq:
+                break
+    finally:
+        stream.cancel()
+    return events
