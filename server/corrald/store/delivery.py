@@ -39,11 +39,12 @@ Delivery = ClaimGrant | InboxItem
 def next_for_teammate(tx: Txn, name: str, cursor: StreamCursor) -> list[Delivery]:
     """Returns what to send now, in order; an empty list means "wait"."""
     row = tx.conn.execute(
-        "SELECT roles, require_plan, removed, acked_seq, last_seq FROM teammates WHERE name = ?", (name,)
+        "SELECT roles, require_plan, removed, acked_seq, last_seq, last_expiry_ms FROM teammates WHERE name = ?",
+        (name,),
     ).fetchone()
     if row is None or row[2]:
         raise errors.Unauthenticated(f"teammate {name!r} was removed")
-    roles, require_plan, _, acked, last = row
+    roles, require_plan, _, acked, last, last_expiry = row
     held = tasks.held_claim_refs(tx.conn, name, tx.now_ms)
     cursor.sent_tokens.intersection_update(ref.token for ref in held)  # forget ended claims
     # 1. Claims this teammate holds but this stream has not sent (a new stream re-sends all).
@@ -63,8 +64,7 @@ def next_for_teammate(tx: Txn, name: str, cursor: StreamCursor) -> list[Delivery
     # 4. Claim while this teammate holds fewer claims than its slots.
     if len(held) >= cursor.slots:
         return []
-    tasks.reclaim_expired(tx)
-    (last_expiry,) = tx.conn.execute("SELECT last_expiry_ms FROM teammates WHERE name = ?", (name,)).fetchone()
+    last_expiry = max(last_expiry, tasks.reclaim_expired(tx).get(name, 0))
     alive_ms = tx.now_ms if cursor.last_alive_ms is None else cursor.last_alive_ms
     cursor.claims_paused = last_expiry > alive_ms
     if cursor.claims_paused:

@@ -390,8 +390,11 @@ def _cancel_seqs(tx: Txn, frontier: list[int], why: str) -> list[int]:
     return changed
 
 
-def reclaim_expired(tx: Txn) -> int:
-    """Ends every claim whose lease is over (half-open: at the end instant it is dead)."""
+def reclaim_expired(tx: Txn) -> dict[str, int]:
+    """Ends every claim whose lease is over (half-open: at the end instant it is dead).
+
+    Returns each former holder with the latest lease end reclaimed from it.
+    """
     rows = tx.conn.execute(
         "SELECT seq, live_fence, owner, attempt, lease_expire_ms FROM tasks WHERE state = 2 AND lease_expire_ms <= ?",
         (tx.now_ms,),
@@ -405,7 +408,7 @@ def reclaim_expired(tx: Txn) -> int:
         tx.conn.execute("UPDATE teammates SET last_expiry_ms = max(last_expiry_ms, ?) WHERE name = ?",
                         (lease_end, owner))
         team.refresh_status(tx, owner)
-    return len(rows)
+    return {owner: max(end for _, _, o, _, end in rows if o == owner) for _, _, owner, _, _ in rows}
 
 
 def note_clock(conn: sqlite3.Connection, now_ms: int) -> None:
