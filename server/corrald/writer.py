@@ -237,7 +237,11 @@ class Writer:
                 if not self._queue:
                     return  # closed and drained
                 batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._config.max_batch))]
-                waiting_for_room, self._room_waiters = self._room_waiters, []
+                # Wake only as many waiting callers as there are free places:
+                # waking them all would make a sustained overload spin the loop.
+                free = max(0, self._config.levels.refuse - len(self._queue))
+                waiting_for_room = self._room_waiters[:free]
+                del self._room_waiters[:free]
             for loop, room in waiting_for_room:
                 try:
                     loop.call_soon_threadsafe(_set_if_pending, room)
