@@ -300,7 +300,7 @@ def _table(result: dict) -> str:
         f" {result['cpus']} cpus, load {result['loadavg_before'][0]:.1f}, SQLite {result['sqlite']},"
         f" fsync p50 {result['fsync_p50_ms']:.2f} ms)",
         "",
-        f"claim+complete cycles/s, synchronous=FULL        median       min       max",
+        "claim+complete cycles/s, synchronous=FULL        median       min       max",
         f"  writer, group commit ({gc['threads']:>2} threads)        {w['median']:9.0f} {w['min']:9.0f} {w['max']:9.0f}"
         f"   (mean batch {gc['writer_mean_batch']:.1f})",
         f"  one transaction per operation          {b['median']:9.0f} {b['min']:9.0f} {b['max']:9.0f}",

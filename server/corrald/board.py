@@ -253,9 +253,6 @@ class Board:
 
     async def stats(self) -> BoardStats:
         def query(conn) -> BoardStats:
-            by_status: dict[TeammateStatus, int] = {}
-            for teammate in team.list_teammates(conn):
-                by_status[teammate.status] = by_status.get(teammate.status, 0) + 1
-            return BoardStats(tasks.count_by_state(conn), by_status, self.writer.stats())
+            return BoardStats(tasks.count_by_state(conn), team.count_by_status(conn), self.writer.stats())
 
         return await self.read(query)

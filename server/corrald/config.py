@@ -66,5 +66,3 @@ class WriterConfig:
     # before it is refused: a burst is absorbed, a sustained overload is not.
     admission_wait_ms: int = 2000
 
-
-DEFAULT_LIMITS = Limits()

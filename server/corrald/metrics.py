@@ -11,7 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .board import Board
-from .store import tasks
+from .store import tasks, team
 from .store.model import TaskState, TeammateStatus, Wakes
 from .wake import WakeHub
 
@@ -45,11 +45,10 @@ class _BoardCollector(Collector):
         for state in TaskState:
             family.add_metric([state.name.lower()], by_state.get(state, 0))
         yield family
-        by_status = self._board.readers.call(
-            lambda conn: dict(conn.execute("SELECT status, count(*) FROM teammates GROUP BY status").fetchall()))
+        by_status = self._board.readers.call(team.count_by_status)
         family = GaugeMetricFamily("corral_teammates", "Teammates by status.", labels=["status"])
         for status in TeammateStatus:
-            family.add_metric([status.name.lower()], by_status.get(int(status), 0))
+            family.add_metric([status.name.lower()], by_status.get(status, 0))
         yield family
 
 

@@ -23,6 +23,3 @@ def read_events(conn: sqlite3.Connection, after_seq: int, limit: int) -> list[Ev
     ).fetchall()
     return [Event(seq, time_ms, kind, json.loads(data)) for seq, time_ms, kind, data in rows]
 
-
-def last_event_seq(conn: sqlite3.Connection) -> int:
-    return conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]

@@ -216,10 +216,6 @@ def grant(conn: sqlite3.Connection, ref: ClaimRef) -> ClaimGrant:
     return ClaimGrant(task_by_seq(conn, ref.task_seq), ref.token, ref.lease_expire_ms, ref.attempt, ref.fence)
 
 
-def held_claims(conn: sqlite3.Connection, teammate: str, now_ms: int) -> list[ClaimGrant]:
-    return [grant(conn, ref) for ref in held_claim_refs(conn, teammate, now_ms)]
-
-
 def _live_claim(tx: Txn, teammate: str, task_id: str, token: str, *, completed_ok: bool = False) -> tuple[int, int, int]:
     """Returns (task seq, fence, lease ms) of the caller's live claim, or raises why not.
 

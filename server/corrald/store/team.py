@@ -59,6 +59,12 @@ def roles_of(conn: sqlite3.Connection, name: str) -> tuple[str, ...]:
     return tuple(json.loads(_row(conn, name)[0]))
 
 
+def count_by_status(conn: sqlite3.Connection) -> dict[TeammateStatus, int]:
+    """Teammates by their stored status (kept current by refresh_status)."""
+    rows = conn.execute("SELECT status, count(*) FROM teammates GROUP BY status")
+    return {TeammateStatus(status): count for status, count in rows}
+
+
 def credentials(conn: sqlite3.Connection) -> list[tuple[bytes, str, bool]]:
     """(token hash, name, removed) for every teammate ever minted."""
     return [(h, n, bool(r)) for h, n, r in conn.execute("SELECT token_hash, name, removed FROM teammates")]
@@ -173,10 +179,6 @@ def inbox_after(conn: sqlite3.Connection, name: str, after_seq: int, limit: int 
         (name, after_seq, limit),
     ).fetchall()
     return [InboxItem(s, k, ms, snd, b, ref, bool(a), dl) for s, k, ms, snd, b, ref, a, dl in rows]
-
-
-def acked_seq(conn: sqlite3.Connection, name: str) -> int:
-    return _row(conn, name)[5]
 
 
 def ack(tx: Txn, name: str, through_seq: int) -> int:
