@@ -10,6 +10,7 @@ import sys
 import click
 
 from .config import WriterConfig
+from .service.admission import AdmissionConfig
 from .service.server import ConfigError, ServeConfig, serve
 from .statedir import StateDirError
 
@@ -44,15 +45,26 @@ def main() -> None:
 @click.option("--tls-key", type=click.Path(exists=True, path_type=pathlib.Path), default=None)
 @click.option("--synchronous", type=click.Choice(["OFF", "NORMAL", "FULL", "EXTRA"], case_sensitive=False),
               default="FULL", show_default=True, help="SQLite durability (group commit pays for FULL).")
+@click.option("--calls-per-identity", type=click.IntRange(1, 10_000), default=AdmissionConfig.calls_per_identity,
+              show_default=True, help="Unary calls one caller may have running at once (reads and writes each).")
+@click.option("--streams-per-identity", type=click.IntRange(1, 10_000),
+              default=AdmissionConfig.streams_per_identity, show_default=True,
+              help="Idle and Watch streams one caller may hold open at once.")
+@click.option("--waiting-per-identity", type=click.IntRange(0, 100_000),
+              default=AdmissionConfig.waiting_per_identity, show_default=True,
+              help="Calls of one caller that may wait for a place before more are refused (RESOURCE_EXHAUSTED).")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--log-level", default="info", show_default=True)
 def serve_command(state_dir: pathlib.Path, listen: str | None, metrics: str | None, tls_cert: pathlib.Path | None,
-                  tls_key: pathlib.Path | None, synchronous: str, log_format: str, log_level: str) -> None:
+                  tls_key: pathlib.Path | None, synchronous: str, calls_per_identity: int, streams_per_identity: int,
+                  waiting_per_identity: int, log_format: str, log_level: str) -> None:
     """Serve one board until SIGTERM."""
     _configure_logging(log_level, log_format)
     config = ServeConfig(
         state_dir=state_dir, listen=listen, metrics=metrics, tls_cert=tls_cert, tls_key=tls_key,
         writer=WriterConfig(synchronous=synchronous.upper()),
+        admission=AdmissionConfig(calls_per_identity=calls_per_identity, streams_per_identity=streams_per_identity,
+                                  waiting_per_identity=waiting_per_identity),
     )
     try:
         code = serve(config)

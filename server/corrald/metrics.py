@@ -11,6 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .board import Board
+from .service.admission import Admission
 from .store import tasks, team
 from .store.model import TaskState, TeammateStatus, Wakes
 from .wake import WakeHub
@@ -20,9 +21,10 @@ OPERATIONS = ("claims", "completions", "failures", "releases", "lease_expiration
 
 
 class _BoardCollector(Collector):
-    def __init__(self, board: Board, hub: WakeHub) -> None:
+    def __init__(self, board: Board, hub: WakeHub, admission: Admission) -> None:
         self._board = board
         self._hub = hub
+        self._admission = admission
 
     def collect(self):
         stats = self._board.writer.stats()
@@ -38,6 +40,10 @@ class _BoardCollector(Collector):
         yield CounterMetricFamily("corral_writer_refused_jobs", "Jobs refused because the queue was full.",
                                   value=stats.refused_jobs)
         yield GaugeMetricFamily("corral_idle_streams_open", "Open Idle streams.", value=self._hub.open_streams)
+        yield CounterMetricFamily("corral_refused_calls", "Calls refused by per-identity limits.",
+                                  value=self._admission.refused)
+        yield GaugeMetricFamily("corral_calls_waiting", "Calls waiting for a place in their caller's lane.",
+                                value=self._admission.waiting)
         if self._board.readers is None:
             return
         by_state = self._board.readers.call(tasks.count_by_state)
@@ -53,7 +59,7 @@ class _BoardCollector(Collector):
 
 
 class Metrics:
-    def __init__(self, board: Board, hub: WakeHub) -> None:
+    def __init__(self, board: Board, hub: WakeHub, admission: Admission) -> None:
         self.registry = CollectorRegistry()
         self._commit_seconds = Histogram(
             "corral_writer_commit_seconds", "Time from BEGIN to COMMIT of one group commit.",
@@ -65,7 +71,7 @@ class Metrics:
                                    registry=self.registry)
         for name in OPERATIONS:
             self._operations.labels(name)
-        self.registry.register(_BoardCollector(board, hub))
+        self.registry.register(_BoardCollector(board, hub, admission))
         board.writer.on_batch = self.observe_commit
 
     def observe_commit(self, seconds: float, jobs: int) -> None:

@@ -130,5 +130,6 @@ def test_metrics_endpoint_counts_the_work(tmp_path, start_teammate_factory):
         assert sample(families, "corral_writer_failed_commits", "corral_writer_failed_commits_total") == 0
         assert sample(families, "corral_writer_refused_jobs", "corral_writer_refused_jobs_total") == 0
         assert sample(families, "corral_idle_streams_open", "corral_idle_streams_open") == 0
+        assert sample(families, "corral_refused_calls", "corral_refused_calls_total") == 0
         jobs = sample(families, "corral_writer_jobs_per_commit", "corral_writer_jobs_per_commit_sum")
         assert jobs >= commits

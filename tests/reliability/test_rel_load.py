@@ -276,13 +276,15 @@ def overload(tmp_path_factory):
             threading.Event().wait(0.1)  # probe pacing
         writer_thread.join(30)
         summary = _flood_summary(proc)
-        stats = lead.stats().writer
+        all_stats = lead.stats()
+        stats = all_stats.writer
         rss_after = daemon.rss_kib()
         lead.close()
         return {
             "flood_s": flood_s, "flood_calls_per_s": summary["calls_per_s"], "flood_codes": summary["codes"],
             "refusal_details": summary["refusals"], "unexpected_errors": summary["samples"],
-            "writer_refused_jobs": stats.refused_jobs, "queue_depth_p99": stats.queue_depth_p99,
+            "writer_refused_jobs": stats.refused_jobs, "refused_calls": all_stats.refused_calls,
+            "queue_depth_p99": stats.queue_depth_p99,
             "lead_probe_codes": dict(probe_codes), "probe_rounds": n,
             "lead_read_p50_ms": percentile(probes["read"], 0.5) * 1000,
             "lead_read_p99_ms": percentile(probes["read"], 0.99) * 1000,
@@ -317,13 +319,14 @@ def test_writer_overload_memory_growth_bounded(overload, figures):
 
 
 @pytest.mark.timeout(pick(60, 200))
-def test_writer_refused_jobs_counts_only_refusals(overload, figures):
-    """GetStats writer.refused_jobs equals the number of OVERLOADED refusals the clients received."""
+def test_refusal_counters_count_only_refusals(overload, figures):
+    """GetStats writer.refused_jobs plus refused_calls (per-identity limits) equals the number of
+    OVERLOADED refusals the clients received."""
     f = overload
     observed = f["flood_codes"].get("RESOURCE_EXHAUSTED", 0) + sum(
         count for code, count in f["lead_probe_codes"].items() if "RESOURCE_EXHAUSTED" in code)
-    figures(writer_refused_jobs=f["writer_refused_jobs"], refusals_received=observed)
-    assert f["writer_refused_jobs"] == observed
+    figures(writer_refused_jobs=f["writer_refused_jobs"], refused_calls=f["refused_calls"], refusals_received=observed)
+    assert f["writer_refused_jobs"] + f["refused_calls"] == observed
 
 
 # ---------------------------------------------------------------- one identity flooding, ten others working

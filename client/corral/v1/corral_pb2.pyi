@@ -561,7 +561,7 @@ class WriterStats(_message.Message):
     def __init__(self, queue_depth: _Optional[int] = ..., queue_depth_p50: _Optional[float] = ..., queue_depth_p99: _Optional[float] = ..., commits: _Optional[int] = ..., mean_batch_size: _Optional[float] = ..., busy_retries: _Optional[int] = ..., jobs: _Optional[int] = ..., failed_commits: _Optional[int] = ..., refused_jobs: _Optional[int] = ..., commit_latency_p50_ms: _Optional[float] = ..., commit_latency_p99_ms: _Optional[float] = ...) -> None: ...
 
 class GetStatsResponse(_message.Message):
-    __slots__ = ("tasks_by_state", "teammates_by_status", "writer", "open_streams")
+    __slots__ = ("tasks_by_state", "teammates_by_status", "writer", "open_streams", "refused_calls")
     class TasksByStateEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -580,8 +580,10 @@ class GetStatsResponse(_message.Message):
     TEAMMATES_BY_STATUS_FIELD_NUMBER: _ClassVar[int]
     WRITER_FIELD_NUMBER: _ClassVar[int]
     OPEN_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_CALLS_FIELD_NUMBER: _ClassVar[int]
     tasks_by_state: _containers.ScalarMap[str, int]
     teammates_by_status: _containers.ScalarMap[str, int]
     writer: WriterStats
     open_streams: int
-    def __init__(self, tasks_by_state: _Optional[_Mapping[str, int]] = ..., teammates_by_status: _Optional[_Mapping[str, int]] = ..., writer: _Optional[_Union[WriterStats, _Mapping]] = ..., open_streams: _Optional[int] = ...) -> None: ...
+    refused_calls: int
+    def __init__(self, tasks_by_state: _Optional[_Mapping[str, int]] = ..., teammates_by_status: _Optional[_Mapping[str, int]] = ..., writer: _Optional[_Union[WriterStats, _Mapping]] = ..., open_streams: _Optional[int] = ..., refused_calls: _Optional[int] = ...) -> None: ...

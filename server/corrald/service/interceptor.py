@@ -16,6 +16,7 @@ from google.protobuf import unknown_fields
 from .. import errors
 from ..board import Board, Identity
 from . import status
+from .admission import Admission, LaneKind
 
 log = logging.getLogger("corrald.rpc")
 
@@ -23,6 +24,8 @@ LEAD_ONLY = "/corral.v1.LeadService/"
 TEAMMATE_ONLY = "/corral.v1.TeammateService/"
 EITHER = "/corral.v1.BoardService/"
 OPEN = "/grpc.health.v1.Health/"  # load balancers probe without credentials
+# Unary calls that only read; every other unary call of ours submits a writer job.
+READS = frozenset(EITHER + name for name in ("GetTask", "ListTasks", "ListTeammates", "GetStats"))
 
 
 def unknown_field_path(message: pb_message.Message, prefix: str = "") -> str | None:
@@ -52,8 +55,9 @@ def _bearer(metadata) -> str | None:
 
 
 class CorralInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, board: Board, *, draining: Callable[[], bool]) -> None:
+    def __init__(self, board: Board, admission: Admission, *, draining: Callable[[], bool]) -> None:
         self._board = board
+        self._admission = admission
         self._draining = draining
 
     def _admit(self, method: str, metadata) -> Identity | None:
@@ -80,7 +84,30 @@ class CorralInterceptor(grpc.aio.ServerInterceptor):
             identity = self._admit(method, handler_call_details.invocation_metadata)
         except errors.CorralError as error:
             return _refusing(handler, error)
-        return _wrap(handler, identity if ours else None)
+        if not ours:
+            return _wrap(handler, None, None)
+        return _wrap(handler, identity, _Gate(self._admission, identity.name, _lane(method, handler)))
+
+
+def _lane(method: str, handler: grpc.RpcMethodHandler) -> LaneKind:
+    if handler.unary_stream:
+        return "stream"
+    return "read" if method in READS else "write"
+
+
+class _Gate:
+    """One call's place in its identity's lane (see admission.py)."""
+
+    __slots__ = ("admission", "identity", "kind")
+
+    def __init__(self, admission: Admission, identity: str, kind: LaneKind) -> None:
+        self.admission, self.identity, self.kind = admission, identity, kind
+
+    async def enter(self) -> None:
+        await self.admission.enter(self.identity, self.kind)
+
+    def leave(self) -> None:
+        self.admission.leave(self.identity, self.kind)
 
 
 def _check_strict(request) -> None:
@@ -113,42 +140,69 @@ def _lenient(deserializer):
     return parse
 
 
-def _wrap(handler: grpc.RpcMethodHandler, identity: Identity | None) -> grpc.RpcMethodHandler:
-    def call(behavior, request, context):
+def _wrap(handler: grpc.RpcMethodHandler, identity: Identity | None, gate: _Gate | None) -> grpc.RpcMethodHandler:
+    """Our methods get the caller's identity and wait for their lane; the request
+    bytes are parsed only once the call's turn comes (a waiting call costs no CPU)."""
+    parse = _lenient(handler.request_deserializer)
+
+    def call(behavior, data, context):
+        request = parse(data)
         if isinstance(request, _Undecodable):
             raise errors.InvalidArgument("(request)", f"not a valid message: {request.why}")
+        _check_strict(request)
         return behavior(request, context, identity) if identity is not None else behavior(request, context)
 
+    if gate is None:
+        gate = _NO_GATE
     if handler.unary_unary:
         behavior = handler.unary_unary
 
-        async def unary_unary(request, context):
+        async def unary_unary(data, context):
             try:
-                _check_strict(request)
-                return await call(behavior, request, context)
+                await gate.enter()
+            except Exception as error:
+                await _abort(context, error)
+            try:
+                return await call(behavior, data, context)
             except Exception as error:
                 if isinstance(error, grpc.aio.AbortError):
                     raise
                 await _abort(context, error)
+            finally:
+                gate.leave()
 
-        return grpc.unary_unary_rpc_method_handler(
-            unary_unary, _lenient(handler.request_deserializer), handler.response_serializer)
+        return grpc.unary_unary_rpc_method_handler(unary_unary, None, handler.response_serializer)
     if handler.unary_stream:
         behavior = handler.unary_stream
 
-        async def unary_stream(request, context):
+        async def unary_stream(data, context):
             try:
-                _check_strict(request)
-                async for response in call(behavior, request, context):
+                await gate.enter()
+            except Exception as error:
+                await _abort(context, error)
+            try:
+                async for response in call(behavior, data, context):
                     yield response
             except Exception as error:
                 if isinstance(error, grpc.aio.AbortError):
                     raise
                 await _abort(context, error)
+            finally:
+                gate.leave()
 
-        return grpc.unary_stream_rpc_method_handler(
-            unary_stream, _lenient(handler.request_deserializer), handler.response_serializer)
+        return grpc.unary_stream_rpc_method_handler(unary_stream, None, handler.response_serializer)
     return handler  # server reflection (stream_stream): the credential check is all it needs
+
+
+class _Ungated:
+    async def enter(self) -> None:
+        return None
+
+    def leave(self) -> None:
+        return None
+
+
+_NO_GATE = _Ungated()
 
 
 def _refusing(handler: grpc.RpcMethodHandler, error: BaseException) -> grpc.RpcMethodHandler:

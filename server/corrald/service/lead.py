@@ -12,6 +12,7 @@ from ..board import Board, Identity
 from ..store.model import TaskState
 from ..wake import WakeHub
 from . import convert
+from .admission import Admission
 
 FEED_PAGE = 256
 PAGE_BYTES = 3 * 1024 * 1024  # under gRPC's default 4 MiB receive limit
@@ -66,9 +67,10 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
 
 
 class BoardServicer(pb_grpc.BoardServiceServicer):
-    def __init__(self, board: Board, hub: WakeHub) -> None:
+    def __init__(self, board: Board, hub: WakeHub, admission: Admission) -> None:
         self._board = board
         self._hub = hub
+        self._admission = admission
 
     async def GetTask(self, request: pb.GetTaskRequest, context, identity: Identity) -> pb.GetTaskResponse:
         return pb.GetTaskResponse(task=convert.task(await self._board.get_task(request.id)))
@@ -119,6 +121,7 @@ class BoardServicer(pb_grpc.BoardServiceServicer):
                 commit_latency_p99_ms=writer.commit_latency_p99_ms,
             ),
             open_streams=self._hub.open_streams,
+            refused_calls=self._admission.refused,
         )
 
 

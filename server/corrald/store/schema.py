@@ -140,9 +140,15 @@ MIGRATIONS: tuple[str, ...] = (
     -- life after that instant it may be frozen, and gets no new claim.
     ALTER TABLE teammates ADD COLUMN last_expiry_ms INTEGER NOT NULL DEFAULT 0;
     """,
+    # 3: "is a protocol message waiting?" is asked on every claim and renew; a
+    # teammate with thousands of unread chat messages must not make it a scan.
+    """
+    CREATE INDEX inbox_protocol ON inbox (recipient, seq) WHERE kind != 'message';
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
+READER_CACHE_KIB = 512
 
 
 def _apply_pragmas(conn: sqlite3.Connection, *, synchronous: str, busy_timeout_ms: int) -> None:
@@ -175,6 +181,9 @@ def open_reader(path: pathlib.Path, *, busy_timeout_ms: int = 5000) -> sqlite3.C
     """A read-only connection: it cannot write even by mistake."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    # Reads are short indexed lookups and the OS caches the file: a small page
+    # cache per reader keeps the daemon's memory flat as the board grows.
+    conn.execute(f"PRAGMA cache_size = -{READER_CACHE_KIB}")
     conn.execute("PRAGMA query_only = ON")
     return conn
 

@@ -197,7 +197,8 @@ def protocol_pending(conn: sqlite3.Connection, name: str, acked: int | None = No
     if acked is None or last is None:
         _, _, _, _, _, acked, last = _row(conn, name)
     if last > acked and conn.execute(
-        "SELECT 1 FROM inbox WHERE recipient = ? AND seq > ? AND kind != 'message' LIMIT 1", (name, acked)
+        "SELECT 1 FROM inbox INDEXED BY inbox_protocol"
+        " WHERE recipient = ? AND seq > ? AND kind != 'message' LIMIT 1", (name, acked)
     ).fetchone():
         return True
     return shutdown_pending(conn, name)

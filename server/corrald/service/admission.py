@@ -1,0 +1,130 @@
+"""Per-identity admission: one caller's flood waits in its own line, not in everyone's.
+
+Every identity has three lanes: writes, reads and streams. A lane lets a few
+calls run at once; the rest wait in first-come order, still unparsed, costing
+neither CPU nor a writer slot. A call that finds its lane's line full, or
+waits too long, is refused with Overloaded (RESOURCE_EXHAUSTED + RetryInfo).
+
+Lanes of different identities never wait on one another, so the writer queue
+holds at most `calls_per_identity` jobs of any one caller: a teammate renewing
+its lease waits behind that many of a flooder's jobs, not behind the
+flooder's whole backlog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+from typing import Literal
+
+from .. import errors
+
+LaneKind = Literal["write", "read", "stream"]
+
+
+@dataclasses.dataclass(frozen=True)
+class AdmissionConfig:
+    # Unary calls of one identity that run at once, per lane (reads, writes).
+    calls_per_identity: int = 8
+    # Idle and Watch streams one identity holds open at once.
+    streams_per_identity: int = 16
+    # Calls of one identity waiting for its lane before new ones are refused.
+    # A waiting call costs no CPU but holds its gRPC call (tens of KiB), so the
+    # line is bounded per identity and across all identities.
+    waiting_per_identity: int = 256
+    waiting_total: int = 1024
+    # How long a call waits for its lane before it is refused.
+    wait_ms: int = 2000
+    # The pause a refused caller is asked to take (RetryInfo).
+    retry_after_ms: int = 250
+
+
+class _Lane:
+    __slots__ = ("running", "waiting")
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+
+
+class Admission:
+    """Event-loop only (no locks): every call enters and leaves on the server's loop."""
+
+    def __init__(self, config: AdmissionConfig = AdmissionConfig()) -> None:
+        self._config = config
+        self._lanes: dict[tuple[str, LaneKind], _Lane] = {}
+        self._waiting = 0  # across all lanes
+        self.refused = 0
+
+    def _limit(self, kind: LaneKind) -> int:
+        return self._config.streams_per_identity if kind == "stream" else self._config.calls_per_identity
+
+    async def enter(self, identity: str, kind: LaneKind) -> None:
+        """Returns once the call may run; the caller must `leave` afterwards."""
+        key = (identity, kind)
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane()
+        if lane.running < self._limit(kind) and not lane.waiting:
+            lane.running += 1
+            return
+        if len(lane.waiting) >= self._config.waiting_per_identity or self._waiting >= self._config.waiting_total:
+            raise self._refusal(identity, kind, lane)
+        loop = asyncio.get_running_loop()
+        turn: asyncio.Future[None] = loop.create_future()
+        expiry = loop.call_later(self._config.wait_ms / 1000, _expire, turn)
+        lane.waiting.append(turn)
+        self._waiting += 1
+        try:
+            await turn  # resolved by `leave`, which hands its place over
+        except BaseException as error:
+            if turn.done() and not turn.cancelled() and turn.exception() is None:
+                self.leave(identity, kind)  # handed a place just as the caller went away
+                raise
+            if turn in lane.waiting:  # `leave` may have passed over it already
+                lane.waiting.remove(turn)
+            self._drop_if_unused(key, lane)
+            if isinstance(error, _WaitedTooLong):
+                raise self._refusal(identity, kind, lane) from None
+            raise
+        finally:
+            expiry.cancel()
+            self._waiting -= 1
+
+    def leave(self, identity: str, kind: LaneKind) -> None:
+        key = (identity, kind)
+        lane = self._lanes[key]
+        while lane.waiting:
+            turn = lane.waiting.popleft()
+            if not turn.done():  # a turn that expired or was cancelled is passed over
+                turn.set_result(None)  # the place passes on; `running` is unchanged
+                return
+        lane.running -= 1
+        self._drop_if_unused(key, lane)
+
+    def _drop_if_unused(self, key: tuple[str, LaneKind], lane: _Lane) -> None:
+        if lane.running == 0 and not lane.waiting:
+            self._lanes.pop(key, None)
+
+    def _refusal(self, identity: str, kind: LaneKind, lane: _Lane) -> errors.Overloaded:
+        self.refused += 1
+        return errors.Overloaded(
+            f"{identity!r} already has {lane.running} {kind} calls running and {len(lane.waiting)} waiting",
+            retry_after_ms=self._config.retry_after_ms)
+
+    @property
+    def waiting(self) -> int:
+        return self._waiting
+
+    def lanes_in_use(self) -> int:
+        return len(self._lanes)
+
+
+class _WaitedTooLong(Exception):
+    """Set on a waiting call's turn when its wait runs out."""
+
+
+def _expire(turn: asyncio.Future[None]) -> None:
+    if not turn.done():
+        turn.set_exception(_WaitedTooLong())
