@@ -195,6 +195,7 @@ def stats_from_pb(response: pb.GetStatsResponse) -> Stats:
         teammates_by_status=_enum_counts(TeammateStatus, "TEAMMATE_STATUS_", response.teammates_by_status),
         writer=WriterStats(**{name: getattr(response.writer, name) for name in WriterStats.__dataclass_fields__}),
         open_streams=response.open_streams,
+        refused_calls=response.refused_calls,
     )
 
 

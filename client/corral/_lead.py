@@ -55,18 +55,22 @@ class Lead(BoardClient):
         env: Mapping[str, str] | None = None,
         ready_timeout: float = 30.0,
         rpc_timeout: float | None = None,
+        root_certificates: bytes | None = None,
     ) -> Lead:
         """Start `corrald serve` on `state_dir` and connect to it as the Lead.
 
         `state_dir=None` uses a fresh temporary directory, removed when the
         daemon stops. `listen` is `unix:PATH` or `HOST:PORT` (default: a
         socket in the state directory). Raises CorralError, with the daemon's
-        stderr, when it fails to start within `ready_timeout` seconds.
+        stderr, when it fails to start within `ready_timeout` seconds. For a
+        TLS listener (`extra_args=["--tls-cert", …, "--tls-key", …]`) pass the
+        CA certificate(s) as `root_certificates`.
         """
         daemon = launch_daemon(state_dir, listen=listen, extra_args=extra_args, env=env, ready_timeout=ready_timeout)
         try:
             token = daemon.read_lead_token()
-            return cls(open_channel(daemon.address), daemon.address, token, daemon=daemon, rpc_timeout=rpc_timeout)
+            channel = open_channel(daemon.address, root_certificates=root_certificates)
+            return cls(channel, daemon.address, token, daemon=daemon, rpc_timeout=rpc_timeout)
         except BaseException:
             daemon.stop()
             raise

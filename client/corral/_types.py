@@ -232,6 +232,8 @@ class Stats:
     teammates_by_status: dict[TeammateStatus, int]
     writer: WriterStats
     open_streams: int
+    # Calls refused because their caller was past its per-identity limits.
+    refused_calls: int = 0
 
     def count(self, *states: TaskState) -> int:
         """How many tasks are in any of `states`."""

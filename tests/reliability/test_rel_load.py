@@ -416,7 +416,8 @@ def test_flooding_identity_does_not_starve_others(flood_fairness, figures):
     assert set(f["victim_refusals"]) <= {"RESOURCE_EXHAUSTED"}
 
 
-@pytest.mark.xfail(strict=True, reason="needs per-identity limits: one identity's flood raises everyone's latency")
+@pytest.mark.xfail(strict=True, reason="a flood that ignores RetryInfo still costs the event loop for every refused "
+                   "call (server/DESIGN.md, 'One caller cannot crowd out the others')")
 @pytest.mark.timeout(pick(60, 200))
 def test_flooding_identity_keeps_others_p99_within_2x(flood_fairness, figures):
     """The ten others' p99 latency under one identity's flood stays within 2x of an unloaded run."""

@@ -56,6 +56,7 @@ class Lead(BoardClient):
         env: Mapping[str, str] | None = None,
         ready_timeout: float = 30.0,
         rpc_timeout: float | None = None,
+        root_certificates: bytes | None = None,
     ) -> Lead:
         """Start `corrald serve` on `state_dir` and connect as the Lead (see `corral.Lead.launch`)."""
         daemon = await asyncio.to_thread(
@@ -63,7 +64,8 @@ class Lead(BoardClient):
         )
         try:
             token = daemon.read_lead_token()
-            return cls(open_aio_channel(daemon.address), daemon.address, token, daemon=daemon, rpc_timeout=rpc_timeout)
+            channel = open_aio_channel(daemon.address, root_certificates=root_certificates)
+            return cls(channel, daemon.address, token, daemon=daemon, rpc_timeout=rpc_timeout)
         except BaseException:
             await asyncio.to_thread(daemon.stop)
             raise
