@@ -32,7 +32,7 @@ class AdmissionConfig:
     # Calls of one identity waiting for its lane before new ones are refused.
     # A waiting call costs no CPU but holds its gRPC call (tens of KiB), so the
     # line is bounded per identity and across all identities.
-    waiting_per_identity: int = 256
+    waiting_per_identity: int = 1000
     waiting_total: int = 1024
     # How long a call waits for its lane before it is refused.
     wait_ms: int = 2000
@@ -60,15 +60,23 @@ class Admission:
     def _limit(self, kind: LaneKind) -> int:
         return self._config.streams_per_identity if kind == "stream" else self._config.calls_per_identity
 
-    async def enter(self, identity: str, kind: LaneKind) -> None:
-        """Returns once the call may run; the caller must `leave` afterwards."""
-        key = (identity, kind)
-        lane = self._lanes.get(key)
+    def try_enter(self, identity: str, kind: LaneKind) -> bool:
+        """Takes a place at once if one is free and nobody is waiting (the common case,
+        no coroutine needed); otherwise the caller must `await enter(...)`."""
+        lane = self._lanes.get((identity, kind))
         if lane is None:
-            lane = self._lanes[key] = _Lane()
+            lane = self._lanes[(identity, kind)] = _Lane()
         if lane.running < self._limit(kind) and not lane.waiting:
             lane.running += 1
+            return True
+        return False
+
+    async def enter(self, identity: str, kind: LaneKind) -> None:
+        """Returns once the call may run; the caller must `leave` afterwards."""
+        if self.try_enter(identity, kind):
             return
+        key = (identity, kind)
+        lane = self._lanes[key]
         if len(lane.waiting) >= self._config.waiting_per_identity or self._waiting >= self._config.waiting_total:
             raise self._refusal(identity, kind, lane)
         loop = asyncio.get_running_loop()

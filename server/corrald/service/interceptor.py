@@ -85,7 +85,7 @@ class CorralInterceptor(grpc.aio.ServerInterceptor):
         except errors.CorralError as error:
             return _refusing(handler, error)
         if not ours:
-            return _wrap(handler, None, None)
+            return handler  # server reflection: the credential check is all it needs
         return _wrap(handler, identity, _Gate(self._admission, identity.name, _lane(method, handler)))
 
 
@@ -103,7 +103,10 @@ class _Gate:
     def __init__(self, admission: Admission, identity: str, kind: LaneKind) -> None:
         self.admission, self.identity, self.kind = admission, identity, kind
 
-    async def enter(self) -> None:
+    def try_enter(self) -> bool:
+        return self.admission.try_enter(self.identity, self.kind)
+
+    async def wait_to_enter(self) -> None:
         await self.admission.enter(self.identity, self.kind)
 
     def leave(self) -> None:
@@ -140,7 +143,7 @@ def _lenient(deserializer):
     return parse
 
 
-def _wrap(handler: grpc.RpcMethodHandler, identity: Identity | None, gate: _Gate | None) -> grpc.RpcMethodHandler:
+def _wrap(handler: grpc.RpcMethodHandler, identity: Identity, gate: _Gate) -> grpc.RpcMethodHandler:
     """Our methods get the caller's identity and wait for their lane; the request
     bytes are parsed only once the call's turn comes (a waiting call costs no CPU)."""
     parse = _lenient(handler.request_deserializer)
@@ -150,18 +153,17 @@ def _wrap(handler: grpc.RpcMethodHandler, identity: Identity | None, gate: _Gate
         if isinstance(request, _Undecodable):
             raise errors.InvalidArgument("(request)", f"not a valid message: {request.why}")
         _check_strict(request)
-        return behavior(request, context, identity) if identity is not None else behavior(request, context)
+        return behavior(request, context, identity)
 
-    if gate is None:
-        gate = _NO_GATE
     if handler.unary_unary:
         behavior = handler.unary_unary
 
         async def unary_unary(data, context):
-            try:
-                await gate.enter()
-            except Exception as error:
-                await _abort(context, error)
+            if not gate.try_enter():
+                try:
+                    await gate.wait_to_enter()
+                except Exception as error:
+                    await _abort(context, error)
             try:
                 return await call(behavior, data, context)
             except Exception as error:
@@ -176,10 +178,11 @@ def _wrap(handler: grpc.RpcMethodHandler, identity: Identity | None, gate: _Gate
         behavior = handler.unary_stream
 
         async def unary_stream(data, context):
-            try:
-                await gate.enter()
-            except Exception as error:
-                await _abort(context, error)
+            if not gate.try_enter():
+                try:
+                    await gate.wait_to_enter()
+                except Exception as error:
+                    await _abort(context, error)
             try:
                 async for response in call(behavior, data, context):
                     yield response
@@ -191,18 +194,7 @@ def _wrap(handler: grpc.RpcMethodHandler, identity: Identity | None, gate: _Gate
                 gate.leave()
 
         return grpc.unary_stream_rpc_method_handler(unary_stream, None, handler.response_serializer)
-    return handler  # server reflection (stream_stream): the credential check is all it needs
-
-
-class _Ungated:
-    async def enter(self) -> None:
-        return None
-
-    def leave(self) -> None:
-        return None
-
-
-_NO_GATE = _Ungated()
+    raise TypeError(f"corral.v1 has no client-streaming methods, yet {handler!r} is one")
 
 
 def _refusing(handler: grpc.RpcMethodHandler, error: BaseException) -> grpc.RpcMethodHandler:
