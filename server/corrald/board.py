@@ -177,7 +177,15 @@ class Board:
 
     # ------------------------------------------------------------ teammate
 
-    async def next_for(self, name: str, cursor: delivery.StreamCursor) -> list[delivery.Delivery]:
+    async def next_for(self, name: str, cursor: delivery.StreamCursor, *,
+                       look_first: bool = False) -> list[delivery.Delivery]:
+        """What the teammate's stream sends next (design §5). With `look_first`, a read
+        answers whenever no claim could be made, and the writer runs only when one could."""
+        if look_first:
+            now_ms = self.clock.now_ms()
+            found = await self.read(lambda conn: delivery.look(conn, name, cursor, now_ms))
+            if found is not None:
+                return found
         return await self.writer.run(lambda tx: delivery.next_for_teammate(tx, name, cursor))
 
     async def set_online(self, name: str, online: bool, reason: str | None = None) -> None:

@@ -24,6 +24,9 @@ class Waiter:
         self.can_claim = True
         self.last_alive_ms = opened_ms  # the teammate's last own call (opening the stream counts)
         self.claims_paused = False  # its last check held claims back until it shows life
+        # Woken because a claim may be waiting (a task became ready, or a paused
+        # teammate showed life): the next check goes straight to the writer.
+        self.claim_likely = False
         self.ended: str | None = None  # why the stream must end, if it must
         self.superseded = False
 
@@ -85,6 +88,7 @@ class WakeHub:
             return
         waiter.last_alive_ms = self._clock.now_ms()
         if waiter.claims_paused:
+            waiter.claim_likely = True
             waiter.event.set()
 
     def end_streams(self, why: str) -> None:
@@ -140,7 +144,9 @@ class WakeHub:
             if not waiter.may_take(role) or waiter.event.is_set():
                 continue
             if not waiter.waiting:
+                waiter.claim_likely = True
                 waiter.event.set()
             elif waiter.can_claim and count > 0:
+                waiter.claim_likely = True
                 waiter.event.set()
                 count -= 1

@@ -119,8 +119,9 @@ class SyncBoard:
         """One claim job (reclaim expired, pick, update) for `name` with its stored roles."""
         return self.call(lambda tx: tasks.claim_next(tx, name, team.roles_of(tx.conn, name)))
 
-    def next_for(self, name: str, cursor: delivery.StreamCursor, *, mark: bool = True) -> list:
-        items = self.run(self.board.next_for(name, cursor))
+    def next_for(self, name: str, cursor: delivery.StreamCursor, *, mark: bool = True,
+                 look_first: bool = False) -> list:
+        items = self.run(self.board.next_for(name, cursor, look_first=look_first))
         if mark:
             delivery.mark_sent(cursor, items)
         return items

@@ -20,10 +20,18 @@ def kinds(items) -> list[str]:
     return ["claim" if isinstance(item, ClaimGrant) else item.kind for item in items]
 
 
+def writer_jobs(board) -> int:
+    return board.board.writer.stats().jobs
+
+
 def assert_gated(board, name, cursor):
-    """The gate is shut: nothing to send and nothing written, not even a status."""
+    """The gate is shut: nothing to send and nothing written, not even a status; and a
+    stream that looks first (no ready-task wake-up) finds that out without the writer."""
     before = board.snapshot()
     claims = board.scalar("SELECT count(*) FROM claims")
+    jobs = writer_jobs(board)
+    assert board.next_for(name, cursor, look_first=True) == []
+    assert writer_jobs(board) == jobs
     assert board.next_for(name, cursor) == []
     assert board.snapshot() == before
     assert board.scalar("SELECT count(*) FROM claims") == claims
@@ -307,3 +315,41 @@ def test_removed_teammate_gets_unauthenticated(board):
     board.run(board.board.remove_teammate("w1"))
     with pytest.raises(errors.Unauthenticated):
         board.next_for("w1", StreamCursor(slots=1))
+
+
+# ---------------------------------------------------------------- looking first (a read, no writer job)
+
+
+def test_looking_first_sends_inbox_and_resent_claims_from_a_read(board):
+    board.add("w1")
+    board.create(spec("a"), spec("b"))
+    (held,) = board.next_for("w1", StreamCursor(slots=2))
+    board.send("lead", "w1", "hello")
+    jobs = writer_jobs(board)
+    cursor = StreamCursor(slots=2)
+    resent = board.next_for("w1", cursor, look_first=True)
+    assert [(g.task.id, g.token) for g in resent] == [(held.task.id, held.token)]
+    assert kinds(board.next_for("w1", cursor, look_first=True)) == ["message"]
+    assert writer_jobs(board) == jobs  # neither needed the writer
+
+
+def test_looking_first_hands_over_to_the_writer_when_a_claim_is_possible(board, clock):
+    board.add("w1")
+    board.add("w2")
+    board.create(spec("a", lease_ms=1000))
+    (first,) = board.next_for("w1", StreamCursor(slots=1), look_first=True)  # a ready task: the writer claims
+    assert first.task.id == "a"
+    assert board.next_for("w2", StreamCursor(slots=1), look_first=True) == []  # nothing ready for w2
+    clock.advance(1000)  # w1's lease ends: only the writer may reclaim it
+    (second,) = board.next_for("w2", StreamCursor(slots=1), look_first=True)
+    assert second.task.id == "a" and second.attempt == 2 and second.token != first.token
+
+
+def test_looking_first_with_nothing_ready_leaves_the_stream_wakeable(board):
+    board.add("w1")
+    cursor = StreamCursor(slots=1)
+    cursor.can_claim = False
+    jobs = writer_jobs(board)
+    assert board.next_for("w1", cursor, look_first=True) == []
+    assert writer_jobs(board) == jobs
+    assert cursor.can_claim  # a task becoming ready must wake this stream

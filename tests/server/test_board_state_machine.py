@@ -202,12 +202,14 @@ class BoardMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ claim (delivery steps 1 and 4)
 
-    def deliver(self, name: str) -> None:
+    def deliver(self, name: str, look_first: bool = False) -> None:
+        """One Idle check; `look_first` takes the read-only path a stream uses when no
+        ready-task wake-up sent it (it must answer exactly as the writer would)."""
         cursor = self.cursors[name]
         held = self.model.held(name, self.now)
         self.model.sent[name] &= {c.token for c in held}
         resend = [c for c in held if c.token not in self.model.sent[name]]
-        items = self.board.next_for(name, cursor)
+        items = self.board.next_for(name, cursor, look_first=look_first)
         assert all(isinstance(i, ClaimGrant) for i in items)
         if resend:
             assert [(g.token, g.attempt, g.fence, g.task.id, g.lease_expire_ms) for g in items] == [
@@ -229,9 +231,9 @@ class BoardMachine(RuleBasedStateMachine):
         self.model.claims[grant.token] = MClaim(grant.token, task.id, name, grant.attempt, grant.fence)
         self.model.sent[name].add(grant.token)
 
-    @rule(name=st.sampled_from(sorted(ROLES)))
-    def claim(self, name: str) -> None:
-        self.deliver(name)
+    @rule(name=st.sampled_from(sorted(ROLES)), look_first=st.booleans())
+    def claim(self, name: str, look_first: bool) -> None:
+        self.deliver(name, look_first)
 
     # ------------------------------------------------------------ operations on a claim
 

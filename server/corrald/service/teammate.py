@@ -46,9 +46,11 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
             await self._board.set_online(name, True)
             idle_polls = 0
             while waiter.ended is None:
+                look_first = not waiter.claim_likely
                 waiter.event.clear()
+                waiter.claim_likely = False
                 cursor.last_alive_ms = waiter.last_alive_ms
-                items = await self._board.next_for(name, cursor)
+                items = await self._board.next_for(name, cursor, look_first=look_first)
                 waiter.can_claim = cursor.can_claim
                 waiter.claims_paused = cursor.claims_paused
                 if items:

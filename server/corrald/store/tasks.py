@@ -160,12 +160,7 @@ def claim_next(tx: Txn, teammate: str, roles: Iterable[str], *, reclaimed: bool 
     """
     if not reclaimed:
         reclaim_expired(tx)
-    allowed = ["", *roles]
-    row = tx.conn.execute(
-        "SELECT seq, failures, lease_ms FROM tasks WHERE state = 1 AND unmet_deps = 0"
-        f" AND required_role IN ({','.join('?' * len(allowed))}) ORDER BY priority DESC, seq LIMIT 1",
-        allowed,
-    ).fetchone()
+    row = _first_ready(tx.conn, roles)
     if row is None:
         return None
     seq, failures, lease_ms = row
@@ -199,6 +194,27 @@ class ClaimRef:
     lease_expire_ms: int
     attempt: int
     fence: int
+
+
+def _first_ready(conn: sqlite3.Connection, roles: Iterable[str]) -> tuple[int, int, int] | None:
+    """(seq, failures, lease ms) of the first ready task a teammate with `roles` may take."""
+    allowed = ["", *roles]
+    return conn.execute(
+        "SELECT seq, failures, lease_ms FROM tasks WHERE state = 1 AND unmet_deps = 0"
+        f" AND required_role IN ({','.join('?' * len(allowed))}) ORDER BY priority DESC, seq LIMIT 1",
+        allowed,
+    ).fetchone()
+
+
+def any_ready(conn: sqlite3.Connection, roles: Iterable[str]) -> bool:
+    return _first_ready(conn, roles) is not None
+
+
+def any_lease_ended(conn: sqlite3.Connection, now_ms: int) -> bool:
+    """Whether some claim's lease is over and awaits reclaiming."""
+    return conn.execute(
+        "SELECT 1 FROM tasks INDEXED BY tasks_lease WHERE state = 2 AND lease_expire_ms <= ? LIMIT 1", (now_ms,)
+    ).fetchone() is not None
 
 
 def held_claim_refs(conn: sqlite3.Connection, teammate: str, now_ms: int) -> list[ClaimRef]:
