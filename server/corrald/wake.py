@@ -24,8 +24,9 @@ class Waiter:
         self.can_claim = True
         self.last_alive_ms = opened_ms  # the teammate's last own call (opening the stream counts)
         self.claims_paused = False  # its last check held claims back until it shows life
-        # Woken because a claim may be waiting (a task became ready, or a paused
-        # teammate showed life): the next check goes straight to the writer.
+        # Woken because a claim may be waiting (a task became ready, a slot freed,
+        # a gate opened, or a paused teammate showed life): the next check goes
+        # straight to the writer instead of looking first.
         self.claim_likely = False
         self.ended: str | None = None  # why the stream must end, if it must
         self.superseded = False
@@ -122,10 +123,12 @@ class WakeHub:
                 waiter.end(why)
         if wakes.everyone:
             for waiter in self._waiters.values():
+                waiter.claim_likely = True
                 waiter.event.set()
         for name in wakes.teammates:
             waiter = self._waiters.get(name)
             if waiter is not None:
+                waiter.claim_likely = waiter.claim_likely or name in wakes.may_claim
                 waiter.event.set()
         for role, count in wakes.ready_roles.items():
             self._wake_for_ready(role, count)

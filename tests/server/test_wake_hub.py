@@ -150,3 +150,20 @@ def test_post_after_the_loop_closed_is_harmless():
     hub = WakeHub(loop, lambda ms: None)
     loop.close()
     hub.post(Wakes(everyone=True))  # must not raise in the writer thread
+
+
+def test_only_wakes_that_may_lead_to_a_claim_mark_the_stream_claim_likely():
+    """An inbox wake-up is answered by a read first; a freed slot, an opened gate or a
+    ready task goes straight to the writer (Waiter.claim_likely)."""
+    async def test(hub, _):
+        inbox, freed, taker = hub.register("inbox", ()), hub.register("freed", ()), hub.register("taker", ())
+        for waiter in (inbox, freed, taker):
+            waiter.waiting = True
+        hub.post(Wakes(teammates={"inbox", "freed"}, may_claim={"freed"}))
+        hub.post(ready())
+        await settle()
+        assert inbox.event.is_set() and not inbox.claim_likely
+        assert freed.event.is_set() and freed.claim_likely
+        assert taker.event.is_set() and taker.claim_likely
+
+    run(test)

@@ -45,12 +45,17 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
         try:
             await self._board.set_online(name, True)
             idle_polls = 0
+            # Checks go to the writer, where many streams' checks share one
+            # transaction; only a wake-up for an inbox item (a message or a
+            # control message, never a chance to claim) is answered by a read
+            # first, so control is not queued behind the board's writes.
+            look_first = False
             while waiter.ended is None:
-                look_first = not waiter.claim_likely
                 waiter.event.clear()
                 waiter.claim_likely = False
                 cursor.last_alive_ms = waiter.last_alive_ms
                 items = await self._board.next_for(name, cursor, look_first=look_first)
+                look_first = False
                 waiter.can_claim = cursor.can_claim
                 waiter.claims_paused = cursor.claims_paused
                 if items:
@@ -63,6 +68,7 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
                     if not settled(cursor, items):
                         continue
                 if await self._wait(waiter, interval):
+                    look_first = not waiter.claim_likely
                     continue  # woken: wake-ups never use up the idle budget
                 if not cursor.sent_tokens:  # an idle poll counts only while holding no claim
                     idle_polls += 1

@@ -130,7 +130,8 @@ class Wakes:
     """What a committed job changed, for the wake hub (after COMMIT only)."""
 
     ready_roles: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
-    teammates: set[str] = dataclasses.field(default_factory=set)
+    teammates: set[str] = dataclasses.field(default_factory=set)  # their inbox or claims changed
+    may_claim: set[str] = dataclasses.field(default_factory=set)  # of those: a slot freed or a gate opened
     everyone: bool = False
     ended: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> why
     next_deadline_ms: int | None = None
@@ -145,6 +146,7 @@ class Wakes:
     def merge(self, other: "Wakes") -> None:
         self.ready_roles.update(other.ready_roles)
         self.teammates |= other.teammates
+        self.may_claim |= other.may_claim
         self.everyone = self.everyone or other.everyone
         self.ended.update(other.ended)
         if other.next_deadline_ms is not None:

@@ -320,6 +320,7 @@ def release(tx: Txn, teammate: str, task_id: str, token: str) -> TaskRecord:
 def _slot_freed(tx: Txn, teammate: str) -> None:
     """A claim of this teammate ended: its stream may claim again now."""
     tx.wakes.teammates.add(teammate)
+    tx.wakes.may_claim.add(teammate)
     team.refresh_status(tx, teammate)
 
 

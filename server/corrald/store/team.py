@@ -188,6 +188,7 @@ def ack(tx: Txn, name: str, through_seq: int) -> int:
     if through_seq > acked:
         tx.conn.execute("UPDATE teammates SET acked_seq = ? WHERE name = ?", (through_seq, name))
         tx.wakes.teammates.add(name)  # a gate may have opened
+        tx.wakes.may_claim.add(name)
         refresh_status(tx, name)
     return max(acked, through_seq)
 
@@ -287,7 +288,8 @@ def respond_shutdown(tx: Txn, name: str, request_id: str, approve: bool, reason:
             "UPDATE shutdowns SET answered = 1, approve = 0, answer_reason = ? WHERE request_id = ?",
             (reason, _row_id(request_id)),
         )
-        tx.wakes.teammates.add(name)
+        tx.wakes.teammates.add(name)  # the shutdown gate opened
+        tx.wakes.may_claim.add(name)
     emit(tx, "shutdown_answered", {"request_id": request_id, "teammate": name, "approve": approve, "reason": reason})
     refresh_status(tx, name)
 
