@@ -39,6 +39,7 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
     async def Idle(self, request: pb.IdleRequest, context: grpc.aio.ServicerContext, identity: Identity):
         max_polls, interval, slots = self._idle_options(request)
         name = identity.name
+        await self._hub.turn_to_open(name)
         waiter = self._hub.register(name, await self._board.teammate_roles(name))
         cursor = StreamCursor(slots=slots)
         ending = "left"
