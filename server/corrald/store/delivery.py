@@ -1,8 +1,10 @@
 """What a teammate may receive now: design §5 steps 1–4 in one place.
 
-The Idle stream (and, later, a bidirectional Session stream) calls this one
-function; it runs as a single writer job so the gates and the claim are
-decided in the same transaction. While a gate is closed it writes nothing.
+The Idle stream (and, later, a bidirectional Session stream) calls
+`next_for_teammate`; it runs as a single writer job so the gates and the claim
+are decided in the same transaction. While a gate is closed it writes nothing.
+`look` is the same steps 1–3 without writing, for checks that can be answered
+by a read; it defers to the writer whenever a claim is possible.
 """
 
 from __future__ import annotations
