@@ -29,11 +29,11 @@ class AdmissionConfig:
     calls_per_identity: int = 8
     # Idle and Watch streams one identity holds open at once.
     streams_per_identity: int = 16
-    # Calls of one identity waiting for its lane before new ones are refused.
-    # A waiting call costs no CPU but holds its gRPC call (tens of KiB), so the
-    # line is bounded per identity and across all identities.
-    waiting_per_identity: int = 1000
-    waiting_total: int = 1024
+    # Calls waiting for their lane before new ones are refused, per identity
+    # and across all identities. A waiting call costs no CPU but holds its gRPC
+    # call (30-45 KiB), so 640 waiting calls are about 20-30 MiB.
+    waiting_per_identity: int = 640
+    waiting_total: int = 640
     # How long a call waits for its lane before it is refused.
     wait_ms: int = 2000
     # The pause a refused caller is asked to take (RetryInfo).
