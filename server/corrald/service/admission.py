@@ -62,7 +62,7 @@ class Admission:
 
     def try_enter(self, identity: str, kind: LaneKind) -> bool:
         """Takes a place at once if one is free and nobody is waiting (the common case,
-        no coroutine needed); otherwise the caller must `await enter(...)`."""
+        no coroutine needed); otherwise the caller must `await wait_for_place(...)`."""
         lane = self._lanes.get((identity, kind))
         if lane is None:
             lane = self._lanes[(identity, kind)] = _Lane()
@@ -73,8 +73,11 @@ class Admission:
 
     async def enter(self, identity: str, kind: LaneKind) -> None:
         """Returns once the call may run; the caller must `leave` afterwards."""
-        if self.try_enter(identity, kind):
-            return
+        if not self.try_enter(identity, kind):
+            await self.wait_for_place(identity, kind)
+
+    async def wait_for_place(self, identity: str, kind: LaneKind) -> None:
+        """The slow half of `enter`, right after `try_enter` said no: wait in line, or be refused."""
         key = (identity, kind)
         lane = self._lanes[key]
         if len(lane.waiting) >= self._config.waiting_per_identity or self._waiting >= self._config.waiting_total:

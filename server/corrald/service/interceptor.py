@@ -107,7 +107,7 @@ class _Gate:
         return self.admission.try_enter(self.identity, self.kind)
 
     async def wait_to_enter(self) -> None:
-        await self.admission.enter(self.identity, self.kind)
+        await self.admission.wait_for_place(self.identity, self.kind)
 
     def leave(self) -> None:
         self.admission.leave(self.identity, self.kind)
