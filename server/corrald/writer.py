@@ -1,10 +1,18 @@
 """The single writer: one thread, the only read-write connection, group commit.
 
 Callers submit *jobs*: whole transaction bodies `job(tx) -> value`, never
-single statements. The writer drains up to `max_batch` queued jobs into one
-`BEGIN IMMEDIATE … COMMIT`, each inside its own SAVEPOINT so a failing job rolls
-back alone. Futures resolve only after COMMIT returns; if COMMIT fails, every
-job of that batch fails (nothing is reported successful that is not durable).
+single statements. The writer runs queued jobs in one `BEGIN IMMEDIATE … COMMIT`,
+each inside its own SAVEPOINT so a failing job rolls back alone, until the
+batch holds `max_batch` jobs, has run for `batch_budget_ms`, or the queue is
+empty. Futures resolve only after COMMIT returns; if COMMIT fails, every job of
+that batch fails (nothing is reported successful that is not durable).
+
+Jobs are taken from the queue by owner, the least-served owner first
+(`fairqueue`), and the time budget ends a batch early: so a caller with an
+occasional cheap job goes ahead of a caller's backlog and waits for one short
+commit, not for a batch filled by whoever has the most jobs in flight. A job's
+owner is the identity of the call that submitted it (`job_owner`, set by the
+RPC layer).
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextvars
 import dataclasses
 import logging
 import sqlite3
@@ -26,11 +35,16 @@ from . import failpoints
 from .clock import Clock
 from .config import WriterConfig
 from .errors import Overloaded, ReentrantSubmit, Unavailable
+from .fairqueue import FairQueue
 from .store.model import Txn, Wakes
 
 log = logging.getLogger("corrald.writer")
 T = TypeVar("T")
 Job = Callable[[Txn], T]
+
+# Whose turn a submitted job takes in the queue: the calling identity's name, or
+# "" for the daemon's own work (recovery, the reaper).
+job_owner: contextvars.ContextVar[str] = contextvars.ContextVar("corral_job_owner", default="")
 
 
 class CommitFailed(Exception):
@@ -42,6 +56,7 @@ class _Pending:
     job: Job
     future: concurrent.futures.Future | asyncio.Future
     loop: asyncio.AbstractEventLoop | None
+    owner: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +99,7 @@ class Writer:
         on_commit: Callable[[Wakes], None] | None = None,
         on_batch: Callable[[float, int], None] | None = None,
         epilogue: Callable[[sqlite3.Connection, int, bool, list[BaseException]], None] | None = None,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._connect = connect
         self._clock = clock
@@ -93,8 +109,9 @@ class Writer:
         # Runs last in every transaction, outside the jobs' savepoints, with
         # whether the jobs changed anything and the errors they raised.
         self._epilogue = epilogue
-        self._queue: collections.deque[_Pending] = collections.deque()
-        self._room_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._timer = timer  # seconds, for the batch budget only
+        self._queue: FairQueue[_Pending] = FairQueue()
+        self._room_waiters: collections.deque[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = collections.deque()
         self._admitting = 0  # async callers waiting for room
         self._cond = threading.Condition()
         self._accepting = False
@@ -108,6 +125,15 @@ class Writer:
         self._latency_ms: collections.deque[float] = collections.deque(maxlen=4096)
         self._commits = self._jobs = self._busy_retries = self._failed_commits = self._refused = 0
         self._last_warn = 0.0
+        # Built once: a Retrying per batch left a reference cycle per batch for
+        # the cyclic collector, whose full passes stall the whole daemon.
+        self._retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(_is_busy),
+            stop=tenacity.stop_after_attempt(config.busy_retries),
+            wait=tenacity.wait_exponential_jitter(multiplier=0.002, max=0.2),
+            before_sleep=self._count_busy,
+            reraise=True,
+        )
 
     # ------------------------------------------------------------ lifecycle
 
@@ -136,7 +162,7 @@ class Writer:
     def submit(self, job: Job[T]) -> concurrent.futures.Future[T]:
         """Queues a job from any thread; the future resolves after COMMIT."""
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._enqueue(_Pending(job, future, None))
+        self._enqueue(_Pending(job, future, None, job_owner.get()))
         return future
 
     async def run(self, job: Job[T]) -> T:
@@ -147,7 +173,7 @@ class Writer:
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        pending = _Pending(job, future, loop)
+        pending = _Pending(job, future, loop, job_owner.get())
         try:
             self._enqueue(pending, count_refusal=False)
         except Overloaded:
@@ -202,7 +228,7 @@ class Writer:
                 self._refused += count_refusal
                 raise Overloaded(f"writer queue holds {depth} jobs", retry_after_ms=50)
             self._depth_samples.append(depth)
-            self._queue.append(pending)
+            self._queue.push(pending.owner, pending)
             self._cond.notify()
         if depth > levels.warn and time.monotonic() - self._last_warn > 5:
             self._last_warn = time.monotonic()
@@ -236,34 +262,57 @@ class Writer:
                     self._cond.wait()
                 if not self._queue:
                     return  # closed and drained
-                batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._config.max_batch))]
-                # Wake only as many waiting callers as there are free places:
-                # waking them all would make a sustained overload spin the loop.
-                free = max(0, self._config.levels.refuse - len(self._queue))
-                waiting_for_room = self._room_waiters[:free]
-                del self._room_waiters[:free]
-            for loop, room in waiting_for_room:
+            first = self._take()
+            if first is not None:
+                self._run_batch(first)
+
+    def _take(self) -> _Pending | None:
+        """The next job to run, or None when the queue is empty."""
+        while True:
+            with self._cond:
+                if not self._queue:
+                    return None
+                pending = self._queue.pop()
+                # Taking a job frees one place: wake one caller waiting for room
+                # (waking them all would make a sustained overload spin the loop).
+                room = self._room_waiters.popleft() if self._room_waiters else None
+            if room is not None:
+                loop, future = room
                 try:
-                    loop.call_soon_threadsafe(_set_if_pending, room)
+                    loop.call_soon_threadsafe(_set_if_pending, future)
                 except RuntimeError:  # loop closed
                     pass
             # A thread caller may have cancelled its future while it waited:
             # such a job must not run (nobody would learn its outcome).
-            batch = [p for p in batch if p.loop is not None or p.future.set_running_or_notify_cancel()]
-            if batch:
-                self._run_batch(batch)
+            if pending.loop is not None or pending.future.set_running_or_notify_cancel():
+                return pending
 
-    def _run_batch(self, batch: list[_Pending]) -> None:
+    def _grow(self, batch: list[_Pending], take_until: float | None) -> bool:
+        """Takes one more job into the running batch while it has room and time."""
+        if take_until is None or len(batch) >= self._config.max_batch or self._timer() >= take_until:
+            return False
+        pending = self._take()
+        if pending is None:
+            return False
+        batch.append(pending)
+        return True
+
+    def _run_batch(self, first: _Pending) -> None:
         started = time.perf_counter()
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(_is_busy),
-            stop=tenacity.stop_after_attempt(self._config.busy_retries),
-            wait=tenacity.wait_exponential_jitter(multiplier=0.002, max=0.2),
-            before_sleep=self._count_busy,
-            reraise=True,
-        )
+        batch = [first]
+        take_until: float | None = self._timer() + self._config.batch_budget_ms / 1000
+
+        def attempt() -> list[tuple[bool, Any, Wakes | None]]:
+            # Only the first attempt takes more jobs; a retry after SQLITE_BUSY
+            # runs exactly the jobs the failed attempt held.
+            nonlocal take_until
+            try:
+                return self._transaction(batch, take_until)
+            finally:
+                take_until = None
+
         try:
-            outcomes = retrying(self._transaction, batch)
+            outcomes = self._retrying(attempt)
         except BaseException as error:  # the whole batch failed to commit
             self._failed_commits += 1
             log.error("commit of %d jobs failed: %s", len(batch), error)
@@ -290,7 +339,7 @@ class Writer:
     def _count_busy(self, state: tenacity.RetryCallState) -> None:
         self._busy_retries += 1
 
-    def _transaction(self, batch: list[_Pending]) -> list[tuple[bool, Any, Wakes | None]]:
+    def _transaction(self, batch: list[_Pending], take_until: float | None) -> list[tuple[bool, Any, Wakes | None]]:
         conn = self._conn
         assert conn is not None
         now = self._clock.now_ms()
@@ -298,12 +347,12 @@ class Writer:
         try:
             changes_before = conn.total_changes
             outcomes = []
-            for index, pending in enumerate(batch):
-                outcomes.append(self._run_job(conn, pending, now))
+            while len(outcomes) < len(batch) or self._grow(batch, take_until):
+                outcomes.append(self._run_job(conn, batch[len(outcomes)], now))
                 if not conn.in_transaction:
                     # SQLite rolled the whole transaction back (e.g. disk full):
                     # the earlier jobs of this batch are gone too.
-                    raise CommitFailed(f"transaction rolled back by job {index}")
+                    raise CommitFailed(f"transaction rolled back by job {len(outcomes) - 1}")
             if self._epilogue is not None:
                 failures = [value for ok, value, _ in outcomes if not ok]
                 self._epilogue(conn, now, conn.total_changes != changes_before, failures)

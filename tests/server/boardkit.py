@@ -187,22 +187,37 @@ class SyncBoard:
         return self.data_version(), self.dump()
 
 
+class FakeTimer:
+    """A monotonic timer in seconds (the writer's batch budget) that moves only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class Blocker:
     """A writer job that holds the writer thread until released.
 
-    While it runs, newly submitted jobs queue up, so the next batch is large
-    (group commit) and the queue depth is under the test's control.
+    While it runs, newly submitted jobs queue up. Given the writer's (fake) batch
+    timer, it ends its own batch when released, so the jobs queued meanwhile form
+    the next batch (group commit) and the queue depth is under the test's control;
+    without one, they join the blocker's batch.
     """
 
-    def __init__(self, timeout: float = 10.0) -> None:
+    def __init__(self, timer=None, timeout: float = 10.0) -> None:
         self.started = threading.Event()
         self.go = threading.Event()
+        self.timer = timer
         self.timeout = timeout
 
     def __call__(self, tx) -> str:
         self.started.set()
         if not self.go.wait(self.timeout):
             raise TimeoutError("blocker was never released")
+        if self.timer is not None:
+            self.timer.now += 3600  # past any batch budget
         return "blocker"
 
     def hold(self, writer) -> concurrent.futures.Future:

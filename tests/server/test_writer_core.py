@@ -11,27 +11,34 @@ import threading
 
 import pytest
 
-from boardkit import Blocker
+from boardkit import Blocker, FakeTimer
 from corrald import failpoints
 from corrald.clock import FakeClock
 from corrald.config import WriterConfig, WriterLevels
 from corrald.errors import Overloaded, ReentrantSubmit, Unavailable
 from corrald.store.schema import open_writer
-from corrald.writer import CommitFailed, Writer
+from corrald.writer import CommitFailed, Writer, job_owner
 
 pytestmark = pytest.mark.timeout(30)
 WAIT = 10  # seconds for any single future
 
 
 @pytest.fixture
-def make_writer(db_path):
+def timer() -> FakeTimer:
+    return FakeTimer()
+
+
+@pytest.fixture
+def make_writer(db_path, timer):
     made: list[Writer] = []
 
     def make(config: WriterConfig = WriterConfig(), on_commit=None, clock: FakeClock | None = None) -> Writer:
         def connect():
             return open_writer(db_path, synchronous=config.synchronous, busy_timeout_ms=config.busy_timeout_ms)
 
-        writer = Writer(connect, clock or FakeClock(), config, on_commit)
+        # The batch budget's timer stands still unless a test moves it, so batches
+        # are decided by the queue alone.
+        writer = Writer(connect, clock or FakeClock(), config, on_commit, timer=timer)
         writer.start()
         made.append(writer)
         writer.call(lambda tx: tx.conn.execute("CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY, v BLOB)"), WAIT)
@@ -80,8 +87,8 @@ def outcome(future):
 # ---------------------------------------------------------------- savepoints and group commit
 
 
-def test_a_failing_job_rolls_back_alone(writer, db_path):
-    blocker = Blocker()
+def test_a_failing_job_rolls_back_alone(writer, db_path, timer):
+    blocker = Blocker(timer)
     held = blocker.hold(writer)
     commits = writer.stats().commits
     futures = [writer.submit(insert("a")), writer.submit(insert_then_raise("b")), writer.submit(insert("c")),
@@ -98,9 +105,9 @@ def test_a_failing_job_rolls_back_alone(writer, db_path):
     assert writer.stats().commits - commits == 2
 
 
-def test_batches_are_capped_at_max_batch(make_writer):
+def test_batches_are_capped_at_max_batch(make_writer, timer):
     writer = make_writer(WriterConfig(max_batch=4))
-    blocker = Blocker()
+    blocker = Blocker(timer)
     held = blocker.hold(writer)
     commits = writer.stats().commits
     futures = [writer.submit(insert(f"k{i}")) for i in range(10)]
@@ -108,6 +115,69 @@ def test_batches_are_capped_at_max_batch(make_writer):
     held.result(WAIT)
     assert [f.result(WAIT) for f in futures] == [f"k{i}" for i in range(10)]
     assert writer.stats().commits - commits == 1 + 3  # the blocker, then 4 + 4 + 2
+
+
+def test_owners_take_turns_in_the_queue(writer, timer):
+    """A caller with one job waits for one job of each busier caller, not for all of theirs."""
+    ran: list[str] = []
+
+    def record(label: str):
+        def job(tx):
+            ran.append(label)
+            return label
+        return job
+
+    async def main():
+        async def submit(owner: str, labels: list[str]):
+            job_owner.set(owner)  # as the RPC layer does for each call
+            return await asyncio.gather(*(writer.run(record(label)) for label in labels))
+
+        blocker = Blocker(timer)
+        held = blocker.hold(writer)
+        hog = asyncio.create_task(submit("hog", [f"hog{i}" for i in range(6)]))
+        await asyncio.sleep(0)  # the hog's six jobs are queued first
+        others = [asyncio.create_task(submit(name, [name])) for name in ("v1", "v2")]
+        await asyncio.sleep(0)
+        blocker.release()
+        await asyncio.wrap_future(held)
+        return await hog, [await task for task in others]
+
+    hog_results, other_results = asyncio.run(main())
+    assert hog_results == [f"hog{i}" for i in range(6)] and other_results == [["v1"], ["v2"]]
+    assert ran == ["hog0", "v1", "v2", "hog1", "hog2", "hog3", "hog4", "hog5"]
+
+
+def test_a_batch_stops_taking_jobs_at_its_time_budget(make_writer, timer):
+    writer = make_writer(WriterConfig(batch_budget_ms=5))
+    blocker = Blocker(timer)
+    held = blocker.hold(writer)
+    commits = writer.stats().commits
+
+    def slow(tx):  # a job that uses up the batch's budget
+        timer.now += 0.005
+        return writer.stats().commits
+
+    def quick(tx):
+        return writer.stats().commits
+
+    futures = [writer.submit(slow)] + [writer.submit(quick) for _ in range(3)]
+    blocker.release()
+    held.result(WAIT)
+    batch_of = [f.result(WAIT) for f in futures]
+    # The slow job's batch stopped after it; the quick ones share the next.
+    assert batch_of == [commits + 1, commits + 2, commits + 2, commits + 2]
+    assert writer.stats().commits - commits == 3
+
+
+def test_jobs_queued_while_a_batch_runs_join_it(writer):
+    blocker = Blocker()  # keeps its batch open: the budget's timer stands still
+    held = blocker.hold(writer)
+    commits = writer.stats().commits
+    futures = [writer.submit(insert(f"k{i}")) for i in range(5)]
+    blocker.release()
+    held.result(WAIT)
+    assert [f.result(WAIT) for f in futures] == [f"k{i}" for i in range(5)]
+    assert writer.stats().commits - commits == 1
 
 
 def test_futures_resolve_only_after_commit(writer, db_path):
@@ -124,10 +194,10 @@ def test_futures_resolve_only_after_commit(writer, db_path):
     assert "x" in keys(db_path)
 
 
-def test_jobs_of_a_batch_share_one_now(make_writer):
+def test_jobs_of_a_batch_share_one_now(make_writer, timer):
     clock = FakeClock(5_000)
     writer = make_writer(clock=clock)
-    blocker = Blocker()
+    blocker = Blocker(timer)
     held = blocker.hold(writer)
     futures = [writer.submit(lambda tx: tx.now_ms) for _ in range(3)]
     clock.advance(7)
@@ -139,8 +209,8 @@ def test_jobs_of_a_batch_share_one_now(make_writer):
 # ---------------------------------------------------------------- commit failures
 
 
-def test_failed_commit_fails_every_job_and_leaves_nothing(writer, db_path):
-    blocker = Blocker()
+def test_failed_commit_fails_every_job_and_leaves_nothing(writer, db_path, timer):
+    blocker = Blocker(timer)
     failpoints.enable("before_commit", "error", after=2)  # 1st hit: the blocker's batch; 2nd: ours
     held = blocker.hold(writer)
     futures = [writer.submit(insert(f"k{i}")) for i in range(5)] + [writer.submit(insert_then_raise("bad"))]
@@ -165,11 +235,11 @@ def test_commit_failure_on_every_batch_never_reports_success(writer, db_path):
     assert keys(db_path) == set()
 
 
-def test_disk_full_is_consistent(writer, db_path):
+def test_disk_full_is_consistent(writer, db_path, timer):
     """SQLITE_FULL mid-batch: whatever was reported successful is there, nothing else is."""
     pages = writer.call(lambda tx: tx.conn.execute("PRAGMA page_count").fetchone()[0], WAIT)
     writer.call(lambda tx: tx.conn.execute(f"PRAGMA max_page_count = {pages + 1}"), WAIT)
-    blocker = Blocker()
+    blocker = Blocker(timer)
     held = blocker.hold(writer)
     futures = {
         "small1": writer.submit(insert("small1")),
@@ -188,8 +258,8 @@ def test_disk_full_is_consistent(writer, db_path):
     assert writer.call(insert("later", b"y" * 100_000), WAIT) == "later"
 
 
-def test_a_job_that_ends_the_transaction_fails_its_whole_batch(writer, db_path):
-    blocker = Blocker()
+def test_a_job_that_ends_the_transaction_fails_its_whole_batch(writer, db_path, timer):
+    blocker = Blocker(timer)
     held = blocker.hold(writer)
     first = writer.submit(insert("first"))
 
@@ -203,8 +273,9 @@ def test_a_job_that_ends_the_transaction_fails_its_whole_batch(writer, db_path):
     held.result(WAIT)
     assert outcome(rogue)[0] == "error"
     assert outcome(first)[0] == "error"  # its write went with the rollback
-    assert outcome(last)[0] == "error"
-    assert keys(db_path) == set()
+    # The batch ended at the rollback; the job queued behind it had not been taken and runs next.
+    assert outcome(last) == ("ok", "last")
+    assert keys(db_path) == {"last"}
     assert writer.call(insert("next"), WAIT) == "next"
 
 
@@ -229,9 +300,9 @@ def test_reentrant_submit_fails_promptly(writer, db_path):
     assert writer.call(insert("fine"), WAIT) == "fine"
 
 
-def test_overload_refused_past_the_limit(make_writer):
+def test_overload_refused_past_the_limit(make_writer, timer):
     writer = make_writer(WriterConfig(levels=WriterLevels(record=1, warn=2, degraded=3, refuse=5)))
-    blocker = Blocker()
+    blocker = Blocker(timer)
     held = blocker.hold(writer)
     queued = [writer.submit(insert(f"k{i}")) for i in range(5)]
     assert writer.stats().queue_depth == 5
@@ -272,9 +343,9 @@ def test_thousand_concurrent_submissions_under_the_limit(writer, db_path):
     assert stats.commits < stats.jobs
 
 
-def test_stats_counters(writer):
+def test_stats_counters(writer, timer):
     base = writer.stats()
-    blocker = Blocker()
+    blocker = Blocker(timer)
     held = blocker.hold(writer)
     futures = [writer.submit(insert(f"k{i}")) for i in range(9)]
     blocker.release()
@@ -291,9 +362,9 @@ def test_stats_counters(writer):
     assert fresh.stats().mean_batch_size == 0.0
 
 
-def test_close_drains_the_queue_then_refuses(make_writer, db_path):
+def test_close_drains_the_queue_then_refuses(make_writer, db_path, timer):
     writer = make_writer()
-    blocker = Blocker()
+    blocker = Blocker(timer)
     held = blocker.hold(writer)
     queued = [writer.submit(insert(f"k{i}")) for i in range(3)]
     closer = threading.Thread(target=writer.close)
@@ -307,7 +378,7 @@ def test_close_drains_the_queue_then_refuses(make_writer, db_path):
     assert keys(db_path) == {"k0", "k1", "k2"}
 
 
-def test_on_commit_hears_only_committed_wakes(make_writer):
+def test_on_commit_hears_only_committed_wakes(make_writer, timer):
     heard: list = []
     writer = make_writer(on_commit=heard.append)
 
@@ -318,7 +389,7 @@ def test_on_commit_hears_only_committed_wakes(make_writer):
                 raise ValueError(name)
         return job
 
-    blocker = Blocker()
+    blocker = Blocker(timer)
     held = blocker.hold(writer)
     futures = [writer.submit(wake("a")), writer.submit(wake("b", fail=True)), writer.submit(wake("c"))]
     blocker.release()
@@ -352,8 +423,8 @@ def test_async_run_resolves_on_the_loop(writer):
     assert asyncio.run(main()) == [f"a{i}" for i in range(20)]
 
 
-def test_a_cancelled_future_does_not_kill_the_writer(writer, db_path):
-    blocker = Blocker()
+def test_a_cancelled_future_does_not_kill_the_writer(writer, db_path, timer):
+    blocker = Blocker(timer)
     held = blocker.hold(writer)
     doomed = writer.submit(insert("doomed"))
     kept = writer.submit(insert("kept"))

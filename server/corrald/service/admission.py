@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import random
 from typing import Literal
 
 from .. import errors
@@ -34,7 +35,8 @@ class AdmissionConfig:
     # call (30-45 KiB), so 640 waiting calls are about 20-30 MiB.
     waiting_per_identity: int = 640
     waiting_total: int = 640
-    # How long a call waits for its lane before it is refused.
+    # How long a call waits for its lane before it is refused: at least this,
+    # and up to half as long again (see `wait_for_place`).
     wait_ms: int = 2000
     # The pause a refused caller is asked to take (RetryInfo).
     retry_after_ms: int = 250
@@ -84,7 +86,11 @@ class Admission:
             raise self._refusal(identity, kind, lane)
         loop = asyncio.get_running_loop()
         turn: asyncio.Future[None] = loop.create_future()
-        expiry = loop.call_later(self._config.wait_ms / 1000, _expire, turn)
+        # Spread the expiries: calls that arrived in one burst would otherwise all
+        # be refused in one loop turn, holding up every other caller for as long
+        # as the whole wave of refusals takes (100 ms for a few hundred).
+        wait_s = self._config.wait_ms / 1000 * (1 + random.random() / 2)
+        expiry = loop.call_later(wait_s, _expire, turn)
         lane.waiting.append(turn)
         self._waiting += 1
         try:

@@ -15,6 +15,7 @@ from google.protobuf import unknown_fields
 
 from .. import errors
 from ..board import Board, Identity
+from ..writer import job_owner
 from . import status
 from .admission import Admission, LaneKind
 
@@ -149,6 +150,8 @@ def _wrap(handler: grpc.RpcMethodHandler, identity: Identity, gate: _Gate) -> gr
     parse = _lenient(handler.request_deserializer)
 
     def call(behavior, data, context):
+        # Each call runs in its own task, so this marks only this call's writer jobs.
+        job_owner.set(identity.name)
         request = parse(data)
         if isinstance(request, _Undecodable):
             raise errors.InvalidArgument("(request)", f"not a valid message: {request.why}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import ipaddress
 import json
 import logging
@@ -192,6 +193,7 @@ class Daemon:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.request_stop)
         await self.start()
+        _quiet_the_collector()
         ready = {"event": "ready", "address": self.address, "pid": os.getpid(),
                  "state_dir": str(self.state.paths.root)}
         if self.config.metrics:
@@ -203,6 +205,15 @@ class Daemon:
         log.info("stopping")
         await self.stop()
         return 0
+
+
+def _quiet_the_collector() -> None:
+    """Moves everything alive after start-up (modules, gRPC, protobuf descriptors)
+    out of the cyclic collector's reach. Its full collections then walk only what
+    serving creates; before, each one walked the whole start-up heap and stalled
+    every call for 25-35 ms."""
+    gc.collect()
+    gc.freeze()
 
 
 def serve(config: ServeConfig) -> int:

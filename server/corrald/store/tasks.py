@@ -238,18 +238,17 @@ def _live_claim(tx: Txn, teammate: str, task_id: str, token: str, *, completed_o
     With `completed_ok`, the token that completed the task returns fence 0
     instead of raising (a repeated CompleteTask is answered from the store).
     """
-    task = tx.conn.execute(
-        "SELECT seq, live_fence, lease_expire_ms, lease_ms FROM tasks WHERE id = ?", (task_id,)
+    # One statement for the task and the token's claim (if any): the writer
+    # gives up the GIL on every statement and may wait to get it back.
+    row = tx.conn.execute(
+        "SELECT t.seq, t.live_fence, t.lease_expire_ms, t.lease_ms, c.fence, c.task_seq, c.teammate, c.outcome"
+        " FROM tasks AS t LEFT JOIN claims AS c ON c.token = ? WHERE t.id = ?", (token, task_id)
     ).fetchone()
-    if task is None:
+    if row is None:
         raise errors.TaskNotFound(f"no task {task_id!r}", id=task_id)
-    seq, live_fence, lease_end, lease_ms = task
-    claim = tx.conn.execute(
-        "SELECT fence, task_seq, teammate, outcome FROM claims WHERE token = ?", (token,)
-    ).fetchone()
-    if claim is None or claim[1] != seq or claim[2] != teammate:
+    seq, live_fence, lease_end, lease_ms, fence, claim_task, holder, outcome = row
+    if fence is None or claim_task != seq or holder != teammate:
         raise errors.ClaimTokenMismatch(f"token is not your claim on task {task_id!r}", id=task_id)
-    fence, _, _, outcome = claim
     if outcome is None and fence == live_fence:
         if tx.now_ms >= lease_end:
             raise errors.LeaseExpired(f"lease on task {task_id!r} ended", id=task_id)

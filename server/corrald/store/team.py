@@ -163,12 +163,26 @@ def send_message(tx: Txn, sender: str, to: str, body: str, *, inbox_limit: int) 
         emit(tx, "message", {"sender": sender, "body": body})
         return ["lead"]
     if to == "*":
-        names = [n for (n,) in tx.conn.execute("SELECT name FROM teammates WHERE removed = 0 ORDER BY name")]
-        recipients = [n for n in names if n != sender]
-    else:
-        recipients = [to]
-    for name in recipients:
-        _enqueue(tx, name, "message", inbox_limit, sender=sender, body=body)
+        return _broadcast(tx, sender, body, inbox_limit)
+    _enqueue(tx, to, "message", inbox_limit, sender=sender, body=body)
+    return [to]
+
+
+def _broadcast(tx: Txn, sender: str, body: str, limit: int) -> list[str]:
+    """A message to every teammate but the sender, in three statements however large the team."""
+    everyone_else = "removed = 0 AND name != ?"
+    full = tx.conn.execute(f"SELECT name FROM teammates WHERE {everyone_else} AND last_seq - acked_seq >= ?"
+                           " ORDER BY name LIMIT 1", (sender, limit)).fetchone()
+    if full is not None:
+        raise errors.Overloaded(f"inbox of {full[0]!r} holds {limit} unacknowledged items", retry_after_ms=1000)
+    recipients = sorted(n for (n,) in tx.conn.execute(
+        f"UPDATE teammates SET last_seq = last_seq + 1 WHERE {everyone_else} RETURNING name", (sender,)))
+    tx.conn.execute(
+        "INSERT INTO inbox (recipient, seq, kind, send_ms, sender, body)"
+        f" SELECT name, last_seq, 'message', ?, ?, ? FROM teammates WHERE {everyone_else}",
+        (tx.now_ms, sender, body, sender),
+    )
+    tx.wakes.teammates.update(recipients)
     return recipients
 
 
@@ -196,7 +210,17 @@ def ack(tx: Txn, name: str, through_seq: int) -> int:
 def protocol_pending(conn: sqlite3.Connection, name: str, acked: int | None = None, last: int | None = None) -> bool:
     """An unacknowledged protocol message or an unanswered shutdown request waits."""
     if acked is None or last is None:
-        _, _, _, _, _, acked, last = _row(conn, name)
+        # One statement (a lease renewal asks this on the writer, where every
+        # statement gives up the GIL and may wait to get it back).
+        row = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM inbox INDEXED BY inbox_protocol"
+            "               WHERE recipient = t.name AND seq > t.acked_seq AND kind != 'message')"
+            " OR EXISTS (SELECT 1 FROM shutdowns WHERE teammate = t.name AND answered = 0)"
+            " FROM teammates AS t WHERE t.name = ?", (name,)
+        ).fetchone()
+        if row is None:
+            raise errors.TeammateNotFound(f"no teammate {name!r}", name=name)
+        return bool(row[0])
     if last > acked and conn.execute(
         "SELECT 1 FROM inbox INDEXED BY inbox_protocol"
         " WHERE recipient = ? AND seq > ? AND kind != 'message' LIMIT 1", (name, acked)
