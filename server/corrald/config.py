@@ -58,8 +58,8 @@ class WriterLevels:
 @dataclasses.dataclass(frozen=True)
 class WriterConfig:
     max_batch: int = 64
-    # A batch stops taking queued jobs once it has run this long, so nobody's
-    # cheap job waits behind a long group commit (see writer.py).
+    # Past this, a batch takes only jobs of callers with none in it yet, so one
+    # caller's backlog cannot keep a group commit going (see writer.py).
     batch_budget_ms: float = 2.0
     levels: WriterLevels = WriterLevels()
     synchronous: str = "FULL"

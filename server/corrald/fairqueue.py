@@ -78,6 +78,10 @@ class FairQueue(Generic[T]):
             self._rescale()
         return item
 
+    def next_owner(self) -> str | None:
+        """Whose item `pop` would return; None when empty."""
+        return self._turns[0][2] if self._turns else None
+
     def _enter(self, owner: str) -> None:
         self._arrivals += 1
         heapq.heappush(self._turns, (self._served.get(owner, 0.0), self._arrivals, owner))

@@ -3,16 +3,17 @@
 Callers submit *jobs*: whole transaction bodies `job(tx) -> value`, never
 single statements. The writer runs queued jobs in one `BEGIN IMMEDIATE … COMMIT`,
 each inside its own SAVEPOINT so a failing job rolls back alone, until the
-batch holds `max_batch` jobs, has run for `batch_budget_ms`, or the queue is
-empty. Futures resolve only after COMMIT returns; if COMMIT fails, every job of
-that batch fails (nothing is reported successful that is not durable).
+batch holds `max_batch` jobs or the queue is empty; once the batch has run for
+`batch_budget_ms` it takes only jobs of callers with none in it yet. Futures
+resolve only after COMMIT returns; if COMMIT fails, every job of that batch
+fails (nothing is reported successful that is not durable).
 
 Jobs are taken from the queue by owner, the least-served owner first
-(`fairqueue`), and the time budget ends a batch early: so a caller with an
-occasional cheap job goes ahead of a caller's backlog and waits for one short
-commit, not for a batch filled by whoever has the most jobs in flight. A job's
-owner is the identity of the call that submitted it (`job_owner`, set by the
-RPC layer).
+(`fairqueue`), and the budget keeps one caller's backlog from stretching a
+batch: so a caller with an occasional cheap job goes ahead of the backlog and
+waits for one short commit, not for a batch filled by whoever has the most
+jobs in flight. A job's owner is the identity of the call that submitted it
+(`job_owner`, set by the RPC layer).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
 import tenacity
@@ -266,11 +267,12 @@ class Writer:
             if first is not None:
                 self._run_batch(first)
 
-    def _take(self) -> _Pending | None:
-        """The next job to run, or None when the queue is empty."""
+    def _take(self, unless_owner_in: Collection[str] = ()) -> _Pending | None:
+        """The next job to run; None when the queue is empty or the next job's
+        owner is one of `unless_owner_in`."""
         while True:
             with self._cond:
-                if not self._queue:
+                if not self._queue or self._queue.next_owner() in unless_owner_in:
                     return None
                 pending = self._queue.pop()
                 # Taking a job frees one place: wake one caller waiting for room
@@ -287,19 +289,22 @@ class Writer:
             if pending.loop is not None or pending.future.set_running_or_notify_cancel():
                 return pending
 
-    def _grow(self, batch: list[_Pending], take_until: float | None) -> bool:
-        """Takes one more job into the running batch while it has room and time."""
-        if take_until is None or len(batch) >= self._config.max_batch or self._timer() >= take_until:
+    def _grow(self, batch: list[_Pending], owners: set[str], take_until: float | None) -> bool:
+        """Takes one more job into the running batch while it has room. Past its
+        time budget it takes only a job of a caller with none in the batch yet: a
+        backlog cannot keep the batch going, while an occasional caller still joins."""
+        if take_until is None or len(batch) >= self._config.max_batch:
             return False
-        pending = self._take()
+        pending = self._take(unless_owner_in=owners if self._timer() >= take_until else ())
         if pending is None:
             return False
         batch.append(pending)
+        owners.add(pending.owner)
         return True
 
     def _run_batch(self, first: _Pending) -> None:
         started = time.perf_counter()
-        batch = [first]
+        batch, owners = [first], {first.owner}
         take_until: float | None = self._timer() + self._config.batch_budget_ms / 1000
 
         def attempt() -> list[tuple[bool, Any, Wakes | None]]:
@@ -307,7 +312,7 @@ class Writer:
             # runs exactly the jobs the failed attempt held.
             nonlocal take_until
             try:
-                return self._transaction(batch, take_until)
+                return self._transaction(batch, owners, take_until)
             finally:
                 take_until = None
 
@@ -339,7 +344,8 @@ class Writer:
     def _count_busy(self, state: tenacity.RetryCallState) -> None:
         self._busy_retries += 1
 
-    def _transaction(self, batch: list[_Pending], take_until: float | None) -> list[tuple[bool, Any, Wakes | None]]:
+    def _transaction(self, batch: list[_Pending], owners: set[str],
+                     take_until: float | None) -> list[tuple[bool, Any, Wakes | None]]:
         conn = self._conn
         assert conn is not None
         now = self._clock.now_ms()
@@ -347,7 +353,7 @@ class Writer:
         try:
             changes_before = conn.total_changes
             outcomes = []
-            while len(outcomes) < len(batch) or self._grow(batch, take_until):
+            while len(outcomes) < len(batch) or self._grow(batch, owners, take_until):
                 outcomes.append(self._run_job(conn, batch[len(outcomes)], now))
                 if not conn.in_transaction:
                     # SQLite rolled the whole transaction back (e.g. disk full):

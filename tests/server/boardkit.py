@@ -201,9 +201,10 @@ class Blocker:
     """A writer job that holds the writer thread until released.
 
     While it runs, newly submitted jobs queue up. Given the writer's (fake) batch
-    timer, it ends its own batch when released, so the jobs queued meanwhile form
-    the next batch (group commit) and the queue depth is under the test's control;
-    without one, they join the blocker's batch.
+    timer, it uses up its batch's time budget when released, so the jobs the same
+    caller queued meanwhile form the next batch (group commit) and the queue depth
+    is under the test's control; without one, they join the blocker's batch. (A
+    batch past its budget still takes jobs of callers with none in it.)
     """
 
     def __init__(self, timer=None, timeout: float = 10.0) -> None:

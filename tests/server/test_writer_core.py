@@ -169,6 +169,42 @@ def test_a_batch_stops_taking_jobs_at_its_time_budget(make_writer, timer):
     assert writer.stats().commits - commits == 3
 
 
+def test_past_its_budget_a_batch_still_takes_a_newcomers_job(make_writer, timer):
+    """Past the budget only the same callers' further jobs wait for the next batch: a caller with
+    nothing in the batch yet (a teammate renewing) still joins it."""
+    writer = make_writer(WriterConfig(batch_budget_ms=5))
+    ran: list[tuple[str, int]] = []
+
+    def job(label: str, uses_budget: bool = False):
+        def run(tx):
+            if uses_budget:
+                timer.now += 0.005
+            ran.append((label, writer.stats().commits))
+            return label
+        return run
+
+    async def main():
+        async def submit(owner: str, labels: list[str], uses_budget: bool = False):
+            job_owner.set(owner)
+            return await asyncio.gather(*(writer.run(job(label, uses_budget)) for label in labels))
+
+        blocker = Blocker(timer)
+        held = blocker.hold(writer)
+        hog = asyncio.create_task(submit("hog", ["hog0", "hog1", "hog2"], uses_budget=True))
+        await asyncio.sleep(0)
+        calm = asyncio.create_task(submit("calm", ["calm0"]))
+        await asyncio.sleep(0)
+        blocker.release()
+        await asyncio.wrap_future(held)
+        await asyncio.gather(hog, calm)
+
+    commits = writer.stats().commits
+    asyncio.run(main())
+    # The blocker's batch is past its budget when released, yet hog0 and calm0 join it: neither
+    # caller has a job in it. hog1 must wait for the next batch, which hog1 uses up in turn.
+    assert ran == [("hog0", commits), ("calm0", commits), ("hog1", commits + 1), ("hog2", commits + 2)]
+
+
 def test_jobs_queued_while_a_batch_runs_join_it(writer):
     blocker = Blocker()  # keeps its batch open: the budget's timer stands still
     held = blocker.hold(writer)
