@@ -105,16 +105,21 @@ def test_a_failing_job_rolls_back_alone(writer, db_path, timer):
     assert writer.stats().commits - commits == 2
 
 
-def test_batches_are_capped_at_max_batch(make_writer, timer):
-    writer = make_writer(WriterConfig(max_batch=4))
-    blocker = Blocker(timer)
+def inserts_behind(writer: Writer, blocker: Blocker, count: int) -> int:
+    """Queues `count` inserts while `blocker` holds the writer, releases it, checks that every
+    insert succeeded, and returns how many commits all of it took."""
     held = blocker.hold(writer)
     commits = writer.stats().commits
-    futures = [writer.submit(insert(f"k{i}")) for i in range(10)]
+    futures = [writer.submit(insert(f"k{i}")) for i in range(count)]
     blocker.release()
     held.result(WAIT)
-    assert [f.result(WAIT) for f in futures] == [f"k{i}" for i in range(10)]
-    assert writer.stats().commits - commits == 1 + 3  # the blocker, then 4 + 4 + 2
+    assert [f.result(WAIT) for f in futures] == [f"k{i}" for i in range(count)]
+    return writer.stats().commits - commits
+
+
+def test_batches_are_capped_at_max_batch(make_writer, timer):
+    writer = make_writer(WriterConfig(max_batch=4))
+    assert inserts_behind(writer, Blocker(timer), 10) == 1 + 3  # the blocker, then 4 + 4 + 2
 
 
 def test_owners_take_turns_in_the_queue(writer, timer):
@@ -206,14 +211,8 @@ def test_past_its_budget_a_batch_still_takes_a_newcomers_job(make_writer, timer)
 
 
 def test_jobs_queued_while_a_batch_runs_join_it(writer):
-    blocker = Blocker()  # keeps its batch open: the budget's timer stands still
-    held = blocker.hold(writer)
-    commits = writer.stats().commits
-    futures = [writer.submit(insert(f"k{i}")) for i in range(5)]
-    blocker.release()
-    held.result(WAIT)
-    assert [f.result(WAIT) for f in futures] == [f"k{i}" for i in range(5)]
-    assert writer.stats().commits - commits == 1
+    # Without the timer the blocker keeps its batch open: the budget's clock stands still.
+    assert inserts_behind(writer, Blocker(), 5) == 1
 
 
 def test_futures_resolve_only_after_commit(writer, db_path):
