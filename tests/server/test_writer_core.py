@@ -8,6 +8,7 @@ import asyncio
 import concurrent.futures
 import sqlite3
 import threading
+import time
 
 import pytest
 
@@ -105,6 +106,14 @@ def test_a_failing_job_rolls_back_alone(writer, db_path, timer):
     assert writer.stats().commits - commits == 2
 
 
+async def queued(writer: Writer, jobs: int) -> None:
+    """Returns once the writer's queue holds `jobs` jobs (polled, with a deadline)."""
+    deadline = time.monotonic() + WAIT
+    while writer.stats().queue_depth < jobs:
+        assert time.monotonic() < deadline, f"the queue never held {jobs} jobs"
+        await asyncio.sleep(0.001)
+
+
 def inserts_behind(writer: Writer, blocker: Blocker, count: int) -> int:
     """Queues `count` inserts while `blocker` holds the writer, releases it, checks that every
     insert succeeded, and returns how many commits all of it took."""
@@ -140,9 +149,9 @@ def test_owners_take_turns_in_the_queue(writer, timer):
         blocker = Blocker(timer)
         held = blocker.hold(writer)
         hog = asyncio.create_task(submit("hog", [f"hog{i}" for i in range(6)]))
-        await asyncio.sleep(0)  # the hog's six jobs are queued first
+        await queued(writer, 6)  # the hog's six jobs are queued first
         others = [asyncio.create_task(submit(name, [name])) for name in ("v1", "v2")]
-        await asyncio.sleep(0)
+        await queued(writer, 8)
         blocker.release()
         await asyncio.wrap_future(held)
         return await hog, [await task for task in others]
@@ -196,9 +205,9 @@ def test_past_its_budget_a_batch_still_takes_a_newcomers_job(make_writer, timer)
         blocker = Blocker(timer)
         held = blocker.hold(writer)
         hog = asyncio.create_task(submit("hog", ["hog0", "hog1", "hog2"], uses_budget=True))
-        await asyncio.sleep(0)
+        await queued(writer, 3)
         calm = asyncio.create_task(submit("calm", ["calm0"]))
-        await asyncio.sleep(0)
+        await queued(writer, 4)
         blocker.release()
         await asyncio.wrap_future(held)
         await asyncio.gather(hog, calm)
