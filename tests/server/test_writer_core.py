@@ -238,6 +238,22 @@ def test_futures_resolve_only_after_commit(writer, db_path):
     assert "x" in keys(db_path)
 
 
+def test_a_job_that_joins_a_running_batch_acts_no_earlier_than_it_was_queued(make_writer):
+    clock = FakeClock(5_000)
+    writer = make_writer(clock=clock)
+    blocker = Blocker()  # keeps its batch open, so the later jobs join it
+    held = blocker.hold(writer)  # the batch read its `now` at 5,000
+    clock.advance(9)
+    late = writer.submit(lambda tx: tx.now_ms)
+    clock.advance(1)
+    later = writer.submit(lambda tx: tx.now_ms)
+    commits = writer.stats().commits
+    blocker.release()
+    held.result(WAIT)
+    assert (late.result(WAIT), later.result(WAIT)) == (5_009, 5_010)
+    assert writer.stats().commits - commits == 1  # all in the blocker's batch
+
+
 def test_jobs_of_a_batch_share_one_now(make_writer, timer):
     clock = FakeClock(5_000)
     writer = make_writer(clock=clock)
