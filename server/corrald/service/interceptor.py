@@ -144,6 +144,15 @@ def _lenient(deserializer):
     return parse
 
 
+async def _wait_for_place(gate: _Gate, context: grpc.aio.ServicerContext) -> None:
+    """The slow half of entering a lane (after `try_enter` said no): wait in line,
+    or end the call with the refusal."""
+    try:
+        await gate.wait_to_enter()
+    except Exception as error:
+        await _abort(context, error)
+
+
 def _wrap(handler: grpc.RpcMethodHandler, identity: Identity, gate: _Gate) -> grpc.RpcMethodHandler:
     """Our methods get the caller's identity and wait for their lane; the request
     bytes are parsed only once the call's turn comes (a waiting call costs no CPU)."""
@@ -163,10 +172,7 @@ def _wrap(handler: grpc.RpcMethodHandler, identity: Identity, gate: _Gate) -> gr
 
         async def unary_unary(data, context):
             if not gate.try_enter():
-                try:
-                    await gate.wait_to_enter()
-                except Exception as error:
-                    await _abort(context, error)
+                await _wait_for_place(gate, context)
             try:
                 return await call(behavior, data, context)
             except Exception as error:
@@ -182,10 +188,7 @@ def _wrap(handler: grpc.RpcMethodHandler, identity: Identity, gate: _Gate) -> gr
 
         async def unary_stream(data, context):
             if not gate.try_enter():
-                try:
-                    await gate.wait_to_enter()
-                except Exception as error:
-                    await _abort(context, error)
+                await _wait_for_place(gate, context)
             try:
                 async for response in call(behavior, data, context):
                     yield response
