@@ -11,6 +11,7 @@ import click
 
 from .config import WriterConfig
 from .service.admission import AdmissionConfig
+from .service.pacing import PacingConfig
 from .service.server import ConfigError, ServeConfig, serve
 from .statedir import StateDirError
 
@@ -53,18 +54,22 @@ def main() -> None:
 @click.option("--waiting-per-identity", type=click.IntRange(0, 100_000),
               default=AdmissionConfig.waiting_per_identity, show_default=True,
               help="Calls of one caller that may wait for a place before more are refused (RESOURCE_EXHAUSTED).")
+@click.option("--pacing-slack", type=click.FloatRange(min=0), default=PacingConfig.slack, show_default=True,
+              help="While the daemon is busy, a teammate starting calls faster than this many times the team's "
+                   "mean rate waits for its turn; 0 turns this off.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--log-level", default="info", show_default=True)
 def serve_command(state_dir: pathlib.Path, listen: str | None, metrics: str | None, tls_cert: pathlib.Path | None,
                   tls_key: pathlib.Path | None, synchronous: str, calls_per_identity: int, streams_per_identity: int,
-                  waiting_per_identity: int, log_format: str, log_level: str) -> None:
+                  waiting_per_identity: int, pacing_slack: float, log_format: str, log_level: str) -> None:
     """Serve one board until SIGTERM."""
     _configure_logging(log_level, log_format)
     config = ServeConfig(
         state_dir=state_dir, listen=listen, metrics=metrics, tls_cert=tls_cert, tls_key=tls_key,
         writer=WriterConfig(synchronous=synchronous.upper()),
         admission=AdmissionConfig(calls_per_identity=calls_per_identity, streams_per_identity=streams_per_identity,
-                                  waiting_per_identity=waiting_per_identity),
+                                  waiting_per_identity=waiting_per_identity,
+                                  pacing=PacingConfig(slack=pacing_slack)),
     )
     try:
         code = serve(config)

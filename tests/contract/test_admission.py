@@ -109,3 +109,20 @@ def test_a_refused_call_is_answered_without_parsing_its_request(corrald):
         return True
 
     poll_until(parsed_and_refused, timeout=5, what="the malformed request to reach the parser")
+
+
+@pytest.mark.timeout(60)
+def test_a_waiting_call_is_refused_before_its_deadline_not_left_to_time_out(corrald):
+    """A call waits for a place at most until just before its own deadline, then hears
+    OVERLOADED with RetryInfo: the caller learns when to come back, not just that time ran out."""
+    daemon = corrald(extra_args=["--streams-per-identity", "1"])
+    daemon.create_tasks(spec("a"))
+    holder = daemon.watch(0)
+    holder.next(5)  # holds the lead's one stream place; the default wait is far longer than 1 s
+    raw = daemon.channel.unary_stream("/corral.v1.LeadService/Watch")
+    request = pb.WatchRequest().SerializeToString()
+    refused = rpc_error(lambda: list(raw(request, metadata=daemon.lead.metadata, timeout=1.0)))
+    found = assert_status(refused, grpc.StatusCode.RESOURCE_EXHAUSTED, reason="OVERLOADED")
+    assert found.get("retry_info") is not None
+    holder.cancel()
+    assert daemon.stats().refused_calls == 1

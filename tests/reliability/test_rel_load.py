@@ -418,10 +418,11 @@ def test_flooding_identity_does_not_starve_others(flood_fairness, figures):
     assert set(f["victim_refusals"]) <= {"RESOURCE_EXHAUSTED"}
 
 
-# The issue's target is 2x; measured ratios on the 2-core test machine range from 1.7x to 3.9x
-# (see server/DESIGN.md, "One caller cannot crowd out the others"). Without per-identity lanes
-# the ratio was about 67x; this bound catches a return to anything like that.
-FLOODED_P99_RATIO_BOUND = 6.0
+# The issue's target is 2x; measured ratios on the 2-core test machine range from 1.4x to 2.2x,
+# and the unloaded baseline alone varies by a third between runs (see server/DESIGN.md, "One
+# caller cannot crowd out the others"). Without per-identity lanes the ratio was about 67x, with
+# lanes alone 6.5-7x; this bound catches a return to anything like either.
+FLOODED_P99_RATIO_BOUND = 4.0
 
 
 @pytest.mark.timeout(pick(60, 200))

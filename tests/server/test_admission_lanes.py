@@ -1,5 +1,6 @@
 """Per-identity admission lanes (service/admission.py): bounded running and waiting calls per
-identity, first come first served, no place lost when a waiting caller gives up."""
+identity, first come first served, no place lost when a waiting caller gives up, no free place
+left idle unless pacing holds it back, and a waiting call refused before its deadline."""
 
 from __future__ import annotations
 
@@ -12,10 +13,31 @@ from hypothesis import strategies as st
 
 from corrald import errors
 from corrald.service.admission import Admission, AdmissionConfig
+from corrald.service.pacing import Pacer, PacingConfig
 
 RUNNING, WAITING, TOTAL = 1, 2, 3
 NO_EXPIRY = AdmissionConfig(calls_per_identity=RUNNING, waiting_per_identity=WAITING, waiting_total=TOTAL,
-                            wait_ms=3_600_000)
+                            wait_ms=3_600_000, pacing=PacingConfig(slack=0))
+# Busy for 2 ms after another caller's start, on the fake clock; held lanes are looked at
+# again every 2 ms of real time. A slack below 1 holds back even teammates of equal load,
+# so that short scripts reach the held paths often.
+PACING = PacingConfig(slack=0.5, busy_window_ms=2)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _eventually(condition, what: str, timeout: float = 2.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.001)
 
 
 async def _settle() -> None:
@@ -35,8 +57,9 @@ class _Call:
 class _Model:
     """Drives an Admission with tasks and checks its promises after every step."""
 
-    def __init__(self, admission: Admission) -> None:
+    def __init__(self, admission: Admission, pacer: Pacer | None = None) -> None:
         self.admission = admission
+        self.pacer = pacer
         self.calls: list[_Call] = []
         self.grant_order: dict[str, list[int]] = {}
 
@@ -49,8 +72,10 @@ class _Model:
         self.calls.append(call)
         await _settle()
         refused = call.task.done() and isinstance(call.task.exception(), errors.Overloaded)
-        must_refuse = running_before >= RUNNING and (waiting_before >= WAITING or total_before >= TOTAL)
-        assert refused == must_refuse, (refused, running_before, waiting_before, total_before)
+        line_full = waiting_before >= WAITING or total_before >= TOTAL
+        place_free = running_before < RUNNING and waiting_before == 0
+        # Pacing may hold back a call that finds a free place, but never refuses one.
+        assert refused == (line_full and not place_free), (refused, running_before, waiting_before, total_before)
         if refused:
             assert call.task.exception().retry_after_ms > 0
 
@@ -85,38 +110,57 @@ class _Model:
     def identities(self) -> set[str]:
         return {c.identity for c in self.calls}
 
-    def check(self) -> None:
+    def may_start(self, identity: str) -> bool:
+        return self.pacer is None or self.pacer.may_start(identity)
+
+    def idle_place(self, identity: str) -> bool:
+        """A call waits while its lane has a free place and pacing does not hold it back."""
+        return self.waiting(identity) > 0 and self.running(identity) < RUNNING and self.may_start(identity)
+
+    async def check(self) -> None:
         for identity in self.identities():
-            running, waiting = self.running(identity), self.waiting(identity)
+            running = self.running(identity)
             assert running <= RUNNING, f"{identity} has {running} running"
-            assert waiting == 0 or running == RUNNING, f"{identity} waits with a free place"
+            if self.pacer is None:
+                assert not self.idle_place(identity), f"{identity} waits with a free place"
+            else:  # a lane pacing let go of is looked at again within the busy window
+                await _eventually(lambda i=identity: not self.idle_place(i), f"{identity}'s free place to be taken")
             order = self.grant_order.get(identity, [])
             assert order == sorted(order), f"{identity} served out of order: {order}"
 
 
 operations = st.lists(st.tuples(st.sampled_from(["enter", "enter", "leave", "cancel"]), st.sampled_from(["ann", "bob"]),
-                                st.integers(0, 20)), max_size=60)
+                                st.integers(0, 20), st.sampled_from([0.0, 0.0, 0.0, 0.0, 0.0005, 0.001, 0.003, 0.3])),
+                      max_size=60)
 
 
-@pytest.mark.timeout(120)
-@settings(max_examples=500, deadline=None)
-@given(operations)
-def test_lanes_bound_running_and_waiting_serve_in_order_and_leak_nothing(script):
+@pytest.mark.timeout(300)
+@settings(max_examples=300, deadline=None)
+@given(operations, st.booleans())
+def test_lanes_bound_running_and_waiting_serve_in_order_and_leak_nothing(script, paced):
+    """With pacing on, the fake clock moves by each step's pause; pacing may hold a free place
+    back, but never past the moment it would let the call start."""
     async def run() -> None:
-        admission = Admission(NO_EXPIRY)
-        model = _Model(admission)
-        for op, identity, pick in script:
+        clock = _Clock()
+        pacer = Pacer(PACING, clock=clock) if paced else None
+        admission = Admission(NO_EXPIRY, pacer=pacer)
+        model = _Model(admission, pacer)
+        for op, identity, pick, pause in script:
+            clock.now += pause
             if op == "enter":
                 await model.enter(identity)
             elif op == "leave":
                 await model.leave(pick)
             else:
                 await model.cancel(pick)
-            model.check()
-        # Everyone still holding a place leaves; nobody is left waiting and no lane remains.
+            await model.check()
+        # Everyone still holding a place leaves, one call a second: nobody is left waiting and no
+        # lane remains.
         while any(model.is_running(c) for c in model.calls) or any(not c.task.done() for c in model.calls):
-            await model.leave(0)
-            model.check()
+            clock.now += 1
+            if any(model.is_running(c) for c in model.calls):
+                await model.leave(0)
+            await model.check()
         assert admission.lanes_in_use() == 0
 
     asyncio.run(run())
@@ -153,6 +197,71 @@ def test_lanes_are_per_identity_and_per_kind():
         assert admission.refused == 3
         for identity, kind in (("ann", "write"), ("ann", "read"), ("ann", "stream"), ("bob", "write")):
             admission.leave(identity, kind)
+        assert admission.lanes_in_use() == 0
+
+    asyncio.run(run())
+
+
+@pytest.mark.timeout(30)
+def test_a_waiting_call_is_refused_just_before_its_deadline():
+    async def run() -> None:
+        admission = Admission(NO_EXPIRY)  # would otherwise wait an hour
+        await admission.enter("ann", "write")
+        assert not admission.try_enter("ann", "write")
+        with pytest.raises(errors.Overloaded) as refused:
+            await asyncio.wait_for(admission.wait_for_place("ann", "write", time_remaining=0.2), 10)
+        assert refused.value.retry_after_ms > 0
+        assert not admission.try_enter("ann", "write")
+        with pytest.raises(errors.Overloaded):  # no time left at all: refused at once
+            await asyncio.wait_for(admission.wait_for_place("ann", "write", time_remaining=0.0), 10)
+        admission.leave("ann", "write")
+        assert admission.lanes_in_use() == 0 and admission.waiting == 0
+
+    asyncio.run(run())
+
+
+@pytest.mark.timeout(30)
+def test_a_teammate_above_its_share_waits_while_others_call_and_starts_once_they_go_quiet():
+    async def run() -> None:
+        clock = _Clock()
+        pacer = Pacer(PacingConfig(slack=1.25, busy_window_ms=5, max_hold_ms=3_600_000), clock=clock)
+        admission = Admission(AdmissionConfig(wait_ms=3_600_000), pacer=pacer)
+        for identity in ("ann", "ann", "ann", "ann", "bob"):
+            await admission.enter(identity, "write")
+            admission.leave(identity, "write")
+        await admission.enter("bob", "write")  # bob is busy now; ann has sent 5 calls to bob's 2
+        held = asyncio.ensure_future(admission.enter("ann", "write"))
+        await _settle()
+        assert not held.done(), "ann started above its share while bob was calling"
+        # The Lead is never held, however many calls it starts.
+        for _ in range(20):
+            assert admission.try_enter("lead", "write", is_lead=True)
+            admission.leave("lead", "write")
+        assert not held.done()
+        clock.now += 1  # everyone goes quiet: the held call starts without anyone's call ending
+        await asyncio.wait_for(held, 5)
+        admission.leave("ann", "write")
+        admission.leave("bob", "write")
+        assert admission.lanes_in_use() == 0
+
+    asyncio.run(run())
+
+
+@pytest.mark.timeout(30)
+def test_pacing_holds_a_call_back_for_at_most_max_hold_ms_while_the_others_keep_calling():
+    async def run() -> None:
+        clock = _Clock()  # frozen: bob called just now, for as long as the test runs
+        pacer = Pacer(PacingConfig(slack=1.25, busy_window_ms=3_600_000, max_hold_ms=20), clock=clock)
+        admission = Admission(AdmissionConfig(wait_ms=3_600_000), pacer=pacer)
+        for identity in ("ann", "ann", "ann", "ann", "bob"):
+            await admission.enter(identity, "write")
+            admission.leave(identity, "write")
+        await admission.enter("bob", "write")
+        assert not pacer.may_start("ann")  # and never will on this clock
+        for _ in range(3):  # each call in turn is let go once it has been held for 20 ms
+            await asyncio.wait_for(admission.enter("ann", "write"), 5)
+            admission.leave("ann", "write")
+        admission.leave("bob", "write")
         assert admission.lanes_in_use() == 0
 
     asyncio.run(run())

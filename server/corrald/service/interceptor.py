@@ -87,7 +87,7 @@ class CorralInterceptor(grpc.aio.ServerInterceptor):
             return _refusing(handler, error)
         if not ours:
             return handler  # server reflection: the credential check is all it needs
-        return _wrap(handler, identity, _Gate(self._admission, identity.name, _lane(method, handler)))
+        return _wrap(handler, identity, _Gate(self._admission, identity, _lane(method, handler)))
 
 
 def _lane(method: str, handler: grpc.RpcMethodHandler) -> LaneKind:
@@ -99,16 +99,16 @@ def _lane(method: str, handler: grpc.RpcMethodHandler) -> LaneKind:
 class _Gate:
     """One call's place in its identity's lane (see admission.py)."""
 
-    __slots__ = ("admission", "identity", "kind")
+    __slots__ = ("admission", "identity", "kind", "is_lead")
 
-    def __init__(self, admission: Admission, identity: str, kind: LaneKind) -> None:
-        self.admission, self.identity, self.kind = admission, identity, kind
+    def __init__(self, admission: Admission, identity: Identity, kind: LaneKind) -> None:
+        self.admission, self.identity, self.kind, self.is_lead = admission, identity.name, kind, identity.is_lead
 
     def try_enter(self) -> bool:
-        return self.admission.try_enter(self.identity, self.kind)
+        return self.admission.try_enter(self.identity, self.kind, is_lead=self.is_lead)
 
-    async def wait_to_enter(self) -> None:
-        await self.admission.wait_for_place(self.identity, self.kind)
+    async def wait_to_enter(self, time_remaining: float | None) -> None:
+        await self.admission.wait_for_place(self.identity, self.kind, time_remaining)
 
     def leave(self) -> None:
         self.admission.leave(self.identity, self.kind)
@@ -148,7 +148,7 @@ async def _wait_for_place(gate: _Gate, context: grpc.aio.ServicerContext) -> Non
     """The slow half of entering a lane (after `try_enter` said no): wait in line,
     or end the call with the refusal."""
     try:
-        await gate.wait_to_enter()
+        await gate.wait_to_enter(context.time_remaining())
     except Exception as error:
         await _abort(context, error)
 

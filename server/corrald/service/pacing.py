@@ -1,0 +1,144 @@
+"""Keeps one teammate from taking more than its share of a busy daemon.
+
+A lane bounds how many calls one caller runs at once, not how often it sends
+them. A caller that always has its next call waiting starts it the moment the
+last one ends, while a teammate making one call at a time loses a client round
+trip between calls; on a busy daemon every call the first one runs is time
+the others wait. So admission also compares how often teammates call.
+
+Each teammate's *rate* is the number of unary calls it sent (started, waiting
+or refused: what it asks for, not what it got), halving every `HALF_LIFE_S`.
+While the daemon is busy with others (another caller sent a call within the
+last `busy_window_ms`), a teammate whose rate is above `slack` times the mean
+rate of the teammates active lately waits before its next call starts, until
+the others' calls raise the mean or its own rate decays, and for no longer
+than `max_hold_ms`. Once the others go quiet for that long, nobody is held
+back.
+
+"Busy" is about calls arriving, not about calls running: a teammate's call
+spends most of its time in transport, so even a saturated daemon often has no
+call of the others inside a handler at the instant a flooder's call ends.
+
+The Lead is never held back and not counted in the mean: its calls are the
+team's own work. They do make the daemon busy.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import time
+from typing import Callable
+
+# A rate forgets half of what it counted in this long: long enough that one
+# burst does not decide, short enough to follow a caller that starts flooding.
+HALF_LIFE_S = 0.5
+_DECAY_PER_S = math.log(2) / HALF_LIFE_S
+# A teammate that sent no call for this long no longer counts as active.
+ACTIVE_S = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class PacingConfig:
+    # How far above the mean rate a teammate may go while the daemon is busy;
+    # 0 turns pacing off. Above 1, so that teammates of equal load, whose rates
+    # wander around the mean, are not held back.
+    slack: float = 1.25
+    # The daemon counts as busy with others for this long after another
+    # caller's call arrives. Long enough to bridge the gaps between a busy
+    # team's calls (a client round trip, a collector pause): at 20 ms a
+    # flooder still found enough gaps to keep most of its rate.
+    busy_window_ms: float = 100.0
+    # No call is held back longer than this, however far above the mean its
+    # teammate is: pacing may slow an honest teammate whose work simply takes
+    # more calls than its peers' (a renewal must not wait until its lease ends),
+    # and at the flooder's paced rate a call is held for a few ms.
+    max_hold_ms: float = 50.0
+
+
+class _Teammate:
+    __slots__ = ("rate", "last_call")
+
+    def __init__(self) -> None:
+        self.rate = 0.0  # as of `last_call`
+        self.last_call = 0.0
+
+
+class Pacer:
+    """Event-loop only, like Admission. `arrived` is told of every unary call as it arrives."""
+
+    def __init__(self, config: PacingConfig = PacingConfig(), clock: Callable[[], float] = time.monotonic) -> None:
+        self._config = config
+        self._clock = clock
+        # Active teammates, least recently calling first (so pruning looks only at the front).
+        self._teammates: collections.OrderedDict[str, _Teammate] = collections.OrderedDict()
+        self._total_rate = 0.0  # of the active teammates, as of `_total_stamp`
+        self._total_stamp = 0.0
+        self._lead_last_call = -math.inf
+
+    @property
+    def busy_window_s(self) -> float:
+        return self._config.busy_window_ms / 1000
+
+    @property
+    def max_hold_s(self) -> float:
+        return self._config.max_hold_ms / 1000
+
+    def arrived(self, identity: str, *, counted: bool) -> None:
+        now = self._clock()
+        if not counted:
+            self._lead_last_call = now
+            return
+        self._forget_inactive(now)  # one back after a quiet spell starts afresh
+        teammate = self._teammates.get(identity)
+        if teammate is None:
+            teammate = self._teammates[identity] = _Teammate()
+        else:
+            self._teammates.move_to_end(identity)
+        teammate.rate = _decayed(teammate.rate, teammate.last_call, now) + 1
+        teammate.last_call = now
+        self._total_rate = _decayed(self._total_rate, self._total_stamp, now) + 1
+        self._total_stamp = now
+
+    def may_start(self, identity: str) -> bool:
+        """False while `identity` is above its share of a busy daemon."""
+        if self._config.slack <= 0:
+            return True
+        teammate = self._teammates.get(identity)
+        now = self._clock()
+        if (teammate is None or teammate.last_call < now - ACTIVE_S  # quiet lately itself
+                or self._others_last_call(identity) < now - self.busy_window_s):
+            return True
+        self._forget_inactive(now)
+        active = len(self._teammates)
+        if active < 2:
+            return True
+        mean = _decayed(self._total_rate, self._total_stamp, now) / active
+        return _decayed(teammate.rate, teammate.last_call, now) <= self._config.slack * mean
+
+    def _others_last_call(self, identity: str) -> float:
+        latest = self._lead_last_call
+        for name in reversed(self._teammates):  # the most recent callers are at the end
+            if name != identity:
+                return max(latest, self._teammates[name].last_call)
+        return latest
+
+    def _forget_inactive(self, now: float) -> None:
+        horizon = now - ACTIVE_S
+        while self._teammates:
+            identity, oldest = next(iter(self._teammates.items()))
+            if oldest.last_call >= horizon:
+                return
+            del self._teammates[identity]
+            # The total stays the sum over active teammates: take this one's part out.
+            self._total_rate = max(0.0, _decayed(self._total_rate, self._total_stamp, now)
+                                   - _decayed(oldest.rate, oldest.last_call, now))
+            self._total_stamp = now
+
+    def active_teammates(self) -> int:
+        return len(self._teammates)
+
+
+def _decayed(value: float, stamp: float, now: float) -> float:
+    return value * math.exp((stamp - now) * _DECAY_PER_S)
