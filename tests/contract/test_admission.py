@@ -113,7 +113,7 @@ def test_a_refused_call_is_answered_without_parsing_its_request(corrald):
 
 @pytest.mark.timeout(60)
 def test_a_waiting_call_is_refused_before_its_deadline_not_left_to_time_out(corrald):
-    """A call waits for a place at most until just before its own deadline, then hears
+    """A call waits for a place for at most three quarters of its deadline, then hears
     OVERLOADED with RetryInfo: the caller learns when to come back, not just that time ran out."""
     daemon = corrald(extra_args=["--streams-per-identity", "1"])
     daemon.create_tasks(spec("a"))

@@ -1,6 +1,7 @@
 """Per-identity admission lanes (service/admission.py): bounded running and waiting calls per
 identity, first come first served, no place lost when a waiting caller gives up, no free place
-left idle unless pacing holds it back, and a waiting call refused before its deadline."""
+left idle unless pacing holds it back, and a waiting call refused while its deadline still leaves
+time to run it."""
 
 from __future__ import annotations
 
@@ -203,7 +204,7 @@ def test_lanes_are_per_identity_and_per_kind():
 
 
 @pytest.mark.timeout(30)
-def test_a_waiting_call_is_refused_just_before_its_deadline():
+def test_a_waiting_call_is_refused_while_its_deadline_leaves_time_to_run():
     async def run() -> None:
         admission = Admission(NO_EXPIRY)  # would otherwise wait an hour
         await admission.enter("ann", "write")

@@ -11,10 +11,10 @@ its lease waits behind that many of a flooder's jobs, not behind the
 flooder's whole backlog. A lane's unary calls may also wait for their turn
 while their teammate is above its share of a busy daemon (pacing.py).
 
-A call waits up to `wait_ms` (and never past its own deadline) before it is
-refused. Waiting is what a flooder's calls should do: each refusal is a whole
-call for the daemon to answer, and a flooder that ignores RetryInfo sends the
-next one at once.
+A call waits up to `wait_ms`, and at most three quarters of the time its
+deadline leaves, before it is refused. Waiting is what a flooder's calls
+should do: each refusal is a whole call for the daemon to answer, and a
+flooder that ignores RetryInfo sends the next one at once.
 """
 
 from __future__ import annotations
@@ -43,17 +43,21 @@ class AdmissionConfig:
     waiting_per_identity: int = 640
     waiting_total: int = 640
     # How long a call waits for its lane before it is refused: at least this,
-    # and up to half as long again (see `wait_for_place`), but never past the
-    # call's deadline.
+    # and up to half as long again (see `wait_for_place`), but at most three
+    # quarters of the time the call's deadline leaves.
     wait_ms: int = 10_000
     # The pause a refused caller is asked to take (RetryInfo).
     retry_after_ms: int = 250
     pacing: PacingConfig = PacingConfig()
 
 
-# A waiting call is refused this long before its deadline, so that the caller
-# hears RetryInfo rather than DEADLINE_EXCEEDED.
-_DEADLINE_MARGIN_S = 0.05
+# A call with a deadline waits at most this share of the time it has left and
+# keeps the rest for running: one let in just before its deadline would be
+# work for nobody (the client gives up before the writer gets to it), and a
+# refusal in time tells the caller when to come back, where DEADLINE_EXCEEDED
+# does not. Refusing 50 ms before the deadline was tried: under the
+# reliability suite's 10x overload, 50 ms was not enough (see server/DESIGN.md).
+_WAIT_SHARE_OF_DEADLINE = 0.75
 
 
 class _Lane:
@@ -120,7 +124,7 @@ class Admission:
         # as the whole wave of refusals takes (100 ms for a few hundred).
         wait_s = self._config.wait_ms / 1000 * (1 + random.random() / 2)
         if time_remaining is not None:
-            wait_s = max(0.0, min(wait_s, time_remaining - _DEADLINE_MARGIN_S))
+            wait_s = max(0.0, min(wait_s, time_remaining * _WAIT_SHARE_OF_DEADLINE))
         expiry = loop.call_later(wait_s, _expire, turn)
         lane.waiting.append(turn)
         if lane.running < self._limit(kind):
