@@ -228,3 +228,14 @@ class Blocker:
 
     def release(self) -> None:
         self.go.set()
+
+
+class SecondsClock:
+    """A monotonic clock in float seconds (like `time.monotonic`) that moves only when a test
+    sets `now`; for the admission pacer, whose steps are finer than FakeClock's milliseconds."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now

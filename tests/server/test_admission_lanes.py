@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from boardkit import SecondsClock
 from corrald import errors
 from corrald.service.admission import Admission, AdmissionConfig
 from corrald.service.pacing import Pacer, PacingConfig
@@ -23,14 +24,6 @@ NO_EXPIRY = AdmissionConfig(calls_per_identity=RUNNING, waiting_per_identity=WAI
 # again every 2 ms of real time. A slack below 1 holds back even teammates of equal load,
 # so that short scripts reach the held paths often.
 PACING = PacingConfig(slack=0.5, busy_window_ms=2)
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def _eventually(condition, what: str, timeout: float = 2.0) -> None:
@@ -142,7 +135,7 @@ def test_lanes_bound_running_and_waiting_serve_in_order_and_leak_nothing(script,
     """With pacing on, the fake clock moves by each step's pause; pacing may hold a free place
     back, but never past the moment it would let the call start."""
     async def run() -> None:
-        clock = _Clock()
+        clock = SecondsClock()
         pacer = Pacer(PACING, clock=clock) if paced else None
         admission = Admission(NO_EXPIRY, pacer=pacer)
         model = _Model(admission, pacer)
@@ -221,16 +214,22 @@ def test_a_waiting_call_is_refused_while_its_deadline_leaves_time_to_run():
     asyncio.run(run())
 
 
+async def _ann_far_above_the_mean_while_bob_calls(admission: Admission) -> None:
+    """Ann has sent 5 calls to bob's 2 (her next one is a sixth: above 1.25 times the mean), and
+    bob holds a call: the daemon is busy with him. The caller must leave bob's call."""
+    for identity in ("ann", "ann", "ann", "ann", "bob"):
+        await admission.enter(identity, "write")
+        admission.leave(identity, "write")
+    await admission.enter("bob", "write")
+
+
 @pytest.mark.timeout(30)
 def test_a_teammate_above_its_share_waits_while_others_call_and_starts_once_they_go_quiet():
     async def run() -> None:
-        clock = _Clock()
+        clock = SecondsClock()
         pacer = Pacer(PacingConfig(slack=1.25, busy_window_ms=5, max_hold_ms=3_600_000), clock=clock)
         admission = Admission(AdmissionConfig(wait_ms=3_600_000), pacer=pacer)
-        for identity in ("ann", "ann", "ann", "ann", "bob"):
-            await admission.enter(identity, "write")
-            admission.leave(identity, "write")
-        await admission.enter("bob", "write")  # bob is busy now; ann has sent 5 calls to bob's 2
+        await _ann_far_above_the_mean_while_bob_calls(admission)
         held = asyncio.ensure_future(admission.enter("ann", "write"))
         await _settle()
         assert not held.done(), "ann started above its share while bob was calling"
@@ -251,13 +250,10 @@ def test_a_teammate_above_its_share_waits_while_others_call_and_starts_once_they
 @pytest.mark.timeout(30)
 def test_pacing_holds_a_call_back_for_at_most_max_hold_ms_while_the_others_keep_calling():
     async def run() -> None:
-        clock = _Clock()  # frozen: bob called just now, for as long as the test runs
+        clock = SecondsClock()  # frozen: bob called just now, for as long as the test runs
         pacer = Pacer(PacingConfig(slack=1.25, busy_window_ms=3_600_000, max_hold_ms=20), clock=clock)
         admission = Admission(AdmissionConfig(wait_ms=3_600_000), pacer=pacer)
-        for identity in ("ann", "ann", "ann", "ann", "bob"):
-            await admission.enter(identity, "write")
-            admission.leave(identity, "write")
-        await admission.enter("bob", "write")
+        await _ann_far_above_the_mean_while_bob_calls(admission)
         assert not pacer.may_start("ann")  # and never will on this clock
         for _ in range(3):  # each call in turn is let go once it has been held for 20 ms
             await asyncio.wait_for(admission.enter("ann", "write"), 5)

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from boardkit import SecondsClock
 from corrald.service.pacing import ACTIVE_S, HALF_LIFE_S, Pacer, PacingConfig
 
 pytestmark = pytest.mark.timeout(60)
@@ -17,15 +18,7 @@ pytestmark = pytest.mark.timeout(60)
 CONFIG = PacingConfig(slack=1.25, busy_window_ms=100)
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _run(pacer: Pacer, clock: _Clock, steady: dict[str, float], flooder_every_s: float | None,
+def _run(pacer: Pacer, clock: SecondsClock, steady: dict[str, float], flooder_every_s: float | None,
          seconds: float) -> dict[str, tuple[int, int]]:
     """Steady teammates send a call every `1/rate` s; a flooder always has one call waiting,
     looked at every `flooder_every_s`, and sends the next the moment one starts.
@@ -53,7 +46,7 @@ def _run(pacer: Pacer, clock: _Clock, steady: dict[str, float], flooder_every_s:
 
 
 def test_a_flooder_beside_a_busy_team_is_held_near_the_mean_and_the_team_never_waits():
-    clock = _Clock()
+    clock = SecondsClock()
     pacer = Pacer(CONFIG, clock=clock)
     team = {f"t{i}": 120.0 for i in range(10)}
     _run(pacer, clock, team, flooder_every_s=0.0005, seconds=1)  # past the first calls, when rates are few
@@ -68,7 +61,7 @@ def test_a_flooder_beside_a_busy_team_is_held_near_the_mean_and_the_team_never_w
 
 
 def test_nobody_is_held_back_alone():
-    clock = _Clock()
+    clock = SecondsClock()
     pacer = Pacer(CONFIG, clock=clock)
     counts = _run(pacer, clock, {}, flooder_every_s=0.001, seconds=3)
     started, held = counts["flooder"]
@@ -76,7 +69,7 @@ def test_nobody_is_held_back_alone():
 
 
 def test_beside_a_quiet_team_a_busy_teammate_is_held_only_just_after_the_others_call():
-    clock = _Clock()
+    clock = SecondsClock()
     pacer = Pacer(CONFIG, clock=clock)
     counts = _run(pacer, clock, {"quiet": 2.0}, flooder_every_s=0.001, seconds=10)
     started, held = counts["flooder"]
@@ -86,7 +79,7 @@ def test_beside_a_quiet_team_a_busy_teammate_is_held_only_just_after_the_others_
 
 
 def test_the_lead_is_never_held_nor_counted_but_keeps_the_daemon_busy():
-    clock = _Clock()
+    clock = SecondsClock()
     pacer = Pacer(CONFIG, clock=clock)
     for _ in range(50):
         assert pacer.may_start("lead")  # the Lead's lane never asks; the answer would be yes anyway
@@ -106,7 +99,7 @@ def test_the_lead_is_never_held_nor_counted_but_keeps_the_daemon_busy():
 
 
 def test_teammates_that_go_quiet_are_forgotten_with_their_share():
-    clock = _Clock()
+    clock = SecondsClock()
     pacer = Pacer(CONFIG, clock=clock)
     _run(pacer, clock, {f"t{i}": 50.0 for i in range(5)}, flooder_every_s=None, seconds=2)
     assert pacer.active_teammates() == 5
@@ -123,7 +116,7 @@ def test_teammates_that_go_quiet_are_forgotten_with_their_share():
 
 
 def test_slack_zero_turns_pacing_off():
-    clock = _Clock()
+    clock = SecondsClock()
     pacer = Pacer(PacingConfig(slack=0), clock=clock)
     counts = _run(pacer, clock, {f"t{i}": 100.0 for i in range(5)}, flooder_every_s=0.001, seconds=2)
     assert counts["flooder"][1] == 0
@@ -139,7 +132,7 @@ SCHEDULE = st.lists(st.tuples(st.sampled_from(["a", "b", "c", "d", "lead"]),
 def test_may_start_matches_a_model_recomputed_from_the_whole_history(schedule):
     """The model keeps every call and recomputes, for each question, each teammate's exactly
     decayed rate, who is active, the mean and whether the others were busy."""
-    clock = _Clock()
+    clock = SecondsClock()
     pacer = Pacer(CONFIG, clock=clock)
     calls: list[tuple[float, str]] = []
     for who, pause in schedule:
