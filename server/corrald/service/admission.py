@@ -112,7 +112,7 @@ class Admission:
 
     async def wait_for_place(self, identity: str, kind: LaneKind, time_remaining: float | None = None) -> None:
         """The slow half of `enter`, right after `try_enter` said no: wait in line, or be refused.
-        `time_remaining` is the call's own deadline, if it has one."""
+        `time_remaining` is the time the call's own deadline leaves, if it has one."""
         key = (identity, kind)
         lane = self._lanes[key]
         if not self._may_wait(lane):

@@ -52,8 +52,9 @@ class PacingConfig:
     busy_window_ms: float = 100.0
     # No call is held back longer than this, however far above the mean its
     # teammate is: pacing may slow an honest teammate whose work simply takes
-    # more calls than its peers' (a renewal must not wait until its lease ends),
-    # and at the flooder's paced rate a call is held for a few ms.
+    # more calls than its peers' (a renewal must not wait until its lease
+    # ends). A flooder still gains little from it: past its share, each free
+    # place of its lane starts one call per 50 ms.
     max_hold_ms: float = 50.0
 
 
