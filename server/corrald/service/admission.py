@@ -151,7 +151,7 @@ class Admission:
         lane = self._lanes[key]
         lane.running -= 1
         self._pass_places(key, lane)
-        if lane.unary:
+        if lane.unary and self._held:  # every unary call ends here: nothing to copy when none is held
             self._pass_held_places()
 
     def _pass_held_places(self) -> None:
