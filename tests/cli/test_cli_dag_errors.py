@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import corral
-from corral.cli._dag import DagError, parse_dag
+from corral._dagfile import DagError, parse_dag
 
 
 @pytest.fixture(scope="module")

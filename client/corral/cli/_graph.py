@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import corral
 
-from ._output import state_name
+from corral._terminal.output import state_name
 
 # state -> (fill, stroke) shared by both formats
 _COLOURS = {

@@ -9,8 +9,8 @@ import click
 import corral
 
 from ._connect import CliError, connection_options, lead_session
-from ._dag import FORMATS, DagError, explain_create_error, load_dag
-from ._output import console, emit_json, task_detail, task_json, tasks_table
+from corral._dagfile import FORMATS, DagError, explain_create_error, load_dag
+from corral._terminal.output import console, emit_json, task_detail, task_json, tasks_table
 
 STATE_NAMES = [state.name.lower() for state in corral.TaskState]
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")

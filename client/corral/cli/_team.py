@@ -10,8 +10,8 @@ import click
 import corral
 
 from ._connect import CliError, connection_options, lead_session, resolve_target, translate_errors
-from ._events import REPLAY_LIMIT_SECONDS, EventPump, StreamEnded, replay
-from ._output import console, emit_json, iso, short, table, teammate_json, teammates_table
+from corral._terminal.events import REPLAY_LIMIT_SECONDS, EventPump, StreamEnded, replay
+from corral._terminal.output import console, emit_json, iso, short, table, teammate_json, teammates_table
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 

@@ -9,11 +9,11 @@ from rich.table import Table
 
 import corral
 
-from ._boardview import BoardModel, open_view
+from corral._terminal.boardview import BoardModel, open_view
 from ._connect import CliError, connection_options, lead_session, resolve_target, translate_errors
-from ._events import QUIET_SECONDS, REPLAY_LIMIT_SECONDS, EventPump, StreamEnded, describe, stamp
+from corral._terminal.events import QUIET_SECONDS, REPLAY_LIMIT_SECONDS, EventPump, StreamEnded, describe, stamp
 from ._graph import dot, mermaid
-from ._output import console, emit_json, emit_json_line, event_json, stats_json
+from corral._terminal.output import console, emit_json, emit_json_line, event_json, stats_json
 
 REFRESH_SECONDS = 0.1
 
@@ -67,7 +67,7 @@ def _pump_some(pump: EventPump, model: BoardModel) -> bool:
 
 
 def _catch_up(pump: EventPump, model: BoardModel) -> None:
-    """Apply events until the feed goes quiet (see `_events`), for a bounded time."""
+    """Apply events until the feed goes quiet (see `corral._terminal.events`), for a bounded time."""
     deadline = time.monotonic() + REPLAY_LIMIT_SECONDS
     while time.monotonic() < deadline and (event := pump.get(timeout=QUIET_SECONDS)) is not None:
         model.apply(event)

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import corral
-from corral.cli._boardview import BoardModel
-from corral.cli._output import first_line, short
+from corral._terminal.boardview import BoardModel
+from corral._terminal.output import first_line, short
 
 from .team import DemoFailed, Member
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import IO
 
 import corral
-from corral.cli._boardview import BoardModel, open_view
-from corral.cli._dag import DagError, DagFile, load_dag, parse_dag
-from corral.cli._events import EventPump, StreamEnded
+from corral._terminal.boardview import BoardModel, open_view
+from corral._dagfile import DagError, DagFile, load_dag, parse_dag
+from corral._terminal.events import EventPump, StreamEnded
 
 from .report import DemoReport, build_report, verify
 from .team import TEAM, DemoFailed, Team

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import corral
 
-from ._output import first_line, short, state_name
+from .output import first_line, short, state_name
 
 QUIET_SECONDS = 0.3
 REPLAY_LIMIT_SECONDS = 10.0

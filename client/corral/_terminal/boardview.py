@@ -24,7 +24,7 @@ from rich.text import Text
 
 import corral
 
-from ._output import first_line, short, state_name, styled
+from .output import first_line, short, state_name, styled
 
 HISTORY_LINES = 8
 PLAIN_PROGRESS_EVERY = 0.5
