@@ -23,10 +23,18 @@ def test_no_daemon_configured_is_a_usage_error(error_line):
 
 
 @pytest.mark.timeout(30)
-def test_state_dir_without_a_daemon_says_so(tmp_path, error_line):
+def test_state_dir_without_a_daemon_is_a_usage_error(tmp_path, error_line):
     result = run("tasks", "list", "--state-dir", str(tmp_path))
-    assert result.exit_code == 3
+    assert result.exit_code == 2
     assert f"no lead token at {tmp_path / 'lead.token'}" in error_line(result)
+
+
+@pytest.mark.timeout(30)
+def test_missing_state_dir_is_a_usage_error(tmp_path, error_line):
+    missing = tmp_path / "nonexistent"
+    result = run("--state-dir", str(missing), "tasks", "list")
+    assert result.exit_code == 2
+    assert error_line(result).startswith(f"corral: no state directory at {missing}")
 
 
 @pytest.mark.timeout(30)

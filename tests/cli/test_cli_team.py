@@ -88,6 +88,7 @@ def test_plans_list_and_approve_then_work_flows(cli, lead, start_teammate, until
 
     shutdown = cli("shutdown", "planner", "--wait", "--timeout", "20")
     assert shutdown.exit_code == 0, shutdown.stderr
+    assert shutdown.stdout.startswith("shutdown request sent to 'planner' (request ")
     assert "planner approved" in shutdown.stdout
     summary = mate.result()
     assert summary.exit_reason is corral.ExitReason.SHUTDOWN and summary.completed == 2

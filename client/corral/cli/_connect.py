@@ -125,14 +125,21 @@ def _lineage(ctx: click.Context) -> list[click.Context]:
 
 
 def _read_token(state_dir: Path) -> str:
+    # A directory without a lead token has no daemon configured in it, which
+    # the exit statuses count as a usage error (2), not as "cannot be reached".
     path = state_dir / LEAD_TOKEN_NAME
+    if not state_dir.is_dir():
+        raise CliError(
+            f"no state directory at {state_dir} (start a daemon there with `corral serve --state-dir {state_dir}`)",
+            EXIT_USAGE,
+        )
     try:
         return path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
         raise CliError(
             f"no lead token at {path} (is {state_dir} a corrald state directory? start one with "
             f"`corral serve --state-dir {state_dir}`)",
-            EXIT_UNREACHABLE,
+            EXIT_USAGE,
         ) from None
     except OSError as exc:
         raise CliError(f"cannot read the lead token {path}: {exc.strerror or exc}") from None

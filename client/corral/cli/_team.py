@@ -124,7 +124,7 @@ def shutdown_command(
             result.update(approve=answer.approve, reason=answer.reason)
         emit_json(result)
         return
-    click.echo(f"shutdown requested from {name!r} (request {request_id})")
+    click.echo(f"shutdown request sent to {name!r} (request {request_id})")
     if answer is not None:
         verdict = "approved" if answer.approve else "rejected"
         click.echo(f"{name} {verdict}" + (f": {answer.reason}" if answer.reason else ""))
