@@ -1,3 +1,5 @@
-from .cli import main
+import os
 
-main()
+from .cli import PROG_NAME_ENV, main
+
+main(prog_name=os.environ.pop(PROG_NAME_ENV, None) or "python -m corrald")

@@ -32,7 +32,12 @@ def _configure_logging(level: str, fmt: str) -> None:
     logging.basicConfig(level=level.upper(), handlers=[handler])
 
 
-@click.group()
+# `corral serve` runs this program in place and names itself here, so that
+# usage lines name the command the user actually typed.
+PROG_NAME_ENV = "CORRALD_PROG_NAME"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """corrald: the corral coordination daemon."""
 

@@ -27,6 +27,32 @@ def corral_command(*args: str) -> list[str]:
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+def test_serve_help_names_the_command_the_user_ran(flag):
+    shown = subprocess.run(corral_command("serve", flag), capture_output=True, text=True, timeout=30, check=False)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("Usage: corral serve [OPTIONS]")
+    assert "--state-dir" in shown.stdout
+
+
+@pytest.mark.timeout(60)
+def test_corrald_accepts_h_everywhere():
+    for args in (["-h"], ["serve", "-h"]):
+        shown = subprocess.run([sys.executable, "-m", "corrald", *args], capture_output=True, text=True,
+                               timeout=30, check=False)
+        assert shown.returncode == 0, (args, shown.stderr)
+        assert shown.stdout.startswith("Usage: python -m corrald"), shown.stdout
+
+
+@pytest.mark.timeout(60)
+def test_corral_accepts_h_on_every_command():
+    for args in (["-h"], ["tasks", "-h"], ["tasks", "add", "-h"], ["teammates", "list", "-h"], ["demo", "-h"]):
+        shown = subprocess.run(corral_command(*args), capture_output=True, text=True, timeout=30, check=False)
+        assert shown.returncode == 0, (args, shown.stderr)
+        assert shown.stdout.startswith("Usage: corral"), shown.stdout
+
+
+@pytest.mark.timeout(60)
 def test_serve_runs_corrald_with_the_same_arguments(tmp_path):
     state_dir = tmp_path / "state"
     process = subprocess.Popen(

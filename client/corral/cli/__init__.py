@@ -25,6 +25,8 @@ from ._views import board_command, graph_command, stats_command, watch_command
 
 __all__ = ["main"]
 
+_CORRALD_PROG_NAME_ENV = "CORRALD_PROG_NAME"  # read by corrald's entry point
+
 _EPILOG = """\b
 Exit status: 0 ok; 1 the daemon refused the request, an input file is
 wrong, or the demo failed; 2 bad usage or no daemon configured; 3 the
@@ -74,7 +76,8 @@ def serve_command(args: tuple[str, ...]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        os.execv(sys.executable, command)
+        # corrald's usage lines then say `corral serve`, the command the user ran.
+        os.execve(sys.executable, command, {**os.environ, _CORRALD_PROG_NAME_ENV: "corral"})
     except OSError as exc:
         raise CliError(f"cannot start corrald ({sys.executable} -m corrald): {exc.strerror or exc}") from None
 
