@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NODE_DIR := tests/polyglot/node
 
-.PHONY: all test demo bench protos check-protos node-deps lint-proto clean
+.PHONY: all test demo bench dist protos check-protos node-deps lint-proto clean
 
 all: test
 
@@ -40,5 +40,9 @@ bench: $(STAMP)
 	$(PY) -m pip install --quiet -r bench/requirements.txt
 	$(PY) -m bench
 
+# A wheel of the SDK, CLI and daemon for `pip install` elsewhere.
+dist: $(STAMP)
+	$(PY) -m pip wheel --quiet --no-deps --wheel-dir dist .
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info

@@ -159,3 +159,37 @@ def test_metrics_endpoint_counts_the_work(tmp_path, start_teammate_factory):
         assert sample(families, "corral_refused_calls", "corral_refused_calls_total") == 0
         jobs = sample(families, "corral_writer_jobs_per_commit", "corral_writer_jobs_per_commit_sum")
         assert jobs >= commits
+
+
+@pytest.mark.timeout(60)
+def test_stop_ends_the_daemon_on_a_state_dir(tmp_path):
+    state_dir = tmp_path / "state"
+    process = subprocess.Popen(
+        corral_command("serve", "--state-dir", str(state_dir)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        assert json.loads(process.stdout.readline())["event"] == "ready"
+        stopped = subprocess.run(corral_command("stop", "--state-dir", str(state_dir)), capture_output=True,
+                                 text=True, timeout=30, check=False)
+        assert stopped.returncode == 0, stopped.stderr
+        assert stopped.stdout.strip() == f"stopped corrald pid {process.pid}"
+        # The lock goes with the daemon's last steps, so its exit follows at once, orderly (status 0).
+        assert process.wait(timeout=10) == 0
+        again = subprocess.run(corral_command("stop", "--state-dir", str(state_dir)), capture_output=True,
+                               text=True, timeout=30, check=False)
+        assert again.returncode == 0 and again.stdout.strip() == f"no corrald is running on {state_dir}"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.timeout(30)
+def test_stop_without_a_state_dir_is_a_usage_error(tmp_path):
+    missing = tmp_path / "nowhere"
+    stopped = subprocess.run(corral_command("stop", "--state-dir", str(missing)), capture_output=True, text=True,
+                             timeout=30, check=False)
+    assert stopped.returncode == 2
+    assert stopped.stderr.strip() == f"corral: no state directory at {missing}"

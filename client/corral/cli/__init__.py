@@ -19,6 +19,7 @@ import click
 import corral
 
 from ._connect import EXIT_FAILED, CliError, connection_options
+from ._stop import stop_command
 from ._tasks import tasks_group
 from ._team import plans_group, send_command, shutdown_command, teammates_group
 from ._views import board_command, graph_command, stats_command, watch_command
@@ -112,5 +113,6 @@ for _command in (
     watch_command,
     stats_command,
     graph_command,
+    stop_command,
 ):
     main.add_command(_command)
