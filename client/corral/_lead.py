@@ -17,6 +17,7 @@ from corral._board import BoardClient
 from corral._channel import open_channel, teammate_env
 from corral._errors import CorralError, Unavailable
 from corral._launch import DaemonProcess, launch_daemon
+from corral._progress import seconds, track_unfinished
 from corral._types import NewTeammate, Stats, Task, TaskChanged, TaskSpec, TaskState, TeammateInfo, WatchEvent
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
@@ -179,9 +180,9 @@ class Lead(BoardClient):
         ends it, or `timeout` passes (TimeoutError). Resume after a break
         with the last event's `seq`.
         """
-        seconds = _seconds(timeout) if timeout is not None else None
+        limit = seconds(timeout) if timeout is not None else None
         request = pb.WatchRequest(after_seq=after_seq)
-        with contextlib.closing(self._stream(self._lead.Watch, request, timeout=seconds)) as responses:
+        with contextlib.closing(self._stream(self._lead.Watch, request, timeout=limit)) as responses:
             try:
                 for response in responses:
                     event = _convert.watch_event_from_pb(response)
@@ -189,7 +190,7 @@ class Lead(BoardClient):
                         yield event
             except CorralError as exc:
                 if exc.code is grpc.StatusCode.DEADLINE_EXCEEDED:
-                    raise TimeoutError(f"watch ran past its {seconds:g}s timeout") from None
+                    raise TimeoutError(f"watch ran past its {limit:g}s timeout") from None
                 raise
 
     def wait_until_done(self, timeout: datetime.timedelta | float) -> Stats:
@@ -198,7 +199,7 @@ class Lead(BoardClient):
         Follows the Watch feed and confirms with GetStats, so it reacts as
         soon as the last task finishes. Raises TimeoutError after `timeout`.
         """
-        deadline = time.monotonic() + _seconds(timeout)
+        deadline = time.monotonic() + seconds(timeout)
         stats = self.get_stats()
         if stats.active_tasks == 0:
             return stats
@@ -210,20 +211,3 @@ class Lead(BoardClient):
                     if stats.active_tasks == 0:
                         return stats
         raise Unavailable("the daemon ended the watch stream before every task finished")
-
-
-def _seconds(value: datetime.timedelta | float) -> float:
-    return value.total_seconds() if isinstance(value, datetime.timedelta) else float(value)
-
-
-def track_unfinished(unfinished: dict[str, TaskState], task: Task) -> bool:
-    """Record `task`'s state; True when a task finished and none is known to be unfinished.
-
-    Only a hint: the caller confirms with GetStats, which also covers tasks
-    whose earlier events this replay has not reached.
-    """
-    if not task.state.is_final:
-        unfinished[task.id] = task.state
-        return False
-    unfinished.pop(task.id, None)
-    return not unfinished

@@ -10,7 +10,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from corral._claim import DEAD_CLAIM_ERRORS, Claim
+from corral._claim import Claim
+from corral._claimstate import DEAD_CLAIM_ERRORS
 from corral._errors import (
     CorralError,
     InvalidArgument,

@@ -10,7 +10,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from corral._claim import (
+from corral._claimstate import (
     DEAD_CLAIM_ERRORS,
     ClaimState,
     MIN_RENEW_INTERVAL,

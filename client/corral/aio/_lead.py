@@ -16,7 +16,7 @@ from corral import _convert
 from corral._channel import open_aio_channel, teammate_env
 from corral._errors import Unavailable
 from corral._launch import DaemonProcess, launch_daemon
-from corral._lead import track_unfinished
+from corral._progress import track_unfinished
 from corral._types import NewTeammate, Stats, Task, TaskChanged, TaskSpec, TaskState, TeammateInfo, WatchEvent
 from corral.aio._board import BoardClient
 from corral.v1 import corral_pb2 as pb

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from corral._claim import DEAD_CLAIM_ERRORS
+from corral._claimstate import DEAD_CLAIM_ERRORS
 from corral._errors import (
     CorralError,
     InvalidArgument,
