@@ -8,19 +8,35 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from corral._claimstate import DEAD_CLAIM_ERRORS, MIN_RENEW_INTERVAL, ClaimState, retry_delay_after_renew_error
 from corral._errors import CorralError, LeaseLost
 from corral._retry import is_transient
 from corral._types import ClaimInfo, Task
 
-if TYPE_CHECKING:
-    from corral._teammate import Teammate
-
-__all__ = ["Claim"]
+__all__ = ["Claim", "ClaimCalls"]
 
 _log = logging.getLogger("corral.claim")
+
+class ClaimCalls(Protocol):
+    """What a claim asks of the teammate connection that received it."""
+
+    def renew(self, task_id: str, token: str, *, timeout: float) -> tuple[datetime.datetime, bool]:
+        """RenewLease: the new expiry, and whether a protocol message waits."""
+
+    def complete(self, task_id: str, token: str, result: bytes) -> Task:
+        """CompleteTask."""
+
+    def fail(self, task_id: str, token: str, error: str, retryable: bool) -> Task:
+        """FailTask."""
+
+    def release(self, task_id: str, token: str) -> Task:
+        """ReleaseTask."""
+
+    def forget(self, token: str) -> None:
+        """The claim ended: stop counting it as held."""
+
 
 class Claim(ClaimState):
     """An exclusive, leased hold on one task, as yielded by `Teammate.idle`.
@@ -33,9 +49,9 @@ class Claim(ClaimState):
     LeaseLost, so long work should call `check()` between steps.
     """
 
-    def __init__(self, info: ClaimInfo, teammate: Teammate) -> None:
+    def __init__(self, info: ClaimInfo, calls: ClaimCalls) -> None:
         super().__init__(info)
-        self._teammate = teammate
+        self._calls = calls
         self._lock = threading.Lock()
         self._keepalive: _Keepalive | None = None
 
@@ -50,7 +66,7 @@ class Claim(ClaimState):
         sent_at = time.monotonic()
         timeout = max(self._lease_seconds, 1.0)
         try:
-            expire_time, protocol_pending = self._teammate._renew(self.task.id, self.token, timeout=timeout)
+            expire_time, protocol_pending = self._calls.renew(self.task.id, self.token, timeout=timeout)
         except DEAD_CLAIM_ERRORS as exc:
             self._record_lost(exc)
             raise
@@ -64,24 +80,24 @@ class Claim(ClaimState):
     def complete(self, result: bytes | str = b"") -> Task:
         """Finish the task with `result`; safe to repeat (the daemon is idempotent)."""
         payload = result.encode("utf-8") if isinstance(result, str) else result
-        return self._finish(lambda: self._teammate._complete(self.task.id, self.token, payload))
+        return self._finish(self._calls.complete, payload)
 
     def fail(self, error: str, *, retryable: bool = True) -> Task:
         """Report failure; retryable failures go back to PENDING while attempts remain."""
-        return self._finish(lambda: self._teammate._fail(self.task.id, self.token, error, retryable))
+        return self._finish(self._calls.fail, error, retryable)
 
     def release(self) -> Task:
         """Give the task back without using up an attempt."""
-        return self._finish(lambda: self._teammate._release(self.task.id, self.token))
+        return self._finish(self._calls.release)
 
-    def _finish(self, call: Callable[[], Task]) -> Task:
+    def _finish(self, call: Callable[..., Task], *args: Any) -> Task:
         self.stop_keepalive()
         try:
-            task = call()
+            task = call(self.task.id, self.token, *args)
         except DEAD_CLAIM_ERRORS:
-            self._teammate._forget(self.token)
+            self._calls.forget(self.token)
             raise
-        self._teammate._forget(self.token)
+        self._calls.forget(self.token)
         return task
 
     # ------------------------------------------------------------ keepalive
@@ -129,7 +145,7 @@ class Claim(ClaimState):
                 self._lost = LeaseLost(self.task.id, cause)
                 _log.warning("%s", self._lost)
         if cause is not None:
-            self._teammate._forget(self.token)
+            self._calls.forget(self.token)
 
     def _refresh(self, info: ClaimInfo) -> None:
         """A re-sent claim (new stream) carries the current lease expiry."""

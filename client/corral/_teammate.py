@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from types import TracebackType
+from typing import Any
 
 import grpc
 
@@ -35,6 +36,7 @@ class Teammate(BoardClient):
         super().__init__(channel, address, token, rpc_timeout=rpc_timeout)
         self._teammate = pb_grpc.TeammateServiceStub(channel)
         self._claims: ClaimBook[Claim] = ClaimBook()
+        self._claim_calls = _ClaimCalls(self._unary, self._teammate, self._claims)
         self._acked_through = 0
 
     @classmethod
@@ -126,7 +128,7 @@ class Teammate(BoardClient):
         return self._claims.held()
 
     def _make_claim(self, info: ClaimInfo) -> Claim:
-        return Claim(info, self)
+        return Claim(info, self._claim_calls)
 
     # ------------------------------------------------------------ plans and shutdown
 
@@ -147,28 +149,37 @@ class Teammate(BoardClient):
         if approve:
             for claim in self._claims.held():
                 claim.stop_keepalive()
-                self._forget(claim.token)
+                self._claims.forget(claim.token)
 
-    # ------------------------------------------------------------ claim calls (used by Claim)
 
-    def _renew(self, task_id: str, token: str, *, timeout: float) -> tuple[datetime.datetime, bool]:
+class _ClaimCalls:
+    """The claim RPCs a Teammate hands to each of its claims (a `ClaimCalls`)."""
+
+    def __init__(
+        self, unary: Callable[..., Any], stub: pb_grpc.TeammateServiceStub, claims: ClaimBook[Claim]
+    ) -> None:
+        self._unary = unary
+        self._stub = stub
+        self._claims = claims
+
+    def renew(self, task_id: str, token: str, *, timeout: float) -> tuple[datetime.datetime, bool]:
         request = pb.RenewLeaseRequest(task_id=task_id, claim_token=token)
-        response = self._unary(self._teammate.RenewLease, request, timeout=timeout)
+        response = self._unary(self._stub.RenewLease, request, timeout=timeout)
         expire_time = _convert.time_from_pb(response, "lease_expire_time")
         assert expire_time is not None, "RenewLease answered without lease_expire_time"
         return expire_time, response.protocol_pending
 
-    def _complete(self, task_id: str, token: str, result: bytes) -> Task:
+    def complete(self, task_id: str, token: str, result: bytes) -> Task:
         request = pb.CompleteTaskRequest(task_id=task_id, claim_token=token, result=result)
-        return _convert.task_from_pb(self._unary(self._teammate.CompleteTask, request).task)
+        return _convert.task_from_pb(self._unary(self._stub.CompleteTask, request).task)
 
-    def _fail(self, task_id: str, token: str, error: str, retryable: bool) -> Task:
+    def fail(self, task_id: str, token: str, error: str, retryable: bool) -> Task:
         request = pb.FailTaskRequest(task_id=task_id, claim_token=token, error=error, retryable=retryable)
-        return _convert.task_from_pb(self._unary(self._teammate.FailTask, request).task)
+        return _convert.task_from_pb(self._unary(self._stub.FailTask, request).task)
 
-    def _release(self, task_id: str, token: str) -> Task:
+    def release(self, task_id: str, token: str) -> Task:
         request = pb.ReleaseTaskRequest(task_id=task_id, claim_token=token)
-        return _convert.task_from_pb(self._unary(self._teammate.ReleaseTask, request).task)
+        return _convert.task_from_pb(self._unary(self._stub.ReleaseTask, request).task)
 
-    def _forget(self, token: str) -> None:
+    def forget(self, token: str) -> None:
         self._claims.forget(token)

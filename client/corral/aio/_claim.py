@@ -8,7 +8,7 @@ import datetime
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from corral._claimstate import (
     DEAD_CLAIM_ERRORS,
@@ -20,12 +20,28 @@ from corral._errors import CorralError, LeaseLost
 from corral._retry import is_transient
 from corral._types import ClaimInfo, Task
 
-if TYPE_CHECKING:
-    from corral.aio._teammate import Teammate
-
-__all__ = ["Claim"]
+__all__ = ["Claim", "ClaimCalls"]
 
 _log = logging.getLogger("corral.claim")
+
+
+class ClaimCalls(Protocol):
+    """What a claim asks of the teammate connection that received it."""
+
+    async def renew(self, task_id: str, token: str, *, timeout: float) -> tuple[datetime.datetime, bool]:
+        """RenewLease: the new expiry, and whether a protocol message waits."""
+
+    async def complete(self, task_id: str, token: str, result: bytes) -> Task:
+        """CompleteTask."""
+
+    async def fail(self, task_id: str, token: str, error: str, retryable: bool) -> Task:
+        """FailTask."""
+
+    async def release(self, task_id: str, token: str) -> Task:
+        """ReleaseTask."""
+
+    def forget(self, token: str) -> None:
+        """The claim ended: stop counting it as held."""
 
 
 class Claim(ClaimState):
@@ -37,9 +53,9 @@ class Claim(ClaimState):
     raises LeaseLost.
     """
 
-    def __init__(self, info: ClaimInfo, teammate: Teammate) -> None:
+    def __init__(self, info: ClaimInfo, calls: ClaimCalls) -> None:
         super().__init__(info)
-        self._teammate = teammate
+        self._calls = calls
         self._keepalive: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------ calls
@@ -48,7 +64,7 @@ class Claim(ClaimState):
         """Extend the lease by its duration; returns the new expiry."""
         sent_at = time.monotonic()
         try:
-            expire_time, protocol_pending = await self._teammate._renew(
+            expire_time, protocol_pending = await self._calls.renew(
                 self.task.id, self.token, timeout=max(self._lease_seconds, 1.0)
             )
         except DEAD_CLAIM_ERRORS as exc:
@@ -62,24 +78,24 @@ class Claim(ClaimState):
     async def complete(self, result: bytes | str = b"") -> Task:
         """Finish the task with `result`; safe to repeat."""
         payload = result.encode("utf-8") if isinstance(result, str) else result
-        return await self._finish(lambda: self._teammate._complete(self.task.id, self.token, payload))
+        return await self._finish(self._calls.complete, payload)
 
     async def fail(self, error: str, *, retryable: bool = True) -> Task:
         """Report failure; retryable failures go back to PENDING while attempts remain."""
-        return await self._finish(lambda: self._teammate._fail(self.task.id, self.token, error, retryable))
+        return await self._finish(self._calls.fail, error, retryable)
 
     async def release(self) -> Task:
         """Give the task back without using up an attempt."""
-        return await self._finish(lambda: self._teammate._release(self.task.id, self.token))
+        return await self._finish(self._calls.release)
 
-    async def _finish(self, call: Callable[[], Awaitable[Task]]) -> Task:
+    async def _finish(self, call: Callable[..., Awaitable[Task]], *args: Any) -> Task:
         await self.stop_keepalive()
         try:
-            task = await call()
+            task = await call(self.task.id, self.token, *args)
         except DEAD_CLAIM_ERRORS:
-            self._teammate._forget(self.token)
+            self._calls.forget(self.token)
             raise
-        self._teammate._forget(self.token)
+        self._calls.forget(self.token)
         return task
 
     # ------------------------------------------------------------ keepalive
@@ -132,7 +148,7 @@ class Claim(ClaimState):
             self._lost = LeaseLost(self.task.id, cause)
             _log.warning("%s", self._lost)
         if cause is not None:
-            self._teammate._forget(self.token)
+            self._calls.forget(self.token)
 
     def _refresh(self, info: ClaimInfo) -> None:
         self._lease_expire_time = info.lease_expire_time
