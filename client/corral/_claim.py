@@ -1,17 +1,23 @@
-"""The sync claim handle and its lease keepalive thread."""
+# Generated from client/corral/aio/_claim.py by scripts/unasync.py: do not edit.
+# Change the asyncio source and run `make unasync`.
+"""The claim handle and its lease keepalive."""
 
 from __future__ import annotations
 
 import contextlib
 import datetime
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from corral._claimstate import DEAD_CLAIM_ERRORS, MIN_RENEW_INTERVAL, ClaimState, retry_delay_after_renew_error
+from corral._claimstate import (
+    DEAD_CLAIM_ERRORS,
+    ClaimState,
+    retry_delay_after_renew_error,
+)
 from corral._errors import CorralError, LeaseLost
+from corral._primitives import Lock, Ticker
 from corral._retry import is_transient
 from corral._types import ClaimInfo, Task
 
@@ -19,10 +25,13 @@ __all__ = ["Claim", "ClaimCalls"]
 
 _log = logging.getLogger("corral.claim")
 
+
 class ClaimCalls(Protocol):
     """What a claim asks of the teammate connection that received it."""
 
-    def renew(self, task_id: str, token: str, *, timeout: float) -> tuple[datetime.datetime, bool]:
+    def renew(
+        self, task_id: str, token: str, *, timeout: float
+    ) -> tuple[datetime.datetime, bool]:
         """RenewLease: the new expiry, and whether a protocol message waits."""
 
     def complete(self, task_id: str, token: str, result: bytes) -> Task:
@@ -42,18 +51,19 @@ class Claim(ClaimState):
     """An exclusive, leased hold on one task, as yielded by `Teammate.idle`.
 
     Finish it with exactly one of `complete`, `fail` or `release`. Keep the
-    lease alive while you work with `with claim.keepalive(): ...` (renews at
-    a third of the lease in a background thread). When a renew proves the
-    claim dead (lease expired, token superseded, task canceled) the keepalive
-    stops and records it: `claim.lost` turns True and `claim.check()` raises
-    LeaseLost, so long work should call `check()` between steps.
+    lease alive while you work with `with claim.keepalive(): ...`
+    (renews at a third of the lease in the background: a thread in `corral`,
+    an asyncio task in `corral.aio`). When a renew proves the claim dead
+    (lease expired, token superseded, task canceled) the keepalive stops and
+    records it: `claim.lost` turns True and `claim.check()` raises LeaseLost,
+    so long work should call `check()` between steps.
     """
 
     def __init__(self, info: ClaimInfo, calls: ClaimCalls) -> None:
         super().__init__(info)
         self._calls = calls
-        self._lock = threading.Lock()
-        self._keepalive: _Keepalive | None = None
+        self._lock = Lock()
+        self._keepalive: Ticker | None = None
 
     # ------------------------------------------------------------ calls
 
@@ -66,7 +76,9 @@ class Claim(ClaimState):
         sent_at = time.monotonic()
         timeout = max(self._lease_seconds, 1.0)
         try:
-            expire_time, protocol_pending = self._calls.renew(self.task.id, self.token, timeout=timeout)
+            expire_time, protocol_pending = self._calls.renew(
+                self.task.id, self.token, timeout=timeout
+            )
         except DEAD_CLAIM_ERRORS as exc:
             self._record_lost(exc)
             raise
@@ -90,13 +102,14 @@ class Claim(ClaimState):
         """Give the task back without using up an attempt."""
         return self._finish(self._calls.release)
 
-    def _finish(self, call: Callable[..., Task], *args: Any) -> Task:
+    def _finish(self, call: Callable[..., Any], *args: Any) -> Task:
         self.stop_keepalive()
         try:
-            task = call(self.task.id, self.token, *args)
+            task: Task = call(self.task.id, self.token, *args)
         except DEAD_CLAIM_ERRORS:
             self._calls.forget(self.token)
             raise
+        # Any other error leaves the claim held, so the call can be retried.
         self._calls.forget(self.token)
         return task
 
@@ -112,31 +125,43 @@ class Claim(ClaimState):
             self.stop_keepalive()
 
     def start_keepalive(self) -> None:
-        """Start renewing at a third of the lease until `stop_keepalive` or a finish call."""
+        """Start renewing at a third of the lease until `stop_keepalive` or a
+        finish call (on `corral.aio`, from within the event loop)."""
         with self._lock:
             if self._keepalive is None and self._lost is None:
-                self._keepalive = _Keepalive(self, max(self._lease_seconds / 3, MIN_RENEW_INTERVAL))
+                self._keepalive = Ticker(
+                    self._keepalive_tick,
+                    self._renew_interval,
+                    name=f"corral-keepalive-{self.task.id}",
+                )
 
     def stop_keepalive(self) -> None:
-        """Stop the keepalive thread, if running, and wait for it."""
+        """Stop the keepalive, if running, and wait for it."""
         with self._lock:
             keepalive, self._keepalive = self._keepalive, None
         if keepalive is not None:
             keepalive.stop()
 
-    def _keepalive_tick(self, interval: float) -> float | None:
+    def _keepalive_tick(self) -> float | None:
         """Renew once; returns the delay to the next renew, None to stop."""
+        interval = self._renew_interval
         try:
             self.renew()
             return interval
         except DEAD_CLAIM_ERRORS:
             return None  # renew() recorded the loss
         except CorralError as exc:
-            delay = retry_delay_after_renew_error(exc, self._local_expiry - time.monotonic(), interval)
+            lease_left = self._local_expiry - time.monotonic()
+            delay = retry_delay_after_renew_error(exc, lease_left, interval)
             if delay is None:
                 self._record_lost(None if is_transient(exc) else exc)
             else:
-                _log.info("renewing task %s failed (%s); retrying in %.2fs", self.task.id, exc, delay)
+                _log.info(
+                    "renewing task %s failed (%s); retrying in %.2fs",
+                    self.task.id,
+                    exc,
+                    delay,
+                )
             return delay
 
     def _record_lost(self, cause: CorralError | None) -> None:
@@ -151,24 +176,3 @@ class Claim(ClaimState):
         """A re-sent claim (new stream) carries the current lease expiry."""
         with self._lock:
             self._lease_expire_time = info.lease_expire_time
-
-
-class _Keepalive:
-    """A thread calling `claim._keepalive_tick` until stopped or told to stop."""
-
-    def __init__(self, claim: Claim, interval: float) -> None:
-        self._claim = claim
-        self._interval = interval
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"corral-keepalive-{claim.task.id}", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        delay: float | None = self._interval
-        while delay is not None and not self._stopped.wait(delay):
-            delay = self._claim._keepalive_tick(self._interval)
-
-    def stop(self) -> None:
-        self._stopped.set()
-        if threading.current_thread() is not self._thread:
-            self._thread.join()
