@@ -1,9 +1,9 @@
-"""The Python SDK's own cost, through its public API only (so it runs against any checkout).
+"""The Python SDK's own cost, through its public API (so it measures any checkout).
 
     python -m bench.sdk latency [--cycles 600]    one sync teammate: claim -> complete
     python -m bench.sdk team [--teammates 32]     sync run_teammate threads: cycles/s
     python -m bench.sdk team --facade             the same on one corral.aio loop
-    python -m bench.sdk facade [--cycles 600]     `latency` through a sync facade over corral.aio
+    python -m bench.sdk facade [--cycles 600]     `latency` via a facade over corral.aio
 
 `latency` prints the sync `Claim.complete()` call and the whole cycle (claim
 received -> completed -> next claim received) over `--cycles` tasks, and the

@@ -95,7 +95,7 @@ class Claim(ClaimState):
         return self._finish(self._calls.complete, payload)
 
     def fail(self, error: str, *, retryable: bool = True) -> Task:
-        """Report failure; retryable failures go back to PENDING while attempts remain."""
+        """Report failure; retryable ones go back to PENDING while attempts remain."""
         return self._finish(self._calls.fail, error, retryable)
 
     def release(self) -> Task:

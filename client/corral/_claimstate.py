@@ -107,7 +107,8 @@ class ClaimState:
 
     @property
     def fence(self) -> int:
-        """Board-wide increasing number; pass it to external systems to fence stale holders."""
+        """Board-wide increasing number; pass it to external systems to fence
+        stale holders."""
         return self._info.fence
 
     @property
@@ -127,7 +128,7 @@ class ClaimState:
 
     @property
     def lost_error(self) -> LeaseLost | None:
-        """The recorded LeaseLost, if any; its `cause` is None for an unconfirmed loss."""
+        """The recorded LeaseLost, if any; `cause` is None for an unconfirmed loss."""
         return self._lost
 
     def check(self) -> None:

@@ -17,7 +17,7 @@ def seconds(value: datetime.timedelta | float) -> float:
 
 
 def track_unfinished(unfinished: dict[str, TaskState], task: Task) -> bool:
-    """Record `task`'s state; True when a task finished and none is known to be unfinished.
+    """Record `task`'s state; True when a task finished and none is known unfinished.
 
     Only a hint: the caller confirms with GetStats, which also covers tasks
     whose earlier events this replay has not reached.

@@ -109,7 +109,8 @@ def run_teammate(
 
 
 class _StreamBroke(Exception):
-    """A stream that had delivered events broke: reconnect with a fresh outage budget."""
+    """A stream that had delivered events broke: reconnect, with a fresh outage
+    budget."""
 
 
 class _Runner:
@@ -166,7 +167,8 @@ class _Runner:
             return exit_reason
 
     def _one_stream(self) -> ExitReason:
-        """Follow one Idle stream to an exit reason; transient errors propagate for a retry."""
+        """Follow one Idle stream to an exit reason; transient errors propagate
+        for a retry."""
         delivered = False
         options = self._options
         events = self._teammate.idle(
@@ -223,9 +225,8 @@ class _Runner:
                 approve=True,
                 reason=shutdown_reason(request),
             )
-        except (
-            CorralError
-        ) as exc:  # e.g. the deadline passed and the daemon removed us already
+        except CorralError as exc:
+            # e.g. the deadline passed and the daemon removed us already
             _log.warning(
                 "answering shutdown request %s failed: %s", request.request_id, exc
             )
@@ -240,7 +241,7 @@ class _Runner:
                 try:
                     outcome = run_handler(self._handler, claim.task)
                     result, error = encode_result(outcome), None
-                except Exception as exc:  # noqa: BLE001 (the handler's failure is the task's failure)
+                except Exception as exc:  # noqa: BLE001 (it fails the task)
                     result, error = b"", exc
         except BaseException:
             # Torn down mid-handler (asyncio cancels the run's tasks), or the
@@ -263,9 +264,8 @@ class _Runner:
         )
         if proven_lost or isinstance(error, LeaseLost):
             self._tally.add(lost=1)
-            if (
-                not proven_lost
-            ):  # the loss was only a guess; hand the task back in case it is still ours
+            if not proven_lost:
+                # The loss was only a guess: hand the task back in case it is ours.
                 self._quietly(claim.release)
             return
         try:
@@ -282,19 +282,19 @@ class _Runner:
                 "task %s: outcome dropped, claim is dead (%s)", claim.task.id, exc
             )
             self._tally.add(lost=1)
-        except CorralError as exc:  # e.g. removed for missing a shutdown deadline, or the daemon stayed down
+        except CorralError as exc:
+            # e.g. removed for missing a shutdown deadline, or the daemon stayed down
             _log.error(
                 "task %s: outcome could not be reported (%s)", claim.task.id, exc
             )
             self._tally.add(lost=1)
 
     def _complete(self, claim: Claim, result: bytes) -> Exception | None:
-        """Complete the task; returns the failure to report instead when the result is refused."""
+        """Complete the task; returns the failure to report if the result is refused."""
         try:
             self._retry(claim.complete, result)
-        except (
-            InvalidArgument
-        ) as exc:  # e.g. a result over the size limit: retrying cannot help
+        except InvalidArgument as exc:
+            # e.g. a result over the size limit: retrying cannot help
             return PermanentFailure(f"result refused by the daemon: {exc}")
         return None
 

@@ -93,7 +93,7 @@ class Claim(ClaimState):
         return await self._finish(self._calls.complete, payload)
 
     async def fail(self, error: str, *, retryable: bool = True) -> Task:
-        """Report failure; retryable failures go back to PENDING while attempts remain."""
+        """Report failure; retryable ones go back to PENDING while attempts remain."""
         return await self._finish(self._calls.fail, error, retryable)
 
     async def release(self) -> Task:
