@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NODE_DIR := tests/polyglot/node
 
-.PHONY: all test demo bench dist protos check-protos node-deps lint-proto clean
+.PHONY: all test demo bench dist protos check-protos unasync check-unasync node-deps lint-proto clean
 
 all: test
 
@@ -22,6 +22,13 @@ protos: $(STAMP)
 check-protos: $(STAMP)
 	$(PY) scripts/gen_protos.py --check
 
+# The sync SDK modules are written from their asyncio sources in corral/aio.
+unasync: $(STAMP)
+	$(PY) scripts/unasync.py
+
+check-unasync: $(STAMP)
+	$(PY) scripts/unasync.py --check
+
 node-deps:
 	@command -v node >/dev/null || { echo "Node.js is required for the polyglot tests (tests/polyglot): install node and npm" >&2; exit 1; }
 	cd $(NODE_DIR) && npm ci --silent --no-audit --no-fund
@@ -30,7 +37,7 @@ node-deps:
 lint-proto: node-deps
 	$(NODE_DIR)/node_modules/.bin/buf lint proto
 
-test: $(STAMP) check-protos lint-proto
+test: $(STAMP) check-protos check-unasync lint-proto
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 demo: $(STAMP)

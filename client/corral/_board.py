@@ -1,27 +1,35 @@
-"""The sync client base: a channel, a credential, and the BoardService calls
-that both the Lead and teammates may make."""
+# Generated from client/corral/aio/_board.py by scripts/unasync.py: do not edit.
+# Change the asyncio source and run `make unasync`.
+"""The client base: a channel, a credential, and the BoardService calls that
+both the Lead and teammates may make."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 
 from corral import _convert
 from corral._channel import DEFAULT_RPC_TIMEOUT, bearer_metadata
 from corral._errors import error_from_rpc
+from corral._primitives import next_message
 from corral._types import Stats, Task, TaskState, TeammateInfo
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
-_Response = TypeVar("_Response")
-
 
 class BoardClient:
-    """Connection plumbing plus the board reads and messaging (sync)."""
+    """Connection plumbing plus the board reads and messaging."""
 
-    def __init__(self, channel: grpc.Channel, address: str, token: str, *, rpc_timeout: float | None) -> None:
+    def __init__(
+        self,
+        channel: grpc.Channel,
+        address: str,
+        token: str,
+        *,
+        rpc_timeout: float | None,
+    ) -> None:
         self._channel = channel
         self._metadata = bearer_metadata(token)
         self._rpc_timeout = DEFAULT_RPC_TIMEOUT if rpc_timeout is None else rpc_timeout
@@ -33,9 +41,12 @@ class BoardClient:
 
     # ------------------------------------------------------------ plumbing
 
-    def _unary(self, method: Callable[..., _Response], request: Any, *, timeout: float | None = None) -> _Response:
+    def _unary(
+        self, method: Callable[..., Any], request: Any, *, timeout: float | None = None
+    ) -> Any:
+        timeout = timeout or self._rpc_timeout
         try:
-            return method(request, metadata=self._metadata, timeout=timeout or self._rpc_timeout)
+            return method(request, metadata=self._metadata, timeout=timeout)
         except grpc.RpcError as exc:
             raise error_from_rpc(exc) from exc
 
@@ -47,11 +58,11 @@ class BoardClient:
         try:
             while True:
                 try:
-                    response = next(call)
-                except StopIteration:
-                    return
+                    response = next_message(call)
                 except grpc.RpcError as exc:
                     raise error_from_rpc(exc) from exc
+                if response is None:
+                    return
                 yield response
         finally:
             call.cancel()
@@ -64,11 +75,16 @@ class BoardClient:
 
     def get_task(self, task_id: str) -> Task:
         """One task by id; raises NotFound."""
-        response = self._unary(self._board.GetTask, pb.GetTaskRequest(id=task_id))
+        request = pb.GetTaskRequest(id=task_id)
+        response = self._unary(self._board.GetTask, request)
         return _convert.task_from_pb(response.task)
 
     def list_tasks(
-        self, *, states: Iterable[TaskState] = (), owner: str = "", page_size: int | None = None
+        self,
+        *,
+        states: Iterable[TaskState] = (),
+        owner: str = "",
+        page_size: int | None = None,
     ) -> Generator[Task, None, None]:
         """Every task matching the filters, fetching pages lazily as you iterate.
 
@@ -86,7 +102,8 @@ class BoardClient:
 
     def list_teammates(self) -> list[TeammateInfo]:
         """Every teammate the daemon knows, with status and held claims."""
-        response = self._unary(self._board.ListTeammates, pb.ListTeammatesRequest())
+        request = pb.ListTeammatesRequest()
+        response = self._unary(self._board.ListTeammates, request)
         return [_convert.teammate_from_pb(teammate) for teammate in response.teammates]
 
     def send_message(self, to: str, body: str) -> list[str]:
@@ -94,9 +111,11 @@ class BoardClient:
 
         Returns the names it was queued for.
         """
-        response = self._unary(self._board.SendMessage, pb.SendMessageRequest(to=to, body=body))
+        request = pb.SendMessageRequest(to=to, body=body)
+        response = self._unary(self._board.SendMessage, request)
         return list(response.recipients)
 
     def get_stats(self) -> Stats:
         """Counts by state and status, and the daemon writer's health."""
-        return _convert.stats_from_pb(self._unary(self._board.GetStats, pb.GetStatsRequest()))
+        response = self._unary(self._board.GetStats, pb.GetStatsRequest())
+        return _convert.stats_from_pb(response)

@@ -1,148 +1,69 @@
-"""The sync claim handle and its lease keepalive thread."""
+# Generated from client/corral/aio/_claim.py by scripts/unasync.py: do not edit.
+# Change the asyncio source and run `make unasync`.
+"""The claim handle and its lease keepalive."""
 
 from __future__ import annotations
 
 import contextlib
 import datetime
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from corral._errors import (
-    ClaimTokenMismatch,
-    CorralError,
-    LeaseExpired,
-    LeaseLost,
-    Overloaded,
-    TaskCanceled,
+from corral._claimstate import (
+    DEAD_CLAIM_ERRORS,
+    ClaimState,
+    retry_delay_after_renew_error,
 )
+from corral._errors import CorralError, LeaseLost
+from corral._primitives import Lock, Ticker
 from corral._retry import is_transient
 from corral._types import ClaimInfo, Task
 
-if TYPE_CHECKING:
-    from corral._teammate import Teammate
-
-__all__ = ["Claim"]
+__all__ = ["Claim", "ClaimCalls"]
 
 _log = logging.getLogger("corral.claim")
 
-# Errors proving the claim is dead: keepalive stops and records LeaseLost.
-DEAD_CLAIM_ERRORS = (LeaseExpired, ClaimTokenMismatch, TaskCanceled)
-MIN_RENEW_INTERVAL = 0.05
 
+class ClaimCalls(Protocol):
+    """What a claim asks of the teammate connection that received it."""
 
-def lease_seconds(info: ClaimInfo) -> float:
-    """The claim's lease length: the task's, else what is left of this one."""
-    if info.task.lease_duration > datetime.timedelta(0):
-        return info.task.lease_duration.total_seconds()
-    return max(seconds_until(info.lease_expire_time), MIN_RENEW_INTERVAL)
+    def renew(
+        self, task_id: str, token: str, *, timeout: float
+    ) -> tuple[datetime.datetime, bool]:
+        """RenewLease: the new expiry, and whether a protocol message waits."""
 
+    def complete(self, task_id: str, token: str, result: bytes) -> Task:
+        """CompleteTask."""
 
-def retry_delay_after_renew_error(exc: CorralError, lease_left: float, interval: float) -> float | None:
-    """When to try renewing again after `exc`, or None when the claim is lost.
+    def fail(self, task_id: str, token: str, error: str, retryable: bool) -> Task:
+        """FailTask."""
 
-    Transient errors are retried sooner while the lease (as measured
-    locally) has time left; any other error, e.g. the teammate having been
-    removed, means the claim is gone too.
-    """
-    if not is_transient(exc) or lease_left <= 0:
-        return None
-    hint = exc.retry_after.total_seconds() if isinstance(exc, Overloaded) and exc.retry_after else None
-    return max(min(hint or lease_left / 3, lease_left, interval), MIN_RENEW_INTERVAL)
+    def release(self, task_id: str, token: str) -> Task:
+        """ReleaseTask."""
 
-
-def seconds_until(when: datetime.datetime | None) -> float:
-    """Seconds from now (wall clock) to `when`; 0 when unknown or past."""
-    if when is None:
-        return 0.0
-    return max((when - datetime.datetime.now(datetime.UTC)).total_seconds(), 0.0)
-
-
-class ClaimState:
-    """What the sync and asyncio claim handles share: the claim's data and lease bookkeeping."""
-
-    def __init__(self, info: ClaimInfo) -> None:
-        self._info = info
-        self._lease_seconds = lease_seconds(info)
-        self._lease_expire_time = info.lease_expire_time
-        self._local_expiry = time.monotonic() + seconds_until(info.lease_expire_time)
-        self._protocol_pending = False
-        self._lost: LeaseLost | None = None
-
-    def __repr__(self) -> str:
-        return f"Claim(task={self.task.id!r}, attempt={self.attempt}, fence={self.fence}, lost={self.lost})"
-
-    # ------------------------------------------------------------ data
-
-    @property
-    def info(self) -> ClaimInfo:
-        """The claim's data as first received."""
-        return self._info
-
-    @property
-    def task(self) -> Task:
-        """The claimed task (as of the claim)."""
-        return self._info.task
-
-    @property
-    def token(self) -> str:
-        """The claim token; the daemon accepts writes about the task only with it."""
-        return self._info.token
-
-    @property
-    def attempt(self) -> int:
-        """Which attempt at the task this claim is (1 for the first)."""
-        return self._info.attempt
-
-    @property
-    def fence(self) -> int:
-        """Board-wide increasing number; pass it to external systems to fence stale holders."""
-        return self._info.fence
-
-    @property
-    def lease_expire_time(self) -> datetime.datetime | None:
-        """When the lease ends (daemon clock) unless renewed."""
-        return self._lease_expire_time
-
-    @property
-    def protocol_pending(self) -> bool:
-        """True when the last renew said a shutdown request or plan decision waits."""
-        return self._protocol_pending
-
-    @property
-    def lost(self) -> bool:
-        """True once the keepalive (or a renew) found the lease lost."""
-        return self._lost is not None
-
-    @property
-    def lost_error(self) -> LeaseLost | None:
-        """The recorded LeaseLost, if any; its `cause` is None for an unconfirmed loss."""
-        return self._lost
-
-    def check(self) -> None:
-        """Raise LeaseLost if the lease was lost; call it between steps of long work."""
-        if self._lost is not None:
-            raise self._lost
+    def forget(self, token: str) -> None:
+        """The claim ended: stop counting it as held."""
 
 
 class Claim(ClaimState):
     """An exclusive, leased hold on one task, as yielded by `Teammate.idle`.
 
     Finish it with exactly one of `complete`, `fail` or `release`. Keep the
-    lease alive while you work with `with claim.keepalive(): ...` (renews at
-    a third of the lease in a background thread). When a renew proves the
-    claim dead (lease expired, token superseded, task canceled) the keepalive
-    stops and records it: `claim.lost` turns True and `claim.check()` raises
-    LeaseLost, so long work should call `check()` between steps.
+    lease alive while you work with `with claim.keepalive(): ...`
+    (renews at a third of the lease in the background: a thread in `corral`,
+    an asyncio task in `corral.aio`). When a renew proves the claim dead
+    (lease expired, token superseded, task canceled) the keepalive stops and
+    records it: `claim.lost` turns True and `claim.check()` raises LeaseLost,
+    so long work should call `check()` between steps.
     """
 
-    def __init__(self, info: ClaimInfo, teammate: Teammate) -> None:
+    def __init__(self, info: ClaimInfo, calls: ClaimCalls) -> None:
         super().__init__(info)
-        self._teammate = teammate
-        self._lock = threading.Lock()
-        self._keepalive: _Keepalive | None = None
+        self._calls = calls
+        self._lock = Lock()
+        self._keepalive: Ticker | None = None
 
     # ------------------------------------------------------------ calls
 
@@ -155,7 +76,9 @@ class Claim(ClaimState):
         sent_at = time.monotonic()
         timeout = max(self._lease_seconds, 1.0)
         try:
-            expire_time, protocol_pending = self._teammate._renew(self.task.id, self.token, timeout=timeout)
+            expire_time, protocol_pending = self._calls.renew(
+                self.task.id, self.token, timeout=timeout
+            )
         except DEAD_CLAIM_ERRORS as exc:
             self._record_lost(exc)
             raise
@@ -169,24 +92,25 @@ class Claim(ClaimState):
     def complete(self, result: bytes | str = b"") -> Task:
         """Finish the task with `result`; safe to repeat (the daemon is idempotent)."""
         payload = result.encode("utf-8") if isinstance(result, str) else result
-        return self._finish(lambda: self._teammate._complete(self.task.id, self.token, payload))
+        return self._finish(self._calls.complete, payload)
 
     def fail(self, error: str, *, retryable: bool = True) -> Task:
-        """Report failure; retryable failures go back to PENDING while attempts remain."""
-        return self._finish(lambda: self._teammate._fail(self.task.id, self.token, error, retryable))
+        """Report failure; retryable ones go back to PENDING while attempts remain."""
+        return self._finish(self._calls.fail, error, retryable)
 
     def release(self) -> Task:
         """Give the task back without using up an attempt."""
-        return self._finish(lambda: self._teammate._release(self.task.id, self.token))
+        return self._finish(self._calls.release)
 
-    def _finish(self, call: Callable[[], Task]) -> Task:
+    def _finish(self, call: Callable[..., Any], *args: Any) -> Task:
         self.stop_keepalive()
         try:
-            task = call()
+            task: Task = call(self.task.id, self.token, *args)
         except DEAD_CLAIM_ERRORS:
-            self._teammate._forget(self.token)
+            self._calls.forget(self.token)
             raise
-        self._teammate._forget(self.token)
+        # Any other error leaves the claim held, so the call can be retried.
+        self._calls.forget(self.token)
         return task
 
     # ------------------------------------------------------------ keepalive
@@ -201,31 +125,43 @@ class Claim(ClaimState):
             self.stop_keepalive()
 
     def start_keepalive(self) -> None:
-        """Start renewing at a third of the lease until `stop_keepalive` or a finish call."""
+        """Start renewing at a third of the lease until `stop_keepalive` or a
+        finish call (on `corral.aio`, from within the event loop)."""
         with self._lock:
             if self._keepalive is None and self._lost is None:
-                self._keepalive = _Keepalive(self, max(self._lease_seconds / 3, MIN_RENEW_INTERVAL))
+                self._keepalive = Ticker(
+                    self._keepalive_tick,
+                    self._renew_interval,
+                    name=f"corral-keepalive-{self.task.id}",
+                )
 
     def stop_keepalive(self) -> None:
-        """Stop the keepalive thread, if running, and wait for it."""
+        """Stop the keepalive, if running, and wait for it."""
         with self._lock:
             keepalive, self._keepalive = self._keepalive, None
         if keepalive is not None:
             keepalive.stop()
 
-    def _keepalive_tick(self, interval: float) -> float | None:
+    def _keepalive_tick(self) -> float | None:
         """Renew once; returns the delay to the next renew, None to stop."""
+        interval = self._renew_interval
         try:
             self.renew()
             return interval
         except DEAD_CLAIM_ERRORS:
             return None  # renew() recorded the loss
         except CorralError as exc:
-            delay = retry_delay_after_renew_error(exc, self._local_expiry - time.monotonic(), interval)
+            lease_left = self._local_expiry - time.monotonic()
+            delay = retry_delay_after_renew_error(exc, lease_left, interval)
             if delay is None:
                 self._record_lost(None if is_transient(exc) else exc)
             else:
-                _log.info("renewing task %s failed (%s); retrying in %.2fs", self.task.id, exc, delay)
+                _log.info(
+                    "renewing task %s failed (%s); retrying in %.2fs",
+                    self.task.id,
+                    exc,
+                    delay,
+                )
             return delay
 
     def _record_lost(self, cause: CorralError | None) -> None:
@@ -234,30 +170,9 @@ class Claim(ClaimState):
                 self._lost = LeaseLost(self.task.id, cause)
                 _log.warning("%s", self._lost)
         if cause is not None:
-            self._teammate._forget(self.token)
+            self._calls.forget(self.token)
 
     def _refresh(self, info: ClaimInfo) -> None:
         """A re-sent claim (new stream) carries the current lease expiry."""
         with self._lock:
             self._lease_expire_time = info.lease_expire_time
-
-
-class _Keepalive:
-    """A thread calling `claim._keepalive_tick` until stopped or told to stop."""
-
-    def __init__(self, claim: Claim, interval: float) -> None:
-        self._claim = claim
-        self._interval = interval
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"corral-keepalive-{claim.task.id}", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        delay: float | None = self._interval
-        while delay is not None and not self._stopped.wait(delay):
-            delay = self._claim._keepalive_tick(self._interval)
-
-    def stop(self) -> None:
-        self._stopped.set()
-        if threading.current_thread() is not self._thread:
-            self._thread.join()

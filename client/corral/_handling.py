@@ -6,12 +6,18 @@ from __future__ import annotations
 import datetime
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from corral._errors import PermanentFailure
-from corral._types import ExitReason, Message, RunSummary, ShutdownRequest
+from corral._types import ExitReason, Message, RunSummary, ShutdownRequest, Task
+
+Result = bytes | str | None
+Handler = Callable[[Task], Result]
+"""A `corral.run_teammate` handler: the task in, its result out."""
+AsyncHandler = Callable[[Task], Result | Awaitable[Result]]
+"""A `corral.aio.run_teammate` handler: a coroutine function or a plain one."""
 
 # FailTask's error text is for people and agents reading the board; keep the
 # end of the traceback, where the cause is, and stay far below message limits.

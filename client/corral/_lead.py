@@ -1,4 +1,6 @@
-"""The sync Lead client: owns the board, mints teammates, decides plans."""
+# Generated from client/corral/aio/_lead.py by scripts/unasync.py: do not edit.
+# Change the asyncio source and run `make unasync`.
+"""The Lead client: owns the board, mints teammates, decides plans."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import time
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 import grpc
 
@@ -17,7 +20,18 @@ from corral._board import BoardClient
 from corral._channel import open_channel, teammate_env
 from corral._errors import CorralError, Unavailable
 from corral._launch import DaemonProcess, launch_daemon
-from corral._types import NewTeammate, Stats, Task, TaskChanged, TaskSpec, TaskState, TeammateInfo, WatchEvent
+from corral._primitives import run_blocking, time_limit
+from corral._progress import seconds, track_unfinished
+from corral._types import (
+    NewTeammate,
+    Stats,
+    Task,
+    TaskChanged,
+    TaskSpec,
+    TaskState,
+    TeammateInfo,
+    WatchEvent,
+)
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
@@ -27,9 +41,10 @@ __all__ = ["Lead"]
 class Lead(BoardClient):
     """The Lead's connection to a corrald daemon.
 
-    Make one with `Lead.launch(...)` (starts a daemon, stops it on `close()`
-    or when the `with` block ends) or `Lead.connect(address, token)` (joins a
-    running daemon; `close()` only closes the channel).
+    Make one with `Lead.launch(...)` (starts a daemon, stops it on
+    `lead.close()` or when the `with lead:` block ends) or
+    `Lead.connect(address, token)` (joins a running daemon; `close()`
+    only closes the channel).
     """
 
     def __init__(
@@ -66,13 +81,20 @@ class Lead(BoardClient):
         TLS listener (`extra_args=["--tls-cert", …, "--tls-key", …]`) pass the
         CA certificate(s) as `root_certificates`.
         """
-        daemon = launch_daemon(state_dir, listen=listen, extra_args=extra_args, env=env, ready_timeout=ready_timeout)
+        daemon = run_blocking(
+            launch_daemon,
+            state_dir,
+            listen=listen,
+            extra_args=extra_args,
+            env=env,
+            ready_timeout=ready_timeout,
+        )
         try:
-            token = daemon.read_lead_token()
-            channel = open_channel(daemon.address, root_certificates=root_certificates)
-            return cls(channel, daemon.address, token, daemon=daemon, rpc_timeout=rpc_timeout)
+            token, address = daemon.read_lead_token(), daemon.address
+            channel = open_channel(address, root_certificates=root_certificates)
+            return cls(channel, address, token, daemon=daemon, rpc_timeout=rpc_timeout)
         except BaseException:
-            daemon.stop()
+            run_blocking(daemon.stop)
             raise
 
     @classmethod
@@ -105,19 +127,24 @@ class Lead(BoardClient):
         """Close the channel and, if this Lead launched the daemon, stop it."""
         super().close()
         if self._daemon is not None:
-            self._daemon.stop()
+            run_blocking(self._daemon.stop)
 
-    def __enter__(self) -> Lead:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()
 
     # ------------------------------------------------------------ tasks
 
-    def create_tasks(self, specs: Iterable[TaskSpec], *, request_id: str | None = None) -> list[Task]:
+    def create_tasks(
+        self, specs: Iterable[TaskSpec], *, request_id: str | None = None
+    ) -> list[Task]:
         """Add a batch of tasks atomically (all or nothing).
 
         A retry with the same `request_id` returns the same tasks instead of
@@ -125,42 +152,73 @@ class Lead(BoardClient):
         AlreadyExists (an id taken by a different spec). The returned tasks
         leave out payload and result (`get_task` has them).
         """
-        response = self._unary(self._lead.CreateTasks, _convert.create_tasks_request(specs, request_id))
+        request = _convert.create_tasks_request(specs, request_id)
+        response = self._unary(self._lead.CreateTasks, request)
         return _convert.tasks_from_pb(response.tasks)
 
     def cancel_tasks(self, ids: Iterable[str]) -> list[Task]:
-        """Cancel tasks and, transitively, their dependents; returns every task changed (without payloads)."""
-        response = self._unary(self._lead.CancelTasks, pb.CancelTasksRequest(ids=list(ids)))
+        """Cancel tasks and, transitively, their dependents; returns every task
+        changed (without payloads)."""
+        request = pb.CancelTasksRequest(ids=list(ids))
+        response = self._unary(self._lead.CancelTasks, request)
         return _convert.tasks_from_pb(response.tasks)
 
     # ------------------------------------------------------------ teammates
 
-    def add_teammate(self, name: str, *, roles: Iterable[str] = (), require_plan_approval: bool = False) -> NewTeammate:
+    def add_teammate(
+        self,
+        name: str,
+        *,
+        roles: Iterable[str] = (),
+        require_plan_approval: bool = False,
+    ) -> NewTeammate:
         """Mint a teammate credential. Its token is shown only in the result."""
-        request = pb.AddTeammateRequest(name=name, roles=list(roles), require_plan_approval=require_plan_approval)
-        return _convert.new_teammate_from_pb(self._unary(self._lead.AddTeammate, request))
+        request = pb.AddTeammateRequest(
+            name=name, roles=list(roles), require_plan_approval=require_plan_approval
+        )
+        response = self._unary(self._lead.AddTeammate, request)
+        return _convert.new_teammate_from_pb(response)
 
     def remove_teammate(self, name: str) -> TeammateInfo:
         """Revoke a teammate: its streams end and its claims return to PENDING."""
-        response = self._unary(self._lead.RemoveTeammate, pb.RemoveTeammateRequest(name=name))
+        request = pb.RemoveTeammateRequest(name=name)
+        response = self._unary(self._lead.RemoveTeammate, request)
         return _convert.teammate_from_pb(response.teammate)
 
-    def request_shutdown(self, name: str, *, reason: str = "", grace: datetime.timedelta | float | None = None) -> str:
+    def request_shutdown(
+        self,
+        name: str,
+        *,
+        reason: str = "",
+        grace: datetime.timedelta | float | None = None,
+    ) -> str:
         """Ask a teammate to stop; returns the request id.
 
         If it has not answered within `grace` (default: the daemon's, 5 min)
         the daemon removes it.
         """
         request = _convert.request_shutdown_request(name, reason, grace)
-        response: pb.RequestShutdownResponse = self._unary(self._lead.RequestShutdown, request)
+        response: pb.RequestShutdownResponse = self._unary(
+            self._lead.RequestShutdown, request
+        )
         return response.request_id
 
-    def decide_plan(self, plan_id: str, *, approve: bool, feedback: str = "") -> None:
+    def decide_plan(
+        self,
+        plan_id: str,
+        *,
+        approve: bool,
+        feedback: str = "",
+    ) -> None:
         """Approve or reject a submitted plan; the author receives a plan_decision."""
-        request = pb.DecidePlanRequest(plan_id=plan_id, approve=approve, feedback=feedback)
+        request = pb.DecidePlanRequest(
+            plan_id=plan_id, approve=approve, feedback=feedback
+        )
         self._unary(self._lead.DecidePlan, request)
 
-    def teammate_env(self, new_teammate: NewTeammate, *, address: str | None = None) -> dict[str, str]:
+    def teammate_env(
+        self, new_teammate: NewTeammate, *, address: str | None = None
+    ) -> dict[str, str]:
         """CORRAL_ADDRESS and CORRAL_TOKEN for a teammate process's environment.
 
         `address` defaults to the one this Lead is connected to (pass it
@@ -175,13 +233,15 @@ class Lead(BoardClient):
     ) -> Generator[WatchEvent, None, None]:
         """Board events with a sequence number above `after_seq`, then live ones.
 
-        Runs until you stop iterating (the stream is cancelled), the daemon
-        ends it, or `timeout` passes (TimeoutError). Resume after a break
-        with the last event's `seq`.
+        Runs until you stop iterating (close the iterator, e.g. with
+        `contextlib.closing`, to cancel the stream at once), the daemon ends
+        it, or `timeout` passes (TimeoutError). Resume after a break with the
+        last event's `seq`.
         """
-        seconds = _seconds(timeout) if timeout is not None else None
+        limit = seconds(timeout) if timeout is not None else None
         request = pb.WatchRequest(after_seq=after_seq)
-        with contextlib.closing(self._stream(self._lead.Watch, request, timeout=seconds)) as responses:
+        stream = self._stream(self._lead.Watch, request, timeout=limit)
+        with contextlib.closing(stream) as responses:
             try:
                 for response in responses:
                     event = _convert.watch_event_from_pb(response)
@@ -189,41 +249,32 @@ class Lead(BoardClient):
                         yield event
             except CorralError as exc:
                 if exc.code is grpc.StatusCode.DEADLINE_EXCEEDED:
-                    raise TimeoutError(f"watch ran past its {seconds:g}s timeout") from None
+                    message = f"watch ran past its {limit:g}s timeout"
+                    raise TimeoutError(message) from None
                 raise
 
     def wait_until_done(self, timeout: datetime.timedelta | float) -> Stats:
-        """Block until no task is PENDING or IN_PROGRESS; returns the final stats.
+        """Wait until no task is PENDING or IN_PROGRESS; returns the final stats.
 
         Follows the Watch feed and confirms with GetStats, so it reacts as
         soon as the last task finishes. Raises TimeoutError after `timeout`.
         """
-        deadline = time.monotonic() + _seconds(timeout)
-        stats = self.get_stats()
-        if stats.active_tasks == 0:
-            return stats
-        unfinished: dict[str, TaskState] = {}
-        with contextlib.closing(self.watch(0, timeout=max(deadline - time.monotonic(), 0.001))) as events:
-            for event in events:
-                if isinstance(event, TaskChanged) and track_unfinished(unfinished, event.task):
-                    stats = self.get_stats()
-                    if stats.active_tasks == 0:
-                        return stats
-        raise Unavailable("the daemon ended the watch stream before every task finished")
-
-
-def _seconds(value: datetime.timedelta | float) -> float:
-    return value.total_seconds() if isinstance(value, datetime.timedelta) else float(value)
-
-
-def track_unfinished(unfinished: dict[str, TaskState], task: Task) -> bool:
-    """Record `task`'s state; True when a task finished and none is known to be unfinished.
-
-    Only a hint: the caller confirms with GetStats, which also covers tasks
-    whose earlier events this replay has not reached.
-    """
-    if not task.state.is_final:
-        unfinished[task.id] = task.state
-        return False
-    unfinished.pop(task.id, None)
-    return not unfinished
+        limit = seconds(timeout)
+        deadline = time.monotonic() + limit
+        with time_limit(limit):
+            stats = self.get_stats()
+            if stats.active_tasks == 0:
+                return stats
+            unfinished: dict[str, TaskState] = {}
+            left = max(deadline - time.monotonic(), 0.001)
+            with contextlib.closing(self.watch(0, timeout=left)) as events:
+                for event in events:
+                    if not isinstance(event, TaskChanged):
+                        continue
+                    if track_unfinished(unfinished, event.task):
+                        stats = self.get_stats()
+                        if stats.active_tasks == 0:
+                            return stats
+        raise Unavailable(
+            "the daemon ended the watch stream before every task finished"
+        )

@@ -1,16 +1,17 @@
-"""`run_teammate`: the whole sync teammate loop around a task handler."""
+# Generated from client/corral/aio/_runner.py by scripts/unasync.py: do not edit.
+# Change the asyncio source and run `make unasync`.
+"""`run_teammate`: the whole teammate loop around a task handler."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextvars
 import datetime
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
-from corral._claim import DEAD_CLAIM_ERRORS, Claim
+from corral._claim import Claim
+from corral._claimstate import DEAD_CLAIM_ERRORS
 from corral._errors import (
     CorralError,
     InvalidArgument,
@@ -20,6 +21,7 @@ from corral._errors import (
     Unavailable,
 )
 from corral._handling import (
+    Handler,
     RunOptions,
     Tally,
     describe_failure,
@@ -27,17 +29,25 @@ from corral._handling import (
     is_retryable,
     shutdown_reason,
 )
+from corral._primitives import Workers, invoke, run_handler
 from corral._retry import is_transient, retrying
 from corral._teammate import IdleEvent, Teammate
-from corral._types import ExitReason, IdleTimeout, Message, PlanDecision, RunSummary, ShutdownRequest, Task
+from corral._types import (
+    ExitReason,
+    IdleTimeout,
+    Message,
+    PlanDecision,
+    RunSummary,
+    ShutdownRequest,
+)
 
 __all__ = ["current_claim", "run_teammate"]
 
 _log = logging.getLogger("corral.runner")
 
-_current_claim: contextvars.ContextVar[Claim] = contextvars.ContextVar("corral_current_claim")
-
-Handler = Callable[[Task], "bytes | str | None"]
+_current_claim: contextvars.ContextVar[Claim] = contextvars.ContextVar(
+    f"{__name__}.current_claim"
+)
 
 
 def current_claim() -> Claim:
@@ -65,11 +75,12 @@ def run_teammate(
     """Connect as a teammate and work until told to stop; returns a RunSummary.
 
     For each claim, `handler(task)` runs in a worker thread (up to `slots` at
-    once) while a keepalive renews the lease. Its return value (bytes, str or
-    None) completes the task; an exception fails it, retryably unless it is
-    `PermanentFailure`. If the lease is lost meanwhile, the outcome is dropped
-    (the daemon already gave the task back). `current_claim()` inside the
-    handler gives the claim.
+    once) while a keepalive renews the lease; on `corral.aio` a coroutine
+    function is awaited on the event loop instead. Its return value (bytes,
+    str or None) completes the task; an exception fails it, retryably unless
+    it is `PermanentFailure`. If the lease is lost meanwhile, the outcome is
+    dropped (the daemon already gave the task back). `current_claim()` inside
+    the handler gives the claim.
 
     - `plan`: submitted first; claims arrive once the Lead approves it. A
       rejection ends the run (exit reason PLAN_REJECTED, feedback in the
@@ -78,7 +89,8 @@ def run_teammate(
       (exit reason SHUTDOWN); answer before its deadline or be removed.
     - `idle_timeout` ends the run (IDLE_TIMEOUT) unless `stop_on_idle_timeout`
       is False, in which case a new Idle stream is opened.
-    - `on_message` is called with each plain Message, on the loop's thread.
+    - `on_message` is called with each plain Message, on the loop's thread
+      (on `corral.aio` it may return an awaitable, which is awaited).
     - A lost connection is retried with jittered exponential backoff for up
       to `reconnect_timeout` seconds per outage, then Unavailable is raised.
     - Removal by the Lead ends the run (REMOVED).
@@ -97,18 +109,19 @@ def run_teammate(
 
 
 class _StreamBroke(Exception):
-    """A stream that had delivered events broke: reconnect with a fresh outage budget."""
+    """A stream that had delivered events broke: reconnect, with a fresh outage
+    budget."""
 
 
 class _Runner:
-    def __init__(self, teammate: Teammate, handler: Handler, options: RunOptions) -> None:
+    def __init__(
+        self, teammate: Teammate, handler: Handler, options: RunOptions
+    ) -> None:
         self._teammate = teammate
         self._handler = handler
         self._options = options
         self._tally = Tally()
-        self._pool = concurrent.futures.ThreadPoolExecutor(options.slots, thread_name_prefix="corral-handler")
-        self._in_flight: set[concurrent.futures.Future[None]] = set()
-        self._in_flight_lock = threading.Lock()
+        self._workers = Workers(options.slots, name="corral-handler")
         self._connected = False
         self._plan_id = ""
         self._plan_feedback = ""
@@ -116,15 +129,23 @@ class _Runner:
     def run(self) -> RunSummary:
         try:
             if self._options.plan is not None:
-                self._plan_id = self._retry(self._teammate.submit_plan, self._options.plan)
+                self._plan_id = self._retry(
+                    self._teammate.submit_plan, self._options.plan
+                )
             exit_reason = self._serve()
+        except BaseException:
+            self._workers.cancel()  # asyncio tasks unwind; threads cannot be cancelled
+            raise
         finally:
-            # Running handlers hold leases: let them finish and report.
-            self._pool.shutdown(wait=True)
-        return self._tally.summary(exit_reason, plan_id=self._plan_id, plan_feedback=self._plan_feedback)
+            # Running handlers hold leases: let them finish (or unwind) and report.
+            self._workers.join()
+        return self._tally.summary(
+            exit_reason, plan_id=self._plan_id, plan_feedback=self._plan_feedback
+        )
 
     def _retry(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return retrying(self._options.reconnect_timeout)(call, *args, **kwargs)
+        policy = retrying(self._options.reconnect_timeout)
+        return policy(call, *args, **kwargs)
 
     # ------------------------------------------------------------ streams
 
@@ -138,16 +159,22 @@ class _Runner:
                 if self._connected:  # the credential worked before: the Lead removed us
                     return ExitReason.REMOVED
                 raise
-            if exit_reason is ExitReason.IDLE_TIMEOUT and not self._options.stop_on_idle_timeout:
+            if (
+                exit_reason is ExitReason.IDLE_TIMEOUT
+                and not self._options.stop_on_idle_timeout
+            ):
                 continue
             return exit_reason
 
     def _one_stream(self) -> ExitReason:
-        """Follow one Idle stream to an exit reason; transient errors propagate for a retry."""
+        """Follow one Idle stream to an exit reason; transient errors propagate
+        for a retry."""
         delivered = False
         options = self._options
         events = self._teammate.idle(
-            max_idle_polls=options.max_idle_polls, poll_interval=options.poll_interval, slots=options.slots
+            max_idle_polls=options.max_idle_polls,
+            poll_interval=options.poll_interval,
+            slots=options.slots,
         )
         try:
             for event in events:
@@ -168,10 +195,10 @@ class _Runner:
 
     def _dispatch(self, event: IdleEvent) -> ExitReason | None:
         if isinstance(event, Claim):
-            self._start(event)
+            self._workers.spawn(self._work, event)
         elif isinstance(event, Message):
             if self._options.on_message is not None:
-                self._options.on_message(event)
+                invoke(self._options.on_message, event)
         elif isinstance(event, PlanDecision):
             return self._on_plan_decision(event)
         elif isinstance(event, ShutdownRequest):
@@ -185,62 +212,60 @@ class _Runner:
         if decision.approve or not self._plan_id or decision.plan_id != self._plan_id:
             return None  # approved, or about a plan this run did not submit
         self._plan_feedback = decision.feedback
-        self._ack_quietly(decision.seq)
+        # The loop returns without resuming idle(), which would have acked.
+        self._quietly(self._teammate.ack, decision.seq)
         return ExitReason.PLAN_REJECTED
 
     def _shut_down(self, request: ShutdownRequest) -> None:
-        self._wait_for_handlers()
+        self._workers.wait()
         try:
             self._retry(
-                self._teammate.respond_shutdown, request.request_id, approve=True, reason=shutdown_reason(request)
+                self._teammate.respond_shutdown,
+                request.request_id,
+                approve=True,
+                reason=shutdown_reason(request),
             )
-        except CorralError as exc:  # e.g. the deadline passed and the daemon removed us already
-            _log.warning("answering shutdown request %s failed: %s", request.request_id, exc)
-        self._ack_quietly(request.seq)
-
-    def _ack_quietly(self, seq: int) -> None:
-        # The loop returns without resuming idle(), which would have acked.
-        try:
-            self._teammate.ack(seq)
         except CorralError as exc:
-            _log.debug("ack of inbox item %d failed: %s", seq, exc)
+            # e.g. the deadline passed and the daemon removed us already
+            _log.warning(
+                "answering shutdown request %s failed: %s", request.request_id, exc
+            )
+        self._quietly(self._teammate.ack, request.seq)
 
     # ------------------------------------------------------------ claims
-
-    def _start(self, claim: Claim) -> None:
-        future = self._pool.submit(self._work, claim)
-        with self._in_flight_lock:
-            self._in_flight.add(future)
-        future.add_done_callback(self._finished)
-
-    def _finished(self, future: concurrent.futures.Future[None]) -> None:
-        with self._in_flight_lock:
-            self._in_flight.discard(future)
-        if future.exception() is not None:
-            _log.error("reporting a task outcome failed", exc_info=future.exception())
-
-    def _wait_for_handlers(self) -> None:
-        with self._in_flight_lock:
-            running = set(self._in_flight)
-        concurrent.futures.wait(running)
 
     def _work(self, claim: Claim) -> None:
         context_token = _current_claim.set(claim)
         try:
             with claim.keepalive():
                 try:
-                    result, error = encode_result(self._handler(claim.task)), None
-                except Exception as exc:  # the handler's failure is the task's failure
+                    outcome = run_handler(self._handler, claim.task)
+                    result, error = encode_result(outcome), None
+                except Exception as exc:  # noqa: BLE001 (it fails the task)
                     result, error = b"", exc
+        except BaseException:
+            # Torn down mid-handler (asyncio cancels the run's tasks), or the
+            # handler raised past Exception: hand the task back at once.
+            self._quietly(claim.release)
+            raise
         finally:
             _current_claim.reset(context_token)
+        # A failure to report is logged by the workers.
         self._report(claim, result, error)
 
-    def _report(self, claim: Claim, result: bytes, error: Exception | None) -> None:
-        proven_lost = claim.lost_error is not None and claim.lost_error.cause is not None
+    def _report(
+        self,
+        claim: Claim,
+        result: bytes,
+        error: Exception | None,
+    ) -> None:
+        proven_lost = (
+            claim.lost_error is not None and claim.lost_error.cause is not None
+        )
         if proven_lost or isinstance(error, LeaseLost):
             self._tally.add(lost=1)
-            if not proven_lost:  # the loss was only a guess; hand the task back in case it is still ours
+            if not proven_lost:
+                # The loss was only a guess: hand the task back in case it is ours.
                 self._quietly(claim.release)
             return
         try:
@@ -249,25 +274,32 @@ class _Runner:
                 if error is None:
                     self._tally.add(completed=1)
                     return
-            self._retry(claim.fail, describe_failure(error), retryable=is_retryable(error))
+            failure, retryable = describe_failure(error), is_retryable(error)
+            self._retry(claim.fail, failure, retryable=retryable)
             self._tally.add(failed=1)
         except DEAD_CLAIM_ERRORS as exc:
-            _log.warning("task %s: outcome dropped, claim is dead (%s)", claim.task.id, exc)
+            _log.warning(
+                "task %s: outcome dropped, claim is dead (%s)", claim.task.id, exc
+            )
             self._tally.add(lost=1)
-        except CorralError as exc:  # e.g. removed for missing a shutdown deadline, or the daemon stayed down
-            _log.error("task %s: outcome could not be reported (%s)", claim.task.id, exc)
+        except CorralError as exc:
+            # e.g. removed for missing a shutdown deadline, or the daemon stayed down
+            _log.error(
+                "task %s: outcome could not be reported (%s)", claim.task.id, exc
+            )
             self._tally.add(lost=1)
 
     def _complete(self, claim: Claim, result: bytes) -> Exception | None:
-        """Complete the task; returns the failure to report instead when the result is refused."""
+        """Complete the task; returns the failure to report if the result is refused."""
         try:
             self._retry(claim.complete, result)
-        except InvalidArgument as exc:  # e.g. a result over the size limit: retrying cannot help
+        except InvalidArgument as exc:
+            # e.g. a result over the size limit: retrying cannot help
             return PermanentFailure(f"result refused by the daemon: {exc}")
         return None
 
-    def _quietly(self, call: Callable[[], Any]) -> None:
+    def _quietly(self, call: Callable[..., Any], *args: Any) -> None:
         try:
-            call()
+            call(*args)
         except CorralError as exc:
             _log.debug("ignored: %s", exc)

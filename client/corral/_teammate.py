@@ -1,11 +1,14 @@
-"""The sync teammate client: the Idle stream, claims, plans and shutdown answers."""
+# Generated from client/corral/aio/_teammate.py by scripts/unasync.py: do not edit.
+# Change the asyncio source and run `make unasync`.
+"""The teammate client: the Idle stream, claims, plans and shutdown answers."""
 
 from __future__ import annotations
 
 import contextlib
 import datetime
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from types import TracebackType
+from typing import Any, Self
 
 import grpc
 
@@ -14,7 +17,14 @@ from corral._board import BoardClient
 from corral._channel import open_channel, resolve_credentials
 from corral._claim import Claim
 from corral._claimbook import ClaimBook
-from corral._types import ClaimInfo, IdleTimeout, Message, PlanDecision, ShutdownRequest, Task
+from corral._types import (
+    ClaimInfo,
+    IdleTimeout,
+    Message,
+    PlanDecision,
+    ShutdownRequest,
+    Task,
+)
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
@@ -25,16 +35,25 @@ IdleEvent = Message | ShutdownRequest | PlanDecision | Claim | IdleTimeout
 
 
 class Teammate(BoardClient):
-    """A teammate's connection to the daemon (sync).
+    """A teammate's connection to the daemon.
 
     `Teammate.connect()` reads CORRAL_ADDRESS and CORRAL_TOKEN from the
-    environment; iterate `idle()` to receive work and control messages.
+    environment; iterate `idle()` to receive work and control messages
+    (`for event in teammate.idle(): ...`).
     """
 
-    def __init__(self, channel: grpc.Channel, address: str, token: str, *, rpc_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        channel: grpc.Channel,
+        address: str,
+        token: str,
+        *,
+        rpc_timeout: float | None = None,
+    ) -> None:
         super().__init__(channel, address, token, rpc_timeout=rpc_timeout)
         self._teammate = pb_grpc.TeammateServiceStub(channel)
         self._claims: ClaimBook[Claim] = ClaimBook()
+        self._claim_calls = _ClaimCalls(self._unary, self._teammate, self._claims)
         self._acked_through = 0
 
     @classmethod
@@ -52,7 +71,8 @@ class Teammate(BoardClient):
         lazily: a wrong address shows up as Unavailable on the first call.
         """
         address, token = resolve_credentials(address, token)
-        return cls(open_channel(address, root_certificates=root_certificates), address, token, rpc_timeout=rpc_timeout)
+        channel = open_channel(address, root_certificates=root_certificates)
+        return cls(channel, address, token, rpc_timeout=rpc_timeout)
 
     def close(self) -> None:
         """Stop every keepalive and close the channel. Held claims stay leased
@@ -61,11 +81,14 @@ class Teammate(BoardClient):
             claim.stop_keepalive()
         super().close()
 
-    def __enter__(self) -> Teammate:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()
 
@@ -88,15 +111,20 @@ class Teammate(BoardClient):
         (i.e. once your loop body handled it), so an item whose handling
         raised, or that was the last before you stopped iterating, is sent
         again on the next stream. The daemon sends no claim while a
-        shutdown request or plan decision is unacknowledged.
+        shutdown request or plan decision is unacknowledged. Close the
+        iterator (`contextlib.closing`) to end the stream promptly when you
+        stop early.
 
         Options left as None take the daemon's defaults (12 polls of 5 s, one slot).
         Stream failures raise CorralError subclasses (Unavailable when the
         daemon went away); a newer Idle stream of the same teammate ends this
         one with an ABORTED CorralError.
         """
-        request = _convert.idle_request(max_idle_polls=max_idle_polls, poll_interval=poll_interval, slots=slots)
-        with contextlib.closing(self._stream(self._teammate.Idle, request)) as responses:
+        request = _convert.idle_request(
+            max_idle_polls=max_idle_polls, poll_interval=poll_interval, slots=slots
+        )
+        stream = self._stream(self._teammate.Idle, request)
+        with contextlib.closing(stream) as responses:
             for response in responses:
                 item = _convert.idle_item_from_pb(response)
                 if isinstance(item, ClaimInfo):
@@ -117,8 +145,10 @@ class Teammate(BoardClient):
         """
         if through_seq <= self._acked_through:
             return self._acked_through
-        response = self._unary(self._teammate.AckMessages, pb.AckMessagesRequest(through_seq=through_seq))
-        self._acked_through = max(self._acked_through, response.acked_through_seq or through_seq)
+        request = pb.AckMessagesRequest(through_seq=through_seq)
+        response = self._unary(self._teammate.AckMessages, request)
+        acked = response.acked_through_seq or through_seq
+        self._acked_through = max(self._acked_through, acked)
         return self._acked_through
 
     def held_claims(self) -> list[Claim]:
@@ -126,7 +156,7 @@ class Teammate(BoardClient):
         return self._claims.held()
 
     def _make_claim(self, info: ClaimInfo) -> Claim:
-        return Claim(info, self)
+        return Claim(info, self._claim_calls)
 
     # ------------------------------------------------------------ plans and shutdown
 
@@ -136,39 +166,67 @@ class Teammate(BoardClient):
         When this teammate must plan first, claims arrive only after the
         newest plan's approval (a `PlanDecision` on the Idle stream).
         """
-        response: pb.SubmitPlanResponse = self._unary(self._teammate.SubmitPlan, pb.SubmitPlanRequest(plan=plan))
+        request = pb.SubmitPlanRequest(plan=plan)
+        response: pb.SubmitPlanResponse = self._unary(
+            self._teammate.SubmitPlan, request
+        )
         return response.plan_id
 
-    def respond_shutdown(self, request_id: str, *, approve: bool, reason: str = "") -> None:
+    def respond_shutdown(
+        self, request_id: str, *, approve: bool, reason: str = ""
+    ) -> None:
         """Answer a ShutdownRequest. Approving releases every claim this
         teammate holds and ends its Idle stream; rejecting lets it claim again."""
-        request = pb.RespondShutdownRequest(request_id=request_id, approve=approve, reason=reason)
+        request = pb.RespondShutdownRequest(
+            request_id=request_id, approve=approve, reason=reason
+        )
         self._unary(self._teammate.RespondShutdown, request)
         if approve:
             for claim in self._claims.held():
                 claim.stop_keepalive()
-                self._forget(claim.token)
+                self._claims.forget(claim.token)
 
-    # ------------------------------------------------------------ claim calls (used by Claim)
 
-    def _renew(self, task_id: str, token: str, *, timeout: float) -> tuple[datetime.datetime, bool]:
+class _ClaimCalls:
+    """The claim RPCs a Teammate hands to each of its claims (a `ClaimCalls`)."""
+
+    def __init__(
+        self,
+        unary: Callable[..., Any],
+        stub: pb_grpc.TeammateServiceStub,
+        claims: ClaimBook[Claim],
+    ) -> None:
+        self._unary = unary
+        self._stub = stub
+        self._claims = claims
+
+    def renew(
+        self, task_id: str, token: str, *, timeout: float
+    ) -> tuple[datetime.datetime, bool]:
         request = pb.RenewLeaseRequest(task_id=task_id, claim_token=token)
-        response = self._unary(self._teammate.RenewLease, request, timeout=timeout)
+        response = self._unary(self._stub.RenewLease, request, timeout=timeout)
         expire_time = _convert.time_from_pb(response, "lease_expire_time")
         assert expire_time is not None, "RenewLease answered without lease_expire_time"
         return expire_time, response.protocol_pending
 
-    def _complete(self, task_id: str, token: str, result: bytes) -> Task:
-        request = pb.CompleteTaskRequest(task_id=task_id, claim_token=token, result=result)
-        return _convert.task_from_pb(self._unary(self._teammate.CompleteTask, request).task)
+    def complete(self, task_id: str, token: str, result: bytes) -> Task:
+        request = pb.CompleteTaskRequest(
+            task_id=task_id, claim_token=token, result=result
+        )
+        response = self._unary(self._stub.CompleteTask, request)
+        return _convert.task_from_pb(response.task)
 
-    def _fail(self, task_id: str, token: str, error: str, retryable: bool) -> Task:
-        request = pb.FailTaskRequest(task_id=task_id, claim_token=token, error=error, retryable=retryable)
-        return _convert.task_from_pb(self._unary(self._teammate.FailTask, request).task)
+    def fail(self, task_id: str, token: str, error: str, retryable: bool) -> Task:
+        request = pb.FailTaskRequest(
+            task_id=task_id, claim_token=token, error=error, retryable=retryable
+        )
+        response = self._unary(self._stub.FailTask, request)
+        return _convert.task_from_pb(response.task)
 
-    def _release(self, task_id: str, token: str) -> Task:
+    def release(self, task_id: str, token: str) -> Task:
         request = pb.ReleaseTaskRequest(task_id=task_id, claim_token=token)
-        return _convert.task_from_pb(self._unary(self._teammate.ReleaseTask, request).task)
+        response = self._unary(self._stub.ReleaseTask, request)
+        return _convert.task_from_pb(response.task)
 
-    def _forget(self, token: str) -> None:
+    def forget(self, token: str) -> None:
         self._claims.forget(token)

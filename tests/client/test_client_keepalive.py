@@ -47,19 +47,19 @@ class ScriptedTeammate:
             raise outcome
         return datetime.datetime.now(UTC) + self._lease, False
 
-    def _renew(self, task_id: str, token: str, *, timeout: float) -> tuple[datetime.datetime, bool]:
+    def renew(self, task_id: str, token: str, *, timeout: float) -> tuple[datetime.datetime, bool]:
         return self._answer()
 
-    def _complete(self, task_id: str, token: str, result: bytes) -> Task:
+    def complete(self, task_id: str, token: str, result: bytes) -> Task:
         self.completed.append(result)
         return Task(task_id, TaskState.COMPLETED, result=result)
 
-    def _forget(self, token: str) -> None:
+    def forget(self, token: str) -> None:
         self.forgotten.append(token)
 
 
 class AsyncScriptedTeammate(ScriptedTeammate):
-    async def _renew(self, task_id: str, token: str, *, timeout: float) -> tuple[datetime.datetime, bool]:  # type: ignore[override]
+    async def renew(self, task_id: str, token: str, *, timeout: float) -> tuple[datetime.datetime, bool]:  # type: ignore[override]
         return self._answer()
 
 

@@ -90,7 +90,7 @@ def test_foreign_token_gets_a_definite_error(lead: corral.Lead, teammate: corral
     other = lead.add_teammate("bob")
     with corral.Teammate.connect(lead.address, other.token) as bob:
         with pytest.raises(corral.FailedPrecondition) as raised:
-            bob._complete("mine", "not-a-real-token", b"")
+            bob._claim_calls.complete("mine", "not-a-real-token", b"")
         assert raised.value.reason in ("CLAIM_TOKEN_MISMATCH", "LEASE_EXPIRED")
     assert claim.release().state is corral.TaskState.PENDING
     again = claim_one(teammate)

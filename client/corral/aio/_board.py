@@ -1,26 +1,33 @@
-"""The asyncio client base: a `grpc.aio` channel, a credential, and the
-BoardService calls both the Lead and teammates may make."""
+"""The client base: a channel, a credential, and the BoardService calls that
+both the Lead and teammates may make."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Any
 
-import grpc
 import grpc.aio
 
 from corral import _convert
 from corral._channel import DEFAULT_RPC_TIMEOUT, bearer_metadata
 from corral._errors import error_from_rpc
+from corral._primitives import async_next_message
 from corral._types import Stats, Task, TaskState, TeammateInfo
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
 
 class BoardClient:
-    """Connection plumbing plus the board reads and messaging (asyncio)."""
+    """Connection plumbing plus the board reads and messaging."""
 
-    def __init__(self, channel: grpc.aio.Channel, address: str, token: str, *, rpc_timeout: float | None) -> None:
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        address: str,
+        token: str,
+        *,
+        rpc_timeout: float | None,
+    ) -> None:
         self._channel = channel
         self._metadata = bearer_metadata(token)
         self._rpc_timeout = DEFAULT_RPC_TIMEOUT if rpc_timeout is None else rpc_timeout
@@ -32,9 +39,12 @@ class BoardClient:
 
     # ------------------------------------------------------------ plumbing
 
-    async def _unary(self, method: Callable[..., Any], request: Any, *, timeout: float | None = None) -> Any:
+    async def _unary(
+        self, method: Callable[..., Any], request: Any, *, timeout: float | None = None
+    ) -> Any:
+        timeout = timeout or self._rpc_timeout
         try:
-            return await method(request, metadata=self._metadata, timeout=timeout or self._rpc_timeout)
+            return await method(request, metadata=self._metadata, timeout=timeout)
         except grpc.RpcError as exc:
             raise error_from_rpc(exc) from exc
 
@@ -46,10 +56,10 @@ class BoardClient:
         try:
             while True:
                 try:
-                    response = await call.read()
+                    response = await async_next_message(call)
                 except grpc.RpcError as exc:
                     raise error_from_rpc(exc) from exc
-                if response is grpc.aio.EOF:
+                if response is None:
                     return
                 yield response
         finally:
@@ -63,13 +73,21 @@ class BoardClient:
 
     async def get_task(self, task_id: str) -> Task:
         """One task by id; raises NotFound."""
-        response = await self._unary(self._board.GetTask, pb.GetTaskRequest(id=task_id))
+        request = pb.GetTaskRequest(id=task_id)
+        response = await self._unary(self._board.GetTask, request)
         return _convert.task_from_pb(response.task)
 
     async def list_tasks(
-        self, *, states: Iterable[TaskState] = (), owner: str = "", page_size: int | None = None
+        self,
+        *,
+        states: Iterable[TaskState] = (),
+        owner: str = "",
+        page_size: int | None = None,
     ) -> AsyncGenerator[Task, None]:
-        """Every task matching the filters, fetching pages lazily as you iterate."""
+        """Every task matching the filters, fetching pages lazily as you iterate.
+
+        Empty `states` means every state; `page_size` None is the daemon's default.
+        """
         states = tuple(states)
         page_token = ""
         while True:
@@ -83,14 +101,20 @@ class BoardClient:
 
     async def list_teammates(self) -> list[TeammateInfo]:
         """Every teammate the daemon knows, with status and held claims."""
-        response = await self._unary(self._board.ListTeammates, pb.ListTeammatesRequest())
+        request = pb.ListTeammatesRequest()
+        response = await self._unary(self._board.ListTeammates, request)
         return [_convert.teammate_from_pb(teammate) for teammate in response.teammates]
 
     async def send_message(self, to: str, body: str) -> list[str]:
-        """Send `body` to "lead", a teammate's name, or "*"; returns the recipients."""
-        response = await self._unary(self._board.SendMessage, pb.SendMessageRequest(to=to, body=body))
+        """Send `body` to "lead", a teammate's name, or "*" (every teammate).
+
+        Returns the names it was queued for.
+        """
+        request = pb.SendMessageRequest(to=to, body=body)
+        response = await self._unary(self._board.SendMessage, request)
         return list(response.recipients)
 
     async def get_stats(self) -> Stats:
         """Counts by state and status, and the daemon writer's health."""
-        return _convert.stats_from_pb(await self._unary(self._board.GetStats, pb.GetStatsRequest()))
+        response = await self._unary(self._board.GetStats, pb.GetStatsRequest())
+        return _convert.stats_from_pb(response)

@@ -1,85 +1,114 @@
-"""The asyncio claim handle; its keepalive is an asyncio task."""
+"""The claim handle and its lease keepalive."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
 
-from corral._claim import (
+from corral._claimstate import (
     DEAD_CLAIM_ERRORS,
     ClaimState,
-    MIN_RENEW_INTERVAL,
     retry_delay_after_renew_error,
 )
 from corral._errors import CorralError, LeaseLost
+from corral._primitives import AsyncLock, AsyncTicker
 from corral._retry import is_transient
 from corral._types import ClaimInfo, Task
 
-if TYPE_CHECKING:
-    from corral.aio._teammate import Teammate
-
-__all__ = ["Claim"]
+__all__ = ["Claim", "ClaimCalls"]
 
 _log = logging.getLogger("corral.claim")
+
+
+class ClaimCalls(Protocol):
+    """What a claim asks of the teammate connection that received it."""
+
+    async def renew(
+        self, task_id: str, token: str, *, timeout: float
+    ) -> tuple[datetime.datetime, bool]:
+        """RenewLease: the new expiry, and whether a protocol message waits."""
+
+    async def complete(self, task_id: str, token: str, result: bytes) -> Task:
+        """CompleteTask."""
+
+    async def fail(self, task_id: str, token: str, error: str, retryable: bool) -> Task:
+        """FailTask."""
+
+    async def release(self, task_id: str, token: str) -> Task:
+        """ReleaseTask."""
+
+    def forget(self, token: str) -> None:
+        """The claim ended: stop counting it as held."""
 
 
 class Claim(ClaimState):
     """An exclusive, leased hold on one task, as yielded by `Teammate.idle`.
 
-    Finish it with one of `await complete()`, `fail()` or `release()`. Keep
-    the lease alive with `async with claim.keepalive(): ...`; when a renew
-    proves the claim dead, `claim.lost` turns True and `claim.check()`
-    raises LeaseLost.
+    Finish it with exactly one of `complete`, `fail` or `release`. Keep the
+    lease alive while you work with `async with claim.keepalive(): ...`
+    (renews at a third of the lease in the background: a thread in `corral`,
+    an asyncio task in `corral.aio`). When a renew proves the claim dead
+    (lease expired, token superseded, task canceled) the keepalive stops and
+    records it: `claim.lost` turns True and `claim.check()` raises LeaseLost,
+    so long work should call `check()` between steps.
     """
 
-    def __init__(self, info: ClaimInfo, teammate: Teammate) -> None:
+    def __init__(self, info: ClaimInfo, calls: ClaimCalls) -> None:
         super().__init__(info)
-        self._teammate = teammate
-        self._keepalive: asyncio.Task[None] | None = None
+        self._calls = calls
+        self._lock = AsyncLock()
+        self._keepalive: AsyncTicker | None = None
 
     # ------------------------------------------------------------ calls
 
     async def renew(self) -> datetime.datetime:
-        """Extend the lease by its duration; returns the new expiry."""
+        """Extend the lease by its duration; returns the new expiry.
+
+        Raises LeaseExpired / ClaimTokenMismatch / TaskCanceled (and records
+        the loss) when the claim is dead.
+        """
         sent_at = time.monotonic()
+        timeout = max(self._lease_seconds, 1.0)
         try:
-            expire_time, protocol_pending = await self._teammate._renew(
-                self.task.id, self.token, timeout=max(self._lease_seconds, 1.0)
+            expire_time, protocol_pending = await self._calls.renew(
+                self.task.id, self.token, timeout=timeout
             )
         except DEAD_CLAIM_ERRORS as exc:
             self._record_lost(exc)
             raise
-        self._lease_expire_time = expire_time
-        self._protocol_pending = protocol_pending
-        self._local_expiry = sent_at + self._lease_seconds
+        with self._lock:
+            self._lease_expire_time = expire_time
+            self._protocol_pending = protocol_pending
+            # Measured from when the request left: the daemon's lease started later.
+            self._local_expiry = sent_at + self._lease_seconds
         return expire_time
 
     async def complete(self, result: bytes | str = b"") -> Task:
-        """Finish the task with `result`; safe to repeat."""
+        """Finish the task with `result`; safe to repeat (the daemon is idempotent)."""
         payload = result.encode("utf-8") if isinstance(result, str) else result
-        return await self._finish(lambda: self._teammate._complete(self.task.id, self.token, payload))
+        return await self._finish(self._calls.complete, payload)
 
     async def fail(self, error: str, *, retryable: bool = True) -> Task:
-        """Report failure; retryable failures go back to PENDING while attempts remain."""
-        return await self._finish(lambda: self._teammate._fail(self.task.id, self.token, error, retryable))
+        """Report failure; retryable ones go back to PENDING while attempts remain."""
+        return await self._finish(self._calls.fail, error, retryable)
 
     async def release(self) -> Task:
         """Give the task back without using up an attempt."""
-        return await self._finish(lambda: self._teammate._release(self.task.id, self.token))
+        return await self._finish(self._calls.release)
 
-    async def _finish(self, call: Callable[[], Awaitable[Task]]) -> Task:
+    async def _finish(self, call: Callable[..., Any], *args: Any) -> Task:
         await self.stop_keepalive()
         try:
-            task = await call()
+            task: Task = await call(self.task.id, self.token, *args)
         except DEAD_CLAIM_ERRORS:
-            self._teammate._forget(self.token)
+            self._calls.forget(self.token)
             raise
-        self._teammate._forget(self.token)
+        # Any other error leaves the claim held, so the call can be retried.
+        self._calls.forget(self.token)
         return task
 
     # ------------------------------------------------------------ keepalive
@@ -94,45 +123,54 @@ class Claim(ClaimState):
             await self.stop_keepalive()
 
     def start_keepalive(self) -> None:
-        """Start renewing at a third of the lease (needs a running event loop)."""
-        if self._keepalive is None and self._lost is None:
-            interval = max(self._lease_seconds / 3, MIN_RENEW_INTERVAL)
-            self._keepalive = asyncio.create_task(self._keep_alive(interval), name=f"corral-keepalive-{self.task.id}")
+        """Start renewing at a third of the lease until `stop_keepalive` or a
+        finish call (on `corral.aio`, from within the event loop)."""
+        with self._lock:
+            if self._keepalive is None and self._lost is None:
+                self._keepalive = AsyncTicker(
+                    self._keepalive_tick,
+                    self._renew_interval,
+                    name=f"corral-keepalive-{self.task.id}",
+                )
 
     async def stop_keepalive(self) -> None:
-        """Stop the keepalive task, if running."""
-        keepalive, self._keepalive = self._keepalive, None
-        if keepalive is not None and keepalive is not asyncio.current_task():
-            keepalive.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keepalive
+        """Stop the keepalive, if running, and wait for it."""
+        with self._lock:
+            keepalive, self._keepalive = self._keepalive, None
+        if keepalive is not None:
+            await keepalive.stop()
 
-    async def _keep_alive(self, interval: float) -> None:
-        delay: float | None = interval
-        while delay is not None:
-            await asyncio.sleep(delay)
-            delay = await self._keepalive_tick(interval)
-
-    async def _keepalive_tick(self, interval: float) -> float | None:
+    async def _keepalive_tick(self) -> float | None:
+        """Renew once; returns the delay to the next renew, None to stop."""
+        interval = self._renew_interval
         try:
             await self.renew()
             return interval
         except DEAD_CLAIM_ERRORS:
-            return None
+            return None  # renew() recorded the loss
         except CorralError as exc:
-            delay = retry_delay_after_renew_error(exc, self._local_expiry - time.monotonic(), interval)
+            lease_left = self._local_expiry - time.monotonic()
+            delay = retry_delay_after_renew_error(exc, lease_left, interval)
             if delay is None:
                 self._record_lost(None if is_transient(exc) else exc)
             else:
-                _log.info("renewing task %s failed (%s); retrying in %.2fs", self.task.id, exc, delay)
+                _log.info(
+                    "renewing task %s failed (%s); retrying in %.2fs",
+                    self.task.id,
+                    exc,
+                    delay,
+                )
             return delay
 
     def _record_lost(self, cause: CorralError | None) -> None:
-        if self._lost is None:
-            self._lost = LeaseLost(self.task.id, cause)
-            _log.warning("%s", self._lost)
+        with self._lock:
+            if self._lost is None:
+                self._lost = LeaseLost(self.task.id, cause)
+                _log.warning("%s", self._lost)
         if cause is not None:
-            self._teammate._forget(self.token)
+            self._calls.forget(self.token)
 
     def _refresh(self, info: ClaimInfo) -> None:
-        self._lease_expire_time = info.lease_expire_time
+        """A re-sent claim (new stream) carries the current lease expiry."""
+        with self._lock:
+            self._lease_expire_time = info.lease_expire_time

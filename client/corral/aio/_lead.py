@@ -1,23 +1,34 @@
-"""The asyncio Lead client. Same calls as `corral.Lead`, awaited."""
+"""The Lead client: owns the board, mints teammates, decides plans."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime
 import os
+import time
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 import grpc.aio
 
 from corral import _convert
 from corral._channel import open_aio_channel, teammate_env
-from corral._errors import Unavailable
+from corral._errors import CorralError, Unavailable
 from corral._launch import DaemonProcess, launch_daemon
-from corral._lead import track_unfinished
-from corral._types import NewTeammate, Stats, Task, TaskChanged, TaskSpec, TaskState, TeammateInfo, WatchEvent
+from corral._primitives import async_run_blocking, async_time_limit
+from corral._progress import seconds, track_unfinished
+from corral._types import (
+    NewTeammate,
+    Stats,
+    Task,
+    TaskChanged,
+    TaskSpec,
+    TaskState,
+    TeammateInfo,
+    WatchEvent,
+)
 from corral.aio._board import BoardClient
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
@@ -26,11 +37,12 @@ __all__ = ["Lead"]
 
 
 class Lead(BoardClient):
-    """The Lead's asyncio connection to a corrald daemon.
+    """The Lead's connection to a corrald daemon.
 
-    `lead = await Lead.launch(...)` starts a daemon (stopped by `await
-    lead.close()` or leaving `async with lead:`); `await Lead.connect(address,
-    token)` joins a running one.
+    Make one with `await Lead.launch(...)` (starts a daemon, stops it on
+    `await lead.close()` or when the `async with lead:` block ends) or
+    `await Lead.connect(address, token)` (joins a running daemon; `close()`
+    only closes the channel).
     """
 
     def __init__(
@@ -58,16 +70,29 @@ class Lead(BoardClient):
         rpc_timeout: float | None = None,
         root_certificates: bytes | None = None,
     ) -> Lead:
-        """Start `corrald serve` on `state_dir` and connect as the Lead (see `corral.Lead.launch`)."""
-        daemon = await asyncio.to_thread(
-            launch_daemon, state_dir, listen=listen, extra_args=extra_args, env=env, ready_timeout=ready_timeout
+        """Start `corrald serve` on `state_dir` and connect to it as the Lead.
+
+        `state_dir=None` uses a fresh temporary directory, removed when the
+        daemon stops. `listen` is `unix:PATH` or `HOST:PORT` (default: a
+        socket in the state directory). Raises CorralError, with the daemon's
+        stderr, when it fails to start within `ready_timeout` seconds. For a
+        TLS listener (`extra_args=["--tls-cert", …, "--tls-key", …]`) pass the
+        CA certificate(s) as `root_certificates`.
+        """
+        daemon = await async_run_blocking(
+            launch_daemon,
+            state_dir,
+            listen=listen,
+            extra_args=extra_args,
+            env=env,
+            ready_timeout=ready_timeout,
         )
         try:
-            token = daemon.read_lead_token()
-            channel = open_aio_channel(daemon.address, root_certificates=root_certificates)
-            return cls(channel, daemon.address, token, daemon=daemon, rpc_timeout=rpc_timeout)
+            token, address = daemon.read_lead_token(), daemon.address
+            channel = open_aio_channel(address, root_certificates=root_certificates)
+            return cls(channel, address, token, daemon=daemon, rpc_timeout=rpc_timeout)
         except BaseException:
-            await asyncio.to_thread(daemon.stop)
+            await async_run_blocking(daemon.stop)
             raise
 
     @classmethod
@@ -79,7 +104,10 @@ class Lead(BoardClient):
         root_certificates: bytes | None = None,
         rpc_timeout: float | None = None,
     ) -> Lead:
-        """Join a running daemon at `address` with the Lead credential `token`."""
+        """Join a running daemon at `address` with the Lead credential `token`.
+
+        Pass the CA certificate(s) as `root_certificates` for a TLS listener.
+        """
         channel = open_aio_channel(address, root_certificates=root_certificates)
         return cls(channel, address, token.strip(), rpc_timeout=rpc_timeout)
 
@@ -97,86 +125,154 @@ class Lead(BoardClient):
         """Close the channel and, if this Lead launched the daemon, stop it."""
         await super().close()
         if self._daemon is not None:
-            await asyncio.to_thread(self._daemon.stop)
+            await async_run_blocking(self._daemon.stop)
 
-    async def __aenter__(self) -> Lead:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         await self.close()
 
-    # ------------------------------------------------------------ tasks and teammates
+    # ------------------------------------------------------------ tasks
 
-    async def create_tasks(self, specs: Iterable[TaskSpec], *, request_id: str | None = None) -> list[Task]:
-        """Add a batch of tasks atomically (see `corral.Lead.create_tasks`)."""
-        response = await self._unary(self._lead.CreateTasks, _convert.create_tasks_request(specs, request_id))
+    async def create_tasks(
+        self, specs: Iterable[TaskSpec], *, request_id: str | None = None
+    ) -> list[Task]:
+        """Add a batch of tasks atomically (all or nothing).
+
+        A retry with the same `request_id` returns the same tasks instead of
+        failing; raises InvalidArgument (cycles, unknown deps, bad values) or
+        AlreadyExists (an id taken by a different spec). The returned tasks
+        leave out payload and result (`get_task` has them).
+        """
+        request = _convert.create_tasks_request(specs, request_id)
+        response = await self._unary(self._lead.CreateTasks, request)
         return _convert.tasks_from_pb(response.tasks)
 
     async def cancel_tasks(self, ids: Iterable[str]) -> list[Task]:
-        """Cancel tasks and, transitively, their dependents; returns every task changed."""
-        response = await self._unary(self._lead.CancelTasks, pb.CancelTasksRequest(ids=list(ids)))
+        """Cancel tasks and, transitively, their dependents; returns every task
+        changed (without payloads)."""
+        request = pb.CancelTasksRequest(ids=list(ids))
+        response = await self._unary(self._lead.CancelTasks, request)
         return _convert.tasks_from_pb(response.tasks)
 
+    # ------------------------------------------------------------ teammates
+
     async def add_teammate(
-        self, name: str, *, roles: Iterable[str] = (), require_plan_approval: bool = False
+        self,
+        name: str,
+        *,
+        roles: Iterable[str] = (),
+        require_plan_approval: bool = False,
     ) -> NewTeammate:
         """Mint a teammate credential. Its token is shown only in the result."""
-        request = pb.AddTeammateRequest(name=name, roles=list(roles), require_plan_approval=require_plan_approval)
-        return _convert.new_teammate_from_pb(await self._unary(self._lead.AddTeammate, request))
+        request = pb.AddTeammateRequest(
+            name=name, roles=list(roles), require_plan_approval=require_plan_approval
+        )
+        response = await self._unary(self._lead.AddTeammate, request)
+        return _convert.new_teammate_from_pb(response)
 
     async def remove_teammate(self, name: str) -> TeammateInfo:
         """Revoke a teammate: its streams end and its claims return to PENDING."""
-        response = await self._unary(self._lead.RemoveTeammate, pb.RemoveTeammateRequest(name=name))
+        request = pb.RemoveTeammateRequest(name=name)
+        response = await self._unary(self._lead.RemoveTeammate, request)
         return _convert.teammate_from_pb(response.teammate)
 
     async def request_shutdown(
-        self, name: str, *, reason: str = "", grace: datetime.timedelta | float | None = None
+        self,
+        name: str,
+        *,
+        reason: str = "",
+        grace: datetime.timedelta | float | None = None,
     ) -> str:
-        """Ask a teammate to stop; returns the request id (see `corral.Lead.request_shutdown`)."""
+        """Ask a teammate to stop; returns the request id.
+
+        If it has not answered within `grace` (default: the daemon's, 5 min)
+        the daemon removes it.
+        """
         request = _convert.request_shutdown_request(name, reason, grace)
-        response: pb.RequestShutdownResponse = await self._unary(self._lead.RequestShutdown, request)
+        response: pb.RequestShutdownResponse = await self._unary(
+            self._lead.RequestShutdown, request
+        )
         return response.request_id
 
-    async def decide_plan(self, plan_id: str, *, approve: bool, feedback: str = "") -> None:
-        """Approve or reject a submitted plan."""
-        request = pb.DecidePlanRequest(plan_id=plan_id, approve=approve, feedback=feedback)
+    async def decide_plan(
+        self,
+        plan_id: str,
+        *,
+        approve: bool,
+        feedback: str = "",
+    ) -> None:
+        """Approve or reject a submitted plan; the author receives a plan_decision."""
+        request = pb.DecidePlanRequest(
+            plan_id=plan_id, approve=approve, feedback=feedback
+        )
         await self._unary(self._lead.DecidePlan, request)
 
-    def teammate_env(self, new_teammate: NewTeammate, *, address: str | None = None) -> dict[str, str]:
-        """CORRAL_ADDRESS and CORRAL_TOKEN for a teammate process's environment."""
+    def teammate_env(
+        self, new_teammate: NewTeammate, *, address: str | None = None
+    ) -> dict[str, str]:
+        """CORRAL_ADDRESS and CORRAL_TOKEN for a teammate process's environment.
+
+        `address` defaults to the one this Lead is connected to (pass it
+        explicitly when teammates reach the daemon by another route).
+        """
         return teammate_env(address or self.address, new_teammate.token)
 
     # ------------------------------------------------------------ events
 
-    async def watch(self, after_seq: int = 0) -> AsyncGenerator[WatchEvent, None]:
+    async def watch(
+        self, after_seq: int = 0, *, timeout: datetime.timedelta | float | None = None
+    ) -> AsyncGenerator[WatchEvent, None]:
         """Board events with a sequence number above `after_seq`, then live ones.
 
-        Wrap in `contextlib.aclosing(...)` to cancel the stream as soon as you stop.
+        Runs until you stop iterating (close the iterator, e.g. with
+        `contextlib.aclosing`, to cancel the stream at once), the daemon ends
+        it, or `timeout` passes (TimeoutError). Resume after a break with the
+        last event's `seq`.
         """
+        limit = seconds(timeout) if timeout is not None else None
         request = pb.WatchRequest(after_seq=after_seq)
-        async with contextlib.aclosing(self._stream(self._lead.Watch, request)) as responses:
-            async for response in responses:
-                event = _convert.watch_event_from_pb(response)
-                if event is not None:
-                    yield event
+        stream = self._stream(self._lead.Watch, request, timeout=limit)
+        async with contextlib.aclosing(stream) as responses:
+            try:
+                async for response in responses:
+                    event = _convert.watch_event_from_pb(response)
+                    if event is not None:
+                        yield event
+            except CorralError as exc:
+                if exc.code is grpc.StatusCode.DEADLINE_EXCEEDED:
+                    message = f"watch ran past its {limit:g}s timeout"
+                    raise TimeoutError(message) from None
+                raise
 
     async def wait_until_done(self, timeout: datetime.timedelta | float) -> Stats:
         """Wait until no task is PENDING or IN_PROGRESS; returns the final stats.
 
-        Follows the Watch feed and confirms with GetStats. Raises TimeoutError.
+        Follows the Watch feed and confirms with GetStats, so it reacts as
+        soon as the last task finishes. Raises TimeoutError after `timeout`.
         """
-        seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
-        async with asyncio.timeout(seconds):
+        limit = seconds(timeout)
+        deadline = time.monotonic() + limit
+        async with async_time_limit(limit):
             stats = await self.get_stats()
             if stats.active_tasks == 0:
                 return stats
             unfinished: dict[str, TaskState] = {}
-            async with contextlib.aclosing(self.watch(0)) as events:
+            left = max(deadline - time.monotonic(), 0.001)
+            async with contextlib.aclosing(self.watch(0, timeout=left)) as events:
                 async for event in events:
-                    if isinstance(event, TaskChanged) and track_unfinished(unfinished, event.task):
+                    if not isinstance(event, TaskChanged):
+                        continue
+                    if track_unfinished(unfinished, event.task):
                         stats = await self.get_stats()
                         if stats.active_tasks == 0:
                             return stats
-        raise Unavailable("the daemon ended the watch stream before every task finished")
+        raise Unavailable(
+            "the daemon ended the watch stream before every task finished"
+        )

@@ -1,17 +1,14 @@
-"""`corral.aio.run_teammate`: the whole teammate loop on asyncio."""
+"""`run_teammate`: the whole teammate loop around a task handler."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import contextvars
 import datetime
-import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-from corral._claim import DEAD_CLAIM_ERRORS
+from corral._claimstate import DEAD_CLAIM_ERRORS
 from corral._errors import (
     CorralError,
     InvalidArgument,
@@ -21,6 +18,7 @@ from corral._errors import (
     Unavailable,
 )
 from corral._handling import (
+    AsyncHandler,
     RunOptions,
     Tally,
     describe_failure,
@@ -28,8 +26,16 @@ from corral._handling import (
     is_retryable,
     shutdown_reason,
 )
+from corral._primitives import AsyncWorkers, async_invoke, async_run_handler
 from corral._retry import async_retrying, is_transient
-from corral._types import ExitReason, IdleTimeout, Message, PlanDecision, RunSummary, ShutdownRequest, Task
+from corral._types import (
+    ExitReason,
+    IdleTimeout,
+    Message,
+    PlanDecision,
+    RunSummary,
+    ShutdownRequest,
+)
 from corral.aio._claim import Claim
 from corral.aio._teammate import IdleEvent, Teammate
 
@@ -37,19 +43,22 @@ __all__ = ["current_claim", "run_teammate"]
 
 _log = logging.getLogger("corral.runner")
 
-_current_claim: contextvars.ContextVar[Claim] = contextvars.ContextVar("corral_aio_current_claim")
-
-_Result = bytes | str | None
-Handler = Callable[[Task], _Result | Awaitable[_Result]]
+_current_claim: contextvars.ContextVar[Claim] = contextvars.ContextVar(
+    f"{__name__}.current_claim"
+)
 
 
 def current_claim() -> Claim:
-    """The claim whose task the calling handler works on; LookupError outside one."""
+    """The claim whose task the calling `run_teammate` handler is working on.
+
+    Use it for the `fence` (to guard external writes) or `check()` (to stop
+    long work once the lease is lost). Raises LookupError outside a handler.
+    """
     return _current_claim.get()
 
 
 async def run_teammate(
-    handler: Handler,
+    handler: AsyncHandler,
     *,
     address: str | None = None,
     token: str | None = None,
@@ -61,11 +70,28 @@ async def run_teammate(
     stop_on_idle_timeout: bool = True,
     reconnect_timeout: float = 60.0,
 ) -> RunSummary:
-    """Connect as a teammate and work until told to stop (see `corral.run_teammate`).
+    """Connect as a teammate and work until told to stop; returns a RunSummary.
 
-    `handler` may be a coroutine function (awaited on the event loop) or a
-    plain function (run in a worker thread so it cannot stall keepalives).
-    `on_message` may likewise return an awaitable.
+    For each claim, `handler(task)` runs in a worker thread (up to `slots` at
+    once) while a keepalive renews the lease; on `corral.aio` a coroutine
+    function is awaited on the event loop instead. Its return value (bytes,
+    str or None) completes the task; an exception fails it, retryably unless
+    it is `PermanentFailure`. If the lease is lost meanwhile, the outcome is
+    dropped (the daemon already gave the task back). `current_claim()` inside
+    the handler gives the claim.
+
+    - `plan`: submitted first; claims arrive once the Lead approves it. A
+      rejection ends the run (exit reason PLAN_REJECTED, feedback in the
+      summary) so the caller can revise and run again.
+    - A shutdown request is approved once running handlers have finished
+      (exit reason SHUTDOWN); answer before its deadline or be removed.
+    - `idle_timeout` ends the run (IDLE_TIMEOUT) unless `stop_on_idle_timeout`
+      is False, in which case a new Idle stream is opened.
+    - `on_message` is called with each plain Message, on the loop's thread
+      (on `corral.aio` it may return an awaitable, which is awaited).
+    - A lost connection is retried with jittered exponential backoff for up
+      to `reconnect_timeout` seconds per outage, then Unavailable is raised.
+    - Removal by the Lead ends the run (REMOVED).
     """
     options = RunOptions(
         plan=plan,
@@ -81,16 +107,19 @@ async def run_teammate(
 
 
 class _StreamBroke(Exception):
-    """A stream that had delivered events broke: reconnect with a fresh outage budget."""
+    """A stream that had delivered events broke: reconnect, with a fresh outage
+    budget."""
 
 
 class _Runner:
-    def __init__(self, teammate: Teammate, handler: Handler, options: RunOptions) -> None:
+    def __init__(
+        self, teammate: Teammate, handler: AsyncHandler, options: RunOptions
+    ) -> None:
         self._teammate = teammate
         self._handler = handler
         self._options = options
         self._tally = Tally()
-        self._in_flight: set[asyncio.Task[None]] = set()
+        self._workers = AsyncWorkers(options.slots, name="corral-handler")
         self._connected = False
         self._plan_id = ""
         self._plan_feedback = ""
@@ -98,19 +127,23 @@ class _Runner:
     async def run(self) -> RunSummary:
         try:
             if self._options.plan is not None:
-                self._plan_id = await self._retry(self._teammate.submit_plan, self._options.plan)
+                self._plan_id = await self._retry(
+                    self._teammate.submit_plan, self._options.plan
+                )
             exit_reason = await self._serve()
         except BaseException:
-            for work in self._in_flight:
-                work.cancel()
+            self._workers.cancel()  # asyncio tasks unwind; threads cannot be cancelled
             raise
         finally:
             # Running handlers hold leases: let them finish (or unwind) and report.
-            await asyncio.gather(*self._in_flight, return_exceptions=True)
-        return self._tally.summary(exit_reason, plan_id=self._plan_id, plan_feedback=self._plan_feedback)
+            await self._workers.join()
+        return self._tally.summary(
+            exit_reason, plan_id=self._plan_id, plan_feedback=self._plan_feedback
+        )
 
-    async def _retry(self, call: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
-        return await async_retrying(self._options.reconnect_timeout)(call, *args, **kwargs)
+    async def _retry(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        policy = async_retrying(self._options.reconnect_timeout)
+        return await policy(call, *args, **kwargs)
 
     # ------------------------------------------------------------ streams
 
@@ -124,15 +157,22 @@ class _Runner:
                 if self._connected:  # the credential worked before: the Lead removed us
                     return ExitReason.REMOVED
                 raise
-            if exit_reason is ExitReason.IDLE_TIMEOUT and not self._options.stop_on_idle_timeout:
+            if (
+                exit_reason is ExitReason.IDLE_TIMEOUT
+                and not self._options.stop_on_idle_timeout
+            ):
                 continue
             return exit_reason
 
     async def _one_stream(self) -> ExitReason:
+        """Follow one Idle stream to an exit reason; transient errors propagate
+        for a retry."""
         delivered = False
         options = self._options
         events = self._teammate.idle(
-            max_idle_polls=options.max_idle_polls, poll_interval=options.poll_interval, slots=options.slots
+            max_idle_polls=options.max_idle_polls,
+            poll_interval=options.poll_interval,
+            slots=options.slots,
         )
         try:
             async for event in events:
@@ -153,14 +193,10 @@ class _Runner:
 
     async def _dispatch(self, event: IdleEvent) -> ExitReason | None:
         if isinstance(event, Claim):
-            work = asyncio.create_task(self._work(event), name=f"corral-handler-{event.task.id}")
-            self._in_flight.add(work)
-            work.add_done_callback(self._in_flight.discard)
+            self._workers.spawn(self._work, event)
         elif isinstance(event, Message):
             if self._options.on_message is not None:
-                outcome = self._options.on_message(event)
-                if inspect.isawaitable(outcome):
-                    await outcome
+                await async_invoke(self._options.on_message, event)
         elif isinstance(event, PlanDecision):
             return await self._on_plan_decision(event)
         elif isinstance(event, ShutdownRequest):
@@ -172,52 +208,63 @@ class _Runner:
 
     async def _on_plan_decision(self, decision: PlanDecision) -> ExitReason | None:
         if decision.approve or not self._plan_id or decision.plan_id != self._plan_id:
-            return None
+            return None  # approved, or about a plan this run did not submit
         self._plan_feedback = decision.feedback
-        await self._quietly(self._teammate.ack(decision.seq))
+        # The loop returns without resuming idle(), which would have acked.
+        await self._quietly(self._teammate.ack, decision.seq)
         return ExitReason.PLAN_REJECTED
 
     async def _shut_down(self, request: ShutdownRequest) -> None:
-        await asyncio.gather(*self._in_flight, return_exceptions=True)
+        await self._workers.wait()
         try:
             await self._retry(
-                self._teammate.respond_shutdown, request.request_id, approve=True, reason=shutdown_reason(request)
+                self._teammate.respond_shutdown,
+                request.request_id,
+                approve=True,
+                reason=shutdown_reason(request),
             )
         except CorralError as exc:
-            _log.warning("answering shutdown request %s failed: %s", request.request_id, exc)
-        await self._quietly(self._teammate.ack(request.seq))
+            # e.g. the deadline passed and the daemon removed us already
+            _log.warning(
+                "answering shutdown request %s failed: %s", request.request_id, exc
+            )
+        await self._quietly(self._teammate.ack, request.seq)
 
     # ------------------------------------------------------------ claims
 
     async def _work(self, claim: Claim) -> None:
-        _current_claim.set(claim)  # this task runs in its own copy of the context
+        context_token = _current_claim.set(claim)
         try:
             async with claim.keepalive():
                 try:
-                    result, error = encode_result(await self._call_handler(claim.task)), None
-                except Exception as exc:  # the handler's failure is the task's failure
+                    outcome = await async_run_handler(self._handler, claim.task)
+                    result, error = encode_result(outcome), None
+                except Exception as exc:  # noqa: BLE001 (it fails the task)
                     result, error = b"", exc
-        except asyncio.CancelledError:
-            await self._quietly(claim.release())  # the run is being torn down: hand the task back
+        except BaseException:
+            # Torn down mid-handler (asyncio cancels the run's tasks), or the
+            # handler raised past Exception: hand the task back at once.
+            await self._quietly(claim.release)
             raise
-        try:
-            await self._report(claim, result, error)
-        except Exception:
-            _log.exception("reporting the outcome of task %s failed", claim.task.id)
+        finally:
+            _current_claim.reset(context_token)
+        # A failure to report is logged by the workers.
+        await self._report(claim, result, error)
 
-    async def _call_handler(self, task: Task) -> Any:
-        if inspect.iscoroutinefunction(self._handler):
-            return await self._handler(task)
-        # A plain function runs in a thread (with this context, so current_claim works).
-        outcome = await asyncio.to_thread(self._handler, task)
-        return await outcome if inspect.isawaitable(outcome) else outcome
-
-    async def _report(self, claim: Claim, result: bytes, error: Exception | None) -> None:
-        proven_lost = claim.lost_error is not None and claim.lost_error.cause is not None
+    async def _report(
+        self,
+        claim: Claim,
+        result: bytes,
+        error: Exception | None,
+    ) -> None:
+        proven_lost = (
+            claim.lost_error is not None and claim.lost_error.cause is not None
+        )
         if proven_lost or isinstance(error, LeaseLost):
             self._tally.add(lost=1)
             if not proven_lost:
-                await self._quietly(claim.release())
+                # The loss was only a guess: hand the task back in case it is ours.
+                await self._quietly(claim.release)
             return
         try:
             if error is None:
@@ -225,22 +272,32 @@ class _Runner:
                 if error is None:
                     self._tally.add(completed=1)
                     return
-            await self._retry(claim.fail, describe_failure(error), retryable=is_retryable(error))
+            failure, retryable = describe_failure(error), is_retryable(error)
+            await self._retry(claim.fail, failure, retryable=retryable)
             self._tally.add(failed=1)
         except DEAD_CLAIM_ERRORS as exc:
-            _log.warning("task %s: outcome dropped, claim is dead (%s)", claim.task.id, exc)
+            _log.warning(
+                "task %s: outcome dropped, claim is dead (%s)", claim.task.id, exc
+            )
             self._tally.add(lost=1)
-        except CorralError as exc:  # e.g. removed for missing a shutdown deadline, or the daemon stayed down
-            _log.error("task %s: outcome could not be reported (%s)", claim.task.id, exc)
+        except CorralError as exc:
+            # e.g. removed for missing a shutdown deadline, or the daemon stayed down
+            _log.error(
+                "task %s: outcome could not be reported (%s)", claim.task.id, exc
+            )
             self._tally.add(lost=1)
 
     async def _complete(self, claim: Claim, result: bytes) -> Exception | None:
+        """Complete the task; returns the failure to report if the result is refused."""
         try:
             await self._retry(claim.complete, result)
         except InvalidArgument as exc:
+            # e.g. a result over the size limit: retrying cannot help
             return PermanentFailure(f"result refused by the daemon: {exc}")
         return None
 
-    async def _quietly(self, call: Awaitable[Any]) -> None:
-        with contextlib.suppress(CorralError):
-            await call
+    async def _quietly(self, call: Callable[..., Any], *args: Any) -> None:
+        try:
+            await call(*args)
+        except CorralError as exc:
+            _log.debug("ignored: %s", exc)

@@ -1,18 +1,26 @@
-"""The asyncio teammate client. Same calls as `corral.Teammate`, awaited."""
+"""The teammate client: the Idle stream, claims, plans and shutdown answers."""
 
 from __future__ import annotations
 
 import contextlib
 import datetime
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from types import TracebackType
+from typing import Any, Self
 
 import grpc.aio
 
 from corral import _convert
 from corral._channel import open_aio_channel, resolve_credentials
 from corral._claimbook import ClaimBook
-from corral._types import ClaimInfo, IdleTimeout, Message, PlanDecision, ShutdownRequest, Task
+from corral._types import (
+    ClaimInfo,
+    IdleTimeout,
+    Message,
+    PlanDecision,
+    ShutdownRequest,
+    Task,
+)
 from corral.aio._board import BoardClient
 from corral.aio._claim import Claim
 from corral.v1 import corral_pb2 as pb
@@ -25,18 +33,25 @@ IdleEvent = Message | ShutdownRequest | PlanDecision | Claim | IdleTimeout
 
 
 class Teammate(BoardClient):
-    """A teammate's asyncio connection to the daemon.
+    """A teammate's connection to the daemon.
 
     `await Teammate.connect()` reads CORRAL_ADDRESS and CORRAL_TOKEN from the
-    environment; `async for event in teammate.idle(): ...` receives work.
+    environment; iterate `idle()` to receive work and control messages
+    (`async for event in teammate.idle(): ...`).
     """
 
     def __init__(
-        self, channel: grpc.aio.Channel, address: str, token: str, *, rpc_timeout: float | None = None
+        self,
+        channel: grpc.aio.Channel,
+        address: str,
+        token: str,
+        *,
+        rpc_timeout: float | None = None,
     ) -> None:
         super().__init__(channel, address, token, rpc_timeout=rpc_timeout)
         self._teammate = pb_grpc.TeammateServiceStub(channel)
         self._claims: ClaimBook[Claim] = ClaimBook()
+        self._claim_calls = _ClaimCalls(self._unary, self._teammate, self._claims)
         self._acked_through = 0
 
     @classmethod
@@ -48,22 +63,30 @@ class Teammate(BoardClient):
         root_certificates: bytes | None = None,
         rpc_timeout: float | None = None,
     ) -> Teammate:
-        """Connect with the given credentials, else CORRAL_ADDRESS / CORRAL_TOKEN."""
+        """Connect with the given credentials, else CORRAL_ADDRESS / CORRAL_TOKEN.
+
+        Raises CorralError when neither is available. The channel connects
+        lazily: a wrong address shows up as Unavailable on the first call.
+        """
         address, token = resolve_credentials(address, token)
         channel = open_aio_channel(address, root_certificates=root_certificates)
         return cls(channel, address, token, rpc_timeout=rpc_timeout)
 
     async def close(self) -> None:
-        """Stop every keepalive and close the channel."""
+        """Stop every keepalive and close the channel. Held claims stay leased
+        until they expire (release them first to hand them back at once)."""
         for claim in self._claims.held():
             await claim.stop_keepalive()
         await super().close()
 
-    async def __aenter__(self) -> Teammate:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         await self.close()
 
@@ -78,12 +101,28 @@ class Teammate(BoardClient):
     ) -> AsyncGenerator[IdleEvent, None]:
         """Open the Idle stream and yield what the daemon sends, in order.
 
-        Same contract as `corral.Teammate.idle`: each claim once, inbox items
-        acknowledged when you resume the iterator after them. Close it with
-        `contextlib.aclosing` to end the stream promptly when you stop early.
+        Yields `Claim` handles (each claim once, even when a new stream
+        re-sends it), `Message`, `ShutdownRequest`, `PlanDecision` and, last,
+        `IdleTimeout` before the daemon ends the stream.
+
+        Inbox items are acknowledged when you resume the iterator after one
+        (i.e. once your loop body handled it), so an item whose handling
+        raised, or that was the last before you stopped iterating, is sent
+        again on the next stream. The daemon sends no claim while a
+        shutdown request or plan decision is unacknowledged. Close the
+        iterator (`contextlib.aclosing`) to end the stream promptly when you
+        stop early.
+
+        Options left as None take the daemon's defaults (12 polls of 5 s, one slot).
+        Stream failures raise CorralError subclasses (Unavailable when the
+        daemon went away); a newer Idle stream of the same teammate ends this
+        one with an ABORTED CorralError.
         """
-        request = _convert.idle_request(max_idle_polls=max_idle_polls, poll_interval=poll_interval, slots=slots)
-        async with contextlib.aclosing(self._stream(self._teammate.Idle, request)) as responses:
+        request = _convert.idle_request(
+            max_idle_polls=max_idle_polls, poll_interval=poll_interval, slots=slots
+        )
+        stream = self._stream(self._teammate.Idle, request)
+        async with contextlib.aclosing(stream) as responses:
             async for response in responses:
                 item = _convert.idle_item_from_pb(response)
                 if isinstance(item, ClaimInfo):
@@ -97,11 +136,17 @@ class Teammate(BoardClient):
                     yield item
 
     async def ack(self, through_seq: int) -> int:
-        """Acknowledge inbox items up to and including `through_seq`."""
+        """Acknowledge inbox items up to and including `through_seq`.
+
+        `idle()` does this for you; call it yourself only to acknowledge an
+        item before resuming the iterator. Returns the acknowledged sequence.
+        """
         if through_seq <= self._acked_through:
             return self._acked_through
-        response = await self._unary(self._teammate.AckMessages, pb.AckMessagesRequest(through_seq=through_seq))
-        self._acked_through = max(self._acked_through, response.acked_through_seq or through_seq)
+        request = pb.AckMessagesRequest(through_seq=through_seq)
+        response = await self._unary(self._teammate.AckMessages, request)
+        acked = response.acked_through_seq or through_seq
+        self._acked_through = max(self._acked_through, acked)
         return self._acked_through
 
     def held_claims(self) -> list[Claim]:
@@ -109,44 +154,77 @@ class Teammate(BoardClient):
         return self._claims.held()
 
     def _make_claim(self, info: ClaimInfo) -> Claim:
-        return Claim(info, self)
+        return Claim(info, self._claim_calls)
 
     # ------------------------------------------------------------ plans and shutdown
 
     async def submit_plan(self, plan: str) -> str:
-        """Submit a plan for the Lead to decide; returns its plan id."""
-        response: pb.SubmitPlanResponse = await self._unary(self._teammate.SubmitPlan, pb.SubmitPlanRequest(plan=plan))
+        """Submit a plan for the Lead to decide; returns its plan id.
+
+        When this teammate must plan first, claims arrive only after the
+        newest plan's approval (a `PlanDecision` on the Idle stream).
+        """
+        request = pb.SubmitPlanRequest(plan=plan)
+        response: pb.SubmitPlanResponse = await self._unary(
+            self._teammate.SubmitPlan, request
+        )
         return response.plan_id
 
-    async def respond_shutdown(self, request_id: str, *, approve: bool, reason: str = "") -> None:
-        """Answer a ShutdownRequest; approving releases every claim and ends the stream."""
-        request = pb.RespondShutdownRequest(request_id=request_id, approve=approve, reason=reason)
+    async def respond_shutdown(
+        self, request_id: str, *, approve: bool, reason: str = ""
+    ) -> None:
+        """Answer a ShutdownRequest. Approving releases every claim this
+        teammate holds and ends its Idle stream; rejecting lets it claim again."""
+        request = pb.RespondShutdownRequest(
+            request_id=request_id, approve=approve, reason=reason
+        )
         await self._unary(self._teammate.RespondShutdown, request)
         if approve:
             for claim in self._claims.held():
                 await claim.stop_keepalive()
-                self._forget(claim.token)
+                self._claims.forget(claim.token)
 
-    # ------------------------------------------------------------ claim calls (used by Claim)
 
-    async def _renew(self, task_id: str, token: str, *, timeout: float) -> tuple[datetime.datetime, bool]:
+class _ClaimCalls:
+    """The claim RPCs a Teammate hands to each of its claims (a `ClaimCalls`)."""
+
+    def __init__(
+        self,
+        unary: Callable[..., Any],
+        stub: pb_grpc.TeammateServiceStub,
+        claims: ClaimBook[Claim],
+    ) -> None:
+        self._unary = unary
+        self._stub = stub
+        self._claims = claims
+
+    async def renew(
+        self, task_id: str, token: str, *, timeout: float
+    ) -> tuple[datetime.datetime, bool]:
         request = pb.RenewLeaseRequest(task_id=task_id, claim_token=token)
-        response = await self._unary(self._teammate.RenewLease, request, timeout=timeout)
+        response = await self._unary(self._stub.RenewLease, request, timeout=timeout)
         expire_time = _convert.time_from_pb(response, "lease_expire_time")
         assert expire_time is not None, "RenewLease answered without lease_expire_time"
         return expire_time, response.protocol_pending
 
-    async def _complete(self, task_id: str, token: str, result: bytes) -> Task:
-        request = pb.CompleteTaskRequest(task_id=task_id, claim_token=token, result=result)
-        return _convert.task_from_pb((await self._unary(self._teammate.CompleteTask, request)).task)
+    async def complete(self, task_id: str, token: str, result: bytes) -> Task:
+        request = pb.CompleteTaskRequest(
+            task_id=task_id, claim_token=token, result=result
+        )
+        response = await self._unary(self._stub.CompleteTask, request)
+        return _convert.task_from_pb(response.task)
 
-    async def _fail(self, task_id: str, token: str, error: str, retryable: bool) -> Task:
-        request = pb.FailTaskRequest(task_id=task_id, claim_token=token, error=error, retryable=retryable)
-        return _convert.task_from_pb((await self._unary(self._teammate.FailTask, request)).task)
+    async def fail(self, task_id: str, token: str, error: str, retryable: bool) -> Task:
+        request = pb.FailTaskRequest(
+            task_id=task_id, claim_token=token, error=error, retryable=retryable
+        )
+        response = await self._unary(self._stub.FailTask, request)
+        return _convert.task_from_pb(response.task)
 
-    async def _release(self, task_id: str, token: str) -> Task:
+    async def release(self, task_id: str, token: str) -> Task:
         request = pb.ReleaseTaskRequest(task_id=task_id, claim_token=token)
-        return _convert.task_from_pb((await self._unary(self._teammate.ReleaseTask, request)).task)
+        response = await self._unary(self._stub.ReleaseTask, request)
+        return _convert.task_from_pb(response.task)
 
-    def _forget(self, token: str) -> None:
+    def forget(self, token: str) -> None:
         self._claims.forget(token)

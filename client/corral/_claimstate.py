@@ -1,0 +1,137 @@
+"""What the sync and asyncio claim handles share: a claim's data, its lease
+bookkeeping, and the rules for when a failed renew means the claim is lost."""
+
+from __future__ import annotations
+
+import datetime
+import time
+
+from corral._errors import (
+    ClaimTokenMismatch,
+    CorralError,
+    LeaseExpired,
+    LeaseLost,
+    Overloaded,
+    TaskCanceled,
+)
+from corral._retry import is_transient
+from corral._types import ClaimInfo, Task
+
+__all__ = [
+    "DEAD_CLAIM_ERRORS",
+    "MIN_RENEW_INTERVAL",
+    "ClaimState",
+    "lease_seconds",
+    "retry_delay_after_renew_error",
+    "seconds_until",
+]
+
+# Errors proving the claim is dead: keepalive stops and records LeaseLost.
+DEAD_CLAIM_ERRORS = (LeaseExpired, ClaimTokenMismatch, TaskCanceled)
+MIN_RENEW_INTERVAL = 0.05
+
+
+def lease_seconds(info: ClaimInfo) -> float:
+    """The claim's lease length: the task's, else what is left of this one."""
+    if info.task.lease_duration > datetime.timedelta(0):
+        return info.task.lease_duration.total_seconds()
+    return max(seconds_until(info.lease_expire_time), MIN_RENEW_INTERVAL)
+
+
+def retry_delay_after_renew_error(
+    exc: CorralError, lease_left: float, interval: float
+) -> float | None:
+    """When to try renewing again after `exc`, or None when the claim is lost.
+
+    Transient errors are retried sooner while the lease (as measured
+    locally) has time left; any other error, e.g. the teammate having been
+    removed, means the claim is gone too.
+    """
+    if not is_transient(exc) or lease_left <= 0:
+        return None
+    hint = (
+        exc.retry_after.total_seconds()
+        if isinstance(exc, Overloaded) and exc.retry_after
+        else None
+    )
+    return max(min(hint or lease_left / 3, lease_left, interval), MIN_RENEW_INTERVAL)
+
+
+def seconds_until(when: datetime.datetime | None) -> float:
+    """Seconds from now (wall clock) to `when`; 0 when unknown or past."""
+    if when is None:
+        return 0.0
+    return max((when - datetime.datetime.now(datetime.UTC)).total_seconds(), 0.0)
+
+
+class ClaimState:
+    """A claim's data and lease bookkeeping, common to both claim handles."""
+
+    def __init__(self, info: ClaimInfo) -> None:
+        self._info = info
+        self._lease_seconds = lease_seconds(info)
+        # Renew at a third of the lease: two renews may fail before it ends.
+        self._renew_interval = max(self._lease_seconds / 3, MIN_RENEW_INTERVAL)
+        self._lease_expire_time = info.lease_expire_time
+        self._local_expiry = time.monotonic() + seconds_until(info.lease_expire_time)
+        self._protocol_pending = False
+        self._lost: LeaseLost | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"Claim(task={self.task.id!r}, attempt={self.attempt}, "
+            f"fence={self.fence}, lost={self.lost})"
+        )
+
+    # ------------------------------------------------------------ data
+
+    @property
+    def info(self) -> ClaimInfo:
+        """The claim's data as first received."""
+        return self._info
+
+    @property
+    def task(self) -> Task:
+        """The claimed task (as of the claim)."""
+        return self._info.task
+
+    @property
+    def token(self) -> str:
+        """The claim token; the daemon accepts writes about the task only with it."""
+        return self._info.token
+
+    @property
+    def attempt(self) -> int:
+        """Which attempt at the task this claim is (1 for the first)."""
+        return self._info.attempt
+
+    @property
+    def fence(self) -> int:
+        """Board-wide increasing number; pass it to external systems to fence
+        stale holders."""
+        return self._info.fence
+
+    @property
+    def lease_expire_time(self) -> datetime.datetime | None:
+        """When the lease ends (daemon clock) unless renewed."""
+        return self._lease_expire_time
+
+    @property
+    def protocol_pending(self) -> bool:
+        """True when the last renew said a shutdown request or plan decision waits."""
+        return self._protocol_pending
+
+    @property
+    def lost(self) -> bool:
+        """True once the keepalive (or a renew) found the lease lost."""
+        return self._lost is not None
+
+    @property
+    def lost_error(self) -> LeaseLost | None:
+        """The recorded LeaseLost, if any; `cause` is None for an unconfirmed loss."""
+        return self._lost
+
+    def check(self) -> None:
+        """Raise LeaseLost if the lease was lost; call it between steps of long work."""
+        if self._lost is not None:
+            raise self._lost

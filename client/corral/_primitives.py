@@ -1,0 +1,256 @@
+"""Where the asyncio and sync SDKs really differ, side by side.
+
+The SDK's control flow is written once, in `corral.aio`, and
+`scripts/unasync.py` writes the sync modules from it, turning `AsyncX` into
+`X` and `async_x` into `x`. Each pair here does one small thing the two
+worlds do differently: spawning work, a background ticker, a lock, reading a
+stream, running blocking or user code, a time limit. No SDK logic lives here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import inspect
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AbstractContextManager
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar
+
+import grpc.aio
+
+__all__ = [
+    "AsyncLock",
+    "AsyncTicker",
+    "AsyncWorkers",
+    "Lock",
+    "Ticker",
+    "Workers",
+    "async_invoke",
+    "async_next_message",
+    "async_run_blocking",
+    "async_run_handler",
+    "async_time_limit",
+    "invoke",
+    "next_message",
+    "run_blocking",
+    "run_handler",
+    "time_limit",
+]
+
+_log = logging.getLogger("corral.runner")
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+# ------------------------------------------------------------ locks
+
+
+class AsyncLock:
+    """No lock at all: on asyncio, state changes run on the loop's one thread
+    and nothing awaits while holding this, so nothing can interleave."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+
+Lock = threading.Lock
+"""Sync: a claim's keepalive thread races the handler's thread."""
+
+# ------------------------------------------------------------ handler work
+
+
+class AsyncWorkers:
+    """Handler work as asyncio tasks; `cancel()` unwinds them on teardown."""
+
+    def __init__(self, slots: int, *, name: str) -> None:
+        self._name = name
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(self, work: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
+        """Start `work(*args)` now (the daemon hands out at most `slots` claims)."""
+        task = asyncio.create_task(work(*args), name=self._name)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            _log.error("handler work failed", exc_info=task.exception())
+
+    async def wait(self) -> None:
+        """Wait until the work running now has finished (or unwound)."""
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def cancel(self) -> None:
+        """Cancel every running task (each hands its claim back as it unwinds)."""
+        for task in self._tasks:
+            task.cancel()
+
+    async def join(self) -> None:
+        """Wait for everything spawned; the workers are done after this."""
+        await self.wait()
+
+
+class Workers:
+    """Handler work on a pool of `slots` threads, named `name`-N."""
+
+    def __init__(self, slots: int, *, name: str) -> None:
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            slots, thread_name_prefix=name
+        )
+        self._lock = threading.Lock()
+        self._futures: set[concurrent.futures.Future[None]] = set()
+
+    def spawn(self, work: Callable[..., None], *args: Any) -> None:
+        """Run `work(*args)` on a free thread, or queue it until one is."""
+        future = self._pool.submit(work, *args)
+        with self._lock:
+            self._futures.add(future)
+        future.add_done_callback(self._finished)
+
+    def _finished(self, future: concurrent.futures.Future[None]) -> None:
+        with self._lock:
+            self._futures.discard(future)
+        if future.exception() is not None:
+            _log.error("handler work failed", exc_info=future.exception())
+
+    def wait(self) -> None:
+        """Wait until the work running now has finished."""
+        with self._lock:
+            running = set(self._futures)
+        concurrent.futures.wait(running)
+
+    def cancel(self) -> None:
+        """Nothing: a running thread cannot be cancelled; it finishes and reports."""
+
+    def join(self) -> None:
+        """Wait for everything spawned and stop the threads."""
+        self._pool.shutdown(wait=True)
+
+
+# ------------------------------------------------------------ background ticks
+
+
+class AsyncTicker:
+    """Calls `await tick()` after `delay` seconds, then after each delay it
+    returns, until it returns None or `stop()`; an asyncio task."""
+
+    def __init__(
+        self, tick: Callable[[], Awaitable[float | None]], delay: float, *, name: str
+    ) -> None:
+        self._task = asyncio.create_task(self._run(tick, delay), name=name)
+
+    async def _run(
+        self, tick: Callable[[], Awaitable[float | None]], delay: float | None
+    ) -> None:
+        while delay is not None:
+            await asyncio.sleep(delay)
+            delay = await tick()
+
+    async def stop(self) -> None:
+        """Cancel the task and wait for it (unless the tick itself is stopping it)."""
+        if self._task is not asyncio.current_task():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+class Ticker:
+    """The same on a daemon thread, woken early by a stop Event."""
+
+    def __init__(
+        self, tick: Callable[[], float | None], delay: float, *, name: str
+    ) -> None:
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(tick, delay), name=name, daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, tick: Callable[[], float | None], delay: float | None) -> None:
+        while delay is not None and not self._stopped.wait(delay):
+            delay = tick()
+
+    def stop(self) -> None:
+        """Stop ticking and wait for a tick in progress (unless called by the tick)."""
+        self._stopped.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+
+# ------------------------------------------------------------ streams
+
+
+async def async_next_message(call: Any) -> Any | None:
+    """The next message of a `grpc.aio` server stream; None once it has ended."""
+    message = await call.read()
+    return None if message is grpc.aio.EOF else message
+
+
+def next_message(call: Any) -> Any | None:
+    """The next message of a sync server stream; None once it has ended."""
+    return next(call, None)
+
+
+# ------------------------------------------------------------ running code
+
+
+async def async_run_blocking(
+    fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+) -> T:
+    """Run a blocking function in a thread so the event loop keeps going."""
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+def run_blocking(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Sync callers may block: call `fn` directly."""
+    return fn(*args, **kwargs)
+
+
+async def async_run_handler(handler: Callable[..., Any], *args: Any) -> Any:
+    """Await a coroutine function on the loop; run a plain function in a thread
+    (so it cannot stall keepalives), awaiting what it returns if awaitable."""
+    if inspect.iscoroutinefunction(handler):
+        return await handler(*args)
+    # to_thread copies this context, so current_claim() works in the thread.
+    outcome = await asyncio.to_thread(handler, *args)
+    return await outcome if inspect.isawaitable(outcome) else outcome
+
+
+def run_handler(handler: Callable[..., Any], *args: Any) -> Any:
+    """Sync handlers already run on a worker thread: call directly."""
+    return handler(*args)
+
+
+async def async_invoke(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call `fn` on the loop, awaiting its result when it is awaitable."""
+    outcome = fn(*args)
+    return await outcome if inspect.isawaitable(outcome) else outcome
+
+
+def invoke(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call `fn`."""
+    return fn(*args)
+
+
+def async_time_limit(seconds: float) -> asyncio.Timeout:
+    """Raise TimeoutError in the block once `seconds` have passed."""
+    return asyncio.timeout(seconds)
+
+
+def time_limit(seconds: float) -> AbstractContextManager[None]:
+    """No limit of its own: a blocking call cannot be interrupted, so each call
+    in the block carries its own deadline."""
+    return contextlib.nullcontext()
