@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import threading
-import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -19,8 +18,8 @@ Handler = Callable[[Task], Result]
 AsyncHandler = Callable[[Task], Result | Awaitable[Result]]
 """A `corral.aio.run_teammate` handler: a coroutine function or a plain one."""
 
-# FailTask's error text is for people and agents reading the board; keep the
-# end of the traceback, where the cause is, and stay far below message limits.
+# FailTask's error text is for people and agents reading the board: keep it
+# far below the daemon's message limits.
 MAX_ERROR_CHARS = 8 * 1024
 
 
@@ -72,11 +71,18 @@ def encode_result(value: object) -> bytes:
 
 
 def describe_failure(exc: BaseException) -> str:
-    """FailTask's error text: the exception and the end of its traceback."""
-    if isinstance(exc, PermanentFailure) and exc.__traceback__ is None:
-        return str(exc) or "PermanentFailure"
-    text = "".join(traceback.format_exception(exc)).strip()
-    return text if len(text) <= MAX_ERROR_CHARS else "…" + text[-MAX_ERROR_CHARS:]
+    """FailTask's error text: what went wrong, in one bounded message.
+
+    A `PermanentFailure` is stored as its message alone; any other exception
+    as `Type: message`. The traceback is the SDK's and the handler's stack,
+    useful to whoever debugs the teammate, not to an agent reading the board:
+    `run_teammate` logs it on the teammate's side instead (`corral.runner`).
+    """
+    message = str(exc).strip()
+    if not isinstance(exc, PermanentFailure):
+        message = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    message = message or "PermanentFailure"
+    return message if len(message) <= MAX_ERROR_CHARS else message[: MAX_ERROR_CHARS - 1] + "…"
 
 
 def is_retryable(exc: BaseException) -> bool:

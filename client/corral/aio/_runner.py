@@ -273,6 +273,13 @@ class _Runner:
                     self._tally.add(completed=1)
                     return
             failure, retryable = describe_failure(error), is_retryable(error)
+            # The board keeps the message; the traceback stays with the teammate.
+            _log.warning(
+                "task %s failed: %s",
+                claim.task.id,
+                failure,
+                exc_info=error if retryable else None,
+            )
             await self._retry(claim.fail, failure, retryable=retryable)
             self._tally.add(failed=1)
         except DEAD_CLAIM_ERRORS as exc:
