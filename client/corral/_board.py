@@ -48,7 +48,9 @@ class BoardClient:
         try:
             return method(request, metadata=self._metadata, timeout=timeout)
         except grpc.RpcError as exc:
-            raise error_from_rpc(exc) from exc
+            # `from None`: the CorralError carries the status, and a chained
+            # gRPC error would only add the SDK's internals to the traceback.
+            raise error_from_rpc(exc) from None
 
     def _stream(
         self, method: Callable[..., Any], request: Any, *, timeout: float | None = None
@@ -60,7 +62,7 @@ class BoardClient:
                 try:
                     response = next_message(call)
                 except grpc.RpcError as exc:
-                    raise error_from_rpc(exc) from exc
+                    raise error_from_rpc(exc) from None
                 if response is None:
                     return
                 yield response

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import traceback
 from pathlib import Path
 
 import grpc
@@ -136,3 +137,14 @@ def test_launch_gives_up_after_the_ready_timeout(tmp_path: Path) -> None:
     # The abandoned daemon was killed, so the directory is free for a new one.
     with corral.Lead.launch(tmp_path / "state") as lead:
         assert lead.get_stats().active_tasks == 0
+
+
+@pytest.mark.timeout(30)
+def test_sdk_errors_are_not_chained_to_grpc_internals(lead: corral.Lead) -> None:
+    lead.add_teammate("ann")
+    with pytest.raises(corral.AlreadyExists) as raised:
+        lead.add_teammate("ann")
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__
+    shown = "".join(traceback.format_exception(raised.value))
+    assert "RpcError" not in shown and "direct cause" not in shown and "During handling" not in shown
+    assert "teammate 'ann' exists" in shown
