@@ -28,6 +28,7 @@ from corral._errors import (
     PermanentFailure,
     PermissionDenied,
     TaskCanceled,
+    TasksFailed,
     Unauthenticated,
     Unavailable,
 )
@@ -36,6 +37,7 @@ from corral._runner import current_claim, run_teammate
 from corral._teammate import IdleEvent, Teammate
 from corral._types import (
     ClaimInfo,
+    DoneSummary,
     ExitReason,
     IdleTimeout,
     LeadMessage,
@@ -68,6 +70,7 @@ __all__ = [
     "run_teammate",
     # values
     "ClaimInfo",
+    "DoneSummary",
     "ExitReason",
     "IdleEvent",
     "IdleTimeout",
@@ -104,6 +107,7 @@ __all__ = [
     "PermanentFailure",
     "PermissionDenied",
     "TaskCanceled",
+    "TasksFailed",
     "Unauthenticated",
     "Unavailable",
 ]

@@ -17,6 +17,8 @@ import grpc
 from google.protobuf import message as _message
 from google.rpc import error_details_pb2, status_pb2
 
+from corral._types import DoneSummary
+
 __all__ = [
     "AlreadyExists",
     "ClaimTokenMismatch",
@@ -150,6 +152,15 @@ class LeaseLost(CorralError):
 
     def __str__(self) -> str:
         return self.details  # already names the cause's reason
+
+
+class TasksFailed(CorralError):
+    """`Lead.wait_until_done(raise_on_failure=True)` found failed tasks; `summary` has the whole outcome."""
+
+    def __init__(self, summary: DoneSummary) -> None:
+        shown = ", ".join(summary.failed_ids[:10]) + (", …" if summary.failed > 10 else "")
+        super().__init__(f"{summary.failed} task(s) failed: {shown}")
+        self.summary = summary
 
 
 class PermanentFailure(Exception):

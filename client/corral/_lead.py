@@ -18,11 +18,12 @@ import grpc
 from corral import _convert
 from corral._board import BoardClient
 from corral._channel import open_channel, teammate_env
-from corral._errors import CorralError, Unavailable
+from corral._errors import CorralError, TasksFailed, Unavailable
 from corral._launch import DaemonProcess, launch_daemon
 from corral._primitives import run_blocking, time_limit
 from corral._progress import seconds, track_unfinished
 from corral._types import (
+    DoneSummary,
     NewTeammate,
     Stats,
     Task,
@@ -36,6 +37,8 @@ from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
 __all__ = ["Lead"]
+
+_FINAL_STATES = (TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED)
 
 
 class Lead(BoardClient):
@@ -253,13 +256,33 @@ class Lead(BoardClient):
                     raise TimeoutError(message) from None
                 raise
 
-    def wait_until_done(self, timeout: datetime.timedelta | float) -> Stats:
-        """Wait until no task is PENDING or IN_PROGRESS; returns the final stats.
+    def wait_until_done(
+        self, timeout: datetime.timedelta | float, *, raise_on_failure: bool = False
+    ) -> DoneSummary:
+        """Wait until no task is PENDING or IN_PROGRESS; returns what became of them.
 
         Follows the Watch feed and confirms with GetStats, so it reacts as
-        soon as the last task finishes. Raises TimeoutError after `timeout`.
+        soon as the last task finishes. The summary names the tasks that
+        completed, failed and were canceled. Raises TimeoutError, saying how
+        much is unfinished, after `timeout`; with `raise_on_failure`, raises
+        TasksFailed (carrying the summary) when any task failed.
         """
         limit = seconds(timeout)
+        try:
+            stats = self._wait_for_no_active_tasks(limit)
+        except TimeoutError:
+            stats = self.get_stats()
+            raise TimeoutError(
+                f"wait_until_done: {stats.active_tasks} task(s) unfinished after "
+                f"{limit:g}s ({stats.count(TaskState.PENDING)} pending, "
+                f"{stats.count(TaskState.IN_PROGRESS)} in progress)"
+            ) from None
+        summary = self._done_summary(stats)
+        if raise_on_failure and summary.failed:
+            raise TasksFailed(summary)
+        return summary
+
+    def _wait_for_no_active_tasks(self, limit: float) -> Stats:
         deadline = time.monotonic() + limit
         with time_limit(limit):
             stats = self.get_stats()
@@ -277,4 +300,15 @@ class Lead(BoardClient):
                             return stats
         raise Unavailable(
             "the daemon ended the watch stream before every task finished"
+        )
+
+    def _done_summary(self, stats: Stats) -> DoneSummary:
+        ids: dict[TaskState, list[str]] = {state: [] for state in _FINAL_STATES}
+        for task in self.list_tasks(states=_FINAL_STATES):
+            ids[task.state].append(task.id)
+        return DoneSummary(
+            completed_ids=tuple(ids[TaskState.COMPLETED]),
+            failed_ids=tuple(ids[TaskState.FAILED]),
+            canceled_ids=tuple(ids[TaskState.CANCELED]),
+            stats=stats,
         )

@@ -245,6 +245,35 @@ class Stats:
         return self.count(TaskState.PENDING, TaskState.IN_PROGRESS)
 
 
+@dataclass(frozen=True)
+class DoneSummary:
+    """What `Lead.wait_until_done` found once no task was left to run.
+
+    The ids of the tasks in each final state, in board order, and the stats
+    that confirmed the board was done.
+    """
+
+    completed_ids: tuple[str, ...]
+    failed_ids: tuple[str, ...]
+    canceled_ids: tuple[str, ...]
+    stats: Stats
+
+    @property
+    def completed(self) -> int:
+        """How many tasks completed."""
+        return len(self.completed_ids)
+
+    @property
+    def failed(self) -> int:
+        """How many tasks failed for good."""
+        return len(self.failed_ids)
+
+    @property
+    def canceled(self) -> int:
+        """How many tasks were canceled (by the Lead, or under a failed dependency)."""
+        return len(self.canceled_ids)
+
+
 # ---------------------------------------------------------------- watch events
 
 

@@ -46,7 +46,7 @@ def test_aio_lead_and_teammate_round_trip(tmp_path: Path) -> None:
                     if isinstance(event, corral.TaskChanged) and event.task.id == "b" and event.task.state.is_final:
                         break
             assert {"TaskChanged", "TeammateChanged", "LeadMessage"} <= set(kinds)
-            assert (await lead.wait_until_done(timeout=5)).count(corral.TaskState.COMPLETED) == 2
+            assert (await lead.wait_until_done(timeout=5)).completed_ids == ("a", "b")
             assert [t.name for t in await lead.list_teammates()] == ["ann"]
 
     asyncio.run(scenario())

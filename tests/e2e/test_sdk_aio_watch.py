@@ -24,7 +24,7 @@ def test_aio_watch_replays_then_times_out(tmp_path: Path) -> None:
                         if isinstance(event, corral.TaskChanged):
                             seen.append(event.task.id)
             assert seen == ["a", "b"], "the replay arrives before the deadline ends the stream"
-            with pytest.raises(TimeoutError):
+            with pytest.raises(TimeoutError, match="^wait_until_done: "):
                 await lead.wait_until_done(timeout=0.5)
 
     asyncio.run(scenario())

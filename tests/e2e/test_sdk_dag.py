@@ -102,8 +102,8 @@ def test_200_task_dag_with_20_threaded_teammates(lead: corral.Lead) -> None:
         TeammateThread(lead, f"mate{i:02d}", handler, stop_on_idle_timeout=False, max_idle_polls=20).start()
         for i in range(20)
     ]
-    stats = lead.wait_until_done(timeout=90)
-    assert stats.count(COMPLETED) == 200 and stats.active_tasks == 0
+    done = lead.wait_until_done(timeout=90)
+    assert done.completed == 200 and done.stats.count(COMPLETED) == 200 and done.stats.active_tasks == 0
 
     for mate in team:
         lead.request_shutdown(mate.name, reason="board done")
@@ -148,8 +148,8 @@ def test_dag_with_asyncio_teammates(tmp_path: Path) -> None:
                 )
                 for env in envs
             ]
-            stats = await lead.wait_until_done(timeout=90)
-            assert stats.count(COMPLETED) == len(specs)
+            done = await lead.wait_until_done(timeout=90)
+            assert done.completed == len(specs) and done.stats.count(COMPLETED) == len(specs)
             for name in names:
                 await lead.request_shutdown(name)
             async with asyncio.timeout(30):

@@ -80,12 +80,43 @@ def test_list_tasks_follows_every_page_and_filters(lead: corral.Lead) -> None:
 
 @pytest.mark.timeout(30)
 def test_wait_until_done_times_out_and_returns_when_done(lead: corral.Lead) -> None:
-    assert lead.wait_until_done(timeout=5).active_tasks == 0, "an empty board is done"
+    empty = lead.wait_until_done(timeout=5)
+    assert (empty.completed, empty.failed, empty.canceled, empty.stats.active_tasks) == (0, 0, 0, 0)
     lead.create_tasks([corral.TaskSpec("waiting")])
-    with pytest.raises(TimeoutError):
+    with pytest.raises(TimeoutError, match=r"^wait_until_done: 1 task\(s\) unfinished after 0.5s \(1 pending"):
         lead.wait_until_done(timeout=0.5)
     lead.cancel_tasks(["waiting"])
-    assert lead.wait_until_done(timeout=5).count(corral.TaskState.CANCELED) == 1
+    done = lead.wait_until_done(timeout=5)
+    assert done.canceled_ids == ("waiting",) and done.stats.count(corral.TaskState.CANCELED) == 1
+
+
+@pytest.mark.timeout(30)
+def test_wait_until_done_names_what_completed_failed_and_was_canceled(lead: corral.Lead) -> None:
+    lead.create_tasks(
+        [
+            corral.TaskSpec("ok"),
+            corral.TaskSpec("bad", max_attempts=1),
+            corral.TaskSpec("after-bad", depends_on=("bad",)),
+            corral.TaskSpec("also-ok"),
+        ]
+    )
+    new = lead.add_teammate("ann")
+    with corral.Teammate.connect(lead.address, new.token) as ann:
+        events = ann.idle()
+        for _ in range(3):
+            claim = next(events)
+            assert isinstance(claim, corral.Claim)
+            if claim.task.id == "bad":
+                claim.fail("no good", retryable=False)
+            else:
+                claim.complete(b"fine")
+        events.close()
+    done = lead.wait_until_done(timeout=10)
+    assert done.completed_ids == ("ok", "also-ok") and done.failed_ids == ("bad",)
+    assert done.canceled_ids == ("after-bad",) and (done.completed, done.failed, done.canceled) == (2, 1, 1)
+    with pytest.raises(corral.TasksFailed, match=r"1 task\(s\) failed: bad") as raised:
+        lead.wait_until_done(timeout=10, raise_on_failure=True)
+    assert raised.value.summary == done
 
 
 @pytest.mark.timeout(30)
