@@ -41,9 +41,7 @@ class BoardClient:
 
     # ------------------------------------------------------------ plumbing
 
-    def _unary(
-        self, method: Callable[..., Any], request: Any, *, timeout: float | None = None
-    ) -> Any:
+    def _unary(self, method: Callable[..., Any], request: Any, *, timeout: float | None = None) -> Any:
         timeout = timeout or self._rpc_timeout
         try:
             return method(request, metadata=self._metadata, timeout=timeout)

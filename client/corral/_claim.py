@@ -29,9 +29,7 @@ _log = logging.getLogger("corral.claim")
 class ClaimCalls(Protocol):
     """What a claim asks of the teammate connection that received it."""
 
-    def renew(
-        self, task_id: str, token: str, *, timeout: float
-    ) -> tuple[datetime.datetime, bool]:
+    def renew(self, task_id: str, token: str, *, timeout: float) -> tuple[datetime.datetime, bool]:
         """RenewLease: the new expiry, and whether a protocol message waits."""
 
     def complete(self, task_id: str, token: str, result: bytes) -> Task:
@@ -76,9 +74,7 @@ class Claim(ClaimState):
         sent_at = time.monotonic()
         timeout = max(self._lease_seconds, 1.0)
         try:
-            expire_time, protocol_pending = self._calls.renew(
-                self.task.id, self.token, timeout=timeout
-            )
+            expire_time, protocol_pending = self._calls.renew(self.task.id, self.token, timeout=timeout)
         except DEAD_CLAIM_ERRORS as exc:
             self._record_lost(exc)
             raise

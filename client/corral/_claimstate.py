@@ -38,9 +38,7 @@ def lease_seconds(info: ClaimInfo) -> float:
     return max(seconds_until(info.lease_expire_time), MIN_RENEW_INTERVAL)
 
 
-def retry_delay_after_renew_error(
-    exc: CorralError, lease_left: float, interval: float
-) -> float | None:
+def retry_delay_after_renew_error(exc: CorralError, lease_left: float, interval: float) -> float | None:
     """When to try renewing again after `exc`, or None when the claim is lost.
 
     Transient errors are retried sooner while the lease (as measured
@@ -49,11 +47,7 @@ def retry_delay_after_renew_error(
     """
     if not is_transient(exc) or lease_left <= 0:
         return None
-    hint = (
-        exc.retry_after.total_seconds()
-        if isinstance(exc, Overloaded) and exc.retry_after
-        else None
-    )
+    hint = exc.retry_after.total_seconds() if isinstance(exc, Overloaded) and exc.retry_after else None
     return max(min(hint or lease_left / 3, lease_left, interval), MIN_RENEW_INTERVAL)
 
 
@@ -78,10 +72,7 @@ class ClaimState:
         self._lost: LeaseLost | None = None
 
     def __repr__(self) -> str:
-        return (
-            f"Claim(task={self.task.id!r}, attempt={self.attempt}, "
-            f"fence={self.fence}, lost={self.lost})"
-        )
+        return f"Claim(task={self.task.id!r}, attempt={self.attempt}, fence={self.fence}, lost={self.lost})"
 
     # ------------------------------------------------------------ data
 

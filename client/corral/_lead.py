@@ -145,9 +145,7 @@ class Lead(BoardClient):
 
     # ------------------------------------------------------------ tasks
 
-    def create_tasks(
-        self, specs: Iterable[TaskSpec], *, request_id: str | None = None
-    ) -> list[Task]:
+    def create_tasks(self, specs: Iterable[TaskSpec], *, request_id: str | None = None) -> list[Task]:
         """Add a batch of tasks atomically (all or nothing).
 
         A retry with the same `request_id` returns the same tasks instead of
@@ -176,9 +174,7 @@ class Lead(BoardClient):
         require_plan_approval: bool = False,
     ) -> NewTeammate:
         """Mint a teammate credential. Its token is shown only in the result."""
-        request = pb.AddTeammateRequest(
-            name=name, roles=list(roles), require_plan_approval=require_plan_approval
-        )
+        request = pb.AddTeammateRequest(name=name, roles=list(roles), require_plan_approval=require_plan_approval)
         response = self._unary(self._lead.AddTeammate, request)
         return _convert.new_teammate_from_pb(response)
 
@@ -201,9 +197,7 @@ class Lead(BoardClient):
         the daemon removes it.
         """
         request = _convert.request_shutdown_request(name, reason, grace)
-        response: pb.RequestShutdownResponse = self._unary(
-            self._lead.RequestShutdown, request
-        )
+        response: pb.RequestShutdownResponse = self._unary(self._lead.RequestShutdown, request)
         return response.request_id
 
     def decide_plan(
@@ -214,14 +208,10 @@ class Lead(BoardClient):
         feedback: str = "",
     ) -> None:
         """Approve or reject a submitted plan; the author receives a plan_decision."""
-        request = pb.DecidePlanRequest(
-            plan_id=plan_id, approve=approve, feedback=feedback
-        )
+        request = pb.DecidePlanRequest(plan_id=plan_id, approve=approve, feedback=feedback)
         self._unary(self._lead.DecidePlan, request)
 
-    def teammate_env(
-        self, new_teammate: NewTeammate, *, address: str | None = None
-    ) -> dict[str, str]:
+    def teammate_env(self, new_teammate: NewTeammate, *, address: str | None = None) -> dict[str, str]:
         """CORRAL_ADDRESS and CORRAL_TOKEN for a teammate process's environment.
 
         `address` defaults to the one this Lead is connected to (pass it
@@ -256,9 +246,7 @@ class Lead(BoardClient):
                     raise TimeoutError(message) from None
                 raise
 
-    def wait_until_done(
-        self, timeout: datetime.timedelta | float, *, raise_on_failure: bool = False
-    ) -> DoneSummary:
+    def wait_until_done(self, timeout: datetime.timedelta | float, *, raise_on_failure: bool = False) -> DoneSummary:
         """Wait until no task is PENDING or IN_PROGRESS; returns what became of them.
 
         Follows the Watch feed and confirms with GetStats, so it reacts as
@@ -298,9 +286,7 @@ class Lead(BoardClient):
                         stats = self.get_stats()
                         if stats.active_tasks == 0:
                             return stats
-        raise Unavailable(
-            "the daemon ended the watch stream before every task finished"
-        )
+        raise Unavailable("the daemon ended the watch stream before every task finished")
 
     def _done_summary(self, stats: Stats) -> DoneSummary:
         ids: dict[TaskState, list[str]] = {state: [] for state in _FINAL_STATES}

@@ -107,9 +107,7 @@ class Workers:
     """Handler work on a pool of `slots` threads, named `name`-N."""
 
     def __init__(self, slots: int, *, name: str) -> None:
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            slots, thread_name_prefix=name
-        )
+        self._pool = concurrent.futures.ThreadPoolExecutor(slots, thread_name_prefix=name)
         self._lock = threading.Lock()
         self._futures: set[concurrent.futures.Future[None]] = set()
 
@@ -147,14 +145,10 @@ class AsyncTicker:
     """Calls `await tick()` after `delay` seconds, then after each delay it
     returns, until it returns None or `stop()`; an asyncio task."""
 
-    def __init__(
-        self, tick: Callable[[], Awaitable[float | None]], delay: float, *, name: str
-    ) -> None:
+    def __init__(self, tick: Callable[[], Awaitable[float | None]], delay: float, *, name: str) -> None:
         self._task = asyncio.create_task(self._run(tick, delay), name=name)
 
-    async def _run(
-        self, tick: Callable[[], Awaitable[float | None]], delay: float | None
-    ) -> None:
+    async def _run(self, tick: Callable[[], Awaitable[float | None]], delay: float | None) -> None:
         while delay is not None:
             await asyncio.sleep(delay)
             delay = await tick()
@@ -170,13 +164,9 @@ class AsyncTicker:
 class Ticker:
     """The same on a daemon thread, woken early by a stop Event."""
 
-    def __init__(
-        self, tick: Callable[[], float | None], delay: float, *, name: str
-    ) -> None:
+    def __init__(self, tick: Callable[[], float | None], delay: float, *, name: str) -> None:
         self._stopped = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, args=(tick, delay), name=name, daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, args=(tick, delay), name=name, daemon=True)
         self._thread.start()
 
     def _run(self, tick: Callable[[], float | None], delay: float | None) -> None:
@@ -207,9 +197,7 @@ def next_message(call: Any) -> Any | None:
 # ------------------------------------------------------------ running code
 
 
-async def async_run_blocking(
-    fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs
-) -> T:
+async def async_run_blocking(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """Run a blocking function in a thread so the event loop keeps going."""
     return await asyncio.to_thread(fn, *args, **kwargs)
 

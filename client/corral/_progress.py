@@ -11,9 +11,7 @@ __all__ = ["seconds", "track_unfinished"]
 
 def seconds(value: datetime.timedelta | float) -> float:
     """A duration given as a timedelta or as seconds, in seconds."""
-    return (
-        value.total_seconds() if isinstance(value, datetime.timedelta) else float(value)
-    )
+    return value.total_seconds() if isinstance(value, datetime.timedelta) else float(value)
 
 
 def track_unfinished(unfinished: dict[str, TaskState], task: Task) -> bool:

@@ -45,9 +45,7 @@ __all__ = ["current_claim", "run_teammate"]
 
 _log = logging.getLogger("corral.runner")
 
-_current_claim: contextvars.ContextVar[Claim] = contextvars.ContextVar(
-    f"{__name__}.current_claim"
-)
+_current_claim: contextvars.ContextVar[Claim] = contextvars.ContextVar(f"{__name__}.current_claim")
 
 
 def current_claim() -> Claim:
@@ -114,9 +112,7 @@ class _StreamBroke(Exception):
 
 
 class _Runner:
-    def __init__(
-        self, teammate: Teammate, handler: Handler, options: RunOptions
-    ) -> None:
+    def __init__(self, teammate: Teammate, handler: Handler, options: RunOptions) -> None:
         self._teammate = teammate
         self._handler = handler
         self._options = options
@@ -129,9 +125,7 @@ class _Runner:
     def run(self) -> RunSummary:
         try:
             if self._options.plan is not None:
-                self._plan_id = self._retry(
-                    self._teammate.submit_plan, self._options.plan
-                )
+                self._plan_id = self._retry(self._teammate.submit_plan, self._options.plan)
             exit_reason = self._serve()
         except BaseException:
             self._workers.cancel()  # asyncio tasks unwind; threads cannot be cancelled
@@ -139,9 +133,7 @@ class _Runner:
         finally:
             # Running handlers hold leases: let them finish (or unwind) and report.
             self._workers.join()
-        return self._tally.summary(
-            exit_reason, plan_id=self._plan_id, plan_feedback=self._plan_feedback
-        )
+        return self._tally.summary(exit_reason, plan_id=self._plan_id, plan_feedback=self._plan_feedback)
 
     def _retry(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         policy = retrying(self._options.reconnect_timeout)
@@ -159,10 +151,7 @@ class _Runner:
                 if self._connected:  # the credential worked before: the Lead removed us
                     return ExitReason.REMOVED
                 raise
-            if (
-                exit_reason is ExitReason.IDLE_TIMEOUT
-                and not self._options.stop_on_idle_timeout
-            ):
+            if exit_reason is ExitReason.IDLE_TIMEOUT and not self._options.stop_on_idle_timeout:
                 continue
             return exit_reason
 
@@ -227,9 +216,7 @@ class _Runner:
             )
         except CorralError as exc:
             # e.g. the deadline passed and the daemon removed us already
-            _log.warning(
-                "answering shutdown request %s failed: %s", request.request_id, exc
-            )
+            _log.warning("answering shutdown request %s failed: %s", request.request_id, exc)
         self._quietly(self._teammate.ack, request.seq)
 
     # ------------------------------------------------------------ claims
@@ -259,9 +246,7 @@ class _Runner:
         result: bytes,
         error: Exception | None,
     ) -> None:
-        proven_lost = (
-            claim.lost_error is not None and claim.lost_error.cause is not None
-        )
+        proven_lost = claim.lost_error is not None and claim.lost_error.cause is not None
         if proven_lost or isinstance(error, LeaseLost):
             self._tally.add(lost=1)
             if not proven_lost:
@@ -285,15 +270,11 @@ class _Runner:
             self._retry(claim.fail, failure, retryable=retryable)
             self._tally.add(failed=1)
         except DEAD_CLAIM_ERRORS as exc:
-            _log.warning(
-                "task %s: outcome dropped, claim is dead (%s)", claim.task.id, exc
-            )
+            _log.warning("task %s: outcome dropped, claim is dead (%s)", claim.task.id, exc)
             self._tally.add(lost=1)
         except CorralError as exc:
             # e.g. removed for missing a shutdown deadline, or the daemon stayed down
-            _log.error(
-                "task %s: outcome could not be reported (%s)", claim.task.id, exc
-            )
+            _log.error("task %s: outcome could not be reported (%s)", claim.task.id, exc)
             self._tally.add(lost=1)
 
     def _complete(self, claim: Claim, result: bytes) -> Exception | None:

@@ -120,9 +120,7 @@ class Teammate(BoardClient):
         daemon went away); a newer Idle stream of the same teammate ends this
         one with an ABORTED CorralError.
         """
-        request = _convert.idle_request(
-            max_idle_polls=max_idle_polls, poll_interval=poll_interval, slots=slots
-        )
+        request = _convert.idle_request(max_idle_polls=max_idle_polls, poll_interval=poll_interval, slots=slots)
         stream = self._stream(self._teammate.Idle, request)
         with contextlib.closing(stream) as responses:
             for response in responses:
@@ -167,19 +165,13 @@ class Teammate(BoardClient):
         newest plan's approval (a `PlanDecision` on the Idle stream).
         """
         request = pb.SubmitPlanRequest(plan=plan)
-        response: pb.SubmitPlanResponse = self._unary(
-            self._teammate.SubmitPlan, request
-        )
+        response: pb.SubmitPlanResponse = self._unary(self._teammate.SubmitPlan, request)
         return response.plan_id
 
-    def respond_shutdown(
-        self, request_id: str, *, approve: bool, reason: str = ""
-    ) -> None:
+    def respond_shutdown(self, request_id: str, *, approve: bool, reason: str = "") -> None:
         """Answer a ShutdownRequest. Approving releases every claim this
         teammate holds and ends its Idle stream; rejecting lets it claim again."""
-        request = pb.RespondShutdownRequest(
-            request_id=request_id, approve=approve, reason=reason
-        )
+        request = pb.RespondShutdownRequest(request_id=request_id, approve=approve, reason=reason)
         self._unary(self._teammate.RespondShutdown, request)
         if approve:
             for claim in self._claims.held():
@@ -200,9 +192,7 @@ class _ClaimCalls:
         self._stub = stub
         self._claims = claims
 
-    def renew(
-        self, task_id: str, token: str, *, timeout: float
-    ) -> tuple[datetime.datetime, bool]:
+    def renew(self, task_id: str, token: str, *, timeout: float) -> tuple[datetime.datetime, bool]:
         request = pb.RenewLeaseRequest(task_id=task_id, claim_token=token)
         response = self._unary(self._stub.RenewLease, request, timeout=timeout)
         expire_time = _convert.time_from_pb(response, "lease_expire_time")
@@ -210,16 +200,12 @@ class _ClaimCalls:
         return expire_time, response.protocol_pending
 
     def complete(self, task_id: str, token: str, result: bytes) -> Task:
-        request = pb.CompleteTaskRequest(
-            task_id=task_id, claim_token=token, result=result
-        )
+        request = pb.CompleteTaskRequest(task_id=task_id, claim_token=token, result=result)
         response = self._unary(self._stub.CompleteTask, request)
         return _convert.task_from_pb(response.task)
 
     def fail(self, task_id: str, token: str, error: str, retryable: bool) -> Task:
-        request = pb.FailTaskRequest(
-            task_id=task_id, claim_token=token, error=error, retryable=retryable
-        )
+        request = pb.FailTaskRequest(task_id=task_id, claim_token=token, error=error, retryable=retryable)
         response = self._unary(self._stub.FailTask, request)
         return _convert.task_from_pb(response.task)
 

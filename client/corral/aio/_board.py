@@ -39,9 +39,7 @@ class BoardClient:
 
     # ------------------------------------------------------------ plumbing
 
-    async def _unary(
-        self, method: Callable[..., Any], request: Any, *, timeout: float | None = None
-    ) -> Any:
+    async def _unary(self, method: Callable[..., Any], request: Any, *, timeout: float | None = None) -> Any:
         timeout = timeout or self._rpc_timeout
         try:
             return await method(request, metadata=self._metadata, timeout=timeout)

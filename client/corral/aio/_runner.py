@@ -43,9 +43,7 @@ __all__ = ["current_claim", "run_teammate"]
 
 _log = logging.getLogger("corral.runner")
 
-_current_claim: contextvars.ContextVar[Claim] = contextvars.ContextVar(
-    f"{__name__}.current_claim"
-)
+_current_claim: contextvars.ContextVar[Claim] = contextvars.ContextVar(f"{__name__}.current_claim")
 
 
 def current_claim() -> Claim:
@@ -112,9 +110,7 @@ class _StreamBroke(Exception):
 
 
 class _Runner:
-    def __init__(
-        self, teammate: Teammate, handler: AsyncHandler, options: RunOptions
-    ) -> None:
+    def __init__(self, teammate: Teammate, handler: AsyncHandler, options: RunOptions) -> None:
         self._teammate = teammate
         self._handler = handler
         self._options = options
@@ -127,9 +123,7 @@ class _Runner:
     async def run(self) -> RunSummary:
         try:
             if self._options.plan is not None:
-                self._plan_id = await self._retry(
-                    self._teammate.submit_plan, self._options.plan
-                )
+                self._plan_id = await self._retry(self._teammate.submit_plan, self._options.plan)
             exit_reason = await self._serve()
         except BaseException:
             self._workers.cancel()  # asyncio tasks unwind; threads cannot be cancelled
@@ -137,9 +131,7 @@ class _Runner:
         finally:
             # Running handlers hold leases: let them finish (or unwind) and report.
             await self._workers.join()
-        return self._tally.summary(
-            exit_reason, plan_id=self._plan_id, plan_feedback=self._plan_feedback
-        )
+        return self._tally.summary(exit_reason, plan_id=self._plan_id, plan_feedback=self._plan_feedback)
 
     async def _retry(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         policy = async_retrying(self._options.reconnect_timeout)
@@ -157,10 +149,7 @@ class _Runner:
                 if self._connected:  # the credential worked before: the Lead removed us
                     return ExitReason.REMOVED
                 raise
-            if (
-                exit_reason is ExitReason.IDLE_TIMEOUT
-                and not self._options.stop_on_idle_timeout
-            ):
+            if exit_reason is ExitReason.IDLE_TIMEOUT and not self._options.stop_on_idle_timeout:
                 continue
             return exit_reason
 
@@ -225,9 +214,7 @@ class _Runner:
             )
         except CorralError as exc:
             # e.g. the deadline passed and the daemon removed us already
-            _log.warning(
-                "answering shutdown request %s failed: %s", request.request_id, exc
-            )
+            _log.warning("answering shutdown request %s failed: %s", request.request_id, exc)
         await self._quietly(self._teammate.ack, request.seq)
 
     # ------------------------------------------------------------ claims
@@ -257,9 +244,7 @@ class _Runner:
         result: bytes,
         error: Exception | None,
     ) -> None:
-        proven_lost = (
-            claim.lost_error is not None and claim.lost_error.cause is not None
-        )
+        proven_lost = claim.lost_error is not None and claim.lost_error.cause is not None
         if proven_lost or isinstance(error, LeaseLost):
             self._tally.add(lost=1)
             if not proven_lost:
@@ -283,15 +268,11 @@ class _Runner:
             await self._retry(claim.fail, failure, retryable=retryable)
             self._tally.add(failed=1)
         except DEAD_CLAIM_ERRORS as exc:
-            _log.warning(
-                "task %s: outcome dropped, claim is dead (%s)", claim.task.id, exc
-            )
+            _log.warning("task %s: outcome dropped, claim is dead (%s)", claim.task.id, exc)
             self._tally.add(lost=1)
         except CorralError as exc:
             # e.g. removed for missing a shutdown deadline, or the daemon stayed down
-            _log.error(
-                "task %s: outcome could not be reported (%s)", claim.task.id, exc
-            )
+            _log.error("task %s: outcome could not be reported (%s)", claim.task.id, exc)
             self._tally.add(lost=1)
 
     async def _complete(self, claim: Claim, result: bytes) -> Exception | None:

@@ -84,14 +84,32 @@ def serve_command(args: tuple[str, ...]) -> None:
 
 
 @main.command("demo")
-@click.option("--timeout", type=click.FloatRange(min=1), default=120.0, show_default=True,
-              help="Fail if the whole demo takes longer than this many seconds.")
-@click.option("--work-ms", type=click.IntRange(min=0, max=10_000), default=100, show_default=True,
-              help="Simulated work per task, in milliseconds.")
-@click.option("--dag", "dag_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="Run this DAG file instead of the sample one.")
-@click.option("--dir", "base_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Parent directory for the run (default: the system temp directory).")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=120.0,
+    show_default=True,
+    help="Fail if the whole demo takes longer than this many seconds.",
+)
+@click.option(
+    "--work-ms",
+    type=click.IntRange(min=0, max=10_000),
+    default=100,
+    show_default=True,
+    help="Simulated work per task, in milliseconds.",
+)
+@click.option(
+    "--dag",
+    "dag_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Run this DAG file instead of the sample one.",
+)
+@click.option(
+    "--dir",
+    "base_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Parent directory for the run (default: the system temp directory).",
+)
 @click.option("--plain", is_flag=True, help="Print progress lines even on a terminal.")
 def demo_command(timeout: float, work_ms: int, dag_file: Path | None, base_dir: Path | None, plain: bool) -> None:
     """Launch a daemon, a sample DAG and a team of teammate processes, and show the board."""

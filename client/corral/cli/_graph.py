@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import corral
-
 from corral._terminal.output import state_name
 
 # state -> (fill, stroke) shared by both formats

@@ -24,10 +24,21 @@ _POLL_SECONDS = 0.05
 
 
 @click.command("stop")
-@click.option("--state-dir", "state_dir", type=click.Path(file_okay=False, path_type=Path), envvar=STATE_DIR_ENV,
-              required=True, help=f"The daemon's state directory (default ${STATE_DIR_ENV}).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
-              help="Give up waiting for the daemon to exit after this many seconds.")
+@click.option(
+    "--state-dir",
+    "state_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar=STATE_DIR_ENV,
+    required=True,
+    help=f"The daemon's state directory (default ${STATE_DIR_ENV}).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Give up waiting for the daemon to exit after this many seconds.",
+)
 def stop_command(state_dir: Path, timeout: float) -> None:
     """Stop the corrald serving --state-dir (SIGTERM, then wait for it to exit)."""
     lock_path = state_dir.expanduser().absolute() / LOCK_NAME

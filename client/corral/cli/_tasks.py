@@ -7,10 +7,10 @@ from pathlib import Path
 import click
 
 import corral
-
-from ._connect import CliError, connection_options, lead_session
 from corral._dagfile import FORMATS, DagError, explain_create_error, load_dag
 from corral._terminal.output import console, emit_json, task_detail, task_json, tasks_table
+
+from ._connect import CliError, connection_options, lead_session
 
 STATE_NAMES = [state.name.lower() for state in corral.TaskState]
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")

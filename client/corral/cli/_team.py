@@ -8,10 +8,10 @@ import time
 import click
 
 import corral
-
-from ._connect import CliError, connection_options, lead_session, resolve_target, translate_errors
 from corral._terminal.events import REPLAY_LIMIT_SECONDS, EventPump, StreamEnded, replay
 from corral._terminal.output import console, emit_json, iso, short, table, teammate_json, teammates_table
+
+from ._connect import CliError, connection_options, lead_session, resolve_target, translate_errors
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 
@@ -103,11 +103,19 @@ def send_command(ctx: click.Context, to: str, text: str, as_json: bool) -> None:
 @click.command("shutdown")
 @click.argument("name")
 @click.option("--reason", default="", help="Why; the teammate sees it.")
-@click.option("--grace", type=click.FloatRange(min=0, min_open=True), help="Seconds to answer before removal "
-              "(default: the daemon's, 5 min).")
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds to answer before removal (default: the daemon's, 5 min).",
+)
 @click.option("--wait", is_flag=True, help="Wait for the teammate's answer.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
-              help="With --wait: give up after this many seconds.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="With --wait: give up after this many seconds.",
+)
 @json_option
 @connection_options
 @click.pass_context
@@ -153,9 +161,14 @@ def plans_group() -> None:
 
 
 @plans_group.command("list")
-@click.option("--limit", "limit_seconds", type=click.FloatRange(min=0, min_open=True),
-              default=REPLAY_LIMIT_SECONDS, show_default=True,
-              help="Stop replaying the event feed after this many seconds on a board that never goes quiet.")
+@click.option(
+    "--limit",
+    "limit_seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=REPLAY_LIMIT_SECONDS,
+    show_default=True,
+    help="Stop replaying the event feed after this many seconds on a board that never goes quiet.",
+)
 @json_option
 @connection_options
 @click.pass_context
@@ -185,7 +198,10 @@ def plans_list_command(ctx: click.Context, limit_seconds: float, as_json: bool) 
     result = table("plan id", "author", "submitted", "newest", "plan")
     for row in rows:
         result.add_row(
-            str(row["plan_id"]), str(row["author"]), str(row["submit_time"]), "yes" if row["newest"] else "-",
+            str(row["plan_id"]),
+            str(row["author"]),
+            str(row["submit_time"]),
+            "yes" if row["newest"] else "-",
             short(str(row["plan"]), 60),
         )
     console().print(result)

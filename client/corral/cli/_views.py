@@ -8,12 +8,12 @@ import click
 from rich.table import Table
 
 import corral
-
 from corral._terminal.boardview import BoardModel, open_view
-from ._connect import CliError, connection_options, lead_session, resolve_target, translate_errors
 from corral._terminal.events import QUIET_SECONDS, REPLAY_LIMIT_SECONDS, EventPump, StreamEnded, describe, stamp
-from ._graph import dot, mermaid
 from corral._terminal.output import console, emit_json, emit_json_line, event_json, stats_json
+
+from ._connect import CliError, connection_options, lead_session, resolve_target, translate_errors
+from ._graph import dot, mermaid
 
 REFRESH_SECONDS = 0.1
 
@@ -21,8 +21,11 @@ REFRESH_SECONDS = 0.1
 @click.command("board")
 @click.option("--plain", is_flag=True, help="Print progress lines even on a terminal.")
 @click.option("--until-done", is_flag=True, help="Exit once the board has tasks and none is pending or running.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
-              help="Leave after this many seconds (with --until-done: fail if not done by then).")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Leave after this many seconds (with --until-done: fail if not done by then).",
+)
 @connection_options
 @click.pass_context
 def board_command(ctx: click.Context, plain: bool, until_done: bool, timeout: float | None) -> None:
@@ -74,10 +77,19 @@ def _catch_up(pump: EventPump, model: BoardModel) -> None:
 
 
 @click.command("watch")
-@click.option("--after-seq", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Start after this event sequence number (0 replays everything).")
-@click.option("--follow/--no-follow", default=True, show_default=True,
-              help="Keep following live events, or stop once the feed is caught up.")
+@click.option(
+    "--after-seq",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Start after this event sequence number (0 replays everything).",
+)
+@click.option(
+    "--follow/--no-follow",
+    default=True,
+    show_default=True,
+    help="Keep following live events, or stop once the feed is caught up.",
+)
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Stop after this many seconds.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @connection_options
@@ -127,12 +139,19 @@ def stats_command(ctx: click.Context, as_json: bool) -> None:
     grid.add_row("teammates", _counts(counts["teammates_by_status"]))
     grid.add_row("open streams", str(stats.open_streams))
     writer = stats.writer
-    grid.add_row("writer queue", f"now {writer.queue_depth}, p50 {writer.queue_depth_p50:g}, "
-                 f"p99 {writer.queue_depth_p99:g}")
-    grid.add_row("commits", f"{writer.commits} ({writer.jobs} jobs, mean batch {writer.mean_batch_size:.2f}), "
-                 f"latency p50 {writer.commit_latency_p50_ms:.2f} ms, p99 {writer.commit_latency_p99_ms:.2f} ms")
-    grid.add_row("trouble", f"busy retries {writer.busy_retries}, failed commits {writer.failed_commits}, "
-                 f"refused jobs {writer.refused_jobs}")
+    grid.add_row(
+        "writer queue", f"now {writer.queue_depth}, p50 {writer.queue_depth_p50:g}, p99 {writer.queue_depth_p99:g}"
+    )
+    grid.add_row(
+        "commits",
+        f"{writer.commits} ({writer.jobs} jobs, mean batch {writer.mean_batch_size:.2f}), "
+        f"latency p50 {writer.commit_latency_p50_ms:.2f} ms, p99 {writer.commit_latency_p99_ms:.2f} ms",
+    )
+    grid.add_row(
+        "trouble",
+        f"busy retries {writer.busy_retries}, failed commits {writer.failed_commits}, "
+        f"refused jobs {writer.refused_jobs}",
+    )
     console().print(grid)
 
 
@@ -143,8 +162,13 @@ def _counts(by_name: dict[str, int]) -> str:
 
 @click.command("graph")
 @click.option("--format", "fmt", type=click.Choice(["mermaid", "dot"]), default="mermaid", show_default=True)
-@click.option("--state", "states", multiple=True, type=click.Choice([s.name.lower() for s in corral.TaskState]),
-              help="Only tasks in this state (repeatable); edges to others become stubs.")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice([s.name.lower() for s in corral.TaskState]),
+    help="Only tasks in this state (repeatable); edges to others become stubs.",
+)
 @connection_options
 @click.pass_context
 def graph_command(ctx: click.Context, fmt: str, states: tuple[str, ...]) -> None:

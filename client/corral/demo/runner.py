@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import IO
 
 import corral
-from corral._terminal.boardview import BoardModel, open_view
 from corral._dagfile import DagError, DagFile, load_dag, parse_dag
+from corral._terminal.boardview import BoardModel, open_view
 from corral._terminal.events import EventPump, StreamEnded
 
 from .report import DemoReport, build_report, verify
@@ -203,7 +203,11 @@ def _run(
     team.check_exits()
     verify(tasks, dag.specs, conductor.model, team.members)
     report = build_report(
-        run_dir=run_dir, tasks=tasks, model=conductor.model, stats=stats, wall_seconds=wall,
+        run_dir=run_dir,
+        tasks=tasks,
+        model=conductor.model,
+        stats=stats,
+        wall_seconds=wall,
         approved=conductor.approved,
     )
     for line in report.lines():
