@@ -142,8 +142,8 @@ def describe(event: corral.WatchEvent) -> str:
     if isinstance(event, corral.PlanSubmitted):
         return f"plan {event.plan_id} submitted by {event.author}: {short(event.plan, 80)}"
     answer = "approved" if event.approve else "rejected"
-    reason = f" ({short(event.reason, 60)})" if event.reason else ""
-    return f"shutdown {event.request_id} {answer} by {event.teammate}{reason}"
+    because = f" ({short(event.reason, 60)})" if event.reason else ""
+    return f"shutdown {event.request_id} {answer} by {event.teammate}{because}"
 
 
 def stamp(event: corral.WatchEvent) -> str:

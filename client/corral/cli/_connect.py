@@ -40,7 +40,8 @@ class CliError(click.ClickException):
 
     def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        # click declares exit_code on the class; each of our errors sets its own.
+        self.exit_code = exit_code  # type: ignore[misc]
 
     def show(self, file: IO[Any] | None = None) -> None:
         click.echo(f"corral: {self.format_message()}", err=True, file=file)

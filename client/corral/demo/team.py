@@ -73,9 +73,10 @@ class Process:
         for line in reversed(self.tail(5).splitlines()):
             if line.startswith("{"):
                 try:
-                    return json.loads(line)
+                    summary: dict[str, Any] = json.loads(line)
                 except ValueError:
                     return None
+                return summary
         return None
 
 
