@@ -16,7 +16,7 @@ from corrald.board import Board
 from corrald.clock import SystemClock
 from corrald.config import WriterConfig
 from corrald.store.delivery import StreamCursor, mark_sent
-from corrald.store.model import ClaimGrant, TaskSpec
+from corrald.model import ClaimGrant, TaskSpec
 
 from . import dags
 from .daemon import scratch_dir

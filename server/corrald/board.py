@@ -19,7 +19,7 @@ from .clock import Clock
 from .config import Limits, WriterConfig
 from .readers import ReaderPool
 from .store import delivery, events, tasks, team
-from .store.model import Event, TaskRecord, TaskSpec, TaskState, TeammateRecord, TeammateStatus, Txn, Wakes
+from .model import Event, TaskRecord, TaskSpec, TaskState, TeammateRecord, TeammateStatus, Txn, Wakes
 from .store.schema import open_writer
 from .writer import Writer, WriterStats
 

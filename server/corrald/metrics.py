@@ -13,7 +13,7 @@ from prometheus_client.registry import Collector
 from .board import Board
 from .service.admission import Admission
 from .store import tasks, team
-from .store.model import TaskState, TeammateStatus, Wakes
+from .model import TaskState, TeammateStatus, Wakes
 from .wake import WakeHub
 
 LEVELS = ("normal", "record", "warn", "degraded", "refuse")

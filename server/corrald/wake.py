@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Callable
 
 from .clock import Clock, SystemClock
-from .store.model import Wakes
+from .model import Wakes
 
 
 class Waiter:

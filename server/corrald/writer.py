@@ -37,7 +37,7 @@ from .clock import Clock
 from .config import WriterConfig
 from .errors import Overloaded, ReentrantSubmit, Unavailable
 from .fairqueue import FairQueue
-from .store.model import Txn, Wakes
+from .model import Txn, Wakes
 
 log = logging.getLogger("corrald.writer")
 T = TypeVar("T")

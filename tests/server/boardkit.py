@@ -20,7 +20,7 @@ from corrald.board import Board
 from corrald.clock import FakeClock
 from corrald.config import Limits, WriterConfig
 from corrald.store import delivery, tasks, team
-from corrald.store.model import ClaimGrant, TaskRecord, TaskSpec, TaskState
+from corrald.model import ClaimGrant, TaskRecord, TaskSpec, TaskState
 
 LEAD_TOKEN = "t"
 CALL_TIMEOUT = 20.0  # seconds; a hung writer fails the test instead of hanging it

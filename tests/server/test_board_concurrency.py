@@ -11,7 +11,7 @@ import pytest
 
 from boardkit import spec
 from corrald.store import delivery, tasks
-from corrald.store.model import ClaimGrant, TaskState
+from corrald.model import ClaimGrant, TaskState
 
 THREADS = 50
 LAYERS, WIDTH = 20, 100  # 2,000 tasks

@@ -11,7 +11,7 @@ import pytest
 from boardkit import spec
 from corrald import errors
 from corrald.store.delivery import StreamCursor
-from corrald.store.model import ClaimGrant, InboxItem
+from corrald.model import ClaimGrant, InboxItem
 
 pytestmark = pytest.mark.timeout(30)
 

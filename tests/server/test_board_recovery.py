@@ -11,7 +11,7 @@ import pytest
 from boardkit import spec
 from corrald import errors, failpoints
 from corrald.store.delivery import StreamCursor
-from corrald.store.model import TaskState
+from corrald.model import TaskState
 from corrald.writer import CommitFailed
 
 pytestmark = pytest.mark.timeout(30)

@@ -26,7 +26,7 @@ from corrald import errors
 from corrald.clock import FakeClock
 from corrald.config import WriterConfig
 from corrald.store.delivery import StreamCursor
-from corrald.store.model import ClaimGrant, TaskState
+from corrald.model import ClaimGrant, TaskState
 
 PENDING, IN_PROGRESS, COMPLETED, FAILED, CANCELED = (
     TaskState.PENDING, TaskState.IN_PROGRESS, TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED,

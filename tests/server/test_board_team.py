@@ -11,7 +11,7 @@ from corrald import errors
 from corrald.board import Identity
 from corrald.config import Limits
 from corrald.store.delivery import StreamCursor
-from corrald.store.model import TaskState, TeammateStatus
+from corrald.model import TaskState, TeammateStatus
 
 pytestmark = pytest.mark.timeout(30)
 

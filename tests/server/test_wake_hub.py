@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from corrald.store.model import Wakes
+from corrald.model import Wakes
 from corrald.wake import REOPEN_SPACING_S, WakeHub
 
 pytestmark = pytest.mark.timeout(15)

@@ -7,7 +7,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from corral.v1 import corral_pb2 as pb
 
 from ..store.delivery import Delivery
-from ..store.model import ClaimGrant, Event, InboxItem, TaskRecord, TaskSpec, TeammateRecord
+from ..model import ClaimGrant, Event, InboxItem, TaskRecord, TaskSpec, TeammateRecord
 
 TEAMMATE_REASONS = {
     "added": pb.TEAMMATE_CHANGE_REASON_ADDED,

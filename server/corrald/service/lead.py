@@ -9,7 +9,7 @@ from corral.v1 import corral_pb2_grpc as pb_grpc
 
 from .. import errors
 from ..board import Board, Identity
-from ..store.model import TaskState
+from ..model import TaskState
 from ..wake import WakeHub
 from . import convert
 from .admission import Admission

@@ -13,7 +13,7 @@ from corral.v1 import corral_pb2_grpc as pb_grpc
 from .. import errors, failpoints, validate
 from ..board import Board, Identity
 from ..store.delivery import StreamCursor, mark_sent, settled
-from ..store.model import ClaimGrant
+from ..model import ClaimGrant
 from ..wake import WakeHub, Waiter
 from . import convert
 

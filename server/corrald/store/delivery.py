@@ -15,7 +15,7 @@ import sqlite3
 
 from .. import errors
 from . import tasks, team
-from .model import ClaimGrant, InboxItem, Txn
+from ..model import ClaimGrant, InboxItem, Txn
 
 
 @dataclasses.dataclass

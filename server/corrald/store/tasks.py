@@ -12,7 +12,7 @@ from .. import errors
 from ..validate import batch_digest, spec_digest
 from . import team
 from .events import emit
-from .model import ClaimGrant, ClaimOutcome, TaskRecord, TaskSpec, TaskState, Txn
+from ..model import ClaimGrant, ClaimOutcome, TaskRecord, TaskSpec, TaskState, Txn
 
 _COLUMNS = (
     "seq, id, title, description, payload, priority, required_role, max_attempts, lease_ms,"

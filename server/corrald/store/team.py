@@ -8,7 +8,7 @@ import sqlite3
 from .. import errors
 from . import tasks
 from .events import emit
-from .model import ClaimOutcome, InboxItem, TeammateRecord, TeammateStatus, Txn
+from ..model import ClaimOutcome, InboxItem, TeammateRecord, TeammateStatus, Txn
 
 _STATUS_REASON = {
     TeammateStatus.OFFLINE: "left",

@@ -1,4 +1,4 @@
-"""Plain values the store hands out; no SQL and no wire types here."""
+"""Domain types: plain values the store hands out and the layers above pass around (no SQL, no wire types)."""
 
 from __future__ import annotations
 
