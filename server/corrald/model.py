@@ -18,7 +18,8 @@ class TaskState(enum.IntEnum):
     CANCELED = 5
 
     @property
-    def terminal(self) -> bool:
+    def is_final(self) -> bool:
+        """True for states a task never leaves (the SDK's TaskState has the same name)."""
         return self in (TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED)
 
 

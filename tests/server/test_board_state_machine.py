@@ -97,7 +97,7 @@ class Model:
             if task.id in seen:
                 continue
             seen.add(task.id)
-            if task.state.terminal:
+            if task.state.is_final:
                 continue
             if task.token is not None:
                 self.end_claim(task, "canceled")

@@ -389,7 +389,7 @@ def _cancel_seqs(tx: Txn, frontier: list[int], why: str) -> list[int]:
         state, fence, owner = tx.conn.execute(
             "SELECT state, live_fence, owner FROM tasks WHERE seq = ?", (seq,)
         ).fetchone()
-        if TaskState(state).terminal:
+        if TaskState(state).is_final:
             continue
         if fence is not None:
             _end_claim(tx, fence, ClaimOutcome.CANCELED)
