@@ -18,7 +18,7 @@ from . import errors, validate
 from .clock import Clock
 from .config import Limits, WriterConfig
 from .readers import ReaderPool
-from .store import delivery, events, tasks, team
+from .store import delivery, events, inbox, protocol, status, tasks, team
 from .model import Event, TaskRecord, TaskSpec, TaskState, TeammateRecord, TeammateStatus, Txn, Wakes
 from .store.schema import open_writer
 from .writer import Writer, WriterStats
@@ -156,18 +156,18 @@ class Board:
         validate.check_text("reason", reason, self.limits.text_max_bytes)
         grace = validate.defaulted("grace", grace_ms, self.limits.grace_default_ms,
                                    self.limits.grace_min_ms, self.limits.grace_max_ms, "ms")
-        return await self.writer.run(lambda tx: team.request_shutdown(tx, name, reason, grace))
+        return await self.writer.run(lambda tx: protocol.request_shutdown(tx, name, reason, grace))
 
     async def decide_plan(self, plan_id: str, approve: bool, feedback: str) -> int:
         validate.check_text("feedback", feedback, self.limits.text_max_bytes)
-        return await self.writer.run(lambda tx: team.decide_plan(tx, plan_id, approve, feedback))
+        return await self.writer.run(lambda tx: protocol.decide_plan(tx, plan_id, approve, feedback))
 
     async def reap(self) -> int | None:
         """Reclaims expired leases and runs out shutdown graces; returns the next deadline."""
 
         def job(tx: Txn) -> tuple[list[str], int | None]:
             tasks.reclaim_expired(tx)
-            removed = team.expire_shutdowns(tx)
+            removed = protocol.expire_shutdowns(tx)
             return removed, tasks.next_deadline(tx.conn)
 
         removed, deadline = await self.writer.run(job)
@@ -192,7 +192,7 @@ class Board:
         await self.writer.run(lambda tx: team.set_online(tx, name, online, reason))
 
     async def ack(self, name: str, through_seq: int) -> int:
-        return await self.writer.run(lambda tx: team.ack(tx, name, through_seq))
+        return await self.writer.run(lambda tx: inbox.ack(tx, name, through_seq))
 
     async def renew(self, name: str, task_id: str, token: str) -> tuple[int, bool]:
         return await self.writer.run(lambda tx: tasks.renew(tx, name, task_id, token))
@@ -211,11 +211,11 @@ class Board:
 
     async def submit_plan(self, name: str, plan: str) -> str:
         validate.check_text("plan", plan, self.limits.text_max_bytes)
-        return await self.writer.run(lambda tx: team.submit_plan(tx, name, plan))
+        return await self.writer.run(lambda tx: protocol.submit_plan(tx, name, plan))
 
     async def respond_shutdown(self, name: str, request_id: str, approve: bool, reason: str) -> None:
         validate.check_text("reason", reason, self.limits.text_max_bytes)
-        await self.writer.run(lambda tx: team.respond_shutdown(tx, name, request_id, approve, reason))
+        await self.writer.run(lambda tx: protocol.respond_shutdown(tx, name, request_id, approve, reason))
 
     # ------------------------------------------------------------ both
 
@@ -224,7 +224,7 @@ class Board:
             raise errors.InvalidArgument("to", "must not be empty")
         validate.check_text("body", body, self.limits.text_max_bytes)
         limit = self.limits.unacked_inbox_max
-        return await self.writer.run(lambda tx: team.send_message(tx, sender, to, body, inbox_limit=limit))
+        return await self.writer.run(lambda tx: inbox.send_message(tx, sender, to, body, inbox_limit=limit))
 
     async def read(self, query: Callable):
         assert self.readers is not None
@@ -261,6 +261,6 @@ class Board:
 
     async def stats(self) -> BoardStats:
         def query(conn) -> BoardStats:
-            return BoardStats(tasks.count_by_state(conn), team.count_by_status(conn), self.writer.stats())
+            return BoardStats(tasks.count_by_state(conn), status.count_by_status(conn), self.writer.stats())
 
         return await self.read(query)

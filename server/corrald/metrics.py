@@ -12,7 +12,7 @@ from prometheus_client.registry import Collector
 
 from .board import Board
 from .service.admission import Admission
-from .store import tasks, team
+from .store import status, tasks
 from .model import TaskState, TeammateStatus, Wakes
 from .wake import WakeHub
 
@@ -51,10 +51,10 @@ class _BoardCollector(Collector):
         for state in TaskState:
             family.add_metric([state.name.lower()], by_state.get(state, 0))
         yield family
-        by_status = self._board.readers.call(team.count_by_status)
+        by_status = self._board.readers.call(status.count_by_status)
         family = GaugeMetricFamily("corral_teammates", "Teammates by status.", labels=["status"])
-        for status in TeammateStatus:
-            family.add_metric([status.name.lower()], by_status.get(status, 0))
+        for each in TeammateStatus:
+            family.add_metric([each.name.lower()], by_status.get(each, 0))
         yield family
 
 

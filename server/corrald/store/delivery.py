@@ -14,8 +14,8 @@ import json
 import sqlite3
 
 from .. import errors
-from . import tasks, team
 from ..model import ClaimGrant, InboxItem, Txn
+from . import gates, inbox, tasks
 
 
 @dataclasses.dataclass
@@ -100,12 +100,12 @@ def _before_claim(conn: sqlite3.Connection, name: str, cursor: StreamCursor,
     # 2. Inbox items after what this stream sent, starting at the acknowledged sequence.
     after = acked if cursor.sent_through_seq is None else max(cursor.sent_through_seq, acked)
     if last > after:
-        return list(team.inbox_after(conn, name, after)), teammate, held
+        return list(inbox.inbox_after(conn, name, after)), teammate, held
     cursor.can_claim = False
     # 3. The gates sit before the claim: control always beats the task board.
-    if team.protocol_pending(conn, name, acked, last):
+    if gates.protocol_pending(conn, name, acked, last):
         return [], teammate, held
-    if require_plan and not team.plan_approved(conn, name, acked):
+    if require_plan and not gates.plan_approved(conn, name, acked):
         return [], teammate, held
     if len(held) >= cursor.slots:
         return [], teammate, held
