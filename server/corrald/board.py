@@ -2,7 +2,8 @@
 
 It validates input, turns each operation into one writer job (or one reader
 query), and keeps the credential cache. Every decision about who may get
-what lives in `store`; the gRPC layer only converts and maps errors.
+what lives in `store` and in `delivery`, which composes it; the gRPC layer
+only converts and maps errors.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import pathlib
 import secrets
 from collections.abc import Callable, Sequence
 
-from . import errors, validate
+from . import delivery, errors, validate
 from .clock import Clock
 from .config import Limits, WriterConfig
-from .readers import ReaderPool
-from .store import delivery, events, inbox, protocol, status, tasks, team
 from .model import Event, TaskRecord, TaskSpec, TaskState, TeammateRecord, TeammateStatus, Txn, Wakes
+from .readers import ReaderPool
+from .store import events, inbox, protocol, status, tasks, team
 from .store.schema import open_writer
+from .stream import StreamItem, StreamState
 from .writer import Writer, WriterStats
 
 
@@ -177,16 +179,18 @@ class Board:
 
     # ------------------------------------------------------------ teammate
 
-    async def next_for(self, name: str, cursor: delivery.StreamCursor, *,
-                       look_first: bool = False) -> list[delivery.Delivery]:
-        """What the teammate's stream sends next (design §5). With `look_first`, a read
-        answers whenever no claim could be made, and the writer runs only when one could."""
+    async def next_for(self, name: str, stream: StreamState, *, look_first: bool = False) -> list[StreamItem]:
+        """What the teammate's stream sends next (design §5); the stream takes in what the
+        check learned. With `look_first`, a read answers whenever no claim could be made,
+        and the writer runs only when one could."""
+        found = None
         if look_first:
             now_ms = self.clock.now_ms()
-            found = await self.read(lambda conn: delivery.look(conn, name, cursor, now_ms))
-            if found is not None:
-                return found
-        return await self.writer.run(lambda tx: delivery.next_for_teammate(tx, name, cursor))
+            found = await self.read(lambda conn: delivery.look(conn, name, stream, now_ms))
+        if found is None:
+            found = await self.writer.run(lambda tx: delivery.next_for_teammate(tx, name, stream))
+        stream.learned(found)
+        return found.items
 
     async def set_online(self, name: str, online: bool, reason: str | None = None) -> None:
         await self.writer.run(lambda tx: team.set_online(tx, name, online, reason))

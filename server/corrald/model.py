@@ -119,6 +119,17 @@ class TeammateRecord:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class TeammateView:
+    """A teammate as the delivery decision reads it, in one statement."""
+
+    roles: tuple[str, ...]
+    require_plan: bool
+    acked_seq: int
+    last_seq: int
+    last_expiry_ms: int  # the latest lease end reclaimed from it
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Event:
     seq: int
     time_ms: int

@@ -6,7 +6,7 @@ import json
 import sqlite3
 
 from .. import errors
-from ..model import ClaimOutcome, TeammateRecord, TeammateStatus, Txn
+from ..model import ClaimOutcome, TeammateRecord, TeammateStatus, TeammateView, Txn
 from .events import emit
 from .status import refresh_status
 from .tasks import release_all
@@ -47,6 +47,18 @@ def list_teammates(conn: sqlite3.Connection) -> list[TeammateRecord]:
 
 def roles_of(conn: sqlite3.Connection, name: str) -> tuple[str, ...]:
     return tuple(json.loads(teammate_row(conn, name)[0]))
+
+
+def view_for_delivery(conn: sqlite3.Connection, name: str) -> TeammateView:
+    """What the delivery decision needs of a teammate; Unauthenticated once it is removed."""
+    row = conn.execute(
+        "SELECT roles, require_plan, removed, acked_seq, last_seq, last_expiry_ms FROM teammates WHERE name = ?",
+        (name,),
+    ).fetchone()
+    if row is None or row[2]:
+        raise errors.Unauthenticated(f"teammate {name!r} was removed")
+    roles, require_plan, _, acked, last, last_expiry = row
+    return TeammateView(tuple(json.loads(roles)), bool(require_plan), acked, last, last_expiry)
 
 
 def credentials(conn: sqlite3.Connection) -> list[tuple[bytes, str, bool]]:
