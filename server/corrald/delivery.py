@@ -29,8 +29,9 @@ def next_for_teammate(tx: Txn, name: str, stream: StreamState) -> Delivery:
         return checked.found
     # 4. Claim while this teammate holds fewer claims than its slots.
     last_expiry = max(checked.teammate.last_expiry_ms, tasks.reclaim_expired(tx).get(name, 0))
-    if _claims_paused(stream, last_expiry, tx.now_ms):
-        return Delivery([], checked.live, can_claim=False, claims_paused=True)
+    alive_ms = stream.last_alive_ms
+    if _claims_paused(alive_ms, last_expiry, tx.now_ms):
+        return Delivery([], checked.live, can_claim=False, claims_paused=True, alive_ms=alive_ms)
     grant = tasks.claim_next(tx, name, checked.teammate.roles, reclaimed=True)
     can_claim = grant is None or len(checked.held) + 1 < stream.slots
     return Delivery([grant] if grant else [], checked.live, can_claim=can_claim, claims_paused=False)
@@ -49,8 +50,9 @@ def look(conn: sqlite3.Connection, name: str, stream: StreamState, now_ms: int) 
         return checked.found
     if tasks.any_lease_ended(conn, now_ms):
         return None
-    if _claims_paused(stream, checked.teammate.last_expiry_ms, now_ms):
-        return Delivery([], checked.live, can_claim=False, claims_paused=True)
+    alive_ms = stream.last_alive_ms
+    if _claims_paused(alive_ms, checked.teammate.last_expiry_ms, now_ms):
+        return Delivery([], checked.live, can_claim=False, claims_paused=True, alive_ms=alive_ms)
     if tasks.any_ready(conn, checked.teammate.roles):
         return None
     # As after a claim attempt that found nothing: a task becoming ready wakes this stream.
@@ -91,7 +93,7 @@ def _before_claim(conn: sqlite3.Connection, name: str, stream: StreamState, now_
     return _Checked(None, teammate, held, live)
 
 
-def _claims_paused(stream: StreamState, last_expiry_ms: int, now_ms: int) -> bool:
-    """A teammate silent since one of its leases ran out may be frozen: no claim until it shows life."""
-    alive_ms = now_ms if stream.last_alive_ms is None else stream.last_alive_ms
-    return last_expiry_ms > alive_ms
+def _claims_paused(alive_ms: int | None, last_expiry_ms: int, now_ms: int) -> bool:
+    """A teammate silent since one of its leases ran out may be frozen: no claim until it shows life.
+    `alive_ms` is its last call of its own (None: alive now)."""
+    return last_expiry_ms > (now_ms if alive_ms is None else alive_ms)

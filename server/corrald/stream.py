@@ -31,6 +31,9 @@ class Delivery:
     can_claim: bool | None = None
     # Whether claims were held back until the teammate shows life; None when not looked at.
     claims_paused: bool | None = None
+    # The stream's `last_alive_ms` as the check read it: a call of the teammate's own
+    # that arrived after that read was not seen by the check.
+    alive_ms: int | None = None
 
 
 class StreamState:
@@ -88,6 +91,12 @@ class StreamState:
             self.can_claim = delivery.can_claim
         if delivery.claims_paused is not None:
             self.claims_paused = delivery.claims_paused
+        if delivery.claims_paused and self.last_alive_ms != delivery.alive_ms:
+            # The teammate called while the check ran: `showed_life` saw no pause
+            # yet and woke nobody, so wake the stream here, or its claims would
+            # wait for the next poll.
+            self.claim_likely = True
+            self.event.set()
 
     def mark_sent(self, items: list[StreamItem]) -> None:
         for item in items:
