@@ -11,20 +11,20 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .board import Board
-from .service.admission import Admission
-from .store import status, tasks
 from .model import TaskState, TeammateStatus, Wakes
+from .overload.lanes import CallLanes
+from .overload.queue_bound import LEVELS
+from .store import status, tasks
 from .wake import WakeHub
 
-LEVELS = ("normal", "record", "warn", "degraded", "refuse")
 OPERATIONS = ("claims", "completions", "failures", "releases", "lease_expirations", "cancellations")
 
 
 class _BoardCollector(Collector):
-    def __init__(self, board: Board, hub: WakeHub, admission: Admission) -> None:
+    def __init__(self, board: Board, hub: WakeHub, lanes: CallLanes) -> None:
         self._board = board
         self._hub = hub
-        self._admission = admission
+        self._lanes = lanes
 
     def collect(self):
         stats = self._board.writer.stats()
@@ -41,9 +41,9 @@ class _BoardCollector(Collector):
                                   value=stats.refused_jobs)
         yield GaugeMetricFamily("corral_idle_streams_open", "Open Idle streams.", value=self._hub.open_streams)
         yield CounterMetricFamily("corral_refused_calls", "Calls refused by per-identity limits.",
-                                  value=self._admission.refused)
+                                  value=self._lanes.refused)
         yield GaugeMetricFamily("corral_calls_waiting", "Calls waiting for a place in their caller's lane.",
-                                value=self._admission.waiting)
+                                value=self._lanes.waiting)
         if self._board.readers is None:
             return
         by_state = self._board.readers.call(tasks.count_by_state)
@@ -59,7 +59,7 @@ class _BoardCollector(Collector):
 
 
 class Metrics:
-    def __init__(self, board: Board, hub: WakeHub, admission: Admission) -> None:
+    def __init__(self, board: Board, hub: WakeHub, lanes: CallLanes) -> None:
         self.registry = CollectorRegistry()
         self._commit_seconds = Histogram(
             "corral_writer_commit_seconds", "Time from BEGIN to COMMIT of one group commit.",
@@ -71,7 +71,7 @@ class Metrics:
                                    registry=self.registry)
         for name in OPERATIONS:
             self._operations.labels(name)
-        self.registry.register(_BoardCollector(board, hub, admission))
+        self.registry.register(_BoardCollector(board, hub, lanes))
         board.writer.on_batch = self.observe_commit
 
     def observe_commit(self, seconds: float, jobs: int) -> None:

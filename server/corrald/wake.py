@@ -14,12 +14,6 @@ from .model import Wakes
 from .stream import StreamState
 
 
-# A teammate opens Idle once and again only after its stream broke; a client
-# reopening in a tight loop would make every open supersede the last and cost
-# a few writer jobs each. Opens of one teammate are spaced this far apart.
-REOPEN_SPACING_S = 0.1
-
-
 class WakeHub:
     def __init__(self, loop: asyncio.AbstractEventLoop, on_deadline: Callable[[int], None],
                  clock: Clock | None = None) -> None:
@@ -27,7 +21,6 @@ class WakeHub:
         self._clock = clock or SystemClock()
         self._on_deadline = on_deadline
         self._streams: dict[str, StreamState] = {}  # the open Idle streams
-        self._next_open: dict[str, float] = {}  # loop time before which a teammate's next open waits
         self._board_moved = asyncio.Event()
         self._closed = asyncio.Event()
 
@@ -49,16 +42,6 @@ class WakeHub:
                 waiter.cancel()
 
     # ------------------------------------------------------------ streams
-
-    async def turn_to_open(self, name: str) -> None:
-        """Waits until this teammate may open another Idle stream (see REOPEN_SPACING_S)."""
-        now = self._loop.time()
-        turn = max(now, self._next_open.get(name, now))
-        self._next_open[name] = turn + REOPEN_SPACING_S
-        if len(self._next_open) > 4 * len(self._streams) + 1024:  # forget teammates long gone
-            self._next_open = {n: t for n, t in self._next_open.items() if t > now}
-        if turn > now:
-            await asyncio.sleep(turn - now)
 
     def register(self, name: str, roles: tuple[str, ...], slots: int = 1) -> StreamState:
         """A second stream from the same identity supersedes the first."""

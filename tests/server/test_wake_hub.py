@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from corrald.model import Wakes
-from corrald.wake import REOPEN_SPACING_S, WakeHub
+from corrald.wake import WakeHub
 
 pytestmark = pytest.mark.timeout(15)
 
@@ -165,21 +165,5 @@ def test_only_wakes_that_may_lead_to_a_claim_mark_the_stream_claim_likely():
         assert inbox.event.is_set() and not inbox.claim_likely
         assert freed.event.is_set() and freed.claim_likely
         assert taker.event.is_set() and taker.claim_likely
-
-    run(test)
-
-
-def test_a_teammate_reopening_idle_in_a_loop_is_spaced_out():
-    """Opens of one teammate's Idle stream are REOPEN_SPACING_S apart; others are not held up."""
-    async def test(hub, _):
-        loop = asyncio.get_running_loop()
-        await hub.turn_to_open("looper")  # the first open goes at once
-        started = loop.time()
-        second = asyncio.ensure_future(hub.turn_to_open("looper"))
-        other = asyncio.ensure_future(hub.turn_to_open("calm"))
-        await settle()
-        assert other.done() and not second.done()
-        await asyncio.wait_for(second, 5)
-        assert loop.time() - started >= REOPEN_SPACING_S * 0.99  # the loop clock may round
 
     run(test)

@@ -10,9 +10,9 @@ from corral.v1 import corral_pb2_grpc as pb_grpc
 from .. import errors
 from ..board import Board, Identity
 from ..model import TaskState
+from ..overload.lanes import CallLanes
 from ..wake import WakeHub
 from . import convert
-from .admission import Admission
 
 FEED_PAGE = 256
 PAGE_BYTES = 3 * 1024 * 1024  # under gRPC's default 4 MiB receive limit
@@ -67,10 +67,10 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
 
 
 class BoardServicer(pb_grpc.BoardServiceServicer):
-    def __init__(self, board: Board, hub: WakeHub, admission: Admission) -> None:
+    def __init__(self, board: Board, hub: WakeHub, lanes: CallLanes) -> None:
         self._board = board
         self._hub = hub
-        self._admission = admission
+        self._lanes = lanes
 
     async def GetTask(self, request: pb.GetTaskRequest, context, identity: Identity) -> pb.GetTaskResponse:
         return pb.GetTaskResponse(task=convert.task(await self._board.get_task(request.id)))
@@ -121,7 +121,7 @@ class BoardServicer(pb_grpc.BoardServiceServicer):
                 commit_latency_p99_ms=writer.commit_latency_p99_ms,
             ),
             open_streams=self._hub.open_streams,
-            refused_calls=self._admission.refused,
+            refused_calls=self._lanes.refused,
         )
 
 

@@ -26,9 +26,10 @@ from ..board import Board
 from ..clock import Clock, SystemClock
 from ..config import Limits, WriterConfig
 from ..metrics import Metrics
+from ..overload.lanes import CallLanes, LaneConfig
+from ..overload.reopen import ReopenSpacing
 from ..statedir import StateDir
 from ..wake import WakeHub
-from .admission import Admission, AdmissionConfig
 from .interceptor import CorralInterceptor
 from .lead import BoardServicer, LeadServicer
 from .reaper import Reaper
@@ -65,7 +66,7 @@ class ServeConfig:
     metrics: str | None = None
     limits: Limits = Limits()
     writer: WriterConfig = WriterConfig()
-    admission: AdmissionConfig = AdmissionConfig()
+    lanes: LaneConfig = LaneConfig()
     stop_grace_s: float = 2.0
 
 
@@ -145,9 +146,9 @@ class Daemon:
         self.reaper = Reaper(self.board)
         self.hub = WakeHub(loop, self.reaper.schedule, self.clock)
         self.board.set_listener(self.hub.post)
-        self.admission = Admission(self.config.admission)
+        self.lanes = CallLanes(self.config.lanes)
         if self.config.metrics:
-            metrics = Metrics(self.board, self.hub, self.admission)
+            metrics = Metrics(self.board, self.hub, self.lanes)
 
             def committed(wakes) -> None:
                 metrics.observe_wakes(wakes)
@@ -158,13 +159,13 @@ class Daemon:
         await loop.run_in_executor(None, self.board.open)
         self.state.secure_files()
         self.server = grpc.aio.server(
-            interceptors=[CorralInterceptor(self.board, self.admission, draining=lambda: self._draining)],
+            interceptors=[CorralInterceptor(self.board, self.lanes, draining=lambda: self._draining)],
             options=SERVER_OPTIONS,
         )
-        self.teammates = TeammateServicer(self.board, self.hub)
+        self.teammates = TeammateServicer(self.board, self.hub, ReopenSpacing())
         pb_grpc.add_LeadServiceServicer_to_server(LeadServicer(self.board, self.hub), self.server)
         pb_grpc.add_TeammateServiceServicer_to_server(self.teammates, self.server)
-        pb_grpc.add_BoardServiceServicer_to_server(BoardServicer(self.board, self.hub, self.admission), self.server)
+        pb_grpc.add_BoardServiceServicer_to_server(BoardServicer(self.board, self.hub, self.lanes), self.server)
         self.health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection((*SERVICE_NAMES, reflection.SERVICE_NAME, "grpc.health.v1.Health"),

@@ -13,6 +13,7 @@ from corral.v1 import corral_pb2_grpc as pb_grpc
 from .. import errors, failpoints, validate
 from ..board import Board, Identity
 from ..model import ClaimGrant
+from ..overload.reopen import ReopenSpacing
 from ..stream import StreamState
 from ..wake import WakeHub
 from . import convert
@@ -21,9 +22,10 @@ log = logging.getLogger("corrald.idle")
 
 
 class TeammateServicer(pb_grpc.TeammateServiceServicer):
-    def __init__(self, board: Board, hub: WakeHub) -> None:
+    def __init__(self, board: Board, hub: WakeHub, reopen: ReopenSpacing) -> None:
         self._board = board
         self._hub = hub
+        self._reopen = reopen
         self._background: set[asyncio.Task] = set()
 
     def _idle_options(self, request: pb.IdleRequest) -> tuple[int, float, int]:
@@ -39,7 +41,7 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
     async def Idle(self, request: pb.IdleRequest, context: grpc.aio.ServicerContext, identity: Identity):
         max_polls, interval, slots = self._idle_options(request)
         name = identity.name
-        await self._hub.turn_to_open(name)
+        await self._reopen.turn(name)
         stream = self._hub.register(name, await self._board.teammate_roles(name), slots)
         ending = "left"
         try:
