@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from . import delivery, errors, validate
 from .clock import Clock
 from .config import Limits, WriterConfig
-from .model import Event, TaskRecord, TaskSpec, TaskState, TeammateRecord, TeammateStatus, Txn, Wakes
+from .model import Event, TaskRecord, TaskSpec, TaskState, TeammateRecord, TeammateStatus, Txn
 from .readers import ReaderPool
 from .store import events, inbox, protocol, status, tasks, team
 from .store.schema import open_writer
@@ -63,29 +63,23 @@ class Board:
         limits: Limits = Limits(),
         writer_config: WriterConfig = WriterConfig(),
         lead_token: str,
-        on_commit: Callable[[Wakes], None] | None = None,
         readers: int = 4,
     ) -> None:
         self.clock = clock
         self.limits = limits
         self._lead_hash = token_hash(lead_token)
         self._teammate_hashes: dict[bytes, str] = {}
-        self._on_commit = on_commit
+        # The board's storage: the writer thread (the one read-write connection),
+        # whose commits the daemon's wiring listens to (`writer.on_commit`), and
+        # the reader pool, opened with the board.
         self.writer = Writer(
             lambda: open_writer(database, synchronous=writer_config.synchronous,
                                 busy_timeout_ms=writer_config.busy_timeout_ms),
-            clock, writer_config, self._committed, epilogue=_stamp_clock,
+            clock, writer_config, epilogue=_stamp_clock,
         )
         self._database = database
         self._reader_count = readers
         self.readers: ReaderPool | None = None
-
-    def _committed(self, wakes: Wakes) -> None:
-        if self._on_commit is not None:
-            self._on_commit(wakes)
-
-    def set_listener(self, on_commit: Callable[[Wakes], None]) -> None:
-        self._on_commit = on_commit
 
     # ------------------------------------------------------------ lifecycle
 
@@ -263,8 +257,13 @@ class Board:
 
         return await self.read(query)
 
-    async def stats(self) -> BoardStats:
-        def query(conn) -> BoardStats:
-            return BoardStats(tasks.count_by_state(conn), status.count_by_status(conn), self.writer.stats())
+    def _stats(self, conn) -> BoardStats:
+        return BoardStats(tasks.count_by_state(conn), status.count_by_status(conn), self.writer.stats())
 
-        return await self.read(query)
+    async def stats(self) -> BoardStats:
+        return await self.read(self._stats)
+
+    def stats_blocking(self) -> BoardStats:
+        """`stats` for a thread off the event loop (the metrics endpoint); the board must be open."""
+        assert self.readers is not None
+        return self.readers.call(self._stats)

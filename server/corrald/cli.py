@@ -10,9 +10,10 @@ import sys
 import click
 
 from .config import WriterConfig
+from .daemon import ServeConfig, serve
+from .listen import ConfigError
 from .overload.lanes import LaneConfig
 from .overload.pacing import PacingConfig
-from .service.server import ConfigError, ServeConfig, serve
 from .statedir import StateDirError
 
 

@@ -108,8 +108,10 @@ class Writer:
         self._connect = connect
         self._clock = clock
         self._config = config
-        self._on_commit = on_commit or (lambda wakes: None)
-        self.on_batch = on_batch  # (commit latency in seconds, jobs) after each COMMIT
+        # Told after each COMMIT, on the writer thread: what the batch's jobs changed
+        # (the daemon's wiring connects it to the wake hub), and how long it took.
+        self.on_commit = on_commit
+        self.on_batch = on_batch  # (commit latency in seconds, jobs)
         # Runs last in every transaction, outside the jobs' savepoints, with
         # whether the jobs changed anything and the errors they raised.
         self._epilogue = epilogue
@@ -285,9 +287,9 @@ class Writer:
         for ok, _, job_wakes in outcomes:
             if ok and job_wakes:
                 wakes.merge(job_wakes)
-        if wakes:
+        if wakes and self.on_commit is not None:
             try:
-                self._on_commit(wakes)
+                self.on_commit(wakes)
             except Exception:  # a broken listener must not stop the writer
                 log.exception("wake-up listener failed")
         self._resolve(batch, outcomes)
