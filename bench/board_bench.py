@@ -36,7 +36,7 @@ from collections.abc import Callable
 from corrald.clock import SystemClock
 from corrald.config import Limits, WriterConfig
 from corrald.store import tasks, team
-from corrald.store.model import TaskSpec, Txn
+from corrald.model import TaskSpec, Txn
 from corrald.store.schema import open_writer
 from corrald.validate import normalize_batch
 from corrald.writer import Writer

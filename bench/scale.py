@@ -45,7 +45,7 @@ def _grow(database, start: int, stop: int) -> float:
     from corrald import validate  # noqa: PLC0415 (server internals only for the build)
     from corrald.config import Limits  # noqa: PLC0415
     from corrald.store import schema, tasks  # noqa: PLC0415
-    from corrald.store.model import TaskSpec, Txn  # noqa: PLC0415
+    from corrald.model import TaskSpec, Txn  # noqa: PLC0415
 
     started = time.perf_counter()
     conn = schema.open_writer(database, synchronous="OFF")

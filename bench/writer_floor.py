@@ -15,8 +15,8 @@ import time
 from corrald.board import Board
 from corrald.clock import SystemClock
 from corrald.config import WriterConfig
-from corrald.store.delivery import StreamCursor, mark_sent
-from corrald.store.model import ClaimGrant, TaskSpec
+from corrald.model import ClaimGrant, TaskSpec
+from corrald.stream import StreamState
 
 from . import dags
 from .daemon import scratch_dir
@@ -35,10 +35,10 @@ def _specs(count: int, prefix: str) -> list[TaskSpec]:
 
 async def _teammate(board: Board, name: str, goal: int, done: list[int], latencies: list[float],
                     deadline: float) -> None:
-    cursor = StreamCursor(slots=1)
+    cursor = StreamState(slots=1)
     while done[0] < goal and time.monotonic() < deadline:
         items = await board.next_for(name, cursor)
-        mark_sent(cursor, items)
+        cursor.mark_sent(items)
         grants = [item for item in items if isinstance(item, ClaimGrant)]
         if not grants:
             await asyncio.sleep(0.001)

@@ -2,7 +2,8 @@
 
 It validates input, turns each operation into one writer job (or one reader
 query), and keeps the credential cache. Every decision about who may get
-what lives in `store`; the gRPC layer only converts and maps errors.
+what lives in `store` and in `delivery`, which composes it; the gRPC layer
+only converts and maps errors.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import pathlib
 import secrets
 from collections.abc import Callable, Sequence
 
-from . import errors, validate
+from . import delivery, errors, validate
 from .clock import Clock
 from .config import Limits, WriterConfig
+from .model import Event, TaskRecord, TaskSpec, TaskState, TeammateRecord, TeammateStatus, Txn
 from .readers import ReaderPool
-from .store import delivery, events, tasks, team
-from .store.model import Event, TaskRecord, TaskSpec, TaskState, TeammateRecord, TeammateStatus, Txn, Wakes
+from .store import events, inbox, protocol, status, tasks, team
 from .store.schema import open_writer
+from .stream import StreamItem, StreamState
 from .writer import Writer, WriterStats
 
 
@@ -61,29 +63,23 @@ class Board:
         limits: Limits = Limits(),
         writer_config: WriterConfig = WriterConfig(),
         lead_token: str,
-        on_commit: Callable[[Wakes], None] | None = None,
         readers: int = 4,
     ) -> None:
         self.clock = clock
         self.limits = limits
         self._lead_hash = token_hash(lead_token)
         self._teammate_hashes: dict[bytes, str] = {}
-        self._on_commit = on_commit
+        # The board's storage: the writer thread (the one read-write connection),
+        # whose commits the daemon's wiring listens to (`writer.on_commit`), and
+        # the reader pool, opened with the board.
         self.writer = Writer(
             lambda: open_writer(database, synchronous=writer_config.synchronous,
                                 busy_timeout_ms=writer_config.busy_timeout_ms),
-            clock, writer_config, self._committed, epilogue=_stamp_clock,
+            clock, writer_config, epilogue=_stamp_clock,
         )
         self._database = database
         self._reader_count = readers
         self.readers: ReaderPool | None = None
-
-    def _committed(self, wakes: Wakes) -> None:
-        if self._on_commit is not None:
-            self._on_commit(wakes)
-
-    def set_listener(self, on_commit: Callable[[Wakes], None]) -> None:
-        self._on_commit = on_commit
 
     # ------------------------------------------------------------ lifecycle
 
@@ -156,18 +152,18 @@ class Board:
         validate.check_text("reason", reason, self.limits.text_max_bytes)
         grace = validate.defaulted("grace", grace_ms, self.limits.grace_default_ms,
                                    self.limits.grace_min_ms, self.limits.grace_max_ms, "ms")
-        return await self.writer.run(lambda tx: team.request_shutdown(tx, name, reason, grace))
+        return await self.writer.run(lambda tx: protocol.request_shutdown(tx, name, reason, grace))
 
     async def decide_plan(self, plan_id: str, approve: bool, feedback: str) -> int:
         validate.check_text("feedback", feedback, self.limits.text_max_bytes)
-        return await self.writer.run(lambda tx: team.decide_plan(tx, plan_id, approve, feedback))
+        return await self.writer.run(lambda tx: protocol.decide_plan(tx, plan_id, approve, feedback))
 
     async def reap(self) -> int | None:
         """Reclaims expired leases and runs out shutdown graces; returns the next deadline."""
 
         def job(tx: Txn) -> tuple[list[str], int | None]:
             tasks.reclaim_expired(tx)
-            removed = team.expire_shutdowns(tx)
+            removed = protocol.expire_shutdowns(tx)
             return removed, tasks.next_deadline(tx.conn)
 
         removed, deadline = await self.writer.run(job)
@@ -177,22 +173,24 @@ class Board:
 
     # ------------------------------------------------------------ teammate
 
-    async def next_for(self, name: str, cursor: delivery.StreamCursor, *,
-                       look_first: bool = False) -> list[delivery.Delivery]:
-        """What the teammate's stream sends next (design §5). With `look_first`, a read
-        answers whenever no claim could be made, and the writer runs only when one could."""
+    async def next_for(self, name: str, stream: StreamState, *, look_first: bool = False) -> list[StreamItem]:
+        """What the teammate's stream sends next (design §5); the stream takes in what the
+        check learned. With `look_first`, a read answers whenever no claim could be made,
+        and the writer runs only when one could."""
+        found = None
         if look_first:
             now_ms = self.clock.now_ms()
-            found = await self.read(lambda conn: delivery.look(conn, name, cursor, now_ms))
-            if found is not None:
-                return found
-        return await self.writer.run(lambda tx: delivery.next_for_teammate(tx, name, cursor))
+            found = await self.read(lambda conn: delivery.look(conn, name, stream, now_ms))
+        if found is None:
+            found = await self.writer.run(lambda tx: delivery.next_for_teammate(tx, name, stream))
+        stream.learned(found)
+        return found.items
 
     async def set_online(self, name: str, online: bool, reason: str | None = None) -> None:
         await self.writer.run(lambda tx: team.set_online(tx, name, online, reason))
 
     async def ack(self, name: str, through_seq: int) -> int:
-        return await self.writer.run(lambda tx: team.ack(tx, name, through_seq))
+        return await self.writer.run(lambda tx: inbox.ack(tx, name, through_seq))
 
     async def renew(self, name: str, task_id: str, token: str) -> tuple[int, bool]:
         return await self.writer.run(lambda tx: tasks.renew(tx, name, task_id, token))
@@ -211,11 +209,11 @@ class Board:
 
     async def submit_plan(self, name: str, plan: str) -> str:
         validate.check_text("plan", plan, self.limits.text_max_bytes)
-        return await self.writer.run(lambda tx: team.submit_plan(tx, name, plan))
+        return await self.writer.run(lambda tx: protocol.submit_plan(tx, name, plan))
 
     async def respond_shutdown(self, name: str, request_id: str, approve: bool, reason: str) -> None:
         validate.check_text("reason", reason, self.limits.text_max_bytes)
-        await self.writer.run(lambda tx: team.respond_shutdown(tx, name, request_id, approve, reason))
+        await self.writer.run(lambda tx: protocol.respond_shutdown(tx, name, request_id, approve, reason))
 
     # ------------------------------------------------------------ both
 
@@ -224,7 +222,7 @@ class Board:
             raise errors.InvalidArgument("to", "must not be empty")
         validate.check_text("body", body, self.limits.text_max_bytes)
         limit = self.limits.unacked_inbox_max
-        return await self.writer.run(lambda tx: team.send_message(tx, sender, to, body, inbox_limit=limit))
+        return await self.writer.run(lambda tx: inbox.send_message(tx, sender, to, body, inbox_limit=limit))
 
     async def read(self, query: Callable):
         assert self.readers is not None
@@ -259,8 +257,13 @@ class Board:
 
         return await self.read(query)
 
-    async def stats(self) -> BoardStats:
-        def query(conn) -> BoardStats:
-            return BoardStats(tasks.count_by_state(conn), team.count_by_status(conn), self.writer.stats())
+    def _stats(self, conn) -> BoardStats:
+        return BoardStats(tasks.count_by_state(conn), status.count_by_status(conn), self.writer.stats())
 
-        return await self.read(query)
+    async def stats(self) -> BoardStats:
+        return await self.read(self._stats)
+
+    def stats_blocking(self) -> BoardStats:
+        """`stats` for a thread off the event loop (the metrics endpoint); the board must be open."""
+        assert self.readers is not None
+        return self.readers.call(self._stats)

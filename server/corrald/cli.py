@@ -10,9 +10,10 @@ import sys
 import click
 
 from .config import WriterConfig
-from .service.admission import AdmissionConfig
-from .service.pacing import PacingConfig
-from .service.server import ConfigError, ServeConfig, serve
+from .daemon import ServeConfig, serve
+from .listen import ConfigError
+from .overload.lanes import LaneConfig
+from .overload.pacing import PacingConfig
 from .statedir import StateDirError
 
 
@@ -51,13 +52,13 @@ def main() -> None:
 @click.option("--tls-key", type=click.Path(exists=True, path_type=pathlib.Path), default=None)
 @click.option("--synchronous", type=click.Choice(["OFF", "NORMAL", "FULL", "EXTRA"], case_sensitive=False),
               default="FULL", show_default=True, help="SQLite durability (group commit pays for FULL).")
-@click.option("--calls-per-identity", type=click.IntRange(1, 10_000), default=AdmissionConfig.calls_per_identity,
+@click.option("--calls-per-identity", type=click.IntRange(1, 10_000), default=LaneConfig.calls_per_identity,
               show_default=True, help="Unary calls one caller may have running at once (reads and writes each).")
 @click.option("--streams-per-identity", type=click.IntRange(1, 10_000),
-              default=AdmissionConfig.streams_per_identity, show_default=True,
+              default=LaneConfig.streams_per_identity, show_default=True,
               help="Idle and Watch streams one caller may hold open at once.")
 @click.option("--waiting-per-identity", type=click.IntRange(0, 100_000),
-              default=AdmissionConfig.waiting_per_identity, show_default=True,
+              default=LaneConfig.waiting_per_identity, show_default=True,
               help="Calls of one caller that may wait for a place before more are refused (RESOURCE_EXHAUSTED).")
 @click.option("--pacing-slack", type=click.FloatRange(min=0), default=PacingConfig.slack, show_default=True,
               help="While the daemon is busy, a teammate starting calls faster than this many times the team's "
@@ -72,9 +73,8 @@ def serve_command(state_dir: pathlib.Path, listen: str | None, metrics: str | No
     config = ServeConfig(
         state_dir=state_dir, listen=listen, metrics=metrics, tls_cert=tls_cert, tls_key=tls_key,
         writer=WriterConfig(synchronous=synchronous.upper()),
-        admission=AdmissionConfig(calls_per_identity=calls_per_identity, streams_per_identity=streams_per_identity,
-                                  waiting_per_identity=waiting_per_identity,
-                                  pacing=PacingConfig(slack=pacing_slack)),
+        lanes=LaneConfig(calls_per_identity=calls_per_identity, streams_per_identity=streams_per_identity,
+                         waiting_per_identity=waiting_per_identity, pacing=PacingConfig(slack=pacing_slack)),
     )
     try:
         code = serve(config)

@@ -65,7 +65,8 @@ class WriterConfig:
     synchronous: str = "FULL"
     busy_timeout_ms: int = 5000
     busy_retries: int = 8
-    # An async caller that finds the queue full waits this long for room
-    # before it is refused: a burst is absorbed, a sustained overload is not.
-    admission_wait_ms: int = 2000
+    # An async caller that finds the queue full waits this long for a place
+    # before it is refused: a burst is absorbed, a sustained overload is not
+    # (overload/queue_bound.py).
+    room_wait_ms: int = 2000
 

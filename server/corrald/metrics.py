@@ -11,55 +11,51 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .board import Board
-from .service.admission import Admission
-from .store import tasks, team
-from .store.model import TaskState, TeammateStatus, Wakes
+from .model import TaskState, TeammateStatus, Wakes
+from .overload.lanes import CallLanes
+from .overload.queue_bound import LEVELS
 from .wake import WakeHub
 
-LEVELS = ("normal", "record", "warn", "degraded", "refuse")
 OPERATIONS = ("claims", "completions", "failures", "releases", "lease_expirations", "cancellations")
 
 
 class _BoardCollector(Collector):
-    def __init__(self, board: Board, hub: WakeHub, admission: Admission) -> None:
+    def __init__(self, board: Board, hub: WakeHub, lanes: CallLanes) -> None:
         self._board = board
         self._hub = hub
-        self._admission = admission
+        self._lanes = lanes
 
     def collect(self):
-        stats = self._board.writer.stats()
-        yield GaugeMetricFamily("corral_writer_queue_depth", "Jobs waiting for the writer.", value=stats.queue_depth)
+        stats = self._board.stats_blocking()  # this runs on the metrics endpoint's thread
+        writer = stats.writer
+        yield GaugeMetricFamily("corral_writer_queue_depth", "Jobs waiting for the writer.", value=writer.queue_depth)
         level = GaugeMetricFamily("corral_writer_queue_level", "1 for the current queue level.", labels=["level"])
         for name in LEVELS:
-            level.add_metric([name], 1.0 if name == stats.level else 0.0)
+            level.add_metric([name], 1.0 if name == writer.level else 0.0)
         yield level
         yield CounterMetricFamily("corral_writer_busy_retries", "SQLITE_BUSY retries of a whole transaction.",
-                                  value=stats.busy_retries)
+                                  value=writer.busy_retries)
         yield CounterMetricFamily("corral_writer_failed_commits", "Batches whose COMMIT failed.",
-                                  value=stats.failed_commits)
+                                  value=writer.failed_commits)
         yield CounterMetricFamily("corral_writer_refused_jobs", "Jobs refused because the queue was full.",
-                                  value=stats.refused_jobs)
+                                  value=writer.refused_jobs)
         yield GaugeMetricFamily("corral_idle_streams_open", "Open Idle streams.", value=self._hub.open_streams)
         yield CounterMetricFamily("corral_refused_calls", "Calls refused by per-identity limits.",
-                                  value=self._admission.refused)
+                                  value=self._lanes.refused)
         yield GaugeMetricFamily("corral_calls_waiting", "Calls waiting for a place in their caller's lane.",
-                                value=self._admission.waiting)
-        if self._board.readers is None:
-            return
-        by_state = self._board.readers.call(tasks.count_by_state)
+                                value=self._lanes.waiting)
         family = GaugeMetricFamily("corral_tasks", "Tasks on the board by state.", labels=["state"])
         for state in TaskState:
-            family.add_metric([state.name.lower()], by_state.get(state, 0))
+            family.add_metric([state.name.lower()], stats.tasks_by_state.get(state, 0))
         yield family
-        by_status = self._board.readers.call(team.count_by_status)
         family = GaugeMetricFamily("corral_teammates", "Teammates by status.", labels=["status"])
         for status in TeammateStatus:
-            family.add_metric([status.name.lower()], by_status.get(status, 0))
+            family.add_metric([status.name.lower()], stats.teammates_by_status.get(status, 0))
         yield family
 
 
 class Metrics:
-    def __init__(self, board: Board, hub: WakeHub, admission: Admission) -> None:
+    def __init__(self, board: Board, hub: WakeHub, lanes: CallLanes) -> None:
         self.registry = CollectorRegistry()
         self._commit_seconds = Histogram(
             "corral_writer_commit_seconds", "Time from BEGIN to COMMIT of one group commit.",
@@ -71,17 +67,19 @@ class Metrics:
                                    registry=self.registry)
         for name in OPERATIONS:
             self._operations.labels(name)
-        self.registry.register(_BoardCollector(board, hub, admission))
-        board.writer.on_batch = self.observe_commit
+        self.registry.register(_BoardCollector(board, hub, lanes))
 
     def observe_commit(self, seconds: float, jobs: int) -> None:
+        """The writer's `on_batch`: one group commit took `seconds` for `jobs` jobs."""
         self._commit_seconds.observe(seconds)
         self._batch_jobs.observe(jobs)
 
     def observe_wakes(self, wakes: Wakes) -> None:
+        """Counts a commit's operations (on the writer thread, after COMMIT)."""
         for name, count in wakes.tally.items():
             self._operations.labels(name).inc(count)
 
     def serve(self, address: str) -> None:
+        """Starts the endpoint; the board must be open (scrapes read it)."""
         host, _, port = address.rpartition(":")
         start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)

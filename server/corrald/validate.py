@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from .config import Limits
 from .errors import InvalidArgument
-from .store.model import TaskSpec
+from .model import TaskSpec
 
 RESERVED_NAMES = frozenset({"lead", "*"})
 

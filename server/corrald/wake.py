@@ -10,40 +10,8 @@ import asyncio
 from collections.abc import Callable
 
 from .clock import Clock, SystemClock
-from .store.model import Wakes
-
-
-class Waiter:
-    """One open Idle stream's wake-up handle."""
-
-    def __init__(self, name: str, roles: tuple[str, ...], opened_ms: int) -> None:
-        self.name = name
-        self.roles = roles
-        self.event = asyncio.Event()
-        self.waiting = False
-        self.can_claim = True
-        self.last_alive_ms = opened_ms  # the teammate's last own call (opening the stream counts)
-        self.claims_paused = False  # its last check held claims back until it shows life
-        # Woken because a claim may be waiting (a task became ready, a slot freed,
-        # a gate opened, or a paused teammate showed life): the next check goes
-        # straight to the writer instead of looking first.
-        self.claim_likely = False
-        self.ended: str | None = None  # why the stream must end, if it must
-        self.superseded = False
-
-    def may_take(self, role: str) -> bool:
-        return not role or role in self.roles
-
-    def end(self, why: str, *, superseded: bool = False) -> None:
-        self.ended = why
-        self.superseded = superseded
-        self.event.set()
-
-
-# A teammate opens Idle once and again only after its stream broke; a client
-# reopening in a tight loop would make every open supersede the last and cost
-# a few writer jobs each. Opens of one teammate are spaced this far apart.
-REOPEN_SPACING_S = 0.1
+from .model import Wakes
+from .stream import StreamState
 
 
 class WakeHub:
@@ -52,8 +20,7 @@ class WakeHub:
         self._loop = loop
         self._clock = clock or SystemClock()
         self._on_deadline = on_deadline
-        self._waiters: dict[str, Waiter] = {}
-        self._next_open: dict[str, float] = {}  # loop time before which a teammate's next open waits
+        self._streams: dict[str, StreamState] = {}  # the open Idle streams
         self._board_moved = asyncio.Event()
         self._closed = asyncio.Event()
 
@@ -76,49 +43,35 @@ class WakeHub:
 
     # ------------------------------------------------------------ streams
 
-    async def turn_to_open(self, name: str) -> None:
-        """Waits until this teammate may open another Idle stream (see REOPEN_SPACING_S)."""
-        now = self._loop.time()
-        turn = max(now, self._next_open.get(name, now))
-        self._next_open[name] = turn + REOPEN_SPACING_S
-        if len(self._next_open) > 4 * len(self._waiters) + 1024:  # forget teammates long gone
-            self._next_open = {n: t for n, t in self._next_open.items() if t > now}
-        if turn > now:
-            await asyncio.sleep(turn - now)
-
-    def register(self, name: str, roles: tuple[str, ...]) -> Waiter:
+    def register(self, name: str, roles: tuple[str, ...], slots: int = 1) -> StreamState:
         """A second stream from the same identity supersedes the first."""
-        previous = self._waiters.get(name)
+        previous = self._streams.get(name)
         if previous is not None:
             previous.end("superseded by a newer Idle stream", superseded=True)
-        waiter = Waiter(name, roles, self._clock.now_ms())
-        self._waiters[name] = waiter
-        return waiter
+        stream = StreamState(name, roles, slots=slots, opened_ms=self._clock.now_ms())
+        self._streams[name] = stream
+        return stream
 
-    def unregister(self, waiter: Waiter) -> None:
-        if self._waiters.get(waiter.name) is waiter:
-            del self._waiters[waiter.name]
+    def unregister(self, stream: StreamState) -> None:
+        if self._streams.get(stream.name) is stream:
+            del self._streams[stream.name]
 
     def alive(self, name: str) -> None:
         """The teammate made a call of its own: it is not frozen, claims may flow again."""
-        waiter = self._waiters.get(name)
-        if waiter is None:
-            return
-        waiter.last_alive_ms = self._clock.now_ms()
-        if waiter.claims_paused:
-            waiter.claim_likely = True
-            waiter.event.set()
+        stream = self._streams.get(name)
+        if stream is not None:
+            stream.showed_life(self._clock.now_ms())
 
     def end_streams(self, why: str) -> None:
-        for waiter in list(self._waiters.values()):
-            waiter.end(why)
+        for stream in list(self._streams.values()):
+            stream.end(why)
 
     @property
     def open_streams(self) -> int:
-        return len(self._waiters)
+        return len(self._streams)
 
     def is_open(self, name: str) -> bool:
-        return name in self._waiters
+        return name in self._streams
 
     def board_moved(self) -> asyncio.Event:
         """An event set at the next committed change (for Watch streams)."""
@@ -135,18 +88,18 @@ class WakeHub:
 
     def _apply(self, wakes: Wakes) -> None:
         for name, why in wakes.ended.items():
-            waiter = self._waiters.get(name)
-            if waiter is not None:
-                waiter.end(why)
+            stream = self._streams.get(name)
+            if stream is not None:
+                stream.end(why)
         if wakes.everyone:
-            for waiter in self._waiters.values():
-                waiter.claim_likely = True
-                waiter.event.set()
+            for stream in self._streams.values():
+                stream.claim_likely = True
+                stream.event.set()
         for name in wakes.teammates:
-            waiter = self._waiters.get(name)
-            if waiter is not None:
-                waiter.claim_likely = waiter.claim_likely or name in wakes.may_claim
-                waiter.event.set()
+            stream = self._streams.get(name)
+            if stream is not None:
+                stream.claim_likely = stream.claim_likely or name in wakes.may_claim
+                stream.event.set()
         for role, count in wakes.ready_roles.items():
             self._wake_for_ready(role, count)
         if wakes.events:
@@ -160,13 +113,13 @@ class WakeHub:
         # ready: no thundering herd. A stream in the middle of a check is
         # always nudged, whatever its last check said, because that check may
         # have run just before this commit; over-waking is only a spare check.
-        for waiter in self._waiters.values():
-            if not waiter.may_take(role) or waiter.event.is_set():
+        for stream in self._streams.values():
+            if not stream.may_take(role) or stream.event.is_set():
                 continue
-            if not waiter.waiting:
-                waiter.claim_likely = True
-                waiter.event.set()
-            elif waiter.can_claim and count > 0:
-                waiter.claim_likely = True
-                waiter.event.set()
+            if not stream.waiting:
+                stream.claim_likely = True
+                stream.event.set()
+            elif stream.can_claim and count > 0:
+                stream.claim_likely = True
+                stream.event.set()
                 count -= 1

@@ -9,11 +9,12 @@ resolve only after COMMIT returns; if COMMIT fails, every job of that batch
 fails (nothing is reported successful that is not durable).
 
 Jobs are taken from the queue by owner, the least-served owner first
-(`fairqueue`), and the budget keeps one caller's backlog from stretching a
-batch: so a caller with an occasional cheap job goes ahead of the backlog and
-waits for one short commit, not for a batch filled by whoever has the most
-jobs in flight. A job's owner is the identity of the call that submitted it
-(`job_owner`, set by the RPC layer).
+(`overload/fairqueue.py`), and the budget keeps one caller's backlog from
+stretching a batch: so a caller with an occasional cheap job goes ahead of the
+backlog and waits for one short commit, not for a batch filled by whoever has
+the most jobs in flight. A job's owner is the identity of the call that submitted it
+(`job_owner`, set by the RPC layer). The queue is bounded, and a caller that
+finds it full waits a little for a place (`overload/queue_bound.py`).
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ from . import failpoints
 from .clock import Clock
 from .config import WriterConfig
 from .errors import Overloaded, ReentrantSubmit, Unavailable
-from .fairqueue import FairQueue
-from .store.model import Txn, Wakes
+from .model import Txn, Wakes
+from .overload.fairqueue import FairQueue
+from .overload.queue_bound import QueueBound, level
 
 log = logging.getLogger("corrald.writer")
 T = TypeVar("T")
@@ -106,15 +108,16 @@ class Writer:
         self._connect = connect
         self._clock = clock
         self._config = config
-        self._on_commit = on_commit or (lambda wakes: None)
-        self.on_batch = on_batch  # (commit latency in seconds, jobs) after each COMMIT
+        # Told after each COMMIT, on the writer thread: what the batch's jobs changed
+        # (the daemon's wiring connects it to the wake hub), and how long it took.
+        self.on_commit = on_commit
+        self.on_batch = on_batch  # (commit latency in seconds, jobs)
         # Runs last in every transaction, outside the jobs' savepoints, with
         # whether the jobs changed anything and the errors they raised.
         self._epilogue = epilogue
         self._timer = timer  # seconds, for the batch budget only
         self._queue: FairQueue[_Pending] = FairQueue()
-        self._room_waiters: collections.deque[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = collections.deque()
-        self._admitting = 0  # async callers waiting for room
+        self._bound = QueueBound(config.levels, config.room_wait_ms)
         self._cond = threading.Condition()
         self._accepting = False
         self._thread: threading.Thread | None = None
@@ -125,7 +128,7 @@ class Writer:
         # Counters (written by the writer thread or under the condition lock).
         self._depth_samples: collections.deque[int] = collections.deque(maxlen=4096)
         self._latency_ms: collections.deque[float] = collections.deque(maxlen=4096)
-        self._commits = self._jobs = self._busy_retries = self._failed_commits = self._refused = 0
+        self._commits = self._jobs = self._busy_retries = self._failed_commits = 0
         self._last_warn = 0.0
         # Built once: a Retrying per batch left a reference cycle per batch for
         # the cyclic collector, whose full passes stall the whole daemon.
@@ -170,8 +173,9 @@ class Writer:
     async def run(self, job: Job[T]) -> T:
         """Queues a job from the event loop and awaits its committed result.
 
-        A full queue makes the caller wait up to `admission_wait_ms` for room
-        (back-pressure for bursts) before it is refused with Overloaded.
+        A full queue makes the caller wait up to `room_wait_ms` for a place
+        (back-pressure for bursts) before it is refused with Overloaded
+        (see overload/queue_bound.py).
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
@@ -179,40 +183,8 @@ class Writer:
         try:
             self._enqueue(pending, count_refusal=False)
         except Overloaded:
-            await self._admit(pending, loop)
+            await self._bound.wait_for_room(lambda final: self._enqueue(pending, count_refusal=final))
         return await future
-
-    async def _admit(self, pending: _Pending, loop: asyncio.AbstractEventLoop) -> None:
-        with self._cond:
-            # Waiting callers are bounded too: past half as many as the queue
-            # holds, a caller is refused at once instead of parked in memory.
-            if self._admitting >= self._config.levels.refuse // 2:
-                self._refused += 1
-                raise Overloaded("writer queue and its waiting room are full", retry_after_ms=200)
-            self._admitting += 1
-        try:
-            await self._wait_for_room(pending, loop)
-        finally:
-            with self._cond:
-                self._admitting -= 1
-
-    async def _wait_for_room(self, pending: _Pending, loop: asyncio.AbstractEventLoop) -> None:
-        deadline = loop.time() + self._config.admission_wait_ms / 1000
-        while True:
-            room: asyncio.Future[None] = loop.create_future()
-            with self._cond:
-                self._room_waiters.append((loop, room))
-            try:
-                await asyncio.wait_for(room, max(0.0, deadline - loop.time()))
-            except TimeoutError:
-                pass
-            final = loop.time() >= deadline
-            try:
-                self._enqueue(pending, count_refusal=final)
-                return
-            except Overloaded:
-                if final:
-                    raise
 
     def call(self, job: Job[T], timeout: float | None = None) -> T:
         """Blocking convenience for threads and tests."""
@@ -221,29 +193,17 @@ class Writer:
     def _enqueue(self, pending: _Pending, *, count_refusal: bool = True) -> None:
         if threading.get_ident() == self._thread_id:
             raise ReentrantSubmit("a writer job may not submit another job: it would wait on itself")
-        levels = self._config.levels
         with self._cond:
             if not self._accepting:
                 raise Unavailable("the writer is not accepting jobs (daemon draining)")
             depth = len(self._queue)
-            if depth >= levels.refuse:
-                self._refused += count_refusal
-                raise Overloaded(f"writer queue holds {depth} jobs", retry_after_ms=50)
+            self._bound.check(depth, count=count_refusal)
             self._depth_samples.append(depth)
             self._queue.push(pending.owner, pending)
             self._cond.notify()
-        if depth > levels.warn and time.monotonic() - self._last_warn > 5:
+        if depth > self._config.levels.warn and time.monotonic() - self._last_warn > 5:
             self._last_warn = time.monotonic()
-            log.warning("writer queue depth %d (%s)", depth, self.level(depth))
-
-    def level(self, depth: int | None = None) -> str:
-        depth = len(self._queue) if depth is None else depth
-        levels = self._config.levels
-        for name, limit in (("normal", levels.record), ("record", levels.warn), ("warn", levels.degraded),
-                            ("degraded", levels.refuse)):
-            if depth <= limit:
-                return name
-        return "refuse"
+            log.warning("writer queue depth %d (%s)", depth, level(depth, self._config.levels))
 
     # ------------------------------------------------------------ the thread
 
@@ -276,15 +236,7 @@ class Writer:
                 if not self._queue or self._queue.next_owner() in unless_owner_in:
                     return None
                 pending = self._queue.pop()
-                # Taking a job frees one place: wake one caller waiting for room
-                # (waking them all would make a sustained overload spin the loop).
-                room = self._room_waiters.popleft() if self._room_waiters else None
-            if room is not None:
-                loop, future = room
-                try:
-                    loop.call_soon_threadsafe(_set_if_pending, future)
-                except RuntimeError:  # loop closed
-                    pass
+            self._bound.place_freed()  # one place more: one caller waiting for room may take it
             # A thread caller may have cancelled its future while it waited:
             # such a job must not run (nobody would learn its outcome).
             if pending.loop is not None or pending.future.set_running_or_notify_cancel():
@@ -335,9 +287,9 @@ class Writer:
         for ok, _, job_wakes in outcomes:
             if ok and job_wakes:
                 wakes.merge(job_wakes)
-        if wakes:
+        if wakes and self.on_commit is not None:
             try:
-                self._on_commit(wakes)
+                self.on_commit(wakes)
             except Exception:  # a broken listener must not stop the writer
                 log.exception("wake-up listener failed")
         self._resolve(batch, outcomes)
@@ -420,21 +372,16 @@ class Writer:
             queue_depth=depth,
             queue_depth_p50=_percentile(samples, 0.5),
             queue_depth_p99=_percentile(samples, 0.99),
-            level=self.level(depth),
+            level=level(depth, self._config.levels),
             commits=self._commits,
             jobs=self._jobs,
             mean_batch_size=self._jobs / self._commits if self._commits else 0.0,
             busy_retries=self._busy_retries,
             failed_commits=self._failed_commits,
-            refused_jobs=self._refused,
+            refused_jobs=self._bound.refused,
             commit_latency_p50_ms=_percentile(latencies, 0.5),
             commit_latency_p99_ms=_percentile(latencies, 0.99),
         )
-
-
-def _set_if_pending(future: asyncio.Future) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 def _resolve_on_loop(items: list[tuple[asyncio.Future, bool, Any]]) -> None:

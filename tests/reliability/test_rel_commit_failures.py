@@ -22,8 +22,8 @@ from corral.v1 import corral_pb2_grpc as pb_grpc
 from corrald import failpoints
 from corrald.clock import SystemClock
 from corrald.config import WriterConfig
-from corrald.service.server import Daemon as InProcessServer
-from corrald.service.server import ServeConfig
+from corrald.daemon import Daemon as InProcessServer
+from corrald.daemon import ServeConfig
 from corrald.writer import CommitFailed, Writer
 from rel_harness import Daemon, md, open_db_ro, pick, specs_for, wait_briefly
 

@@ -19,7 +19,7 @@ from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 from corrald import errors as corrald_errors
 from corrald.config import Limits
-from corrald.store.model import TaskSpec
+from corrald.model import TaskSpec
 from corrald.validate import normalize_batch
 from rel_harness import SOAK, Daemon, Lead, dur, md, pick, schema_of, status_details
 

@@ -19,8 +19,9 @@ from typing import Any
 from corrald.board import Board
 from corrald.clock import FakeClock
 from corrald.config import Limits, WriterConfig
-from corrald.store import delivery, tasks, team
-from corrald.store.model import ClaimGrant, TaskRecord, TaskSpec, TaskState
+from corrald.model import ClaimGrant, TaskRecord, TaskSpec, TaskState
+from corrald.store import tasks, team
+from corrald.stream import StreamState
 
 LEAD_TOKEN = "t"
 CALL_TIMEOUT = 20.0  # seconds; a hung writer fails the test instead of hanging it
@@ -119,11 +120,11 @@ class SyncBoard:
         """One claim job (reclaim expired, pick, update) for `name` with its stored roles."""
         return self.call(lambda tx: tasks.claim_next(tx, name, team.roles_of(tx.conn, name)))
 
-    def next_for(self, name: str, cursor: delivery.StreamCursor, *, mark: bool = True,
+    def next_for(self, name: str, cursor: StreamState, *, mark: bool = True,
                  look_first: bool = False) -> list:
         items = self.run(self.board.next_for(name, cursor, look_first=look_first))
         if mark:
-            delivery.mark_sent(cursor, items)
+            cursor.mark_sent(items)
         return items
 
     def renew(self, name: str, task_id: str, token: str):

@@ -1,4 +1,4 @@
-"""Per-identity admission lanes (service/admission.py): bounded running and waiting calls per
+"""Per-identity admission lanes (overload/lanes.py): bounded running and waiting calls per
 identity, first come first served, no place lost when a waiting caller gives up, no free place
 left idle unless pacing holds it back, and a waiting call refused while its deadline still leaves
 time to run it."""
@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 
 from boardkit import SecondsClock
 from corrald import errors
-from corrald.service.admission import Admission, AdmissionConfig
-from corrald.service.pacing import Pacer, PacingConfig
+from corrald.overload.lanes import CallLanes, LaneConfig
+from corrald.overload.pacing import Pacer, PacingConfig
 
 RUNNING, WAITING, TOTAL = 1, 2, 3
-NO_EXPIRY = AdmissionConfig(calls_per_identity=RUNNING, waiting_per_identity=WAITING, waiting_total=TOTAL,
-                            wait_ms=3_600_000, pacing=PacingConfig(slack=0))
+NO_EXPIRY = LaneConfig(calls_per_identity=RUNNING, waiting_per_identity=WAITING, waiting_total=TOTAL,
+                       wait_ms=3_600_000, pacing=PacingConfig(slack=0))
 # Busy for 2 ms after another caller's start, on the fake clock; held lanes are looked at
 # again every 2 ms of real time. A slack below 1 holds back even teammates of equal load,
 # so that short scripts reach the held paths often.
@@ -49,9 +49,9 @@ class _Call:
 
 
 class _Model:
-    """Drives an Admission with tasks and checks its promises after every step."""
+    """Drives a CallLanes with tasks and checks its promises after every step."""
 
-    def __init__(self, admission: Admission, pacer: Pacer | None = None) -> None:
+    def __init__(self, admission: CallLanes, pacer: Pacer | None = None) -> None:
         self.admission = admission
         self.pacer = pacer
         self.calls: list[_Call] = []
@@ -137,7 +137,7 @@ def test_lanes_bound_running_and_waiting_serve_in_order_and_leak_nothing(script,
     async def run() -> None:
         clock = SecondsClock()
         pacer = Pacer(PACING, clock=clock) if paced else None
-        admission = Admission(NO_EXPIRY, pacer=pacer)
+        admission = CallLanes(NO_EXPIRY, pacer=pacer)
         model = _Model(admission, pacer)
         for op, identity, pick, pause in script:
             clock.now += pause
@@ -163,7 +163,7 @@ def test_lanes_bound_running_and_waiting_serve_in_order_and_leak_nothing(script,
 @pytest.mark.timeout(30)
 def test_a_call_that_waits_too_long_is_refused_and_its_place_is_not_lost():
     async def run() -> None:
-        admission = Admission(AdmissionConfig(calls_per_identity=1, waiting_per_identity=5, wait_ms=50))
+        admission = CallLanes(LaneConfig(calls_per_identity=1, waiting_per_identity=5, wait_ms=50))
         await admission.enter("ann", "write")
         with pytest.raises(errors.Overloaded) as refused:
             await asyncio.wait_for(admission.enter("ann", "write"), 10)
@@ -180,7 +180,7 @@ def test_a_call_that_waits_too_long_is_refused_and_its_place_is_not_lost():
 @pytest.mark.timeout(30)
 def test_lanes_are_per_identity_and_per_kind():
     async def run() -> None:
-        admission = Admission(AdmissionConfig(calls_per_identity=1, streams_per_identity=1, waiting_per_identity=0))
+        admission = CallLanes(LaneConfig(calls_per_identity=1, streams_per_identity=1, waiting_per_identity=0))
         await admission.enter("ann", "write")
         await admission.enter("ann", "read")  # reads do not queue behind writes
         await admission.enter("ann", "stream")
@@ -199,7 +199,7 @@ def test_lanes_are_per_identity_and_per_kind():
 @pytest.mark.timeout(30)
 def test_a_waiting_call_is_refused_while_its_deadline_leaves_time_to_run():
     async def run() -> None:
-        admission = Admission(NO_EXPIRY)  # would otherwise wait an hour
+        admission = CallLanes(NO_EXPIRY)  # would otherwise wait an hour
         await admission.enter("ann", "write")
         assert not admission.try_enter("ann", "write")
         with pytest.raises(errors.Overloaded) as refused:
@@ -214,7 +214,7 @@ def test_a_waiting_call_is_refused_while_its_deadline_leaves_time_to_run():
     asyncio.run(run())
 
 
-async def _ann_far_above_the_mean_while_bob_calls(admission: Admission) -> None:
+async def _ann_far_above_the_mean_while_bob_calls(admission: CallLanes) -> None:
     """Ann has sent 5 calls to bob's 2 (her next one is a sixth: above 1.25 times the mean), and
     bob holds a call: the daemon is busy with him. The caller must leave bob's call."""
     for identity in ("ann", "ann", "ann", "ann", "bob"):
@@ -228,7 +228,7 @@ def test_a_teammate_above_its_share_waits_while_others_call_and_starts_once_they
     async def run() -> None:
         clock = SecondsClock()
         pacer = Pacer(PacingConfig(slack=1.25, busy_window_ms=5, max_hold_ms=3_600_000), clock=clock)
-        admission = Admission(AdmissionConfig(wait_ms=3_600_000), pacer=pacer)
+        admission = CallLanes(LaneConfig(wait_ms=3_600_000), pacer=pacer)
         await _ann_far_above_the_mean_while_bob_calls(admission)
         held = asyncio.ensure_future(admission.enter("ann", "write"))
         await _settle()
@@ -252,7 +252,7 @@ def test_pacing_holds_a_call_back_for_at_most_max_hold_ms_while_the_others_keep_
     async def run() -> None:
         clock = SecondsClock()  # frozen: bob called just now, for as long as the test runs
         pacer = Pacer(PacingConfig(slack=1.25, busy_window_ms=3_600_000, max_hold_ms=20), clock=clock)
-        admission = Admission(AdmissionConfig(wait_ms=3_600_000), pacer=pacer)
+        admission = CallLanes(LaneConfig(wait_ms=3_600_000), pacer=pacer)
         await _ann_far_above_the_mean_while_bob_calls(admission)
         assert not pacer.may_start("ann")  # and never will on this clock
         for _ in range(3):  # each call in turn is let go once it has been held for 20 ms

@@ -10,8 +10,10 @@ import threading
 import pytest
 
 from boardkit import spec
-from corrald.store import delivery, tasks
-from corrald.store.model import ClaimGrant, TaskState
+from corrald import delivery
+from corrald.model import ClaimGrant, TaskState
+from corrald.store import tasks
+from corrald.stream import StreamState
 
 THREADS = 50
 LAYERS, WIDTH = 20, 100  # 2,000 tasks
@@ -82,13 +84,15 @@ def test_fifty_threads_complete_a_dag_exactly_once_in_dependency_order(board):
         return job
 
     def teammate(name: str) -> None:
-        cursor = delivery.StreamCursor(slots=1)
+        cursor = StreamState(slots=1)
         start.wait(30)
         try:
             while not progress.done.is_set():
                 generation = progress.generation
-                items = writer.call(lambda tx: delivery.next_for_teammate(tx, name, cursor), 30)
-                delivery.mark_sent(cursor, items)
+                found = writer.call(lambda tx: delivery.next_for_teammate(tx, name, cursor), 30)
+                cursor.learned(found)
+                items = found.items
+                cursor.mark_sent(items)
                 claims = [item for item in items if isinstance(item, ClaimGrant)]
                 if not claims:
                     if not progress.wait_after(generation, 60):

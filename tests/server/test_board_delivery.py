@@ -1,7 +1,7 @@
 """What a teammate gets next (design §5 steps 1–4), through Board.next_for.
 
-`mark_sent` plays the part of an Idle stream that sent what it was given; a new
-`StreamCursor` is a new stream.
+`StreamState.mark_sent` plays the part of an Idle stream that sent what it was given; a new
+`StreamState` is a new stream.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from boardkit import spec
 from corrald import errors
-from corrald.store.delivery import StreamCursor
-from corrald.store.model import ClaimGrant, InboxItem
+from corrald.model import ClaimGrant, InboxItem
+from corrald.stream import StreamState
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -43,11 +43,11 @@ def assert_gated(board, name, cursor):
 def test_new_stream_resends_every_held_claim_unchanged(board):
     board.add("w1")
     board.create(spec("a"), spec("b"), spec("c"))
-    first = StreamCursor(slots=2)
+    first = StreamState(slots=2)
     (ga,) = board.next_for("w1", first)
     (gb,) = board.next_for("w1", first)
     assert_gated(board, "w1", first)  # both slots taken
-    second = StreamCursor(slots=2)
+    second = StreamState(slots=2)
     resent = board.next_for("w1", second)
     assert [(g.task.id, g.token, g.attempt, g.fence, g.lease_expire_ms) for g in resent] == [
         (g.task.id, g.token, g.attempt, g.fence, g.lease_expire_ms) for g in (ga, gb)]
@@ -58,7 +58,7 @@ def test_new_stream_resends_every_held_claim_unchanged(board):
 def test_resend_forgets_claims_that_ended(board):
     board.add("w1")
     board.create(spec("a"), spec("b"))
-    cursor = StreamCursor(slots=1)
+    cursor = StreamState(slots=1)
     (ga,) = board.next_for("w1", cursor)
     board.complete("w1", "a", ga.token)
     (gb,) = board.next_for("w1", cursor)
@@ -69,9 +69,9 @@ def test_resend_forgets_claims_that_ended(board):
 def test_claims_are_resent_before_inbox_items(board):
     board.add("w1")
     board.create(spec("a"))
-    (grant,) = board.next_for("w1", StreamCursor(slots=1))
+    (grant,) = board.next_for("w1", StreamState(slots=1))
     board.send("lead", "w1", "hello")
-    cursor = StreamCursor(slots=1)
+    cursor = StreamState(slots=1)
     assert board.next_for("w1", cursor) == [grant]
     assert kinds(board.next_for("w1", cursor)) == ["message"]
 
@@ -79,9 +79,9 @@ def test_claims_are_resent_before_inbox_items(board):
 def test_a_new_stream_is_not_given_a_claim_whose_lease_ended(board, clock):
     board.add("w1")
     board.create(spec("a", lease_ms=1000))
-    (dead,) = board.next_for("w1", StreamCursor(slots=1))
+    (dead,) = board.next_for("w1", StreamState(slots=1))
     clock.advance(1000)  # the lease is over; the reaper has not run yet
-    items = board.next_for("w1", StreamCursor(slots=1))
+    items = board.next_for("w1", StreamState(slots=1))
     # Not re-sent, and not counted against the slot: the claim job reclaims and claims afresh.
     (grant,) = items
     assert (grant.task.id, grant.attempt) == ("a", 2) and grant.token != dead.token
@@ -91,10 +91,10 @@ def test_a_new_stream_is_not_given_a_claim_whose_lease_ended(board, clock):
 def test_a_dead_claim_is_not_resent_to_a_gated_stream(board, clock):
     board.add("w1")
     board.create(spec("a", lease_ms=1000))
-    (dead,) = board.next_for("w1", StreamCursor(slots=1))
+    (dead,) = board.next_for("w1", StreamState(slots=1))
     board.run(board.board.request_shutdown("w1", "stop", 0))
     clock.advance(1000)
-    cursor = StreamCursor(slots=1)
+    cursor = StreamState(slots=1)
     assert kinds(board.next_for("w1", cursor)) == ["shutdown_request"]  # the dead claim is not re-sent
     assert_gated(board, "w1", cursor)
 
@@ -107,7 +107,7 @@ def test_inbox_items_come_in_order_and_before_a_claim(board):
     board.create(spec("a"))
     for i in range(3):
         board.send("lead", "w1", f"m{i}")
-    cursor = StreamCursor(slots=1)
+    cursor = StreamState(slots=1)
     items = board.next_for("w1", cursor)
     assert [(i.seq, i.body, i.sender) for i in items] == [(1, "m0", "lead"), (2, "m1", "lead"), (3, "m2", "lead")]
     assert board.scalar("SELECT count(*) FROM claims") == 0
@@ -119,10 +119,10 @@ def test_new_stream_starts_after_the_acknowledged_sequence(board):
     board.add("w1")
     for i in range(4):
         board.send("lead", "w1", f"m{i}")
-    assert [i.seq for i in board.next_for("w1", StreamCursor(slots=1))] == [1, 2, 3, 4]
+    assert [i.seq for i in board.next_for("w1", StreamState(slots=1))] == [1, 2, 3, 4]
     board.ack("w1", 2)
-    assert [i.seq for i in board.next_for("w1", StreamCursor(slots=1))] == [3, 4]
-    cursor = StreamCursor(slots=1)
+    assert [i.seq for i in board.next_for("w1", StreamState(slots=1))] == [3, 4]
+    cursor = StreamState(slots=1)
     board.next_for("w1", cursor)
     board.send("w1", "w1", "note to self")  # a later item on the same stream comes next
     assert [i.seq for i in board.next_for("w1", cursor)] == [5]
@@ -132,7 +132,7 @@ def test_inbox_is_sent_in_pages(board):
     board.add("w1")
     for i in range(70):
         board.send("lead", "w1", str(i))
-    cursor = StreamCursor(slots=1)
+    cursor = StreamState(slots=1)
     first, second = board.next_for("w1", cursor), board.next_for("w1", cursor)
     assert [i.seq for i in first + second] == list(range(1, 71))
     assert len(first) <= 64
@@ -146,7 +146,7 @@ def test_unacked_protocol_message_shuts_the_gate(board):
     board.create(spec("a"))
     plan_id = board.run(board.board.submit_plan("w1", "p"))  # no plan needed; a decision is still protocol
     seq = board.run(board.board.decide_plan(plan_id, True, "fine"))
-    cursor = StreamCursor(slots=1)
+    cursor = StreamState(slots=1)
     (decision,) = board.next_for("w1", cursor)
     assert isinstance(decision, InboxItem) and decision.kind == "plan_decision" and decision.is_protocol
     assert (decision.seq, decision.ref, decision.approve, decision.body) == (seq, plan_id, True, "fine")
@@ -159,11 +159,11 @@ def test_new_stream_resends_an_unacked_protocol_message_and_stays_gated(board):
     board.add("w1")
     board.create(spec("a"))
     request_id, _ = board.run(board.board.request_shutdown("w1", "stop", 0))
-    cursor = StreamCursor(slots=1)
+    cursor = StreamState(slots=1)
     (item,) = board.next_for("w1", cursor)
     assert (item.kind, item.ref) == ("shutdown_request", request_id)
     assert_gated(board, "w1", cursor)
-    again = StreamCursor(slots=1)
+    again = StreamState(slots=1)
     assert [i.seq for i in board.next_for("w1", again)] == [item.seq]
     assert_gated(board, "w1", again)
 
@@ -172,11 +172,11 @@ def test_pending_shutdown_shuts_the_gate_even_when_acknowledged(board):
     board.add("w1")
     board.create(spec("a"))
     request_id, _ = board.run(board.board.request_shutdown("w1", "stop", 0))
-    cursor = StreamCursor(slots=1)
+    cursor = StreamState(slots=1)
     (item,) = board.next_for("w1", cursor)
     board.ack("w1", item.seq)
     assert_gated(board, "w1", cursor)
-    assert_gated(board, "w1", StreamCursor(slots=1))
+    assert_gated(board, "w1", StreamState(slots=1))
     board.run(board.board.respond_shutdown("w1", request_id, False, "not yet"))
     assert kinds(board.next_for("w1", cursor)) == ["claim"]
 
@@ -185,7 +185,7 @@ def test_control_beats_a_ready_task_that_arrives_first(board):
     board.add("w1")
     board.create(spec("a"), spec("b"))
     board.run(board.board.request_shutdown("w1", "stop", 0))
-    cursor = StreamCursor(slots=2)
+    cursor = StreamState(slots=2)
     assert kinds(board.next_for("w1", cursor)) == ["shutdown_request"]
     assert_gated(board, "w1", cursor)
 
@@ -252,7 +252,7 @@ def test_plan_gate(board, case):
     board.add("w1", require_plan=True)
     board.create(spec("a"))
     setup(board)
-    cursor = StreamCursor(slots=1)
+    cursor = StreamState(slots=1)
     while True:  # the stream first sends every inbox item
         items = board.next_for("w1", cursor)
         if not items or isinstance(items[0], ClaimGrant):
@@ -268,7 +268,7 @@ def test_plan_gate(board, case):
 def test_gated_check_at_a_later_instant_writes_nothing(board, clock):
     board.add("w1", require_plan=True)
     board.create(spec("a"))
-    cursor = StreamCursor(slots=1)
+    cursor = StreamState(slots=1)
     assert_gated(board, "w1", cursor)
     clock.advance(5_000)  # the next poll interval
     assert_gated(board, "w1", cursor)
@@ -281,7 +281,7 @@ def test_gated_check_at_a_later_instant_writes_nothing(board, clock):
 def test_slots_are_respected(board, slots):
     board.add("w1")
     board.create(*[spec(f"t{i}") for i in range(5)])
-    cursor = StreamCursor(slots=slots)
+    cursor = StreamState(slots=slots)
     grants = []
     for _ in range(slots):
         items = board.next_for("w1", cursor)
@@ -297,15 +297,15 @@ def test_required_role_through_delivery(board):
     board.add("plain")
     board.add("builder", roles=["build"])
     board.create(spec("b", required_role="build"))
-    assert board.next_for("plain", StreamCursor(slots=1)) == []
-    assert kinds(board.next_for("builder", StreamCursor(slots=1))) == ["claim"]
+    assert board.next_for("plain", StreamState(slots=1)) == []
+    assert kinds(board.next_for("builder", StreamState(slots=1))) == ["claim"]
 
 
 def test_nothing_ready_writes_nothing(board):
     board.add("w1")
     board.create(spec("a"), spec("b", "a"))
     board.claim("w1")
-    cursor = StreamCursor(slots=2)
+    cursor = StreamState(slots=2)
     board.next_for("w1", cursor)  # re-sends "a"
     assert_gated(board, "w1", cursor)  # "b" waits for "a"
 
@@ -314,7 +314,7 @@ def test_removed_teammate_gets_unauthenticated(board):
     board.add("w1")
     board.run(board.board.remove_teammate("w1"))
     with pytest.raises(errors.Unauthenticated):
-        board.next_for("w1", StreamCursor(slots=1))
+        board.next_for("w1", StreamState(slots=1))
 
 
 # ---------------------------------------------------------------- looking first (a read, no writer job)
@@ -323,10 +323,10 @@ def test_removed_teammate_gets_unauthenticated(board):
 def test_looking_first_sends_inbox_and_resent_claims_from_a_read(board):
     board.add("w1")
     board.create(spec("a"), spec("b"))
-    (held,) = board.next_for("w1", StreamCursor(slots=2))
+    (held,) = board.next_for("w1", StreamState(slots=2))
     board.send("lead", "w1", "hello")
     jobs = writer_jobs(board)
-    cursor = StreamCursor(slots=2)
+    cursor = StreamState(slots=2)
     resent = board.next_for("w1", cursor, look_first=True)
     assert [(g.task.id, g.token) for g in resent] == [(held.task.id, held.token)]
     assert kinds(board.next_for("w1", cursor, look_first=True)) == ["message"]
@@ -337,17 +337,17 @@ def test_looking_first_hands_over_to_the_writer_when_a_claim_is_possible(board, 
     board.add("w1")
     board.add("w2")
     board.create(spec("a", lease_ms=1000))
-    (first,) = board.next_for("w1", StreamCursor(slots=1), look_first=True)  # a ready task: the writer claims
+    (first,) = board.next_for("w1", StreamState(slots=1), look_first=True)  # a ready task: the writer claims
     assert first.task.id == "a"
-    assert board.next_for("w2", StreamCursor(slots=1), look_first=True) == []  # nothing ready for w2
+    assert board.next_for("w2", StreamState(slots=1), look_first=True) == []  # nothing ready for w2
     clock.advance(1000)  # w1's lease ends: only the writer may reclaim it
-    (second,) = board.next_for("w2", StreamCursor(slots=1), look_first=True)
+    (second,) = board.next_for("w2", StreamState(slots=1), look_first=True)
     assert second.task.id == "a" and second.attempt == 2 and second.token != first.token
 
 
 def test_looking_first_with_nothing_ready_leaves_the_stream_wakeable(board):
     board.add("w1")
-    cursor = StreamCursor(slots=1)
+    cursor = StreamState(slots=1)
     cursor.can_claim = False
     jobs = writer_jobs(board)
     assert board.next_for("w1", cursor, look_first=True) == []

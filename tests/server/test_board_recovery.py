@@ -10,8 +10,8 @@ import pytest
 
 from boardkit import spec
 from corrald import errors, failpoints
-from corrald.store.delivery import StreamCursor
-from corrald.store.model import TaskState
+from corrald.model import TaskState
+from corrald.stream import StreamState
 from corrald.writer import CommitFailed
 
 pytestmark = pytest.mark.timeout(30)
@@ -105,7 +105,7 @@ def test_restart_keeps_a_lease_that_ran_out_during_the_downtime(board, clock):
 
 def test_a_claim_whose_commit_fails_was_never_made(team):
     team.create(spec("a"))
-    cursor = StreamCursor(slots=1)
+    cursor = StreamState(slots=1)
     failpoints.enable("before_commit", "error")
     with pytest.raises(CommitFailed):
         team.next_for("w1", cursor)

@@ -25,8 +25,8 @@ from boardkit import SyncBoard, spec
 from corrald import errors
 from corrald.clock import FakeClock
 from corrald.config import WriterConfig
-from corrald.store.delivery import StreamCursor
-from corrald.store.model import ClaimGrant, TaskState
+from corrald.model import ClaimGrant, TaskState
+from corrald.stream import StreamState
 
 PENDING, IN_PROGRESS, COMPLETED, FAILED, CANCELED = (
     TaskState.PENDING, TaskState.IN_PROGRESS, TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED,
@@ -97,7 +97,7 @@ class Model:
             if task.id in seen:
                 continue
             seen.add(task.id)
-            if task.state.terminal:
+            if task.state.is_final:
                 continue
             if task.token is not None:
                 self.end_claim(task, "canceled")
@@ -149,7 +149,7 @@ class BoardMachine(RuleBasedStateMachine):
         self.board = SyncBoard(self.dir / "corral.sqlite3", self.clock,
                                writer_config=WriterConfig(synchronous="NORMAL")).open()
         self.model = Model()
-        self.cursors: dict[str, StreamCursor] = {}
+        self.cursors: dict[str, StreamState] = {}
         self.next_id = 0
         self.results = 0
 
@@ -165,7 +165,7 @@ class BoardMachine(RuleBasedStateMachine):
     def add_teammates(self) -> None:
         for name, roles in ROLES.items():
             self.board.add(name, roles)
-            self.cursors[name] = StreamCursor(slots=SLOTS)
+            self.cursors[name] = StreamState(slots=SLOTS)
 
     # ------------------------------------------------------------ create
 
@@ -355,7 +355,7 @@ class BoardMachine(RuleBasedStateMachine):
                 task.lease_end = self.now + task.lease_ms
         # Every teammate reconnects with a new stream: held claims are re-sent first.
         for name in ROLES:
-            self.cursors[name] = StreamCursor(slots=SLOTS)
+            self.cursors[name] = StreamState(slots=SLOTS)
             self.model.sent[name] = set()
             self.deliver(name)
 

@@ -10,8 +10,8 @@ from boardkit import LEAD_TOKEN, spec
 from corrald import errors
 from corrald.board import Identity
 from corrald.config import Limits
-from corrald.store.delivery import StreamCursor
-from corrald.store.model import TaskState, TeammateStatus
+from corrald.model import TaskState, TeammateStatus
+from corrald.stream import StreamState
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -211,7 +211,7 @@ def test_reject_shutdown_lets_the_teammate_work_again(board):
     request_id, _ = board.run(board.board.request_shutdown("w1", "stop?", 0))
     board.run(board.board.respond_shutdown("w1", request_id, False, "busy"))
     board.ack("w1", 1)
-    (grant,) = board.next_for("w1", StreamCursor(slots=1))
+    (grant,) = board.next_for("w1", StreamState(slots=1))
     assert grant.task.id == "a"
 
 

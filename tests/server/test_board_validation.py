@@ -7,7 +7,7 @@ import pytest
 from boardkit import spec
 from corrald import errors
 from corrald.config import HOUR_MS, KIB, MIB
-from corrald.store.model import TaskState
+from corrald.model import TaskState
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corrald.fairqueue import FairQueue
+from corrald.overload.fairqueue import FairQueue
 
 pytestmark = pytest.mark.timeout(60)
 

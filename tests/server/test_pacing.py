@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from boardkit import SecondsClock
-from corrald.service.pacing import ACTIVE_S, HALF_LIFE_S, Pacer, PacingConfig
+from corrald.overload.pacing import ACTIVE_S, HALF_LIFE_S, Pacer, PacingConfig
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from corrald.store.model import Wakes
-from corrald.wake import REOPEN_SPACING_S, WakeHub
+from corrald.model import Wakes
+from corrald.wake import WakeHub
 
 pytestmark = pytest.mark.timeout(15)
 
@@ -154,7 +154,7 @@ def test_post_after_the_loop_closed_is_harmless():
 
 def test_only_wakes_that_may_lead_to_a_claim_mark_the_stream_claim_likely():
     """An inbox wake-up is answered by a read first; a freed slot, an opened gate or a
-    ready task goes straight to the writer (Waiter.claim_likely)."""
+    ready task goes straight to the writer (StreamState.claim_likely)."""
     async def test(hub, _):
         inbox, freed, taker = hub.register("inbox", ()), hub.register("freed", ()), hub.register("taker", ())
         for waiter in (inbox, freed, taker):
@@ -165,21 +165,5 @@ def test_only_wakes_that_may_lead_to_a_claim_mark_the_stream_claim_likely():
         assert inbox.event.is_set() and not inbox.claim_likely
         assert freed.event.is_set() and freed.claim_likely
         assert taker.event.is_set() and taker.claim_likely
-
-    run(test)
-
-
-def test_a_teammate_reopening_idle_in_a_loop_is_spaced_out():
-    """Opens of one teammate's Idle stream are REOPEN_SPACING_S apart; others are not held up."""
-    async def test(hub, _):
-        loop = asyncio.get_running_loop()
-        await hub.turn_to_open("looper")  # the first open goes at once
-        started = loop.time()
-        second = asyncio.ensure_future(hub.turn_to_open("looper"))
-        other = asyncio.ensure_future(hub.turn_to_open("calm"))
-        await settle()
-        assert other.done() and not second.done()
-        await asyncio.wait_for(second, 5)
-        assert loop.time() - started >= REOPEN_SPACING_S * 0.99  # the loop clock may round
 
     run(test)

@@ -1,4 +1,4 @@
-"""Store values ↔ corral.v1 wire messages; the only module that builds them."""
+"""Domain values ↔ corral.v1 wire messages; the only module that builds them."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from corral.v1 import corral_pb2 as pb
 
-from ..store.delivery import Delivery
-from ..store.model import ClaimGrant, Event, InboxItem, TaskRecord, TaskSpec, TeammateRecord
+from ..model import ClaimGrant, Event, InboxItem, TaskRecord, TaskSpec, TeammateRecord
+from ..stream import StreamItem
 
 TEAMMATE_REASONS = {
     "added": pb.TEAMMATE_CHANGE_REASON_ADDED,
@@ -88,7 +88,7 @@ def claim(grant: ClaimGrant) -> pb.Claim:
     )
 
 
-def idle_response(item: Delivery) -> pb.IdleResponse:
+def idle_response(item: StreamItem) -> pb.IdleResponse:
     if isinstance(item, ClaimGrant):
         return pb.IdleResponse(claim=claim(item))
     return _inbox_response(item)

@@ -15,9 +15,9 @@ from google.protobuf import unknown_fields
 
 from .. import errors
 from ..board import Board, Identity
+from ..overload.lanes import CallLanes, LaneKind
 from ..writer import job_owner
 from . import status
-from .admission import Admission, LaneKind
 
 log = logging.getLogger("corrald.rpc")
 
@@ -56,13 +56,14 @@ def _bearer(metadata) -> str | None:
 
 
 class CorralInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, board: Board, admission: Admission, *, draining: Callable[[], bool]) -> None:
+    def __init__(self, board: Board, lanes: CallLanes, *, draining: Callable[[], bool]) -> None:
         self._board = board
-        self._admission = admission
+        self._lanes = lanes
         self._draining = draining
 
-    def _admit(self, method: str, metadata) -> Identity | None:
-        """Raises a domain error when the call may not proceed."""
+    def _authenticate(self, method: str, metadata) -> Identity:
+        """The caller's identity from its bearer credential, checked against the method's
+        role; raises a domain error when the call may not proceed."""
         if self._draining():
             raise errors.Unavailable("corrald is shutting down")
         token = _bearer(metadata)
@@ -82,12 +83,12 @@ class CorralInterceptor(grpc.aio.ServerInterceptor):
             return handler
         ours = method.startswith((LEAD_ONLY, TEAMMATE_ONLY, EITHER))
         try:
-            identity = self._admit(method, handler_call_details.invocation_metadata)
+            identity = self._authenticate(method, handler_call_details.invocation_metadata)
         except errors.CorralError as error:
             return _refusing(handler, error)
         if not ours:
             return handler  # server reflection: the credential check is all it needs
-        return _wrap(handler, identity, _Gate(self._admission, identity, _lane(method, handler)))
+        return _wrap(handler, identity, _LanePlace(self._lanes, identity, _lane(method, handler)))
 
 
 def _lane(method: str, handler: grpc.RpcMethodHandler) -> LaneKind:
@@ -96,22 +97,22 @@ def _lane(method: str, handler: grpc.RpcMethodHandler) -> LaneKind:
     return "read" if method in READS else "write"
 
 
-class _Gate:
-    """One call's place in its identity's lane (see admission.py)."""
+class _LanePlace:
+    """One call's place in its identity's lane (see overload/lanes.py)."""
 
-    __slots__ = ("admission", "identity", "kind", "is_lead")
+    __slots__ = ("lanes", "identity", "kind", "is_lead")
 
-    def __init__(self, admission: Admission, identity: Identity, kind: LaneKind) -> None:
-        self.admission, self.identity, self.kind, self.is_lead = admission, identity.name, kind, identity.is_lead
+    def __init__(self, lanes: CallLanes, identity: Identity, kind: LaneKind) -> None:
+        self.lanes, self.identity, self.kind, self.is_lead = lanes, identity.name, kind, identity.is_lead
 
     def try_enter(self) -> bool:
-        return self.admission.try_enter(self.identity, self.kind, is_lead=self.is_lead)
+        return self.lanes.try_enter(self.identity, self.kind, is_lead=self.is_lead)
 
     async def wait_to_enter(self, time_remaining: float | None) -> None:
-        await self.admission.wait_for_place(self.identity, self.kind, time_remaining)
+        await self.lanes.wait_for_place(self.identity, self.kind, time_remaining)
 
     def leave(self) -> None:
-        self.admission.leave(self.identity, self.kind)
+        self.lanes.leave(self.identity, self.kind)
 
 
 def _check_strict(request) -> None:
@@ -144,16 +145,16 @@ def _lenient(deserializer):
     return parse
 
 
-async def _wait_for_place(gate: _Gate, context: grpc.aio.ServicerContext) -> None:
+async def _wait_for_place(place: _LanePlace, context: grpc.aio.ServicerContext) -> None:
     """The slow half of entering a lane (after `try_enter` said no): wait in line,
     or end the call with the refusal."""
     try:
-        await gate.wait_to_enter(context.time_remaining())
+        await place.wait_to_enter(context.time_remaining())
     except Exception as error:
         await _abort(context, error)
 
 
-def _wrap(handler: grpc.RpcMethodHandler, identity: Identity, gate: _Gate) -> grpc.RpcMethodHandler:
+def _wrap(handler: grpc.RpcMethodHandler, identity: Identity, place: _LanePlace) -> grpc.RpcMethodHandler:
     """Our methods get the caller's identity and wait for their lane; the request
     bytes are parsed only once the call's turn comes (a waiting call costs no CPU)."""
     parse = _lenient(handler.request_deserializer)
@@ -171,8 +172,8 @@ def _wrap(handler: grpc.RpcMethodHandler, identity: Identity, gate: _Gate) -> gr
         behavior = handler.unary_unary
 
         async def unary_unary(data, context):
-            if not gate.try_enter():
-                await _wait_for_place(gate, context)
+            if not place.try_enter():
+                await _wait_for_place(place, context)
             try:
                 return await call(behavior, data, context)
             except Exception as error:
@@ -180,15 +181,15 @@ def _wrap(handler: grpc.RpcMethodHandler, identity: Identity, gate: _Gate) -> gr
                     raise
                 await _abort(context, error)
             finally:
-                gate.leave()
+                place.leave()
 
         return grpc.unary_unary_rpc_method_handler(unary_unary, None, handler.response_serializer)
     if handler.unary_stream:
         behavior = handler.unary_stream
 
         async def unary_stream(data, context):
-            if not gate.try_enter():
-                await _wait_for_place(gate, context)
+            if not place.try_enter():
+                await _wait_for_place(place, context)
             try:
                 async for response in call(behavior, data, context):
                     yield response
@@ -197,7 +198,7 @@ def _wrap(handler: grpc.RpcMethodHandler, identity: Identity, gate: _Gate) -> gr
                     raise
                 await _abort(context, error)
             finally:
-                gate.leave()
+                place.leave()
 
         return grpc.unary_stream_rpc_method_handler(unary_stream, None, handler.response_serializer)
     raise TypeError(f"corral.v1 has no client-streaming methods, yet {handler!r} is one")

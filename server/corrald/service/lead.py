@@ -1,21 +1,16 @@
-"""LeadService and BoardService: thin conversions around the board."""
+"""LeadService: thin conversions around the board."""
 
 from __future__ import annotations
-
-import base64
 
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
 from .. import errors
 from ..board import Board, Identity
-from ..store.model import TaskState
 from ..wake import WakeHub
 from . import convert
-from .admission import Admission
 
 FEED_PAGE = 256
-PAGE_BYTES = 3 * 1024 * 1024  # under gRPC's default 4 MiB receive limit
 
 
 class LeadServicer(pb_grpc.LeadServiceServicer):
@@ -64,78 +59,3 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
                 after = event.seq
             if len(feed) < FEED_PAGE:
                 await self._hub.wait_or_close(moved)
-
-
-class BoardServicer(pb_grpc.BoardServiceServicer):
-    def __init__(self, board: Board, hub: WakeHub, admission: Admission) -> None:
-        self._board = board
-        self._hub = hub
-        self._admission = admission
-
-    async def GetTask(self, request: pb.GetTaskRequest, context, identity: Identity) -> pb.GetTaskResponse:
-        return pb.GetTaskResponse(task=convert.task(await self._board.get_task(request.id)))
-
-    async def ListTasks(self, request: pb.ListTasksRequest, context, identity: Identity) -> pb.ListTasksResponse:
-        limits = self._board.limits
-        if request.page_size < 0 or request.page_size > limits.page_size_max:
-            raise errors.InvalidArgument("page_size", f"must be within [0, {limits.page_size_max}]")
-        page_size = request.page_size or limits.page_size_default
-        states = []
-        for index, state in enumerate(request.states):
-            if state not in TaskState._value2member_map_:
-                raise errors.InvalidArgument(f"states[{index}]", f"unknown task state {state}")
-            states.append(TaskState(state))
-        after = _decode_page_token(request.page_token)
-        found = await self._board.list_tasks(states=states, owner=request.owner, after_seq=after, limit=page_size + 1)
-        page, size = [], 0
-        for record in found[:page_size]:
-            message = convert.task(record)
-            size += message.ByteSize()
-            if page and size > PAGE_BYTES:
-                break  # a page never outgrows what a default client accepts
-            page.append(message)
-        more = len(found) > len(page)
-        token = _encode_page_token(page[-1].seq) if more else ""
-        return pb.ListTasksResponse(tasks=page, next_page_token=token)
-
-    async def ListTeammates(self, request, context, identity: Identity) -> pb.ListTeammatesResponse:
-        mates = await self._board.list_teammates()
-        return pb.ListTeammatesResponse(teammates=[convert.teammate(m) for m in mates])
-
-    async def SendMessage(self, request: pb.SendMessageRequest, context, identity: Identity) -> pb.SendMessageResponse:
-        recipients = await self._board.send_message(identity.name, request.to, request.body)
-        return pb.SendMessageResponse(recipients=recipients)
-
-    async def GetStats(self, request, context, identity: Identity) -> pb.GetStatsResponse:
-        stats = await self._board.stats()
-        writer = stats.writer
-        return pb.GetStatsResponse(
-            tasks_by_state={pb.TaskState.Name(int(s)): n for s, n in stats.tasks_by_state.items()},
-            teammates_by_status={pb.TeammateStatus.Name(int(s)): n for s, n in stats.teammates_by_status.items()},
-            writer=pb.WriterStats(
-                queue_depth=writer.queue_depth, queue_depth_p50=writer.queue_depth_p50,
-                queue_depth_p99=writer.queue_depth_p99, commits=writer.commits,
-                mean_batch_size=writer.mean_batch_size, busy_retries=writer.busy_retries, jobs=writer.jobs,
-                failed_commits=writer.failed_commits, refused_jobs=writer.refused_jobs,
-                commit_latency_p50_ms=writer.commit_latency_p50_ms,
-                commit_latency_p99_ms=writer.commit_latency_p99_ms,
-            ),
-            open_streams=self._hub.open_streams,
-            refused_calls=self._admission.refused,
-        )
-
-
-def _encode_page_token(seq: int) -> str:
-    return base64.urlsafe_b64encode(f"after:{seq}".encode()).decode()
-
-
-def _decode_page_token(token: str) -> int:
-    if not token:
-        return 0
-    try:
-        kind, _, seq = base64.urlsafe_b64decode(token.encode()).decode().partition(":")
-        if kind == "after" and seq.isascii() and seq.isdigit() and len(seq) <= 18:
-            return int(seq)
-    except ValueError:
-        pass
-    raise errors.InvalidArgument("page_token", "not a page token this server issued")

@@ -12,18 +12,20 @@ from corral.v1 import corral_pb2_grpc as pb_grpc
 
 from .. import errors, failpoints, validate
 from ..board import Board, Identity
-from ..store.delivery import StreamCursor, mark_sent, settled
-from ..store.model import ClaimGrant
-from ..wake import WakeHub, Waiter
+from ..model import ClaimGrant
+from ..overload.reopen import ReopenSpacing
+from ..stream import StreamState
+from ..wake import WakeHub
 from . import convert
 
 log = logging.getLogger("corrald.idle")
 
 
 class TeammateServicer(pb_grpc.TeammateServiceServicer):
-    def __init__(self, board: Board, hub: WakeHub) -> None:
+    def __init__(self, board: Board, hub: WakeHub, reopen: ReopenSpacing) -> None:
         self._board = board
         self._hub = hub
+        self._reopen = reopen
         self._background: set[asyncio.Task] = set()
 
     def _idle_options(self, request: pb.IdleRequest) -> tuple[int, float, int]:
@@ -39,9 +41,8 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
     async def Idle(self, request: pb.IdleRequest, context: grpc.aio.ServicerContext, identity: Identity):
         max_polls, interval, slots = self._idle_options(request)
         name = identity.name
-        await self._hub.turn_to_open(name)
-        waiter = self._hub.register(name, await self._board.teammate_roles(name))
-        cursor = StreamCursor(slots=slots)
+        await self._reopen.turn(name)
+        stream = self._hub.register(name, await self._board.teammate_roles(name), slots)
         ending = "left"
         try:
             await self._board.set_online(name, True)
@@ -51,27 +52,24 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
             # control message, never a chance to claim) is answered by a read
             # first, so control is not queued behind the board's writes.
             look_first = False
-            while waiter.ended is None:
-                waiter.event.clear()
-                waiter.claim_likely = False
-                cursor.last_alive_ms = waiter.last_alive_ms
-                items = await self._board.next_for(name, cursor, look_first=look_first)
+            while stream.ended is None:
+                stream.event.clear()
+                stream.claim_likely = False
+                items = await self._board.next_for(name, stream, look_first=look_first)
                 look_first = False
-                waiter.can_claim = cursor.can_claim
-                waiter.claims_paused = cursor.claims_paused
                 if items:
                     for item in items:
                         yield convert.idle_response(item)
                         if isinstance(item, ClaimGrant):
                             failpoints.hit("after_claim_sent")
-                    mark_sent(cursor, items)
+                    stream.mark_sent(items)
                     idle_polls = 0
-                    if not settled(cursor, items):
+                    if not stream.settled(items):
                         continue
-                if await self._wait(waiter, interval):
-                    look_first = not waiter.claim_likely
+                if await self._wait(stream, interval):
+                    look_first = not stream.claim_likely
                     continue  # woken: wake-ups never use up the idle budget
-                if not cursor.sent_tokens:  # an idle poll counts only while holding no claim
+                if not stream.sent_tokens:  # an idle poll counts only while holding no claim
                     idle_polls += 1
                 if idle_polls >= max_polls:
                     ending = "idle_timeout"
@@ -79,27 +77,27 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
                     return
             if self._hub.closing:
                 raise errors.Unavailable("corrald is shutting down; reconnect to the next one")
-            if waiter.superseded:
+            if stream.superseded:
                 ending = ""
                 raise errors.Aborted("superseded by a newer Idle stream from the same teammate")
-            if waiter.ended.startswith("removed") or waiter.ended.startswith("shutdown grace"):
+            if stream.ended.startswith("removed") or stream.ended.startswith("shutdown grace"):
                 ending = ""
                 raise errors.Unauthenticated(f"teammate {name!r} was removed")
         finally:
-            self._hub.unregister(waiter)
+            self._hub.unregister(stream)
             if ending:
                 self._spawn(self._board.set_online(name, False, ending))
 
-    async def _wait(self, waiter: Waiter, interval: float) -> bool:
+    async def _wait(self, stream: StreamState, interval: float) -> bool:
         """True when woken (or told to end), False when the poll interval passed."""
-        waiter.waiting = True
+        stream.waiting = True
         try:
-            await asyncio.wait_for(waiter.event.wait(), interval)
+            await asyncio.wait_for(stream.event.wait(), interval)
             return True
         except TimeoutError:
             return False
         finally:
-            waiter.waiting = False
+            stream.waiting = False
 
     def _spawn(self, coroutine) -> None:
         # Runs after the stream is gone (even if it was cancelled); kept

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from .model import Event, Txn
+from ..model import Event, Txn
 
 
 def emit(tx: Txn, kind: str, data: dict) -> None:

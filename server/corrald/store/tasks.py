@@ -9,10 +9,11 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 
 from .. import errors
+from ..model import ClaimGrant, ClaimOutcome, TaskRecord, TaskSpec, TaskState, Txn
 from ..validate import batch_digest, spec_digest
-from . import team
 from .events import emit
-from .model import ClaimGrant, ClaimOutcome, TaskRecord, TaskSpec, TaskState, Txn
+from .gates import protocol_pending
+from .status import mark_busy, refresh_status
 
 _COLUMNS = (
     "seq, id, title, description, payload, priority, required_role, max_attempts, lease_ms,"
@@ -181,7 +182,7 @@ def claim_next(tx: Txn, teammate: str, roles: Iterable[str], *, reclaimed: bool 
     tx.wakes.tally["claims"] += 1
     task = task_by_seq(tx.conn, seq)
     task_changed(tx, task)
-    team.mark_busy(tx, teammate)
+    mark_busy(tx, teammate)
     return ClaimGrant(task=task, token=token, lease_expire_ms=lease_end, attempt=attempt, fence=fence)
 
 
@@ -272,7 +273,7 @@ def renew(tx: Txn, teammate: str, task_id: str, token: str) -> tuple[int, bool]:
     lease_end = tx.now_ms + lease_ms
     tx.conn.execute("UPDATE tasks SET lease_expire_ms = ? WHERE seq = ?", (lease_end, seq))
     tx.wakes.deadline(lease_end)
-    return lease_end, team.protocol_pending(tx.conn, teammate)
+    return lease_end, protocol_pending(tx.conn, teammate)
 
 
 def complete(tx: Txn, teammate: str, task_id: str, token: str, result: bytes) -> TaskRecord:
@@ -320,7 +321,7 @@ def _slot_freed(tx: Txn, teammate: str) -> None:
     """A claim of this teammate ended: its stream may claim again now."""
     tx.wakes.teammates.add(teammate)
     tx.wakes.may_claim.add(teammate)
-    team.refresh_status(tx, teammate)
+    refresh_status(tx, teammate)
 
 
 def release_all(tx: Txn, teammate: str, outcome: ClaimOutcome) -> None:
@@ -389,7 +390,7 @@ def _cancel_seqs(tx: Txn, frontier: list[int], why: str) -> list[int]:
         state, fence, owner = tx.conn.execute(
             "SELECT state, live_fence, owner FROM tasks WHERE seq = ?", (seq,)
         ).fetchone()
-        if TaskState(state).terminal:
+        if TaskState(state).is_final:
             continue
         if fence is not None:
             _end_claim(tx, fence, ClaimOutcome.CANCELED)
@@ -419,7 +420,7 @@ def reclaim_expired(tx: Txn) -> dict[str, int]:
         # open would only take the same task straight back (see delivery).
         tx.conn.execute("UPDATE teammates SET last_expiry_ms = max(last_expiry_ms, ?) WHERE name = ?",
                         (lease_end, owner))
-        team.refresh_status(tx, owner)
+        refresh_status(tx, owner)
     return {owner: max(end for _, _, o, _, end in rows if o == owner) for _, _, owner, _, _ in rows}
 
 

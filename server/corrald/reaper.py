@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..board import Board
+from .board import Board
 
 log = logging.getLogger("corrald.reaper")
 

@@ -1,4 +1,4 @@
-"""Per-identity admission: one caller's flood waits in its own line, not in everyone's.
+"""Lanes per identity: one caller's flood waits in its own line, not in everyone's.
 
 Every identity has three lanes: writes, reads and streams. A lane lets a few
 calls run at once; the rest wait in first-come order, still unparsed, costing
@@ -32,7 +32,7 @@ LaneKind = Literal["write", "read", "stream"]
 
 
 @dataclasses.dataclass(frozen=True)
-class AdmissionConfig:
+class LaneConfig:
     # Unary calls of one identity that run at once, per lane (reads, writes).
     calls_per_identity: int = 8
     # Idle and Watch streams one identity holds open at once.
@@ -71,10 +71,10 @@ class _Lane:
         self.held_since: float | None = None  # when pacing began to hold back the first waiter
 
 
-class Admission:
+class CallLanes:
     """Event-loop only (no locks): every call enters and leaves on the server's loop."""
 
-    def __init__(self, config: AdmissionConfig = AdmissionConfig(), pacer: Pacer | None = None) -> None:
+    def __init__(self, config: LaneConfig = LaneConfig(), pacer: Pacer | None = None) -> None:
         self._config = config
         self._pacer = pacer or Pacer(config.pacing)
         self._lanes: dict[tuple[str, LaneKind], _Lane] = {}

@@ -1,4 +1,4 @@
-"""Plain values the store hands out; no SQL and no wire types here."""
+"""Domain types: plain values the store hands out and the layers above pass around (no SQL, no wire types)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ class TaskState(enum.IntEnum):
     CANCELED = 5
 
     @property
-    def terminal(self) -> bool:
+    def is_final(self) -> bool:
+        """True for states a task never leaves (the SDK's TaskState has the same name)."""
         return self in (TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED)
 
 
@@ -115,6 +116,17 @@ class TeammateRecord:
     require_plan_approval: bool
     status: TeammateStatus
     held_task_ids: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TeammateView:
+    """A teammate as the delivery decision reads it, in one statement."""
+
+    roles: tuple[str, ...]
+    require_plan: bool
+    acked_seq: int
+    last_seq: int
+    last_expiry_ms: int  # the latest lease end reclaimed from it
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

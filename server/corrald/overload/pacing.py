@@ -4,7 +4,7 @@ A lane bounds how many calls one caller runs at once, not how often it sends
 them. A caller that always has its next call waiting starts it the moment the
 last one ends, while a teammate making one call at a time loses a client round
 trip between calls; on a busy daemon every call the first one runs is time
-the others wait. So admission also compares how often teammates call.
+the others wait. So the lanes also compare how often teammates call.
 
 Each teammate's *rate* is the number of unary calls it sent (started, waiting
 or refused: what it asks for, not what it got), halving every `HALF_LIFE_S`.
@@ -67,7 +67,7 @@ class _Teammate:
 
 
 class Pacer:
-    """Event-loop only, like Admission. `arrived` is told of every unary call as it arrives."""
+    """Event-loop only, like CallLanes. `arrived` is told of every unary call as it arrives."""
 
     def __init__(self, config: PacingConfig = PacingConfig(), clock: Callable[[], float] = time.monotonic) -> None:
         self._config = config

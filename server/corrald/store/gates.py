@@ -1,0 +1,41 @@
+"""The gates before a claim (design §5 step 3): reads only, so every writer of them can ask."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from .. import errors
+
+
+def plan_approved(conn: sqlite3.Connection, name: str, acked: int) -> bool:
+    """Only the newest plan counts, and only once its approval is acknowledged."""
+    row = conn.execute(
+        "SELECT approve, decision_seq FROM plans WHERE author = ? ORDER BY plan_id DESC LIMIT 1", (name,)
+    ).fetchone()
+    return row is not None and row[0] == 1 and row[1] <= acked
+
+
+def shutdown_pending(conn: sqlite3.Connection, name: str) -> bool:
+    return conn.execute("SELECT 1 FROM shutdowns WHERE teammate = ? AND answered = 0 LIMIT 1", (name,)).fetchone() is not None
+
+
+def protocol_pending(conn: sqlite3.Connection, name: str, acked: int | None = None, last: int | None = None) -> bool:
+    """An unacknowledged protocol message or an unanswered shutdown request waits."""
+    if acked is None or last is None:
+        # One statement (a lease renewal asks this on the writer, where every
+        # statement gives up the GIL and may wait to get it back).
+        row = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM inbox INDEXED BY inbox_protocol"
+            "               WHERE recipient = t.name AND seq > t.acked_seq AND kind != 'message')"
+            " OR EXISTS (SELECT 1 FROM shutdowns WHERE teammate = t.name AND answered = 0)"
+            " FROM teammates AS t WHERE t.name = ?", (name,)
+        ).fetchone()
+        if row is None:
+            raise errors.TeammateNotFound(f"no teammate {name!r}", name=name)
+        return bool(row[0])
+    if last > acked and conn.execute(
+        "SELECT 1 FROM inbox INDEXED BY inbox_protocol"
+        " WHERE recipient = ? AND seq > ? AND kind != 'message' LIMIT 1", (name, acked)
+    ).fetchone():
+        return True
+    return shutdown_pending(conn, name)
