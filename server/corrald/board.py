@@ -73,9 +73,12 @@ class Board:
         # whose commits the daemon's wiring listens to (`writer.on_commit`), and
         # the reader pool, opened with the board.
         self.writer = Writer(
-            lambda: open_writer(database, synchronous=writer_config.synchronous,
-                                busy_timeout_ms=writer_config.busy_timeout_ms),
-            clock, writer_config, epilogue=_stamp_clock,
+            lambda: open_writer(
+                database, synchronous=writer_config.synchronous, busy_timeout_ms=writer_config.busy_timeout_ms
+            ),
+            clock,
+            writer_config,
+            epilogue=_stamp_clock,
         )
         self._database = database
         self._reader_count = readers
@@ -150,8 +153,9 @@ class Board:
 
     async def request_shutdown(self, name: str, reason: str, grace_ms: int) -> tuple[str, int]:
         validate.check_text("reason", reason, self.limits.text_max_bytes)
-        grace = validate.defaulted("grace", grace_ms, self.limits.grace_default_ms,
-                                   self.limits.grace_min_ms, self.limits.grace_max_ms, "ms")
+        grace = validate.defaulted(
+            "grace", grace_ms, self.limits.grace_default_ms, self.limits.grace_min_ms, self.limits.grace_max_ms, "ms"
+        )
         return await self.writer.run(lambda tx: protocol.request_shutdown(tx, name, reason, grace))
 
     async def decide_plan(self, plan_id: str, approve: bool, feedback: str) -> int:
@@ -177,12 +181,13 @@ class Board:
         """What the teammate's stream sends next (design §5); the stream takes in what the
         check learned. With `look_first`, a read answers whenever no claim could be made,
         and the writer runs only when one could."""
-        found = None
+        found: delivery.Delivery | None = None
         if look_first:
             now_ms = self.clock.now_ms()
             found = await self.read(lambda conn: delivery.look(conn, name, stream, now_ms))
         if found is None:
-            found = await self.writer.run(lambda tx: delivery.next_for_teammate(tx, name, stream))
+            decided: delivery.Delivery = await self.writer.run(lambda tx: delivery.next_for_teammate(tx, name, stream))
+            found = decided
         stream.learned(found)
         return found.items
 
@@ -231,7 +236,9 @@ class Board:
     async def get_task(self, task_id: str) -> TaskRecord:
         return await self.read(lambda conn: tasks.get_task(conn, task_id))
 
-    async def list_tasks(self, *, states: Sequence[TaskState], owner: str, after_seq: int, limit: int) -> list[TaskRecord]:
+    async def list_tasks(
+        self, *, states: Sequence[TaskState], owner: str, after_seq: int, limit: int
+    ) -> list[TaskRecord]:
         return await self.read(
             lambda conn: tasks.list_tasks(conn, states=states, owner=owner, after_seq=after_seq, limit=limit)
         )

@@ -19,8 +19,12 @@ from .statedir import StateDirError
 
 class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        entry = {"time": self.formatTime(record), "level": record.levelname.lower(), "logger": record.name,
-                 "message": record.getMessage()}
+        entry = {
+            "time": self.formatTime(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         if record.exc_info:
             entry["error"] = self.formatException(record.exc_info)
         return json.dumps(entry)
@@ -28,8 +32,9 @@ class _JsonFormatter(logging.Formatter):
 
 def _configure_logging(level: str, fmt: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JsonFormatter() if fmt == "json" else
-                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(
+        _JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
     logging.basicConfig(level=level.upper(), handlers=[handler])
 
 
@@ -44,37 +49,83 @@ def main() -> None:
 
 
 @main.command("serve")
-@click.option("--state-dir", required=True, type=click.Path(path_type=pathlib.Path),
-              help="Directory the daemon owns (created 0700): database, lock, socket, lead token.")
+@click.option(
+    "--state-dir",
+    required=True,
+    type=click.Path(path_type=pathlib.Path),
+    help="Directory the daemon owns (created 0700): database, lock, socket, lead token.",
+)
 @click.option("--listen", default=None, help="unix:PATH or HOST:PORT (default unix:STATE_DIR/corral.sock).")
 @click.option("--metrics", default=None, help="HOST:PORT to serve Prometheus metrics on.")
 @click.option("--tls-cert", type=click.Path(exists=True, path_type=pathlib.Path), default=None)
 @click.option("--tls-key", type=click.Path(exists=True, path_type=pathlib.Path), default=None)
-@click.option("--synchronous", type=click.Choice(["OFF", "NORMAL", "FULL", "EXTRA"], case_sensitive=False),
-              default="FULL", show_default=True, help="SQLite durability (group commit pays for FULL).")
-@click.option("--calls-per-identity", type=click.IntRange(1, 10_000), default=LaneConfig.calls_per_identity,
-              show_default=True, help="Unary calls one caller may have running at once (reads and writes each).")
-@click.option("--streams-per-identity", type=click.IntRange(1, 10_000),
-              default=LaneConfig.streams_per_identity, show_default=True,
-              help="Idle and Watch streams one caller may hold open at once.")
-@click.option("--waiting-per-identity", type=click.IntRange(0, 100_000),
-              default=LaneConfig.waiting_per_identity, show_default=True,
-              help="Calls of one caller that may wait for a place before more are refused (RESOURCE_EXHAUSTED).")
-@click.option("--pacing-slack", type=click.FloatRange(min=0), default=PacingConfig.slack, show_default=True,
-              help="While the daemon is busy, a teammate starting calls faster than this many times the team's "
-                   "mean rate waits for its turn; 0 turns this off.")
+@click.option(
+    "--synchronous",
+    type=click.Choice(["OFF", "NORMAL", "FULL", "EXTRA"], case_sensitive=False),
+    default="FULL",
+    show_default=True,
+    help="SQLite durability (group commit pays for FULL).",
+)
+@click.option(
+    "--calls-per-identity",
+    type=click.IntRange(1, 10_000),
+    default=LaneConfig.calls_per_identity,
+    show_default=True,
+    help="Unary calls one caller may have running at once (reads and writes each).",
+)
+@click.option(
+    "--streams-per-identity",
+    type=click.IntRange(1, 10_000),
+    default=LaneConfig.streams_per_identity,
+    show_default=True,
+    help="Idle and Watch streams one caller may hold open at once.",
+)
+@click.option(
+    "--waiting-per-identity",
+    type=click.IntRange(0, 100_000),
+    default=LaneConfig.waiting_per_identity,
+    show_default=True,
+    help="Calls of one caller that may wait for a place before more are refused (RESOURCE_EXHAUSTED).",
+)
+@click.option(
+    "--pacing-slack",
+    type=click.FloatRange(min=0),
+    default=PacingConfig.slack,
+    show_default=True,
+    help="While the daemon is busy, a teammate starting calls faster than this many times the team's "
+    "mean rate waits for its turn; 0 turns this off.",
+)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--log-level", default="info", show_default=True)
-def serve_command(state_dir: pathlib.Path, listen: str | None, metrics: str | None, tls_cert: pathlib.Path | None,
-                  tls_key: pathlib.Path | None, synchronous: str, calls_per_identity: int, streams_per_identity: int,
-                  waiting_per_identity: int, pacing_slack: float, log_format: str, log_level: str) -> None:
+def serve_command(
+    state_dir: pathlib.Path,
+    listen: str | None,
+    metrics: str | None,
+    tls_cert: pathlib.Path | None,
+    tls_key: pathlib.Path | None,
+    synchronous: str,
+    calls_per_identity: int,
+    streams_per_identity: int,
+    waiting_per_identity: int,
+    pacing_slack: float,
+    log_format: str,
+    log_level: str,
+) -> None:
     """Serve one board until SIGTERM."""
     _configure_logging(log_level, log_format)
     config = ServeConfig(
-        state_dir=state_dir, listen=listen, metrics=metrics, tls_cert=tls_cert, tls_key=tls_key,
+        state_dir=state_dir,
+        listen=listen,
+        metrics=metrics,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
         writer=WriterConfig(synchronous=synchronous.upper()),
-        lanes=LaneConfig(calls_per_identity=calls_per_identity, streams_per_identity=streams_per_identity,
-                         waiting_per_identity=waiting_per_identity, pacing=PacingConfig(slack=pacing_slack)),
+        lanes=LaneConfig(
+            calls_per_identity=calls_per_identity,
+            streams_per_identity=streams_per_identity,
+            waiting_per_identity=waiting_per_identity,
+            pacing=PacingConfig(slack=pacing_slack),
+        ),
     )
     try:
         code = serve(config)

@@ -69,4 +69,3 @@ class WriterConfig:
     # before it is refused: a burst is absorbed, a sustained overload is not
     # (overload/queue_bound.py).
     room_wait_ms: int = 2000
-

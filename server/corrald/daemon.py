@@ -86,8 +86,15 @@ class Parts:
     server: grpc.aio.Server
 
 
-def assemble(config: ServeConfig, *, database: pathlib.Path, lead_token: str, clock: Clock,
-             loop: asyncio.AbstractEventLoop, draining: Callable[[], bool]) -> Parts:
+def assemble(
+    config: ServeConfig,
+    *,
+    database: pathlib.Path,
+    lead_token: str,
+    clock: Clock,
+    loop: asyncio.AbstractEventLoop,
+    draining: Callable[[], bool],
+) -> Parts:
     """Builds the writer, board, wake hub, reaper, metrics and servicers, and connects them.
 
     This is the one place that says how the parts meet. Nothing runs yet: the
@@ -119,8 +126,7 @@ def assemble(config: ServeConfig, *, database: pathlib.Path, lead_token: str, cl
 
     # The gRPC surface: one interceptor authenticates every call and gives it a
     # place in its caller's lane; the servicers only convert and ask the board.
-    server = grpc.aio.server(interceptors=[CorralInterceptor(board, lanes, draining=draining)],
-                             options=SERVER_OPTIONS)
+    server = grpc.aio.server(interceptors=[CorralInterceptor(board, lanes, draining=draining)], options=SERVER_OPTIONS)
     teammates = TeammateServicer(board, hub, ReopenSpacing())
     pb_grpc.add_LeadServiceServicer_to_server(LeadServicer(board, hub), server)
     pb_grpc.add_TeammateServiceServicer_to_server(teammates, server)
@@ -148,15 +154,21 @@ class Daemon:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.state.acquire()
-        parts = self.parts = assemble(self.config, database=self.state.paths.database,
-                                      lead_token=self.state.lead_token(), clock=self.clock, loop=loop,
-                                      draining=lambda: self._draining)
+        parts = self.parts = assemble(
+            self.config,
+            database=self.state.paths.database,
+            lead_token=self.state.lead_token(),
+            clock=self.clock,
+            loop=loop,
+            draining=lambda: self._draining,
+        )
         await loop.run_in_executor(None, parts.board.open)
         self.state.secure_files()
-        if parts.metrics is not None:
+        if parts.metrics is not None and self.config.metrics is not None:
             parts.metrics.serve(self.config.metrics)
-        self.address = bind(parts.server, self.config.listen, self.config.tls_cert, self.config.tls_key,
-                            self.state.paths.socket)
+        self.address = bind(
+            parts.server, self.config.listen, self.config.tls_cert, self.config.tls_key, self.state.paths.socket
+        )
         await parts.server.start()
         for service in ("", *SERVICE_NAMES):
             await parts.health.set(service, health_pb2.HealthCheckResponse.SERVING)
@@ -182,8 +194,7 @@ class Daemon:
             loop.add_signal_handler(signum, self.request_stop)
         await self.start()
         _quiet_the_collector()
-        ready = {"event": "ready", "address": self.address, "pid": os.getpid(),
-                 "state_dir": str(self.state.paths.root)}
+        ready = {"event": "ready", "address": self.address, "pid": os.getpid(), "state_dir": str(self.state.paths.root)}
         if self.config.metrics:
             ready["metrics"] = self.config.metrics
         sys.stdout.write(json.dumps(ready) + "\n")

@@ -19,7 +19,7 @@ import sqlite3
 
 from .model import TeammateView, Txn
 from .store import gates, inbox, tasks, team
-from .stream import Delivery, StreamState
+from .stream import Delivery, StreamItem, StreamState
 
 
 def next_for_teammate(tx: Txn, name: str, stream: StreamState) -> Delivery:
@@ -81,7 +81,8 @@ def _before_claim(conn: sqlite3.Connection, name: str, stream: StreamState, now_
     acked = teammate.acked_seq
     after = acked if stream.sent_through_seq is None else max(stream.sent_through_seq, acked)
     if teammate.last_seq > after:
-        return _Checked(Delivery(inbox.inbox_after(conn, name, after), live), teammate, held, live)
+        items: list[StreamItem] = [*inbox.inbox_after(conn, name, after)]
+        return _Checked(Delivery(items, live), teammate, held, live)
     # 3. The gates sit before the claim: control always beats the task board.
     shut = _Checked(Delivery([], live, can_claim=False), teammate, held, live)
     if gates.protocol_pending(conn, name, acked, teammate.last_seq):

@@ -24,8 +24,13 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def bind(server: grpc.aio.Server, listen: str | None, tls_cert: pathlib.Path | None, tls_key: pathlib.Path | None,
-         socket_default: pathlib.Path) -> str:
+def bind(
+    server: grpc.aio.Server,
+    listen: str | None,
+    tls_cert: pathlib.Path | None,
+    tls_key: pathlib.Path | None,
+    socket_default: pathlib.Path,
+) -> str:
     """Adds the listening port to `server` and returns the address clients use."""
     listen = listen or f"unix:{socket_default}"
     credentials = None
@@ -36,8 +41,10 @@ def bind(server: grpc.aio.Server, listen: str | None, tls_cert: pathlib.Path | N
     if listen.startswith("unix:"):
         path = pathlib.Path(listen.removeprefix("unix:")).absolute()
         if len(os.fsencode(path)) > UNIX_PATH_MAX:
-            raise ConfigError(f"socket path {path} is longer than {UNIX_PATH_MAX} bytes (a Unix socket limit); "
-                              "use a shorter --state-dir or --listen unix:PATH")
+            raise ConfigError(
+                f"socket path {path} is longer than {UNIX_PATH_MAX} bytes (a Unix socket limit); "
+                "use a shorter --state-dir or --listen unix:PATH"
+            )
         if path.exists() or path.is_symlink():
             path.unlink()  # stale socket of a dead daemon: we hold the state lock
         address = f"unix:{path}"

@@ -33,17 +33,22 @@ class _BoardCollector(Collector):
         for name in LEVELS:
             level.add_metric([name], 1.0 if name == writer.level else 0.0)
         yield level
-        yield CounterMetricFamily("corral_writer_busy_retries", "SQLITE_BUSY retries of a whole transaction.",
-                                  value=writer.busy_retries)
-        yield CounterMetricFamily("corral_writer_failed_commits", "Batches whose COMMIT failed.",
-                                  value=writer.failed_commits)
-        yield CounterMetricFamily("corral_writer_refused_jobs", "Jobs refused because the queue was full.",
-                                  value=writer.refused_jobs)
+        yield CounterMetricFamily(
+            "corral_writer_busy_retries", "SQLITE_BUSY retries of a whole transaction.", value=writer.busy_retries
+        )
+        yield CounterMetricFamily(
+            "corral_writer_failed_commits", "Batches whose COMMIT failed.", value=writer.failed_commits
+        )
+        yield CounterMetricFamily(
+            "corral_writer_refused_jobs", "Jobs refused because the queue was full.", value=writer.refused_jobs
+        )
         yield GaugeMetricFamily("corral_idle_streams_open", "Open Idle streams.", value=self._hub.open_streams)
-        yield CounterMetricFamily("corral_refused_calls", "Calls refused by per-identity limits.",
-                                  value=self._lanes.refused)
-        yield GaugeMetricFamily("corral_calls_waiting", "Calls waiting for a place in their caller's lane.",
-                                value=self._lanes.waiting)
+        yield CounterMetricFamily(
+            "corral_refused_calls", "Calls refused by per-identity limits.", value=self._lanes.refused
+        )
+        yield GaugeMetricFamily(
+            "corral_calls_waiting", "Calls waiting for a place in their caller's lane.", value=self._lanes.waiting
+        )
         family = GaugeMetricFamily("corral_tasks", "Tasks on the board by state.", labels=["state"])
         for state in TaskState:
             family.add_metric([state.name.lower()], stats.tasks_by_state.get(state, 0))
@@ -58,13 +63,20 @@ class Metrics:
     def __init__(self, board: Board, hub: WakeHub, lanes: CallLanes) -> None:
         self.registry = CollectorRegistry()
         self._commit_seconds = Histogram(
-            "corral_writer_commit_seconds", "Time from BEGIN to COMMIT of one group commit.",
-            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0), registry=self.registry)
+            "corral_writer_commit_seconds",
+            "Time from BEGIN to COMMIT of one group commit.",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
+            registry=self.registry,
+        )
         self._batch_jobs = Histogram(
-            "corral_writer_jobs_per_commit", "Jobs in one group commit.",
-            buckets=(1, 2, 4, 8, 16, 32, 64), registry=self.registry)
-        self._operations = Counter("corral_operations", "Committed board operations.", ["operation"],
-                                   registry=self.registry)
+            "corral_writer_jobs_per_commit",
+            "Jobs in one group commit.",
+            buckets=(1, 2, 4, 8, 16, 32, 64),
+            registry=self.registry,
+        )
+        self._operations = Counter(
+            "corral_operations", "Committed board operations.", ["operation"], registry=self.registry
+        )
         for name in OPERATIONS:
             self._operations.labels(name)
         self.registry.register(_BoardCollector(board, hub, lanes))

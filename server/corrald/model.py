@@ -155,7 +155,7 @@ class Wakes:
         if self.next_deadline_ms is None or at_ms < self.next_deadline_ms:
             self.next_deadline_ms = at_ms
 
-    def merge(self, other: "Wakes") -> None:
+    def merge(self, other: Wakes) -> None:
         self.ready_roles.update(other.ready_roles)
         self.teammates |= other.teammates
         self.may_claim |= other.may_claim
@@ -168,8 +168,13 @@ class Wakes:
 
     def __bool__(self) -> bool:
         return bool(
-            self.ready_roles or self.teammates or self.everyone or self.ended
-            or self.events or self.next_deadline_ms is not None or self.tally
+            self.ready_roles
+            or self.teammates
+            or self.everyone
+            or self.ended
+            or self.events
+            or self.next_deadline_ms is not None
+            or self.tally
         )
 
 

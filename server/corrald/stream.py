@@ -42,8 +42,9 @@ class StreamState:
     A new stream starts empty, so it re-sends every claim its teammate holds.
     """
 
-    def __init__(self, name: str = "", roles: tuple[str, ...] = (), *, slots: int = 1,
-                 opened_ms: int | None = None) -> None:
+    def __init__(
+        self, name: str = "", roles: tuple[str, ...] = (), *, slots: int = 1, opened_ms: int | None = None
+    ) -> None:
         self.name = name
         self.roles = roles
         self.slots = slots

@@ -70,7 +70,12 @@ def normalize_spec(index: int, raw: TaskSpec, limits: Limits) -> TaskSpec:
             f"{at}.max_attempts", raw.max_attempts, limits.max_attempts_default, 1, limits.max_attempts_max
         ),
         lease_ms=defaulted(
-            f"{at}.lease_duration", raw.lease_ms, limits.lease_default_ms, limits.lease_min_ms, limits.lease_max_ms, "ms"
+            f"{at}.lease_duration",
+            raw.lease_ms,
+            limits.lease_default_ms,
+            limits.lease_min_ms,
+            limits.lease_max_ms,
+            "ms",
         ),
         required_role=raw.required_role,
     )
@@ -117,8 +122,17 @@ def _refuse_cycles(specs: list[TaskSpec], positions: dict[str, int]) -> None:
 
 def spec_digest(spec: TaskSpec) -> bytes:
     canonical = json.dumps(
-        [spec.id, spec.title, spec.description, spec.payload.hex(), list(spec.depends_on),
-         spec.priority, spec.max_attempts, spec.lease_ms, spec.required_role],
+        [
+            spec.id,
+            spec.title,
+            spec.description,
+            spec.payload.hex(),
+            list(spec.depends_on),
+            spec.priority,
+            spec.max_attempts,
+            spec.lease_ms,
+            spec.required_role,
+        ],
         separators=(",", ":"),
     )
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).digest()

@@ -15,8 +15,9 @@ from .stream import StreamState
 
 
 class WakeHub:
-    def __init__(self, loop: asyncio.AbstractEventLoop, on_deadline: Callable[[int], None],
-                 clock: Clock | None = None) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, on_deadline: Callable[[int], None], clock: Clock | None = None
+    ) -> None:
         self._loop = loop
         self._clock = clock or SystemClock()
         self._on_deadline = on_deadline

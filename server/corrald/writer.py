@@ -28,7 +28,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 import tenacity
@@ -79,7 +79,7 @@ class WriterStats:
     commit_latency_p99_ms: float
 
 
-def _percentile(samples: list[float], q: float) -> float:
+def _percentile(samples: Sequence[float], q: float) -> float:
     if not samples:
         return 0.0
     ordered = sorted(samples)
@@ -87,9 +87,7 @@ def _percentile(samples: list[float], q: float) -> float:
 
 
 def _is_busy(error: BaseException) -> bool:
-    return isinstance(error, sqlite3.OperationalError) and (
-        "locked" in str(error) or "busy" in str(error)
-    )
+    return isinstance(error, sqlite3.OperationalError) and ("locked" in str(error) or "busy" in str(error))
 
 
 class Writer:
@@ -239,7 +237,8 @@ class Writer:
             self._bound.place_freed()  # one place more: one caller waiting for room may take it
             # A thread caller may have cancelled its future while it waited:
             # such a job must not run (nobody would learn its outcome).
-            if pending.loop is not None or pending.future.set_running_or_notify_cancel():
+            future = pending.future
+            if not isinstance(future, concurrent.futures.Future) or future.set_running_or_notify_cancel():
                 return pending
 
     def _grow(self, batch: list[_Pending], owners: set[str], take_until: float | None) -> bool:
@@ -297,15 +296,16 @@ class Writer:
     def _count_busy(self, state: tenacity.RetryCallState) -> None:
         self._busy_retries += 1
 
-    def _transaction(self, batch: list[_Pending], owners: set[str],
-                     take_until: float | None) -> list[tuple[bool, Any, Wakes | None]]:
+    def _transaction(
+        self, batch: list[_Pending], owners: set[str], take_until: float | None
+    ) -> list[tuple[bool, Any, Wakes | None]]:
         conn = self._conn
         assert conn is not None
         now = self._clock.now_ms()
         conn.execute("BEGIN IMMEDIATE")
         try:
             changes_before = conn.total_changes
-            outcomes = []
+            outcomes: list[tuple[bool, Any, Wakes | None]] = []
             while len(outcomes) < len(batch) or self._grow(batch, owners, take_until):
                 pending = batch[len(outcomes)]
                 # A job that joined after `now` was read acts no earlier than it was
@@ -346,7 +346,7 @@ class Writer:
     @staticmethod
     def _resolve(batch: list[_Pending], outcomes: list[tuple[bool, Any, Wakes | None]]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list] = {}
-        for pending, (ok, value, _) in zip(batch, outcomes):
+        for pending, (ok, value, _) in zip(batch, outcomes, strict=True):
             if pending.loop is None:
                 if ok:
                     pending.future.set_result(value)

@@ -89,7 +89,10 @@ class FairQueue(Generic[T]):
     def _rescale(self) -> None:
         scale = self._increment
         self._increment = 1.0
-        self._served = {owner: served / scale for owner, served in self._served.items()
-                        if owner in self._lines or served / scale >= _FORGET_BELOW}
+        self._served = {
+            owner: served / scale
+            for owner, served in self._served.items()
+            if owner in self._lines or served / scale >= _FORGET_BELOW
+        }
         # Dividing every key by one positive number keeps the heap ordered.
         self._turns = [(served / scale, arrival, owner) for served, arrival, owner in self._turns]

@@ -96,8 +96,11 @@ class CallLanes:
             lane = self._lanes[(identity, kind)] = _Lane(kind, is_lead)
         if lane.unary:
             self._pacer.arrived(identity, counted=lane.paced)
-        if lane.running < self._limit(kind) and not lane.waiting and (
-                not lane.paced or self._pacer.may_start(identity) or not self._may_wait(lane)):
+        if (
+            lane.running < self._limit(kind)
+            and not lane.waiting
+            and (not lane.paced or self._pacer.may_start(identity) or not self._may_wait(lane))
+        ):
             lane.running += 1  # pacing holds a call back only if it can wait: it never refuses one
             return True
         return False
@@ -207,7 +210,8 @@ class CallLanes:
         self.refused += 1
         return errors.Overloaded(
             f"{identity!r} already has {lane.running} {kind} calls running and {len(lane.waiting)} waiting",
-            retry_after_ms=self._config.retry_after_ms)
+            retry_after_ms=self._config.retry_after_ms,
+        )
 
     @property
     def waiting(self) -> int:

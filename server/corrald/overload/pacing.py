@@ -29,7 +29,7 @@ import collections
 import dataclasses
 import math
 import time
-from typing import Callable
+from collections.abc import Callable
 
 # A rate forgets half of what it counted in this long: long enough that one
 # burst does not decide, short enough to follow a caller that starts flooding.
@@ -108,8 +108,11 @@ class Pacer:
             return True
         teammate = self._teammates.get(identity)
         now = self._clock()
-        if (teammate is None or teammate.last_call < now - ACTIVE_S  # quiet lately itself
-                or self._others_last_call(identity) < now - self.busy_window_s):
+        if (
+            teammate is None
+            or teammate.last_call < now - ACTIVE_S  # quiet lately itself
+            or self._others_last_call(identity) < now - self.busy_window_s
+        ):
             return True
         self._forget_inactive(now)
         active = len(self._teammates)
@@ -133,8 +136,9 @@ class Pacer:
                 return
             del self._teammates[identity]
             # The total stays the sum over active teammates: take this one's part out.
-            self._total_rate = max(0.0, _decayed(self._total_rate, self._total_stamp, now)
-                                   - _decayed(oldest.rate, oldest.last_call, now))
+            self._total_rate = max(
+                0.0, _decayed(self._total_rate, self._total_stamp, now) - _decayed(oldest.rate, oldest.last_call, now)
+            )
             self._total_stamp = now
 
     def active_teammates(self) -> int:

@@ -30,7 +30,7 @@ LEVELS = ("normal", "record", "warn", "degraded", "refuse")
 
 def level(depth: int, levels: WriterLevels) -> str:
     """The level a queue of `depth` jobs is at."""
-    for name, limit in zip(LEVELS, (levels.record, levels.warn, levels.degraded, levels.refuse)):
+    for name, limit in zip(LEVELS[:-1], (levels.record, levels.warn, levels.degraded, levels.refuse), strict=True):
         if depth <= limit:
             return name
     return LEVELS[-1]

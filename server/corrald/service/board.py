@@ -38,7 +38,8 @@ class BoardServicer(pb_grpc.BoardServiceServicer):
             states.append(TaskState(state))
         after = _decode_page_token(request.page_token)
         found = await self._board.list_tasks(states=states, owner=request.owner, after_seq=after, limit=page_size + 1)
-        page, size = [], 0
+        page: list[pb.Task] = []
+        size = 0
         for record in found[:page_size]:
             message = convert.task(record)
             size += message.ByteSize()
@@ -64,10 +65,15 @@ class BoardServicer(pb_grpc.BoardServiceServicer):
             tasks_by_state={pb.TaskState.Name(int(s)): n for s, n in stats.tasks_by_state.items()},
             teammates_by_status={pb.TeammateStatus.Name(int(s)): n for s, n in stats.teammates_by_status.items()},
             writer=pb.WriterStats(
-                queue_depth=writer.queue_depth, queue_depth_p50=writer.queue_depth_p50,
-                queue_depth_p99=writer.queue_depth_p99, commits=writer.commits,
-                mean_batch_size=writer.mean_batch_size, busy_retries=writer.busy_retries, jobs=writer.jobs,
-                failed_commits=writer.failed_commits, refused_jobs=writer.refused_jobs,
+                queue_depth=writer.queue_depth,
+                queue_depth_p50=writer.queue_depth_p50,
+                queue_depth_p99=writer.queue_depth_p99,
+                commits=writer.commits,
+                mean_batch_size=writer.mean_batch_size,
+                busy_retries=writer.busy_retries,
+                jobs=writer.jobs,
+                failed_commits=writer.failed_commits,
+                refused_jobs=writer.refused_jobs,
                 commit_latency_p50_ms=writer.commit_latency_p50_ms,
                 commit_latency_p99_ms=writer.commit_latency_p99_ms,
             ),

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from google.protobuf import duration_pb2, timestamp_pb2
+from google.protobuf import message as pb_message
 
 from corral.v1 import corral_pb2 as pb
 
 from ..model import ClaimGrant, Event, InboxItem, TaskRecord, TaskSpec, TeammateRecord
 from ..stream import StreamItem
 
-TEAMMATE_REASONS = {
+TEAMMATE_REASONS: dict[str, pb.TeammateChangeReason] = {
     "added": pb.TEAMMATE_CHANGE_REASON_ADDED,
     "joined": pb.TEAMMATE_CHANGE_REASON_JOINED,
     "idle": pb.TEAMMATE_CHANGE_REASON_IDLE,
@@ -32,7 +33,7 @@ def duration(ms: int) -> duration_pb2.Duration:
     return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
-def duration_ms(message: pb.Message, field: str) -> int:
+def duration_ms(message: pb_message.Message, field: str) -> int:
     """A Duration field in whole ms, rounded up; unset or zero means "default" (0).
 
     Rounding up keeps a set value from ever turning into 0 ("default"); a
@@ -49,9 +50,15 @@ def duration_ms(message: pb.Message, field: str) -> int:
 
 def task_spec(message: pb.TaskSpec) -> TaskSpec:
     return TaskSpec(
-        id=message.id, title=message.title, description=message.description, payload=message.payload,
-        depends_on=tuple(message.depends_on), priority=message.priority, max_attempts=message.max_attempts,
-        lease_ms=duration_ms(message, "lease_duration"), required_role=message.required_role,
+        id=message.id,
+        title=message.title,
+        description=message.description,
+        payload=message.payload,
+        depends_on=tuple(message.depends_on),
+        priority=message.priority,
+        max_attempts=message.max_attempts,
+        lease_ms=duration_ms(message, "lease_duration"),
+        required_role=message.required_role,
     )
 
 
@@ -63,28 +70,49 @@ def task_summary(record: TaskRecord) -> pb.Task:
     return summary
 
 
+# protoc's type stubs accept an enum field only as its wrapper type or its
+# name; at run time it is an int, which is what the model holds, so the enum
+# arguments below pass ints and say so to mypy.
 def task(record: TaskRecord) -> pb.Task:
     return pb.Task(
-        id=record.id, title=record.title, description=record.description, payload=record.payload,
-        depends_on=record.depends_on, priority=record.priority, required_role=record.required_role,
-        max_attempts=record.max_attempts, lease_duration=duration(record.lease_ms), state=int(record.state),
-        owner=record.owner, attempt=record.attempt, result=record.result, error=record.error, seq=record.seq,
-        create_time=timestamp(record.create_ms), lease_expire_time=timestamp(record.lease_expire_ms),
+        id=record.id,
+        title=record.title,
+        description=record.description,
+        payload=record.payload,
+        depends_on=record.depends_on,
+        priority=record.priority,
+        required_role=record.required_role,
+        max_attempts=record.max_attempts,
+        lease_duration=duration(record.lease_ms),
+        state=int(record.state),  # type: ignore[arg-type]
+        owner=record.owner,
+        attempt=record.attempt,
+        result=record.result,
+        error=record.error,
+        seq=record.seq,
+        create_time=timestamp(record.create_ms),
+        lease_expire_time=timestamp(record.lease_expire_ms),
         finish_time=timestamp(record.finish_ms),
     )
 
 
 def teammate(record: TeammateRecord) -> pb.Teammate:
     return pb.Teammate(
-        name=record.name, roles=record.roles, status=int(record.status),
-        require_plan_approval=record.require_plan_approval, held_task_ids=record.held_task_ids,
+        name=record.name,
+        roles=record.roles,
+        status=int(record.status),  # type: ignore[arg-type]
+        require_plan_approval=record.require_plan_approval,
+        held_task_ids=record.held_task_ids,
     )
 
 
 def claim(grant: ClaimGrant) -> pb.Claim:
     return pb.Claim(
-        task=task(grant.task), claim_token=grant.token, lease_expire_time=timestamp(grant.lease_expire_ms),
-        attempt=grant.attempt, fence=grant.fence,
+        task=task(grant.task),
+        claim_token=grant.token,
+        lease_expire_time=timestamp(grant.lease_expire_ms),
+        attempt=grant.attempt,
+        fence=grant.fence,
     )
 
 
@@ -97,16 +125,27 @@ def idle_response(item: StreamItem) -> pb.IdleResponse:
 def _inbox_response(item: InboxItem) -> pb.IdleResponse:
     sent = timestamp(item.send_ms)
     if item.kind == "shutdown_request":
-        return pb.IdleResponse(shutdown_request=pb.ShutdownRequest(
-            seq=item.seq, send_time=sent, request_id=item.ref, reason=item.body,
-            deadline_time=timestamp(item.deadline_ms)))
+        return pb.IdleResponse(
+            shutdown_request=pb.ShutdownRequest(
+                seq=item.seq,
+                send_time=sent,
+                request_id=item.ref,
+                reason=item.body,
+                deadline_time=timestamp(item.deadline_ms),
+            )
+        )
     if item.kind == "plan_decision":
-        return pb.IdleResponse(plan_decision=pb.PlanDecision(
-            seq=item.seq, send_time=sent, plan_id=item.ref, approve=item.approve, feedback=item.body))
+        return pb.IdleResponse(
+            plan_decision=pb.PlanDecision(
+                seq=item.seq, send_time=sent, plan_id=item.ref, approve=item.approve, feedback=item.body
+            )
+        )
     return pb.IdleResponse(message=pb.Message(seq=item.seq, send_time=sent, sender=item.sender, body=item.body))
 
 
-def watch_response(event: Event, task_record: TaskRecord | None, teammate_record: TeammateRecord | None) -> pb.WatchResponse:
+def watch_response(
+    event: Event, task_record: TaskRecord | None, teammate_record: TeammateRecord | None
+) -> pb.WatchResponse:
     """One event of the log; `task_record`/`teammate_record` supply the immutable parts."""
     response = pb.WatchResponse(seq=event.seq, time=timestamp(event.time_ms))
     data = event.data
@@ -122,17 +161,32 @@ def watch_response(event: Event, task_record: TaskRecord | None, teammate_record
             snapshot.result = b""
         response.task_changed.CopyFrom(snapshot)
     elif event.kind == "teammate_changed" and teammate_record is not None:
-        response.teammate_changed.CopyFrom(pb.TeammateChanged(
-            teammate=pb.Teammate(name=teammate_record.name, roles=teammate_record.roles, status=data["status"],
-                                 require_plan_approval=teammate_record.require_plan_approval),
-            status=data["status"], reason=TEAMMATE_REASONS.get(data["reason"], 0)))
+        response.teammate_changed.CopyFrom(
+            pb.TeammateChanged(
+                teammate=pb.Teammate(
+                    name=teammate_record.name,
+                    roles=teammate_record.roles,
+                    status=data["status"],
+                    require_plan_approval=teammate_record.require_plan_approval,
+                ),
+                status=data["status"],
+                reason=TEAMMATE_REASONS.get(data["reason"], pb.TEAMMATE_CHANGE_REASON_UNSPECIFIED),
+            )
+        )
     elif event.kind == "message":
-        response.message.CopyFrom(pb.Message(send_time=timestamp(event.time_ms), sender=data["sender"], body=data["body"]))
+        response.message.CopyFrom(
+            pb.Message(send_time=timestamp(event.time_ms), sender=data["sender"], body=data["body"])
+        )
     elif event.kind == "plan_submitted":
-        response.plan_submitted.CopyFrom(pb.PlanSubmitted(plan_id=data["plan_id"], author=data["author"], plan=data["plan"]))
+        response.plan_submitted.CopyFrom(
+            pb.PlanSubmitted(plan_id=data["plan_id"], author=data["author"], plan=data["plan"])
+        )
     elif event.kind == "shutdown_answered":
-        response.shutdown_answered.CopyFrom(pb.ShutdownAnswered(
-            request_id=data["request_id"], teammate=data["teammate"], approve=data["approve"], reason=data["reason"]))
+        response.shutdown_answered.CopyFrom(
+            pb.ShutdownAnswered(
+                request_id=data["request_id"], teammate=data["teammate"], approve=data["approve"], reason=data["reason"]
+            )
+        )
     return response
 
 

@@ -33,11 +33,15 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
         record, token = await self._board.add_teammate(request.name, list(request.roles), request.require_plan_approval)
         return pb.AddTeammateResponse(teammate=convert.teammate(record), token=token)
 
-    async def RemoveTeammate(self, request: pb.RemoveTeammateRequest, context, identity: Identity) -> pb.RemoveTeammateResponse:
+    async def RemoveTeammate(
+        self, request: pb.RemoveTeammateRequest, context, identity: Identity
+    ) -> pb.RemoveTeammateResponse:
         record = await self._board.remove_teammate(request.name)
         return pb.RemoveTeammateResponse(teammate=convert.teammate(record))
 
-    async def RequestShutdown(self, request: pb.RequestShutdownRequest, context, identity: Identity) -> pb.RequestShutdownResponse:
+    async def RequestShutdown(
+        self, request: pb.RequestShutdownRequest, context, identity: Identity
+    ) -> pb.RequestShutdownResponse:
         grace = convert.duration_ms(request, "grace")
         request_id, deadline = await self._board.request_shutdown(request.name, request.reason, grace)
         return pb.RequestShutdownResponse(request_id=request_id, deadline_time=convert.timestamp(deadline))

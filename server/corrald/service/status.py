@@ -56,11 +56,18 @@ def to_status(error: BaseException) -> grpc.Status:
         message, reason, metadata = "internal error", "INTERNAL", {}
     details = [_pack(error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=metadata))]
     if isinstance(error, errors.InvalidArgument):
-        details.append(_pack(error_details_pb2.BadRequest(field_violations=[
-            error_details_pb2.BadRequest.FieldViolation(field=error.field, description=error.description)])))
+        details.append(
+            _pack(
+                error_details_pb2.BadRequest(
+                    field_violations=[
+                        error_details_pb2.BadRequest.FieldViolation(field=error.field, description=error.description)
+                    ]
+                )
+            )
+        )
     if isinstance(error, errors.Overloaded):
-        delay = duration_pb2.Duration(seconds=error.retry_after_ms // 1000,
-                                      nanos=(error.retry_after_ms % 1000) * 1_000_000)
+        delay = duration_pb2.Duration(
+            seconds=error.retry_after_ms // 1000, nanos=(error.retry_after_ms % 1000) * 1_000_000
+        )
         details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
-    return rpc_status.to_status(status_pb2.Status(
-        code=getattr(code_pb2, code.name), message=message, details=details))
+    return rpc_status.to_status(status_pb2.Status(code=getattr(code_pb2, code.name), message=message, details=details))

@@ -30,11 +30,17 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
 
     def _idle_options(self, request: pb.IdleRequest) -> tuple[int, float, int]:
         limits = self._board.limits
-        polls = validate.defaulted("max_idle_polls", request.max_idle_polls, limits.max_idle_polls_default,
-                                   1, limits.max_idle_polls_max)
-        interval_ms = validate.defaulted("poll_interval", convert.duration_ms(request, "poll_interval"),
-                                         limits.poll_interval_default_ms, limits.poll_interval_min_ms,
-                                         limits.poll_interval_max_ms, "ms")
+        polls = validate.defaulted(
+            "max_idle_polls", request.max_idle_polls, limits.max_idle_polls_default, 1, limits.max_idle_polls_max
+        )
+        interval_ms = validate.defaulted(
+            "poll_interval",
+            convert.duration_ms(request, "poll_interval"),
+            limits.poll_interval_default_ms,
+            limits.poll_interval_min_ms,
+            limits.poll_interval_max_ms,
+            "ms",
+        )
         slots = validate.defaulted("slots", request.slots, limits.slots_default, 1, limits.slots_max)
         return polls, interval_ms / 1000, slots
 
@@ -125,15 +131,18 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
         lease_end, pending = await self._board.renew(identity.name, request.task_id, request.claim_token)
         return pb.RenewLeaseResponse(lease_expire_time=convert.timestamp(lease_end), protocol_pending=pending)
 
-    async def CompleteTask(self, request: pb.CompleteTaskRequest, context, identity: Identity) -> pb.CompleteTaskResponse:
+    async def CompleteTask(
+        self, request: pb.CompleteTaskRequest, context, identity: Identity
+    ) -> pb.CompleteTaskResponse:
         self._hub.alive(identity.name)
         task = await self._board.complete(identity.name, request.task_id, request.claim_token, request.result)
         return pb.CompleteTaskResponse(task=convert.task(task))
 
     async def FailTask(self, request: pb.FailTaskRequest, context, identity: Identity) -> pb.FailTaskResponse:
         self._hub.alive(identity.name)
-        task = await self._board.fail(identity.name, request.task_id, request.claim_token, request.error,
-                                      request.retryable)
+        task = await self._board.fail(
+            identity.name, request.task_id, request.claim_token, request.error, request.retryable
+        )
         return pb.FailTaskResponse(task=convert.task(task))
 
     async def ReleaseTask(self, request: pb.ReleaseTaskRequest, context, identity: Identity) -> pb.ReleaseTaskResponse:
@@ -145,7 +154,9 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
         self._hub.alive(identity.name)
         return pb.SubmitPlanResponse(plan_id=await self._board.submit_plan(identity.name, request.plan))
 
-    async def RespondShutdown(self, request: pb.RespondShutdownRequest, context, identity: Identity) -> pb.RespondShutdownResponse:
+    async def RespondShutdown(
+        self, request: pb.RespondShutdownRequest, context, identity: Identity
+    ) -> pb.RespondShutdownResponse:
         self._hub.alive(identity.name)
         await self._board.respond_shutdown(identity.name, request.request_id, request.approve, request.reason)
         return pb.RespondShutdownResponse()

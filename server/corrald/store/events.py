@@ -22,4 +22,3 @@ def read_events(conn: sqlite3.Connection, after_seq: int, limit: int) -> list[Ev
         (after_seq, limit),
     ).fetchall()
     return [Event(seq, time_ms, kind, json.loads(data)) for seq, time_ms, kind, data in rows]
-

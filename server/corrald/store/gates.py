@@ -16,7 +16,10 @@ def plan_approved(conn: sqlite3.Connection, name: str, acked: int) -> bool:
 
 
 def shutdown_pending(conn: sqlite3.Connection, name: str) -> bool:
-    return conn.execute("SELECT 1 FROM shutdowns WHERE teammate = ? AND answered = 0 LIMIT 1", (name,)).fetchone() is not None
+    return (
+        conn.execute("SELECT 1 FROM shutdowns WHERE teammate = ? AND answered = 0 LIMIT 1", (name,)).fetchone()
+        is not None
+    )
 
 
 def protocol_pending(conn: sqlite3.Connection, name: str, acked: int | None = None, last: int | None = None) -> bool:
@@ -28,14 +31,19 @@ def protocol_pending(conn: sqlite3.Connection, name: str, acked: int | None = No
             "SELECT EXISTS (SELECT 1 FROM inbox INDEXED BY inbox_protocol"
             "               WHERE recipient = t.name AND seq > t.acked_seq AND kind != 'message')"
             " OR EXISTS (SELECT 1 FROM shutdowns WHERE teammate = t.name AND answered = 0)"
-            " FROM teammates AS t WHERE t.name = ?", (name,)
+            " FROM teammates AS t WHERE t.name = ?",
+            (name,),
         ).fetchone()
         if row is None:
             raise errors.TeammateNotFound(f"no teammate {name!r}", name=name)
         return bool(row[0])
-    if last > acked and conn.execute(
-        "SELECT 1 FROM inbox INDEXED BY inbox_protocol"
-        " WHERE recipient = ? AND seq > ? AND kind != 'message' LIMIT 1", (name, acked)
-    ).fetchone():
+    if (
+        last > acked
+        and conn.execute(
+            "SELECT 1 FROM inbox INDEXED BY inbox_protocol"
+            " WHERE recipient = ? AND seq > ? AND kind != 'message' LIMIT 1",
+            (name, acked),
+        ).fetchone()
+    ):
         return True
     return shutdown_pending(conn, name)

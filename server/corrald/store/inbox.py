@@ -24,8 +24,17 @@ def enqueue(tx: Txn, recipient: str, kind: str, limit: int, **fields) -> int:
     tx.conn.execute(
         "INSERT INTO inbox (recipient, seq, kind, send_ms, sender, body, ref, approve, deadline_ms)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (recipient, seq, kind, tx.now_ms, fields.get("sender", ""), fields.get("body", ""),
-         fields.get("ref", ""), int(fields.get("approve", False)), fields.get("deadline_ms")),
+        (
+            recipient,
+            seq,
+            kind,
+            tx.now_ms,
+            fields.get("sender", ""),
+            fields.get("body", ""),
+            fields.get("ref", ""),
+            int(fields.get("approve", False)),
+            fields.get("deadline_ms"),
+        ),
     )
     tx.wakes.teammates.add(recipient)
     return seq
@@ -44,12 +53,18 @@ def send_message(tx: Txn, sender: str, to: str, body: str, *, inbox_limit: int) 
 def _broadcast(tx: Txn, sender: str, body: str, limit: int) -> list[str]:
     """A message to every teammate but the sender, in three statements however large the team."""
     everyone_else = "removed = 0 AND name != ?"
-    full = tx.conn.execute(f"SELECT name FROM teammates WHERE {everyone_else} AND last_seq - acked_seq >= ?"
-                           " ORDER BY name LIMIT 1", (sender, limit)).fetchone()
+    full = tx.conn.execute(
+        f"SELECT name FROM teammates WHERE {everyone_else} AND last_seq - acked_seq >= ? ORDER BY name LIMIT 1",
+        (sender, limit),
+    ).fetchone()
     if full is not None:
         raise errors.Overloaded(f"inbox of {full[0]!r} holds {limit} unacknowledged items", retry_after_ms=1000)
-    recipients = sorted(n for (n,) in tx.conn.execute(
-        f"UPDATE teammates SET last_seq = last_seq + 1 WHERE {everyone_else} RETURNING name", (sender,)))
+    recipients = sorted(
+        n
+        for (n,) in tx.conn.execute(
+            f"UPDATE teammates SET last_seq = last_seq + 1 WHERE {everyone_else} RETURNING name", (sender,)
+        )
+    )
     tx.conn.execute(
         "INSERT INTO inbox (recipient, seq, kind, send_ms, sender, body)"
         f" SELECT name, last_seq, 'message', ?, ?, ? FROM teammates WHERE {everyone_else}",
@@ -71,7 +86,9 @@ def inbox_after(conn: sqlite3.Connection, name: str, after_seq: int, limit: int 
 def ack(tx: Txn, name: str, through_seq: int) -> int:
     _, _, _, _, _, acked, last = teammate_row(tx.conn, name)
     if through_seq < 0 or through_seq > last:
-        raise errors.InvalidArgument("through_seq", f"{through_seq} is not a delivered sequence number (last is {last})")
+        raise errors.InvalidArgument(
+            "through_seq", f"{through_seq} is not a delivered sequence number (last is {last})"
+        )
     if through_seq > acked:
         tx.conn.execute("UPDATE teammates SET acked_seq = ? WHERE name = ?", (through_seq, name))
         tx.wakes.teammates.add(name)  # a gate may have opened

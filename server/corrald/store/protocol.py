@@ -89,9 +89,12 @@ def respond_shutdown(tx: Txn, name: str, request_id: str, approve: bool, reason:
 
 def expire_shutdowns(tx: Txn) -> list[str]:
     """The forced path: past its grace, an unanswered teammate is removed."""
-    names = [n for (n,) in tx.conn.execute(
-        "SELECT DISTINCT teammate FROM shutdowns WHERE answered = 0 AND deadline_ms <= ?", (tx.now_ms,)
-    ).fetchall()]
+    names = [
+        n
+        for (n,) in tx.conn.execute(
+            "SELECT DISTINCT teammate FROM shutdowns WHERE answered = 0 AND deadline_ms <= ?", (tx.now_ms,)
+        ).fetchall()
+    ]
     for name in names:
         remove_teammate(tx, name, why="shutdown grace ran out")
     return names

@@ -33,14 +33,44 @@ def _depends_on(conn: sqlite3.Connection, seq: int) -> tuple[str, ...]:
 
 
 def _record(conn: sqlite3.Connection, row: tuple) -> TaskRecord:
-    (seq, task_id, title, description, payload, priority, required_role, max_attempts, lease_ms,
-     state, owner, attempt, result, error, create_ms, lease_expire_ms, finish_ms) = row
+    (
+        seq,
+        task_id,
+        title,
+        description,
+        payload,
+        priority,
+        required_role,
+        max_attempts,
+        lease_ms,
+        state,
+        owner,
+        attempt,
+        result,
+        error,
+        create_ms,
+        lease_expire_ms,
+        finish_ms,
+    ) = row
     return TaskRecord(
-        seq=seq, id=task_id, title=title, description=description, payload=payload,
-        depends_on=_depends_on(conn, seq), priority=priority, required_role=required_role,
-        max_attempts=max_attempts, lease_ms=lease_ms, state=TaskState(state), owner=owner,
-        attempt=attempt, result=result or b"", error=error, create_ms=create_ms,
-        lease_expire_ms=lease_expire_ms, finish_ms=finish_ms,
+        seq=seq,
+        id=task_id,
+        title=title,
+        description=description,
+        payload=payload,
+        depends_on=_depends_on(conn, seq),
+        priority=priority,
+        required_role=required_role,
+        max_attempts=max_attempts,
+        lease_ms=lease_ms,
+        state=TaskState(state),
+        owner=owner,
+        attempt=attempt,
+        result=result or b"",
+        error=error,
+        create_ms=create_ms,
+        lease_expire_ms=lease_expire_ms,
+        finish_ms=finish_ms,
     )
 
 
@@ -58,7 +88,8 @@ def get_task(conn: sqlite3.Connection, task_id: str) -> TaskRecord:
 def list_tasks(
     conn: sqlite3.Connection, *, states: Sequence[TaskState], owner: str, after_seq: int, limit: int
 ) -> list[TaskRecord]:
-    where, params = ["seq > ?"], [after_seq]
+    where: list[str] = ["seq > ?"]
+    params: list[object] = [after_seq]
     if states:
         where.append(f"state IN ({','.join('?' * len(states))})")
         params.extend(int(s) for s in states)
@@ -92,10 +123,14 @@ def create_tasks(tx: Txn, specs: Sequence[TaskSpec], request_id: str = "") -> li
     conn = tx.conn
     digest = batch_digest(specs)
     if request_id:
-        row = conn.execute("SELECT digest, task_ids FROM create_requests WHERE request_id = ?", (request_id,)).fetchone()
+        row = conn.execute(
+            "SELECT digest, task_ids FROM create_requests WHERE request_id = ?", (request_id,)
+        ).fetchone()
         if row is not None:
             if row[0] != digest:
-                raise errors.AlreadyExists(f"request_id {request_id!r} was used for a different batch", field="request_id")
+                raise errors.AlreadyExists(
+                    f"request_id {request_id!r} was used for a different batch", field="request_id"
+                )
             return [get_task(conn, task_id) for task_id in json.loads(row[1])]
     new_specs = [spec for i, spec in enumerate(specs) if not _exists_identically(conn, i, spec)]
     batch_ids = {spec.id for spec in new_specs}
@@ -106,13 +141,26 @@ def create_tasks(tx: Txn, specs: Sequence[TaskSpec], request_id: str = "") -> li
         cursor = conn.execute(
             "INSERT INTO tasks (id, title, description, payload, priority, required_role, max_attempts,"
             " lease_ms, spec_digest, state, unmet_deps, create_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (spec.id, spec.title, spec.description, spec.payload, spec.priority, spec.required_role,
-             spec.max_attempts, spec.lease_ms, spec_digest(spec), PENDING, unmet, tx.now_ms),
+            (
+                spec.id,
+                spec.title,
+                spec.description,
+                spec.payload,
+                spec.priority,
+                spec.required_role,
+                spec.max_attempts,
+                spec.lease_ms,
+                spec_digest(spec),
+                PENDING,
+                unmet,
+                tx.now_ms,
+            ),
         )
+        assert cursor.lastrowid is not None  # an INSERT into a rowid table always sets it
         created.append(cursor.lastrowid)
         if unmet == 0:
             tx.wakes.ready_roles[spec.required_role] += 1
-    for spec, seq in zip(new_specs, created):
+    for spec, seq in zip(new_specs, created, strict=True):
         conn.executemany(
             "INSERT INTO deps (task_seq, dep_seq, position) SELECT ?, seq, ? FROM tasks WHERE id = ?",
             [(seq, position, dep) for position, dep in enumerate(spec.depends_on)],
@@ -171,6 +219,7 @@ def claim_next(tx: Txn, teammate: str, roles: Iterable[str], *, reclaimed: bool 
         "INSERT INTO claims (token, task_seq, teammate, attempt, claim_ms) VALUES (?, ?, ?, ?, ?)",
         (token, seq, teammate, attempt, tx.now_ms),
     ).lastrowid
+    assert fence is not None  # an INSERT into a rowid table always sets it
     changed = tx.conn.execute(
         "UPDATE tasks SET state = 2, owner = ?, attempt = ?, live_fence = ?, lease_expire_ms = ?"
         " WHERE seq = ? AND state = 1 AND unmet_deps = 0",
@@ -213,9 +262,12 @@ def any_ready(conn: sqlite3.Connection, roles: Iterable[str]) -> bool:
 
 def any_lease_ended(conn: sqlite3.Connection, now_ms: int) -> bool:
     """Whether some claim's lease is over and awaits reclaiming."""
-    return conn.execute(
-        "SELECT 1 FROM tasks INDEXED BY tasks_lease WHERE state = 2 AND lease_expire_ms <= ? LIMIT 1", (now_ms,)
-    ).fetchone() is not None
+    return (
+        conn.execute(
+            "SELECT 1 FROM tasks INDEXED BY tasks_lease WHERE state = 2 AND lease_expire_ms <= ? LIMIT 1", (now_ms,)
+        ).fetchone()
+        is not None
+    )
 
 
 def held_claim_refs(conn: sqlite3.Connection, teammate: str, now_ms: int) -> list[ClaimRef]:
@@ -233,7 +285,9 @@ def grant(conn: sqlite3.Connection, ref: ClaimRef) -> ClaimGrant:
     return ClaimGrant(task_by_seq(conn, ref.task_seq), ref.token, ref.lease_expire_ms, ref.attempt, ref.fence)
 
 
-def _live_claim(tx: Txn, teammate: str, task_id: str, token: str, *, completed_ok: bool = False) -> tuple[int, int, int]:
+def _live_claim(
+    tx: Txn, teammate: str, task_id: str, token: str, *, completed_ok: bool = False
+) -> tuple[int, int, int]:
     """Returns (task seq, fence, lease ms) of the caller's live claim, or raises why not.
 
     With `completed_ok`, the token that completed the task returns fence 0
@@ -243,7 +297,8 @@ def _live_claim(tx: Txn, teammate: str, task_id: str, token: str, *, completed_o
     # gives up the GIL on every statement and may wait to get it back.
     row = tx.conn.execute(
         "SELECT t.seq, t.live_fence, t.lease_expire_ms, t.lease_ms, c.fence, c.task_seq, c.teammate, c.outcome"
-        " FROM tasks AS t LEFT JOIN claims AS c ON c.token = ? WHERE t.id = ?", (token, task_id)
+        " FROM tasks AS t LEFT JOIN claims AS c ON c.token = ? WHERE t.id = ?",
+        (token, task_id),
     ).fetchone()
     if row is None:
         raise errors.TaskNotFound(f"no task {task_id!r}", id=task_id)
@@ -326,9 +381,7 @@ def _slot_freed(tx: Txn, teammate: str) -> None:
 
 def release_all(tx: Txn, teammate: str, outcome: ClaimOutcome) -> None:
     """Returns every live claim of a teammate to PENDING without using an attempt."""
-    rows = tx.conn.execute(
-        "SELECT seq, live_fence FROM tasks WHERE owner = ? AND state = 2", (teammate,)
-    ).fetchall()
+    rows = tx.conn.execute("SELECT seq, live_fence FROM tasks WHERE owner = ? AND state = 2", (teammate,)).fetchall()
     for seq, fence in rows:
         _end_claim(tx, fence, outcome)
         _back_to_pending(tx, seq)
@@ -375,7 +428,9 @@ def cancel(tx: Txn, task_ids: Sequence[str]) -> list[TaskRecord]:
 
 
 def _cancel_dependents(tx: Txn, seqs: list[int]) -> None:
-    frontier = [dep for seq in seqs for (dep,) in tx.conn.execute("SELECT task_seq FROM deps WHERE dep_seq = ?", (seq,))]
+    frontier = [
+        dep for seq in seqs for (dep,) in tx.conn.execute("SELECT task_seq FROM deps WHERE dep_seq = ?", (seq,))
+    ]
     _cancel_seqs(tx, frontier, "a dependency failed or was canceled")
 
 
@@ -418,8 +473,9 @@ def reclaim_expired(tx: Txn) -> dict[str, int]:
         _count_failure(tx, seq, f"lease expired on attempt {attempt}", final=False)
         # Not woken like a freed slot: a frozen holder whose stream is still
         # open would only take the same task straight back (see delivery).
-        tx.conn.execute("UPDATE teammates SET last_expiry_ms = max(last_expiry_ms, ?) WHERE name = ?",
-                        (lease_end, owner))
+        tx.conn.execute(
+            "UPDATE teammates SET last_expiry_ms = max(last_expiry_ms, ?) WHERE name = ?", (lease_end, owner)
+        )
         refresh_status(tx, owner)
     return {owner: max(end for _, _, o, _, end in rows if o == owner) for _, _, owner, _, _ in rows}
 
@@ -439,15 +495,22 @@ def extend_live_leases(tx: Txn) -> int:
     """
     (last_ms,) = tx.conn.execute("SELECT value FROM meta WHERE key = 'clock_ms'").fetchone()
     reclaim_expired(Txn(tx.conn, min(last_ms, tx.now_ms), tx.wakes))
-    count = tx.conn.execute(
-        "UPDATE tasks SET lease_expire_ms = ? + lease_ms WHERE state = 2", (tx.now_ms,)
-    ).rowcount
+    count = tx.conn.execute("UPDATE tasks SET lease_expire_ms = ? + lease_ms WHERE state = 2", (tx.now_ms,)).rowcount
     tx.wakes.deadline(tx.now_ms)
     return count
 
 
 def task_changed(tx: Txn, task: TaskRecord) -> None:
-    emit(tx, "task_changed", {
-        "id": task.id, "state": int(task.state), "owner": task.owner, "attempt": task.attempt,
-        "error": task.error, "lease_expire_ms": task.lease_expire_ms, "finish_ms": task.finish_ms,
-    })
+    emit(
+        tx,
+        "task_changed",
+        {
+            "id": task.id,
+            "state": int(task.state),
+            "owner": task.owner,
+            "attempt": task.attempt,
+            "error": task.error,
+            "lease_expire_ms": task.lease_expire_ms,
+            "finish_ms": task.finish_ms,
+        },
+    )

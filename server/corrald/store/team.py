@@ -42,7 +42,9 @@ def get_teammate(conn: sqlite3.Connection, name: str) -> TeammateRecord:
 
 
 def list_teammates(conn: sqlite3.Connection) -> list[TeammateRecord]:
-    return [get_teammate(conn, name) for (name,) in conn.execute("SELECT name FROM teammates ORDER BY created_ms, name")]
+    return [
+        get_teammate(conn, name) for (name,) in conn.execute("SELECT name FROM teammates ORDER BY created_ms, name")
+    ]
 
 
 def roles_of(conn: sqlite3.Connection, name: str) -> tuple[str, ...]:
