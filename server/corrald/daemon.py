@@ -145,6 +145,7 @@ class Daemon:
         self.clock = clock or SystemClock()
         self.state = StateDir(config.state_dir)
         self.address: str | None = None
+        self.metrics_address: str | None = None
         self._draining = False
         self._stop = asyncio.Event()
 
@@ -165,7 +166,7 @@ class Daemon:
         await loop.run_in_executor(None, parts.board.open)
         self.state.secure_files()
         if parts.metrics is not None and self.config.metrics is not None:
-            parts.metrics.serve(self.config.metrics)
+            self.metrics_address = parts.metrics.serve(self.config.metrics)
         self.address = bind(
             parts.server, self.config.listen, self.config.tls_cert, self.config.tls_key, self.state.paths.socket
         )
@@ -183,6 +184,8 @@ class Daemon:
         await parts.server.stop(self.config.stop_grace_s)
         await parts.teammates.drain()
         await parts.reaper.close()
+        if parts.metrics is not None:
+            parts.metrics.close()
         await asyncio.get_running_loop().run_in_executor(None, parts.board.close)
         if self.address and self.address.startswith("unix:"):
             pathlib.Path(self.address.removeprefix("unix:")).unlink(missing_ok=True)
@@ -195,8 +198,8 @@ class Daemon:
         await self.start()
         _quiet_the_collector()
         ready = {"event": "ready", "address": self.address, "pid": os.getpid(), "state_dir": str(self.state.paths.root)}
-        if self.config.metrics:
-            ready["metrics"] = self.config.metrics
+        if self.metrics_address:
+            ready["metrics"] = self.metrics_address  # as bound: `--metrics 127.0.0.1:0` names its port
         sys.stdout.write(json.dumps(ready) + "\n")
         sys.stdout.flush()
         log.info("serving on %s", self.address)

@@ -6,9 +6,14 @@ only ever counted after COMMIT; gauges are read at scrape time.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
 
 from .board import Board
 from .model import TaskState, TeammateStatus, Wakes
@@ -62,6 +67,7 @@ class _BoardCollector(Collector):
 class Metrics:
     def __init__(self, board: Board, hub: WakeHub, lanes: CallLanes) -> None:
         self.registry = CollectorRegistry()
+        self._http: WSGIServer | None = None
         self._commit_seconds = Histogram(
             "corral_writer_commit_seconds",
             "Time from BEGIN to COMMIT of one group commit.",
@@ -91,7 +97,20 @@ class Metrics:
         for name, count in wakes.tally.items():
             self._operations.labels(name).inc(count)
 
-    def serve(self, address: str) -> None:
-        """Starts the endpoint; the board must be open (scrapes read it)."""
+    def serve(self, address: str) -> str:
+        """Starts the endpoint; returns the address it listens on (port 0 picks a free one).
+
+        The board must be open: scrapes read it.
+        """
         host, _, port = address.rpartition(":")
-        start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+        host = host.removeprefix("[").removesuffix("]") or "127.0.0.1"
+        self._http, _ = start_http_server(int(port), addr=host, registry=self.registry)
+        bound_host, bound_port = str(self._http.server_address[0]), self._http.server_address[1]
+        return f"[{bound_host}]:{bound_port}" if ":" in bound_host else f"{bound_host}:{bound_port}"
+
+    def close(self) -> None:
+        """Stops the endpoint, if it was started."""
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None

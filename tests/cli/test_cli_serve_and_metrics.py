@@ -193,3 +193,24 @@ def test_stop_without_a_state_dir_is_a_usage_error(tmp_path):
                              timeout=30, check=False)
     assert stopped.returncode == 2
     assert stopped.stderr.strip() == f"corral: no state directory at {missing}"
+
+
+@pytest.mark.timeout(60)
+def test_the_ready_line_names_the_metrics_port_it_bound(tmp_path):
+    process = subprocess.Popen(
+        corral_command("serve", "--state-dir", str(tmp_path / "state"), "--metrics", "127.0.0.1:0"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert process.stdout is not None
+        ready = json.loads(process.stdout.readline())
+        host, _, port = ready["metrics"].rpartition(":")
+        assert host == "127.0.0.1" and int(port) > 0, ready
+        families = scrape(int(port))  # the named port really serves the metrics
+        assert "corral_writer_queue_depth" in families
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
