@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -161,15 +160,14 @@ def test_revoked_credentials_stay_revoked_after_a_restart(corrald):
 
 @pytest.mark.timeout(60)
 def test_a_crash_right_after_a_claim_is_sent_loses_no_claim(corrald):
-    env = dict(os.environ, CORRAL_FAILPOINTS="after_claim_sent=kill:1")
-    crashing = corrald(env=env)
+    crashing = corrald(failpoints="after_claim_sent=kill:1")
     mate = crashing.add_teammate("mate")
     crashing.create_tasks(spec("sent-then-crash", lease=LEASE), spec("next"))
     stream = mate.idle()
     claim = stream.next_event("claim")  # the daemon SIGKILLs itself right after writing this
     code, _ = stream.wait_end(10)
     assert code == grpc.StatusCode.UNAVAILABLE
-    assert crashing.proc.wait(10) == -signal.SIGKILL
+    assert crashing.wait_exit(10) == -signal.SIGKILL
 
     after = corrald(crashing.state_dir)
     resumed = after.client(mate.token, "mate").idle()
@@ -213,7 +211,7 @@ def test_every_acknowledged_write_survives_a_stop_under_load(corrald, how):
     assert acknowledged.wait(20), f"only {len(ok)} writes acknowledged"
     if how == "sigterm":
         code, _ = first.terminate()
-        assert code == 0, first.log()
+        assert code == 0, first.stderr_tail()
     else:
         first.kill()
     for future in futures:

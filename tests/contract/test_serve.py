@@ -25,7 +25,7 @@ def test_state_dir_and_its_files_are_private(daemon):
     for name in ("corral.sqlite3", "lead.token", "corrald.lock", "corral.sock"):
         assert _mode(root / name) == 0o600, f"{name} is {oct(_mode(root / name))}"
     assert daemon.address == f"unix:{root / 'corral.sock'}"
-    assert daemon.ready.get("pid") == daemon.proc.pid
+    assert daemon.ready.get("pid") == daemon.pid
 
 
 @pytest.mark.timeout(30)

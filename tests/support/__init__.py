@@ -1,0 +1,22 @@
+"""What the test suites and the bench share: daemons started through the SDK's launcher,
+waiting with a deadline, percentiles and fake clocks.
+
+Import from here (`from tests.support import wait_until`); pytest puts the
+repository root on `sys.path` (`pythonpath` in pyproject.toml) and `python -m
+bench` runs from it.
+"""
+
+from tests.support.clocks import SecondsClock
+from tests.support.daemons import READY_TIMEOUT_S, STOP_TIMEOUT_S, Daemon
+from tests.support.stats import percentile
+from tests.support.waiting import wait_until, wait_until_async
+
+__all__ = [
+    "READY_TIMEOUT_S",
+    "STOP_TIMEOUT_S",
+    "Daemon",
+    "SecondsClock",
+    "percentile",
+    "wait_until",
+    "wait_until_async",
+]
