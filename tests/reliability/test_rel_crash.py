@@ -10,7 +10,6 @@ import json
 import random
 import signal
 import subprocess
-import sys
 import time
 
 import grpc
@@ -18,10 +17,12 @@ import pytest
 
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
-from rel_harness import (HERE, IN_DOUBT, Lead, dur, integrity, md, open_db_ro, pick, random_dag, replay_watch,
-                         specs_for, wait_briefly, wait_for_tasks_terminal, wait_until, wal_size)
-from rel_history import Recorder, check, load
-from rel_team import Behaviour, run_team
+from tests.support import wait_until
+
+from .rel_harness import (IN_DOUBT, Lead, child_process, dur, integrity, md, open_db_ro, pick, random_dag,
+                          replay_watch, specs_for, wait_briefly, wait_for_tasks_terminal, wal_size)
+from .rel_history import Recorder, check, load
+from .rel_team import Behaviour, run_team
 
 # ---------------------------------------------------------------- helpers
 
@@ -32,8 +33,7 @@ def _spawn_team(tmp_path, index: int, address: str, teammates: dict[str, str], b
     config.write_text(json.dumps({"address": address, "teammates": teammates, "history": str(history),
                                   "behaviour": behaviour}))
     log = open(tmp_path / f"team{index}.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, str(HERE / "rel_team.py"), "work", str(config)],
-                            stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+    proc = child_process("rel_team", "work", str(config), stdout=subprocess.PIPE, stderr=log, start_new_session=True)
     log.close()
     line = proc.stdout.readline()
     assert b"started" in line, (tmp_path / f"team{index}.log").read_text()

@@ -21,7 +21,7 @@ from corrald import errors as corrald_errors
 from corrald.config import Limits
 from corrald.store.model import TaskSpec
 from corrald.validate import normalize_batch
-from rel_harness import SOAK, Daemon, Lead, dur, md, pick, schema_of, status_details
+from .rel_harness import SOAK, Daemon, Lead, dur, md, pick, schema_of, status_details
 
 SERVICES = [pb.DESCRIPTOR.services_by_name[n] for n in ("LeadService", "TeammateService", "BoardService")]
 METHODS = [(f"/{s.full_name}/{m.name}", m) for s in SERVICES for m in s.methods]
