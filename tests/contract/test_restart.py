@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -13,6 +11,8 @@ import grpc
 import pytest
 
 from corral.v1 import corral_pb2 as pb
+
+from tests.support import start_refused
 
 from .wire import spec, ts_seconds
 
@@ -24,16 +24,9 @@ LEASE = 10.0  # long enough that a slow restart on a loaded machine still finds 
 def test_a_second_daemon_on_the_same_state_dir_refuses_to_start(corrald):
     first = corrald()
     first.create_tasks(spec("kept"))
-    try:
-        second = subprocess.run(
-            [sys.executable, "-m", "corrald", "serve", "--state-dir", str(first.state_dir)],
-            capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired as expired:
-        pytest.fail(f"the second daemon kept running on a state dir in use: {expired.stdout!r} {expired.stderr!r}")
-    assert second.returncode != 0, second
-    assert str(first.pid) in second.stderr, f"the refusal must name the running pid {first.pid}: {second.stderr!r}"
-    assert '"ready"' not in second.stdout
+    code, stderr = start_refused(first.state_dir)
+    assert code != 0, f"a second daemon served on a state dir in use: {stderr}"
+    assert str(first.pid) in stderr, f"the refusal must name the running pid {first.pid}: {stderr!r}"
     # The first daemon is unharmed: still serving on its socket.
     assert (first.state_dir / "corral.sock").exists()
     assert first.get_task("kept").state == pb.TASK_STATE_PENDING

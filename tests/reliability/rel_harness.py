@@ -26,11 +26,9 @@ import grpc.aio
 from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 
-from corral._launch import DaemonStartError, launch_daemon
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 from tests import support
-from tests.support.daemons import FAILPOINTS_ENV
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -163,23 +161,6 @@ class Daemon(support.Daemon):
 
     def aio_channel(self) -> grpc.aio.Channel:
         return grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
-
-
-def start_refused(state_dir: pathlib.Path, extra_args: Sequence[str] = (),
-                  timeout: float = support.READY_TIMEOUT_S) -> tuple[int, str]:
-    """Starts `corrald serve` on `state_dir`, expecting a refusal; returns (exit status, stderr).
-
-    A daemon that comes up anyway is stopped and reported as status 0.
-    """
-    try:
-        process = launch_daemon(state_dir, extra_args=extra_args, ready_timeout=timeout,
-                                env={FAILPOINTS_ENV: None})
-    except DaemonStartError as refused:
-        if refused.returncode is None:
-            raise AssertionError(f"corrald neither served nor exited within {timeout}s:\n{refused.stderr}") from None
-        return refused.returncode, refused.stderr
-    process.stop()
-    return 0, process.stderr_tail() + "\n(daemon came up)"
 
 
 # ---------------------------------------------------------------- child processes

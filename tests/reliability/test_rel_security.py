@@ -17,9 +17,9 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
-from tests.support import wait_until
+from tests.support import start_refused, wait_until
 
-from .rel_harness import Lead, dur, md, start_refused, status_details
+from .rel_harness import Lead, dur, md, status_details
 
 SERVICES = [pb.DESCRIPTOR.services_by_name[n] for n in ("LeadService", "TeammateService", "BoardService")]
 METHODS = [(f"/{s.full_name}/{m.name}", s.name, m) for s in SERVICES for m in s.methods]

@@ -7,7 +7,7 @@ bench` runs from it.
 """
 
 from tests.support.clocks import SecondsClock
-from tests.support.daemons import READY_TIMEOUT_S, STOP_TIMEOUT_S, Daemon
+from tests.support.daemons import READY_TIMEOUT_S, STOP_TIMEOUT_S, Daemon, start_refused
 from tests.support.stats import percentile
 from tests.support.teammates import FAST_POLL, TeammateThread, task_reached, watch_until
 from tests.support.waiting import wait_until, wait_until_async
@@ -20,6 +20,7 @@ __all__ = [
     "SecondsClock",
     "TeammateThread",
     "percentile",
+    "start_refused",
     "task_reached",
     "wait_until",
     "wait_until_async",

@@ -4,7 +4,8 @@
 (after a SIGKILL, a failpoint or a clean stop). Each start's stdout and stderr
 are copied to a file of their own in `log_dir`. Failpoints reach the daemon
 only through `start(failpoints=...)`: a CORRAL_FAILPOINTS the developer's
-shell happens to export never does.
+shell happens to export never does. `start_refused` is for the starts that
+must fail.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import signal
 import time
 from collections.abc import Mapping, Sequence
 
-from corral._launch import DaemonProcess, launch_daemon
+from corral._launch import DaemonProcess, DaemonStartError, launch_daemon
 
 READY_TIMEOUT_S = 20.0  # generous: two cores, other suites may run alongside
 STOP_TIMEOUT_S = 5.0  # the contract: SIGTERM -> exit 0 within 5 s
@@ -147,3 +148,21 @@ class Daemon:
         """Everything every start wrote, stdout and stderr, in order of the starts."""
         return "".join(path.read_text(errors="replace") for path in self._logs if path.exists())
 
+
+
+def start_refused(
+    state_dir: pathlib.Path, extra_args: Sequence[str] = (), timeout: float = READY_TIMEOUT_S
+) -> tuple[int, str]:
+    """Starts `corrald serve` on `state_dir`, expecting a refusal; returns (exit status, stderr).
+
+    A daemon that comes up anyway is stopped and reported as status 0; one
+    that neither serves nor exits within `timeout` fails the test.
+    """
+    try:
+        process = launch_daemon(state_dir, extra_args=extra_args, ready_timeout=timeout, env={FAILPOINTS_ENV: None})
+    except DaemonStartError as refused:
+        if refused.returncode is None:
+            raise AssertionError(f"corrald neither served nor exited within {timeout}s:\n{refused.stderr}") from None
+        return refused.returncode, refused.stderr
+    process.stop()
+    return 0, process.stderr_tail() + "\n(corrald came up and served)"
