@@ -235,6 +235,15 @@ class Lead:
     def get_task(self, task_id: str) -> pb.Task:
         return self.board.GetTask(pb.GetTaskRequest(id=task_id), metadata=self.md, timeout=20).task
 
+    def exists(self, task_id: str) -> bool:
+        """Whether the board has the task (any answer but NOT_FOUND fails the test)."""
+        try:
+            self.get_task(task_id)
+            return True
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.NOT_FOUND
+            return False
+
     def stats(self) -> pb.GetStatsResponse:
         return self.board.GetStats(pb.GetStatsRequest(), metadata=self.md, timeout=20)
 
@@ -252,6 +261,20 @@ class Lead:
 def wait_briefly(seconds: float) -> None:
     """A retry back-off (never used to wait for a condition)."""
     threading.Event().wait(seconds)
+
+
+def first_claim(stub: pb_grpc.TeammateServiceStub, token: str, *, poll_ms: int = 200, max_idle_polls: int = 100,
+                timeout: float = 10) -> pb.Claim:
+    """Opens an Idle stream as `token` and returns the first claim it delivers (the stream is then closed)."""
+    call = stub.Idle(pb.IdleRequest(poll_interval=dur(poll_ms), max_idle_polls=max_idle_polls), metadata=md(token),
+                     timeout=timeout)
+    try:
+        for response in call:
+            if response.HasField("claim"):
+                return response.claim
+    finally:
+        call.cancel()
+    raise AssertionError("no claim")
 
 
 def wait_for_tasks_terminal(lead: Lead, ids: set[str], timeout: float, seen: dict | None = None) -> dict[str, int]:

@@ -19,7 +19,7 @@ from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 from tests.support import start_refused, wait_until
 
-from .rel_harness import Lead, dur, md, status_details
+from .rel_harness import Lead, dur, first_claim, md, status_details
 
 SERVICES = [pb.DESCRIPTOR.services_by_name[n] for n in ("LeadService", "TeammateService", "BoardService")]
 METHODS = [(f"/{s.full_name}/{m.name}", s.name, m) for s in SERVICES for m in s.methods]
@@ -133,15 +133,8 @@ def test_roles_are_enforced_on_every_rpc(daemon, figures):
 # ---------------------------------------------------------------- claim tokens
 
 
-def _claim(stub, token: str, timeout: float = 10):
-    call = stub.Idle(pb.IdleRequest(poll_interval=dur(100), max_idle_polls=200), metadata=md(token), timeout=timeout)
-    try:
-        for response in call:
-            if response.HasField("claim"):
-                return response.claim
-    finally:
-        call.cancel()
-    raise AssertionError("no claim")
+def _claim(stub, token: str) -> pb.Claim:
+    return first_claim(stub, token, poll_ms=100, max_idle_polls=200)
 
 
 def _try_all(stub, token: str, task_id: str, claim_token: str) -> dict[str, str]:
