@@ -1,17 +1,11 @@
-"""Start and stop a real `corrald serve` for one measurement; talk to it over its Unix socket."""
+"""Start and stop a real `corrald serve` for one measurement (tests.support.Daemon); talk to it over its Unix socket."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import os
 import pathlib
-import selectors
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -21,8 +15,10 @@ from google.protobuf import duration_pb2
 
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
+from tests import support
 
 READY_TIMEOUT_S = 30.0
+STOP_GRACE_S = 15.0  # a daemon at the end of a heavy run may take a while to checkpoint
 CHANNEL_OPTIONS = (
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
@@ -79,51 +75,24 @@ def scratch_dir(prefix: str) -> pathlib.Path:
     return pathlib.Path(tempfile.mkdtemp(prefix=f"corral-bench-{prefix}-"))
 
 
-class Daemon:
-    """One `corrald serve` child on a fresh state directory."""
+class Daemon(support.Daemon):
+    """One `corrald serve` child on a fresh state directory (tests.support's, through the SDK's launcher)."""
 
     def __init__(self, *, synchronous: str = "FULL", state_dir: pathlib.Path | None = None) -> None:
         # `root` holds the log (and the state dir, unless one is given); it is removed on stop.
         self.root = scratch_dir("d")
-        self.state_dir = state_dir or self.root / "state"
-        self.synchronous = synchronous
-        self.process: subprocess.Popen | None = None
-        self.address = ""
-        self.pid = 0
+        super().__init__(state_dir or self.root / "state", log_dir=self.root, log_level="warning",
+                         extra_args=["--synchronous", synchronous])
         self.token = ""
 
     def start(self) -> Daemon:
-        log = open(self.root / "corrald.log", "ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "corrald", "serve", "--state-dir", str(self.state_dir),
-             "--synchronous", self.synchronous, "--log-level", "warning"],
-            stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
-        )
-        log.close()
-        ready = self._read_ready()
-        self.address, self.pid = ready["address"], ready["pid"]
-        self.token = (self.state_dir / "lead.token").read_text().strip()
+        try:
+            super().start(timeout=READY_TIMEOUT_S)
+        except BaseException:
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise
+        self.token = self.read_lead_token()
         return self
-
-    def _read_ready(self) -> dict:
-        assert self.process is not None and self.process.stdout is not None
-        selector = selectors.DefaultSelector()
-        selector.register(self.process.stdout, selectors.EVENT_READ)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if selector.select(timeout=0.5):
-                line = self.process.stdout.readline()
-                if not line:
-                    break
-                with contextlib.suppress(ValueError):
-                    event = json.loads(line)
-                    if event.get("event") == "ready":
-                        return event
-            if self.process.poll() is not None:
-                break
-        log = (self.root / "corrald.log").read_text(errors="replace")[-2000:]
-        self.stop()
-        raise RuntimeError(f"corrald did not become ready: {log}")
 
     def rss_mib(self) -> float:
         return rss_mib(self.pid)
@@ -131,16 +100,8 @@ class Daemon:
     def cpu_seconds(self) -> float:
         return cpu_seconds(self.pid)
 
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self.process is not None and self.process.stdout is not None:
-            self.process.stdout.close()
+    def stop(self, grace: float = STOP_GRACE_S) -> None:
+        super().stop(grace)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> Daemon:

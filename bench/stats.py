@@ -1,4 +1,4 @@
-"""Percentiles, run summaries and the machine description."""
+"""Run summaries and the machine description (percentiles: tests.support)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 
-
-def percentile(samples: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in [0, 1]); 0.0 for no samples."""
-    if not samples:
-        return 0.0
-    ordered = sorted(samples)
-    rank = max(0, min(len(ordered) - 1, int(round(q * len(ordered) + 0.5)) - 1))
-    return float(ordered[rank])
+from tests.support import percentile
 
 
 def summary(values: Sequence[float], unit: str) -> dict:
@@ -46,8 +39,8 @@ def ms(seconds: float) -> float:
 def latency_fields(samples_s: Sequence[float], prefix: str = "") -> dict:
     """p50/p99/max in milliseconds from samples in seconds."""
     return {
-        f"{prefix}p50_ms": ms(percentile(samples_s, 0.50)),
-        f"{prefix}p99_ms": ms(percentile(samples_s, 0.99)),
+        f"{prefix}p50_ms": ms(percentile(samples_s, 0.50, empty=0.0)),
+        f"{prefix}p99_ms": ms(percentile(samples_s, 0.99, empty=0.0)),
         f"{prefix}max_ms": ms(max(samples_s)) if samples_s else 0.0,
         f"{prefix}samples": len(samples_s),
     }

@@ -4,6 +4,8 @@ No gRPC and no second process: N coroutines on one event loop call the same
 writer jobs the daemon runs per cycle (`delivery.next_for_teammate`, the Idle
 stream's job, then `tasks.complete`), with group commit and the same pragmas.
 The gap between this and the end-to-end figure is what the RPC layer costs.
+The same run with every job in a transaction of its own (`max_batch=1`)
+shows what group commit buys.
 """
 
 from __future__ import annotations
@@ -49,10 +51,11 @@ async def _teammate(board: Board, name: str, goal: int, done: list[int], latenci
         done[0] += 1
 
 
-async def _measure(teammates: int, count: int, synchronous: str, deadline_s: float, runs: int) -> list[dict]:
+async def _measure(teammates: int, count: int, synchronous: str, deadline_s: float, runs: int,
+                   max_batch: int = WriterConfig.max_batch) -> list[dict]:
     root = scratch_dir("floor")
     board = Board(root / "floor.sqlite3", clock=SystemClock(), lead_token="bench-floor",
-                  writer_config=WriterConfig(synchronous=synchronous))
+                  writer_config=WriterConfig(synchronous=synchronous, max_batch=max_batch))
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, board.open)
     results = []
@@ -89,4 +92,9 @@ def run(sizes, runs: int, log) -> dict:
         out["FULL"][str(teammates)] = summarize(results, FIELDS)
         log(f"writer floor FULL  {teammates:>4} teammates: {out['FULL'][str(teammates)]['throughput']['median']:8.0f}"
             f" cycles/s")
+    teammates = sizes.normal_at
+    alone = asyncio.run(_measure(teammates, sizes.floor_tasks, "FULL", sizes.run_deadline_s, runs, max_batch=1))
+    out["one_job_per_commit"] = {str(teammates): summarize(alone, FIELDS)}
+    log(f"writer floor FULL  {teammates:>4} teammates, one job per commit:"
+        f" {out['one_job_per_commit'][str(teammates)]['throughput']['median']:8.0f} cycles/s")
     return out

@@ -1,9 +1,10 @@
-"""Starting and stopping a local `corrald` process.
+"""Starting and stopping a local `corrald` process: the one way the SDK, the tests and the bench do it.
 
 The daemon prints one JSON line `{"event": "ready", "address": ..., "pid": ...}`
 on stdout when it serves. Stdout and stderr are drained by threads for the
 daemon's whole life (a full pipe would block it); stderr lines go to the
 `corral.daemon` logger and the last few KiB are kept for error messages.
+Given a `log_file`, every line of both streams is appended to it as well.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import IO
 
 from corral._errors import CorralError
 
-__all__ = ["DaemonProcess", "launch_daemon"]
+__all__ = ["DaemonProcess", "DaemonStartError", "launch_daemon"]
 
 _log = logging.getLogger("corral.daemon")
 
@@ -35,25 +36,63 @@ _STDERR_TAIL_LINES = 200
 LEAD_TOKEN_FILE = "lead.token"
 
 
+class DaemonStartError(CorralError):
+    """corrald exited, or printed no ready line in time, before it served.
+
+    `returncode` is the exit status (None when it was still running at the
+    deadline and had to be killed); `stderr` is what it wrote there last.
+    """
+
+    def __init__(self, details: str, *, returncode: int | None, stderr: str) -> None:
+        super().__init__(details)
+        self.returncode = returncode
+        self.stderr = stderr
+
+
 @dataclass(frozen=True)
 class _Exited:
     """Sentinel put on the ready queue when stdout closes before the ready line."""
 
 
+class _LogCopy:
+    """Appends the lines of both streams to one file; closed when both have ended."""
+
+    def __init__(self, path: Path, streams: int) -> None:
+        self._file = path.open("ab")
+        self._lock = threading.Lock()
+        self._open_streams = streams
+
+    def write(self, raw: bytes) -> None:
+        with self._lock:
+            self._file.write(raw)
+            self._file.flush()  # a test reads the file while the daemon runs, or after it was killed
+
+    def stream_ended(self) -> None:
+        with self._lock:
+            self._open_streams -= 1
+            if self._open_streams == 0:
+                self._file.close()
+
+
 class _StderrTail:
     """Drains a stream into the log, keeping its last lines for error reports."""
 
-    def __init__(self, stream: IO[bytes]) -> None:
+    def __init__(self, stream: IO[bytes], copy: _LogCopy | None) -> None:
         self._lines: collections.deque[str] = collections.deque(maxlen=_STDERR_TAIL_LINES)
+        self._copy = copy
         self._thread = threading.Thread(target=self._drain, args=(stream,), name="corrald-stderr", daemon=True)
         self._thread.start()
 
     def _drain(self, stream: IO[bytes]) -> None:
         with stream:
             for raw in stream:
+                if self._copy is not None:
+                    self._copy.write(raw)
                 line = raw.decode("utf-8", "replace").rstrip()
                 self._lines.append(line)
                 _log.debug("%s", line)
+        if self._copy is not None:
+            self._copy.stream_ended()
 
     def text(self, wait: float = 1.0) -> str:
         """The kept lines; waits briefly so an exiting process's last words arrive."""
@@ -62,7 +101,10 @@ class _StderrTail:
 
 
 class DaemonProcess:
-    """A running `corrald serve`; stop it with `stop()`."""
+    """A running `corrald serve`; stop it with `stop()`.
+
+    `ready` is its parsed ready line (`event`, `address`, `pid`, ...).
+    """
 
     def __init__(
         self,
@@ -72,10 +114,12 @@ class DaemonProcess:
         address: str,
         owns_state_dir: bool,
         stderr: _StderrTail,
+        ready: Mapping[str, object],
     ) -> None:
         self._process = process
         self.state_dir = state_dir
         self.address = address
+        self.ready: Mapping[str, object] = dict(ready)
         self._owns_state_dir = owns_state_dir
         self._stderr = stderr
 
@@ -100,6 +144,23 @@ class DaemonProcess:
             return path.read_text(encoding="utf-8").strip()
         except OSError as exc:
             raise CorralError(f"corrald is ready but {path} cannot be read: {exc}") from exc
+
+    def send_signal(self, signum: int) -> None:
+        """Sends `signum` unless the daemon has already exited (and been reaped)."""
+        if self._process.poll() is None:
+            self._process.send_signal(signum)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit status once the daemon exits; None if it still runs after `timeout` seconds."""
+        try:
+            return self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> int:
+        """SIGKILL (the crash path) and reap; returns the exit status."""
+        self.send_signal(signal.SIGKILL)
+        return self._process.wait()
 
     def stop(self, grace: float = STOP_GRACE_SECONDS) -> int:
         """SIGTERM, then SIGKILL after `grace` seconds; returns the exit status.
@@ -126,13 +187,20 @@ def launch_daemon(
     *,
     listen: str | None = None,
     extra_args: Sequence[str] = (),
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str | None] | None = None,
     ready_timeout: float = 30.0,
+    log_file: str | os.PathLike[str] | None = None,
+    new_session: bool = False,
 ) -> DaemonProcess:
     """Spawn `python -m corrald serve` and wait until it prints its ready line.
 
-    Raises CorralError (with the daemon's stderr) when it exits first or does
-    not become ready within `ready_timeout` seconds.
+    `env` is laid over this process's environment; a None value removes that
+    variable. `log_file`, when given, receives a copy of every line the daemon
+    writes on stdout and stderr. `new_session` starts it in a session of its
+    own, out of reach of signals sent to this process's group.
+
+    Raises DaemonStartError (a CorralError, with the daemon's stderr) when it
+    exits first or does not become ready within `ready_timeout` seconds.
     """
     owns_state_dir = state_dir is None
     directory = Path(tempfile.mkdtemp(prefix="corral-")) if state_dir is None else Path(state_dir)
@@ -145,25 +213,45 @@ def launch_daemon(
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={**os.environ, **(env or {})},
+        env=_environment(env or {}),
+        start_new_session=new_session,
     )
     assert process.stdout is not None and process.stderr is not None
-    stderr = _StderrTail(process.stderr)
+    copy = _LogCopy(Path(log_file), streams=2) if log_file is not None else None
+    stderr = _StderrTail(process.stderr, copy)
     ready: queue.Queue[dict[str, object] | _Exited] = queue.Queue()
-    threading.Thread(target=_watch_stdout, args=(process.stdout, ready), name="corrald-stdout", daemon=True).start()
+    threading.Thread(
+        target=_watch_stdout, args=(process.stdout, ready, copy), name="corrald-stdout", daemon=True
+    ).start()
     try:
-        address = _await_ready(ready, ready_timeout, process, stderr)
+        event = _await_ready(ready, ready_timeout, process, stderr)
     except BaseException:
         _abandon(process, directory if owns_state_dir else None)
         raise
-    return DaemonProcess(process, state_dir=directory, address=address, owns_state_dir=owns_state_dir, stderr=stderr)
+    return DaemonProcess(
+        process,
+        state_dir=directory,
+        address=str(event["address"]),
+        owns_state_dir=owns_state_dir,
+        stderr=stderr,
+        ready=event,
+    )
 
 
-def _watch_stdout(stream: IO[bytes], ready: queue.Queue[dict[str, object] | _Exited]) -> None:
+def _environment(overrides: Mapping[str, str | None]) -> dict[str, str]:
+    merged: dict[str, str | None] = {**os.environ, **overrides}
+    return {name: value for name, value in merged.items() if value is not None}
+
+
+def _watch_stdout(
+    stream: IO[bytes], ready: queue.Queue[dict[str, object] | _Exited], copy: _LogCopy | None
+) -> None:
     # Keeps reading after the ready line so the daemon never blocks on a full pipe.
     announced = False
     with stream:
         for raw in stream:
+            if copy is not None:
+                copy.write(raw)
             line = raw.decode("utf-8", "replace").strip()
             event = _parse_event(line)
             if not announced and event is not None and event.get("event") == "ready":
@@ -171,6 +259,8 @@ def _watch_stdout(stream: IO[bytes], ready: queue.Queue[dict[str, object] | _Exi
                 ready.put(event)
             elif line:
                 _log.debug("stdout: %s", line)
+    if copy is not None:
+        copy.stream_ended()
     if not announced:
         ready.put(_Exited())
 
@@ -190,21 +280,29 @@ def _await_ready(
     timeout: float,
     process: subprocess.Popen[bytes],
     stderr: _StderrTail,
-) -> str:
+) -> dict[str, object]:
     try:
         event = ready.get(timeout=timeout)
     except queue.Empty:
-        raise CorralError(f"corrald did not become ready within {timeout:g}s; stderr:\n{stderr.text(wait=0)}") from None
+        tail = stderr.text(wait=0)
+        raise DaemonStartError(
+            f"corrald did not become ready within {timeout:g}s; stderr:\n{tail}", returncode=None, stderr=tail
+        ) from None
     if isinstance(event, _Exited):
         try:
             returncode = process.wait(STOP_GRACE_SECONDS)
         except subprocess.TimeoutExpired:
             returncode = None
-        raise CorralError(f"corrald exited (status {returncode}) before it was ready; stderr:\n{stderr.text()}")
+        tail = stderr.text()
+        raise DaemonStartError(
+            f"corrald exited (status {returncode}) before it was ready; stderr:\n{tail}",
+            returncode=returncode,
+            stderr=tail,
+        )
     address = event.get("address")
     if not isinstance(address, str) or not address:
         raise CorralError(f"corrald's ready line has no address: {event!r}")
-    return address
+    return event
 
 
 def _abandon(process: subprocess.Popen[bytes], owned_dir: Path | None) -> None:

@@ -19,7 +19,7 @@ SECTIONS = ["e2e", "grpc_floor", "writer_floor", "tutorial", "huey", "paired", "
 EXPECTED = {
     "e2e": ["FULL", "NORMAL"],
     "grpc_floor": ["teammates"],
-    "writer_floor": ["FULL"],
+    "writer_floor": ["FULL", "one_job_per_commit"],
     "tutorial": ["FULL", "NORMAL"],
     "huey": ["FULL"],
     "paired": ["rounds", "vs_floor", "vs_tutorial"],

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,9 +15,9 @@ from click.testing import CliRunner, Result
 
 import corral
 from corral.cli import main
+from tests.support import TeammateThread, watch_until
 
 CONNECTION_ENV = ("CORRAL_ADDRESS", "CORRAL_TOKEN", "CORRAL_STATE_DIR", "CORRAL_DEBUG")
-FAST_POLL = 0.05
 
 
 @pytest.fixture(autouse=True)
@@ -90,53 +90,6 @@ def one_error_line(result: Result) -> str:
     return lines[0]
 
 
-def wait_for_event(
-    lead: corral.Lead, predicate: Callable[[corral.WatchEvent], bool], *, timeout: float = 15.0
-) -> corral.WatchEvent:
-    """The first watch event (replayed from the start) that matches `predicate`."""
-    for event in lead.watch(0, timeout=timeout):
-        if predicate(event):
-            return event
-    raise AssertionError("the watch stream ended before the expected event")
-
-
-class TeammateThread:
-    """`corral.run_teammate` in a thread, keeping its summary or error."""
-
-    def __init__(self, lead: corral.Lead, name: str, handler: Callable[[corral.Task], Any], **options: Any) -> None:
-        roles = options.pop("roles", ())
-        plan_required = options.pop("require_plan_approval", False)
-        self.new = lead.add_teammate(name, roles=roles, require_plan_approval=plan_required)
-        env = lead.teammate_env(self.new)
-        options.setdefault("poll_interval", FAST_POLL)
-        options.setdefault("max_idle_polls", 10_000)
-        self.summary: corral.RunSummary | None = None
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._run,
-            args=(handler, env, options),
-            name=f"teammate-{name}",
-            daemon=True,
-        )
-        self._thread.start()
-
-    def _run(self, handler: Callable[[corral.Task], Any], env: dict[str, str], options: dict[str, Any]) -> None:
-        try:
-            self.summary = corral.run_teammate(
-                handler, address=env["CORRAL_ADDRESS"], token=env["CORRAL_TOKEN"], **options
-            )
-        except BaseException as exc:  # reported by result()
-            self.error = exc
-
-    def result(self, timeout: float = 30.0) -> corral.RunSummary:
-        self._thread.join(timeout)
-        assert not self._thread.is_alive(), "teammate still running"
-        if self.error is not None:
-            raise self.error
-        assert self.summary is not None
-        return self.summary
-
-
 # Test modules get the helpers through fixtures: `import conftest` would be
 # ambiguous with the other test directories' conftest modules.
 
@@ -148,20 +101,23 @@ def error_line() -> Callable[[Result], str]:
 
 @pytest.fixture
 def until_event() -> Callable[..., corral.WatchEvent]:
-    return wait_for_event
+    """until_event(lead, predicate): the first watch event, replayed from the start, that matches."""
+    return functools.partial(watch_until, timeout=15.0)
 
 
 @pytest.fixture
 def start_teammate_factory() -> Iterator[Callable[[corral.Lead], Callable[..., TeammateThread]]]:
     """start_teammate_factory(lead)(name, handler, **run_teammate options) -> a running TeammateThread.
 
-    Teammates still running at the end are removed, which ends their loops.
+    Its idle polls are many (10,000) unless given; teammates still running at the end are removed,
+    which ends their loops.
     """
     started: list[tuple[corral.Lead, TeammateThread]] = []
 
     def for_lead(lead: corral.Lead) -> Callable[..., TeammateThread]:
         def start(name: str, handler: Callable[[corral.Task], Any], **options: Any) -> TeammateThread:
-            mate = TeammateThread(lead, name, handler, **options)
+            options.setdefault("max_idle_polls", 10_000)
+            mate = TeammateThread(lead, name, handler, **options).start()
             started.append((lead, mate))
             return mate
 
@@ -169,10 +125,10 @@ def start_teammate_factory() -> Iterator[Callable[[corral.Lead], Callable[..., T
 
     yield for_lead
     for lead, mate in started:
-        if mate._thread.is_alive():
+        if mate.running():
             with contextlib.suppress(corral.CorralError):
                 lead.remove_teammate(mate.new.name)
-            mate._thread.join(10)
+            mate.join(10)
 
 
 @pytest.fixture

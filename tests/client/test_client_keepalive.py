@@ -3,9 +3,6 @@ recording a proven loss, riding out transient errors, and an unconfirmed loss.""
 
 import asyncio
 import datetime
-import threading
-import time
-from collections.abc import Callable
 
 import grpc
 import pytest
@@ -13,17 +10,10 @@ import pytest
 import corral
 import corral.aio
 from corral._types import ClaimInfo, Task, TaskState
+from tests.support import wait_until, wait_until_async
 
 UTC = datetime.UTC
 LEASE = datetime.timedelta(milliseconds=300)
-
-
-def eventually(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll `predicate` until true or fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached before the deadline"
-        threading.Event().wait(0.01)
 
 
 def lease_expired() -> corral.LeaseExpired:
@@ -74,7 +64,7 @@ def test_keepalive_renews_until_stopped_and_complete_stops_it() -> None:
     claim = corral.Claim(claim_info(), teammate)  # type: ignore[arg-type]
     first_expiry = claim.lease_expire_time
     with claim.keepalive():
-        eventually(lambda: teammate.renewals >= 3)
+        wait_until(lambda: teammate.renewals >= 3, what="three renewals")
     assert not claim.lost
     assert claim.lease_expire_time is not None and first_expiry is not None
     assert claim.lease_expire_time > first_expiry
@@ -92,7 +82,7 @@ def test_keepalive_records_a_proven_loss() -> None:
     teammate = ScriptedTeammate([None, lease_expired()])
     claim = corral.Claim(claim_info(), teammate)  # type: ignore[arg-type]
     claim.start_keepalive()
-    eventually(lambda: claim.lost)
+    wait_until(lambda: claim.lost, what="the claim to be lost")
     with pytest.raises(corral.LeaseLost) as raised:
         claim.check()
     assert isinstance(raised.value.cause, corral.LeaseExpired)
@@ -108,7 +98,7 @@ def test_keepalive_rides_out_transient_errors() -> None:
     teammate = ScriptedTeammate([corral.Unavailable("blip"), corral.Overloaded("busy"), None, None])
     claim = corral.Claim(claim_info(), teammate)  # type: ignore[arg-type]
     with claim.keepalive():
-        eventually(lambda: teammate.renewals >= 5)
+        wait_until(lambda: teammate.renewals >= 5, what="five renewals")
     assert not claim.lost
 
 
@@ -117,7 +107,7 @@ def test_unreachable_daemon_past_the_lease_is_an_unconfirmed_loss() -> None:
     teammate = ScriptedTeammate([corral.Unavailable("down")] * 1000)
     claim = corral.Claim(claim_info(), teammate)  # type: ignore[arg-type]
     with claim.keepalive():
-        eventually(lambda: claim.lost)
+        wait_until(lambda: claim.lost, what="the claim to be lost")
     assert claim.lost_error is not None and claim.lost_error.cause is None
     assert teammate.forgotten == [], "the daemon may still consider the claim live"
 
@@ -139,10 +129,7 @@ def test_aio_keepalive_records_a_proven_loss() -> None:
         teammate = AsyncScriptedTeammate([None, None, lease_expired()])
         claim = corral.aio.Claim(claim_info(), teammate)  # type: ignore[arg-type]
         async with claim.keepalive():
-            deadline = time.monotonic() + 5
-            while not claim.lost:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.01)
+            await wait_until_async(lambda: claim.lost, 5, "the keepalive to record the loss", interval=0.01)
         with pytest.raises(corral.LeaseLost):
             claim.check()
         assert teammate.renewals == 3 and teammate.forgotten == ["tok"]

@@ -17,14 +17,17 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from .wire import READY_TIMEOUT_S, Daemon, start_corrald
+from tests.support import READY_TIMEOUT_S
+
+from .wire import Daemon, start_corrald
 
 # ---------------------------------------------------------------- fixtures
 
 
 @pytest.fixture
 def corrald(tmp_path) -> Iterator[Callable[..., Daemon]]:
-    """Factory: `corrald(state_dir=None)` starts a daemon; all are stopped (and checked) at teardown."""
+    """Factory: `corrald(state_dir=None, extra_args=(), failpoints=None)` starts a daemon; all are stopped
+    (and checked) at teardown."""
     started: list[Daemon] = []
 
     def start(state_dir: pathlib.Path | None = None, **kwargs) -> Daemon:

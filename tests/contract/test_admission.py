@@ -11,7 +11,9 @@ import pytest
 
 from corral.v1 import corral_pb2 as pb
 
-from .wire import assert_status, poll_until, rpc_error, spec
+from tests.support import wait_until
+
+from .wire import assert_status, rpc_error, spec
 
 BURST = 200
 
@@ -108,7 +110,7 @@ def test_a_refused_call_is_answered_without_parsing_its_request(corrald):
         assert_status(error, grpc.StatusCode.INVALID_ARGUMENT)
         return True
 
-    poll_until(parsed_and_refused, timeout=5, what="the malformed request to reach the parser")
+    wait_until(parsed_and_refused, timeout=5, what="the malformed request to reach the parser")
 
 
 @pytest.mark.timeout(60)

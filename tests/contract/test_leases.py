@@ -14,7 +14,9 @@ import pytest
 
 from corral.v1 import corral_pb2 as pb
 
-from .wire import assert_status, poll_until, rpc_error, spec, ts_seconds
+from tests.support import wait_until
+
+from .wire import assert_status, rpc_error, spec, ts_seconds
 
 CLOCK_SLACK = 0.05  # seconds; the daemon and the tests share the machine's clock
 
@@ -194,7 +196,7 @@ def test_expiry_with_no_attempts_left_fails_the_task_and_cancels_dependents(daem
     stream = mate.idle()
     claim = stream.next_event("claim")
     stream.cancel()
-    failed = poll_until(lambda: (t := daemon.get_task("once")).state == pb.TASK_STATE_FAILED and t,
+    failed = wait_until(lambda: (t := daemon.get_task("once")).state == pb.TASK_STATE_FAILED and t,
                         timeout=5.0, what="task FAILED after its only lease expired")
     assert failed.attempt == 1 and failed.HasField("finish_time")
     assert daemon.get_task("after").state == pb.TASK_STATE_CANCELED

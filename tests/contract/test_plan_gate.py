@@ -8,7 +8,9 @@ import pytest
 
 from corral.v1 import corral_pb2 as pb
 
-from .wire import poll_until, rpc_error, spec
+from tests.support import wait_until
+
+from .wire import rpc_error, spec
 
 QUIET = 0.4
 
@@ -27,7 +29,7 @@ def test_no_claim_until_plan_approved_and_decision_acknowledged(daemon):
     stream = mate.idle()
     stream.expect_quiet(QUIET)  # no plan yet: the gate is shut
     assert daemon.get_task("gated").state == pb.TASK_STATE_PENDING
-    poll_until(lambda: daemon.teammate("planner").status == pb.TEAMMATE_STATUS_AWAITING_PLAN,
+    wait_until(lambda: daemon.teammate("planner").status == pb.TEAMMATE_STATUS_AWAITING_PLAN,
                what="status awaiting_plan")
 
     plan_id = mate.teammate.SubmitPlan(pb.SubmitPlanRequest(plan="step 1, step 2")).plan_id
@@ -83,7 +85,7 @@ def test_a_newer_plan_closes_a_gate_an_older_approval_opened(daemon):
     p1 = mate.teammate.SubmitPlan(pb.SubmitPlanRequest(plan="one")).plan_id
     _decide(daemon, p1, True)
     mate.ack(stream.next_event("plan_decision").seq)
-    poll_until(lambda: daemon.teammate(mate.name).status == pb.TEAMMATE_STATUS_IDLE, what="status idle")
+    wait_until(lambda: daemon.teammate(mate.name).status == pb.TEAMMATE_STATUS_IDLE, what="status idle")
 
     mate.teammate.SubmitPlan(pb.SubmitPlanRequest(plan="two"))  # only the newest plan counts
     daemon.create_tasks(spec("gated"))

@@ -10,7 +10,9 @@ import pytest
 
 from corral.v1 import corral_pb2 as pb
 
-from .wire import duration, poll_until, spec
+from tests.support import wait_until
+
+from .wire import duration, spec
 
 QUIET = 0.4  # how long "nothing else arrives" is watched for
 
@@ -55,7 +57,7 @@ def test_pending_shutdown_request_blocks_claims_until_rejected_and_acked(daemon,
 def test_shutdown_and_task_arriving_together_on_an_idle_stream_deliver_only_the_shutdown(daemon):
     mate = daemon.add_teammate()
     stream = mate.idle()
-    poll_until(lambda: daemon.teammate(mate.name).status == pb.TEAMMATE_STATUS_IDLE, what="teammate idle")
+    wait_until(lambda: daemon.teammate(mate.name).status == pb.TEAMMATE_STATUS_IDLE, what="teammate idle")
     request_id = daemon.lead.lead.RequestShutdown(pb.RequestShutdownRequest(name=mate.name, reason="stop")).request_id
     daemon.create_tasks(spec("late"))
 

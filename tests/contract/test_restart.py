@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -14,6 +11,8 @@ import grpc
 import pytest
 
 from corral.v1 import corral_pb2 as pb
+
+from tests.support import start_refused
 
 from .wire import spec, ts_seconds
 
@@ -25,16 +24,9 @@ LEASE = 10.0  # long enough that a slow restart on a loaded machine still finds 
 def test_a_second_daemon_on_the_same_state_dir_refuses_to_start(corrald):
     first = corrald()
     first.create_tasks(spec("kept"))
-    try:
-        second = subprocess.run(
-            [sys.executable, "-m", "corrald", "serve", "--state-dir", str(first.state_dir)],
-            capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired as expired:
-        pytest.fail(f"the second daemon kept running on a state dir in use: {expired.stdout!r} {expired.stderr!r}")
-    assert second.returncode != 0, second
-    assert str(first.pid) in second.stderr, f"the refusal must name the running pid {first.pid}: {second.stderr!r}"
-    assert '"ready"' not in second.stdout
+    code, stderr = start_refused(first.state_dir)
+    assert code != 0, f"a second daemon served on a state dir in use: {stderr}"
+    assert str(first.pid) in stderr, f"the refusal must name the running pid {first.pid}: {stderr!r}"
     # The first daemon is unharmed: still serving on its socket.
     assert (first.state_dir / "corral.sock").exists()
     assert first.get_task("kept").state == pb.TASK_STATE_PENDING
@@ -161,15 +153,14 @@ def test_revoked_credentials_stay_revoked_after_a_restart(corrald):
 
 @pytest.mark.timeout(60)
 def test_a_crash_right_after_a_claim_is_sent_loses_no_claim(corrald):
-    env = dict(os.environ, CORRAL_FAILPOINTS="after_claim_sent=kill:1")
-    crashing = corrald(env=env)
+    crashing = corrald(failpoints="after_claim_sent=kill:1")
     mate = crashing.add_teammate("mate")
     crashing.create_tasks(spec("sent-then-crash", lease=LEASE), spec("next"))
     stream = mate.idle()
     claim = stream.next_event("claim")  # the daemon SIGKILLs itself right after writing this
     code, _ = stream.wait_end(10)
     assert code == grpc.StatusCode.UNAVAILABLE
-    assert crashing.proc.wait(10) == -signal.SIGKILL
+    assert crashing.wait_exit(10) == -signal.SIGKILL
 
     after = corrald(crashing.state_dir)
     resumed = after.client(mate.token, "mate").idle()
@@ -213,7 +204,7 @@ def test_every_acknowledged_write_survives_a_stop_under_load(corrald, how):
     assert acknowledged.wait(20), f"only {len(ok)} writes acknowledged"
     if how == "sigterm":
         code, _ = first.terminate()
-        assert code == 0, first.log()
+        assert code == 0, first.stderr_tail()
     else:
         first.kill()
     for future in futures:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import stat
-import subprocess
-import sys
 
 import pytest
 
 from corral.v1 import corral_pb2 as pb
+
+from tests.support import start_refused
 
 from .wire import spec
 
@@ -25,7 +25,7 @@ def test_state_dir_and_its_files_are_private(daemon):
     for name in ("corral.sqlite3", "lead.token", "corrald.lock", "corral.sock"):
         assert _mode(root / name) == 0o600, f"{name} is {oct(_mode(root / name))}"
     assert daemon.address == f"unix:{root / 'corral.sock'}"
-    assert daemon.ready.get("pid") == daemon.proc.pid
+    assert daemon.ready.get("pid") == daemon.pid
 
 
 @pytest.mark.timeout(30)
@@ -39,10 +39,6 @@ def test_listening_on_loopback_tcp(corrald):
 
 @pytest.mark.timeout(30)
 def test_non_loopback_tcp_without_tls_is_refused(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "corrald", "serve", "--state-dir", str(tmp_path / "state"), "--listen", "0.0.0.0:0"],
-        capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL,
-    )
-    assert result.returncode != 0
-    assert "tls" in result.stderr.lower(), result.stderr
-    assert '"ready"' not in result.stdout
+    code, stderr = start_refused(tmp_path / "state", ["--listen", "0.0.0.0:0"])
+    assert code != 0, stderr
+    assert "tls" in stderr.lower(), stderr

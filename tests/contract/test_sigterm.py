@@ -7,7 +7,9 @@ import pytest
 
 from corral.v1 import corral_pb2 as pb
 
-from .wire import STOP_TIMEOUT_S, spec
+from tests.support import STOP_TIMEOUT_S
+
+from .wire import spec
 
 STREAM_END_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.OK)
 
@@ -27,8 +29,8 @@ def test_sigterm_with_open_streams_exits_zero_and_leaves_a_clean_state_dir(corra
     assert socket.exists()
 
     code, took = daemon.terminate()
-    assert code is not None, f"corrald did not exit within {STOP_TIMEOUT_S}s of SIGTERM\n{daemon.log()}"
-    assert code == 0, f"exit code {code}\n{daemon.log()}"
+    assert code is not None, f"corrald did not exit within {STOP_TIMEOUT_S}s of SIGTERM\n{daemon.stderr_tail()}"
+    assert code == 0, f"exit code {code}\n{daemon.stderr_tail()}"
     assert took < STOP_TIMEOUT_S
     for stream in [holder_stream, *idlers, watch]:
         end, details = stream.wait_end(5)
@@ -52,7 +54,7 @@ def test_sigterm_with_open_streams_exits_zero_and_leaves_a_clean_state_dir(corra
 def test_sigterm_on_an_idle_daemon(corrald):
     daemon = corrald()
     code, took = daemon.terminate()
-    assert code == 0 and took < STOP_TIMEOUT_S, (code, took, daemon.log())
+    assert code == 0 and took < STOP_TIMEOUT_S, (code, took, daemon.stderr_tail())
     assert not (daemon.state_dir / "corral.sock").exists()
     wal = daemon.state_dir / "corral.sqlite3-wal"
     assert not wal.exists() or wal.stat().st_size == 0

@@ -10,7 +10,9 @@ import pytest
 
 from corral.v1 import corral_pb2 as pb
 
-from .wire import assert_status, duration, poll_until, rpc_error, spec, ts_seconds
+from tests.support import wait_until
+
+from .wire import assert_status, duration, rpc_error, spec, ts_seconds
 
 
 @pytest.mark.timeout(30)
@@ -120,7 +122,7 @@ def test_statuses_held_claims_and_stats_follow_the_board(daemon):
     assert daemon.teammate("worker").status == pb.TEAMMATE_STATUS_OFFLINE
     assert list(daemon.teammate("worker").roles) == ["a", "b"]
     stream = mate.idle(slots=2)
-    poll_until(lambda: daemon.teammate("worker").status == pb.TEAMMATE_STATUS_IDLE, what="idle")
+    wait_until(lambda: daemon.teammate("worker").status == pb.TEAMMATE_STATUS_IDLE, what="idle")
     daemon.create_tasks(spec("x"), spec("y"), spec("z", "x"))
     first, second = stream.next_event("claim"), stream.next_event("claim")
     worker = daemon.teammate("worker")
@@ -139,12 +141,12 @@ def test_statuses_held_claims_and_stats_follow_the_board(daemon):
     third = stream.next_event("claim")
     assert third.task.id == "z"
     mate.complete(third)
-    poll_until(lambda: daemon.teammate("worker").status == pb.TEAMMATE_STATUS_IDLE, what="idle again")
+    wait_until(lambda: daemon.teammate("worker").status == pb.TEAMMATE_STATUS_IDLE, what="idle again")
     assert daemon.stats().tasks_by_state["TASK_STATE_COMPLETED"] == 3
     done = daemon.lead.board.ListTasks(pb.ListTasksRequest(states=[pb.TASK_STATE_COMPLETED])).tasks
     assert [t.id for t in done] == ["x", "y", "z"]
     stream.cancel()
-    poll_until(lambda: daemon.teammate("worker").status == pb.TEAMMATE_STATUS_OFFLINE, what="offline")
+    wait_until(lambda: daemon.teammate("worker").status == pb.TEAMMATE_STATUS_OFFLINE, what="offline")
     assert daemon.stats().open_streams == 0
 
 

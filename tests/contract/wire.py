@@ -4,15 +4,16 @@ These tests speak to a real `corrald serve` process through the stubs
 generated from proto/ only (never through the Python SDK), the way a client
 written in any other language would.
 
-- `start_corrald` spawns `corrald serve` and returns a `Daemon` once its ready
-  line is read; `Daemon` holds the lead's `Client` and board helpers.
+- `start_corrald` starts `corrald serve` (tests.support's `Daemon`, through the
+  SDK's launcher) and returns a `Daemon` holding the lead's `Client` and board
+  helpers once its ready line is read.
 - `Client` is one identity: the three generated stubs, sending its token.
 - `Stream` pumps a server stream into a queue so every read has a deadline.
 - `assert_status` checks a code, its ErrorInfo reason and BadRequest fields.
 
-Nothing here sleeps to wait for something: the ready line is read by a
-thread with a deadline, stream items are read from a queue with a deadline,
-and `poll_until` polls with a deadline.
+Nothing here sleeps to wait for something: the launcher reads the ready line
+with a deadline, stream items are read from a queue with a deadline, and
+`tests.support.wait_until` polls with a deadline.
 """
 
 from __future__ import annotations
@@ -20,29 +21,23 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
-import json
-import os
 import pathlib
 import queue
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import grpc
-import pytest
 from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc
+from tests import support
+from tests.support import wait_until
 
-READY_TIMEOUT_S = 20.0  # generous: two cores, other suites may run alongside
-STOP_TIMEOUT_S = 5.0  # the contract: SIGTERM -> exit 0 within 5 s
 UNARY_TIMEOUT_S = 10.0
 STREAM_TIMEOUT_S = 60.0
 
@@ -70,20 +65,6 @@ def spec(task_id: str, *deps: str, lease: float | None = None, **fields: Any) ->
 
 def bearer(token: str) -> list[tuple[str, str]]:
     return [("authorization", f"Bearer {token}")]
-
-
-def poll_until(check: Callable[[], Any], *, timeout: float = 5.0, interval: float = 0.02, what: str = "condition"):
-    """Calls `check` until it returns something truthy; fails at the deadline."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        last = check()
-        if last:
-            return last
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value {last!r}")
-        # Not waiting for an event: pacing a poll of state that has no stream.
-        threading.Event().wait(interval)
 
 
 # ---------------------------------------------------------------- rich errors
@@ -309,23 +290,20 @@ class Stream:
 # ---------------------------------------------------------------- the daemon process
 
 
-class Daemon:
-    """One running `corrald serve` process and helpers to talk to it."""
+class Daemon(support.Daemon):
+    """One `corrald serve` (started by tests.support, through the SDK's launcher) and helpers to talk to it."""
 
-    def __init__(self, state_dir: pathlib.Path, proc: subprocess.Popen, ready: dict, log_path: pathlib.Path,
-                 started_at: float) -> None:
-        self.state_dir = state_dir
-        self.proc = proc
-        self.ready = ready
-        self.log_path = log_path
-        self.started_at = started_at  # wall clock just before the process was spawned
-        self.address: str = ready["address"]
-        self.pid: int = ready["pid"]
-        self.lead_token = (state_dir / "lead.token").read_text().strip()
+    def __init__(self, state_dir: pathlib.Path, **options: Any) -> None:
+        super().__init__(state_dir, **options)
+        self.lead_token = ""
+        self._names = itertools.count(1)
+
+    def start(self, failpoints: str | None = None, timeout: float = support.READY_TIMEOUT_S) -> Daemon:
+        super().start(failpoints, timeout)
+        self.lead_token = self.read_lead_token()
         self.channel = grpc.insecure_channel(self.address)
         self.lead = Client(self.channel, self.lead_token, "lead")
-        self._names = itertools.count(1)
-        self._streams: list[Stream] = []
+        return self
 
     # ------------------------------------------------------------ identities
 
@@ -372,104 +350,24 @@ class Daemon:
         return Stream(self.lead.lead.Watch(pb.WatchRequest(after_seq=after_seq), timeout=timeout), "Watch")
 
     def wait_open_streams(self, count: int, timeout: float = 5.0) -> None:
-        poll_until(lambda: self.stats().open_streams == count, timeout=timeout, what=f"{count} open Idle streams")
+        wait_until(lambda: self.stats().open_streams == count, timeout, f"{count} open Idle streams")
 
     # ------------------------------------------------------------ life
-
-    @property
-    def running(self) -> bool:
-        return self.proc.poll() is None
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-4000:]
-        except OSError:
-            return ""
 
     def close_channel(self) -> None:
         self.channel.close()
 
-    def terminate(self, timeout: float = STOP_TIMEOUT_S) -> tuple[int | None, float]:
-        """SIGTERM; returns (exit code or None if still running after `timeout`, seconds taken)."""
-        if not self.running:
-            return self.proc.returncode, 0.0
-        started = time.monotonic()
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None, time.monotonic() - started
-        return code, time.monotonic() - started
-
-    def kill(self) -> None:
-        """SIGKILL: the crash path."""
-        if self.running:
-            self.proc.kill()
-            self.proc.wait(10)
-
     def stop_and_check(self) -> None:
         """Teardown: SIGTERM must exit 0 within 5 s."""
-        self.close_channel()
-        if not self.running:
-            return
-        code, took = self.terminate()
-        if code is None:
-            self.kill()
-            pytest.fail(f"corrald pid {self.pid} did not exit within {STOP_TIMEOUT_S}s of SIGTERM\n{self.log()}")
-        assert code == 0, f"corrald exited {code} after SIGTERM ({took:.2f}s)\n{self.log()}"
-
-
-_log_numbers = itertools.count(1)
+        if self._process is not None:
+            self.close_channel()
+        super().stop_and_check()
 
 
 def start_corrald(state_dir: pathlib.Path, log_dir: pathlib.Path | None = None, *,
-                  extra_args: Iterable[str] = (), env: dict[str, str] | None = None) -> Daemon:
-    """Spawns `corrald serve --state-dir state_dir`; returns once its ready line is read."""
-    log_dir = log_dir or state_dir.parent
-    log_path = log_dir / f"corrald-{os.getpid()}-{next(_log_numbers)}.log"
-    if env is None:
-        environment = dict(os.environ)
-        environment.pop("CORRAL_FAILPOINTS", None)  # only a test that means to inject faults sets them
-    else:
-        environment = dict(env)
-    started_at = time.time()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "corrald", "serve", "--state-dir", str(state_dir), *extra_args],
-            stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=environment,
-            cwd=str(log_dir),
-        )
-    lines: queue.Queue = queue.Queue()
-
-    def pump() -> None:  # keeps reading so the pipe never fills
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            lines.put(raw.decode(errors="replace"))
-        lines.put(None)
-
-    threading.Thread(target=pump, name=f"corrald stdout {proc.pid}", daemon=True).start()
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while True:
-        remaining = deadline - time.monotonic()
-        try:
-            line = lines.get(timeout=max(0.0, remaining))
-        except queue.Empty:
-            proc.kill()
-            proc.wait(10)
-            raise AssertionError(f"corrald printed no ready line within {READY_TIMEOUT_S}s\n"
-                                 f"{log_path.read_text(errors='replace')}") from None
-        if line is None:
-            proc.wait(10)
-            raise AssertionError(f"corrald exited {proc.returncode} before it was ready\n"
-                                 f"{log_path.read_text(errors='replace')}")
-        try:
-            ready = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(ready, dict) and ready.get("event") == "ready":
-            break
-    assert ready["pid"] == proc.pid, ready
-    return Daemon(state_dir, proc, ready, log_path, started_at)
+                  extra_args: Iterable[str] = (), failpoints: str | None = None) -> Daemon:
+    """Starts `corrald serve --state-dir state_dir`; returns once its ready line is read."""
+    return Daemon(state_dir, log_dir=log_dir or state_dir.parent, extra_args=list(extra_args)).start(failpoints)
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ import pytest
 
 import corral
 import corral.aio
-from sdk_helpers import FAST_POLL
+from tests.support import FAST_POLL
 
 ONE_SECOND = datetime.timedelta(seconds=1)
 

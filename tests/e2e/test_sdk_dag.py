@@ -14,7 +14,7 @@ import pytest
 
 import corral
 import corral.aio
-from sdk_helpers import FAST_POLL, TeammateThread
+from tests.support import FAST_POLL, TeammateThread
 
 COMPLETED = corral.TaskState.COMPLETED
 

@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 import corral
-from sdk_helpers import FAST_POLL, watch_until
+from tests.support import FAST_POLL, watch_until
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import corral
-from sdk_helpers import FAST_POLL, eventually, watch_until
+from tests.support import FAST_POLL, wait_until, watch_until
 
 ONE_SECOND = datetime.timedelta(seconds=1)  # the daemon's minimum lease
 
@@ -46,7 +46,7 @@ def test_keepalive_holds_a_claim_past_several_leases(lead: corral.Lead, teammate
     assert first_expiry is not None
     with claim.keepalive():
         # Wait (by polling the renewed expiry) until three lease lengths have passed.
-        eventually(lambda: claim.lease_expire_time >= first_expiry + 3 * ONE_SECOND, timeout=15, what="renewals")
+        wait_until(lambda: claim.lease_expire_time >= first_expiry + 3 * ONE_SECOND, timeout=15, what="renewals")
         assert not claim.lost
         claim.check()
     task = claim.complete(b"kept")
@@ -62,7 +62,7 @@ def test_expired_lease_is_reported_not_ignored(lead: corral.Lead, teammate: corr
     reclaimed = watch_until(lead, task_reclaimed("forgotten"), timeout=10)
     assert reclaimed.task.owner == "" and "expired" in reclaimed.task.error
     claim.start_keepalive()
-    eventually(lambda: claim.lost, what="keepalive noticing the loss")
+    wait_until(lambda: claim.lost, timeout=10, what="keepalive noticing the loss")
     with pytest.raises(corral.LeaseLost) as raised:
         claim.check()
     assert isinstance(raised.value.cause, corral.LeaseExpired)
@@ -76,7 +76,7 @@ def test_cancel_under_the_holder_stops_the_keepalive(lead: corral.Lead, teammate
     claim = claim_one(teammate)
     with claim.keepalive():
         lead.cancel_tasks(["doomed"])
-        eventually(lambda: claim.lost, what="keepalive noticing the cancel")
+        wait_until(lambda: claim.lost, timeout=10, what="keepalive noticing the cancel")
     assert isinstance(claim.lost_error.cause, corral.TaskCanceled)
     with pytest.raises(corral.TaskCanceled):
         claim.fail("whatever")

@@ -12,7 +12,7 @@ import pytest
 
 import corral
 import corral.aio
-from sdk_helpers import FAST_POLL, TeammateThread, eventually, task_reached, watch_until
+from tests.support import FAST_POLL, TeammateThread, task_reached, wait_until, watch_until
 
 ONE_SECOND = datetime.timedelta(seconds=1)
 
@@ -76,7 +76,7 @@ def test_lost_lease_drops_the_outcome(lead: corral.Lead) -> None:
     def handler(task: corral.Task) -> str:
         started.set()
         claim = corral.current_claim()
-        eventually(lambda: claim.lost, timeout=15, what="lease loss")
+        wait_until(lambda: claim.lost, timeout=15, what="lease loss")
         claim.check()  # raises LeaseLost
         return "never reported"
 

@@ -12,7 +12,6 @@ import pathlib
 import shutil
 import subprocess
 import threading
-import time
 from collections import Counter
 from datetime import timedelta
 
@@ -21,6 +20,7 @@ import pytest
 
 from corral import ExitReason, Lead, RunSummary, TaskChanged, TaskSpec, TaskState, run_teammate
 from corral.v1 import corral_pb2, corral_pb2_grpc
+from tests.support import wait_until
 
 NODE_DIR = pathlib.Path(__file__).resolve().parent / "node"
 
@@ -157,16 +157,6 @@ def layered_dag() -> list[TaskSpec]:
             )
         layers.append(layer)
     return specs
-
-
-def wait_until(predicate, timeout: float, what: str) -> None:
-    """Polls `predicate` until it holds; fails after `timeout` seconds."""
-    end = time.monotonic() + timeout
-    tick = threading.Event()  # never set: wait() is the polling interval
-    while not predicate():
-        if time.monotonic() > end:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        tick.wait(0.02)
 
 
 def board_history(lead, task_ids: set[str]) -> tuple[dict[str, list[int]], dict[str, list[int]]]:

@@ -7,14 +7,9 @@ Figures: every test prints its figures and appends them as JSON lines to
 
 from __future__ import annotations
 
-import pathlib
-import sys
-
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # rel_harness, rel_history, rel_team
-
-from rel_harness import SOAK, Daemon, Figures  # noqa: E402
+from .rel_harness import SOAK, Daemon, Figures
 
 
 def pytest_report_header(config):

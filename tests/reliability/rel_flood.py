@@ -1,6 +1,6 @@
 """A load generator in a child process (so it does not share the test's event loop).
 
-    python rel_flood.py CONFIG.json
+    python -m tests.reliability.rel_flood CONFIG.json
 
 CONFIG: {"address", "duration_s", "channels", "flows": [{"token", "kind", "concurrency", ...}]}
 kinds: "message" (SendMessage to `to` (default "lead"), `body_bytes`), "create" (CreateTasks of `batch` tasks,
@@ -19,14 +19,12 @@ import sys
 import time
 import uuid
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import grpc
+import grpc.aio
 
-import grpc  # noqa: E402
-import grpc.aio  # noqa: E402
-
-from corral.v1 import corral_pb2 as pb  # noqa: E402
-from corral.v1 import corral_pb2_grpc as pb_grpc  # noqa: E402
-from rel_harness import CHANNEL_OPTIONS, dur, md, status_details  # noqa: E402
+from corral.v1 import corral_pb2 as pb
+from corral.v1 import corral_pb2_grpc as pb_grpc
+from .rel_harness import CHANNEL_OPTIONS, dur, md, status_details
 
 
 async def main(config: dict) -> dict:

@@ -1,7 +1,8 @@
 """Shared machinery for the reliability suite: sizes, daemons, channels, errors, figures.
 
-Everything talks to corrald through the generated stubs only (no SDK), over
-Unix sockets or 127.0.0.1.
+Everything talks to corrald through the generated stubs only, over Unix
+sockets or 127.0.0.1; of the SDK only its launcher is used, to start the
+daemon (through tests.support's `Daemon`).
 """
 
 from __future__ import annotations
@@ -12,14 +13,13 @@ import os
 import pathlib
 import random
 import select
-import signal
 import sqlite3
-import statistics
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -28,8 +28,10 @@ from google.rpc import error_details_pb2, status_pb2
 
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
+from tests import support
 
 HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parents[1]
 SOAK = os.environ.get("CORRAL_SOAK", "") not in ("", "0")
 
 
@@ -118,129 +120,19 @@ class Figures:
             handle.write(json.dumps({"test": self.test, "soak": SOAK, **values}, default=str) + "\n")
 
 
-def percentile(samples: Sequence[float], q: float) -> float:
-    if not samples:
-        return float("nan")
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def p50(samples):
-    return statistics.median(samples) if samples else float("nan")
-
-
 # ---------------------------------------------------------------- the daemon
 
 
-class DaemonError(RuntimeError):
-    pass
+class Daemon(support.Daemon):
+    """One `corrald serve` child process on a state directory; restartable (see tests.support.Daemon).
 
-
-class Daemon:
-    """One `corrald serve` child process on a state directory; restartable."""
+    It runs in a session of its own, like the teammate processes the tests SIGKILL and SIGSTOP.
+    """
 
     def __init__(self, state_dir: pathlib.Path, *, listen: str | None = None, log_level: str = "info",
                  extra_args: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
-        self.state_dir = state_dir
-        self.listen = listen
-        self.log_level = log_level
-        self.extra_args = list(extra_args)
-        self.env = dict(env or {})
-        self.proc: subprocess.Popen | None = None
-        self.address: str | None = None
-        self.ready: dict | None = None
-        self.starts = 0
-        self.log_dir = state_dir.parent / f"{state_dir.name}-logs"
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._stdout_thread: threading.Thread | None = None
-
-    # ------------------------------------------------------------ life
-
-    def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "corrald", "serve", "--state-dir", str(self.state_dir),
-               "--log-level", self.log_level]
-        if self.listen:
-            cmd += ["--listen", self.listen]
-        return cmd + self.extra_args
-
-    def spawn(self, failpoints: str | None = None) -> subprocess.Popen:
-        env = {**os.environ, **self.env}
-        env.pop("CORRAL_FAILPOINTS", None)
-        if failpoints:
-            env["CORRAL_FAILPOINTS"] = failpoints
-        self.starts += 1
-        stderr = open(self.log_dir / f"stderr.{self.starts}.log", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=stderr, env=env,
-                                     start_new_session=True)
-        stderr.close()
-        return self.proc
-
-    def start(self, failpoints: str | None = None, timeout: float = 20.0) -> "Daemon":
-        if self.proc is not None and self.proc.poll() is None:
-            raise DaemonError("daemon already running")
-        proc = self.spawn(failpoints)
-        line = read_line(proc, timeout)
-        if not line:
-            proc.wait(5)
-            raise DaemonError(f"corrald exited {proc.returncode} before ready: {self.stderr_tail()}")
-        self.ready = json.loads(line)
-        self.address = self.ready["address"]
-        out_path = self.log_dir / f"stdout.{self.starts}.log"
-        out_path.write_bytes(line)
-
-        def copy(stream=proc.stdout, path=out_path) -> None:
-            with path.open("ab") as handle:
-                for chunk in iter(lambda: stream.read1(65536), b""):
-                    handle.write(chunk)
-
-        self._stdout_thread = threading.Thread(target=copy, daemon=True)
-        self._stdout_thread.start()
-        return self
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self) -> int:
-        """SIGKILL and reap; returns the exit status."""
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        return self.proc.wait(20)
-
-    def wait_exit(self, timeout: float) -> int | None:
-        assert self.proc is not None
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def terminate(self, timeout: float = 10.0) -> tuple[int | None, float]:
-        """SIGTERM; returns (exit status or None if still running, seconds to exit)."""
-        assert self.proc is not None
-        started = time.monotonic()
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.wait_exit(timeout)
-        return code, time.monotonic() - started
-
-    def restart(self, failpoints: str | None = None) -> "Daemon":
-        if self.alive():
-            self.kill()
-        return self.start(failpoints)
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            code, _ = self.terminate(10)
-            if code is None:
-                self.kill()
-        if self._stdout_thread is not None:
-            self._stdout_thread.join(5)
+        super().__init__(state_dir, listen=listen, log_level=log_level, extra_args=extra_args, env=env,
+                         new_session=True)
 
     # ------------------------------------------------------------ files
 
@@ -253,14 +145,7 @@ class Daemon:
         return self.state_dir / "corral.sqlite3-wal"
 
     def lead_token(self) -> str:
-        return (self.state_dir / "lead.token").read_text().strip()
-
-    def stderr_tail(self, chars: int = 3000) -> str:
-        path = self.log_dir / f"stderr.{self.starts}.log"
-        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
-
-    def all_logs(self) -> str:
-        return "".join(p.read_text(errors="replace") for p in sorted(self.log_dir.iterdir()))
+        return self.read_lead_token()
 
     def rss_kib(self) -> int:
         with open(f"/proc/{self.pid}/status") as handle:
@@ -272,12 +157,19 @@ class Daemon:
     # ------------------------------------------------------------ clients
 
     def channel(self) -> grpc.Channel:
-        assert self.address
         return grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
 
     def aio_channel(self) -> grpc.aio.Channel:
-        assert self.address
         return grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+
+
+# ---------------------------------------------------------------- child processes
+
+
+def child_process(module: str, *args: str, **popen: Any) -> subprocess.Popen:
+    """`python -m tests.reliability.MODULE ARGS` (rel_team, rel_flood), run from the repository
+    root so that the package imports."""
+    return subprocess.Popen([sys.executable, "-m", f"{__package__}.{module}", *args], cwd=REPO, **popen)
 
 
 def read_line(proc: subprocess.Popen, timeout: float) -> bytes:
@@ -296,19 +188,6 @@ def read_line(proc: subprocess.Popen, timeout: float) -> bytes:
         if chunk == b"\n":
             return buffer
     return b""
-
-
-def run_daemon_expect_failure(args: Sequence[str], timeout: float = 20.0, env=None) -> tuple[int, str, str]:
-    """Runs `corrald serve ARGS`; returns (exit code, stdout, stderr); kills it if it stays up."""
-    proc = subprocess.Popen([sys.executable, "-m", "corrald", "serve", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, **(env or {})}, start_new_session=True)
-    line = read_line(proc, timeout)
-    if line.startswith(b"{") and b'"ready"' in line:
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=10)
-        return 0, (line + out).decode(errors="replace"), err.decode(errors="replace") + "\n(daemon came up)"
-    out, err = proc.communicate(timeout=timeout)
-    return proc.returncode, (line + out).decode(errors="replace"), err.decode(errors="replace")
 
 
 # ---------------------------------------------------------------- lead helpers (sync)
@@ -356,6 +235,15 @@ class Lead:
     def get_task(self, task_id: str) -> pb.Task:
         return self.board.GetTask(pb.GetTaskRequest(id=task_id), metadata=self.md, timeout=20).task
 
+    def exists(self, task_id: str) -> bool:
+        """Whether the board has the task (any answer but NOT_FOUND fails the test)."""
+        try:
+            self.get_task(task_id)
+            return True
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.NOT_FOUND
+            return False
+
     def stats(self) -> pb.GetStatsResponse:
         return self.board.GetStats(pb.GetStatsRequest(), metadata=self.md, timeout=20)
 
@@ -375,16 +263,18 @@ def wait_briefly(seconds: float) -> None:
     threading.Event().wait(seconds)
 
 
-def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
-    """Polls `predicate` with a deadline; returns its truthy value or raises."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        wait_briefly(interval)
+def first_claim(stub: pb_grpc.TeammateServiceStub, token: str, *, poll_ms: int = 200, max_idle_polls: int = 100,
+                timeout: float = 10) -> pb.Claim:
+    """Opens an Idle stream as `token` and returns the first claim it delivers (the stream is then closed)."""
+    call = stub.Idle(pb.IdleRequest(poll_interval=dur(poll_ms), max_idle_polls=max_idle_polls), metadata=md(token),
+                     timeout=timeout)
+    try:
+        for response in call:
+            if response.HasField("claim"):
+                return response.claim
+    finally:
+        call.cancel()
+    raise AssertionError("no claim")
 
 
 def wait_for_tasks_terminal(lead: Lead, ids: set[str], timeout: float, seen: dict | None = None) -> dict[str, int]:

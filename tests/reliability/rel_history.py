@@ -42,7 +42,7 @@ class Recorder:
 
     def claim(self, teammate: str, claim, stream: int) -> dict:
         """A claim delivered on an Idle stream (first delivery or re-send)."""
-        from rel_harness import ts_ms
+        from .rel_harness import ts_ms
 
         record = {
             "kind": "claim", "tm": teammate, "task": claim.task.id, "token": claim.claim_token,

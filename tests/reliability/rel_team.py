@@ -2,9 +2,10 @@
 
 Used in-process (`run_team`) and as a child process:
 
-    python rel_team.py work CONFIG.json   # a team of working teammates; SIGTERM ends it
-    python rel_team.py hold CONFIG.json   # claim one task, report it, then wait (for SIGKILL/SIGSTOP);
-                                          # "keep_stream_open": true keeps its Idle stream open meanwhile
+    python -m tests.reliability.rel_team work CONFIG.json   # a team of working teammates; SIGTERM ends it
+    python -m tests.reliability.rel_team hold CONFIG.json   # claim one task, report it, then wait
+                                                            # (for SIGKILL/SIGSTOP); "keep_stream_open": true
+                                                            # keeps its Idle stream open meanwhile
 
 Every claim delivery and every renew/complete/fail/release is recorded (rel_history),
 in-doubt calls are retried with the same claim token until a definite answer.
@@ -21,15 +22,13 @@ import signal
 import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import grpc
+import grpc.aio
 
-import grpc  # noqa: E402
-import grpc.aio  # noqa: E402
-
-from corral.v1 import corral_pb2 as pb  # noqa: E402
-from corral.v1 import corral_pb2_grpc as pb_grpc  # noqa: E402
-from rel_harness import CHANNEL_OPTIONS, IN_DOUBT, dur, md, status_details, ts_ms  # noqa: E402
-from rel_history import Recorder  # noqa: E402
+from corral.v1 import corral_pb2 as pb
+from corral.v1 import corral_pb2_grpc as pb_grpc
+from .rel_harness import CHANNEL_OPTIONS, IN_DOUBT, dur, md, status_details, ts_ms
+from .rel_history import Recorder
 
 
 @dataclasses.dataclass

@@ -10,7 +10,6 @@ import json
 import random
 import signal
 import subprocess
-import sys
 import time
 
 import grpc
@@ -19,9 +18,11 @@ import pytest
 
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
-from rel_harness import (CHANNEL_OPTIONS, HERE, IN_DOUBT, Lead, dur, md, now_ms, open_db_ro, percentile, pick,
-                         read_line, specs_for)
-from rel_history import Recorder, check
+from tests.support import percentile
+
+from .rel_harness import (CHANNEL_OPTIONS, IN_DOUBT, Lead, child_process, dur, md, now_ms, open_db_ro, pick,
+                          read_line, specs_for)
+from .rel_history import Recorder, check
 
 # ---------------------------------------------------------------- killed and stopped holders
 
@@ -30,8 +31,8 @@ def _spawn_holder(tmp_path, name: str, address: str, token: str, keep_stream_ope
     config = tmp_path / f"hold-{name}.json"
     config.write_text(json.dumps({"address": address, "token": token, "keep_stream_open": keep_stream_open}))
     log = open(tmp_path / f"hold-{name}.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, str(HERE / "rel_team.py"), "hold", str(config)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+    proc = child_process("rel_team", "hold", str(config), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                         start_new_session=True)
     log.close()
     return proc
 

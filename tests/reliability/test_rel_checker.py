@@ -11,8 +11,8 @@ import copy
 import pytest
 
 from corrald.store.schema import open_writer
-from rel_harness import open_db_ro
-from rel_history import check
+from .rel_harness import open_db_ro
+from .rel_history import check
 
 LEASE = 2000
 

@@ -25,7 +25,7 @@ from corrald.config import WriterConfig
 from corrald.daemon import Daemon as InProcessServer
 from corrald.daemon import ServeConfig
 from corrald.writer import CommitFailed, Writer
-from rel_harness import Daemon, md, open_db_ro, pick, specs_for, wait_briefly
+from .rel_harness import Daemon, md, open_db_ro, pick, specs_for, wait_briefly
 
 
 @pytest.fixture(autouse=True)

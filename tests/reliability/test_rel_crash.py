@@ -10,7 +10,6 @@ import json
 import random
 import signal
 import subprocess
-import sys
 import time
 
 import grpc
@@ -18,10 +17,12 @@ import pytest
 
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
-from rel_harness import (HERE, IN_DOUBT, Lead, dur, integrity, md, open_db_ro, pick, random_dag, replay_watch,
-                         specs_for, wait_briefly, wait_for_tasks_terminal, wait_until, wal_size)
-from rel_history import Recorder, check, load
-from rel_team import Behaviour, run_team
+from tests.support import wait_until
+
+from .rel_harness import (IN_DOUBT, Lead, child_process, dur, first_claim, integrity, md, open_db_ro, pick,
+                          random_dag, replay_watch, specs_for, wait_briefly, wait_for_tasks_terminal, wal_size)
+from .rel_history import Recorder, check, load
+from .rel_team import Behaviour, run_team
 
 # ---------------------------------------------------------------- helpers
 
@@ -32,8 +33,7 @@ def _spawn_team(tmp_path, index: int, address: str, teammates: dict[str, str], b
     config.write_text(json.dumps({"address": address, "teammates": teammates, "history": str(history),
                                   "behaviour": behaviour}))
     log = open(tmp_path / f"team{index}.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, str(HERE / "rel_team.py"), "work", str(config)],
-                            stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+    proc = child_process("rel_team", "work", str(config), stdout=subprocess.PIPE, stderr=log, start_new_session=True)
     log.close()
     line = proc.stdout.readline()
     assert b"started" in line, (tmp_path / f"team{index}.log").read_text()
@@ -204,17 +204,6 @@ def _fill_commits(lead: Lead, count: int) -> None:
         lead.board.SendMessage(pb.SendMessageRequest(to="lead", body=f"filler {i}"), metadata=lead.md, timeout=10)
 
 
-def _first_claim(stub, token: str, timeout: float = 10) -> pb.Claim:
-    call = stub.Idle(pb.IdleRequest(poll_interval=dur(200), max_idle_polls=100), metadata=md(token), timeout=timeout)
-    try:
-        for response in call:
-            if response.HasField("claim"):
-                return response.claim
-    finally:
-        call.cancel()
-    raise AssertionError("no claim")
-
-
 KILL_AT = 12  # the failpoint fires on this commit after start; earlier ones are filled in
 
 
@@ -229,7 +218,7 @@ def test_kill_failpoint_around_commit(daemons, figures, point, operation):
     token = lead.add_teammate("fp")
     stub = pb_grpc.TeammateServiceStub(lead.channel)
     lead.create(specs_for([("a", []), ("b", ["a"])], lease_duration=dur(60_000)), "base")
-    held = _first_claim(stub, token) if operation == "complete" else None
+    held = first_claim(stub, token) if operation == "complete" else None
     assert d.terminate(10)[0] == 0
     lead.close()
 
@@ -244,7 +233,7 @@ def test_kill_failpoint_around_commit(daemons, figures, point, operation):
         if operation == "create":
             lead.create(new_specs, "req-c", timeout=10)
         elif operation == "claim":
-            _first_claim(stub, token)
+            first_claim(stub, token)
         else:
             stub.CompleteTask(pb.CompleteTaskRequest(task_id="a", claim_token=held.claim_token, result=b"R"),
                               metadata=md(token), timeout=10)
@@ -258,7 +247,7 @@ def test_kill_failpoint_around_commit(daemons, figures, point, operation):
     stub = pb_grpc.TeammateServiceStub(lead.channel)
     durable = point == "after_commit"
     if operation == "create":
-        assert (_exists(lead, "c")) == durable
+        assert lead.exists("c") == durable
         retried = lead.create(new_specs, "req-c")
         assert [t.id for t in retried] == ["c"]
         outcome = "retry returned the batch"
@@ -266,7 +255,7 @@ def test_kill_failpoint_around_commit(daemons, figures, point, operation):
         with open_db_ro(d.database) as conn:
             rows = conn.execute("SELECT token, fence FROM claims").fetchall()
         assert len(rows) == (1 if durable else 0)
-        claim = _first_claim(stub, token)
+        claim = first_claim(stub, token)
         if durable:  # never delivered, durable: re-sent on the next stream with the same token and fence
             assert (claim.claim_token, claim.fence) == rows[0]
         held = claim
@@ -291,7 +280,7 @@ def test_kill_failpoint_around_commit(daemons, figures, point, operation):
         if held is None:
             if all(lead.get_task(t).state == pb.TASK_STATE_COMPLETED for t in "abc"):
                 break
-            held = _first_claim(stub, token)
+            held = first_claim(stub, token)
         stub.CompleteTask(pb.CompleteTaskRequest(task_id=held.task.id, claim_token=held.claim_token, result=b"R"),
                           metadata=md(token), timeout=10)
         done += 1
@@ -308,15 +297,6 @@ def test_kill_failpoint_around_commit(daemons, figures, point, operation):
             db_violations=len(violations))
     assert not violations, violations
     assert states[3] == 3 and doubles == 0 and check_ok == "ok"
-
-
-def _exists(lead: Lead, task_id: str) -> bool:
-    try:
-        lead.get_task(task_id)
-        return True
-    except grpc.RpcError as error:
-        assert error.code() == grpc.StatusCode.NOT_FOUND
-        return False
 
 
 # ---------------------------------------------------------------- restarts under renewing teammates

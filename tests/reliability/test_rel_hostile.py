@@ -21,7 +21,7 @@ from corrald import errors as corrald_errors
 from corrald.config import Limits
 from corrald.model import TaskSpec
 from corrald.validate import normalize_batch
-from rel_harness import SOAK, Daemon, Lead, dur, md, pick, schema_of, status_details
+from .rel_harness import SOAK, Daemon, Lead, dur, md, pick, schema_of, status_details
 
 SERVICES = [pb.DESCRIPTOR.services_by_name[n] for n in ("LeadService", "TeammateService", "BoardService")]
 METHODS = [(f"/{s.full_name}/{m.name}", m) for s in SERVICES for m in s.methods]
@@ -360,7 +360,7 @@ def test_random_graphs_cyclic_refused_acyclic_accepted(daemon, figures):
                 api_accepted = False
                 if error.code() != grpc.StatusCode.INVALID_ARGUMENT:
                     wrong.append(f"CreateTasks: graph {g}: {error.code().name}")
-                present = [t for t, _ in graph if _exists(lead, t)]
+                present = [t for t, _ in graph if lead.exists(t)]
                 if present:
                     wrong.append(f"CreateTasks: refused graph {g} left {len(present)} tasks behind")
             if api_accepted == cyclic:
@@ -372,15 +372,6 @@ def test_random_graphs_cyclic_refused_acyclic_accepted(daemon, figures):
 
 def specs_pb(graph):
     return [pb.TaskSpec(id=t, title=t, depends_on=ds) for t, ds in graph]
-
-
-def _exists(lead: Lead, task_id: str) -> bool:
-    try:
-        lead.get_task(task_id)
-        return True
-    except grpc.RpcError as error:
-        assert error.code() == grpc.StatusCode.NOT_FOUND
-        return False
 
 
 # ---------------------------------------------------------------- hostile strings in every string field

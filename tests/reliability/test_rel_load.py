@@ -9,7 +9,6 @@ import asyncio
 import collections
 import json
 import subprocess
-import sys
 import threading
 import time
 
@@ -19,8 +18,10 @@ import pytest
 
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
-from rel_harness import (CHANNEL_OPTIONS, HERE, IN_DOUBT, Lead, dur, md, percentile, pick, read_line,
-                         status_details, wal_size)
+from tests.support import percentile
+
+from .rel_harness import (CHANNEL_OPTIONS, IN_DOUBT, Lead, child_process, dur, md, pick, read_line, status_details,
+                          wal_size)
 
 # ---------------------------------------------------------------- reconnect storm
 
@@ -211,8 +212,7 @@ def _flood(tmp_path, address: str, flows: list[dict], duration_s: float, name: s
     config = tmp_path / f"{name}.json"
     config.write_text(json.dumps({"address": address, "duration_s": duration_s, "channels": 4, "flows": flows}))
     log = open(tmp_path / f"{name}.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, str(HERE / "rel_flood.py"), str(config)], stdout=subprocess.PIPE,
-                            stderr=log, start_new_session=True)
+    proc = child_process("rel_flood", str(config), stdout=subprocess.PIPE, stderr=log, start_new_session=True)
     log.close()
     assert b"started" in read_line(proc, 30), (tmp_path / f"{name}.log").read_text()
     return proc
@@ -229,7 +229,7 @@ def overload(tmp_path_factory):
     """Far more writes than the writer can take (10 teammates x 60 SendMessage callers, 1,000 lead
     CreateTasks callers of 20 tasks each), while the lead probes reads and writes and the daemon's
     RSS is sampled; run once for the tests below."""
-    from rel_harness import Daemon
+    from .rel_harness import Daemon
 
     tmp_path = tmp_path_factory.mktemp("overload")
     daemon = Daemon(tmp_path / "state").start()
@@ -336,7 +336,7 @@ def test_refusal_counters_count_only_refusals(overload, figures):
 def flood_fairness(tmp_path_factory):
     """Ten victims renewing their claims, unloaded and then while one identity floods;
     returns the figures (run once for the two tests below)."""
-    from rel_harness import Daemon
+    from .rel_harness import Daemon
 
     tmp_path = tmp_path_factory.mktemp("fairness")
     daemon = Daemon(tmp_path / "state").start()

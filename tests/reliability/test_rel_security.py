@@ -17,7 +17,9 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
-from rel_harness import Lead, dur, md, run_daemon_expect_failure, status_details, wait_until
+from tests.support import start_refused, wait_until
+
+from .rel_harness import Lead, dur, first_claim, md, status_details
 
 SERVICES = [pb.DESCRIPTOR.services_by_name[n] for n in ("LeadService", "TeammateService", "BoardService")]
 METHODS = [(f"/{s.full_name}/{m.name}", s.name, m) for s in SERVICES for m in s.methods]
@@ -131,15 +133,8 @@ def test_roles_are_enforced_on_every_rpc(daemon, figures):
 # ---------------------------------------------------------------- claim tokens
 
 
-def _claim(stub, token: str, timeout: float = 10):
-    call = stub.Idle(pb.IdleRequest(poll_interval=dur(100), max_idle_polls=200), metadata=md(token), timeout=timeout)
-    try:
-        for response in call:
-            if response.HasField("claim"):
-                return response.claim
-    finally:
-        call.cancel()
-    raise AssertionError("no claim")
+def _claim(stub, token: str) -> pb.Claim:
+    return first_claim(stub, token, poll_ms=100, max_idle_polls=200)
 
 
 def _try_all(stub, token: str, task_id: str, claim_token: str) -> dict[str, str]:
@@ -192,7 +187,7 @@ def test_claim_tokens_are_refused_unless_live_and_owned(daemon, figures):
     # After expiry (lease 1 s, not renewed), then reclaimed by C.
     expiring = _claim(stub, a)
     assert expiring.task.lease_duration.seconds == 1
-    wait_until(lambda: lead.get_task(expiring.task.id).state == pb.TASK_STATE_PENDING, 5, 0.02,
+    wait_until(lambda: lead.get_task(expiring.task.id).state == pb.TASK_STATE_PENDING, 5,
                what="the reaper to reclaim the expired lease")
     results["after expiry"] = _try_all(stub, a, expiring.task.id, expiring.claim_token)
     reclaim = _claim(stub, c)
@@ -210,7 +205,7 @@ def test_claim_tokens_are_refused_unless_live_and_owned(daemon, figures):
     lead.lead.CancelTasks(pb.CancelTasksRequest(ids=[victim.task.id]), metadata=lead.md)
     results["after cancellation"] = _try_all(stub, c, victim.task.id, victim.claim_token)
     with lead.daemon.channel() as channel:
-        from rel_harness import open_db_ro
+        from .rel_harness import open_db_ro
         with open_db_ro(daemon.database) as conn:
             completed = conn.execute("SELECT count(*) FROM claims WHERE outcome = 'completed'").fetchone()[0]
             forged = conn.execute("SELECT count(*) FROM tasks WHERE result = ?", (b"forged",)).fetchone()[0]
@@ -288,7 +283,7 @@ def test_state_directory_refusals(tmp_path, figures):
     outcomes = {}
 
     def expect_refusal(label: str, state_dir, pattern: str, extra=()) -> None:
-        code, out, err = run_daemon_expect_failure(["--state-dir", str(state_dir), *extra])
+        code, err = start_refused(state_dir, extra)
         outcomes[label] = (code, err.strip().splitlines()[-1][:120] if err.strip() else "")
         assert code != 0, f"{label}: the daemon started"
         assert re.search(pattern, err, re.I), f"{label}: unclear message {err!r}"
@@ -328,14 +323,13 @@ def test_state_directory_refusals(tmp_path, figures):
 def test_second_daemon_and_second_bind_refused(daemons, figures):
     first = daemons("one", listen="127.0.0.1:0").start()
     port = first.address.rpartition(":")[2]
-    same_dir = run_daemon_expect_failure(["--state-dir", str(first.state_dir)])
-    same_port = run_daemon_expect_failure(["--state-dir", str(first.state_dir.parent / "two"),
-                                           "--listen", f"127.0.0.1:{port}"])
+    same_dir = start_refused(first.state_dir)
+    same_port = start_refused(first.state_dir.parent / "two", ["--listen", f"127.0.0.1:{port}"])
     still_serving = Lead(first).stats().writer.commits >= 1
-    figures(second_daemon_same_dir=(same_dir[0], same_dir[2].strip()[-120:]),
-            second_bind_same_port=(same_port[0], same_port[2].strip()[-120:]), first_still_serving=still_serving)
-    assert same_dir[0] != 0 and re.search(r"in use.*pid \d+", same_dir[2]), same_dir
-    assert "Traceback" not in same_dir[2]
+    figures(second_daemon_same_dir=(same_dir[0], same_dir[1].strip()[-120:]),
+            second_bind_same_port=(same_port[0], same_port[1].strip()[-120:]), first_still_serving=still_serving)
+    assert same_dir[0] != 0 and re.search(r"in use.*pid \d+", same_dir[1]), same_dir
+    assert "Traceback" not in same_dir[1]
     assert same_port[0] != 0, "a second daemon bound the same TCP port"
     assert still_serving
 
@@ -344,8 +338,7 @@ def test_second_daemon_and_second_bind_refused(daemons, figures):
 def test_second_bind_refused_with_a_clear_message(daemons, figures):
     first = daemons("one", listen="127.0.0.1:0").start()
     port = first.address.rpartition(":")[2]
-    code, _, err = run_daemon_expect_failure(["--state-dir", str(first.state_dir.parent / "two"),
-                                              "--listen", f"127.0.0.1:{port}"])
+    code, err = start_refused(first.state_dir.parent / "two", ["--listen", f"127.0.0.1:{port}"])
     figures(exit_code=code, last_line=err.strip().splitlines()[-1][:160] if err.strip() else "")
     assert code == 2
     assert "Traceback" not in err

@@ -23,6 +23,8 @@ from corrald.model import ClaimGrant, TaskRecord, TaskSpec, TaskState
 from corrald.store import tasks, team
 from corrald.stream import StreamState
 
+from tests.support import SecondsClock  # noqa: F401 (the writer and pacing tests import it from here)
+
 LEAD_TOKEN = "t"
 CALL_TIMEOUT = 20.0  # seconds; a hung writer fails the test instead of hanging it
 
@@ -188,16 +190,6 @@ class SyncBoard:
         return self.data_version(), self.dump()
 
 
-class FakeTimer:
-    """A monotonic timer in seconds (the writer's batch budget) that moves only when told to."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class Blocker:
     """A writer job that holds the writer thread until released.
 
@@ -229,14 +221,3 @@ class Blocker:
 
     def release(self) -> None:
         self.go.set()
-
-
-class SecondsClock:
-    """A monotonic clock in float seconds (like `time.monotonic`) that moves only when a test
-    sets `now`; for the admission pacer, whose steps are finer than FakeClock's milliseconds."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now

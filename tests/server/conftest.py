@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import pathlib
-import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # for `import boardkit`
-
-from boardkit import SyncBoard  # noqa: E402
-from corrald import failpoints  # noqa: E402
-from corrald.clock import FakeClock  # noqa: E402
+from boardkit import SyncBoard
+from corrald import failpoints
+from corrald.clock import FakeClock
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support import wait_until_async
+
 from boardkit import SecondsClock
 from corrald import errors
 from corrald.overload.lanes import CallLanes, LaneConfig
@@ -24,14 +26,6 @@ NO_EXPIRY = LaneConfig(calls_per_identity=RUNNING, waiting_per_identity=WAITING,
 # again every 2 ms of real time. A slack below 1 holds back even teammates of equal load,
 # so that short scripts reach the held paths often.
 PACING = PacingConfig(slack=0.5, busy_window_ms=2)
-
-
-async def _eventually(condition, what: str, timeout: float = 2.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.001)
 
 
 async def _settle() -> None:
@@ -118,7 +112,8 @@ class _Model:
             if self.pacer is None:
                 assert not self.idle_place(identity), f"{identity} waits with a free place"
             else:  # a lane pacing let go of is looked at again within the busy window
-                await _eventually(lambda i=identity: not self.idle_place(i), f"{identity}'s free place to be taken")
+                await wait_until_async(lambda i=identity: not self.idle_place(i), 2.0,
+                                       f"{identity}'s free place to be taken")
             order = self.grant_order.get(identity, [])
             assert order == sorted(order), f"{identity} served out of order: {order}"
 

@@ -8,11 +8,12 @@ import asyncio
 import concurrent.futures
 import sqlite3
 import threading
-import time
 
 import pytest
 
-from boardkit import Blocker, FakeTimer
+from tests.support import wait_until_async
+
+from boardkit import Blocker, SecondsClock
 from corrald import failpoints
 from corrald.clock import FakeClock
 from corrald.config import WriterConfig, WriterLevels
@@ -25,8 +26,8 @@ WAIT = 10  # seconds for any single future
 
 
 @pytest.fixture
-def timer() -> FakeTimer:
-    return FakeTimer()
+def timer() -> SecondsClock:
+    return SecondsClock()
 
 
 @pytest.fixture
@@ -108,10 +109,7 @@ def test_a_failing_job_rolls_back_alone(writer, db_path, timer):
 
 async def queued(writer: Writer, jobs: int) -> None:
     """Returns once the writer's queue holds `jobs` jobs (polled, with a deadline)."""
-    deadline = time.monotonic() + WAIT
-    while writer.stats().queue_depth < jobs:
-        assert time.monotonic() < deadline, f"the queue never held {jobs} jobs"
-        await asyncio.sleep(0.001)
+    await wait_until_async(lambda: writer.stats().queue_depth >= jobs, WAIT, f"the queue to hold {jobs} jobs")
 
 
 def inserts_behind(writer: Writer, blocker: Blocker, count: int) -> int:

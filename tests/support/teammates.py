@@ -1,10 +1,8 @@
-"""Helpers shared by the SDK end-to-end tests (a uniquely named module, so
-`import` cannot pick up another test directory's conftest)."""
+"""SDK-level helpers for tests that drive a real daemon through `corral`: teammates in threads, watch waits."""
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,25 +12,14 @@ import corral
 FAST_POLL = 0.05
 
 
-def eventually(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    """Poll `predicate` until it returns something truthy; fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} not reached within {timeout}s"
-        threading.Event().wait(0.02)
-
-
 def watch_until(
     lead: corral.Lead, predicate: Callable[[corral.WatchEvent], bool], *, after_seq: int = 0, timeout: float = 10.0
 ) -> corral.WatchEvent:
-    """The first watch event (replaying from `after_seq`) matching `predicate`."""
+    """The first watch event (replaying from `after_seq`) matching `predicate`; the stream's deadline is `timeout`."""
     for event in lead.watch(after_seq, timeout=timeout):
         if predicate(event):
             return event
-    raise AssertionError("watch ended before the expected event")
+    raise AssertionError("the watch stream ended before the expected event")
 
 
 def task_reached(task_id: str, state: corral.TaskState) -> Callable[[corral.WatchEvent], bool]:
@@ -41,11 +28,23 @@ def task_reached(task_id: str, state: corral.TaskState) -> Callable[[corral.Watc
 
 
 class TeammateThread:
-    """Runs `corral.run_teammate` in a thread and keeps its summary or error."""
+    """Runs `corral.run_teammate` in a thread (after `start()`) and keeps its summary or error.
 
-    def __init__(self, lead: corral.Lead, name: str, handler: Callable[[corral.Task], Any], **options: Any) -> None:
+    Options not for `add_teammate` go to `run_teammate`; `poll_interval` defaults to FAST_POLL.
+    """
+
+    def __init__(
+        self,
+        lead: corral.Lead,
+        name: str,
+        handler: Callable[[corral.Task], Any],
+        *,
+        roles: tuple[str, ...] | list[str] = (),
+        require_plan_approval: bool = False,
+        **options: Any,
+    ) -> None:
         self.name = name
-        self.new = lead.add_teammate(name, roles=options.pop("roles", ()))
+        self.new = lead.add_teammate(name, roles=roles, require_plan_approval=require_plan_approval)
         env = lead.teammate_env(self.new)
         options.setdefault("poll_interval", FAST_POLL)
         self.summary: corral.RunSummary | None = None
@@ -62,14 +61,20 @@ class TeammateThread:
         self._thread.start()
         return self
 
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
     def _run(self, handler: Callable[[corral.Task], Any], **kwargs: Any) -> None:
         try:
             self.summary = corral.run_teammate(handler, **kwargs)
-        except BaseException as exc:  # reported by result()
+        except BaseException as exc:  # noqa: BLE001 (reported by result())
             self.error = exc
 
     def result(self, timeout: float = 30.0) -> corral.RunSummary:
-        """Wait for run_teammate to return and give its summary (re-raising its error)."""
+        """Waits for run_teammate to return and gives its summary (re-raising its error)."""
         self._thread.join(timeout)
         assert not self._thread.is_alive(), f"teammate {self.name} still running after {timeout}s"
         if self.error is not None:
