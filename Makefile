@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NODE_DIR := tests/polyglot/node
 
-.PHONY: all test demo bench dist protos check-protos unasync check-unasync node-deps lint-proto clean
+.PHONY: all test lint demo bench dist protos check-protos unasync check-unasync node-deps lint-proto clean
 
 all: test
 
@@ -37,7 +37,14 @@ node-deps:
 lint-proto: node-deps
 	$(NODE_DIR)/node_modules/.bin/buf lint proto
 
-test: $(STAMP) check-protos check-unasync lint-proto
+# Lint, format and types (settings in pyproject.toml; the import layers are a test).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check server client tests bench scripts
+	$(VENV)/bin/ruff format --check server client tests bench scripts
+	$(VENV)/bin/mypy
+
+# pytest exits 5 when it collected no test: that fails here like any other failure.
+test: $(STAMP) check-protos check-unasync lint-proto lint
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 demo: $(STAMP)

@@ -1,10 +1,10 @@
 """`python -m bench`: run the benchmark sections, write JSON results and docs/benchmarks.md.
 
-    python -m bench                  # everything, 3 runs per figure (takes a while)
-    python -m bench --quick          # tiny sizes, for the smoke test
-    python -m bench --only latency   # one section (repeatable; comma-separated works too)
-    python -m bench --runs 5
-    python -m bench --report-only    # rebuild docs/benchmarks.md from bench/results/*.json
+python -m bench                  # everything, 3 runs per figure (takes a while)
+python -m bench --quick          # tiny sizes, for the smoke test
+python -m bench --only latency   # one section (repeatable; comma-separated works too)
+python -m bench --runs 5
+python -m bench --report-only    # rebuild docs/benchmarks.md from bench/results/*.json
 """
 
 from __future__ import annotations
@@ -36,18 +36,31 @@ REPO = HERE.parent
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, well under a minute (smoke test)")
-    parser.add_argument("--only", action="append", default=[], metavar="NAME",
-                        help=f"run only these sections: {', '.join(SECTIONS)}")
+    parser.add_argument(
+        "--only", action="append", default=[], metavar="NAME", help=f"run only these sections: {', '.join(SECTIONS)}"
+    )
     parser.add_argument("--runs", type=int, default=None, help="runs per figure (default 3; 1 with --quick)")
-    parser.add_argument("--results-dir", type=pathlib.Path, default=None,
-                        help="where <section>.json goes (default bench/results, or bench/results/quick)")
-    parser.add_argument("--report-only", action="store_true",
-                        help="measure nothing: rebuild the Markdown and targets from the JSON already in --results-dir")
-    parser.add_argument("--docs", type=pathlib.Path, default=None,
-                        help="Markdown report (default docs/benchmarks.md; <results-dir>/benchmarks.md with --quick)")
+    parser.add_argument(
+        "--results-dir",
+        type=pathlib.Path,
+        default=None,
+        help="where <section>.json goes (default bench/results, or bench/results/quick)",
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="measure nothing: rebuild the Markdown and targets from the JSON already in --results-dir",
+    )
+    parser.add_argument(
+        "--docs",
+        type=pathlib.Path,
+        default=None,
+        help="Markdown report (default docs/benchmarks.md; <results-dir>/benchmarks.md with --quick)",
+    )
     args = parser.parse_args(argv)
     only = [name for value in args.only for name in value.split(",") if name]
     unknown = [name for name in only if name not in SECTIONS]
@@ -64,10 +77,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 def _code_version() -> dict:
     """Which corral the numbers belong to: the commit, and any uncommitted server/client files."""
+
     def git(*args: str) -> str:
         try:
-            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10,
-                                  check=False).stdout.strip()
+            return subprocess.run(
+                ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10, check=False
+            ).stdout.strip()
         except OSError:
             return ""
 
@@ -85,9 +100,14 @@ def main(argv: list[str] | None = None) -> int:
     sizes = config.QUICK if args.quick else config.FULL
     args.results_dir.mkdir(parents=True, exist_ok=True)
     command = "python -m bench" + ("" if not argv else " " + shlex.join(argv))
-    context = {"machine": machine(), "code": _code_version(), "command": command, "runs": args.runs,
-               "quick": args.quick,
-               "sizes": dataclasses.asdict(sizes)}
+    context = {
+        "machine": machine(),
+        "code": _code_version(),
+        "command": command,
+        "runs": args.runs,
+        "quick": args.quick,
+        "sizes": dataclasses.asdict(sizes),
+    }
     if args.report_only:
         previous = args.results_dir / "summary.json"
         if previous.exists():  # keep the context of the run that measured the numbers

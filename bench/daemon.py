@@ -81,8 +81,12 @@ class Daemon(support.Daemon):
     def __init__(self, *, synchronous: str = "FULL", state_dir: pathlib.Path | None = None) -> None:
         # `root` holds the log (and the state dir, unless one is given); it is removed on stop.
         self.root = scratch_dir("d")
-        super().__init__(state_dir or self.root / "state", log_dir=self.root, log_level="warning",
-                         extra_args=["--synchronous", synchronous])
+        super().__init__(
+            state_dir or self.root / "state",
+            log_dir=self.root,
+            log_level="warning",
+            extra_args=["--synchronous", synchronous],
+        )
         self.token = ""
 
     def start(self) -> Daemon:
@@ -120,22 +124,28 @@ class Lead:
         self.lead = pb_grpc.LeadServiceStub(self.channel)
         self.board = pb_grpc.BoardServiceStub(self.channel)
 
-    async def add_teammates(self, names: list[str], roles: tuple[str, ...] = (),
-                            concurrency: int = 64) -> dict[str, str]:
+    async def add_teammates(
+        self, names: list[str], roles: tuple[str, ...] = (), concurrency: int = 64
+    ) -> dict[str, str]:
         tokens: dict[str, str] = {}
         for start in range(0, len(names), concurrency):
-            chunk = names[start:start + concurrency]
-            replies = await asyncio.gather(*(self.lead.AddTeammate(pb.AddTeammateRequest(name=n, roles=roles),
-                                                            metadata=self.md, timeout=60) for n in chunk))
-            tokens.update({name: reply.token for name, reply in zip(chunk, replies)})
+            chunk = names[start : start + concurrency]
+            replies = await asyncio.gather(
+                *(
+                    self.lead.AddTeammate(pb.AddTeammateRequest(name=n, roles=roles), metadata=self.md, timeout=60)
+                    for n in chunk
+                )
+            )
+            tokens.update({name: reply.token for name, reply in zip(chunk, replies, strict=True)})
         return tokens
 
     async def create(self, specs: list[pb.TaskSpec], batch: int = 10_000) -> float:
         """Creates the tasks in batches; returns the seconds it took."""
         started = time.perf_counter()
         for start in range(0, len(specs), batch):
-            await self.lead.CreateTasks(pb.CreateTasksRequest(tasks=specs[start:start + batch]),
-                                        metadata=self.md, timeout=600)
+            await self.lead.CreateTasks(
+                pb.CreateTasksRequest(tasks=specs[start : start + batch]), metadata=self.md, timeout=600
+            )
         return time.perf_counter() - started
 
     async def stats(self) -> pb.GetStatsResponse:
@@ -143,4 +153,3 @@ class Lead:
 
     async def close(self) -> None:
         await self.channel.close()
-

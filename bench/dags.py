@@ -35,7 +35,12 @@ def graph(kind: str, count: int) -> list[tuple[str, tuple[str, ...]]]:
 
 def specs(kind: str, count: int, *, prefix: str = "", role: str = "") -> list[pb.TaskSpec]:
     return [
-        pb.TaskSpec(id=prefix + task_id, title=f"bench {task_id}", payload=b"x" * 32,
-                    depends_on=[prefix + d for d in deps], required_role=role)
+        pb.TaskSpec(
+            id=prefix + task_id,
+            title=f"bench {task_id}",
+            payload=b"x" * 32,
+            depends_on=[prefix + d for d in deps],
+            required_role=role,
+        )
         for task_id, deps in graph(kind, count)
     ]

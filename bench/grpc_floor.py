@@ -56,10 +56,13 @@ class _Echo:
 
 async def _serve(socket_path: str, ready: mp.Queue, stop) -> None:
     echo = _Echo()
-    handler = grpc.method_handlers_generic_handler("bench.Echo", {
-        "Idle": grpc.unary_stream_rpc_method_handler(echo.idle, _identity, _identity),
-        "Complete": grpc.unary_unary_rpc_method_handler(echo.complete, _identity, _identity),
-    })
+    handler = grpc.method_handlers_generic_handler(
+        "bench.Echo",
+        {
+            "Idle": grpc.unary_stream_rpc_method_handler(echo.idle, _identity, _identity),
+            "Complete": grpc.unary_unary_rpc_method_handler(echo.complete, _identity, _identity),
+        },
+    )
     server = grpc.aio.server(options=(("grpc.max_concurrent_streams", 4096),))
     server.add_generic_rpc_handlers((handler,))
     server.add_insecure_port(f"unix:{socket_path}")
@@ -79,8 +82,9 @@ class EchoServer:
         self.root = scratch_dir("echo")
         self.address = f"unix:{self.root / 'echo.sock'}"
         self._ready, self._stop = ctx.Queue(), ctx.Event()
-        self._proc = ctx.Process(target=serve_main, args=(str(self.root / "echo.sock"), self._ready, self._stop),
-                                 daemon=True)
+        self._proc = ctx.Process(
+            target=serve_main, args=(str(self.root / "echo.sock"), self._ready, self._stop), daemon=True
+        )
 
     def __enter__(self) -> EchoServer:
         self._proc.start()
@@ -106,15 +110,32 @@ def run(sizes, runs: int, log) -> dict:
             results = []
             for _ in range(runs):
                 cpu = cpu_seconds(server.pid)
-                tally = teamworker.run_clients("echo", server.address, members, target=sizes.cycles,
-                                               deadline_s=sizes.run_deadline_s,
-                                               processes=sizes.client_processes)
-                results.append({"throughput": tally["throughput"], **latency_fields(tally["latencies"]),
-                                "errors": tally["errors"],
-                                "server_cpu_ms": 1000 * (cpu_seconds(server.pid) - cpu) / max(tally["completed"], 1)})
+                tally = teamworker.run_clients(
+                    "echo",
+                    server.address,
+                    members,
+                    target=sizes.cycles,
+                    deadline_s=sizes.run_deadline_s,
+                    processes=sizes.client_processes,
+                )
+                results.append(
+                    {
+                        "throughput": tally["throughput"],
+                        **latency_fields(tally["latencies"]),
+                        "errors": tally["errors"],
+                        "server_cpu_ms": 1000 * (cpu_seconds(server.pid) - cpu) / max(tally["completed"], 1),
+                    }
+                )
             out["teammates"][str(count)] = summarize(
-                results, {"throughput": "cycles/s", "p50_ms": "ms", "p99_ms": "ms", "errors": "count",
-                          "server_cpu_ms": "server CPU ms/cycle"})
+                results,
+                {
+                    "throughput": "cycles/s",
+                    "p50_ms": "ms",
+                    "p99_ms": "ms",
+                    "errors": "count",
+                    "server_cpu_ms": "server CPU ms/cycle",
+                },
+            )
             out["server_rss_mib"] = rss_mib(server.pid)
             rate = out["teammates"][str(count)]["throughput"]["median"]
             log(f"grpc floor  {count:>4} teammates: {rate:8.0f} cycles/s")

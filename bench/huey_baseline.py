@@ -18,8 +18,14 @@ import time
 from .daemon import scratch_dir
 from .stats import latency_fields, summarize
 
-FIELDS = {"throughput": "pairs/s", "p50_ms": "ms", "p99_ms": "ms", "empty_dequeues": "count",
-          "busy_timeouts": "count", "worst_stall_ms": "ms"}
+FIELDS = {
+    "throughput": "pairs/s",
+    "p50_ms": "ms",
+    "p99_ms": "ms",
+    "empty_dequeues": "count",
+    "busy_timeouts": "count",
+    "worst_stall_ms": "ms",
+}
 
 
 def worker(path: str, pairs: int, ready, go, deadline_s: float, results) -> None:
@@ -60,8 +66,10 @@ def measure(processes: int, pairs: int, deadline_s: float) -> dict:
         ctx = mp.get_context("spawn")
         ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
         share = max(1, pairs // processes)
-        procs = [ctx.Process(target=worker, daemon=True, args=(path, share, ready, go, deadline_s, results))
-                 for _ in range(processes)]
+        procs = [
+            ctx.Process(target=worker, daemon=True, args=(path, share, ready, go, deadline_s, results))
+            for _ in range(processes)
+        ]
         for proc in procs:
             proc.start()
         for _ in procs:
@@ -75,9 +83,13 @@ def measure(processes: int, pairs: int, deadline_s: float) -> dict:
         shutil.rmtree(root, ignore_errors=True)
     latencies = [x for o in outs for x in o["latencies"]]
     wall = max(max(o["last_done"] for o in outs) - started, 1e-9)
-    return {"throughput": len(latencies) / wall, **latency_fields(latencies),
-            "empty_dequeues": sum(o["empty"] for o in outs), "busy_timeouts": sum(o["busy"] for o in outs),
-            "worst_stall_ms": 1000 * max(o["worst"] for o in outs)}
+    return {
+        "throughput": len(latencies) / wall,
+        **latency_fields(latencies),
+        "empty_dequeues": sum(o["empty"] for o in outs),
+        "busy_timeouts": sum(o["busy"] for o in outs),
+        "worst_stall_ms": 1000 * max(o["worst"] for o in outs),
+    }
 
 
 def run(sizes, runs: int, log) -> dict:
@@ -86,7 +98,9 @@ def run(sizes, runs: int, log) -> dict:
         results = [measure(processes, sizes.huey_pairs, sizes.run_deadline_s) for _ in range(runs)]
         figure = summarize(results, FIELDS)
         out["FULL"][str(processes)] = figure
-        log(f"huey        FULL   {processes:>3} procs: {figure['throughput']['median']:8.0f} pairs/s"
+        log(
+            f"huey        FULL   {processes:>3} procs: {figure['throughput']['median']:8.0f} pairs/s"
             f"  p99 {figure['p99_ms']['median']:7.2f} ms  worst stall {figure['worst_stall_ms']['median']:7.1f} ms"
-            f"  busy timeouts {figure['busy_timeouts']['median']:.0f}")
+            f"  busy timeouts {figure['busy_timeouts']['median']:.0f}"
+        )
     return out

@@ -72,12 +72,18 @@ async def _dependency_samples(lead: Lead, tokens: dict, samples: int, prefix: st
             _, x = await a.next("claim")
             await asyncio.sleep(SETTLE_S)
             started = time.monotonic()
-            await a.stub.CompleteTask(pb.CompleteTaskRequest(task_id=x.claim.task.id, claim_token=x.claim.claim_token),
-                                      metadata=a.md, timeout=30)
+            await a.stub.CompleteTask(
+                pb.CompleteTaskRequest(task_id=x.claim.task.id, claim_token=x.claim.claim_token),
+                metadata=a.md,
+                timeout=30,
+            )
             arrived, y = await b.next("claim")
             out.append(arrived - started)
-            await b.stub.CompleteTask(pb.CompleteTaskRequest(task_id=y.claim.task.id, claim_token=y.claim.claim_token),
-                                      metadata=b.md, timeout=30)
+            await b.stub.CompleteTask(
+                pb.CompleteTaskRequest(task_id=y.claim.task.id, claim_token=y.claim.claim_token),
+                metadata=b.md,
+                timeout=30,
+            )
     finally:
         a.close()
         b.close()
@@ -116,10 +122,14 @@ async def _corral(daemon: Daemon, samples: int, runs: int) -> list[dict]:
             dependency = await _dependency_samples(lead, tokens, samples, f"r{run}-")
             shutdown = await _shutdown_samples(lead, tokens, samples)
             writer = (await lead.stats()).writer
-            results.append({**{f"dependency_{k}": v for k, v in latency_fields(dependency).items()},
-                            **{f"shutdown_{k}": v for k, v in latency_fields(shutdown).items()},
-                            "commit_p50_ms": writer.commit_latency_p50_ms,
-                            "commit_p99_ms": writer.commit_latency_p99_ms})
+            results.append(
+                {
+                    **{f"dependency_{k}": v for k, v in latency_fields(dependency).items()},
+                    **{f"shutdown_{k}": v for k, v in latency_fields(shutdown).items()},
+                    "commit_p50_ms": writer.commit_latency_p50_ms,
+                    "commit_p99_ms": writer.commit_latency_p99_ms,
+                }
+            )
         return results
     finally:
         await lead.close()
@@ -129,8 +139,9 @@ async def _echo_push_samples(address: str, samples: int) -> list[float]:
     """The gRPC floor for the same path: a unary call releases a message on a waiting stream."""
     channel = grpc.aio.insecure_channel(address)
     idle = channel.unary_stream(teamworker.ECHO_IDLE, request_serializer=_identity, response_deserializer=_identity)
-    complete = channel.unary_unary(teamworker.ECHO_COMPLETE, request_serializer=_identity,
-                                   response_deserializer=_identity)
+    complete = channel.unary_unary(
+        teamworker.ECHO_COMPLETE, request_serializer=_identity, response_deserializer=_identity
+    )
     stream = idle(b"probe")
     messages = stream.__aiter__()
     out = []
@@ -190,16 +201,18 @@ def poll_loop(interval_s: float, samples: int) -> list[float]:
 
 def run(sizes, runs: int, log) -> dict:
     polled: list[float] = []
-    poll_thread = threading.Thread(target=lambda: polled.extend(poll_loop(sizes.poll_interval_s, sizes.poll_samples)),
-                                   daemon=True)
+    poll_thread = threading.Thread(
+        target=lambda: polled.extend(poll_loop(sizes.poll_interval_s, sizes.poll_samples)), daemon=True
+    )
     poll_thread.start()
     fields = {f"{what}_{k}": unit for what in ("dependency", "shutdown") for k, unit in FIELDS.items()}
     fields |= {"commit_p50_ms": "ms", "commit_p99_ms": "ms"}
     with Daemon() as daemon:
         out = summarize(run_async(_corral(daemon, sizes.latency_samples, runs)), fields)
     with grpc_floor.EchoServer() as echo:
-        floor = [latency_fields(run_async(_echo_push_samples(echo.address, sizes.latency_samples)))
-                 for _ in range(runs)]
+        floor = [
+            latency_fields(run_async(_echo_push_samples(echo.address, sizes.latency_samples))) for _ in range(runs)
+        ]
     out["grpc_floor"] = summarize(floor, FIELDS)
     # Diagnostic, not a target: the same paths without an fsync per commit.
     with Daemon(synchronous="NORMAL") as daemon:
@@ -212,11 +225,13 @@ def run(sizes, runs: int, log) -> dict:
         "analytic": {"mean_ms": ms(interval / 2), "p50_ms": ms(interval / 2), "p99_ms": ms(0.99 * interval)},
         "simulated_ms": [ms(x) for x in polled],
     }
-    log(f"latency     dependency→claim p50 {out['dependency_p50_ms']['median']:.2f} ms p99 "
+    log(
+        f"latency     dependency→claim p50 {out['dependency_p50_ms']['median']:.2f} ms p99 "
         f"{out['dependency_p99_ms']['median']:.2f} ms; shutdown→teammate p50 {out['shutdown_p50_ms']['median']:.2f} ms"
         f" p99 {out['shutdown_p99_ms']['median']:.2f} ms (at NORMAL: dependency p99 "
         f"{out['NORMAL']['dependency_p99_ms']['median']:.2f} ms; gRPC echo floor for one unary → stream push: "
         f"p50 {out['grpc_floor']['p50_ms']['median']:.2f} ms p99 {out['grpc_floor']['p99_ms']['median']:.2f} ms);"
         f" {interval:g} s poll loop simulated "
-        f"{', '.join(f'{x:.0f}' for x in out['poll_loop']['simulated_ms'])} ms")
+        f"{', '.join(f'{x:.0f}' for x in out['poll_loop']['simulated_ms'])} ms"
+    )
     return out

@@ -17,8 +17,14 @@ from .stats import summary
 def _echo(count: int, sizes) -> float:
     members = [(f"m{i}", f"token-{i}") for i in range(count)]
     with grpc_floor.EchoServer() as server:
-        tally = teamworker.run_clients("echo", server.address, members, target=sizes.tasks(count),
-                                       deadline_s=sizes.run_deadline_s, processes=sizes.client_processes)
+        tally = teamworker.run_clients(
+            "echo",
+            server.address,
+            members,
+            target=sizes.tasks(count),
+            deadline_s=sizes.run_deadline_s,
+            processes=sizes.client_processes,
+        )
     return tally["throughput"]
 
 
@@ -29,17 +35,29 @@ def run(sizes, runs: int, log) -> dict:
         corral = e2e.measure("independent", count, sizes.tasks(count), 1, sizes=sizes)
         mine = corral["throughput"]["median"]
         floor = _echo(count, sizes)
-        tut = {str(n): tutorial.measure("independent", n, sizes.tutorial_tasks, "FULL", sizes.run_deadline_s)
-               for n in sizes.tutorial_processes}
+        tut = {
+            str(n): tutorial.measure("independent", n, sizes.tutorial_tasks, "FULL", sizes.run_deadline_s)
+            for n in sizes.tutorial_processes
+        }
         best = max(tut, key=lambda n: tut[n]["throughput"])
-        rounds.append({"corral": mine, "corral_cpu_ms": corral["server_cpu_ms"]["median"], "floor": floor,
-                       "tutorial": {n: t["throughput"] for n, t in tut.items()}, "tutorial_best_processes": best,
-                       "tutorial_best": tut[best]["throughput"],
-                       "tutorial_worst_stall_ms": max(t["worst_stall_ms"] for t in tut.values()),
-                       "vs_floor": mine / floor, "vs_tutorial": mine / tut[best]["throughput"]})
-        log(f"paired      {count} teammates: corral {mine:6.0f}, floor {floor:6.0f}, tutorial best "
+        rounds.append(
+            {
+                "corral": mine,
+                "corral_cpu_ms": corral["server_cpu_ms"]["median"],
+                "floor": floor,
+                "tutorial": {n: t["throughput"] for n, t in tut.items()},
+                "tutorial_best_processes": best,
+                "tutorial_best": tut[best]["throughput"],
+                "tutorial_worst_stall_ms": max(t["worst_stall_ms"] for t in tut.values()),
+                "vs_floor": mine / floor,
+                "vs_tutorial": mine / tut[best]["throughput"],
+            }
+        )
+        log(
+            f"paired      {count} teammates: corral {mine:6.0f}, floor {floor:6.0f}, tutorial best "
             f"{tut[best]['throughput']:6.0f} ({best} procs) cycles/s -> {mine / floor:.2f}x floor, "
-            f"{mine / tut[best]['throughput']:.2f}x tutorial")
+            f"{mine / tut[best]['throughput']:.2f}x tutorial"
+        )
     return {
         "teammates": count,
         "rounds": rounds,

@@ -74,18 +74,29 @@ def syscalls(table: pathlib.Path, cycles: int, limit: int = 15) -> str:
     rows.sort(reverse=True)
     total = sum(calls for calls, _, _ in rows)
     out = [f"{total / max(cycles, 1):7.1f}  syscalls per cycle in all"]
-    out += [f"{calls / max(cycles, 1):7.1f}  {name}  ({seconds:.3f} s in strace's count)"
-            for calls, name, seconds in rows[:limit]]
+    out += [
+        f"{calls / max(cycles, 1):7.1f}  {name}  ({seconds:.3f} s in strace's count)"
+        for calls, name, seconds in rows[:limit]
+    ]
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--server", choices=("corral", "echo"), default="corral",
-                        help="profile corrald, or the gRPC echo floor under the same load")
-    parser.add_argument("--tool", choices=("py-spy", "strace"), default="py-spy",
-                        help="py-spy: hottest functions; strace -c: system calls per cycle")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.profile", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--server",
+        choices=("corral", "echo"),
+        default="corral",
+        help="profile corrald, or the gRPC echo floor under the same load",
+    )
+    parser.add_argument(
+        "--tool",
+        choices=("py-spy", "strace"),
+        default="py-spy",
+        help="py-spy: hottest functions; strace -c: system calls per cycle",
+    )
     parser.add_argument("--teammates", type=int, default=32)
     parser.add_argument("--tasks", type=int, default=4096)
     parser.add_argument("--dag", choices=dags.DAGS, default="independent")
@@ -103,19 +114,21 @@ def main(argv: list[str] | None = None) -> int:
         else:
             server = stack.enter_context(grpc_floor.EchoServer())
             members = [(f"m{i}", f"token-{i}") for i in range(args.teammates)]
-        recorder = subprocess.Popen(_recorder(args, server.pid, raw), stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE)
+        recorder = subprocess.Popen(_recorder(args, server.pid, raw), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(1.0)
-        tally = teamworker.run_clients(args.server, server.address, members, target=args.tasks,
-                                       deadline_s=config.FULL.run_deadline_s)
+        tally = teamworker.run_clients(
+            args.server, server.address, members, target=args.tasks, deadline_s=config.FULL.run_deadline_s
+        )
         recorder.send_signal(signal.SIGINT)  # both tools write their report and exit
         _, err = recorder.communicate(timeout=60)
     if not raw.exists():
         print(f"{args.tool} wrote nothing: {err.decode(errors='replace')[-2000:]}", file=sys.stderr)
         return 1
     body = top(raw) if args.tool == "py-spy" else syscalls(raw, tally["completed"])
-    summary = (f"{args.server}: {args.teammates} teammates, {tally['completed']} cycles ({args.dag}),"
-               f" {tally['throughput']:.0f} cycles/s under the profiler\n" + body)
+    summary = (
+        f"{args.server}: {args.teammates} teammates, {tally['completed']} cycles ({args.dag}),"
+        f" {tally['throughput']:.0f} cycles/s under the profiler\n" + body
+    )
     args.out.write_text(summary + "\n")
     print(summary)
     return 0
@@ -125,8 +138,23 @@ def _recorder(args, pid: int, raw: pathlib.Path) -> list[str]:
     if args.tool == "strace":
         return ["strace", "-c", "-f", "-p", str(pid), "-o", str(raw)]
     spy = shutil.which("py-spy") or str(pathlib.Path(sys.executable).with_name("py-spy"))
-    return ([spy, "record", "--pid", str(pid), "--rate", str(args.rate), "--format", "raw", "--threads",
-             "--output", str(raw)] + (["--gil"] if args.gil else []) + (["--native"] if args.native else []))
+    return (
+        [
+            spy,
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            str(args.rate),
+            "--format",
+            "raw",
+            "--threads",
+            "--output",
+            str(raw),
+        ]
+        + (["--gil"] if args.gil else [])
+        + (["--native"] if args.native else [])
+    )
 
 
 if __name__ == "__main__":

@@ -44,16 +44,27 @@ def _grow(database, start: int, stop: int) -> float:
     """Adds tasks b{start}..b{stop-1} with the store's own create_tasks; returns seconds."""
     from corrald import validate  # noqa: PLC0415 (server internals only for the build)
     from corrald.config import Limits  # noqa: PLC0415
-    from corrald.store import schema, tasks  # noqa: PLC0415
     from corrald.model import TaskSpec, Txn  # noqa: PLC0415
+    from corrald.store import schema, tasks  # noqa: PLC0415
 
     started = time.perf_counter()
     conn = schema.open_writer(database, synchronous="OFF")
     try:
         for low in range(start, stop, BUILD_BATCH):
-            raw = [TaskSpec(id=f"b{i}", title=f"bench b{i}", description="", payload=b"x" * 32, depends_on=(),
-                            priority=0, max_attempts=0, lease_ms=0, required_role="")
-                   for i in range(low, min(stop, low + BUILD_BATCH))]
+            raw = [
+                TaskSpec(
+                    id=f"b{i}",
+                    title=f"bench b{i}",
+                    description="",
+                    payload=b"x" * 32,
+                    depends_on=(),
+                    priority=0,
+                    max_attempts=0,
+                    lease_ms=0,
+                    required_role="",
+                )
+                for i in range(low, min(stop, low + BUILD_BATCH))
+            ]
             specs = validate.normalize_batch(raw, Limits())
             conn.execute("BEGIN IMMEDIATE")
             tasks.create_tasks(Txn(conn, time.time_ns() // 1_000_000), specs)
@@ -79,8 +90,9 @@ async def _claim_latencies(daemon: Daemon, token: str, cycles: int) -> list[floa
             if len(latencies) >= cycles:
                 break
             claim = response.claim
-            await stub.CompleteTask(pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token),
-                                    metadata=md, timeout=60)
+            await stub.CompleteTask(
+                pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token), metadata=md, timeout=60
+            )
             returned = time.monotonic()
     finally:
         call.cancel()
@@ -107,8 +119,10 @@ def board_size(sizes, runs: int, log) -> dict:
             figure = summarize(results, {"p50_ms": "ms", "p99_ms": "ms", "rss_mib": "MiB"})
             figure["build_s"] = build_s
             out["sizes"][str(size)] = figure
-            log(f"scale       board {size:>9,} tasks: claim p50 {figure['p50_ms']['median']:6.2f} ms"
-                f"  p99 {figure['p99_ms']['median']:6.2f} ms  (built in {build_s:.0f} s)")
+            log(
+                f"scale       board {size:>9,} tasks: claim p50 {figure['p50_ms']['median']:6.2f} ms"
+                f"  p99 {figure['p99_ms']['median']:6.2f} ms  (built in {build_s:.0f} s)"
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return out
@@ -184,13 +198,15 @@ async def _unary(lead: Lead, ids: list[str], samples: int) -> list[float]:
 
 def many_streams(sizes, runs: int, log) -> dict:
     with Daemon() as daemon:
+
         async def setup():
             lead = Lead(daemon.address, daemon.token)
             try:
                 tokens = await lead.add_teammates([f"s{i}" for i in range(sizes.streams)])
                 # Tasks nobody may claim: GetTask targets that leave the streams idle.
-                await lead.create([pb.TaskSpec(id=f"probe{i}", title="probe", required_role="nobody")
-                                   for i in range(100)])
+                await lead.create(
+                    [pb.TaskSpec(id=f"probe{i}", title="probe", required_role="nobody") for i in range(100)]
+                )
                 return tokens
             finally:
                 await lead.close()
@@ -199,8 +215,10 @@ def many_streams(sizes, runs: int, log) -> dict:
         rss_before = daemon.rss_mib()
         ctx = mp.get_context("spawn")
         ready, results, stop = ctx.Queue(), ctx.Queue(), ctx.Event()
-        procs = [ctx.Process(target=hold_main, daemon=True, args=(daemon.address, members[i::2], ready, stop, results))
-                 for i in range(2)]
+        procs = [
+            ctx.Process(target=hold_main, daemon=True, args=(daemon.address, members[i::2], ready, stop, results))
+            for i in range(2)
+        ]
         for proc in procs:
             proc.start()
         try:
@@ -232,12 +250,23 @@ def many_streams(sizes, runs: int, log) -> dict:
             for proc in procs:
                 proc.join(30)
     out = summarize(rounds, {"p50_ms": "ms", "p99_ms": "ms", "daemon_cpu_percent": "%"})
-    out.update({"streams_wanted": sizes.streams, "streams_open": opened, "streams_open_at_end": still_open,
-                "streams_ended_early": len(early), "ended_codes": sorted(set(early)),
-                "open_refused_then_retried": sum(h["refused"] for h in held), "rss_mib_before_streams": rss_before,
-                "rss_mib_streams_open": rss_open, "rss_mib": max(rss_open, rss_after)})
-    log(f"scale       {opened} open Idle streams: RSS {out['rss_mib']:.0f} MiB, GetTask p50 "
-        f"{out['p50_ms']['median']:.2f} ms p99 {out['p99_ms']['median']:.2f} ms")
+    out.update(
+        {
+            "streams_wanted": sizes.streams,
+            "streams_open": opened,
+            "streams_open_at_end": still_open,
+            "streams_ended_early": len(early),
+            "ended_codes": sorted(set(early)),
+            "open_refused_then_retried": sum(h["refused"] for h in held),
+            "rss_mib_before_streams": rss_before,
+            "rss_mib_streams_open": rss_open,
+            "rss_mib": max(rss_open, rss_after),
+        }
+    )
+    log(
+        f"scale       {opened} open Idle streams: RSS {out['rss_mib']:.0f} MiB, GetTask p50 "
+        f"{out['p50_ms']['median']:.2f} ms p99 {out['p99_ms']['median']:.2f} ms"
+    )
     return out
 
 
@@ -246,10 +275,16 @@ def many_streams(sizes, runs: int, log) -> dict:
 
 def busy_writer(sizes, runs: int, log) -> dict:
     figure = e2e.measure("independent", sizes.busy_teammates, sizes.busy_tasks, runs, sizes=sizes)
-    out = {"teammates": sizes.busy_teammates, "queue_depth_p99": figure["queue_depth_p99"],
-           "throughput": figure["throughput"], "mean_batch": figure["mean_batch"]}
-    log(f"scale       {sizes.busy_teammates} busy teammates: writer queue depth p99 "
-        f"{out['queue_depth_p99']['median']:.0f}")
+    out = {
+        "teammates": sizes.busy_teammates,
+        "queue_depth_p99": figure["queue_depth_p99"],
+        "throughput": figure["throughput"],
+        "mean_batch": figure["mean_batch"],
+    }
+    log(
+        f"scale       {sizes.busy_teammates} busy teammates: writer queue depth p99 "
+        f"{out['queue_depth_p99']['median']:.0f}"
+    )
     return out
 
 
@@ -259,8 +294,9 @@ async def _burst(lead: Lead, count: int, run: int, to: str) -> dict:
         return await lead.lead.CreateTasks(pb.CreateTasksRequest(tasks=[one]), metadata=lead.md, timeout=60)
 
     async def send(i: int):
-        return await lead.board.SendMessage(pb.SendMessageRequest(to=to, body=f"burst {run} {i}"),
-                                            metadata=lead.md, timeout=60)
+        return await lead.board.SendMessage(
+            pb.SendMessageRequest(to=to, body=f"burst {run} {i}"), metadata=lead.md, timeout=60
+        )
 
     async def submit(call, i: int) -> tuple[str | None, bool]:
         """(code of the first refusal, if any; whether the call finally succeeded)."""
@@ -282,13 +318,18 @@ async def _burst(lead: Lead, count: int, run: int, to: str) -> dict:
         outcomes = await asyncio.gather(*(submit(call, i) for i in range(count)))
         wall = time.monotonic() - started
         codes = sorted({code for code, _ in outcomes if code})
-        out[name] = {"failures": sum(1 for code, _ in outcomes if code), "codes": codes, "wall_s": wall,
-                     "failures_after_retry": sum(1 for _, ok in outcomes if not ok)}
+        out[name] = {
+            "failures": sum(1 for code, _ in outcomes if code),
+            "codes": codes,
+            "wall_s": wall,
+            "failures_after_retry": sum(1 for _, ok in outcomes if not ok),
+        }
     return out
 
 
 def submissions(sizes, runs: int, log) -> dict:
     with Daemon() as daemon:
+
         async def go():
             lead = Lead(daemon.address, daemon.token)
             try:
@@ -302,20 +343,29 @@ def submissions(sizes, runs: int, log) -> dict:
         bursts, refused, depth_p99 = run_async(go())
     out = {"concurrent": sizes.submissions, "refused_jobs": refused, "queue_depth_p99": depth_p99}
     for name in ("create_tasks", "send_message"):
-        out[name] = {"failures": summary([b[name]["failures"] for b in bursts], "count"),
-                     "failures_after_retry": summary([b[name]["failures_after_retry"] for b in bursts], "count"),
-                     "wall_s": summary([b[name]["wall_s"] for b in bursts], "s"),
-                     "codes": sorted({c for b in bursts for c in b[name]["codes"]})}
+        out[name] = {
+            "failures": summary([b[name]["failures"] for b in bursts], "count"),
+            "failures_after_retry": summary([b[name]["failures_after_retry"] for b in bursts], "count"),
+            "wall_s": summary([b[name]["wall_s"] for b in bursts], "s"),
+            "codes": sorted({c for b in bursts for c in b[name]["codes"]}),
+        }
     out["failures_total"] = sum(b[name]["failures"] for b in bursts for name in ("create_tasks", "send_message"))
-    out["failures_after_retry_total"] = sum(b[name]["failures_after_retry"] for b in bursts
-                                            for name in ("create_tasks", "send_message"))
-    log(f"scale       {sizes.submissions} concurrent submissions x {runs} runs x 2 kinds: "
+    out["failures_after_retry_total"] = sum(
+        b[name]["failures_after_retry"] for b in bursts for name in ("create_tasks", "send_message")
+    )
+    log(
+        f"scale       {sizes.submissions} concurrent submissions x {runs} runs x 2 kinds: "
         f"{out['failures_total']} refused at once (codes "
         f"{sorted(set(out['create_tasks']['codes'] + out['send_message']['codes']))}), "
-        f"{out['failures_after_retry_total']} still failing after {SUBMIT_ATTEMPTS} attempts with backoff")
+        f"{out['failures_after_retry_total']} still failing after {SUBMIT_ATTEMPTS} attempts with backoff"
+    )
     return out
 
 
 def run(sizes, runs: int, log) -> dict:
-    return {"board_size": board_size(sizes, runs, log), "streams": many_streams(sizes, runs, log),
-            "busy_writer": busy_writer(sizes, runs, log), "submissions": submissions(sizes, runs, log)}
+    return {
+        "board_size": board_size(sizes, runs, log),
+        "streams": many_streams(sizes, runs, log),
+        "busy_writer": busy_writer(sizes, runs, log),
+        "submissions": submissions(sizes, runs, log),
+    }

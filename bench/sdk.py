@@ -142,26 +142,19 @@ def team(teammates: int, tasks: int, *, on_facade: bool = False) -> dict:
 
         async def on_one_loop(tokens: list[str]) -> None:
             # A facade's run_teammate: the asyncio loop, the plain handler in threads.
-            runs = [
-                corral.aio.run_teammate(_handler, token=t, **options) for t in tokens
-            ]
+            runs = [corral.aio.run_teammate(_handler, token=t, **options) for t in tokens]
             summaries.extend(await asyncio.gather(*runs))
 
         tokens = [m.token for m in members]
         if on_facade:
-            threads = [
-                threading.Thread(target=asyncio.run, args=(on_one_loop(tokens),))
-            ]
+            threads = [threading.Thread(target=asyncio.run, args=(on_one_loop(tokens),))]
         else:
             threads = [threading.Thread(target=work, args=(t,)) for t in tokens]
         for thread in threads:
             thread.start()
         # Every teammate's Idle stream is open before the clock starts.
         deadline = time.monotonic() + 60
-        while (
-            sum(t.status is corral.TeammateStatus.IDLE for t in lead.list_teammates())
-            < teammates
-        ):
+        while sum(t.status is corral.TeammateStatus.IDLE for t in lead.list_teammates()) < teammates:
             if time.monotonic() > deadline:
                 raise TimeoutError("teammates did not all connect")
             threading.Event().wait(0.05)
@@ -198,11 +191,7 @@ def main() -> None:
         result = team(args.teammates, args.tasks, on_facade=args.facade)
     else:
         result = (latency if args.mode == "latency" else facade)(args.cycles)
-    print(
-        json.dumps(
-            {"mode": args.mode, "label": args.label, "sdk": corral.__file__, **result}
-        )
-    )
+    print(json.dumps({"mode": args.mode, "label": args.label, "sdk": corral.__file__, **result}))
 
 
 if __name__ == "__main__":

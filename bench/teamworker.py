@@ -80,9 +80,16 @@ async def _main(job: ClientJob, ready: mp.Queue, go, counter) -> dict:
     outcomes = await asyncio.gather(*tasks, return_exceptions=True)
     failures = [repr(o) for o in outcomes if isinstance(o, BaseException) and not isinstance(o, asyncio.CancelledError)]
     await channel.close()
-    return {"pid": os.getpid(), "latencies": tally.latencies, "completed": tally.completed,
-            "errors": tally.errors + len(failures), "error_samples": failures[:3], "refused": tally.refused,
-            "first_claim": tally.first_claim, "last_done": tally.last_done}
+    return {
+        "pid": os.getpid(),
+        "latencies": tally.latencies,
+        "completed": tally.completed,
+        "errors": tally.errors + len(failures),
+        "error_samples": failures[:3],
+        "refused": tally.refused,
+        "first_claim": tally.first_claim,
+        "last_done": tally.last_done,
+    }
 
 
 def _count(tally: _Tally, counter, started: float) -> None:
@@ -145,17 +152,23 @@ async def _echo_teammate(channel, name: str, token: str, tally: _Tally, counter)
         _count(tally, counter, started)
 
 
-def run_clients(kind: str, address: str, members: list[tuple[str, str]], *, target: int, deadline_s: float,
-                processes: int = 2) -> dict:
+def run_clients(
+    kind: str, address: str, members: list[tuple[str, str]], *, target: int, deadline_s: float, processes: int = 2
+) -> dict:
     """Runs `members` as teammates spread over `processes` client processes; returns the merged tally."""
     ctx = mp.get_context("spawn")
     ready, results = ctx.Queue(), ctx.Queue()
     go, counter = ctx.Event(), ctx.Value("q", 0)
     groups = [members[i::processes] for i in range(processes)]
     groups = [g for g in groups if g]
-    procs = [ctx.Process(target=client_main, daemon=True,
-                         args=(ClientJob(kind, address, group, target, deadline_s), ready, go, counter, results))
-             for group in groups]
+    procs = [
+        ctx.Process(
+            target=client_main,
+            daemon=True,
+            args=(ClientJob(kind, address, group, target, deadline_s), ready, go, counter, results),
+        )
+        for group in groups
+    ]
     for proc in procs:
         proc.start()
     try:
@@ -178,7 +191,13 @@ def run_clients(kind: str, address: str, members: list[tuple[str, str]], *, targ
     completed = sum(o["completed"] for o in outs)
     last = max((o["last_done"] for o in outs), default=started)
     wall = max(last - started, 1e-9)
-    return {"completed": completed, "wall_s": wall, "throughput": completed / wall, "latencies": latencies,
-            "errors": sum(o["errors"] for o in outs), "refused": sum(o["refused"] for o in outs),
-            "error_samples": [e for o in outs for e in o["error_samples"]][:3],
-            "timed_out": completed < target}
+    return {
+        "completed": completed,
+        "wall_s": wall,
+        "throughput": completed / wall,
+        "latencies": latencies,
+        "errors": sum(o["errors"] for o in outs),
+        "refused": sum(o["refused"] for o in outs),
+        "error_samples": [e for o in outs for e in o["error_samples"]][:3],
+        "timed_out": completed < target,
+    }

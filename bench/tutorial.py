@@ -50,8 +50,10 @@ def build(path: str, kind: str, count: int) -> None:
     graph = dags.graph(kind, count)
     seq_of = {task_id: seq for seq, (task_id, _) in enumerate(graph, start=1)}
     conn.execute("BEGIN")
-    conn.executemany("INSERT INTO tasks (seq, id, state, unmet_deps) VALUES (?, ?, 1, ?)",
-                     [(seq_of[t], t, len(deps)) for t, deps in graph])
+    conn.executemany(
+        "INSERT INTO tasks (seq, id, state, unmet_deps) VALUES (?, ?, 1, ?)",
+        [(seq_of[t], t, len(deps)) for t, deps in graph],
+    )
     conn.executemany("INSERT INTO deps VALUES (?, ?)", [(seq_of[t], seq_of[d]) for t, deps in graph for d in deps])
     conn.execute("COMMIT")
     conn.close()
@@ -65,17 +67,22 @@ def _claim(conn: sqlite3.Connection, name: str) -> tuple[int, str] | None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         now = _now_ms()
-        conn.execute("UPDATE tasks SET state = 1, owner = NULL, claim_token = NULL, lease_expire_ms = NULL"
-                     " WHERE state = 2 AND lease_expire_ms <= ?", (now,))
+        conn.execute(
+            "UPDATE tasks SET state = 1, owner = NULL, claim_token = NULL, lease_expire_ms = NULL"
+            " WHERE state = 2 AND lease_expire_ms <= ?",
+            (now,),
+        )
         row = conn.execute("SELECT seq FROM tasks WHERE state = 1 AND unmet_deps = 0 ORDER BY seq LIMIT 1").fetchone()
         if row is None:
             conn.execute("COMMIT")
             return None
         token = secrets.token_urlsafe(24)
         conn.execute("INSERT INTO claim_tokens VALUES (?, ?, ?, ?)", (token, row[0], name, now))
-        changed = conn.execute("UPDATE tasks SET state = 2, owner = ?, claim_token = ?, lease_expire_ms = ?"
-                               " WHERE seq = ? AND state = 1 AND owner IS NULL",
-                               (name, token, now + LEASE_MS, row[0])).rowcount
+        changed = conn.execute(
+            "UPDATE tasks SET state = 2, owner = ?, claim_token = ?, lease_expire_ms = ?"
+            " WHERE seq = ? AND state = 1 AND owner IS NULL",
+            (name, token, now + LEASE_MS, row[0]),
+        ).rowcount
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -86,11 +93,17 @@ def _claim(conn: sqlite3.Connection, name: str) -> tuple[int, str] | None:
 def _complete(conn: sqlite3.Connection, seq: int, token: str) -> bool:
     conn.execute("BEGIN IMMEDIATE")
     try:
-        changed = conn.execute("UPDATE tasks SET state = 3, result = x'00' WHERE seq = ? AND claim_token = ?"
-                               " AND state = 2 AND lease_expire_ms > ?", (seq, token, _now_ms())).rowcount
+        changed = conn.execute(
+            "UPDATE tasks SET state = 3, result = x'00' WHERE seq = ? AND claim_token = ?"
+            " AND state = 2 AND lease_expire_ms > ?",
+            (seq, token, _now_ms()),
+        ).rowcount
         if changed == 1:
-            conn.execute("UPDATE tasks SET unmet_deps = unmet_deps - 1"
-                         " WHERE seq IN (SELECT task_seq FROM deps WHERE dep_seq = ?)", (seq,))
+            conn.execute(
+                "UPDATE tasks SET unmet_deps = unmet_deps - 1"
+                " WHERE seq IN (SELECT task_seq FROM deps WHERE dep_seq = ?)",
+                (seq,),
+            )
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -142,9 +155,10 @@ def measure(kind: str, processes: int, count: int, synchronous: str, deadline_s:
         build(path, kind, count)
         ctx = mp.get_context("spawn")
         ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-        procs = [ctx.Process(target=worker, daemon=True,
-                             args=(path, synchronous, f"w{i}", ready, go, deadline_s, results))
-                 for i in range(processes)]
+        procs = [
+            ctx.Process(target=worker, daemon=True, args=(path, synchronous, f"w{i}", ready, go, deadline_s, results))
+            for i in range(processes)
+        ]
         for proc in procs:
             proc.start()
         for _ in procs:
@@ -161,12 +175,16 @@ def measure(kind: str, processes: int, count: int, synchronous: str, deadline_s:
     cycles = [c for o in outs for c in o["cycles"]]
     waits = [w for o in outs for w in o["claim_waits"]]
     wall = max(max(o["last_done"] for o in outs) - started, 1e-9)
-    return {"throughput": len(cycles) / wall, **latency_fields(cycles), "completed": len(cycles),
-            "worst_stall_ms": ms(max(waits, default=0.0)), "busy_timeouts": sum(o["busy"] for o in outs)}
+    return {
+        "throughput": len(cycles) / wall,
+        **latency_fields(cycles),
+        "completed": len(cycles),
+        "worst_stall_ms": ms(max(waits, default=0.0)),
+        "busy_timeouts": sum(o["busy"] for o in outs),
+    }
 
 
-FIELDS = {"throughput": "cycles/s", "p50_ms": "ms", "p99_ms": "ms", "worst_stall_ms": "ms",
-          "busy_timeouts": "count"}
+FIELDS = {"throughput": "cycles/s", "p50_ms": "ms", "p99_ms": "ms", "worst_stall_ms": "ms", "busy_timeouts": "count"}
 
 
 def run(sizes, runs: int, log) -> dict:
@@ -175,12 +193,15 @@ def run(sizes, runs: int, log) -> dict:
     plan += [("NORMAL", "independent", n) for n in sizes.tutorial_processes]
     plan.append(("FULL", "layered", sizes.tutorial_layered_at))
     for synchronous, kind, processes in plan:
-        results = [measure(kind, processes, sizes.tutorial_tasks, synchronous, sizes.run_deadline_s)
-                   for _ in range(runs)]
+        results = [
+            measure(kind, processes, sizes.tutorial_tasks, synchronous, sizes.run_deadline_s) for _ in range(runs)
+        ]
         figure = summarize(results, FIELDS)
         figure["completed"] = [r["completed"] for r in results]
         out.setdefault(synchronous, {}).setdefault(kind, {})[str(processes)] = figure
-        log(f"tutorial    {synchronous:<6} {kind:<11} {processes:>3} procs: {figure['throughput']['median']:8.0f}"
+        log(
+            f"tutorial    {synchronous:<6} {kind:<11} {processes:>3} procs: {figure['throughput']['median']:8.0f}"
             f" cycles/s  p99 {figure['p99_ms']['median']:7.2f} ms"
-            f"  worst stall {figure['worst_stall_ms']['median']:7.1f} ms")
+            f"  worst stall {figure['worst_stall_ms']['median']:7.1f} ms"
+        )
     return out

@@ -24,19 +24,35 @@ from . import dags
 from .daemon import scratch_dir
 from .stats import latency_fields, summarize
 
-FIELDS = {"throughput": "cycles/s", "p50_ms": "ms", "p99_ms": "ms", "mean_batch": "jobs/commit",
-          "cpu_ms": "process CPU ms/cycle"}
+FIELDS = {
+    "throughput": "cycles/s",
+    "p50_ms": "ms",
+    "p99_ms": "ms",
+    "mean_batch": "jobs/commit",
+    "cpu_ms": "process CPU ms/cycle",
+}
 
 
 def _specs(count: int, prefix: str) -> list[TaskSpec]:
-    return [TaskSpec(id=prefix + task_id, title=f"bench {task_id}", description="", payload=b"x" * 32,
-                     depends_on=tuple(prefix + d for d in deps), priority=0, max_attempts=0, lease_ms=0,
-                     required_role="")
-            for task_id, deps in dags.graph("independent", count)]
+    return [
+        TaskSpec(
+            id=prefix + task_id,
+            title=f"bench {task_id}",
+            description="",
+            payload=b"x" * 32,
+            depends_on=tuple(prefix + d for d in deps),
+            priority=0,
+            max_attempts=0,
+            lease_ms=0,
+            required_role="",
+        )
+        for task_id, deps in dags.graph("independent", count)
+    ]
 
 
-async def _teammate(board: Board, name: str, goal: int, done: list[int], latencies: list[float],
-                    deadline: float) -> None:
+async def _teammate(
+    board: Board, name: str, goal: int, done: list[int], latencies: list[float], deadline: float
+) -> None:
     cursor = StreamState(slots=1)
     while done[0] < goal and time.monotonic() < deadline:
         items = await board.next_for(name, cursor)
@@ -51,11 +67,16 @@ async def _teammate(board: Board, name: str, goal: int, done: list[int], latenci
         done[0] += 1
 
 
-async def _measure(teammates: int, count: int, synchronous: str, deadline_s: float, runs: int,
-                   max_batch: int = WriterConfig.max_batch) -> list[dict]:
+async def _measure(
+    teammates: int, count: int, synchronous: str, deadline_s: float, runs: int, max_batch: int = WriterConfig.max_batch
+) -> list[dict]:
     root = scratch_dir("floor")
-    board = Board(root / "floor.sqlite3", clock=SystemClock(), lead_token="bench-floor",
-                  writer_config=WriterConfig(synchronous=synchronous, max_batch=max_batch))
+    board = Board(
+        root / "floor.sqlite3",
+        clock=SystemClock(),
+        lead_token="bench-floor",
+        writer_config=WriterConfig(synchronous=synchronous, max_batch=max_batch),
+    )
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, board.open)
     results = []
@@ -66,19 +87,25 @@ async def _measure(teammates: int, count: int, synchronous: str, deadline_s: flo
         for run in range(runs):
             specs = _specs(count, f"r{run}-")
             for start in range(0, len(specs), 10_000):
-                await board.create_tasks(specs[start:start + 10_000])
+                await board.create_tasks(specs[start : start + 10_000])
             before = board.writer.stats()
             done, latencies = [0], []
             cpu = time.process_time()
             started = time.monotonic()
-            await asyncio.gather(*(_teammate(board, name, count, done, latencies, started + deadline_s)
-                                   for name in names))
+            await asyncio.gather(
+                *(_teammate(board, name, count, done, latencies, started + deadline_s) for name in names)
+            )
             wall = time.monotonic() - started
             after = board.writer.stats()
             commits = max(after.commits - before.commits, 1)
-            results.append({"throughput": done[0] / wall, **latency_fields(latencies),
-                            "mean_batch": (after.jobs - before.jobs) / commits,
-                            "cpu_ms": 1000 * (time.process_time() - cpu) / max(done[0], 1)})
+            results.append(
+                {
+                    "throughput": done[0] / wall,
+                    **latency_fields(latencies),
+                    "mean_batch": (after.jobs - before.jobs) / commits,
+                    "cpu_ms": 1000 * (time.process_time() - cpu) / max(done[0], 1),
+                }
+            )
     finally:
         await loop.run_in_executor(None, board.close)
         shutil.rmtree(root, ignore_errors=True)
@@ -90,11 +117,15 @@ def run(sizes, runs: int, log) -> dict:
     for teammates in sizes.teammates:
         results = asyncio.run(_measure(teammates, sizes.floor_tasks, "FULL", sizes.run_deadline_s, runs))
         out["FULL"][str(teammates)] = summarize(results, FIELDS)
-        log(f"writer floor FULL  {teammates:>4} teammates: {out['FULL'][str(teammates)]['throughput']['median']:8.0f}"
-            f" cycles/s")
+        log(
+            f"writer floor FULL  {teammates:>4} teammates: {out['FULL'][str(teammates)]['throughput']['median']:8.0f}"
+            f" cycles/s"
+        )
     teammates = sizes.normal_at
     alone = asyncio.run(_measure(teammates, sizes.floor_tasks, "FULL", sizes.run_deadline_s, runs, max_batch=1))
     out["one_job_per_commit"] = {str(teammates): summarize(alone, FIELDS)}
-    log(f"writer floor FULL  {teammates:>4} teammates, one job per commit:"
-        f" {out['one_job_per_commit'][str(teammates)]['throughput']['median']:8.0f} cycles/s")
+    log(
+        f"writer floor FULL  {teammates:>4} teammates, one job per commit:"
+        f" {out['one_job_per_commit'][str(teammates)]['throughput']['median']:8.0f} cycles/s"
+    )
     return out

@@ -243,9 +243,7 @@ def _environment(overrides: Mapping[str, str | None]) -> dict[str, str]:
     return {name: value for name, value in merged.items() if value is not None}
 
 
-def _watch_stdout(
-    stream: IO[bytes], ready: queue.Queue[dict[str, object] | _Exited], copy: _LogCopy | None
-) -> None:
+def _watch_stdout(stream: IO[bytes], ready: queue.Queue[dict[str, object] | _Exited], copy: _LogCopy | None) -> None:
     # Keeps reading after the ready line so the daemon never blocks on a full pipe.
     announced = False
     with stream:

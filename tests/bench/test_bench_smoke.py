@@ -35,9 +35,22 @@ def test_quick_bench_writes_results(tmp_path: pathlib.Path) -> None:
     sections = [s for s in SECTIONS if s != "huey" or importlib.util.find_spec("huey") is not None]
     results, docs = tmp_path / "results", tmp_path / "benchmarks.md"
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--only", ",".join(sections),
-         "--results-dir", str(results), "--docs", str(docs)],
-        cwd=REPO, capture_output=True, text=True, timeout=280,
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--only",
+            ",".join(sections),
+            "--results-dir",
+            str(results),
+            "--docs",
+            str(docs),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=280,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for section in sections:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 
 import corral
 from corral.cli import main
-
-from click.testing import CliRunner
 
 
 def run(*args: str, env: dict[str, str] | None = None):

@@ -19,6 +19,7 @@ def shared_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[co
     with corral.Lead.launch(state_dir, ready_timeout=30) as lead:
         yield lead, state_dir
 
+
 # (file name, content, what the error line must contain)
 REFUSED_BY_THE_DAEMON = [
     pytest.param(

@@ -38,8 +38,9 @@ def test_serve_help_names_the_command_the_user_ran(flag):
 @pytest.mark.timeout(60)
 def test_corrald_accepts_h_everywhere():
     for args in (["-h"], ["serve", "-h"]):
-        shown = subprocess.run([sys.executable, "-m", "corrald", *args], capture_output=True, text=True,
-                               timeout=30, check=False)
+        shown = subprocess.run(
+            [sys.executable, "-m", "corrald", *args], capture_output=True, text=True, timeout=30, check=False
+        )
         assert shown.returncode == 0, (args, shown.stderr)
         assert shown.stdout.startswith("Usage: python -m corrald"), shown.stdout
 
@@ -165,20 +166,32 @@ def test_metrics_endpoint_counts_the_work(tmp_path, start_teammate_factory):
 def test_stop_ends_the_daemon_on_a_state_dir(tmp_path):
     state_dir = tmp_path / "state"
     process = subprocess.Popen(
-        corral_command("serve", "--state-dir", str(state_dir)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        corral_command("serve", "--state-dir", str(state_dir)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
     try:
         assert process.stdout is not None
         assert json.loads(process.stdout.readline())["event"] == "ready"
-        stopped = subprocess.run(corral_command("stop", "--state-dir", str(state_dir)), capture_output=True,
-                                 text=True, timeout=30, check=False)
+        stopped = subprocess.run(
+            corral_command("stop", "--state-dir", str(state_dir)),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         assert stopped.returncode == 0, stopped.stderr
         assert stopped.stdout.strip() == f"stopped corrald pid {process.pid}"
         # The lock goes with the daemon's last steps, so its exit follows at once, orderly (status 0).
         assert process.wait(timeout=10) == 0
-        again = subprocess.run(corral_command("stop", "--state-dir", str(state_dir)), capture_output=True,
-                               text=True, timeout=30, check=False)
+        again = subprocess.run(
+            corral_command("stop", "--state-dir", str(state_dir)),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         assert again.returncode == 0 and again.stdout.strip() == f"no corrald is running on {state_dir}"
     finally:
         if process.poll() is None:
@@ -189,8 +202,9 @@ def test_stop_ends_the_daemon_on_a_state_dir(tmp_path):
 @pytest.mark.timeout(30)
 def test_stop_without_a_state_dir_is_a_usage_error(tmp_path):
     missing = tmp_path / "nowhere"
-    stopped = subprocess.run(corral_command("stop", "--state-dir", str(missing)), capture_output=True, text=True,
-                             timeout=30, check=False)
+    stopped = subprocess.run(
+        corral_command("stop", "--state-dir", str(missing)), capture_output=True, text=True, timeout=30, check=False
+    )
     assert stopped.returncode == 2
     assert stopped.stderr.strip() == f"corral: no state directory at {missing}"
 
@@ -199,7 +213,9 @@ def test_stop_without_a_state_dir_is_a_usage_error(tmp_path):
 def test_the_ready_line_names_the_metrics_port_it_bound(tmp_path):
     process = subprocess.Popen(
         corral_command("serve", "--state-dir", str(tmp_path / "state"), "--metrics", "127.0.0.1:0"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert process.stdout is not None

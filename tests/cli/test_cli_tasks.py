@@ -9,9 +9,24 @@ import pytest
 import corral
 
 TASK_KEYS = {
-    "id", "state", "title", "description", "depends_on", "priority", "required_role", "max_attempts",
-    "lease_seconds", "owner", "attempt", "error", "seq", "create_time", "lease_expire_time", "finish_time",
-    "payload", "result",
+    "id",
+    "state",
+    "title",
+    "description",
+    "depends_on",
+    "priority",
+    "required_role",
+    "max_attempts",
+    "lease_seconds",
+    "owner",
+    "attempt",
+    "error",
+    "seq",
+    "create_time",
+    "lease_expire_time",
+    "finish_time",
+    "payload",
+    "result",
 }
 
 TOML_DAG = """

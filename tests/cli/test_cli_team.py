@@ -53,8 +53,14 @@ def test_send_reaches_teammates(cli, lead, start_teammate, until_event):
     received: list[corral.Message] = []
     mate = start_teammate("ann", lambda task: None, on_message=received.append)
     start_teammate("bob", lambda task: None)
-    until_event(lead, lambda e: isinstance(e, corral.TeammateChanged) and e.teammate.name == "ann"
-                and e.reason is corral.TeammateChangeReason.JOINED)
+    until_event(
+        lead,
+        lambda e: (
+            isinstance(e, corral.TeammateChanged)
+            and e.teammate.name == "ann"
+            and e.reason is corral.TeammateChangeReason.JOINED
+        ),
+    )
     assert cli.json("send", "*", "hello all") == {"recipients": ["ann", "bob"]}
     result = cli("send", "ann", "just you")
     assert result.exit_code == 0 and "sent to ann" in result.stdout
@@ -69,8 +75,7 @@ def test_send_reaches_teammates(cli, lead, start_teammate, until_event):
 @pytest.mark.timeout(60)
 def test_plans_list_and_approve_then_work_flows(cli, lead, start_teammate, until_event):
     lead.create_tasks([corral.TaskSpec("a"), corral.TaskSpec("b", depends_on=("a",))])
-    mate = start_teammate("planner", lambda task: f"did {task.id}", plan="do a, then b",
-                          require_plan_approval=True)
+    mate = start_teammate("planner", lambda task: f"did {task.id}", plan="do a, then b", require_plan_approval=True)
     until_event(lead, is_plan)
     plans = cli.json("plans", "list")
     assert len(plans) == 1

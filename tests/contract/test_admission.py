@@ -10,7 +10,6 @@ import grpc
 import pytest
 
 from corral.v1 import corral_pb2 as pb
-
 from tests.support import wait_until
 
 from .wire import assert_status, rpc_error, spec
@@ -50,8 +49,9 @@ def test_a_flooding_identity_does_not_hold_up_another(corrald):
         flood = [pool.submit(_send_until_refused, hog) for _ in range(8)]
         # While the hog is being refused, the calm teammate's every call succeeds.
         for i in range(20):
-            assert list(calm.board.SendMessage(pb.SendMessageRequest(to="lead", body=f"calm {i}")).recipients) \
-                == ["lead"]
+            assert list(calm.board.SendMessage(pb.SendMessageRequest(to="lead", body=f"calm {i}")).recipients) == [
+                "lead"
+            ]
         hog_refused = sum(f.result(timeout=30) for f in flood)
     assert hog_refused > 0
 

@@ -39,8 +39,9 @@ def call_raw(channel: grpc.Channel, method, payload: bytes, metadata, timeout: f
     """Sends raw request bytes; for a server stream, returns its first response (or None at its end)."""
     assert not method.client_streaming, f"{_path(method)}: client streaming is not covered yet"
     if method.server_streaming:
-        stub = channel.unary_stream(_path(method), request_serializer=lambda b: b,
-                                    response_deserializer=_output_class(method).FromString)
+        stub = channel.unary_stream(
+            _path(method), request_serializer=lambda b: b, response_deserializer=_output_class(method).FromString
+        )
         call = stub(payload, metadata=metadata, timeout=timeout)
         try:
             for response in call:
@@ -48,8 +49,9 @@ def call_raw(channel: grpc.Channel, method, payload: bytes, metadata, timeout: f
             return None
         finally:
             call.cancel()
-    stub = channel.unary_unary(_path(method), request_serializer=lambda b: b,
-                               response_deserializer=_output_class(method).FromString)
+    stub = channel.unary_unary(
+        _path(method), request_serializer=lambda b: b, response_deserializer=_output_class(method).FromString
+    )
     return stub(payload, metadata=metadata, timeout=timeout)
 
 
@@ -179,15 +181,24 @@ def test_empty_requests_with_the_right_role_never_fail_internally(daemon):
     for method in METHODS:
         metadata = teammate_md if method in TEAMMATE_METHODS else lead_md
         code = _code_of(daemon.channel, method, _empty(method), metadata, timeout=1.0)
-        if code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.UNAUTHENTICATED,
-                    grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNIMPLEMENTED):
+        if code in (
+            grpc.StatusCode.INTERNAL,
+            grpc.StatusCode.UNKNOWN,
+            grpc.StatusCode.UNAUTHENTICATED,
+            grpc.StatusCode.PERMISSION_DENIED,
+            grpc.StatusCode.UNIMPLEMENTED,
+        ):
             wrong[_path(method)] = code.name
     assert not wrong, wrong
     # The teammate role may use the board service too.
     for method in pb.DESCRIPTOR.services_by_name["BoardService"].methods:
         code = _code_of(daemon.channel, method, _empty(method), teammate_md, timeout=1.0)
-        assert code not in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
-                            grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN), (_path(method), code)
+        assert code not in (
+            grpc.StatusCode.UNAUTHENTICATED,
+            grpc.StatusCode.PERMISSION_DENIED,
+            grpc.StatusCode.INTERNAL,
+            grpc.StatusCode.UNKNOWN,
+        ), (_path(method), code)
 
 
 def _unknown_string_field(number: int, value: str) -> bytes:
@@ -216,14 +227,19 @@ def test_a_forged_owner_field_is_refused_and_changes_nothing(daemon, number):
     claim = stream.next_event("claim")
     forged = _unknown_string_field(number, "holder")
 
-    complete = daemon.channel.unary_unary("/corral.v1.TeammateService/CompleteTask",
-                                          request_serializer=lambda b: b,
-                                          response_deserializer=pb.CompleteTaskResponse.FromString)
-    renew = daemon.channel.unary_unary("/corral.v1.TeammateService/RenewLease",
-                                       request_serializer=lambda b: b,
-                                       response_deserializer=pb.RenewLeaseResponse.FromString)
-    complete_bytes = pb.CompleteTaskRequest(task_id="valuable", claim_token=claim.claim_token,
-                                            result=b"stolen").SerializeToString()
+    complete = daemon.channel.unary_unary(
+        "/corral.v1.TeammateService/CompleteTask",
+        request_serializer=lambda b: b,
+        response_deserializer=pb.CompleteTaskResponse.FromString,
+    )
+    renew = daemon.channel.unary_unary(
+        "/corral.v1.TeammateService/RenewLease",
+        request_serializer=lambda b: b,
+        response_deserializer=pb.RenewLeaseResponse.FromString,
+    )
+    complete_bytes = pb.CompleteTaskRequest(
+        task_id="valuable", claim_token=claim.claim_token, result=b"stolen"
+    ).SerializeToString()
     renew_bytes = pb.RenewLeaseRequest(task_id="valuable", claim_token=claim.claim_token).SerializeToString()
     before = daemon.get_task("valuable")
     for client in (thief, holder):  # even the true holder may not send fields the schema lacks
@@ -241,8 +257,11 @@ def test_a_forged_owner_field_is_refused_and_changes_nothing(daemon, number):
 
 @pytest.mark.timeout(30)
 def test_unknown_field_nested_in_a_task_spec_is_refused(daemon):
-    create = daemon.channel.unary_unary("/corral.v1.LeadService/CreateTasks", request_serializer=lambda b: b,
-                                        response_deserializer=pb.CreateTasksResponse.FromString)
+    create = daemon.channel.unary_unary(
+        "/corral.v1.LeadService/CreateTasks",
+        request_serializer=lambda b: b,
+        response_deserializer=pb.CreateTasksResponse.FromString,
+    )
     spec_bytes = spec("nested").SerializeToString() + _unknown_string_field(11, "mallory")
     # tasks = field 1, length-delimited, holding the tampered TaskSpec
     payload = _unknown_string_field(1, "")[:-1] + bytes([len(spec_bytes)]) + spec_bytes
@@ -264,8 +283,9 @@ def test_health_answers_serving_without_a_credential(world):
 
 def _list_services(channel, metadata) -> list[str]:
     stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-    responses = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
-                                          metadata=metadata, timeout=5)
+    responses = stub.ServerReflectionInfo(
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")]), metadata=metadata, timeout=5
+    )
     for response in responses:
         return [s.name for s in response.list_services_response.service]
     return []

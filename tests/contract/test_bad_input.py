@@ -39,8 +39,12 @@ def world(tmp_path_factory):
 def snapshot(daemon):
     stats = daemon.stats()
     mates = daemon.lead.board.ListTeammates(pb.ListTeammatesRequest()).teammates
-    return ([t.SerializeToString() for t in daemon.all_tasks()], dict(stats.tasks_by_state),
-            dict(stats.teammates_by_status), [m.SerializeToString() for m in mates])
+    return (
+        [t.SerializeToString() for t in daemon.all_tasks()],
+        dict(stats.tasks_by_state),
+        dict(stats.teammates_by_status),
+        [m.SerializeToString() for m in mates],
+    )
 
 
 def _raw_duration(seconds: int, nanos: int = 0) -> duration_pb2.Duration:
@@ -63,6 +67,7 @@ def idle(**fields):
         if "poll_interval" in fields:
             request.poll_interval.CopyFrom(fields["poll_interval"])
         return next(iter(w.mate.teammate.Idle(request, timeout=5)))
+
     return call
 
 
@@ -85,11 +90,14 @@ def watch(after_seq: int):
 # name -> (call, acceptable field paths)
 CASES = {
     # CreateTasks
-    "cycle_of_two": (create(spec("cy-a", "cy-b"), spec("cy-b", "cy-a")),
-                     {"tasks[0].depends_on", "tasks[1].depends_on"}),
+    "cycle_of_two": (
+        create(spec("cy-a", "cy-b"), spec("cy-b", "cy-a")),
+        {"tasks[0].depends_on", "tasks[1].depends_on"},
+    ),
     "cycle_of_three_next_to_a_good_task": (
         create(spec("ok-x"), spec("cy3-a", "cy3-c"), spec("cy3-b", "cy3-a"), spec("cy3-c", "cy3-b")),
-        {"tasks[1].depends_on", "tasks[2].depends_on", "tasks[3].depends_on"}),
+        {"tasks[1].depends_on", "tasks[2].depends_on", "tasks[3].depends_on"},
+    ),
     "self_dependency": (create(spec("selfish", "selfish")), {"tasks[0].depends_on"}),
     "unknown_dependency": (create(spec("ok-1"), spec("orphan", "no-such-task")), {"tasks[1].depends_on"}),
     "canceled_dependency": (create(spec("after-gone", "gone")), {"tasks[0].depends_on"}),
@@ -101,8 +109,7 @@ CASES = {
     "id_with_whitespace": (create(spec("a b")), {"tasks[0].id"}),
     "title_201_chars": (create(spec("long-title", title="x" * 201)), {"tasks[0].title"}),
     "second_task_title_201_chars": (create(spec("fine"), spec("long-title", title="é" * 201)), {"tasks[1].title"}),
-    "description_over_64_kib": (create(spec("long-desc", description="d" * (64 * KIB + 1))),
-                                {"tasks[0].description"}),
+    "description_over_64_kib": (create(spec("long-desc", description="d" * (64 * KIB + 1))), {"tasks[0].description"}),
     "payload_over_1_mib": (create(spec("big", payload=b"\0" * (MIB + 1))), {"tasks[0].payload"}),
     "lease_500_ms": (create(_with_lease("short", _raw_duration(0, 500_000_000))), {"tasks[0].lease_duration"}),
     "lease_25_h": (create(_with_lease("long", _raw_duration(25 * 3600))), {"tasks[0].lease_duration"}),
@@ -111,8 +118,10 @@ CASES = {
     "max_attempts_101": (create(spec("many", max_attempts=101)), {"tasks[0].max_attempts"}),
     "max_attempts_negative": (create(spec("negative", max_attempts=-1)), {"tasks[0].max_attempts"}),
     "batch_of_10001": (lambda w: create(*(spec(f"many-{i}") for i in range(10_001)))(w), {"tasks"}),
-    "dependencies_1001": (lambda w: create(spec("needy", *(f"dep-{i}" for i in range(1001))))(w),
-                          {"tasks[0].depends_on"}),
+    "dependencies_1001": (
+        lambda w: create(spec("needy", *(f"dep-{i}" for i in range(1001))))(w),
+        {"tasks[0].depends_on"},
+    ),
     # Idle
     "slots_65": (idle(slots=65), {"slots"}),
     "slots_negative": (idle(slots=-1), {"slots"}),
@@ -138,14 +147,21 @@ CASES = {
     # TeammateService / BoardService
     "ack_beyond_last": (lambda w: w.mate.ack(5), {"through_seq"}),
     "ack_negative": (lambda w: w.mate.ack(-1), {"through_seq"}),
-    "result_over_1_mib": (lambda w: w.mate.teammate.CompleteTask(pb.CompleteTaskRequest(
-        task_id="base", claim_token="x", result=b"\0" * (MIB + 1))), {"result"}),
-    "plan_over_64_kib": (lambda w: w.mate.teammate.SubmitPlan(pb.SubmitPlanRequest(plan="p" * (64 * KIB + 1))),
-                         {"plan"}),
-    "message_to_nobody": (lambda w: w.daemon.lead.board.SendMessage(pb.SendMessageRequest(to="", body="hi")),
-                          {"to"}),
-    "message_over_64_kib": (lambda w: w.daemon.lead.board.SendMessage(pb.SendMessageRequest(
-        to="checker", body="m" * (64 * KIB + 1))), {"body"}),
+    "result_over_1_mib": (
+        lambda w: w.mate.teammate.CompleteTask(
+            pb.CompleteTaskRequest(task_id="base", claim_token="x", result=b"\0" * (MIB + 1))
+        ),
+        {"result"},
+    ),
+    "plan_over_64_kib": (
+        lambda w: w.mate.teammate.SubmitPlan(pb.SubmitPlanRequest(plan="p" * (64 * KIB + 1))),
+        {"plan"},
+    ),
+    "message_to_nobody": (lambda w: w.daemon.lead.board.SendMessage(pb.SendMessageRequest(to="", body="hi")), {"to"}),
+    "message_over_64_kib": (
+        lambda w: w.daemon.lead.board.SendMessage(pb.SendMessageRequest(to="checker", body="m" * (64 * KIB + 1))),
+        {"body"},
+    ),
 }
 
 
@@ -199,12 +215,15 @@ NOT_FOUND = {
     "decide_plan_text": lambda w: w.daemon.lead.lead.DecidePlan(pb.DecidePlanRequest(plan_id="plan-x")),
     "request_shutdown": lambda w: w.daemon.lead.lead.RequestShutdown(pb.RequestShutdownRequest(name="nobody")),
     "cancel_unknown_with_known": lambda w: w.daemon.lead.lead.CancelTasks(
-        pb.CancelTasksRequest(ids=["base", "no-such-task"])),
+        pb.CancelTasksRequest(ids=["base", "no-such-task"])
+    ),
     "message_to_unknown": lambda w: w.daemon.lead.board.SendMessage(pb.SendMessageRequest(to="nobody", body="x")),
     "respond_unknown_shutdown": lambda w: w.mate.teammate.RespondShutdown(
-        pb.RespondShutdownRequest(request_id="424242", approve=True)),
+        pb.RespondShutdownRequest(request_id="424242", approve=True)
+    ),
     "complete_unknown_task": lambda w: w.mate.teammate.CompleteTask(
-        pb.CompleteTaskRequest(task_id="no-such-task", claim_token="x")),
+        pb.CompleteTaskRequest(task_id="no-such-task", claim_token="x")
+    ),
 }
 
 
@@ -220,8 +239,14 @@ def test_unknown_names_are_not_found_and_nothing_written(world, case):
 def test_limits_are_inclusive_and_zero_means_default(daemon):
     mate = daemon.add_teammate()
     created = daemon.create_tasks(
-        spec("edge-max", title="t" * 200, payload=b"\1" * MIB, description="d" * (64 * KIB), lease=24 * 3600,
-             max_attempts=100),
+        spec(
+            "edge-max",
+            title="t" * 200,
+            payload=b"\1" * MIB,
+            description="d" * (64 * KIB),
+            lease=24 * 3600,
+            max_attempts=100,
+        ),
         spec("edge-min", lease=1.0, max_attempts=1),
         spec("defaults"),
     )

@@ -26,8 +26,12 @@ def test_idle_timeout_is_sent_then_the_stream_ends_ok(daemon):
     assert code == grpc.StatusCode.OK, details
     assert len(stream.received) == 1, "nothing but idle_timeout was expected"
     changed = watch.next_matching(
-        lambda e: e.WhichOneof("event") == "teammate_changed"
-        and e.teammate_changed.reason == pb.TEAMMATE_CHANGE_REASON_IDLE_TIMEOUT, what="idle_timeout event")
+        lambda e: (
+            e.WhichOneof("event") == "teammate_changed"
+            and e.teammate_changed.reason == pb.TEAMMATE_CHANGE_REASON_IDLE_TIMEOUT
+        ),
+        what="idle_timeout event",
+    )
     assert changed.teammate_changed.teammate.name == mate.name
     watch.cancel()
 

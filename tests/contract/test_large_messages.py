@@ -47,8 +47,9 @@ def test_creating_tasks_with_large_payloads_is_answered_within_the_default_limit
     except grpc.RpcError as error:
         with wide_lead(daemon) as lead:
             stored = [t.id for t in lead.board.ListTasks(pb.ListTasksRequest()).tasks]
-        pytest.fail(f"CreateTasks failed with {error.code().name} ({error.details()}) although it committed "
-                    f"{len(stored)} tasks")
+        pytest.fail(
+            f"CreateTasks failed with {error.code().name} ({error.details()}) although it committed {len(stored)} tasks"
+        )
     assert [t.id for t in created] == [s.id for s in specs]
 
 

@@ -13,7 +13,6 @@ import grpc
 import pytest
 
 from corral.v1 import corral_pb2 as pb
-
 from tests.support import wait_until
 
 from .wire import assert_status, rpc_error, spec, ts_seconds
@@ -30,8 +29,9 @@ def _complete(client, task_id: str, token: str, result: bytes = b""):
 
 
 def _fail(client, task_id: str, token: str, retryable: bool = True, error: str = "boom"):
-    return client.teammate.FailTask(pb.FailTaskRequest(task_id=task_id, claim_token=token, error=error,
-                                                       retryable=retryable))
+    return client.teammate.FailTask(
+        pb.FailTaskRequest(task_id=task_id, claim_token=token, error=error, retryable=retryable)
+    )
 
 
 def _release(client, task_id: str, token: str):
@@ -81,13 +81,17 @@ def test_expired_lease_moves_the_task_to_another_teammate(daemon):
         _renew(b, "leased", claim_b.claim_token)
 
     # Ann's token ended by expiry: every write gets LEASE_EXPIRED, never a silent success.
-    for name, call in _every_write(a, "leased", claim_a.claim_token):
+    for _name, call in _every_write(a, "leased", claim_a.claim_token):
         assert_status(rpc_error(call), grpc.StatusCode.FAILED_PRECONDITION, reason="LEASE_EXPIRED")
         keep_bob()
     # Any token that is not the caller's claim on this task: CLAIM_TOKEN_MISMATCH.
-    for client, token in ((a, secrets.token_urlsafe(24)), (a, claim_b.claim_token), (b, claim_a.claim_token),
-                          (b, secrets.token_urlsafe(24))):
-        for name, call in _every_write(client, "leased", token):
+    for client, token in (
+        (a, secrets.token_urlsafe(24)),
+        (a, claim_b.claim_token),
+        (b, claim_a.claim_token),
+        (b, secrets.token_urlsafe(24)),
+    ):
+        for _name, call in _every_write(client, "leased", token):
             assert_status(rpc_error(call), grpc.StatusCode.FAILED_PRECONDITION, reason="CLAIM_TOKEN_MISMATCH")
         keep_bob()
     assert daemon.get_task("leased").owner == "bob"
@@ -102,10 +106,16 @@ def test_expired_lease_moves_the_task_to_another_teammate(daemon):
     assert daemon.get_task("leased") == done
 
     # Completed once: ann's expired token still gets LEASE_EXPIRED, anything else a mismatch.
-    assert_status(rpc_error(_complete, a, "leased", claim_a.claim_token), grpc.StatusCode.FAILED_PRECONDITION,
-                  reason="LEASE_EXPIRED")
-    assert_status(rpc_error(_complete, b, "leased", secrets.token_urlsafe(24)), grpc.StatusCode.FAILED_PRECONDITION,
-                  reason="CLAIM_TOKEN_MISMATCH")
+    assert_status(
+        rpc_error(_complete, a, "leased", claim_a.claim_token),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        reason="LEASE_EXPIRED",
+    )
+    assert_status(
+        rpc_error(_complete, b, "leased", secrets.token_urlsafe(24)),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        reason="CLAIM_TOKEN_MISMATCH",
+    )
     for name, call in _every_write(b, "leased", claim_b.claim_token):
         if name == "CompleteTask":
             continue  # idempotent, checked above
@@ -158,10 +168,13 @@ def test_cancel_kills_the_live_claim_and_its_dependents(daemon):
         assert task.state == pb.TASK_STATE_CANCELED and task.HasField("finish_time"), task
         assert not task.HasField("lease_expire_time")
 
-    for name, call in _every_write(mate, "held", claim.claim_token):
+    for _name, call in _every_write(mate, "held", claim.claim_token):
         assert_status(rpc_error(call), grpc.StatusCode.FAILED_PRECONDITION, reason="TASK_CANCELED")
-    assert_status(rpc_error(_complete, mate, "held", secrets.token_urlsafe(24)), grpc.StatusCode.FAILED_PRECONDITION,
-                  reason="CLAIM_TOKEN_MISMATCH")
+    assert_status(
+        rpc_error(_complete, mate, "held", secrets.token_urlsafe(24)),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        reason="CLAIM_TOKEN_MISMATCH",
+    )
 
     # The slot is free again: the holder's stream claims the next ready task.
     daemon.create_tasks(spec("next"))
@@ -176,14 +189,17 @@ def test_a_foreign_teammate_cannot_use_a_live_token(daemon):
     daemon.create_tasks(spec("mine"))
     stream = a.idle()
     claim = stream.next_event("claim")
-    for name, call in _every_write(b, "mine", claim.claim_token):
+    for _name, call in _every_write(b, "mine", claim.claim_token):
         assert_status(rpc_error(call), grpc.StatusCode.FAILED_PRECONDITION, reason="CLAIM_TOKEN_MISMATCH")
     task = daemon.get_task("mine")
     assert task.state == pb.TASK_STATE_IN_PROGRESS and task.owner == "ann"
     # A token for the wrong task id is not a claim on that task either.
     daemon.create_tasks(spec("other"))
-    assert_status(rpc_error(_complete, a, "other", claim.claim_token), grpc.StatusCode.FAILED_PRECONDITION,
-                  reason="CLAIM_TOKEN_MISMATCH")
+    assert_status(
+        rpc_error(_complete, a, "other", claim.claim_token),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        reason="CLAIM_TOKEN_MISMATCH",
+    )
     assert_status(rpc_error(_complete, a, "no-such-task", claim.claim_token), grpc.StatusCode.NOT_FOUND)
     assert a.complete(claim, b"ok").state == pb.TASK_STATE_COMPLETED
     stream.cancel()
@@ -196,12 +212,18 @@ def test_expiry_with_no_attempts_left_fails_the_task_and_cancels_dependents(daem
     stream = mate.idle()
     claim = stream.next_event("claim")
     stream.cancel()
-    failed = wait_until(lambda: (t := daemon.get_task("once")).state == pb.TASK_STATE_FAILED and t,
-                        timeout=5.0, what="task FAILED after its only lease expired")
+    failed = wait_until(
+        lambda: (t := daemon.get_task("once")).state == pb.TASK_STATE_FAILED and t,
+        timeout=5.0,
+        what="task FAILED after its only lease expired",
+    )
     assert failed.attempt == 1 and failed.HasField("finish_time")
     assert daemon.get_task("after").state == pb.TASK_STATE_CANCELED
-    assert_status(rpc_error(_complete, mate, "once", claim.claim_token), grpc.StatusCode.FAILED_PRECONDITION,
-                  reason="LEASE_EXPIRED")
+    assert_status(
+        rpc_error(_complete, mate, "once", claim.claim_token),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        reason="LEASE_EXPIRED",
+    )
 
 
 @pytest.mark.timeout(30)
@@ -217,8 +239,11 @@ def test_release_keeps_the_attempt_and_failures_use_them_up(daemon):
     second = stream.next_event("claim")  # the freed slot claims it again
     assert second.attempt == 1, "a released claim does not count as an attempt"
     assert second.fence > first.fence and second.claim_token != first.claim_token
-    assert_status(rpc_error(_complete, mate, "flaky", first.claim_token), grpc.StatusCode.FAILED_PRECONDITION,
-                  reason="CLAIM_TOKEN_MISMATCH")
+    assert_status(
+        rpc_error(_complete, mate, "flaky", first.claim_token),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        reason="CLAIM_TOKEN_MISMATCH",
+    )
 
     retried = _fail(mate, "flaky", second.claim_token, retryable=True, error="try again").task
     assert retried.state == pb.TASK_STATE_PENDING and retried.error == "try again"
@@ -227,8 +252,11 @@ def test_release_keeps_the_attempt_and_failures_use_them_up(daemon):
     final = _fail(mate, "flaky", third.claim_token, retryable=True, error="out of attempts").task
     assert final.state == pb.TASK_STATE_FAILED and final.attempt == 2 and final.HasField("finish_time")
     assert daemon.get_task("downstream").state == pb.TASK_STATE_CANCELED
-    assert_status(rpc_error(_fail, mate, "flaky", third.claim_token), grpc.StatusCode.FAILED_PRECONDITION,
-                  reason="CLAIM_TOKEN_MISMATCH")
+    assert_status(
+        rpc_error(_fail, mate, "flaky", third.claim_token),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        reason="CLAIM_TOKEN_MISMATCH",
+    )
     stream.expect_quiet(0.3)
     stream.cancel()
 
@@ -268,8 +296,13 @@ def test_a_task_is_not_claimed_before_its_dependencies_complete(daemon):
 @pytest.mark.timeout(30)
 def test_priority_then_board_order_and_required_role(daemon):
     plain, builder = daemon.add_teammate("plain"), daemon.add_teammate("builder", roles=["build"])
-    daemon.create_tasks(spec("low", priority=-1), spec("first-normal"), spec("second-normal"),
-                        spec("high", priority=10), spec("build-only", priority=100, required_role="build"))
+    daemon.create_tasks(
+        spec("low", priority=-1),
+        spec("first-normal"),
+        spec("second-normal"),
+        spec("high", priority=10),
+        spec("build-only", priority=100, required_role="build"),
+    )
     stream = plain.idle(slots=4)
     order = [stream.next_event("claim").task.id for _ in range(4)]
     assert order == ["high", "first-normal", "second-normal", "low"]
@@ -291,7 +324,7 @@ def test_every_task_is_claimed_exactly_once_across_a_team(daemon):
     done = 0
     while done < count:
         assert time.monotonic() < deadline, f"only {done}/{count} tasks completed"
-        for mate, stream in zip(mates, streams):
+        for mate, stream in zip(mates, streams, strict=True):
             item = stream.try_next(0.005)
             if item is None:
                 continue

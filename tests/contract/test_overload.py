@@ -33,8 +33,11 @@ def test_a_full_inbox_refuses_with_overloaded_and_retry_info(daemon):
     assert retry.retry_delay.seconds > 0 or retry.retry_delay.nanos > 0
     # A broadcast cannot slip past the limit either, and a refused broadcast writes nothing.
     other = daemon.add_teammate("other")
-    assert_status(rpc_error(daemon.lead.board.SendMessage, pb.SendMessageRequest(to="*", body="all")),
-                  grpc.StatusCode.RESOURCE_EXHAUSTED, reason="OVERLOADED")
+    assert_status(
+        rpc_error(daemon.lead.board.SendMessage, pb.SendMessageRequest(to="*", body="all")),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        reason="OVERLOADED",
+    )
     quiet = other.idle()
     quiet.expect_quiet(0.3)
     quiet.cancel()
@@ -45,8 +48,11 @@ def test_a_full_inbox_refuses_with_overloaded_and_retry_info(daemon):
     mate.ack(first.seq)  # room for exactly one more
     last = daemon.lead.board.SendMessage(pb.SendMessageRequest(to="swamped", body="fits now")).recipients
     assert list(last) == ["swamped"]
-    assert_status(rpc_error(daemon.lead.board.SendMessage, pb.SendMessageRequest(to="swamped", body="full again")),
-                  grpc.StatusCode.RESOURCE_EXHAUSTED, reason="OVERLOADED")
+    assert_status(
+        rpc_error(daemon.lead.board.SendMessage, pb.SendMessageRequest(to="swamped", body="full again")),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        reason="OVERLOADED",
+    )
     # Control is never refused for a full inbox: shutdown is never starved.
     request_id = daemon.lead.lead.RequestShutdown(pb.RequestShutdownRequest(name="swamped")).request_id
     assert request_id

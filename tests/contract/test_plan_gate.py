@@ -7,7 +7,6 @@ import grpc
 import pytest
 
 from corral.v1 import corral_pb2 as pb
-
 from tests.support import wait_until
 
 from .wire import rpc_error, spec
@@ -29,8 +28,9 @@ def test_no_claim_until_plan_approved_and_decision_acknowledged(daemon):
     stream = mate.idle()
     stream.expect_quiet(QUIET)  # no plan yet: the gate is shut
     assert daemon.get_task("gated").state == pb.TASK_STATE_PENDING
-    wait_until(lambda: daemon.teammate("planner").status == pb.TEAMMATE_STATUS_AWAITING_PLAN,
-               what="status awaiting_plan")
+    wait_until(
+        lambda: daemon.teammate("planner").status == pb.TEAMMATE_STATUS_AWAITING_PLAN, what="status awaiting_plan"
+    )
 
     plan_id = mate.teammate.SubmitPlan(pb.SubmitPlanRequest(plan="step 1, step 2")).plan_id
     assert plan_id

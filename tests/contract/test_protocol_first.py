@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 from corral.v1 import corral_pb2 as pb
-
 from tests.support import wait_until
 
 from .wire import duration, spec
@@ -22,8 +21,9 @@ QUIET = 0.4  # how long "nothing else arrives" is watched for
 def test_pending_shutdown_request_blocks_claims_until_rejected_and_acked(daemon, order):
     mate = daemon.add_teammate()
     daemon.create_tasks(spec("ready-1"))
-    shutdown = daemon.lead.lead.RequestShutdown(pb.RequestShutdownRequest(
-        name=mate.name, reason="wrap up", grace=duration(3600)))
+    shutdown = daemon.lead.lead.RequestShutdown(
+        pb.RequestShutdownRequest(name=mate.name, reason="wrap up", grace=duration(3600))
+    )
     assert shutdown.request_id
 
     stream = mate.idle()
@@ -37,15 +37,17 @@ def test_pending_shutdown_request_blocks_claims_until_rejected_and_acked(daemon,
     assert daemon.get_task("ready-1").state == pb.TASK_STATE_PENDING
 
     if order == "reject_then_ack":
-        mate.teammate.RespondShutdown(pb.RespondShutdownRequest(
-            request_id=request.request_id, approve=False, reason="busy"))
+        mate.teammate.RespondShutdown(
+            pb.RespondShutdownRequest(request_id=request.request_id, approve=False, reason="busy")
+        )
         stream.expect_quiet(QUIET)  # answered, but the request itself is still unacknowledged
         mate.ack(request.seq)
     else:
         mate.ack(request.seq)
         stream.expect_quiet(QUIET)  # acknowledged, but the shutdown is still pending
-        mate.teammate.RespondShutdown(pb.RespondShutdownRequest(
-            request_id=request.request_id, approve=False, reason="busy"))
+        mate.teammate.RespondShutdown(
+            pb.RespondShutdownRequest(request_id=request.request_id, approve=False, reason="busy")
+        )
 
     claim = stream.next_event("claim")
     assert claim.task.id == "ready-1"

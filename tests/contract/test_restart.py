@@ -11,7 +11,6 @@ import grpc
 import pytest
 
 from corral.v1 import corral_pb2 as pb
-
 from tests.support import start_refused
 
 from .wire import spec, ts_seconds
@@ -55,8 +54,11 @@ def test_sigkill_with_claims_held_loses_nothing_and_extends_leases(corrald):
     ann = before_crash.add_teammate("ann")
     bob = before_crash.add_teammate("bob", roles=["qa"])
     before_crash.create_tasks(
-        spec("done", priority=20), spec("held-a", lease=LEASE, priority=10), spec("held-b", lease=LEASE, priority=9),
-        spec("pending", priority=0), spec("needs-a", "held-a", payload=b"\x00\x01binary", description="d"),
+        spec("done", priority=20),
+        spec("held-a", lease=LEASE, priority=10),
+        spec("held-b", lease=LEASE, priority=9),
+        spec("pending", priority=0),
+        spec("needs-a", "held-a", payload=b"\x00\x01binary", description="d"),
         spec("qa-only", required_role="qa"),
     )
     stream = ann.idle(slots=2)
@@ -93,12 +95,14 @@ def test_sigkill_with_claims_held_loses_nothing_and_extends_leases(corrald):
             extended = ts_seconds(now.lease_expire_time)
             assert extended >= restart_at + LEASE - CLOCK_SLACK, (
                 f"lease of {task_id} not extended by its duration at restart: ends {extended - restart_at:.3f}s "
-                "after the restart began")
+                "after the restart began"
+            )
     assert [t.id for t in after.all_tasks()] == list(board)
     assert {m.name for m in after.lead.board.ListTeammates(pb.ListTeammatesRequest()).teammates} == {
-        m.name for m in teammates}
+        m.name for m in teammates
+    }
     replay = _events_through(after, seen[-1].seq)
-    assert replay[:len(seen)] == seen, "the Watch feed changed across the crash"
+    assert replay[: len(seen)] == seen, "the Watch feed changed across the crash"
 
     ann_again = after.client(ann.token, "ann")
     resumed = ann_again.idle(slots=2)
@@ -107,7 +111,10 @@ def test_sigkill_with_claims_held_loses_nothing_and_extends_leases(corrald):
     for task_id, claim in resent.items():
         original = held[task_id]
         assert (claim.claim_token, claim.attempt, claim.fence) == (
-            original.claim_token, original.attempt, original.fence)
+            original.claim_token,
+            original.attempt,
+            original.fence,
+        )
         assert ts_seconds(claim.lease_expire_time) >= restart_at + LEASE - CLOCK_SLACK
     resumed.expect_quiet(0.3)  # both slots busy
     remaining = {"held-a", "held-b", "pending", "needs-a"}
@@ -126,9 +133,14 @@ def test_sigkill_with_claims_held_loses_nothing_and_extends_leases(corrald):
     qa = bob_stream.next_event("claim")
     assert qa.task.id == "qa-only"
     states = {t.id: t.state for t in after.all_tasks()}
-    assert states == {"done": pb.TASK_STATE_COMPLETED, "held-a": pb.TASK_STATE_COMPLETED,
-                      "held-b": pb.TASK_STATE_COMPLETED, "pending": pb.TASK_STATE_COMPLETED,
-                      "needs-a": pb.TASK_STATE_COMPLETED, "qa-only": pb.TASK_STATE_IN_PROGRESS}
+    assert states == {
+        "done": pb.TASK_STATE_COMPLETED,
+        "held-a": pb.TASK_STATE_COMPLETED,
+        "held-b": pb.TASK_STATE_COMPLETED,
+        "pending": pb.TASK_STATE_COMPLETED,
+        "needs-a": pb.TASK_STATE_COMPLETED,
+        "qa-only": pb.TASK_STATE_IN_PROGRESS,
+    }
     assert after.get_task("done").result == b"finished before the crash"
     resumed.cancel()
     bob_stream.cancel()
@@ -166,7 +178,11 @@ def test_a_crash_right_after_a_claim_is_sent_loses_no_claim(corrald):
     resumed = after.client(mate.token, "mate").idle()
     resent = resumed.next_event("claim")
     assert (resent.task.id, resent.claim_token, resent.attempt, resent.fence) == (
-        claim.task.id, claim.claim_token, claim.attempt, claim.fence)
+        claim.task.id,
+        claim.claim_token,
+        claim.attempt,
+        claim.fence,
+    )
     after.client(mate.token, "mate").complete(resent)
     assert resumed.next_event("claim").task.id == "next"
     resumed.cancel()

@@ -7,7 +7,6 @@ import stat
 import pytest
 
 from corral.v1 import corral_pb2 as pb
-
 from tests.support import start_refused
 
 from .wire import spec

@@ -6,7 +6,6 @@ import grpc
 import pytest
 
 from corral.v1 import corral_pb2 as pb
-
 from tests.support import STOP_TIMEOUT_S
 
 from .wire import spec
@@ -46,7 +45,11 @@ def test_sigterm_with_open_streams_exits_zero_and_leaves_a_clean_state_dir(corra
     resumed = again.client(holder.token, "holder").idle()
     resent = resumed.next_event("claim")
     assert (resent.task.id, resent.claim_token, resent.attempt, resent.fence) == (
-        claim.task.id, claim.claim_token, claim.attempt, claim.fence)
+        claim.task.id,
+        claim.claim_token,
+        claim.attempt,
+        claim.fence,
+    )
     resumed.cancel()
 
 

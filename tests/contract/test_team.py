@@ -9,7 +9,6 @@ import grpc
 import pytest
 
 from corral.v1 import corral_pb2 as pb
-
 from tests.support import wait_until
 
 from .wire import assert_status, duration, rpc_error, spec, ts_seconds
@@ -56,8 +55,9 @@ def test_broadcast_reaches_every_teammate_but_the_sender(daemon):
     assert (message.sender, message.body) == ("ann", "hello all")
     everyone = daemon.lead.board.SendMessage(pb.SendMessageRequest(to="*", body="from lead")).recipients
     assert sorted(everyone) == ["ann", "bob"]
-    assert_status(rpc_error(daemon.lead.board.SendMessage, pb.SendMessageRequest(to="cat", body="x")),
-                  grpc.StatusCode.NOT_FOUND)
+    assert_status(
+        rpc_error(daemon.lead.board.SendMessage, pb.SendMessageRequest(to="cat", body="x")), grpc.StatusCode.NOT_FOUND
+    )
 
 
 @pytest.mark.timeout(30)

@@ -34,8 +34,9 @@ def test_watch_is_ordered_resumable_and_replays_identically(daemon):
     claim_a = stream.next_event("claim")
     ann.complete(claim_a, b"result-a")
     claim_b = stream.next_event("claim")
-    ann.teammate.FailTask(pb.FailTaskRequest(task_id="b", claim_token=claim_b.claim_token, error="nope",
-                                             retryable=False))
+    ann.teammate.FailTask(
+        pb.FailTaskRequest(task_id="b", claim_token=claim_b.claim_token, error="nope", retryable=False)
+    )
     ann.board.SendMessage(pb.SendMessageRequest(to="lead", body="b failed"))
     plan_id = ann.teammate.SubmitPlan(pb.SubmitPlanRequest(plan="retry b differently")).plan_id
     request_id = daemon.lead.lead.RequestShutdown(pb.RequestShutdownRequest(name="ann", reason="done")).request_id
@@ -52,8 +53,7 @@ def test_watch_is_ordered_resumable_and_replays_identically(daemon):
 
     # The contents: task changes carry the task after the change.
     a_events = [e.task_changed for e in full if _kind(e) == "task_changed" and e.task_changed.id == "a"]
-    assert [t.state for t in a_events] == [pb.TASK_STATE_PENDING, pb.TASK_STATE_IN_PROGRESS,
-                                           pb.TASK_STATE_COMPLETED]
+    assert [t.state for t in a_events] == [pb.TASK_STATE_PENDING, pb.TASK_STATE_IN_PROGRESS, pb.TASK_STATE_COMPLETED]
     created, claimed, completed = a_events
     assert created.owner == "" and created.title == "task a" and created.description == "first"
     assert created.payload == b"p" and not created.HasField("lease_expire_time") and created.result == b""
@@ -72,16 +72,25 @@ def test_watch_is_ordered_resumable_and_replays_identically(daemon):
     assert (submitted.plan_id, submitted.author, submitted.plan) == (plan_id, "ann", "retry b differently")
     answered = next(e.shutdown_answered for e in full if _kind(e) == "shutdown_answered")
     assert (answered.request_id, answered.teammate, answered.approve, answered.reason) == (
-        request_id, "ann", False, "wait")
-    reasons = [e.teammate_changed.reason for e in full
-               if _kind(e) == "teammate_changed" and e.teammate_changed.teammate.name == "ann"]
+        request_id,
+        "ann",
+        False,
+        "wait",
+    )
+    reasons = [
+        e.teammate_changed.reason
+        for e in full
+        if _kind(e) == "teammate_changed" and e.teammate_changed.teammate.name == "ann"
+    ]
     assert pb.TEAMMATE_CHANGE_REASON_JOINED in reasons
     assert pb.TEAMMATE_CHANGE_REASON_SHUTTING_DOWN in reasons
 
     # Order of cause and effect on the feed.
     position = {id(e): i for i, e in enumerate(full)}
-    assert position[id(next(e for e in full if _kind(e) == "plan_submitted"))] < position[
-        id(next(e for e in full if _kind(e) == "shutdown_answered"))]
+    assert (
+        position[id(next(e for e in full if _kind(e) == "plan_submitted"))]
+        < position[id(next(e for e in full if _kind(e) == "shutdown_answered"))]
+    )
 
     # A full replay gives the same events with the same seq.
     replay = daemon.watch(0)
@@ -90,7 +99,7 @@ def test_watch_is_ordered_resumable_and_replays_identically(daemon):
     for index in (0, len(full) // 3, len(full) // 2, len(full) - 2):
         after = full[index].seq
         resumed = daemon.watch(after)
-        assert _read_through(resumed, full[-1].seq) == full[index + 1:], f"resume after {after}"
+        assert _read_through(resumed, full[-1].seq) == full[index + 1 :], f"resume after {after}"
         resumed.expect_quiet(0.1)
         resumed.cancel()
     # Resuming at the end waits, then delivers the next change live, to every watcher.
@@ -98,8 +107,9 @@ def test_watch_is_ordered_resumable_and_replays_identically(daemon):
     tail.expect_quiet(0.2)
     daemon.create_tasks(spec("c"))
     for watcher in (tail, live, replay):
-        event = watcher.next_matching(lambda e: _kind(e) == "task_changed" and e.task_changed.id == "c",
-                                      what="task c created")
+        event = watcher.next_matching(
+            lambda e: _kind(e) == "task_changed" and e.task_changed.id == "c", what="task c created"
+        )
         assert event.seq > full[-1].seq and event.task_changed.state == pb.TASK_STATE_PENDING
     for watcher in (tail, live, replay):
         watcher.cancel()

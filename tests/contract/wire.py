@@ -77,8 +77,11 @@ def status_details(error: grpc.RpcError) -> dict[str, Any]:
     if status is None:
         return found
     for detail in status.details:
-        for kind, name in ((error_details_pb2.ErrorInfo, "error_info"), (error_details_pb2.BadRequest, "bad_request"),
-                           (error_details_pb2.RetryInfo, "retry_info")):
+        for kind, name in (
+            (error_details_pb2.ErrorInfo, "error_info"),
+            (error_details_pb2.BadRequest, "bad_request"),
+            (error_details_pb2.RetryInfo, "retry_info"),
+        ):
             if detail.Is(kind.DESCRIPTOR):
                 value = kind()
                 detail.Unpack(value)
@@ -86,8 +89,9 @@ def status_details(error: grpc.RpcError) -> dict[str, Any]:
     return found
 
 
-def assert_status(error: grpc.RpcError, code: grpc.StatusCode, *, reason: str | None = None,
-                  field: str | None = None) -> dict[str, Any]:
+def assert_status(
+    error: grpc.RpcError, code: grpc.StatusCode, *, reason: str | None = None, field: str | None = None
+) -> dict[str, Any]:
     """Checks the code and, when given, the ErrorInfo reason and a BadRequest field violation."""
     assert error.code() == code, f"expected {code.name}, got {error.code().name}: {error.details()}"
     found = status_details(error)
@@ -117,8 +121,9 @@ def rpc_error(function: Callable, *args, **kwargs) -> grpc.RpcError:
 
 
 class _CallDetails(
-    collections.namedtuple("_CallDetails", ("method", "timeout", "metadata", "credentials", "wait_for_ready",
-                                            "compression")),
+    collections.namedtuple(
+        "_CallDetails", ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression")
+    ),
     grpc.ClientCallDetails,
 ):
     pass
@@ -135,8 +140,9 @@ class _Credential(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterc
         if not any(key == "authorization" for key, _ in metadata):
             metadata.extend(self._metadata)
         timeout = details.timeout if details.timeout is not None else default_timeout
-        return _CallDetails(details.method, timeout, metadata, details.credentials, details.wait_for_ready,
-                            details.compression)
+        return _CallDetails(
+            details.method, timeout, metadata, details.credentials, details.wait_for_ready, details.compression
+        )
 
     def intercept_unary_unary(self, continuation, client_call_details, request):
         return continuation(self._details(client_call_details, UNARY_TIMEOUT_S), request)
@@ -159,8 +165,14 @@ class Client:
 
     # Teammate conveniences (raw stubs stay available for every other call).
 
-    def idle(self, *, max_idle_polls: int = 0, poll_interval: float | None = None, slots: int = 0,
-             timeout: float = STREAM_TIMEOUT_S) -> Stream:
+    def idle(
+        self,
+        *,
+        max_idle_polls: int = 0,
+        poll_interval: float | None = None,
+        slots: int = 0,
+        timeout: float = STREAM_TIMEOUT_S,
+    ) -> Stream:
         request = pb.IdleRequest(max_idle_polls=max_idle_polls, slots=slots)
         if poll_interval is not None:
             request.poll_interval.CopyFrom(duration(poll_interval))
@@ -170,8 +182,9 @@ class Client:
         return self.teammate.AckMessages(pb.AckMessagesRequest(through_seq=through_seq)).acked_through_seq
 
     def complete(self, claim: pb.Claim, result: bytes = b"done") -> pb.Task:
-        return self.teammate.CompleteTask(pb.CompleteTaskRequest(
-            task_id=claim.task.id, claim_token=claim.claim_token, result=result)).task
+        return self.teammate.CompleteTask(
+            pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token, result=result)
+        ).task
 
     def renew(self, claim: pb.Claim) -> pb.RenewLeaseResponse:
         return self.teammate.RenewLease(pb.RenewLeaseRequest(task_id=claim.task.id, claim_token=claim.claim_token))
@@ -310,12 +323,14 @@ class Daemon(support.Daemon):
     def client(self, token: str, name: str = "?") -> Client:
         return Client(self.channel, token, name)
 
-    def add_teammate(self, name: str | None = None, *, roles: Iterable[str] = (),
-                     require_plan_approval: bool = False) -> Client:
+    def add_teammate(
+        self, name: str | None = None, *, roles: Iterable[str] = (), require_plan_approval: bool = False
+    ) -> Client:
         """Mints a teammate credential; returns that teammate's Client (`.token`, `.name`)."""
         name = name or f"mate{next(self._names)}"
-        response = self.lead.lead.AddTeammate(pb.AddTeammateRequest(
-            name=name, roles=list(roles), require_plan_approval=require_plan_approval))
+        response = self.lead.lead.AddTeammate(
+            pb.AddTeammateRequest(name=name, roles=list(roles), require_plan_approval=require_plan_approval)
+        )
         assert response.token, "AddTeammate returned no token"
         return self.client(response.token, name)
 
@@ -364,8 +379,13 @@ class Daemon(support.Daemon):
         super().stop_and_check()
 
 
-def start_corrald(state_dir: pathlib.Path, log_dir: pathlib.Path | None = None, *,
-                  extra_args: Iterable[str] = (), failpoints: str | None = None) -> Daemon:
+def start_corrald(
+    state_dir: pathlib.Path,
+    log_dir: pathlib.Path | None = None,
+    *,
+    extra_args: Iterable[str] = (),
+    failpoints: str | None = None,
+) -> Daemon:
     """Starts `corrald serve --state-dir state_dir`; returns once its ready line is read."""
     return Daemon(state_dir, log_dir=log_dir or state_dir.parent, extra_args=list(extra_args)).start(failpoints)
 

@@ -30,15 +30,18 @@ def _self_signed(directory: pathlib.Path, common_name: str) -> tuple[pathlib.Pat
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([
-            x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
     cert_path, key_path = directory / f"{common_name}.crt", directory / f"{common_name}.key"
     cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return cert_path, key_path
 
 
@@ -46,8 +49,9 @@ def _self_signed(directory: pathlib.Path, common_name: str) -> tuple[pathlib.Pat
 def tls_lead(tmp_path):
     cert, key = _self_signed(tmp_path, "corrald-test")
     tls = ["--tls-cert", str(cert), "--tls-key", str(key)]
-    with Lead.launch(tmp_path / "state", listen="127.0.0.1:0", extra_args=tls,
-                     root_certificates=cert.read_bytes()) as lead:
+    with Lead.launch(
+        tmp_path / "state", listen="127.0.0.1:0", extra_args=tls, root_certificates=cert.read_bytes()
+    ) as lead:
         yield lead, cert.read_bytes()
 
 
@@ -69,8 +73,10 @@ def test_untrusted_certificate_and_plaintext_are_refused(tls_lead, tmp_path):
     lead, _ = tls_lead
     other_ca, _ = _self_signed(tmp_path, "someone-else")
     token = (lead.state_dir / "lead.token").read_text()
-    with Lead.connect(lead.address, token, root_certificates=other_ca.read_bytes(), rpc_timeout=5) as stranger, \
-            pytest.raises(Unavailable):
+    with (
+        Lead.connect(lead.address, token, root_certificates=other_ca.read_bytes(), rpc_timeout=5) as stranger,
+        pytest.raises(Unavailable),
+    ):
         stranger.get_stats()
     with Lead.connect(lead.address, token, rpc_timeout=5) as plaintext, pytest.raises(Unavailable):
         plaintext.get_stats()

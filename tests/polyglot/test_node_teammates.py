@@ -308,13 +308,13 @@ def test_node_and_python_teammates_share_a_dag(tmp_path, node_procs):
                 "task": task_id,
                 "deps": list(by_id[task_id].depends_on),
             }
-        for name, task_id in py_done:
+        for _name, task_id in py_done:
             assert json.loads(lead.get_task(task_id).result)["by"] == "python"
 
         # The Lead ends the session: every teammate approves and stops cleanly.
         for name in node_names + py_names:
             lead.request_shutdown(name, reason="the board is done", grace=timedelta(seconds=30))
-        for name, proc in nodes.items():
+        for proc in nodes.values():
             code = proc.wait_exit(timeout=30)
             assert code == 0, proc.describe()
             assert [ev["reason"] for ev in proc.events("exit")] == ["shutdown"], proc.describe()
@@ -460,7 +460,9 @@ def test_node_teammate_renews_and_finishes_before_approving_shutdown(tmp_path, n
         lead.request_shutdown("node-long", reason="wrap up", grace=timedelta(seconds=30))
         assert proc.wait_exit(timeout=30) == 0, proc.describe()
 
-        order = [ev["event"] for ev in proc.lines if ev["event"] in ("claimed", "shutdown_request", "completed", "shutdown")]
+        order = [
+            ev["event"] for ev in proc.lines if ev["event"] in ("claimed", "shutdown_request", "completed", "shutdown")
+        ]
         assert order == ["claimed", "shutdown_request", "completed", "shutdown"], proc.describe()
         assert proc.events("shutdown_request")[0]["holding"] == 1
         assert len(proc.events("renewed")) >= 3, proc.describe()

@@ -24,12 +24,14 @@ import grpc.aio
 
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
+
 from .rel_harness import CHANNEL_OPTIONS, dur, md, status_details
 
 
 async def main(config: dict) -> dict:
-    channels = [grpc.aio.insecure_channel(config["address"], options=CHANNEL_OPTIONS)
-                for _ in range(config.get("channels", 4))]
+    channels = [
+        grpc.aio.insecure_channel(config["address"], options=CHANNEL_OPTIONS) for _ in range(config.get("channels", 4))
+    ]
     codes: collections.Counter = collections.Counter()
     details: collections.Counter = collections.Counter()
     samples: list[str] = []  # the first few unexpected errors, with when they happened
@@ -41,24 +43,29 @@ async def main(config: dict) -> dict:
         stub = pb_grpc.BoardServiceStub(channels[i % len(channels)])
         body = "x" * flow.get("body_bytes", 256)
         while not stop.is_set():
-            await call(stub.SendMessage(pb.SendMessageRequest(to=flow.get("to", "lead"), body=body),
-                                        metadata=md(flow["token"]),
-                                        timeout=10))
+            await call(
+                stub.SendMessage(
+                    pb.SendMessageRequest(to=flow.get("to", "lead"), body=body), metadata=md(flow["token"]), timeout=10
+                )
+            )
 
     async def create(i: int, flow: dict) -> None:
         stub = pb_grpc.LeadServiceStub(channels[i % len(channels)])
         n = 0
         while not stop.is_set():
             n += 1
-            specs = [pb.TaskSpec(id=f"f{prefix}-{i}-{n}-{k}", title="flood", payload=b"p" * 64)
-                     for k in range(flow.get("batch", 5))]
+            specs = [
+                pb.TaskSpec(id=f"f{prefix}-{i}-{n}-{k}", title="flood", payload=b"p" * 64)
+                for k in range(flow.get("batch", 5))
+            ]
             await call(stub.CreateTasks(pb.CreateTasksRequest(tasks=specs), metadata=md(flow["token"]), timeout=10))
 
     async def streams(i: int, flow: dict) -> None:
         stub = pb_grpc.TeammateServiceStub(channels[i % len(channels)])
         while not stop.is_set():
-            stream = stub.Idle(pb.IdleRequest(poll_interval=dur(50), max_idle_polls=1), metadata=md(flow["token"]),
-                               timeout=5)
+            stream = stub.Idle(
+                pb.IdleRequest(poll_interval=dur(50), max_idle_polls=1), metadata=md(flow["token"]), timeout=5
+            )
             try:
                 async for _ in stream:
                     pass
@@ -101,8 +108,13 @@ async def main(config: dict) -> dict:
     elapsed = time.monotonic() - started
     for channel in channels:
         await channel.close()
-    return {"codes": dict(codes), "refusals": dict(details), "samples": samples, "seconds": elapsed,
-            "calls_per_s": sum(codes.values()) / elapsed}
+    return {
+        "codes": dict(codes),
+        "refusals": dict(details),
+        "samples": samples,
+        "seconds": elapsed,
+        "calls_per_s": sum(codes.values()) / elapsed,
+    }
 
 
 if __name__ == "__main__":

@@ -53,9 +53,15 @@ CHANNEL_OPTIONS = (
 )
 
 # Codes after which the outcome of a write is unknown: retry with the same token.
-IN_DOUBT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                      grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
-                      grpc.StatusCode.INTERNAL})  # INTERNAL only from a connection torn mid-call
+IN_DOUBT = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.INTERNAL,
+    }
+)  # INTERNAL only from a connection torn mid-call
 
 
 def md(token: str | None) -> tuple[tuple[str, str], ...]:
@@ -129,10 +135,18 @@ class Daemon(support.Daemon):
     It runs in a session of its own, like the teammate processes the tests SIGKILL and SIGSTOP.
     """
 
-    def __init__(self, state_dir: pathlib.Path, *, listen: str | None = None, log_level: str = "info",
-                 extra_args: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
-        super().__init__(state_dir, listen=listen, log_level=log_level, extra_args=extra_args, env=env,
-                         new_session=True)
+    def __init__(
+        self,
+        state_dir: pathlib.Path,
+        *,
+        listen: str | None = None,
+        log_level: str = "info",
+        extra_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(
+            state_dir, listen=listen, log_level=log_level, extra_args=extra_args, env=env, new_session=True
+        )
 
     # ------------------------------------------------------------ files
 
@@ -211,14 +225,17 @@ class Lead:
         self.channel.close()
 
     def add_teammate(self, name: str, roles: Iterable[str] = (), require_plan: bool = False) -> str:
-        reply = self.lead.AddTeammate(pb.AddTeammateRequest(name=name, roles=list(roles),
-                                                            require_plan_approval=require_plan),
-                                      metadata=self.md, timeout=20)
+        reply = self.lead.AddTeammate(
+            pb.AddTeammateRequest(name=name, roles=list(roles), require_plan_approval=require_plan),
+            metadata=self.md,
+            timeout=20,
+        )
         return reply.token
 
     def create(self, specs: Sequence[pb.TaskSpec], request_id: str = "", timeout: float = 30) -> list[pb.Task]:
-        reply = self.lead.CreateTasks(pb.CreateTasksRequest(tasks=specs, request_id=request_id),
-                                      metadata=self.md, timeout=timeout)
+        reply = self.lead.CreateTasks(
+            pb.CreateTasksRequest(tasks=specs, request_id=request_id), metadata=self.md, timeout=timeout
+        )
         return list(reply.tasks)
 
     def create_retrying(self, specs: Sequence[pb.TaskSpec], request_id: str, deadline_s: float = 60) -> list[pb.Task]:
@@ -250,8 +267,9 @@ class Lead:
     def all_tasks(self) -> list[pb.Task]:
         tasks, token = [], ""
         while True:
-            reply = self.board.ListTasks(pb.ListTasksRequest(page_size=1000, page_token=token), metadata=self.md,
-                                         timeout=20)
+            reply = self.board.ListTasks(
+                pb.ListTasksRequest(page_size=1000, page_token=token), metadata=self.md, timeout=20
+            )
             tasks.extend(reply.tasks)
             token = reply.next_page_token
             if not token:
@@ -263,11 +281,13 @@ def wait_briefly(seconds: float) -> None:
     threading.Event().wait(seconds)
 
 
-def first_claim(stub: pb_grpc.TeammateServiceStub, token: str, *, poll_ms: int = 200, max_idle_polls: int = 100,
-                timeout: float = 10) -> pb.Claim:
+def first_claim(
+    stub: pb_grpc.TeammateServiceStub, token: str, *, poll_ms: int = 200, max_idle_polls: int = 100, timeout: float = 10
+) -> pb.Claim:
     """Opens an Idle stream as `token` and returns the first claim it delivers (the stream is then closed)."""
-    call = stub.Idle(pb.IdleRequest(poll_interval=dur(poll_ms), max_idle_polls=max_idle_polls), metadata=md(token),
-                     timeout=timeout)
+    call = stub.Idle(
+        pb.IdleRequest(poll_interval=dur(poll_ms), max_idle_polls=max_idle_polls), metadata=md(token), timeout=timeout
+    )
     try:
         for response in call:
             if response.HasField("claim"):
@@ -323,7 +343,8 @@ def integrity(path: pathlib.Path) -> str:
 def double_completions(conn: sqlite3.Connection) -> int:
     return conn.execute(
         "SELECT count(*) FROM (SELECT task_seq FROM claims WHERE outcome = 'completed'"
-        " GROUP BY task_seq HAVING count(*) > 1)").fetchone()[0]
+        " GROUP BY task_seq HAVING count(*) > 1)"
+    ).fetchone()[0]
 
 
 def schema_of(path: pathlib.Path) -> list[tuple]:
@@ -341,21 +362,23 @@ def wal_size(daemon: Daemon) -> int:
 # ---------------------------------------------------------------- graphs
 
 
-def random_dag(rng: random.Random, prefix: str, count: int, *, max_deps: int = 3,
-               outside: Sequence[str] = ()) -> list[tuple[str, list[str]]]:
+def random_dag(
+    rng: random.Random, prefix: str, count: int, *, max_deps: int = 3, outside: Sequence[str] = ()
+) -> list[tuple[str, list[str]]]:
     """Tasks `prefix-i` in topological order; each depends on up to `max_deps` earlier ones
     (or on ids in `outside`, tasks already on the board)."""
     tasks: list[tuple[str, list[str]]] = []
     for i in range(count):
-        pool = [t for t, _ in tasks[max(0, i - 20):]] + list(outside)
+        pool = [t for t, _ in tasks[max(0, i - 20) :]] + list(outside)
         deps = rng.sample(pool, min(len(pool), rng.randint(0, max_deps))) if pool and rng.random() < 0.7 else []
         tasks.append((f"{prefix}-{i}", deps))
     return tasks
 
 
 def specs_for(graph: Sequence[tuple[str, Sequence[str]]], **fields) -> list[pb.TaskSpec]:
-    return [pb.TaskSpec(id=task_id, title=f"title {task_id}", depends_on=list(deps), **fields)
-            for task_id, deps in graph]
+    return [
+        pb.TaskSpec(id=task_id, title=f"title {task_id}", depends_on=list(deps), **fields) for task_id, deps in graph
+    ]
 
 
 def replay_watch(lead: Lead, through_seq: int, timeout: float = 30) -> dict[int, bytes]:

@@ -9,6 +9,7 @@ system-wide, so records from several processes compare) and wall-clock milliseco
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import pathlib
 import sqlite3
@@ -45,21 +46,34 @@ class Recorder:
         from .rel_harness import ts_ms
 
         record = {
-            "kind": "claim", "tm": teammate, "task": claim.task.id, "token": claim.claim_token,
-            "fence": claim.fence, "attempt": claim.attempt, "lease_end": ts_ms(claim.lease_expire_time),
+            "kind": "claim",
+            "tm": teammate,
+            "task": claim.task.id,
+            "token": claim.claim_token,
+            "fence": claim.fence,
+            "attempt": claim.attempt,
+            "lease_end": ts_ms(claim.lease_expire_time),
             "lease_ms": claim.task.lease_duration.seconds * 1000 + claim.task.lease_duration.nanos // 1_000_000,
-            "t_recv": time.monotonic(), "w_recv": _wall_ms(), "stream": stream,
+            "t_recv": time.monotonic(),
+            "w_recv": _wall_ms(),
+            "stream": stream,
         }
         self._add(record)
         return record
 
     def begin(self, kind: str, teammate: str, task: str, token: str, **extra) -> dict:
-        return {"kind": kind, "tm": teammate, "task": task, "token": token, "t_call": time.monotonic(),
-                "w_call": _wall_ms(), **extra}
+        return {
+            "kind": kind,
+            "tm": teammate,
+            "task": task,
+            "token": token,
+            "t_call": time.monotonic(),
+            "w_call": _wall_ms(),
+            **extra,
+        }
 
     def end(self, record: dict, outcome: str, code: str = "OK", reason: str = "", **extra) -> dict:
-        record.update(t_reply=time.monotonic(), w_reply=_wall_ms(), outcome=outcome, code=code, reason=reason,
-                      **extra)
+        record.update(t_reply=time.monotonic(), w_reply=_wall_ms(), outcome=outcome, code=code, reason=reason, **extra)
         self._add(record)
         return record
 
@@ -93,14 +107,25 @@ def check(events: list[dict], conn: sqlite3.Connection) -> tuple[dict, list[str]
 
     # ---------------------------------------------------------- the database side
     task_ids = dict(conn.execute("SELECT seq, id FROM tasks"))
-    db_tasks = {row[0]: row for row in conn.execute(
-        "SELECT id, state, result, finish_ms, live_fence, lease_expire_ms FROM tasks")}
+    db_tasks = {
+        row[0]: row
+        for row in conn.execute("SELECT id, state, result, finish_ms, live_fence, lease_expire_ms FROM tasks")
+    }
     db_claims = {}
     claims_by_task = collections.defaultdict(list)
     for fence, token, task_seq, teammate, attempt, claim_ms, end_ms, outcome in conn.execute(
-            "SELECT fence, token, task_seq, teammate, attempt, claim_ms, end_ms, outcome FROM claims ORDER BY fence"):
-        row = {"fence": fence, "token": token, "task": task_ids[task_seq], "tm": teammate, "attempt": attempt,
-               "claim_ms": claim_ms, "end_ms": end_ms, "outcome": outcome}
+        "SELECT fence, token, task_seq, teammate, attempt, claim_ms, end_ms, outcome FROM claims ORDER BY fence"
+    ):
+        row = {
+            "fence": fence,
+            "token": token,
+            "task": task_ids[task_seq],
+            "tm": teammate,
+            "attempt": attempt,
+            "claim_ms": claim_ms,
+            "end_ms": end_ms,
+            "outcome": outcome,
+        }
         db_claims[token] = row
         claims_by_task[row["task"]].append(row)
     deps = collections.defaultdict(list)
@@ -114,12 +139,14 @@ def check(events: list[dict], conn: sqlite3.Connection) -> tuple[dict, list[str]
         live = [r for r in rows if r["outcome"] is None]
         if len(live) > 1:
             v(f"db: task {task} has {len(live)} live claims")
-        for a, b in zip(rows, rows[1:]):
+        for a, b in itertools.pairwise(rows):
             if a["outcome"] is None or a["end_ms"] is None:
                 v(f"db: task {task} claim {a['fence']} still live when claim {b['fence']} was made")
             elif b["claim_ms"] < a["end_ms"]:
-                v(f"db: task {task} claim {b['fence']} at {b['claim_ms']} before claim {a['fence']} ended "
-                  f"at {a['end_ms']}")
+                v(
+                    f"db: task {task} claim {b['fence']} at {b['claim_ms']} before claim {a['fence']} ended "
+                    f"at {a['end_ms']}"
+                )
         completed = [r for r in rows if r["outcome"] == "completed"]
         if len(completed) > 1:
             v(f"db: task {task} completed {len(completed)} times")
@@ -133,18 +160,23 @@ def check(events: list[dict], conn: sqlite3.Connection) -> tuple[dict, list[str]
             dep_state, dep_finish = db_tasks[dep][1], db_tasks[dep][3]
             for r in rows:
                 if dep_state != 3 or dep_finish is None or r["claim_ms"] < dep_finish:
-                    v(f"db: task {task} claimed at {r['claim_ms']} before dependency {dep} completed "
-                      f"(state {dep_state}, finish {dep_finish})")
-    double_db = sum(1 for rows in claims_by_task.values()
-                    if sum(1 for r in rows if r["outcome"] == "completed") > 1)
+                    v(
+                        f"db: task {task} claimed at {r['claim_ms']} before dependency {dep} completed "
+                        f"(state {dep_state}, finish {dep_finish})"
+                    )
+    double_db = sum(1 for rows in claims_by_task.values() if sum(1 for r in rows if r["outcome"] == "completed") > 1)
 
     # ---------------------------------------------------------- the history side
     deliveries = [e for e in events if e["kind"] == "claim"]
     first_delivery: dict[str, dict] = {}
     for e in sorted(deliveries, key=lambda e: e["t_recv"]):
         first = first_delivery.setdefault(e["token"], e)
-        if (first["task"], first["fence"], first["attempt"], first["tm"]) != (e["task"], e["fence"], e["attempt"],
-                                                                             e["tm"]):
+        if (first["task"], first["fence"], first["attempt"], first["tm"]) != (
+            e["task"],
+            e["fence"],
+            e["attempt"],
+            e["tm"],
+        ):
             v(f"token re-sent with a different task/fence/attempt/owner: {first} vs {e}")
     deliv_tok = collections.defaultdict(list)
     for e in deliveries:
@@ -170,7 +202,7 @@ def check(events: list[dict], conn: sqlite3.Connection) -> tuple[dict, list[str]
         missing += 1
         v("acknowledged write missing: " + message)
 
-    for token, e in first_delivery.items():
+    for token in first_delivery:
         row = db_claims.get(token)
         if row is None or row["task"] != e["task"] or row["fence"] != e["fence"]:
             lost(f"delivered claim {e['task']} fence {e['fence']} not in the claims table as delivered")
@@ -197,22 +229,26 @@ def check(events: list[dict], conn: sqlite3.Connection) -> tuple[dict, list[str]
     for e in first_delivery.values():
         deliveries_by_task[e["task"]].append(e)
     known_lease: dict[str, float] = {}
-    for token, e in first_delivery.items():
+    for token in first_delivery:
         ends = [d["lease_end"] for d in deliv_tok[token]]
         ends += [o["lease_end"] for o in by_token.get(token, ()) if o["kind"] == "renew" and o["outcome"] == "ok"]
         known_lease[token] = max(ends)
     for task, lst in deliveries_by_task.items():
         lst.sort(key=lambda e: e["fence"])
-        for a, b in zip(lst, lst[1:]):
+        for a, b in itertools.pairwise(lst):
             a_ops = by_token.get(a["token"], [])
             ending_calls = [o["w_call"] - SLACK_MS for o in a_ops if o["kind"] in ENDING and o["outcome"] != "err"]
             # The first lease end we were told of (a lower bound of the real one).
             first_lease = min(d["lease_end"] for d in deliv_tok[a["token"]])
             bound = min(ending_calls + [first_lease])
-            b_claim_ms = db_claims[b["token"]]["claim_ms"] if b["token"] in db_claims else b["lease_end"] - b["lease_ms"]
+            b_claim_ms = (
+                db_claims[b["token"]]["claim_ms"] if b["token"] in db_claims else b["lease_end"] - b["lease_ms"]
+            )
             if b_claim_ms < bound:
-                v(f"two live claims on {task}: fence {b['fence']} claimed at {b_claim_ms} while fence "
-                  f"{a['fence']} was live until at least {bound:.0f}")
+                v(
+                    f"two live claims on {task}: fence {b['fence']} claimed at {b_claim_ms} while fence "
+                    f"{a['fence']} was live until at least {bound:.0f}"
+                )
             for o in a_ops:
                 if o["outcome"] == "ok" and o["t_call"] > b["t_recv"]:
                     v(f"{o['kind']} succeeded for {task} fence {a['fence']} after fence {b['fence']} was delivered")
@@ -227,13 +263,18 @@ def check(events: list[dict], conn: sqlite3.Connection) -> tuple[dict, list[str]
                 if d["t_recv"] < o["t_call"] and (lease_known is None or d["lease_end"] > lease_known):
                     lease_known, known_at = d["lease_end"], d["w_recv"]
             if o["outcome"] == "ok":
-                stored = (o["kind"] == "complete" and db_claims.get(token, {}).get("outcome") == "completed")
+                stored = o["kind"] == "complete" and db_claims.get(token, {}).get("outcome") == "completed"
                 if refused_at is not None and o["t_call"] > refused_at and not stored:
                     v(f"{o['kind']} on {o['task']} succeeded after the token was refused")
                 # A restart extends live leases, a renew whose reply was lost may have too.
                 restarted = any(known_at is not None and known_at - 1000 < r < o["w_call"] for r in restarts)
-                if (lease_known is not None and not doubtful_renew and not restarted and not stored
-                        and o["w_call"] > lease_known + SLACK_MS):
+                if (
+                    lease_known is not None
+                    and not doubtful_renew
+                    and not restarted
+                    and not stored
+                    and o["w_call"] > lease_known + SLACK_MS
+                ):
                     v(f"{o['kind']} on {o['task']} succeeded at {o['w_call']:.0f} after lease end {lease_known}")
                 if o["kind"] == "renew" and (lease_known is None or o["lease_end"] > lease_known):
                     lease_known, known_at = o["lease_end"], o["w_reply"]
@@ -267,10 +308,15 @@ def check(events: list[dict], conn: sqlite3.Connection) -> tuple[dict, list[str]
             v(f"history: {task} completed with {len(tokens)} different tokens")
 
     figures = {
-        "deliveries": len(deliveries), "claims": len(first_delivery), "ops": len(ops),
+        "deliveries": len(deliveries),
+        "claims": len(first_delivery),
+        "ops": len(ops),
         "ops_in_doubt": sum(1 for o in ops if o["outcome"] == "indoubt"),
-        "foreign_attempts": len(foreign), "foreign_accepted": sum(1 for o in foreign if o["outcome"] == "ok"),
-        "acked_missing": missing, "double_completions_db": double_db, "double_completions_history": double_hist,
+        "foreign_attempts": len(foreign),
+        "foreign_accepted": sum(1 for o in foreign if o["outcome"] == "ok"),
+        "acked_missing": missing,
+        "double_completions_db": double_db,
+        "double_completions_history": double_hist,
         "violations": len(violations),
     }
     return figures, violations

@@ -27,6 +27,7 @@ import grpc.aio
 
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
+
 from .rel_harness import CHANNEL_OPTIONS, IN_DOUBT, dur, md, status_details, ts_ms
 from .rel_history import Recorder
 
@@ -115,8 +116,11 @@ class Team:
                         item = getattr(response, kind)
                         await self.ack(token_md, item.seq)
                         if kind == "shutdown_request":
-                            await self.stub.RespondShutdown(pb.RespondShutdownRequest(
-                                request_id=item.request_id, approve=True), metadata=token_md, timeout=5)
+                            await self.stub.RespondShutdown(
+                                pb.RespondShutdownRequest(request_id=item.request_id, approve=True),
+                                metadata=token_md,
+                                timeout=5,
+                            )
                             self.rec.note("shutdown", tm=name)
                             return
                     elif kind == "idle_timeout":
@@ -152,9 +156,17 @@ class Team:
                 lease_end = ts_ms(claim.lease_expire_time)
                 await asyncio.sleep(max(0.0, (lease_end - time.time_ns() / 1e6) / 1000 + rng.uniform(-0.2, 0.3)))
                 result = f"{task}|{claim_token}".encode()
-                await self.op("complete", name, token_md, task, claim_token, self.stub.CompleteTask,
-                              pb.CompleteTaskRequest(task_id=task, claim_token=claim_token, result=result),
-                              result=result.hex(), stalled=True)
+                await self.op(
+                    "complete",
+                    name,
+                    token_md,
+                    task,
+                    claim_token,
+                    self.stub.CompleteTask,
+                    pb.CompleteTaskRequest(task_id=task, claim_token=claim_token, result=result),
+                    result=result.hex(),
+                    stalled=True,
+                )
                 return
             remaining = rng.uniform(*b.work_ms) / 1000
             renew_every = max(0.05, lease_ms / 3000)
@@ -165,30 +177,64 @@ class Team:
                 remaining -= step
                 if remaining > 0 or rng.random() < b.p_renew:
                     renewed = True
-                    reply, record = await self.op("renew", name, token_md, task, claim_token, self.stub.RenewLease,
-                                                  pb.RenewLeaseRequest(task_id=task, claim_token=claim_token))
+                    reply, record = await self.op(
+                        "renew",
+                        name,
+                        token_md,
+                        task,
+                        claim_token,
+                        self.stub.RenewLease,
+                        pb.RenewLeaseRequest(task_id=task, claim_token=claim_token),
+                    )
                     if reply is None:
                         return  # lost the claim (a definite refusal) or gave up
             if not renewed and rng.random() < b.p_renew:
-                reply, _ = await self.op("renew", name, token_md, task, claim_token, self.stub.RenewLease,
-                                         pb.RenewLeaseRequest(task_id=task, claim_token=claim_token))
+                reply, _ = await self.op(
+                    "renew",
+                    name,
+                    token_md,
+                    task,
+                    claim_token,
+                    self.stub.RenewLease,
+                    pb.RenewLeaseRequest(task_id=task, claim_token=claim_token),
+                )
                 if reply is None:
                     return
             if rng.random() < b.p_foreign:
                 await self.foreign(name, token_md, rng)
             roll = rng.random()
             if roll < b.p_fail:
-                await self.op("fail", name, token_md, task, claim_token, self.stub.FailTask,
-                              pb.FailTaskRequest(task_id=task, claim_token=claim_token, error="injected",
-                                                 retryable=True))
+                await self.op(
+                    "fail",
+                    name,
+                    token_md,
+                    task,
+                    claim_token,
+                    self.stub.FailTask,
+                    pb.FailTaskRequest(task_id=task, claim_token=claim_token, error="injected", retryable=True),
+                )
             elif roll < b.p_fail + b.p_release:
-                await self.op("release", name, token_md, task, claim_token, self.stub.ReleaseTask,
-                              pb.ReleaseTaskRequest(task_id=task, claim_token=claim_token))
+                await self.op(
+                    "release",
+                    name,
+                    token_md,
+                    task,
+                    claim_token,
+                    self.stub.ReleaseTask,
+                    pb.ReleaseTaskRequest(task_id=task, claim_token=claim_token),
+                )
             else:
                 result = f"{task}|{claim_token}".encode()
-                reply, _ = await self.op("complete", name, token_md, task, claim_token, self.stub.CompleteTask,
-                                         pb.CompleteTaskRequest(task_id=task, claim_token=claim_token, result=result),
-                                         result=result.hex())
+                reply, _ = await self.op(
+                    "complete",
+                    name,
+                    token_md,
+                    task,
+                    claim_token,
+                    self.stub.CompleteTask,
+                    pb.CompleteTaskRequest(task_id=task, claim_token=claim_token, result=result),
+                    result=result.hex(),
+                )
                 if reply is not None:
                     self.finished_tasks.add(task)
         finally:
@@ -203,17 +249,22 @@ class Team:
         kind = rng.choice(["renew", "complete", "release", "fail"])
         call, request = {
             "renew": (self.stub.RenewLease, pb.RenewLeaseRequest(task_id=task, claim_token=claim_token)),
-            "complete": (self.stub.CompleteTask, pb.CompleteTaskRequest(task_id=task, claim_token=claim_token,
-                                                                       result=b"forged")),
+            "complete": (
+                self.stub.CompleteTask,
+                pb.CompleteTaskRequest(task_id=task, claim_token=claim_token, result=b"forged"),
+            ),
             "release": (self.stub.ReleaseTask, pb.ReleaseTaskRequest(task_id=task, claim_token=claim_token)),
-            "fail": (self.stub.FailTask, pb.FailTaskRequest(task_id=task, claim_token=claim_token, error="forged",
-                                                           retryable=False)),
+            "fail": (
+                self.stub.FailTask,
+                pb.FailTaskRequest(task_id=task, claim_token=claim_token, error="forged", retryable=False),
+            ),
         }[kind]
         await self.op("foreign_" + kind, name, token_md, task, claim_token, call, request)
 
 
-async def run_team(address: str, teammates: dict[str, str], recorder: Recorder, behaviour: Behaviour,
-                   stop: asyncio.Event | None = None) -> Team:
+async def run_team(
+    address: str, teammates: dict[str, str], recorder: Recorder, behaviour: Behaviour, stop: asyncio.Event | None = None
+) -> Team:
     """Runs the teammates until `stop` is set (then cancels them, recording in-flight calls)."""
     team = Team(address, recorder, behaviour)
     if stop is not None:
@@ -250,7 +301,8 @@ async def _hold_main(config: dict) -> None:
     # open in a process that is then SIGSTOPped would take the task again when it is reclaimed.
     idle_channel = grpc.aio.insecure_channel(config["address"], options=CHANNEL_OPTIONS)
     call = pb_grpc.TeammateServiceStub(idle_channel).Idle(
-        pb.IdleRequest(poll_interval=dur(1000), max_idle_polls=60, slots=1), metadata=token_md)
+        pb.IdleRequest(poll_interval=dur(1000), max_idle_polls=60, slots=1), metadata=token_md
+    )
     claim = None
     async for response in call:
         if response.WhichOneof("event") == "claim":
@@ -261,8 +313,19 @@ async def _hold_main(config: dict) -> None:
         await idle_channel.close()
     channel = grpc.aio.insecure_channel(config["address"], options=CHANNEL_OPTIONS)
     stub = pb_grpc.TeammateServiceStub(channel)
-    print(json.dumps({"task": claim.task.id, "token": claim.claim_token, "lease_end": ts_ms(claim.lease_expire_time),
-                      "fence": claim.fence, "attempt": claim.attempt, "w_recv": time.time_ns() / 1e6}), flush=True)
+    print(
+        json.dumps(
+            {
+                "task": claim.task.id,
+                "token": claim.claim_token,
+                "lease_end": ts_ms(claim.lease_expire_time),
+                "fence": claim.fence,
+                "attempt": claim.attempt,
+                "w_recv": time.time_ns() / 1e6,
+            }
+        ),
+        flush=True,
+    )
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -272,8 +335,11 @@ async def _hold_main(config: dict) -> None:
             break
         if line == "complete":
             try:
-                await stub.CompleteTask(pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token,
-                                                               result=b"stale"), metadata=token_md, timeout=10)
+                await stub.CompleteTask(
+                    pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token, result=b"stale"),
+                    metadata=token_md,
+                    timeout=10,
+                )
                 print(json.dumps({"complete": "OK", "reason": ""}), flush=True)
             except grpc.aio.AioRpcError as error:
                 print(json.dumps({"complete": error.code().name, "reason": status_details(error)[0]}), flush=True)

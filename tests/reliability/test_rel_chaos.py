@@ -20,8 +20,19 @@ from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 from tests.support import percentile
 
-from .rel_harness import (CHANNEL_OPTIONS, IN_DOUBT, Lead, child_process, dur, md, now_ms, open_db_ro, pick,
-                          read_line, specs_for)
+from .rel_harness import (
+    CHANNEL_OPTIONS,
+    IN_DOUBT,
+    Lead,
+    child_process,
+    dur,
+    md,
+    now_ms,
+    open_db_ro,
+    pick,
+    read_line,
+    specs_for,
+)
 from .rel_history import Recorder, check
 
 # ---------------------------------------------------------------- killed and stopped holders
@@ -31,8 +42,15 @@ def _spawn_holder(tmp_path, name: str, address: str, token: str, keep_stream_ope
     config = tmp_path / f"hold-{name}.json"
     config.write_text(json.dumps({"address": address, "token": token, "keep_stream_open": keep_stream_open}))
     log = open(tmp_path / f"hold-{name}.log", "wb")  # noqa: SIM115
-    proc = child_process("rel_team", "hold", str(config), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                         start_new_session=True)
+    proc = child_process(
+        "rel_team",
+        "hold",
+        str(config),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        start_new_session=True,
+    )
     log.close()
     return proc
 
@@ -52,8 +70,13 @@ def test_killed_and_stopped_holders_reclaimed_at_lease_end(daemons, tmp_path, fi
     attempts_ok = 0
     for r in range(n_rounds):
         tokens = {f"h{r}-{i}": lead.add_teammate(f"h{r}-{i}") for i in range(n_holders)}
-        lead.create([pb.TaskSpec(id=f"k{r}-{i}", title="held", lease_duration=dur(rng.randint(1000, 2000)))
-                     for i in range(n_holders)], f"round-{r}")
+        lead.create(
+            [
+                pb.TaskSpec(id=f"k{r}-{i}", title="held", lease_duration=dur(rng.randint(1000, 2000)))
+                for i in range(n_holders)
+            ],
+            f"round-{r}",
+        )
         procs = {name: _spawn_holder(tmp_path, name, d.address, token) for name, token in tokens.items()}
         holds = {}
         try:
@@ -65,8 +88,10 @@ def test_killed_and_stopped_holders_reclaimed_at_lease_end(daemons, tmp_path, fi
             by_task = {h["task"]: (name, h) for name, h in holds.items()}
             # The standby teammate waits on its Idle stream for the re-deliveries.
             call = pb_grpc.TeammateServiceStub(lead.channel).Idle(
-                pb.IdleRequest(slots=64, poll_interval=dur(1000), max_idle_polls=100), metadata=md(standby_token),
-                timeout=30)
+                pb.IdleRequest(slots=64, poll_interval=dur(1000), max_idle_polls=100),
+                metadata=md(standby_token),
+                timeout=30,
+            )
             redelivered = {}
             mate = pb_grpc.TeammateServiceStub(lead.channel)
             for response in call:
@@ -76,13 +101,16 @@ def test_killed_and_stopped_holders_reclaimed_at_lease_end(daemons, tmp_path, fi
                     redelivered[claim.task.id] = claim
                     lateness_ms.append(received - by_task[claim.task.id][1]["lease_end"])
                     attempts_ok += claim.attempt == by_task[claim.task.id][1]["attempt"] + 1
-                    mate.CompleteTask(pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token),
-                                      metadata=md(standby_token), timeout=10)
+                    mate.CompleteTask(
+                        pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token),
+                        metadata=md(standby_token),
+                        timeout=10,
+                    )
                     if len(redelivered) == len(holds):
                         break
             call.cancel()
             # Resume the stopped holders: their old token must be refused.
-            for i, (name, proc) in enumerate(procs.items()):
+            for i, proc in enumerate(procs.values()):
                 if i % 2 == 0:
                     proc.send_signal(signal.SIGCONT)
                     proc.stdin.write(b"complete\n")
@@ -98,10 +126,17 @@ def test_killed_and_stopped_holders_reclaimed_at_lease_end(daemons, tmp_path, fi
                 proc.wait(10)
     lead.close()
     samples = len(lateness_ms)
-    figures(holders=samples, killed=samples // 2, stopped=samples - samples // 2,
-            lateness_p50_ms=percentile(lateness_ms, 0.5), lateness_p99_ms=percentile(lateness_ms, 0.99),
-            lateness_min_ms=min(lateness_ms), lateness_max_ms=max(lateness_ms), stale_holder_answers=stale_answers,
-            attempt_incremented=f"{attempts_ok}/{samples}")
+    figures(
+        holders=samples,
+        killed=samples // 2,
+        stopped=samples - samples // 2,
+        lateness_p50_ms=percentile(lateness_ms, 0.5),
+        lateness_p99_ms=percentile(lateness_ms, 0.99),
+        lateness_min_ms=min(lateness_ms),
+        lateness_max_ms=max(lateness_ms),
+        stale_holder_answers=stale_answers,
+        attempt_incremented=f"{attempts_ok}/{samples}",
+    )
     assert samples == n_holders * n_rounds
     assert min(lateness_ms) >= 0, "a task was re-delivered before its holder's lease ended"
     assert max(lateness_ms) <= 1000, "a task was re-delivered more than 1 s after its holder's lease ended"
@@ -119,8 +154,9 @@ def test_frozen_holder_with_open_stream_does_not_get_the_task_back(daemon, tmp_p
     standby = lead.add_teammate("standby")
     stub = pb_grpc.TeammateServiceStub(lead.channel)
     lead.create([pb.TaskSpec(id="busy", title="keeps the standby busy", lease_duration=dur(60_000))], "busy")
-    standby_call = stub.Idle(pb.IdleRequest(poll_interval=dur(1000), max_idle_polls=60), metadata=md(standby),
-                             timeout=30)
+    standby_call = stub.Idle(
+        pb.IdleRequest(poll_interval=dur(1000), max_idle_polls=60), metadata=md(standby), timeout=30
+    )
     busy = next(standby_call).claim
     lead.create([pb.TaskSpec(id="t", title="held", lease_duration=dur(1000))], "t")
     proc = _spawn_holder(tmp_path, "frozen", daemon.address, frozen, keep_stream_open=True)
@@ -136,8 +172,11 @@ def test_frozen_holder_with_open_stream_does_not_get_the_task_back(daemon, tmp_p
             if state == pb.TASK_STATE_PENDING and event.task_changed.attempt >= 1:
                 if not expired_seen:  # the frozen holder's lease ended: the standby becomes free now
                     expired_seen = True
-                    stub.CompleteTask(pb.CompleteTaskRequest(task_id="busy", claim_token=busy.claim_token),
-                                      metadata=md(standby), timeout=10)
+                    stub.CompleteTask(
+                        pb.CompleteTaskRequest(task_id="busy", claim_token=busy.claim_token),
+                        metadata=md(standby),
+                        timeout=10,
+                    )
             elif state == pb.TASK_STATE_IN_PROGRESS and expired_seen:
                 owners.append(event.task_changed.owner)
                 break
@@ -154,8 +193,13 @@ def test_frozen_holder_with_open_stream_does_not_get_the_task_back(daemon, tmp_p
     with open_db_ro(daemon.database) as conn:
         frozen_claims = conn.execute("SELECT count(*) FROM claims WHERE teammate = 'frozen'").fetchone()[0]
     lead.close()
-    figures(holder_lease_end=held["lease_end"], next_owner=owners, claims_handed_to_frozen=frozen_claims,
-            task_state=pb.TaskState.Name(task.state), attempt=task.attempt)
+    figures(
+        holder_lease_end=held["lease_end"],
+        next_owner=owners,
+        claims_handed_to_frozen=frozen_claims,
+        task_state=pb.TaskState.Name(task.state),
+        attempt=task.attempt,
+    )
     assert owners == ["standby"]
     assert frozen_claims == 1
 
@@ -187,13 +231,21 @@ def test_daemon_drops_stream_right_after_claim_sent(daemons, figures, action):
     with open_db_ro(d.database) as conn:
         rows = conn.execute("SELECT token, fence, attempt FROM claims").fetchall()
     lead.close()
-    figures(action=action, stream_status=raised.value.code().name, claims_seen_before_drop=len(first),
-            resent_same_token=bool(first) and again.claim_token == first[0].claim_token, claims_in_db=len(rows))
+    figures(
+        action=action,
+        stream_status=raised.value.code().name,
+        claims_seen_before_drop=len(first),
+        resent_same_token=bool(first) and again.claim_token == first[0].claim_token,
+        claims_in_db=len(rows),
+    )
     assert rows == [(again.claim_token, again.fence, again.attempt)]
     assert len(first) <= 1
     if first:
-        assert (first[0].claim_token, first[0].fence, first[0].attempt) == (again.claim_token, again.fence,
-                                                                          again.attempt)
+        assert (first[0].claim_token, first[0].fence, first[0].attempt) == (
+            again.claim_token,
+            again.fence,
+            again.attempt,
+        )
 
 
 @pytest.mark.timeout(60)
@@ -222,15 +274,19 @@ def test_protocol_message_redelivered_after_drop_and_gates_claims(daemon, figure
         return seen
 
     # Shutdown request: drop, re-delivery, gate until answered.
-    request = lead.lead.RequestShutdown(pb.RequestShutdownRequest(name="s", reason="r", grace=dur(60_000)),
-                                        metadata=lead.md)
+    request = lead.lead.RequestShutdown(
+        pb.RequestShutdownRequest(name="s", reason="r", grace=dur(60_000)), metadata=lead.md
+    )
     call = stub.Idle(pb.IdleRequest(poll_interval=dur(100)), metadata=md(token))
     kind, first = next_event(call)
     call.cancel()  # dropped right after the protocol message, before the ack
     call = stub.Idle(pb.IdleRequest(poll_interval=dur(100)), metadata=md(token), timeout=0.6)
     kind2, second = next_event(call)
-    results["shutdown_redelivered"] = kind == kind2 == "shutdown_request" and first.shutdown_request.seq == \
-        second.shutdown_request.seq and first.shutdown_request.request_id == request.request_id
+    results["shutdown_redelivered"] = (
+        kind == kind2 == "shutdown_request"
+        and first.shutdown_request.seq == second.shutdown_request.seq
+        and first.shutdown_request.request_id == request.request_id
+    )
     results["delivered_while_unacked"] = quiet(call, 0.6)
     stub.AckMessages(pb.AckMessagesRequest(through_seq=second.shutdown_request.seq), metadata=md(token))
     call = stub.Idle(pb.IdleRequest(poll_interval=dur(100)), metadata=md(token), timeout=0.6)
@@ -248,8 +304,9 @@ def test_protocol_message_redelivered_after_drop_and_gates_claims(daemon, figure
     call.cancel()
     call = stub.Idle(pb.IdleRequest(poll_interval=dur(100)), metadata=md(planner), timeout=0.6)
     kind2, second = next_event(call)
-    results["decision_redelivered"] = kind == kind2 == "plan_decision" and first.plan_decision.seq == \
-        second.plan_decision.seq
+    results["decision_redelivered"] = (
+        kind == kind2 == "plan_decision" and first.plan_decision.seq == second.plan_decision.seq
+    )
     results["delivered_while_decision_unacked"] = quiet(call, 0.6)
     stub.AckMessages(pb.AckMessagesRequest(through_seq=second.plan_decision.seq), metadata=md(planner))
     call = stub.Idle(pb.IdleRequest(poll_interval=dur(100)), metadata=md(planner), timeout=10)
@@ -270,8 +327,9 @@ class RaceMate:
     """One teammate of the race test: a stream reader that checks every delivery at the moment
     it arrives, and a processor that acts on deliveries (and sometimes drops the stream)."""
 
-    def __init__(self, name: str, token: str, kind: str, channel, lead_stub, lead_md, rng: random.Random,
-                 recorder: Recorder) -> None:
+    def __init__(
+        self, name: str, token: str, kind: str, channel, lead_stub, lead_md, rng: random.Random, recorder: Recorder
+    ) -> None:
         self.name, self.kind, self.rng, self.rec = name, kind, rng, recorder
         self.md = md(token)
         self.stub = pb_grpc.TeammateServiceStub(channel)
@@ -291,8 +349,15 @@ class RaceMate:
         self.round_control_seen = False
         self.task_done = asyncio.Event()
         self.answered = asyncio.Event()
-        self.stats = {"claim_before_control": 0, "control_before_claim": 0, "drops_after_claim": 0,
-                      "drops_after_protocol": 0, "stale_plan_approvals": 0, "rejections": 0, "streams": 0}
+        self.stats = {
+            "claim_before_control": 0,
+            "control_before_claim": 0,
+            "drops_after_claim": 0,
+            "drops_after_protocol": 0,
+            "stale_plan_approvals": 0,
+            "rejections": 0,
+            "streams": 0,
+        }
 
     # ------------------------------------------------------------ the stream
 
@@ -365,8 +430,11 @@ class RaceMate:
                     self.drop()
                     continue
                 record = self.rec.begin("complete", self.name, claim.task.id, claim.claim_token, result="")
-                await self.rpc(self.stub.CompleteTask, pb.CompleteTaskRequest(
-                    task_id=claim.task.id, claim_token=claim.claim_token), self.md)
+                await self.rpc(
+                    self.stub.CompleteTask,
+                    pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token),
+                    self.md,
+                )
                 self.rec.end(record, "ok")
                 if claim.task.id == self.round_task:
                     self.task_done.set()
@@ -383,8 +451,11 @@ class RaceMate:
                 await self.rpc(self.stub.AckMessages, pb.AckMessagesRequest(through_seq=item.seq), self.md)
                 if kind == "shutdown_request":
                     self.closed.discard(("shutdown", item.request_id))
-                    await self.rpc(self.stub.RespondShutdown, pb.RespondShutdownRequest(
-                        request_id=item.request_id, approve=False, reason="busy"), self.md)
+                    await self.rpc(
+                        self.stub.RespondShutdown,
+                        pb.RespondShutdownRequest(request_id=item.request_id, approve=False, reason="busy"),
+                        self.md,
+                    )
                     self.answered.set()
 
     async def rpc(self, method, request, metadata):
@@ -402,15 +473,17 @@ class RaceMate:
     async def round(self, number: int) -> None:
         task_id = f"{self.name}-r{number}"
         spec = pb.TaskSpec(id=task_id, title="race", required_role=self.name)
-        create = self.rpc(self.lead.CreateTasks, pb.CreateTasksRequest(tasks=[spec], request_id=task_id),
-                          self.lead_md)
+        create = self.rpc(self.lead.CreateTasks, pb.CreateTasksRequest(tasks=[spec], request_id=task_id), self.lead_md)
         self.task_done.clear()
         self.answered.clear()
         self.round_control_seen = False
         self.round_control_first = False
         if self.kind == "shutdown":
-            shutdown = self.rpc(self.lead.RequestShutdown, pb.RequestShutdownRequest(
-                name=self.name, reason=f"round {number}", grace=dur(600_000)), self.lead_md)
+            shutdown = self.rpc(
+                self.lead.RequestShutdown,
+                pb.RequestShutdownRequest(name=self.name, reason=f"round {number}", grace=dur(600_000)),
+                self.lead_md,
+            )
             order = self.rng.choice(["concurrent", "control_first", "task_first"])
             self.round_task = task_id
             if order == "concurrent":
@@ -429,21 +502,23 @@ class RaceMate:
             self.newest_plan = first
             second = None
             if self.rng.random() < 0.3:
-                second = (await self.rpc(self.stub.SubmitPlan, pb.SubmitPlanRequest(plan=f"q{number}"),
-                                         self.md)).plan_id
+                second = (
+                    await self.rpc(self.stub.SubmitPlan, pb.SubmitPlanRequest(plan=f"q{number}"), self.md)
+                ).plan_id
                 self.newest_plan = second
             approve = second is not None or self.rng.random() > 0.15
             self.round_task = task_id
-            await asyncio.gather(self.rpc(self.lead.DecidePlan, pb.DecidePlanRequest(plan_id=first, approve=approve),
-                                          self.lead_md), create)
+            await asyncio.gather(
+                self.rpc(self.lead.DecidePlan, pb.DecidePlanRequest(plan_id=first, approve=approve), self.lead_md),
+                create,
+            )
             if second is not None:  # an approval of an older plan must not open the gate
                 self.stats["stale_plan_approvals"] += 1
                 await asyncio.sleep(self.rng.uniform(0, 0.03))  # a random moment for the newer decision
                 await self.rpc(self.lead.DecidePlan, pb.DecidePlanRequest(plan_id=second, approve=True), self.lead_md)
             elif not approve:
                 self.stats["rejections"] += 1
-                third = (await self.rpc(self.stub.SubmitPlan, pb.SubmitPlanRequest(plan=f"r{number}"),
-                                        self.md)).plan_id
+                third = (await self.rpc(self.stub.SubmitPlan, pb.SubmitPlanRequest(plan=f"r{number}"), self.md)).plan_id
                 self.newest_plan = third
                 await self.rpc(self.lead.DecidePlan, pb.DecidePlanRequest(plan_id=third, approve=True), self.lead_md)
             waits = [self.task_done.wait()]
@@ -467,17 +542,24 @@ def test_control_messages_race_claims(daemon, figures):
     for i in range(n_mates):
         kind = "plan" if i % 2 else "shutdown"
         name = f"{kind}{i}"
-        tokens[name] = (lead.lead.AddTeammate(pb.AddTeammateRequest(name=name, roles=[name],
-                                                                    require_plan_approval=kind == "plan"),
-                                              metadata=lead.md).token, kind)
+        tokens[name] = (
+            lead.lead.AddTeammate(
+                pb.AddTeammateRequest(name=name, roles=[name], require_plan_approval=kind == "plan"), metadata=lead.md
+            ).token,
+            kind,
+        )
     lead.close()
 
     async def main():
         channel = grpc.aio.insecure_channel(daemon.address, options=CHANNEL_OPTIONS)
         lead_stub = pb_grpc.LeadServiceStub(channel)
         rng = random.Random(11)
-        mates = [RaceMate(name, token, kind, channel, lead_stub, md(daemon.lead_token()), random.Random(rng.random()),
-                          recorder) for name, (token, kind) in tokens.items()]
+        mates = [
+            RaceMate(
+                name, token, kind, channel, lead_stub, md(daemon.lead_token()), random.Random(rng.random()), recorder
+            )
+            for name, (token, kind) in tokens.items()
+        ]
         processors = []
         for mate in mates:
             mate.open_stream()
@@ -508,7 +590,13 @@ def test_control_messages_race_claims(daemon, figures):
         for key, value in mate.stats.items():
             totals[key] = totals.get(key, 0) + value
     violations = [v for m in mates for v in m.violations]
-    figures(races=n_mates * n_rounds, seconds=elapsed, violations=len(violations), **totals,
-            history_claims=history["claims"], history_violations=len(history_violations))
+    figures(
+        races=n_mates * n_rounds,
+        seconds=elapsed,
+        violations=len(violations),
+        **totals,
+        history_claims=history["claims"],
+        history_violations=len(history_violations),
+    )
     assert not violations, "\n".join(violations[:20])
     assert not history_violations, "\n".join(history_violations[:20])

@@ -25,6 +25,7 @@ from corrald.config import WriterConfig
 from corrald.daemon import Daemon as InProcessServer
 from corrald.daemon import ServeConfig
 from corrald.writer import CommitFailed, Writer
+
 from .rel_harness import Daemon, md, open_db_ro, pick, specs_for, wait_briefly
 
 
@@ -91,10 +92,16 @@ def test_every_rpc_fails_while_commits_fail(tmp_path, figures, request):
     board = pb_grpc.BoardServiceStub(channel)
     mate = pb_grpc.TeammateServiceStub(channel)
     # A board with something of everything: tasks, a claim, a plan, a shutdown request, messages.
-    lead.CreateTasks(pb.CreateTasksRequest(tasks=specs_for([("a", []), ("b", ["a"]), ("c", []), ("d", [])]),
-                                           request_id="r0"), metadata=lead_md)
-    tokens = {n: lead.AddTeammate(pb.AddTeammateRequest(name=n, require_plan_approval=(n == "planner")),
-                                  metadata=lead_md).token for n in ("x", "y", "planner")}
+    lead.CreateTasks(
+        pb.CreateTasksRequest(tasks=specs_for([("a", []), ("b", ["a"]), ("c", []), ("d", [])]), request_id="r0"),
+        metadata=lead_md,
+    )
+    tokens = {
+        n: lead.AddTeammate(
+            pb.AddTeammateRequest(name=n, require_plan_approval=(n == "planner")), metadata=lead_md
+        ).token
+        for n in ("x", "y", "planner")
+    }
     x_md, y_md, p_md = md(tokens["x"]), md(tokens["y"]), md(tokens["planner"])
     idle = mate.Idle(pb.IdleRequest(), metadata=x_md)
     claim = next(r for r in idle if r.HasField("claim")).claim
@@ -110,35 +117,45 @@ def test_every_rpc_fails_while_commits_fail(tmp_path, figures, request):
 
     failpoints.enable("before_commit", "error")
     attempts = {
-        "CreateTasks": lambda: lead.CreateTasks(pb.CreateTasksRequest(tasks=specs_for([("new", ["a"])]),
-                                                                      request_id="r1"), metadata=lead_md, timeout=10),
+        "CreateTasks": lambda: lead.CreateTasks(
+            pb.CreateTasksRequest(tasks=specs_for([("new", ["a"])]), request_id="r1"), metadata=lead_md, timeout=10
+        ),
         "CancelTasks": lambda: lead.CancelTasks(pb.CancelTasksRequest(ids=["c"]), metadata=lead_md, timeout=10),
         "AddTeammate": lambda: lead.AddTeammate(pb.AddTeammateRequest(name="ghost"), metadata=lead_md, timeout=10),
-        "RemoveTeammate": lambda: lead.RemoveTeammate(pb.RemoveTeammateRequest(name="x"), metadata=lead_md,
-                                                      timeout=10),
-        "RequestShutdown": lambda: lead.RequestShutdown(pb.RequestShutdownRequest(name="x", reason="r"),
-                                                        metadata=lead_md, timeout=10),
-        "DecidePlan": lambda: lead.DecidePlan(pb.DecidePlanRequest(plan_id=plan_id, approve=True),
-                                              metadata=lead_md, timeout=10),
-        "SendMessage": lambda: board.SendMessage(pb.SendMessageRequest(to="x", body="lost"), metadata=lead_md,
-                                                 timeout=10),
-        "SendMessage(teammate)": lambda: board.SendMessage(pb.SendMessageRequest(to="lead", body="lost"),
-                                                           metadata=x_md, timeout=10),
+        "RemoveTeammate": lambda: lead.RemoveTeammate(pb.RemoveTeammateRequest(name="x"), metadata=lead_md, timeout=10),
+        "RequestShutdown": lambda: lead.RequestShutdown(
+            pb.RequestShutdownRequest(name="x", reason="r"), metadata=lead_md, timeout=10
+        ),
+        "DecidePlan": lambda: lead.DecidePlan(
+            pb.DecidePlanRequest(plan_id=plan_id, approve=True), metadata=lead_md, timeout=10
+        ),
+        "SendMessage": lambda: board.SendMessage(
+            pb.SendMessageRequest(to="x", body="lost"), metadata=lead_md, timeout=10
+        ),
+        "SendMessage(teammate)": lambda: board.SendMessage(
+            pb.SendMessageRequest(to="lead", body="lost"), metadata=x_md, timeout=10
+        ),
         "AckMessages": lambda: mate.AckMessages(pb.AckMessagesRequest(through_seq=1), metadata=x_md, timeout=10),
-        "RenewLease": lambda: mate.RenewLease(pb.RenewLeaseRequest(task_id=claim.task.id,
-                                                                   claim_token=claim.claim_token), metadata=x_md,
-                                              timeout=10),
-        "CompleteTask": lambda: mate.CompleteTask(pb.CompleteTaskRequest(task_id=claim.task.id,
-                                                                         claim_token=claim.claim_token, result=b"r"),
-                                                  metadata=x_md, timeout=10),
-        "FailTask": lambda: mate.FailTask(pb.FailTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token,
-                                                             error="e"), metadata=x_md, timeout=10),
-        "ReleaseTask": lambda: mate.ReleaseTask(pb.ReleaseTaskRequest(task_id=claim.task.id,
-                                                                      claim_token=claim.claim_token), metadata=x_md,
-                                                timeout=10),
+        "RenewLease": lambda: mate.RenewLease(
+            pb.RenewLeaseRequest(task_id=claim.task.id, claim_token=claim.claim_token), metadata=x_md, timeout=10
+        ),
+        "CompleteTask": lambda: mate.CompleteTask(
+            pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token, result=b"r"),
+            metadata=x_md,
+            timeout=10,
+        ),
+        "FailTask": lambda: mate.FailTask(
+            pb.FailTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token, error="e"),
+            metadata=x_md,
+            timeout=10,
+        ),
+        "ReleaseTask": lambda: mate.ReleaseTask(
+            pb.ReleaseTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token), metadata=x_md, timeout=10
+        ),
         "SubmitPlan": lambda: mate.SubmitPlan(pb.SubmitPlanRequest(plan="p2"), metadata=p_md, timeout=10),
-        "RespondShutdown": lambda: mate.RespondShutdown(pb.RespondShutdownRequest(
-            request_id=shutdown.request_id, approve=True), metadata=y_md, timeout=10),
+        "RespondShutdown": lambda: mate.RespondShutdown(
+            pb.RespondShutdownRequest(request_id=shutdown.request_id, approve=True), metadata=y_md, timeout=10
+        ),
         "Idle": lambda: list(mate.Idle(pb.IdleRequest(), metadata=x_md, timeout=10)),
     }
     codes = {}
@@ -160,8 +177,13 @@ def test_every_rpc_fails_while_commits_fail(tmp_path, figures, request):
         restarted.stop()
     changed = [name for name in SNAPSHOT_QUERIES if before[name] != after[name]]
     not_unavailable = {n: c for n, c in codes.items() if c != "UNAVAILABLE"}
-    figures(rpcs_tried=len(codes), answered_unavailable=len(codes) - len(not_unavailable),
-            other_answers=not_unavailable, reads_still_answered=reads_ok, tables_changed=changed)
+    figures(
+        rpcs_tried=len(codes),
+        answered_unavailable=len(codes) - len(not_unavailable),
+        other_answers=not_unavailable,
+        reads_still_answered=reads_ok,
+        tables_changed=changed,
+    )
     assert not not_unavailable
     assert not changed, {n: (before[n], after[n]) for n in changed}
     del claim_y
@@ -179,8 +201,7 @@ def test_injected_commit_failures_in_group_commits(tmp_path, figures, caplog):
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("CREATE TABLE IF NOT EXISTS r (job INTEGER, part INTEGER, batch INTEGER,"
-                     " PRIMARY KEY (job, part))")
+        conn.execute("CREATE TABLE IF NOT EXISTS r (job INTEGER, part INTEGER, batch INTEGER, PRIMARY KEY (job, part))")
         return conn
 
     caplog.set_level(logging.CRITICAL, logger="corrald.writer")  # one ERROR line per failed commit
@@ -202,6 +223,7 @@ def test_injected_commit_failures_in_group_commits(tmp_path, figures, caplog):
                 if boom and part == 1:
                     raise ValueError("this job fails on its own")
             return job_id
+
         return job
 
     outcomes: dict[int, str] = {}
@@ -267,12 +289,19 @@ def test_injected_commit_failures_in_group_commits(tmp_path, figures, caplog):
         jobs_of[batch].append(job)
     partial = sum(1 for b in failed_batches if by_batch[b]["ok"] or any(rows.get(j) for j in jobs_of[b]))
     sizes = [sum(by_batch[b].values()) for b in failed_batches]
-    figures(injected_commit_failures=stats.failed_commits, jobs=len(outcomes), commits=stats.commits,
-            jobs_ok=sum(1 for o in outcomes.values() if o == "ok"),
-            jobs_commit_failed=sum(1 for o in outcomes.values() if o == "commit_failed"),
-            jobs_failed_alone=sum(1 for o in outcomes.values() if o == "job_failed"),
-            mean_failed_batch_size=sum(sizes) / max(1, len(sizes)), reported_successful_but_absent=reported_but_absent,
-            failed_but_present=failed_but_present, partially_applied_batches=partial, seconds=elapsed)
+    figures(
+        injected_commit_failures=stats.failed_commits,
+        jobs=len(outcomes),
+        commits=stats.commits,
+        jobs_ok=sum(1 for o in outcomes.values() if o == "ok"),
+        jobs_commit_failed=sum(1 for o in outcomes.values() if o == "commit_failed"),
+        jobs_failed_alone=sum(1 for o in outcomes.values() if o == "job_failed"),
+        mean_failed_batch_size=sum(sizes) / max(1, len(sizes)),
+        reported_successful_but_absent=reported_but_absent,
+        failed_but_present=failed_but_present,
+        partially_applied_batches=partial,
+        seconds=elapsed,
+    )
     assert stats.failed_commits >= target_failures
     assert reported_but_absent == 0 and failed_but_present == 0 and partial == 0
     assert all(outcomes[j] == "job_failed" for j in raising if j in outcomes and outcomes[j] != "commit_failed")

@@ -19,8 +19,23 @@ from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 from tests.support import wait_until
 
-from .rel_harness import (IN_DOUBT, Lead, child_process, dur, first_claim, integrity, md, open_db_ro, pick,
-                          random_dag, replay_watch, specs_for, wait_briefly, wait_for_tasks_terminal, wal_size)
+from .rel_harness import (
+    IN_DOUBT,
+    Lead,
+    child_process,
+    dur,
+    first_claim,
+    integrity,
+    md,
+    open_db_ro,
+    pick,
+    random_dag,
+    replay_watch,
+    specs_for,
+    wait_briefly,
+    wait_for_tasks_terminal,
+    wal_size,
+)
 from .rel_history import Recorder, check, load
 from .rel_team import Behaviour, run_team
 
@@ -30,8 +45,9 @@ from .rel_team import Behaviour, run_team
 def _spawn_team(tmp_path, index: int, address: str, teammates: dict[str, str], behaviour: dict) -> tuple:
     history = tmp_path / f"team{index}.jsonl"
     config = tmp_path / f"team{index}.json"
-    config.write_text(json.dumps({"address": address, "teammates": teammates, "history": str(history),
-                                  "behaviour": behaviour}))
+    config.write_text(
+        json.dumps({"address": address, "teammates": teammates, "history": str(history), "behaviour": behaviour})
+    )
     log = open(tmp_path / f"team{index}.log", "wb")  # noqa: SIM115
     proc = child_process("rel_team", "work", str(config), stdout=subprocess.PIPE, stderr=log, start_new_session=True)
     log.close()
@@ -59,8 +75,9 @@ def _history_check(events, database):
 
 
 def _stalled(events) -> dict:
-    outcomes = collections.Counter(f"{e['code']}/{e['reason']}" if e["outcome"] == "err" else e["outcome"]
-                                   for e in events if e.get("stalled"))
+    outcomes = collections.Counter(
+        f"{e['code']}/{e['reason']}" if e["outcome"] == "err" else e["outcome"] for e in events if e.get("stalled")
+    )
     return dict(outcomes)
 
 
@@ -109,8 +126,16 @@ def test_random_sigkills_lose_nothing(daemons, tmp_path, figures):
         _try_create_pending(lead, first, created)
     pending = pending[2:]
 
-    behaviour = {"work_ms": list(work_ms), "p_renew": 0.3, "p_fail": 0.03, "p_release": 0.03, "p_foreign": 0.05,
-                 "p_stall": 0.04, "poll_ms": 200, "seed": 7}
+    behaviour = {
+        "work_ms": list(work_ms),
+        "p_renew": 0.3,
+        "p_fail": 0.03,
+        "p_release": 0.03,
+        "p_foreign": 0.05,
+        "p_stall": 0.04,
+        "poll_ms": 200,
+        "seed": 7,
+    }
     items = list(names.items())
     teams = [_spawn_team(tmp_path, i, d.address, dict(items[i::n_procs]), behaviour) for i in range(n_procs)]
 
@@ -125,8 +150,9 @@ def test_random_sigkills_lose_nothing(daemons, tmp_path, figures):
             else:
                 assert code == -signal.SIGKILL, f"daemon exited {code}: {d.stderr_tail()}"
                 causes["failpoint"] += 1
-            failpoint = rng.choice([None, None, f"before_commit=kill:{rng.randint(5, 80)}",
-                                    f"after_commit=kill:{rng.randint(5, 80)}"])
+            failpoint = rng.choice(
+                [None, None, f"before_commit=kill:{rng.randint(5, 80)}", f"after_commit=kill:{rng.randint(5, 80)}"]
+            )
             orchestrator.note("restart", failpoint=failpoint)
             d.start(failpoint)
             _try_create_pending(lead, pending, created)
@@ -163,15 +189,29 @@ def test_random_sigkills_lose_nothing(daemons, tmp_path, figures):
     completed = sum(1 for s in states.values() if s == pb.TASK_STATE_COMPLETED)
     check_ok = integrity(d.database)
     team_exits = [e for e in events if e["kind"] == "team_exit"]
-    figures(tasks_completed=f"{completed}/{len(all_ids)}", kills=dict(causes), restarts=d.starts - 1,
-            run_s=run_s, acked_missing=hist["acked_missing"] + missing_creates,
-            double_completions_db=hist["double_completions_db"],
-            double_completions_history=hist["double_completions_history"], integrity_check=check_ok,
-            claims=hist["claims"], deliveries=hist["deliveries"], ops=hist["ops"], ops_in_doubt=hist["ops_in_doubt"],
-            foreign_attempts=hist["foreign_attempts"], foreign_accepted=hist["foreign_accepted"],
-            expired_claims=expired, stalled_completions=_stalled(events), history_violations=len(violations),
-            watch_events_seen=len(seen_events), watch_replay_differences=watch_differences,
-            stream_errors=[e["stream_errors"] for e in team_exits], team_exit_codes=codes)
+    figures(
+        tasks_completed=f"{completed}/{len(all_ids)}",
+        kills=dict(causes),
+        restarts=d.starts - 1,
+        run_s=run_s,
+        acked_missing=hist["acked_missing"] + missing_creates,
+        double_completions_db=hist["double_completions_db"],
+        double_completions_history=hist["double_completions_history"],
+        integrity_check=check_ok,
+        claims=hist["claims"],
+        deliveries=hist["deliveries"],
+        ops=hist["ops"],
+        ops_in_doubt=hist["ops_in_doubt"],
+        foreign_attempts=hist["foreign_attempts"],
+        foreign_accepted=hist["foreign_accepted"],
+        expired_claims=expired,
+        stalled_completions=_stalled(events),
+        history_violations=len(violations),
+        watch_events_seen=len(seen_events),
+        watch_replay_differences=watch_differences,
+        stream_errors=[e["stream_errors"] for e in team_exits],
+        team_exit_codes=codes,
+    )
     assert not violations, "\n".join(violations[:20])
     assert completed == len(all_ids)
     assert missing_creates == 0 and hist["acked_missing"] == 0
@@ -235,8 +275,11 @@ def test_kill_failpoint_around_commit(daemons, figures, point, operation):
         elif operation == "claim":
             first_claim(stub, token)
         else:
-            stub.CompleteTask(pb.CompleteTaskRequest(task_id="a", claim_token=held.claim_token, result=b"R"),
-                              metadata=md(token), timeout=10)
+            stub.CompleteTask(
+                pb.CompleteTaskRequest(task_id="a", claim_token=held.claim_token, result=b"R"),
+                metadata=md(token),
+                timeout=10,
+            )
     in_doubt_code = raised.value.code()
     assert in_doubt_code in IN_DOUBT, in_doubt_code
     assert d.wait_exit(10) == -signal.SIGKILL, "the failpoint did not kill the daemon"
@@ -263,13 +306,19 @@ def test_kill_failpoint_around_commit(daemons, figures, point, operation):
     else:
         task = lead.get_task("a")
         assert task.state == (pb.TASK_STATE_COMPLETED if durable else pb.TASK_STATE_IN_PROGRESS)
-        reply = stub.CompleteTask(pb.CompleteTaskRequest(task_id="a", claim_token=held.claim_token, result=b"R"),
-                                  metadata=md(token), timeout=10)
+        reply = stub.CompleteTask(
+            pb.CompleteTaskRequest(task_id="a", claim_token=held.claim_token, result=b"R"),
+            metadata=md(token),
+            timeout=10,
+        )
         assert reply.task.state == pb.TASK_STATE_COMPLETED and reply.task.result == b"R"
         outcome = "stored result" if durable else "completed on retry"
         # The same token again, with another result: the stored result, nothing changes.
-        again = stub.CompleteTask(pb.CompleteTaskRequest(task_id="a", claim_token=held.claim_token,
-                                                         result=b"other"), metadata=md(token), timeout=10)
+        again = stub.CompleteTask(
+            pb.CompleteTaskRequest(task_id="a", claim_token=held.claim_token, result=b"other"),
+            metadata=md(token),
+            timeout=10,
+        )
         assert again.task.result == b"R"
         held = None
     # Run to completion.
@@ -281,20 +330,32 @@ def test_kill_failpoint_around_commit(daemons, figures, point, operation):
             if all(lead.get_task(t).state == pb.TASK_STATE_COMPLETED for t in "abc"):
                 break
             held = first_claim(stub, token)
-        stub.CompleteTask(pb.CompleteTaskRequest(task_id=held.task.id, claim_token=held.claim_token, result=b"R"),
-                          metadata=md(token), timeout=10)
+        stub.CompleteTask(
+            pb.CompleteTaskRequest(task_id=held.task.id, claim_token=held.claim_token, result=b"R"),
+            metadata=md(token),
+            timeout=10,
+        )
         done += 1
         held = None
     lead.close()
     assert d.terminate(10)[0] == 0
     _, violations, states, _ = _history_check([], d.database)
     with open_db_ro(d.database) as conn:
-        doubles = conn.execute("SELECT count(*) FROM (SELECT task_seq FROM claims WHERE outcome='completed'"
-                               " GROUP BY task_seq HAVING count(*) > 1)").fetchone()[0]
+        doubles = conn.execute(
+            "SELECT count(*) FROM (SELECT task_seq FROM claims WHERE outcome='completed'"
+            " GROUP BY task_seq HAVING count(*) > 1)"
+        ).fetchone()[0]
     check_ok = integrity(d.database)
-    figures(point=point, operation=operation, client_saw=in_doubt_code.name, after_restart=outcome,
-            tasks_completed=f"{states[3]}/3", double_completions=doubles, integrity_check=check_ok,
-            db_violations=len(violations))
+    figures(
+        point=point,
+        operation=operation,
+        client_saw=in_doubt_code.name,
+        after_restart=outcome,
+        tasks_completed=f"{states[3]}/3",
+        double_completions=doubles,
+        integrity_check=check_ok,
+        db_violations=len(violations),
+    )
     assert not violations, violations
     assert states[3] == 3 and doubles == 0 and check_ok == "ok"
 
@@ -310,11 +371,23 @@ def test_restart_never_expires_a_renewing_teammate(daemons, tmp_path, figures):
     d = daemons().start()
     lead = Lead(d)
     names = {f"r{i}": lead.add_teammate(f"r{i}") for i in range(n_teammates)}
-    lead.create([pb.TaskSpec(id=f"hold-{i}", title="hold", lease_duration=dur(1000 if i % 2 else 2000))
-                 for i in range(n_teammates)], "holds")
+    lead.create(
+        [
+            pb.TaskSpec(id=f"hold-{i}", title="hold", lease_duration=dur(1000 if i % 2 else 2000))
+            for i in range(n_teammates)
+        ],
+        "holds",
+    )
     rec = Recorder()
-    behaviour = Behaviour(work_ms=(hold_s * 1000, hold_s * 1000), p_renew=1.0, p_fail=0, p_release=0, p_foreign=0,
-                          poll_ms=200, op_deadline_s=60)
+    behaviour = Behaviour(
+        work_ms=(hold_s * 1000, hold_s * 1000),
+        p_renew=1.0,
+        p_fail=0,
+        p_release=0,
+        p_foreign=0,
+        poll_ms=200,
+        op_deadline_s=60,
+    )
     rng = random.Random(99)
     kinds = collections.Counter()
 
@@ -349,11 +422,20 @@ def test_restart_never_expires_a_renewing_teammate(daemons, tmp_path, figures):
     refused = [e for e in renews if e["outcome"] == "err"]
     premature = expired + sum(1 for e in refused if e["reason"] == "LEASE_EXPIRED")
     with open_db_ro(d.database) as conn:
-        claims_per_task = conn.execute("SELECT max(n) FROM (SELECT count(*) n FROM claims GROUP BY task_seq)").fetchone()[0]
-    figures(teammates=n_teammates, restarts=dict(kinds), renews_ok=sum(1 for e in renews if e["outcome"] == "ok"),
-            renews_in_doubt=sum(1 for e in renews if e["outcome"] == "indoubt"), renews_refused=len(refused),
-            premature_lease_expiries=premature, max_claims_per_task=claims_per_task,
-            tasks_completed=f"{states[3]}/{n_teammates}", history_violations=len(violations))
+        claims_per_task = conn.execute(
+            "SELECT max(n) FROM (SELECT count(*) n FROM claims GROUP BY task_seq)"
+        ).fetchone()[0]
+    figures(
+        teammates=n_teammates,
+        restarts=dict(kinds),
+        renews_ok=sum(1 for e in renews if e["outcome"] == "ok"),
+        renews_in_doubt=sum(1 for e in renews if e["outcome"] == "indoubt"),
+        renews_refused=len(refused),
+        premature_lease_expiries=premature,
+        max_claims_per_task=claims_per_task,
+        tasks_completed=f"{states[3]}/{n_teammates}",
+        history_violations=len(violations),
+    )
     assert not violations, "\n".join(violations[:20])
     assert premature == 0 and not refused
     assert claims_per_task == 1 and states[3] == n_teammates
@@ -376,8 +458,9 @@ def test_sigterm_under_load(daemons, figures):
     names = {f"w{i}": lead.add_teammate(f"w{i}") for i in range(n_teammates)}
     lead.close()
     rec = Recorder()
-    behaviour = Behaviour(work_ms=(5, 40), p_renew=0.3, p_fail=0.05, p_release=0.05, p_foreign=0.05, poll_ms=200,
-                          op_deadline_s=3)
+    behaviour = Behaviour(
+        work_ms=(5, 40), p_renew=0.3, p_fail=0.05, p_release=0.05, p_foreign=0.05, poll_ms=200, op_deadline_s=3
+    )
     acked_creates: dict[str, list[str]] = {}
     acked_messages: list[tuple[str, str]] = []
     result = {}
@@ -389,10 +472,11 @@ def test_sigterm_under_load(daemons, figures):
         i = 0
         while not stop.is_set():
             i += 1
-            specs = specs_for([(f"L{i}-{j}", [f"L{i}-{j-1}"] if j else []) for j in range(5)])
+            specs = specs_for([(f"L{i}-{j}", [f"L{i}-{j - 1}"] if j else []) for j in range(5)])
             try:
-                reply = await stub.CreateTasks(pb.CreateTasksRequest(tasks=specs, request_id=f"L{i}"),
-                                               metadata=token_md, timeout=5)
+                reply = await stub.CreateTasks(
+                    pb.CreateTasksRequest(tasks=specs, request_id=f"L{i}"), metadata=token_md, timeout=5
+                )
                 acked_creates[f"L{i}"] = [t.id for t in reply.tasks]
                 to = f"w{i % n_teammates}"
                 await board.SendMessage(pb.SendMessageRequest(to=to, body=f"m{i}"), metadata=token_md, timeout=5)
@@ -421,9 +505,17 @@ def test_sigterm_under_load(daemons, figures):
     lost_messages = sum(1 for m in acked_messages if m not in inbox)
     check_ok = integrity(d.database)
     lost = lost_creates + lost_messages + hist["acked_missing"]
-    figures(exit_code=result["code"], exit_s=result["stop_s"], wal_bytes_after=wal, acked_creates=len(acked_creates),
-            acked_messages=len(acked_messages), acked_claim_ops=hist["ops"] - hist["ops_in_doubt"],
-            acknowledged_lost=lost, history_violations=len(violations), integrity_check=check_ok)
+    figures(
+        exit_code=result["code"],
+        exit_s=result["stop_s"],
+        wal_bytes_after=wal,
+        acked_creates=len(acked_creates),
+        acked_messages=len(acked_messages),
+        acked_claim_ops=hist["ops"] - hist["ops_in_doubt"],
+        acknowledged_lost=lost,
+        history_violations=len(violations),
+        integrity_check=check_ok,
+    )
     assert result["code"] == 0, d.stderr_tail()
     assert result["stop_s"] <= 5.0
     assert wal in (None, 0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import itertools
 import random
 
 import grpc
@@ -21,6 +22,7 @@ from corrald import errors as corrald_errors
 from corrald.config import Limits
 from corrald.model import TaskSpec
 from corrald.validate import normalize_batch
+
 from .rel_harness import SOAK, Daemon, Lead, dur, md, pick, schema_of, status_details
 
 SERVICES = [pb.DESCRIPTOR.services_by_name[n] for n in ("LeadService", "TeammateService", "BoardService")]
@@ -37,10 +39,10 @@ def fuzz_board(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fuzz")
     daemon = Daemon(tmp / "state").start()
     lead = Lead(daemon)
-    tokens = {"fz-a": lead.add_teammate("fz-a", roles=["r1"]), "fz-b": lead.add_teammate("fz-b",
-                                                                                         require_plan=True)}
-    lead.create([pb.TaskSpec(id=f"t{i}", title="t", depends_on=[f"t{i-1}"] if i % 3 else []) for i in range(10)],
-                "fz")
+    tokens = {"fz-a": lead.add_teammate("fz-a", roles=["r1"]), "fz-b": lead.add_teammate("fz-b", require_plan=True)}
+    lead.create(
+        [pb.TaskSpec(id=f"t{i}", title="t", depends_on=[f"t{i - 1}"] if i % 3 else []) for i in range(10)], "fz"
+    )
     mate = pb_grpc.TeammateServiceStub(lead.channel)
     call = mate.Idle(pb.IdleRequest(), metadata=md(tokens["fz-a"]), timeout=10)
     claim = next(r for r in call if r.HasField("claim")).claim
@@ -48,10 +50,29 @@ def fuzz_board(tmp_path_factory):
     mate.SubmitPlan(pb.SubmitPlanRequest(plan="p"), metadata=md(tokens["fz-b"]))
     lead.lead.RequestShutdown(pb.RequestShutdownRequest(name="fz-b", reason="r"), metadata=lead.md)
     lead.add_teammate("fz-victim")  # the only teammate name in the pool: it may be removed, fz-a/fz-b stay
-    pool = ["", "t0", "t1", "t5", "fz-victim", "lead", "*", "r1", "1", "2", "0", "-1", claim.claim_token,
-            "99999999999999999999", "²", "\x00", " ", "x" * 129, "😀", "a b"]
-    yield {"daemon": daemon, "lead": lead, "tokens": {"lead": lead.token, **tokens}, "pool": pool,
-           "claim": claim}
+    pool = [
+        "",
+        "t0",
+        "t1",
+        "t5",
+        "fz-victim",
+        "lead",
+        "*",
+        "r1",
+        "1",
+        "2",
+        "0",
+        "-1",
+        claim.claim_token,
+        "99999999999999999999",
+        "²",
+        "\x00",
+        " ",
+        "x" * 129,
+        "😀",
+        "a b",
+    ]
+    yield {"daemon": daemon, "lead": lead, "tokens": {"lead": lead.token, **tokens}, "pool": pool, "claim": claim}
     lead.close()
     daemon.stop()
 
@@ -89,8 +110,11 @@ def _scalar(field, pool):
 
 def _message(descriptor, pool, depth: int = 0):
     if descriptor.full_name == "google.protobuf.Duration":
-        return st.builds(lambda s, n: duration_pb2.Duration(seconds=s, nanos=n),
-                         _ints(-315_576_000_000, 315_576_000_000), _ints(-999_999_999, 999_999_999))
+        return st.builds(
+            lambda s, n: duration_pb2.Duration(seconds=s, nanos=n),
+            _ints(-315_576_000_000, 315_576_000_000),
+            _ints(-999_999_999, 999_999_999),
+        )
     if descriptor.full_name == "google.protobuf.Timestamp":
         return st.builds(lambda s, n: timestamp_pb2.Timestamp(seconds=s, nanos=n), _ints(*INT64), _ints(0, 10**9))
     cls = message_factory.GetMessageClass(descriptor)
@@ -129,7 +153,8 @@ def _call(channel, path: str, method, payload: bytes, metadata, *, raw: bool = F
     """Calls one method with serialized bytes; returns (status code, reason)."""
     if method.server_streaming:
         call = channel.unary_stream(path, request_serializer=lambda b: b, response_deserializer=lambda b: b)(
-            payload, metadata=metadata, timeout=0.3)
+            payload, metadata=metadata, timeout=0.3
+        )
         try:
             for index, _ in enumerate(call):
                 if index >= 2:
@@ -142,7 +167,8 @@ def _call(channel, path: str, method, payload: bytes, metadata, *, raw: bool = F
             return error.code(), status_details(error)[0]
     try:
         channel.unary_unary(path, request_serializer=lambda b: b, response_deserializer=lambda b: b)(
-            payload, metadata=metadata, timeout=10)
+            payload, metadata=metadata, timeout=10
+        )
         return grpc.StatusCode.OK, ""
     except grpc.RpcError as error:
         return error.code(), status_details(error)[0]
@@ -169,16 +195,28 @@ def test_generated_requests_never_crash_or_answer_internal(fuzz_board, figures):
     codes = collections.Counter()
     per_method = collections.Counter()
     bad: list[str] = []
+
     def who(path: str):
-        right = ["lead"] if "LeadService" in path else ["fz-a", "fz-b"] if "TeammateService" in path else \
-            ["lead", "fz-a", "fz-b"]
+        right = (
+            ["lead"]
+            if "LeadService" in path
+            else ["fz-a", "fz-b"]
+            if "TeammateService" in path
+            else ["lead", "fz-a", "fz-b"]
+        )
         return st.one_of(st.sampled_from(right), st.sampled_from(["lead", "fz-a", "fz-b", "none", "garbage"]))
 
     requests = st.sampled_from(METHODS).flatmap(
-        lambda pm: st.tuples(st.just(pm), _message(pm[1].input_type, board["pool"]), who(pm[0])))
+        lambda pm: st.tuples(st.just(pm), _message(pm[1].input_type, board["pool"]), who(pm[0]))
+    )
 
-    @settings(max_examples=examples, deadline=None, database=None, derandomize=not SOAK,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        derandomize=not SOAK,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(requests)
     def run(case):
         (path, method), request, who = case
@@ -191,8 +229,13 @@ def test_generated_requests_never_crash_or_answer_internal(fuzz_board, figures):
     run()
     alive = board["daemon"].alive()
     channel.close()
-    figures(examples=sum(per_method.values()), methods_covered=len(per_method), codes=dict(codes),
-            internal_or_unknown=len(bad), daemon_alive=alive)
+    figures(
+        examples=sum(per_method.values()),
+        methods_covered=len(per_method),
+        codes=dict(codes),
+        internal_or_unknown=len(bad),
+        daemon_alive=alive,
+    )
     assert alive, "the daemon died"
     assert len(per_method) == len(METHODS)
     assert not bad, "\n".join(bad[:10])
@@ -208,8 +251,13 @@ def test_random_bytes_as_messages(fuzz_board, figures):
     codes = collections.Counter()
     bad: list[str] = []
 
-    @settings(max_examples=examples, deadline=None, database=None, derandomize=not SOAK,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        derandomize=not SOAK,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(st.sampled_from(METHODS), st.binary(max_size=256), st.booleans())
     def run(path_method, payload, who_lead):
         path, method = path_method
@@ -231,13 +279,16 @@ def test_random_bytes_as_messages(fuzz_board, figures):
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("case", [
-    ("DecidePlan", "²"),
-    ("DecidePlan", "99999999999999999999"),
-    ("RespondShutdown", "²"),
-    ("RespondShutdown", "99999999999999999999"),
-    ("ListTasks", base64.urlsafe_b64encode(b"after:99999999999999999999").decode()),
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("DecidePlan", "²"),
+        ("DecidePlan", "99999999999999999999"),
+        ("RespondShutdown", "²"),
+        ("RespondShutdown", "99999999999999999999"),
+        ("ListTasks", base64.urlsafe_b64encode(b"after:99999999999999999999").decode()),
+    ],
+)
 def test_malformed_ids_answer_not_found_or_invalid_argument(fuzz_board, case, figures):
     """An id that is not a number the daemon issued is NOT_FOUND / INVALID_ARGUMENT, never INTERNAL."""
     method, value = case
@@ -245,14 +296,17 @@ def test_malformed_ids_answer_not_found_or_invalid_argument(fuzz_board, case, fi
     channel = board["daemon"].channel()
     try:
         if method == "DecidePlan":
-            pb_grpc.LeadServiceStub(channel).DecidePlan(pb.DecidePlanRequest(plan_id=value, approve=True),
-                                                        metadata=md(board["tokens"]["lead"]), timeout=10)
+            pb_grpc.LeadServiceStub(channel).DecidePlan(
+                pb.DecidePlanRequest(plan_id=value, approve=True), metadata=md(board["tokens"]["lead"]), timeout=10
+            )
         elif method == "RespondShutdown":
-            pb_grpc.TeammateServiceStub(channel).RespondShutdown(pb.RespondShutdownRequest(request_id=value),
-                                                                 metadata=md(board["tokens"]["fz-a"]), timeout=10)
+            pb_grpc.TeammateServiceStub(channel).RespondShutdown(
+                pb.RespondShutdownRequest(request_id=value), metadata=md(board["tokens"]["fz-a"]), timeout=10
+            )
         else:
-            pb_grpc.BoardServiceStub(channel).ListTasks(pb.ListTasksRequest(page_token=value),
-                                                        metadata=md(board["tokens"]["lead"]), timeout=10)
+            pb_grpc.BoardServiceStub(channel).ListTasks(
+                pb.ListTasksRequest(page_token=value), metadata=md(board["tokens"]["lead"]), timeout=10
+            )
         code = grpc.StatusCode.OK
     except grpc.RpcError as error:
         code = error.code()
@@ -275,7 +329,7 @@ def _random_graph(rng: random.Random, prefix: str, board_ids: list[str]) -> tupl
     position = {t: i for i, t in enumerate(order)}
     deps = {t: set() for t in ids}
     for t in ids:
-        earlier = order[:position[t]]
+        earlier = order[: position[t]]
         for d in rng.sample(earlier, min(len(earlier), rng.randint(0, 4))):
             deps[t].add(d)
         if board_ids and rng.random() < 0.2:
@@ -289,8 +343,8 @@ def _random_graph(rng: random.Random, prefix: str, board_ids: list[str]) -> tupl
         else:
             a, b = sorted(rng.sample(range(size), 2))
             # a path b -> ... -> a already exists or is added; then a depends on b closes the cycle
-            chain = order[a:b + 1]
-            for x, y in zip(chain, chain[1:]):
+            chain = order[a : b + 1]
+            for x, y in itertools.pairwise(chain):
                 deps[y].add(x)
             deps[order[a]].add(order[b])
     graph = [(t, sorted(deps[t])) for t in ids]
@@ -338,8 +392,20 @@ def test_random_graphs_cyclic_refused_acyclic_accepted(daemon, figures):
         cyclic = _has_cycle(graph)
         assert cyclic == built_cyclic or not built_cyclic
         tally["cyclic" if cyclic else "acyclic"] += 1
-        specs = [TaskSpec(id=t, title=t, description="", payload=b"", depends_on=tuple(ds), priority=0,
-                          max_attempts=0, lease_ms=0, required_role="") for t, ds in graph]
+        specs = [
+            TaskSpec(
+                id=t,
+                title=t,
+                description="",
+                payload=b"",
+                depends_on=tuple(ds),
+                priority=0,
+                max_attempts=0,
+                lease_ms=0,
+                required_role="",
+            )
+            for t, ds in graph
+        ]
         try:
             normalize_batch(specs, Limits())
             accepted = True
@@ -376,14 +442,74 @@ def specs_pb(graph):
 
 # ---------------------------------------------------------------- hostile strings in every string field
 
-_TEXTS = ["'", '"', "''", "\\", "%_", "'; DROP TABLE tasks; --", "Robert'); DROP TABLE teammates;--",
-          "\x00", "a\x00b\x00", "\x00" * 5, "\x01\x1f\x7f", "\r\n\t ", "😀🎉", "𝕳𝖊𝖑𝖑𝖔", "\U0010fffd\U00020000",
-          "\u202eevil\u202c", "\ufeffBOM", "e\u0301", "ｆｕｌｌ", "NULL", "null", "${jndi:ldap://x/a}",
-          "<script>alert(1)</script>", "%s%n%x", "../../etc/passwd", "İı", "\u2028\u2029", "🏳️‍🌈",
-          "x' OR '1'='1", "SELECT * FROM claims", "/*", "*/", ";", "--", "🀄" * 50]
-_IDS = ["'", '"', "';DROP/**/TABLE/**/tasks;--", "x'OR'1'='1", "😀", "\U0010fffd", "\u202e", "\x7f",
-        "a\"b", "Robert');DROP/**/TABLE/**/teammates;--", "%", "_", "\\", "İı", "𝕏" * 128, "ｔａｓｋ", "e\u0301",
-        "${jndi:x}", "<b>", "null", "NULL", "0", "-1", "1e309", "🏳️‍🌈", "/", "..", "*x", "lead2"]
+_TEXTS = [
+    "'",
+    '"',
+    "''",
+    "\\",
+    "%_",
+    "'; DROP TABLE tasks; --",
+    "Robert'); DROP TABLE teammates;--",
+    "\x00",
+    "a\x00b\x00",
+    "\x00" * 5,
+    "\x01\x1f\x7f",
+    "\r\n\t ",
+    "😀🎉",
+    "𝕳𝖊𝖑𝖑𝖔",
+    "\U0010fffd\U00020000",
+    "\u202eevil\u202c",
+    "\ufeffBOM",
+    "e\u0301",
+    "ｆｕｌｌ",
+    "NULL",
+    "null",
+    "${jndi:ldap://x/a}",
+    "<script>alert(1)</script>",
+    "%s%n%x",
+    "../../etc/passwd",
+    "İı",
+    "\u2028\u2029",
+    "🏳️‍🌈",
+    "x' OR '1'='1",
+    "SELECT * FROM claims",
+    "/*",
+    "*/",
+    ";",
+    "--",
+    "🀄" * 50,
+]
+_IDS = [
+    "'",
+    '"',
+    "';DROP/**/TABLE/**/tasks;--",
+    "x'OR'1'='1",
+    "😀",
+    "\U0010fffd",
+    "\u202e",
+    "\x7f",
+    'a"b',
+    "Robert');DROP/**/TABLE/**/teammates;--",
+    "%",
+    "_",
+    "\\",
+    "İı",
+    "𝕏" * 128,
+    "ｔａｓｋ",
+    "e\u0301",
+    "${jndi:x}",
+    "<b>",
+    "null",
+    "NULL",
+    "0",
+    "-1",
+    "1e309",
+    "🏳️‍🌈",
+    "/",
+    "..",
+    "*x",
+    "lead2",
+]
 
 
 def _text(i: int) -> str:
@@ -417,16 +543,21 @@ def test_hostile_strings_round_trip_byte_exact(daemon, figures):
         token = lead.add_teammate(hostile_id, roles=[hostile_id])
         mates = {t.name: t for t in lead.board.ListTeammates(pb.ListTeammatesRequest(), metadata=lead.md).teammates}
         same("teammate name/roles", list(mates[hostile_id].roles), [hostile_id])
-        spec = pb.TaskSpec(id=hostile_id, title=title, description=text * 3, payload=payload,
-                           required_role=hostile_id, depends_on=[_IDS[i - 1]] if i else [])
+        spec = pb.TaskSpec(
+            id=hostile_id,
+            title=title,
+            description=text * 3,
+            payload=payload,
+            required_role=hostile_id,
+            depends_on=[_IDS[i - 1]] if i else [],
+        )
         expected_tasks[hostile_id] = spec
         created = lead.create([spec], request_id=hostile_id)[0]
         for field in ("id", "title", "description", "required_role"):  # the reply is a summary: no payload
             same(f"CreateTasks.{field}", getattr(created, field), getattr(spec, field))
         same("CreateTasks.depends_on", list(created.depends_on), list(spec.depends_on))
         lead.board.SendMessage(pb.SendMessageRequest(to=hostile_id, body=text), metadata=lead.md)
-        shutdown = lead.lead.RequestShutdown(pb.RequestShutdownRequest(name=hostile_id, reason=text),
-                                             metadata=lead.md)
+        shutdown = lead.lead.RequestShutdown(pb.RequestShutdownRequest(name=hostile_id, reason=text), metadata=lead.md)
         call = mate.Idle(pb.IdleRequest(poll_interval=dur(200)), metadata=md(token), timeout=20)
         message = next(call)
         same("Idle.message.body", message.message.body, text)
@@ -434,19 +565,23 @@ def test_hostile_strings_round_trip_byte_exact(daemon, figures):
         request = next(call)
         same("Idle.shutdown_request.reason", request.shutdown_request.reason, text)
         mate.AckMessages(pb.AckMessagesRequest(through_seq=request.shutdown_request.seq), metadata=md(token))
-        mate.RespondShutdown(pb.RespondShutdownRequest(request_id=shutdown.request_id, approve=False, reason=text),
-                             metadata=md(token))
+        mate.RespondShutdown(
+            pb.RespondShutdownRequest(request_id=shutdown.request_id, approve=False, reason=text), metadata=md(token)
+        )
         expected_answers.append((hostile_id, text))
         claim = next(call).claim
         for field in ("id", "title", "description", "payload", "required_role"):
             same(f"Idle.claim.task.{field}", getattr(claim.task, field), getattr(spec, field))
-        failed = mate.FailTask(pb.FailTaskRequest(task_id=hostile_id, claim_token=claim.claim_token, error=text,
-                                                  retryable=True), metadata=md(token)).task
+        failed = mate.FailTask(
+            pb.FailTaskRequest(task_id=hostile_id, claim_token=claim.claim_token, error=text, retryable=True),
+            metadata=md(token),
+        ).task
         same("FailTask.error", failed.error, text)
         claim = next(call).claim
         result = payload[::-1] + b"\x00"
-        done = mate.CompleteTask(pb.CompleteTaskRequest(task_id=hostile_id, claim_token=claim.claim_token,
-                                                        result=result), metadata=md(token)).task
+        done = mate.CompleteTask(
+            pb.CompleteTaskRequest(task_id=hostile_id, claim_token=claim.claim_token, result=result), metadata=md(token)
+        ).task
         same("CompleteTask.result", done.result, result)
         call.cancel()
         got = lead.get_task(hostile_id)
@@ -459,8 +594,9 @@ def test_hostile_strings_round_trip_byte_exact(daemon, figures):
         board.SendMessage(pb.SendMessageRequest(to="lead", body=text), metadata=md(token))
         expected_messages_to_lead.append((hostile_id, text))
         plan_id = mate.SubmitPlan(pb.SubmitPlanRequest(plan=text), metadata=md(planner_token)).plan_id
-        seq = lead.lead.DecidePlan(pb.DecidePlanRequest(plan_id=plan_id, approve=False, feedback=text),
-                                   metadata=lead.md).seq
+        seq = lead.lead.DecidePlan(
+            pb.DecidePlanRequest(plan_id=plan_id, approve=False, feedback=text), metadata=lead.md
+        ).seq
         pcall = mate.Idle(pb.IdleRequest(poll_interval=dur(200)), metadata=md(planner_token), timeout=20)
         decision = next(r for r in pcall if r.HasField("plan_decision") and r.plan_decision.seq == seq)
         pcall.cancel()
@@ -483,8 +619,11 @@ def test_hostile_strings_round_trip_byte_exact(daemon, figures):
             plans.append(event.plan_submitted.plan)
         elif kind == "shutdown_answered":
             answers.append((event.shutdown_answered.teammate, event.shutdown_answered.reason))
-        if (len(answers), len(to_lead), len(plans)) == (len(expected_answers), len(expected_messages_to_lead),
-                                                        len(_IDS)):
+        if (len(answers), len(to_lead), len(plans)) == (
+            len(expected_answers),
+            len(expected_messages_to_lead),
+            len(_IDS),
+        ):
             break
     events.cancel()
     same("Watch.message", to_lead, expected_messages_to_lead)
@@ -517,11 +656,13 @@ def test_hostile_strings_round_trip_byte_exact(daemon, figures):
             refused[error.code().name] += 1
     body = "😀" * (limits.text_max_bytes // 4)
     lead.board.SendMessage(pb.SendMessageRequest(to="planner", body=body), metadata=lead.md)
-    for what, call in (("message", lambda: lead.board.SendMessage(pb.SendMessageRequest(to="planner",
-                                                                                        body=body + "a"),
-                                                                  metadata=lead.md)),
-                       ("plan", lambda: mate.SubmitPlan(pb.SubmitPlanRequest(plan=body + "a"),
-                                                        metadata=md(planner_token)))):
+    for what, call in (
+        (
+            "message",
+            lambda: lead.board.SendMessage(pb.SendMessageRequest(to="planner", body=body + "a"), metadata=lead.md),
+        ),
+        ("plan", lambda: mate.SubmitPlan(pb.SubmitPlanRequest(plan=body + "a"), metadata=md(planner_token))),
+    ):
         try:
             call()
             mismatches.append(f"past limit {what}: accepted")
@@ -529,9 +670,14 @@ def test_hostile_strings_round_trip_byte_exact(daemon, figures):
             refused[error.code().name] += 1
     lead.close()
     schema_after = schema_of(daemon.database)
-    figures(hostile_ids=len(_IDS), hostile_texts=len(_TEXTS), fields_checked=sum(checked.values()),
-            mismatches=len(mismatches), past_limit_refusals=dict(refused),
-            schema_unchanged=schema_before == schema_after)
+    figures(
+        hostile_ids=len(_IDS),
+        hostile_texts=len(_TEXTS),
+        fields_checked=sum(checked.values()),
+        mismatches=len(mismatches),
+        past_limit_refusals=dict(refused),
+        schema_unchanged=schema_before == schema_after,
+    )
     assert not mismatches, "\n".join(mismatches[:20])
     assert refused == {"INVALID_ARGUMENT": len(past_limit) + 2}
     assert schema_before == schema_after

@@ -20,8 +20,18 @@ from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 from tests.support import percentile
 
-from .rel_harness import (CHANNEL_OPTIONS, IN_DOUBT, Lead, child_process, dur, md, pick, read_line, status_details,
-                          wal_size)
+from .rel_harness import (
+    CHANNEL_OPTIONS,
+    IN_DOUBT,
+    Lead,
+    child_process,
+    dur,
+    md,
+    pick,
+    read_line,
+    status_details,
+    wal_size,
+)
 
 # ---------------------------------------------------------------- reconnect storm
 
@@ -68,8 +78,9 @@ def test_many_teammates_reconnect_at_once_after_restart(daemons, figures):
                         if response.HasField("claim"):
                             resumed[name] = time.monotonic()
                             claim = response.claim
-                            codes_after["resent_same_token" if claim.claim_token == first_tokens[name]
-                                        else "different_token"] += 1
+                            codes_after[
+                                "resent_same_token" if claim.claim_token == first_tokens[name] else "different_token"
+                            ] += 1
                             await complete(stub, token, claim)
                             return
                 except grpc.aio.AioRpcError as error:
@@ -81,9 +92,11 @@ def test_many_teammates_reconnect_at_once_after_restart(daemons, figures):
         async def complete(stub, token, claim) -> None:
             for _ in range(200):
                 try:
-                    await stub.CompleteTask(pb.CompleteTaskRequest(task_id=claim.task.id,
-                                                                   claim_token=claim.claim_token),
-                                            metadata=md(token), timeout=10)
+                    await stub.CompleteTask(
+                        pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token),
+                        metadata=md(token),
+                        timeout=10,
+                    )
                     codes_after["completed"] += 1
                     return
                 except grpc.aio.AioRpcError as error:
@@ -106,8 +119,14 @@ def test_many_teammates_reconnect_at_once_after_restart(daemons, figures):
             await channel.close()
 
     asyncio.run(main())
-    figures(teammates=n, streams_broken_by_kill=dict(codes_before), after_restart=dict(codes_after),
-            resumed=f"{len(resumed)}/{n}", cancelled=codes_after["CANCELLED"], **result)
+    figures(
+        teammates=n,
+        streams_broken_by_kill=dict(codes_before),
+        after_restart=dict(codes_after),
+        resumed=f"{len(resumed)}/{n}",
+        cancelled=codes_after["CANCELLED"],
+        **result,
+    )
     assert codes_after["CANCELLED"] == 0
     assert len(resumed) == n and codes_after["resent_same_token"] == n and codes_after["completed"] == n
 
@@ -161,8 +180,9 @@ def test_slow_idle_reader_does_not_grow_the_wal(daemon, figures):
         async def messenger():
             while not stop.is_set():
                 try:
-                    await board.SendMessage(pb.SendMessageRequest(to="slow", body="m" * 8192), metadata=lead_md,
-                                            timeout=10)
+                    await board.SendMessage(
+                        pb.SendMessageRequest(to="slow", body="m" * 8192), metadata=lead_md, timeout=10
+                    )
                     counts["messages_to_slow_reader"] += 1
                 except grpc.aio.AioRpcError as error:
                     counts["message_" + error.code().name] += 1
@@ -177,17 +197,23 @@ def test_slow_idle_reader_does_not_grow_the_wal(daemon, figures):
                             break
                         if response.HasField("claim"):
                             claim = response.claim
-                            await mate.CompleteTask(pb.CompleteTaskRequest(
-                                task_id=claim.task.id, claim_token=claim.claim_token, result=b"r" * 16384),
-                                metadata=md(token), timeout=10)
+                            await mate.CompleteTask(
+                                pb.CompleteTaskRequest(
+                                    task_id=claim.task.id, claim_token=claim.claim_token, result=b"r" * 16384
+                                ),
+                                metadata=md(token),
+                                timeout=10,
+                            )
                             counts["tasks_completed"] += 1
                 except grpc.aio.AioRpcError as error:
                     counts["worker_" + error.code().name] += 1
                 finally:
                     call.cancel()
 
-        jobs = [asyncio.ensure_future(j) for j in (creator(), messenger(), messenger(),
-                                                    *(worker(n, t) for n, t in workers.items()))]
+        jobs = [
+            asyncio.ensure_future(j)
+            for j in (creator(), messenger(), messenger(), *(worker(n, t) for n, t in workers.items()))
+        ]
         await asyncio.sleep(run_s)  # writes continue for a fixed time
         stop.set()
         await asyncio.wait(jobs, timeout=15)
@@ -199,8 +225,13 @@ def test_slow_idle_reader_does_not_grow_the_wal(daemon, figures):
     stop_sampling.set()
     sampler.join()
     db_bytes = daemon.database.stat().st_size
-    figures(seconds=run_s, wal_max_mib=max(samples) / 2**20, wal_p50_mib=percentile(samples, 0.5) / 2**20,
-            database_mib=db_bytes / 2**20, **counts)
+    figures(
+        seconds=run_s,
+        wal_max_mib=max(samples) / 2**20,
+        wal_p50_mib=percentile(samples, 0.5) / 2**20,
+        database_mib=db_bytes / 2**20,
+        **counts,
+    )
     assert counts["tasks_completed"] > 0 and counts["messages_to_slow_reader"] > 0
     assert max(samples) <= 16 * 2**20
 
@@ -261,8 +292,8 @@ def overload(tmp_path_factory):
             n = 0
             while time.monotonic() < deadline:
                 n += 1
-                probe("write", lambda: lead.create([pb.TaskSpec(id=f"probe{n}", title="probe")], f"probe{n}",
-                                                   timeout=20))
+                task_id = f"probe{n}"
+                probe("write", lambda: lead.create([pb.TaskSpec(id=task_id, title="probe")], task_id, timeout=20))  # noqa: B023 (called at once)
                 threading.Event().wait(0.1)  # probe pacing
 
         writer_thread = threading.Thread(target=writes)
@@ -281,16 +312,23 @@ def overload(tmp_path_factory):
         rss_after = daemon.rss_kib()
         lead.close()
         return {
-            "flood_s": flood_s, "flood_calls_per_s": summary["calls_per_s"], "flood_codes": summary["codes"],
-            "refusal_details": summary["refusals"], "unexpected_errors": summary["samples"],
-            "writer_refused_jobs": stats.refused_jobs, "refused_calls": all_stats.refused_calls,
+            "flood_s": flood_s,
+            "flood_calls_per_s": summary["calls_per_s"],
+            "flood_codes": summary["codes"],
+            "refusal_details": summary["refusals"],
+            "unexpected_errors": summary["samples"],
+            "writer_refused_jobs": stats.refused_jobs,
+            "refused_calls": all_stats.refused_calls,
             "queue_depth_p99": stats.queue_depth_p99,
-            "lead_probe_codes": dict(probe_codes), "probe_rounds": n,
+            "lead_probe_codes": dict(probe_codes),
+            "probe_rounds": n,
             "lead_read_p50_ms": percentile(probes["read"], 0.5) * 1000,
             "lead_read_p99_ms": percentile(probes["read"], 0.99) * 1000,
             "lead_write_p50_ms": percentile(probes["write"], 0.5) * 1000,
             "lead_write_p99_ms": percentile(probes["write"], 0.99) * 1000,
-            "rss_before_mib": rss_before / 1024, "rss_peak_mib": rss_peak / 1024, "rss_after_mib": rss_after / 1024,
+            "rss_before_mib": rss_before / 1024,
+            "rss_peak_mib": rss_peak / 1024,
+            "rss_after_mib": rss_after / 1024,
             "rss_growth_mib": (rss_peak - rss_before) / 1024,
         }
     finally:
@@ -324,7 +362,8 @@ def test_refusal_counters_count_only_refusals(overload, figures):
     OVERLOADED refusals the clients received."""
     f = overload
     observed = f["flood_codes"].get("RESOURCE_EXHAUSTED", 0) + sum(
-        count for code, count in f["lead_probe_codes"].items() if "RESOURCE_EXHAUSTED" in code)
+        count for code, count in f["lead_probe_codes"].items() if "RESOURCE_EXHAUSTED" in code
+    )
     figures(writer_refused_jobs=f["writer_refused_jobs"], refused_calls=f["refused_calls"], refusals_received=observed)
     assert f["writer_refused_jobs"] + f["refused_calls"] == observed
 
@@ -390,18 +429,25 @@ def flood_fairness(tmp_path_factory):
 
         base, base_counts, _ = asyncio.run(measure(base_s))
         # Messages to every teammate: each one a heavy writer job (one inbox row per teammate).
-        flows = [{"token": hog, "kind": "message", "concurrency": 600, "body_bytes": 2048, "to": "*"},
-                 {"token": hog, "kind": "streams", "concurrency": 20}]
+        flows = [
+            {"token": hog, "kind": "message", "concurrency": 600, "body_bytes": 2048, "to": "*"},
+            {"token": hog, "kind": "streams", "concurrency": 20},
+        ]
         proc = _flood(tmp_path, daemon.address, flows, flood_s + 1, name="hog")
         loaded, loaded_counts, refusals = asyncio.run(measure(flood_s))
         summary = _flood_summary(proc)
         return {
-            "unloaded_p99_ms": percentile(base, 0.99) * 1000, "unloaded_p50_ms": percentile(base, 0.5) * 1000,
-            "flooded_p99_ms": percentile(loaded, 0.99) * 1000, "flooded_p50_ms": percentile(loaded, 0.5) * 1000,
+            "unloaded_p99_ms": percentile(base, 0.99) * 1000,
+            "unloaded_p50_ms": percentile(base, 0.5) * 1000,
+            "flooded_p99_ms": percentile(loaded, 0.99) * 1000,
+            "flooded_p50_ms": percentile(loaded, 0.5) * 1000,
             "p99_ratio": percentile(loaded, 0.99) / percentile(base, 0.99),
-            "victim_ops_unloaded": sum(base_counts.values()), "victim_ops_flooded": sum(loaded_counts.values()),
+            "victim_ops_unloaded": sum(base_counts.values()),
+            "victim_ops_flooded": sum(loaded_counts.values()),
             "min_ops_per_victim_flooded": min(loaded_counts.get(n, 0) for n in victims),
-            "victim_refusals": dict(refusals), "hog_codes": summary["codes"], "hog_calls_per_s": summary["calls_per_s"],
+            "victim_refusals": dict(refusals),
+            "hog_codes": summary["codes"],
+            "hog_calls_per_s": summary["calls_per_s"],
             "flood_s": flood_s,
         }
     finally:
@@ -430,6 +476,11 @@ def test_flooding_identity_keeps_others_p99_bounded(flood_fairness, figures):
     """The ten others' p99 latency under one identity's flood stays within a small multiple of an
     unloaded run (the figures print the ratio against the 2x target)."""
     f = flood_fairness
-    figures(unloaded_p99_ms=f["unloaded_p99_ms"], flooded_p99_ms=f["flooded_p99_ms"], p99_ratio=f["p99_ratio"],
-            target_ratio=2.0, met=f["p99_ratio"] <= 2.0)
+    figures(
+        unloaded_p99_ms=f["unloaded_p99_ms"],
+        flooded_p99_ms=f["flooded_p99_ms"],
+        p99_ratio=f["p99_ratio"],
+        target_ratio=2.0,
+        met=f["p99_ratio"] <= 2.0,
+    )
     assert f["p99_ratio"] <= FLOODED_P99_RATIO_BOUND

@@ -29,14 +29,16 @@ def _raw_call(channel, path: str, method, metadata, payload: bytes = b"") -> tup
     try:
         if method.server_streaming:
             call = channel.unary_stream(path, request_serializer=lambda b: b, response_deserializer=lambda b: b)(
-                payload, metadata=metadata, timeout=2)
+                payload, metadata=metadata, timeout=2
+            )
             try:
                 next(iter(call))
             finally:
                 call.cancel()
         else:
             channel.unary_unary(path, request_serializer=lambda b: b, response_deserializer=lambda b: b)(
-                payload, metadata=metadata, timeout=10)
+                payload, metadata=metadata, timeout=10
+            )
         return "OK", ""
     except grpc.RpcError as error:
         if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -91,16 +93,22 @@ def test_every_rpc_refuses_missing_malformed_wrong_and_revoked_credentials(daemo
 
     def list_services(metadata):
         try:
-            replies = reflection.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(
-                list_services="")]), metadata=metadata, timeout=5)
+            replies = reflection.ServerReflectionInfo(
+                iter([reflection_pb2.ServerReflectionRequest(list_services="")]), metadata=metadata, timeout=5
+            )
             return "OK" if next(replies).list_services_response.service else "EMPTY"
         except grpc.RpcError as error:
             return error.code().name
 
     reflection_anonymous, reflection_lead = list_services(()), list_services(lead.md)
     lead.close()
-    figures(calls_checked=checked, not_unauthenticated=len(wrong), health_without_credential=health.status,
-            reflection_without_credential=reflection_anonymous, reflection_with_lead=reflection_lead)
+    figures(
+        calls_checked=checked,
+        not_unauthenticated=len(wrong),
+        health_without_credential=health.status,
+        reflection_without_credential=reflection_anonymous,
+        reflection_with_lead=reflection_lead,
+    )
     assert not wrong, "\n".join(wrong[:20])
     assert health.status == health_pb2.HealthCheckResponse.SERVING
     assert reflection_anonymous == "UNAUTHENTICATED" and reflection_lead == "OK"
@@ -140,15 +148,20 @@ def _claim(stub, token: str) -> pb.Claim:
 def _try_all(stub, token: str, task_id: str, claim_token: str) -> dict[str, str]:
     """Renew, complete, fail and release with this credential and claim token: code/reason each."""
     calls = {
-        "renew": lambda: stub.RenewLease(pb.RenewLeaseRequest(task_id=task_id, claim_token=claim_token),
-                                         metadata=md(token), timeout=10),
-        "fail": lambda: stub.FailTask(pb.FailTaskRequest(task_id=task_id, claim_token=claim_token, error="x"),
-                                      metadata=md(token), timeout=10),
-        "release": lambda: stub.ReleaseTask(pb.ReleaseTaskRequest(task_id=task_id, claim_token=claim_token),
-                                            metadata=md(token), timeout=10),
-        "complete": lambda: stub.CompleteTask(pb.CompleteTaskRequest(task_id=task_id, claim_token=claim_token,
-                                                                     result=b"forged"), metadata=md(token),
-                                              timeout=10),
+        "renew": lambda: stub.RenewLease(
+            pb.RenewLeaseRequest(task_id=task_id, claim_token=claim_token), metadata=md(token), timeout=10
+        ),
+        "fail": lambda: stub.FailTask(
+            pb.FailTaskRequest(task_id=task_id, claim_token=claim_token, error="x"), metadata=md(token), timeout=10
+        ),
+        "release": lambda: stub.ReleaseTask(
+            pb.ReleaseTaskRequest(task_id=task_id, claim_token=claim_token), metadata=md(token), timeout=10
+        ),
+        "complete": lambda: stub.CompleteTask(
+            pb.CompleteTaskRequest(task_id=task_id, claim_token=claim_token, result=b"forged"),
+            metadata=md(token),
+            timeout=10,
+        ),
     }
     answers = {}
     for name, call in calls.items():
@@ -165,8 +178,9 @@ def test_claim_tokens_are_refused_unless_live_and_owned(daemon, figures):
     lead = Lead(daemon)
     stub = pb_grpc.TeammateServiceStub(lead.channel)
     a, b, c = (lead.add_teammate(n) for n in ("a", "b", "c"))
-    lead.create([pb.TaskSpec(id=f"k{i}", title="k", lease_duration=dur(1000 if i == 1 else 60_000))
-                 for i in range(5)], "tasks")
+    lead.create(
+        [pb.TaskSpec(id=f"k{i}", title="k", lease_duration=dur(1000 if i == 1 else 60_000)) for i in range(5)], "tasks"
+    )
     mismatch = "FAILED_PRECONDITION/CLAIM_TOKEN_MISMATCH"
     expired = "FAILED_PRECONDITION/LEASE_EXPIRED"
     canceled = "FAILED_PRECONDITION/TASK_CANCELED"
@@ -177,8 +191,9 @@ def test_claim_tokens_are_refused_unless_live_and_owned(daemon, figures):
     results["foreign (B uses A's token)"] = _try_all(stub, b, claim.task.id, claim.claim_token)
     results["random token"] = _try_all(stub, a, claim.task.id, "corral-claim-never-issued")
     results["A's token on another task"] = _try_all(stub, a, "k4", claim.claim_token)
-    done = stub.CompleteTask(pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token,
-                                                    result=b"real"), metadata=md(a)).task
+    done = stub.CompleteTask(
+        pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token, result=b"real"), metadata=md(a)
+    ).task
     assert done.state == pb.TASK_STATE_COMPLETED and done.result == b"real"
     # After completion: the same token completes idempotently with the stored result; others refused.
     results["after completion"] = _try_all(stub, a, claim.task.id, claim.claim_token)
@@ -187,38 +202,50 @@ def test_claim_tokens_are_refused_unless_live_and_owned(daemon, figures):
     # After expiry (lease 1 s, not renewed), then reclaimed by C.
     expiring = _claim(stub, a)
     assert expiring.task.lease_duration.seconds == 1
-    wait_until(lambda: lead.get_task(expiring.task.id).state == pb.TASK_STATE_PENDING, 5,
-               what="the reaper to reclaim the expired lease")
+    wait_until(
+        lambda: lead.get_task(expiring.task.id).state == pb.TASK_STATE_PENDING,
+        5,
+        what="the reaper to reclaim the expired lease",
+    )
     results["after expiry"] = _try_all(stub, a, expiring.task.id, expiring.claim_token)
     reclaim = _claim(stub, c)
     assert reclaim.task.id == expiring.task.id and reclaim.claim_token != expiring.claim_token
     results["after reclaim by C"] = _try_all(stub, a, expiring.task.id, expiring.claim_token)
-    assert stub.CompleteTask(pb.CompleteTaskRequest(task_id=reclaim.task.id, claim_token=reclaim.claim_token),
-                             metadata=md(c)).task.state == pb.TASK_STATE_COMPLETED
+    assert (
+        stub.CompleteTask(
+            pb.CompleteTaskRequest(task_id=reclaim.task.id, claim_token=reclaim.claim_token), metadata=md(c)
+        ).task.state
+        == pb.TASK_STATE_COMPLETED
+    )
 
     # After release and after cancellation.
     released = _claim(stub, b)
-    stub.ReleaseTask(pb.ReleaseTaskRequest(task_id=released.task.id, claim_token=released.claim_token),
-                     metadata=md(b))
+    stub.ReleaseTask(pb.ReleaseTaskRequest(task_id=released.task.id, claim_token=released.claim_token), metadata=md(b))
     results["after release"] = _try_all(stub, b, released.task.id, released.claim_token)
     victim = _claim(stub, c)
     lead.lead.CancelTasks(pb.CancelTasksRequest(ids=[victim.task.id]), metadata=lead.md)
     results["after cancellation"] = _try_all(stub, c, victim.task.id, victim.claim_token)
     with lead.daemon.channel() as channel:
         from .rel_harness import open_db_ro
+
         with open_db_ro(daemon.database) as conn:
             completed = conn.execute("SELECT count(*) FROM claims WHERE outcome = 'completed'").fetchone()[0]
             forged = conn.execute("SELECT count(*) FROM tasks WHERE result = ?", (b"forged",)).fetchone()[0]
         del channel
     lead.close()
-    figures(**{k.replace(" ", "_"): v for k, v in results.items()}, completed_claims=completed,
-            forged_results_stored=forged)
+    figures(
+        **{k.replace(" ", "_"): v for k, v in results.items()}, completed_claims=completed, forged_results_stored=forged
+    )
     everything = {"renew": mismatch, "fail": mismatch, "release": mismatch, "complete": mismatch}
     assert results["foreign (B uses A's token)"] == everything
     assert results["random token"] == everything
     assert results["A's token on another task"] == everything
-    assert results["after completion"] == {"renew": mismatch, "fail": mismatch, "release": mismatch,
-                                           "complete": "OK result=b'real'"}
+    assert results["after completion"] == {
+        "renew": mismatch,
+        "fail": mismatch,
+        "release": mismatch,
+        "complete": "OK result=b'real'",
+    }
     assert results["after completion, by B"] == everything
     assert results["after expiry"] == {k: expired for k in everything}
     assert results["after reclaim by C"] == {k: expired for k in everything}
@@ -246,11 +273,19 @@ def test_revoked_teammate_stream_closes_within_a_second(daemon, figures):
         code = error.code().name
     closed_s = time.monotonic() - removed_at
     task = lead.get_task("held")
-    after = _raw_call(lead.channel, "/corral.v1.BoardService/GetStats",
-                      pb.DESCRIPTOR.services_by_name["BoardService"].methods_by_name["GetStats"], md(token))
+    after = _raw_call(
+        lead.channel,
+        "/corral.v1.BoardService/GetStats",
+        pb.DESCRIPTOR.services_by_name["BoardService"].methods_by_name["GetStats"],
+        md(token),
+    )
     lead.close()
-    figures(stream_closed_s=closed_s, stream_status=code, task_state=pb.TaskState.Name(task.state),
-            token_after_revocation=after[0])
+    figures(
+        stream_closed_s=closed_s,
+        stream_status=code,
+        task_state=pb.TaskState.Name(task.state),
+        token_after_revocation=after[0],
+    )
     assert closed_s <= 1.0
     assert code == "UNAUTHENTICATED"
     assert task.state == pb.TASK_STATE_PENDING
@@ -326,8 +361,11 @@ def test_second_daemon_and_second_bind_refused(daemons, figures):
     same_dir = start_refused(first.state_dir)
     same_port = start_refused(first.state_dir.parent / "two", ["--listen", f"127.0.0.1:{port}"])
     still_serving = Lead(first).stats().writer.commits >= 1
-    figures(second_daemon_same_dir=(same_dir[0], same_dir[1].strip()[-120:]),
-            second_bind_same_port=(same_port[0], same_port[1].strip()[-120:]), first_still_serving=still_serving)
+    figures(
+        second_daemon_same_dir=(same_dir[0], same_dir[1].strip()[-120:]),
+        second_bind_same_port=(same_port[0], same_port[1].strip()[-120:]),
+        first_still_serving=still_serving,
+    )
     assert same_dir[0] != 0 and re.search(r"in use.*pid \d+", same_dir[1]), same_dir
     assert "Traceback" not in same_dir[1]
     assert same_port[0] != 0, "a second daemon bound the same TCP port"
@@ -359,12 +397,20 @@ def test_tokens_never_in_logs(daemons, figures):
     _try_all(stub, secrets["beta"], claims[0].task.id, claims[0].claim_token)
     _try_all(stub, secrets["alpha"], claims[0].task.id, claims[0].claim_token)
     for metadata in (md(lead.token + "x"), md(secrets["alpha"][:-1]), (("authorization", lead.token),)):
-        _raw_call(lead.channel, "/corral.v1.LeadService/CreateTasks",
-                  pb.DESCRIPTOR.services_by_name["LeadService"].methods_by_name["CreateTasks"], metadata)
+        _raw_call(
+            lead.channel,
+            "/corral.v1.LeadService/CreateTasks",
+            pb.DESCRIPTOR.services_by_name["LeadService"].methods_by_name["CreateTasks"],
+            metadata,
+        )
     stub.SubmitPlan(pb.SubmitPlanRequest(plan="p"), metadata=md(secrets["gamma"]))
     lead.lead.RemoveTeammate(pb.RemoveTeammateRequest(name="beta"), metadata=lead.md)
-    _raw_call(lead.channel, "/corral.v1.BoardService/GetStats",
-              pb.DESCRIPTOR.services_by_name["BoardService"].methods_by_name["GetStats"], md(secrets["beta"]))
+    _raw_call(
+        lead.channel,
+        "/corral.v1.BoardService/GetStats",
+        pb.DESCRIPTOR.services_by_name["BoardService"].methods_by_name["GetStats"],
+        md(secrets["beta"]),
+    )
     try:  # an error path that logs a traceback (see the known DecidePlan bug)
         lead.lead.DecidePlan(pb.DecidePlanRequest(plan_id="99999999999999999999"), metadata=lead.md, timeout=5)
     except grpc.RpcError:
@@ -377,8 +423,13 @@ def test_tokens_never_in_logs(daemons, figures):
     found = {name: secret in logs for name, secret in secrets.items()}
     found_near_miss = (lead.token + "x") in logs or secrets["alpha"][:-1] in logs
     claim_tokens_logged = sum(c.claim_token in logs for c in claims)
-    figures(log_bytes=len(logs), debug_lines=logs.count(" DEBUG "), credentials_found=found,
-            near_miss_credentials_found=found_near_miss, claim_tokens_found=claim_tokens_logged)
+    figures(
+        log_bytes=len(logs),
+        debug_lines=logs.count(" DEBUG "),
+        credentials_found=found,
+        near_miss_credentials_found=found_near_miss,
+        claim_tokens_found=claim_tokens_logged,
+    )
     assert not any(found.values())
     assert not found_near_miss
     assert claim_tokens_logged == 0

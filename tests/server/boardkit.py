@@ -22,7 +22,6 @@ from corrald.config import Limits, WriterConfig
 from corrald.model import ClaimGrant, TaskRecord, TaskSpec, TaskState
 from corrald.store import tasks, team
 from corrald.stream import StreamState
-
 from tests.support import SecondsClock  # noqa: F401 (the writer and pacing tests import it from here)
 
 LEAD_TOKEN = "t"
@@ -75,9 +74,10 @@ class SyncBoard:
 
     # ------------------------------------------------------------ lifecycle
 
-    def open(self) -> "SyncBoard":
-        board = Board(self.path, clock=self.clock, limits=self.limits,
-                      writer_config=self.writer_config, lead_token=LEAD_TOKEN)
+    def open(self) -> SyncBoard:
+        board = Board(
+            self.path, clock=self.clock, limits=self.limits, writer_config=self.writer_config, lead_token=LEAD_TOKEN
+        )
         board.open()
         self.board = board
         return self
@@ -122,8 +122,7 @@ class SyncBoard:
         """One claim job (reclaim expired, pick, update) for `name` with its stored roles."""
         return self.call(lambda tx: tasks.claim_next(tx, name, team.roles_of(tx.conn, name)))
 
-    def next_for(self, name: str, cursor: StreamState, *, mark: bool = True,
-                 look_first: bool = False) -> list:
+    def next_for(self, name: str, cursor: StreamState, *, mark: bool = True, look_first: bool = False) -> list:
         items = self.run(self.board.next_for(name, cursor, look_first=look_first))
         if mark:
             cursor.mark_sent(items)

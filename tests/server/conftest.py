@@ -5,8 +5,8 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-
 from boardkit import SyncBoard
+
 from corrald import failpoints
 from corrald.clock import FakeClock
 

@@ -9,19 +9,23 @@ import asyncio
 import dataclasses
 
 import pytest
+from boardkit import SecondsClock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support import wait_until_async
-
-from boardkit import SecondsClock
 from corrald import errors
 from corrald.overload.lanes import CallLanes, LaneConfig
 from corrald.overload.pacing import Pacer, PacingConfig
+from tests.support import wait_until_async
 
 RUNNING, WAITING, TOTAL = 1, 2, 3
-NO_EXPIRY = LaneConfig(calls_per_identity=RUNNING, waiting_per_identity=WAITING, waiting_total=TOTAL,
-                       wait_ms=3_600_000, pacing=PacingConfig(slack=0))
+NO_EXPIRY = LaneConfig(
+    calls_per_identity=RUNNING,
+    waiting_per_identity=WAITING,
+    waiting_total=TOTAL,
+    wait_ms=3_600_000,
+    pacing=PacingConfig(slack=0),
+)
 # Busy for 2 ms after another caller's start, on the fake clock; held lanes are looked at
 # again every 2 ms of real time. A slack below 1 holds back even teammates of equal load,
 # so that short scripts reach the held paths often.
@@ -86,8 +90,7 @@ class _Model:
             await _settle()
 
     def is_running(self, call: _Call) -> bool:
-        return (call.task.done() and not call.task.cancelled() and call.task.exception() is None
-                and not call.left)
+        return call.task.done() and not call.task.cancelled() and call.task.exception() is None and not call.left
 
     def running(self, identity: str) -> int:
         return sum(1 for c in self.calls if c.identity == identity and self.is_running(c))
@@ -112,15 +115,22 @@ class _Model:
             if self.pacer is None:
                 assert not self.idle_place(identity), f"{identity} waits with a free place"
             else:  # a lane pacing let go of is looked at again within the busy window
-                await wait_until_async(lambda i=identity: not self.idle_place(i), 2.0,
-                                       f"{identity}'s free place to be taken")
+                await wait_until_async(
+                    lambda i=identity: not self.idle_place(i), 2.0, f"{identity}'s free place to be taken"
+                )
             order = self.grant_order.get(identity, [])
             assert order == sorted(order), f"{identity} served out of order: {order}"
 
 
-operations = st.lists(st.tuples(st.sampled_from(["enter", "enter", "leave", "cancel"]), st.sampled_from(["ann", "bob"]),
-                                st.integers(0, 20), st.sampled_from([0.0, 0.0, 0.0, 0.0, 0.0005, 0.001, 0.003, 0.3])),
-                      max_size=60)
+operations = st.lists(
+    st.tuples(
+        st.sampled_from(["enter", "enter", "leave", "cancel"]),
+        st.sampled_from(["ann", "bob"]),
+        st.integers(0, 20),
+        st.sampled_from([0.0, 0.0, 0.0, 0.0, 0.0005, 0.001, 0.003, 0.3]),
+    ),
+    max_size=60,
+)
 
 
 @pytest.mark.timeout(300)
@@ -129,6 +139,7 @@ operations = st.lists(st.tuples(st.sampled_from(["enter", "enter", "leave", "can
 def test_lanes_bound_running_and_waiting_serve_in_order_and_leak_nothing(script, paced):
     """With pacing on, the fake clock moves by each step's pause; pacing may hold a free place
     back, but never past the moment it would let the call start."""
+
     async def run() -> None:
         clock = SecondsClock()
         pacer = Pacer(PACING, clock=clock) if paced else None

@@ -8,8 +8,8 @@ import random
 import threading
 
 import pytest
-
 from boardkit import spec
+
 from corrald import delivery
 from corrald.model import ClaimGrant, TaskState
 from corrald.store import tasks
@@ -81,6 +81,7 @@ def test_fifty_threads_complete_a_dag_exactly_once_in_dependency_order(board):
         def job(tx):
             tasks.complete(tx, name, grant.task.id, grant.token, f"{name}:{grant.task.id}".encode())
             return sum(tx.wakes.ready_roles.values())  # how many tasks this made ready
+
         return job
 
     def teammate(name: str) -> None:

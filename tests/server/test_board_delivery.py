@@ -7,8 +7,8 @@
 from __future__ import annotations
 
 import pytest
-
 from boardkit import spec
+
 from corrald import errors
 from corrald.model import ClaimGrant, InboxItem
 from corrald.stream import StreamState
@@ -50,7 +50,8 @@ def test_new_stream_resends_every_held_claim_unchanged(board):
     second = StreamState(slots=2)
     resent = board.next_for("w1", second)
     assert [(g.task.id, g.token, g.attempt, g.fence, g.lease_expire_ms) for g in resent] == [
-        (g.task.id, g.token, g.attempt, g.fence, g.lease_expire_ms) for g in (ga, gb)]
+        (g.task.id, g.token, g.attempt, g.fence, g.lease_expire_ms) for g in (ga, gb)
+    ]
     assert board.scalar("SELECT count(*) FROM claims") == 2
     assert_gated(board, "w1", second)
 

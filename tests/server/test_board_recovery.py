@@ -7,8 +7,8 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-
 from boardkit import spec
+
 from corrald import errors, failpoints
 from corrald.model import TaskState
 from corrald.stream import StreamState

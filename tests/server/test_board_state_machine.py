@@ -16,12 +16,12 @@ import shutil
 import tempfile
 
 import pytest
+from boardkit import SyncBoard, spec
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.internal.conjecture import engine as hypothesis_engine
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from boardkit import SyncBoard, spec
 from corrald import errors
 from corrald.clock import FakeClock
 from corrald.config import WriterConfig
@@ -29,7 +29,11 @@ from corrald.model import ClaimGrant, TaskState
 from corrald.stream import StreamState
 
 PENDING, IN_PROGRESS, COMPLETED, FAILED, CANCELED = (
-    TaskState.PENDING, TaskState.IN_PROGRESS, TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED,
+    TaskState.PENDING,
+    TaskState.IN_PROGRESS,
+    TaskState.COMPLETED,
+    TaskState.FAILED,
+    TaskState.CANCELED,
 )
 ROLES = {"w1": (), "w2": ("r",), "w3": ()}
 SLOTS = 64
@@ -78,8 +82,11 @@ class Model:
 
     def held(self, name: str, now: int) -> list[MClaim]:
         """The teammate's claims whose lease has not ended (a dead one awaits a reclaim)."""
-        live = [self.claims[t.token] for t in self.tasks.values()
-                if t.state is IN_PROGRESS and t.owner == name and t.lease_end > now]
+        live = [
+            self.claims[t.token]
+            for t in self.tasks.values()
+            if t.state is IN_PROGRESS and t.owner == name and t.lease_end > now
+        ]
         return sorted(live, key=lambda c: c.fence)
 
     def end_claim(self, task: MTask, outcome: str) -> None:
@@ -146,8 +153,9 @@ class BoardMachine(RuleBasedStateMachine):
         super().__init__()
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="corral-sm-"))
         self.clock = FakeClock()
-        self.board = SyncBoard(self.dir / "corral.sqlite3", self.clock,
-                               writer_config=WriterConfig(synchronous="NORMAL")).open()
+        self.board = SyncBoard(
+            self.dir / "corral.sqlite3", self.clock, writer_config=WriterConfig(synchronous="NORMAL")
+        ).open()
         self.model = Model()
         self.cursors: dict[str, StreamState] = {}
         self.next_id = 0
@@ -178,16 +186,23 @@ class BoardMachine(RuleBasedStateMachine):
             self.next_id += 1
             pool = existing + new_ids
             deps = data.draw(st.lists(st.sampled_from(pool), max_size=3, unique=True), label="deps") if pool else []
-            specs.append(spec(
-                task_id, *deps,
-                priority=data.draw(st.integers(0, 2), label="priority"),
-                required_role=data.draw(st.sampled_from(["", "r"]), label="role"),
-                max_attempts=data.draw(st.integers(1, 3), label="max_attempts"),
-                lease_ms=data.draw(st.sampled_from([1000, 2000]), label="lease"),
-            ))
+            specs.append(
+                spec(
+                    task_id,
+                    *deps,
+                    priority=data.draw(st.integers(0, 2), label="priority"),
+                    required_role=data.draw(st.sampled_from(["", "r"]), label="role"),
+                    max_attempts=data.draw(st.integers(1, 3), label="max_attempts"),
+                    lease_ms=data.draw(st.sampled_from([1000, 2000]), label="lease"),
+                )
+            )
             new_ids.append(task_id)
-        doomed = [d for s in specs for d in s.depends_on
-                  if d in self.model.tasks and self.model.tasks[d].state in (FAILED, CANCELED)]
+        doomed = [
+            d
+            for s in specs
+            for d in s.depends_on
+            if d in self.model.tasks and self.model.tasks[d].state in (FAILED, CANCELED)
+        ]
         if doomed:
             before = self.board.counts()
             with pytest.raises(errors.InvalidArgument):
@@ -197,8 +212,9 @@ class BoardMachine(RuleBasedStateMachine):
         records = self.board.create(*specs)
         assert [r.id for r in records] == new_ids
         for s in specs:
-            self.model.tasks[s.id] = MTask(s.id, len(self.model.tasks), s.depends_on, s.priority,
-                                           s.required_role, s.max_attempts, s.lease_ms)
+            self.model.tasks[s.id] = MTask(
+                s.id, len(self.model.tasks), s.depends_on, s.priority, s.required_role, s.max_attempts, s.lease_ms
+            )
 
     # ------------------------------------------------------------ claim (delivery steps 1 and 4)
 
@@ -213,7 +229,8 @@ class BoardMachine(RuleBasedStateMachine):
         assert all(isinstance(i, ClaimGrant) for i in items)
         if resend:
             assert [(g.token, g.attempt, g.fence, g.task.id, g.lease_expire_ms) for g in items] == [
-                (c.token, c.attempt, c.fence, c.task_id, self.model.tasks[c.task_id].lease_end) for c in resend]
+                (c.token, c.attempt, c.fence, c.task_id, self.model.tasks[c.task_id].lease_end) for c in resend
+            ]
             self.model.sent[name] |= {c.token for c in resend}
             return
         self.model.reclaim(self.now)
@@ -277,7 +294,8 @@ class BoardMachine(RuleBasedStateMachine):
         self.results += 1
         result = f"result-{self.results}".encode()
         value, expected = self.attempt(
-            "complete", lambda: self.board.complete(name, task_id, token, result), name, task_id, token)
+            "complete", lambda: self.board.complete(name, task_id, token, result), name, task_id, token
+        )
         task = self.model.tasks[task_id]
         if expected == "stored":
             assert value.state is COMPLETED and value.result == task.result
@@ -291,7 +309,8 @@ class BoardMachine(RuleBasedStateMachine):
     def fail(self, data, retryable: bool) -> None:
         name, task_id, token = self.pick_call(data)
         value, expected = self.attempt(
-            "fail", lambda: self.board.fail(name, task_id, token, "x", retryable), name, task_id, token)
+            "fail", lambda: self.board.fail(name, task_id, token, "x", retryable), name, task_id, token
+        )
         if expected is None:
             task = self.model.tasks[task_id]
             self.model.end_claim(task, "failed")
@@ -303,7 +322,8 @@ class BoardMachine(RuleBasedStateMachine):
     def release(self, data) -> None:
         name, task_id, token = self.pick_call(data)
         value, expected = self.attempt(
-            "release", lambda: self.board.release(name, task_id, token), name, task_id, token)
+            "release", lambda: self.board.release(name, task_id, token), name, task_id, token
+        )
         if expected is None:
             task = self.model.tasks[task_id]
             self.model.end_claim(task, "released")
@@ -313,8 +333,9 @@ class BoardMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.model.tasks)
     @rule(data=st.data())
     def cancel(self, data) -> None:
-        ids = data.draw(st.lists(st.sampled_from(sorted(self.model.tasks)), min_size=1, max_size=2, unique=True),
-                        label="cancel ids")
+        ids = data.draw(
+            st.lists(st.sampled_from(sorted(self.model.tasks)), min_size=1, max_size=2, unique=True), label="cancel ids"
+        )
         changed = self.board.cancel(*ids)
         assert {t.id for t in changed} == self.model.cancel(list(ids))
         assert all(t.state is CANCELED for t in changed)
@@ -325,12 +346,14 @@ class BoardMachine(RuleBasedStateMachine):
     def advance(self, ms: int) -> None:
         self.clock.advance(ms)
 
-    @precondition(lambda self: any(t.state is IN_PROGRESS and t.lease_end > self.now
-                                   for t in self.model.tasks.values()))
+    @precondition(
+        lambda self: any(t.state is IN_PROGRESS and t.lease_end > self.now for t in self.model.tasks.values())
+    )
     @rule(data=st.data(), exactly=st.booleans())
     def advance_to_lease_end(self, data, exactly: bool) -> None:
-        ends = sorted({t.lease_end for t in self.model.tasks.values()
-                       if t.state is IN_PROGRESS and t.lease_end > self.now})
+        ends = sorted(
+            {t.lease_end for t in self.model.tasks.values() if t.state is IN_PROGRESS and t.lease_end > self.now}
+        )
         end = data.draw(st.sampled_from(ends), label="lease end")
         self.clock.set(end if exactly else end - 1)
 
@@ -367,18 +390,24 @@ class BoardMachine(RuleBasedStateMachine):
             q = lambda sql: tx.conn.execute(sql).fetchall()  # noqa: E731
             return {
                 # 1. at most one live claim per task
-                "double": q("SELECT task_seq, count(*) FROM claims WHERE outcome IS NULL"
-                            " GROUP BY task_seq HAVING count(*) > 1"),
+                "double": q(
+                    "SELECT task_seq, count(*) FROM claims WHERE outcome IS NULL GROUP BY task_seq HAVING count(*) > 1"
+                ),
                 # 2. never a claim on a task whose dependency is not COMPLETED
-                "early": q("SELECT c.fence FROM claims c JOIN deps d ON d.task_seq = c.task_seq"
-                           " JOIN tasks t ON t.seq = d.dep_seq WHERE t.state != 3"),
+                "early": q(
+                    "SELECT c.fence FROM claims c JOIN deps d ON d.task_seq = c.task_seq"
+                    " JOIN tasks t ON t.seq = d.dep_seq WHERE t.state != 3"
+                ),
                 # 4. tokens unique
                 "tokens": q("SELECT count(*), count(DISTINCT token) FROM claims")[0],
                 # 9. completed once
-                "twice": q("SELECT task_seq FROM claims WHERE outcome = 'completed'"
-                           " GROUP BY task_seq HAVING count(*) > 1"),
-                "tasks": q("SELECT t.id, t.state, t.owner, t.lease_expire_ms, t.failures, t.result, c.token,"
-                           " c.teammate, c.outcome FROM tasks t LEFT JOIN claims c ON c.fence = t.live_fence"),
+                "twice": q(
+                    "SELECT task_seq FROM claims WHERE outcome = 'completed' GROUP BY task_seq HAVING count(*) > 1"
+                ),
+                "tasks": q(
+                    "SELECT t.id, t.state, t.owner, t.lease_expire_ms, t.failures, t.result, c.token,"
+                    " c.teammate, c.outcome FROM tasks t LEFT JOIN claims c ON c.fence = t.live_fence"
+                ),
                 "claims": q("SELECT token, outcome FROM claims"),
             }
 

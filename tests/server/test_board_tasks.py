@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from boardkit import spec
+
 from corrald import errors
 from corrald.model import TaskState
 
@@ -17,7 +17,11 @@ pytestmark = pytest.mark.timeout(30)
 LEASE = 10_000
 
 PENDING, IN_PROGRESS, COMPLETED, FAILED, CANCELED = (
-    TaskState.PENDING, TaskState.IN_PROGRESS, TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED,
+    TaskState.PENDING,
+    TaskState.IN_PROGRESS,
+    TaskState.COMPLETED,
+    TaskState.FAILED,
+    TaskState.CANCELED,
 )
 
 
@@ -158,7 +162,7 @@ def test_a_task_is_not_claimed_before_its_dependencies_complete(team):
 def test_fences_strictly_increase_and_tokens_never_repeat(team):
     team.create(*[spec(f"t{i}", max_attempts=100) for i in range(5)])
     fences, tokens = [], set()
-    for i in range(30):
+    for _i in range(30):
         grant = team.claim("w1")
         fences.append(grant.fence)
         tokens.add(grant.token)
@@ -358,10 +362,12 @@ def test_cancel_is_transitive_and_the_holder_gets_task_canceled(team):
     assert sorted(t.id for t in changed) == ["a", "b", "c"]
     assert all(t.state is CANCELED for t in changed)
     assert team.state("x") is PENDING
-    for op in (lambda: team.renew("w1", "a", grant.token),
-               lambda: team.complete("w1", "a", grant.token),
-               lambda: team.fail("w1", "a", grant.token),
-               lambda: team.release("w1", "a", grant.token)):
+    for op in (
+        lambda: team.renew("w1", "a", grant.token),
+        lambda: team.complete("w1", "a", grant.token),
+        lambda: team.fail("w1", "a", grant.token),
+        lambda: team.release("w1", "a", grant.token),
+    ):
         with pytest.raises(errors.TaskCanceled):
             op()
     assert team.rows("SELECT outcome FROM claims") == [("canceled",)]
@@ -403,7 +409,10 @@ def test_reclaim_counts_attempts_and_max_attempts_fails(team, clock):
     a = team.task("a")
     assert a.state is FAILED and "expired" in a.error
     assert team.state("b") is CANCELED
-    assert team.rows("SELECT fence, outcome FROM claims ORDER BY fence") == [(g1.fence, "expired"), (g2.fence, "expired")]
+    assert team.rows("SELECT fence, outcome FROM claims ORDER BY fence") == [
+        (g1.fence, "expired"),
+        (g2.fence, "expired"),
+    ]
 
 
 def test_reclaim_keeps_released_claims_out_of_the_count(team, clock):

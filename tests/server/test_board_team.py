@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from boardkit import LEAD_TOKEN, spec
+
 from corrald import errors
 from corrald.board import Identity
 from corrald.config import Limits
@@ -60,7 +60,9 @@ def test_remove_releases_claims_and_revokes_the_credential(board):
     removed = board.run(board.board.remove_teammate("w1"))
     assert removed.status is TeammateStatus.REMOVED and removed.held_task_ids == ()
     assert board.rows("SELECT id, state, owner FROM tasks ORDER BY seq") == [
-        ("a", TaskState.PENDING, ""), ("b", TaskState.PENDING, "")]
+        ("a", TaskState.PENDING, ""),
+        ("b", TaskState.PENDING, ""),
+    ]
     assert board.rows("SELECT outcome FROM claims ORDER BY fence") == [("revoked",), ("revoked",)]
     assert board.board.authenticate(token) is None
     with pytest.raises(errors.ClaimTokenMismatch):
@@ -165,7 +167,8 @@ def test_submit_and_decide_plan(board):
     assert json.loads(event[2]) == {"plan_id": plan_id, "author": "w1", "plan": "step 1, step 2"}
     seq = board.run(board.board.decide_plan(plan_id, False, "too vague"))
     assert board.rows("SELECT seq, kind, ref, approve, body FROM inbox WHERE recipient = 'w1'") == [
-        (seq, "plan_decision", plan_id, 0, "too vague")]
+        (seq, "plan_decision", plan_id, 0, "too vague")
+    ]
     with pytest.raises(errors.FailedPrecondition):
         board.run(board.board.decide_plan(plan_id, True, ""))
     for missing in ("999", "abc", ""):
@@ -194,7 +197,8 @@ def test_request_and_approve_shutdown(board, clock):
     request_id, deadline = board.run(board.board.request_shutdown("w1", "wrap up", 60_000))
     assert deadline == clock.now_ms() + 60_000
     assert board.rows("SELECT kind, ref, body, deadline_ms FROM inbox WHERE recipient = 'w1'") == [
-        ("shutdown_request", request_id, "wrap up", deadline)]
+        ("shutdown_request", request_id, "wrap up", deadline)
+    ]
     assert teammates(board)["w1"].status is TeammateStatus.SHUTTING_DOWN
     board.run(board.board.respond_shutdown("w1", request_id, True, "bye"))
     assert board.state("a") is TaskState.PENDING

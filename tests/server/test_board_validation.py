@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from boardkit import spec
+
 from corrald import errors
 from corrald.config import HOUR_MS, KIB, MIB
 from corrald.model import TaskState
@@ -37,8 +37,11 @@ BAD_BATCHES = {
     "dependency named twice": ([GOOD, spec("x", "ok", "ok")], "tasks[1].depends_on", "twice"),
     "title too long": ([GOOD, spec("x", title="t" * 201)], "tasks[1].title", "200"),
     "description too long": ([GOOD, spec("x", description="d" * (64 * KIB + 1))], "tasks[1].description", ""),
-    "description too long in utf-8 bytes": ([GOOD, spec("x", description="é" * (32 * KIB + 1))],
-                                             "tasks[1].description", ""),
+    "description too long in utf-8 bytes": (
+        [GOOD, spec("x", description="é" * (32 * KIB + 1))],
+        "tasks[1].description",
+        "",
+    ),
     "payload too large": ([GOOD, spec("x", payload=b"p" * (MIB + 1))], "tasks[1].payload", ""),
     "too many deps": ([GOOD, spec("x", *[f"d{i}" for i in range(1001)])], "tasks[1].depends_on", "1000"),
     "lease below 1 s": ([GOOD, spec("x", lease_ms=999)], "tasks[1].lease_duration", ""),
@@ -90,8 +93,15 @@ def test_request_id_too_long(board):
 
 def test_boundary_values_are_accepted(board):
     created = board.create(
-        spec("a", title="t" * 200, lease_ms=1000, max_attempts=100, description="d" * (64 * KIB),
-             payload=b"p" * MIB, priority=1_000_000),
+        spec(
+            "a",
+            title="t" * 200,
+            lease_ms=1000,
+            max_attempts=100,
+            description="d" * (64 * KIB),
+            payload=b"p" * MIB,
+            priority=1_000_000,
+        ),
         spec("b", lease_ms=24 * HOUR_MS, max_attempts=1, priority=-1_000_000),
     )
     assert [(t.lease_ms, t.max_attempts) for t in created] == [(1000, 100), (24 * HOUR_MS, 1)]
@@ -112,8 +122,10 @@ def test_cycle_through_a_long_chain_is_found(board):
     assert board.scalar("SELECT count(*) FROM tasks") == 0
 
 
-@pytest.mark.parametrize(("name", "roles"), [("lead", ()), ("*", ()), ("", ()), ("a b", ()), ("ok", ("bad role",)),
-                                             ("ok", tuple(f"r{i}" for i in range(33)))])
+@pytest.mark.parametrize(
+    ("name", "roles"),
+    [("lead", ()), ("*", ()), ("", ()), ("a b", ()), ("ok", ("bad role",)), ("ok", tuple(f"r{i}" for i in range(33)))],
+)
 def test_bad_teammate_is_refused(board, name, roles):
     before = board.dump()
     with pytest.raises(errors.InvalidArgument) as caught:

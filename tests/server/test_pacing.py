@@ -7,10 +7,10 @@ import heapq
 import math
 
 import pytest
+from boardkit import SecondsClock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from boardkit import SecondsClock
 from corrald.overload.pacing import ACTIVE_S, HALF_LIFE_S, Pacer, PacingConfig
 
 pytestmark = pytest.mark.timeout(60)
@@ -18,8 +18,9 @@ pytestmark = pytest.mark.timeout(60)
 CONFIG = PacingConfig(slack=1.25, busy_window_ms=100)
 
 
-def _run(pacer: Pacer, clock: SecondsClock, steady: dict[str, float], flooder_every_s: float | None,
-         seconds: float) -> dict[str, tuple[int, int]]:
+def _run(
+    pacer: Pacer, clock: SecondsClock, steady: dict[str, float], flooder_every_s: float | None, seconds: float
+) -> dict[str, tuple[int, int]]:
     """Steady teammates send a call every `1/rate` s; a flooder always has one call waiting,
     looked at every `flooder_every_s`, and sends the next the moment one starts.
     Returns {name: (calls started, times a waiting call was held back)}."""
@@ -123,8 +124,12 @@ def test_slack_zero_turns_pacing_off():
 
 
 # A schedule: (who, seconds since the previous step); "lead" sends uncounted calls.
-SCHEDULE = st.lists(st.tuples(st.sampled_from(["a", "b", "c", "d", "lead"]),
-                              st.sampled_from([0.0, 0.0001, 0.003, 0.05, 0.2, 0.7, 1.5])), max_size=120)
+SCHEDULE = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c", "d", "lead"]), st.sampled_from([0.0, 0.0001, 0.003, 0.05, 0.2, 0.7, 1.5])
+    ),
+    max_size=120,
+)
 
 
 @settings(max_examples=300, deadline=None)

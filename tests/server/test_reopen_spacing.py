@@ -19,6 +19,7 @@ async def settle():
 
 def test_a_teammate_reopening_idle_in_a_loop_is_spaced_out():
     """Opens of one teammate's Idle stream are REOPEN_SPACING_S apart; others are not held up."""
+
     async def test(spacing):
         loop = asyncio.get_running_loop()
         await spacing.turn("looper")  # the first open goes at once

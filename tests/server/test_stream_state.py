@@ -7,8 +7,8 @@ its own on the event loop; these tests play that interleaving step by step.
 from __future__ import annotations
 
 import pytest
-
 from boardkit import spec
+
 from corrald import delivery
 from corrald.stream import StreamState
 

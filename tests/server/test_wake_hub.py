@@ -16,6 +16,7 @@ pytestmark = pytest.mark.timeout(15)
 
 def run(test):
     """Runs `test(hub, deadlines)` on a fresh loop with a hub bound to it."""
+
     async def main():
         deadlines: list[int] = []
         hub = WakeHub(asyncio.get_running_loop(), deadlines.append)
@@ -155,6 +156,7 @@ def test_post_after_the_loop_closed_is_harmless():
 def test_only_wakes_that_may_lead_to_a_claim_mark_the_stream_claim_likely():
     """An inbox wake-up is answered by a read first; a freed slot, an opened gate or a
     ready task goes straight to the writer (StreamState.claim_likely)."""
+
     async def test(hub, _):
         inbox, freed, taker = hub.register("inbox", ()), hub.register("freed", ()), hub.register("taker", ())
         for waiter in (inbox, freed, taker):

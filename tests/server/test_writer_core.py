@@ -10,16 +10,15 @@ import sqlite3
 import threading
 
 import pytest
-
-from tests.support import wait_until_async
-
 from boardkit import Blocker, SecondsClock
+
 from corrald import failpoints
 from corrald.clock import FakeClock
 from corrald.config import WriterConfig, WriterLevels
 from corrald.errors import Overloaded, ReentrantSubmit, Unavailable
 from corrald.store.schema import open_writer
 from corrald.writer import CommitFailed, Writer, job_owner
+from tests.support import wait_until_async
 
 pytestmark = pytest.mark.timeout(30)
 WAIT = 10  # seconds for any single future
@@ -60,6 +59,7 @@ def insert(key: str, value: bytes = b""):
     def job(tx):
         tx.conn.execute("INSERT INTO t (k, v) VALUES (?, ?)", (key, value))
         return key
+
     return job
 
 
@@ -67,6 +67,7 @@ def insert_then_raise(key: str):
     def job(tx):
         tx.conn.execute("INSERT INTO t (k) VALUES (?)", (key,))
         raise ValueError(f"job {key} fails after writing")
+
     return job
 
 
@@ -93,9 +94,13 @@ def test_a_failing_job_rolls_back_alone(writer, db_path, timer):
     blocker = Blocker(timer)
     held = blocker.hold(writer)
     commits = writer.stats().commits
-    futures = [writer.submit(insert("a")), writer.submit(insert_then_raise("b")), writer.submit(insert("c")),
-               writer.submit(insert("a")),  # a constraint error is a job error too
-               writer.submit(insert("d"))]
+    futures = [
+        writer.submit(insert("a")),
+        writer.submit(insert_then_raise("b")),
+        writer.submit(insert("c")),
+        writer.submit(insert("a")),  # a constraint error is a job error too
+        writer.submit(insert("d")),
+    ]
     blocker.release()
     assert held.result(WAIT) == "blocker"
     results = [outcome(f) for f in futures]
@@ -137,6 +142,7 @@ def test_owners_take_turns_in_the_queue(writer, timer):
         def job(tx):
             ran.append(label)
             return label
+
         return job
 
     async def main():
@@ -193,6 +199,7 @@ def test_past_its_budget_a_batch_still_takes_a_newcomers_job(make_writer, timer)
                 timer.now += 0.005
             ran.append((label, writer.stats().commits))
             return label
+
         return run
 
     async def main():
@@ -367,7 +374,9 @@ def test_overload_refused_past_the_limit(make_writer, timer):
     with pytest.raises(Overloaded) as caught:
         writer.submit(insert("k5"))
     assert caught.value.retry_after_ms > 0
-    assert writer.stats().refused_jobs == 1 and writer.stats().level == "degraded"  # depth 5 is at the limit, not past it
+    assert (
+        writer.stats().refused_jobs == 1 and writer.stats().level == "degraded"
+    )  # depth 5 is at the limit, not past it
     blocker.release()
     held.result(WAIT)
     assert [f.result(WAIT) for f in queued] == [f"k{i}" for i in range(5)]
@@ -445,6 +454,7 @@ def test_on_commit_hears_only_committed_wakes(make_writer, timer):
             tx.wakes.teammates.add(name)
             if fail:
                 raise ValueError(name)
+
         return job
 
     blocker = Blocker(timer)

@@ -149,7 +149,6 @@ class Daemon:
         return "".join(path.read_text(errors="replace") for path in self._logs if path.exists())
 
 
-
 def start_refused(
     state_dir: pathlib.Path, extra_args: Sequence[str] = (), timeout: float = READY_TIMEOUT_S
 ) -> tuple[int, str]:
