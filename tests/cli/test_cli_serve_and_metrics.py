@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -9,7 +10,9 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -26,10 +29,34 @@ def corral_command(*args: str) -> list[str]:
     return [sys.executable, "-c", "import sys; from corral.cli import main; sys.exit(main())", *args]
 
 
+@contextlib.contextmanager
+def corral_serving(*args: str) -> Iterator[tuple[subprocess.Popen[str], dict[str, Any]]]:
+    """`corral serve ARGS` in the foreground, as a user runs it: the process and its ready line.
+
+    Killed on the way out if the test did not stop it.
+    """
+    process = subprocess.Popen(
+        corral_command("serve", *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        ready = json.loads(process.stdout.readline())  # blocks until corrald's ready line
+        assert ready["event"] == "ready", ready
+        yield process, ready
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def corral_run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(corral_command(*args), capture_output=True, text=True, timeout=30, check=False)
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("flag", ["-h", "--help"])
 def test_serve_help_names_the_command_the_user_ran(flag):
-    shown = subprocess.run(corral_command("serve", flag), capture_output=True, text=True, timeout=30, check=False)
+    shown = corral_run("serve", flag)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith("Usage: corral serve [OPTIONS]")
     assert "--state-dir" in shown.stdout
@@ -48,7 +75,7 @@ def test_corrald_accepts_h_everywhere():
 @pytest.mark.timeout(60)
 def test_corral_accepts_h_on_every_command():
     for args in (["-h"], ["tasks", "-h"], ["tasks", "add", "-h"], ["teammates", "list", "-h"], ["demo", "-h"]):
-        shown = subprocess.run(corral_command(*args), capture_output=True, text=True, timeout=30, check=False)
+        shown = corral_run(*args)
         assert shown.returncode == 0, (args, shown.stderr)
         assert shown.stdout.startswith("Usage: corral"), shown.stdout
 
@@ -56,38 +83,19 @@ def test_corral_accepts_h_on_every_command():
 @pytest.mark.timeout(60)
 def test_serve_runs_corrald_with_the_same_arguments(tmp_path):
     state_dir = tmp_path / "state"
-    process = subprocess.Popen(
-        corral_command("serve", "--state-dir", str(state_dir), "--log-format", "json"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        ready = json.loads(process.stdout.readline())  # blocks until corrald's ready line
-        assert ready["event"] == "ready"
+    with corral_serving("--state-dir", str(state_dir), "--log-format", "json") as (process, ready):
         assert ready["address"] == f"unix:{state_dir.absolute() / 'corral.sock'}"
         assert ready["pid"] == process.pid  # exec'd in place: the same process
-        stats = subprocess.run(
-            corral_command("stats", "--json", "--state-dir", str(state_dir)),
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        stats = corral_run("stats", "--json", "--state-dir", str(state_dir))
         assert stats.returncode == 0, stats.stderr
         assert json.loads(stats.stdout)["active_tasks"] == 0
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=15) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 @pytest.mark.timeout(60)
 def test_serve_help_is_corralds():
-    result = subprocess.run(corral_command("serve", "--help"), capture_output=True, text=True, timeout=30, check=False)
+    result = corral_run("serve", "--help")
     assert result.returncode == 0
     assert "--state-dir" in result.stdout and "--metrics" in result.stdout
 
@@ -165,68 +173,30 @@ def test_metrics_endpoint_counts_the_work(tmp_path, start_teammate_factory):
 @pytest.mark.timeout(60)
 def test_stop_ends_the_daemon_on_a_state_dir(tmp_path):
     state_dir = tmp_path / "state"
-    process = subprocess.Popen(
-        corral_command("serve", "--state-dir", str(state_dir)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        assert json.loads(process.stdout.readline())["event"] == "ready"
-        stopped = subprocess.run(
-            corral_command("stop", "--state-dir", str(state_dir)),
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+    with corral_serving("--state-dir", str(state_dir)) as (process, _):
+        stopped = corral_run("stop", "--state-dir", str(state_dir))
         assert stopped.returncode == 0, stopped.stderr
         assert stopped.stdout.strip() == f"stopped corrald pid {process.pid}"
         # The lock goes with the daemon's last steps, so its exit follows at once, orderly (status 0).
         assert process.wait(timeout=10) == 0
-        again = subprocess.run(
-            corral_command("stop", "--state-dir", str(state_dir)),
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        again = corral_run("stop", "--state-dir", str(state_dir))
         assert again.returncode == 0 and again.stdout.strip() == f"no corrald is running on {state_dir}"
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 @pytest.mark.timeout(30)
 def test_stop_without_a_state_dir_is_a_usage_error(tmp_path):
     missing = tmp_path / "nowhere"
-    stopped = subprocess.run(
-        corral_command("stop", "--state-dir", str(missing)), capture_output=True, text=True, timeout=30, check=False
-    )
+    stopped = corral_run("stop", "--state-dir", str(missing))
     assert stopped.returncode == 2
     assert stopped.stderr.strip() == f"corral: no state directory at {missing}"
 
 
 @pytest.mark.timeout(60)
 def test_the_ready_line_names_the_metrics_port_it_bound(tmp_path):
-    process = subprocess.Popen(
-        corral_command("serve", "--state-dir", str(tmp_path / "state"), "--metrics", "127.0.0.1:0"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        ready = json.loads(process.stdout.readline())
+    with corral_serving("--state-dir", str(tmp_path / "state"), "--metrics", "127.0.0.1:0") as (process, ready):
         host, _, port = ready["metrics"].rpartition(":")
         assert host == "127.0.0.1" and int(port) > 0, ready
         families = scrape(int(port))  # the named port really serves the metrics
         assert "corral_writer_queue_depth" in families
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=15) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()

@@ -202,7 +202,7 @@ def check(events: list[dict], conn: sqlite3.Connection) -> tuple[dict, list[str]
         missing += 1
         v("acknowledged write missing: " + message)
 
-    for token in first_delivery:
+    for token, e in first_delivery.items():
         row = db_claims.get(token)
         if row is None or row["task"] != e["task"] or row["fence"] != e["fence"]:
             lost(f"delivered claim {e['task']} fence {e['fence']} not in the claims table as delivered")
