@@ -116,8 +116,27 @@ def _refuse_cycles(specs: list[TaskSpec], positions: dict[str, int]) -> None:
             if waiting_on[j] == 0:
                 ready.append(j)
     if done != len(specs):
-        stuck = next(i for i, count in enumerate(waiting_on) if count > 0)
-        raise InvalidArgument(f"tasks[{stuck}].depends_on", f"dependency cycle through task {specs[stuck].id!r}")
+        cycle = _one_cycle(specs, positions, waiting_on)
+        path = " → ".join(specs[i].id for i in cycle)
+        raise InvalidArgument(f"tasks[{cycle[0]}].depends_on", f"dependency cycle: {path}")
+
+
+def _one_cycle(specs: list[TaskSpec], positions: dict[str, int], waiting_on: list[int]) -> list[int]:
+    """One cycle among the tasks Kahn's algorithm left stuck, as positions, closed.
+
+    Every stuck task depends on another stuck task (that is why it is stuck),
+    so following such dependencies from any stuck task must come back round;
+    the walk from the first repeat is the cycle: `[a, c, b, a]` for a → c → b → a.
+    """
+    stuck = {i for i, count in enumerate(waiting_on) if count > 0}
+    walk, seen = [min(stuck)], {min(stuck): 0}
+    while True:
+        here = walk[-1]
+        step = next(positions[dep] for dep in specs[here].depends_on if positions.get(dep) in stuck)
+        if step in seen:
+            return walk[seen[step] :] + [step]
+        seen[step] = len(walk)
+        walk.append(step)
 
 
 def spec_digest(spec: TaskSpec) -> bytes:

@@ -26,7 +26,7 @@ REFUSED_BY_THE_DAEMON = [
         "cycle.toml",
         '[[tasks]]\nid = "a"\ndepends_on = ["c"]\n[[tasks]]\nid = "b"\ndepends_on = ["a"]\n'
         '[[tasks]]\nid = "c"\ndepends_on = ["b"]\n',
-        ["cycle.toml: task '", "depends_on: dependency cycle"],
+        ["cycle.toml: task 'a' (tasks[0]): depends_on: dependency cycle: a → c → b → a"],
         id="cycle",
     ),
     pytest.param(

@@ -316,6 +316,20 @@ def test_final_failure_cancels_dependents_transitively(team):
     team.fail("w1", "a", grant.token, "broken")
     states = dict(team.rows("SELECT id, state FROM tasks"))
     assert states == {"a": FAILED, "b": CANCELED, "c": CANCELED, "d": PENDING, "e": CANCELED}
+    # Each canceled task names the dependency whose end canceled it.
+    errors = dict(team.rows("SELECT id, error FROM tasks WHERE state = 5"))
+    assert errors == {
+        "b": "dependency 'a' failed",
+        "c": "dependency 'b' was canceled",
+        "e": "dependency 'c' was canceled",
+    }
+
+
+def test_cancel_names_the_lead_and_then_the_dependency(team):
+    team.create(spec("a"), spec("b", "a"))
+    team.cancel("a")
+    errors = dict(team.rows("SELECT id, error FROM tasks"))
+    assert errors == {"a": "canceled by the lead", "b": "dependency 'a' was canceled"}
 
 
 def test_fail_not_retryable_is_final_at_once(team):

@@ -118,8 +118,18 @@ def test_cycle_through_a_long_chain_is_found(board):
     chain = [spec(f"c{i}", f"c{i + 1}") for i in range(50)] + [spec("c50", "c0")]
     with pytest.raises(errors.InvalidArgument) as caught:
         board.create(*chain)
-    assert "cycle" in caught.value.description
+    path = " → ".join(f"c{i}" for i in range(51))
+    assert caught.value.description == f"dependency cycle: {path} → c0"
+    assert caught.value.field == "tasks[0].depends_on"
     assert board.scalar("SELECT count(*) FROM tasks") == 0
+
+
+def test_the_cycle_printed_is_a_cycle_even_beside_tasks_stuck_behind_it(board):
+    # x waits on the cycle a → c → b → a without being on it.
+    with pytest.raises(errors.InvalidArgument) as caught:
+        board.create(spec("x", "a"), spec("a", "c"), spec("b", "a"), spec("c", "b"))
+    assert caught.value.description == "dependency cycle: a → c → b → a"
+    assert caught.value.field == "tasks[1].depends_on"
 
 
 @pytest.mark.parametrize(

@@ -404,7 +404,7 @@ def _count_failure(tx: Txn, seq: int, error: str, *, final: bool) -> None:
     ).fetchone()
     if final or failures >= max_attempts:
         _finish(tx, seq, TaskState.FAILED)
-        _cancel_dependents(tx, [seq])
+        _cancel_seqs(tx, _dependents(tx, seq, "failed"))
     else:
         _back_to_pending(tx, seq)
 
@@ -424,21 +424,23 @@ def _finish(tx: Txn, seq: int, state: TaskState, error: str | None = None) -> No
 def cancel(tx: Txn, task_ids: Sequence[str]) -> list[TaskRecord]:
     """Cancels the named tasks and, transitively, their unfinished dependents."""
     seqs = [get_task(tx.conn, task_id).seq for task_id in task_ids]
-    return [task_by_seq(tx.conn, seq) for seq in _cancel_seqs(tx, seqs, "canceled by the lead")]
+    return [task_by_seq(tx.conn, seq) for seq in _cancel_seqs(tx, [(seq, "canceled by the lead") for seq in seqs])]
 
 
-def _cancel_dependents(tx: Txn, seqs: list[int]) -> None:
-    frontier = [
-        dep for seq in seqs for (dep,) in tx.conn.execute("SELECT task_seq FROM deps WHERE dep_seq = ?", (seq,))
-    ]
-    _cancel_seqs(tx, frontier, "a dependency failed or was canceled")
+def _dependents(tx: Txn, seq: int, how: str) -> list[tuple[int, str]]:
+    """The dependents of task `seq`, each with the reason it is canceled: `seq` ended `how`."""
+    (task_id,) = tx.conn.execute("SELECT id FROM tasks WHERE seq = ?", (seq,)).fetchone()
+    why = f"dependency {task_id!r} {how}"
+    return [(dep, why) for (dep,) in tx.conn.execute("SELECT task_seq FROM deps WHERE dep_seq = ?", (seq,))]
 
 
-def _cancel_seqs(tx: Txn, frontier: list[int], why: str) -> list[int]:
+def _cancel_seqs(tx: Txn, frontier: list[tuple[int, str]]) -> list[int]:
+    """Cancels each (task seq, reason) and, transitively, the dependents of each; each
+    dependent's reason names the dependency whose end canceled it."""
     changed: list[int] = []
     seen: set[int] = set()
     while frontier:
-        seq = frontier.pop()
+        seq, why = frontier.pop()
         if seq in seen:
             continue
         seen.add(seq)
@@ -454,7 +456,7 @@ def _cancel_seqs(tx: Txn, frontier: list[int], why: str) -> list[int]:
         if fence is not None:
             _slot_freed(tx, owner)
         changed.append(seq)
-        frontier.extend(dep for (dep,) in tx.conn.execute("SELECT task_seq FROM deps WHERE dep_seq = ?", (seq,)))
+        frontier.extend(_dependents(tx, seq, "was canceled"))
     return changed
 
 
