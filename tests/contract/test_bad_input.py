@@ -228,6 +228,20 @@ NOT_FOUND = {
 
 
 @pytest.mark.timeout(30)
+def test_get_task_takes_task_id_or_its_first_name_id(world):
+    board = world.daemon.lead.board
+    assert board.GetTask(pb.GetTaskRequest(task_id="base")).task.id == "base"
+    assert board.GetTask(pb.GetTaskRequest(id="base")).task.id == "base"
+    assert board.GetTask(pb.GetTaskRequest(id="base", task_id="base")).task.id == "base"
+    found = assert_status(
+        rpc_error(lambda w: board.GetTask(pb.GetTaskRequest(id="base", task_id="gone")), world),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+    assert [v.field for v in found["bad_request"].field_violations] == ["id"]
+    assert_status(rpc_error(lambda w: board.GetTask(pb.GetTaskRequest()), world), grpc.StatusCode.NOT_FOUND)
+
+
+@pytest.mark.timeout(30)
 @pytest.mark.parametrize("case", list(NOT_FOUND))
 def test_unknown_names_are_not_found_and_nothing_written(world, case):
     before = snapshot(world.daemon)

@@ -403,6 +403,10 @@ def test_hostile_node_client_is_refused(tmp_path, node_procs):
             assert seen["after_forgery"]["state"] == "TASK_STATE_IN_PROGRESS"
             assert seen["after_forgery"]["owner"] == "node-hostile"
             assert seen["after_forgery"]["result"] == ""
+            assert (
+                verdict("get_task_by_id") == (OK, "")
+                and seen["get_task_by_id"]["task"] == seen["after_forgery"]["task"]
+            )
             assert verdict("made_up_claim_token") == (FAILED_PRECONDITION, "CLAIM_TOKEN_MISMATCH")
             assert verdict("release_own") == (OK, "")
 

@@ -73,7 +73,7 @@ class BoardClient:
 
     async def get_task(self, task_id: str) -> Task:
         """One task by id; raises NotFound."""
-        request = pb.GetTaskRequest(id=task_id)
+        request = pb.GetTaskRequest(task_id=task_id)
         response = await self._unary(self._board.GetTask, request)
         return _convert.task_from_pb(response.task)
 

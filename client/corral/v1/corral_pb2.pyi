@@ -475,10 +475,12 @@ class RespondShutdownResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class GetTaskRequest(_message.Message):
-    __slots__ = ("id",)
+    __slots__ = ("id", "task_id")
     ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
     id: str
-    def __init__(self, id: _Optional[str] = ...) -> None: ...
+    task_id: str
+    def __init__(self, id: _Optional[str] = ..., task_id: _Optional[str] = ...) -> None: ...
 
 class GetTaskResponse(_message.Message):
     __slots__ = ("task",)

@@ -24,7 +24,7 @@ class BoardServicer(pb_grpc.BoardServiceServicer):
         self._lanes = lanes
 
     async def GetTask(self, request: pb.GetTaskRequest, context, identity: Identity) -> pb.GetTaskResponse:
-        return pb.GetTaskResponse(task=convert.task(await self._board.get_task(request.id)))
+        return pb.GetTaskResponse(task=convert.task(await self._board.get_task(_task_id(request))))
 
     async def ListTasks(self, request: pb.ListTasksRequest, context, identity: Identity) -> pb.ListTasksResponse:
         limits = self._board.limits
@@ -96,3 +96,10 @@ def _decode_page_token(token: str) -> int:
     except ValueError:
         pass
     raise errors.InvalidArgument("page_token", "not a page token this server issued")
+
+
+def _task_id(request: pb.GetTaskRequest) -> str:
+    """`task_id`, or the older `id`; both set means both must agree."""
+    if request.task_id and request.id and request.task_id != request.id:
+        raise errors.InvalidArgument("id", "id and task_id name different tasks; send task_id alone")
+    return request.task_id or request.id

@@ -197,7 +197,12 @@ async function main() {
       { task: target.task, claim: whose, field: 15 },
     );
     // What the board says after the forgeries: still in progress, same owner, no result.
-    const got = await outcomeOf(unary(board, 'GetTask', { id: target.task }, me));
+    const got = await outcomeOf(unary(board, 'GetTask', { task_id: target.task }, me));
+    // GetTaskRequest's first spelling, `id`, still works.
+    const old = await outcomeOf(unary(board, 'GetTask', { id: target.task }, me));
+    report('get_task_by_id', { code: old.code, reason: old.reason }, {
+      task: old.response ? old.response.task.id : null,
+    });
     const task = got.response ? got.response.task : null;
     report('after_forgery', { code: got.code, reason: got.reason }, {
       task: target.task,
