@@ -246,6 +246,10 @@ class Board:
     async def list_teammates(self) -> list[TeammateRecord]:
         return await self.read(team.list_teammates)
 
+    async def work_remains_for(self, name: str, roles: tuple[str, ...]) -> bool:
+        """Whether an unfinished task remains that this teammate could ever take (a read)."""
+        return await self.read(lambda conn: tasks.work_remains_for(conn, name, roles))
+
     async def teammate_roles(self, name: str) -> tuple[str, ...]:
         return await self.read(lambda conn: team.roles_of(conn, name))
 

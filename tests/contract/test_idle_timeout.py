@@ -82,3 +82,34 @@ def test_a_task_arriving_before_the_timeout_is_claimed_and_resets_the_budget(dae
     started = time.monotonic()
     assert stream.next_event("idle_timeout", timeout=5).idle_polls == 10
     assert time.monotonic() - started >= 1.0 - 0.1, "the claim did not restart the idle count"
+
+
+@pytest.mark.timeout(30)
+def test_a_teammate_waits_while_work_it_may_take_is_still_to_come(daemon):
+    """The idle budget is spent only on a board with nothing left for this teammate."""
+    ann = daemon.add_teammate()
+    reviewer = daemon.add_teammate(roles=["reviewer"])
+    daemon.create_tasks(spec("fetch"), spec("review", "fetch", required_role="reviewer"))
+    ann_stream = ann.idle()
+    fetch = ann_stream.next_event("claim")
+    assert fetch.task.id == "fetch"
+    waiting = reviewer.idle(max_idle_polls=2, poll_interval=0.05)
+    # Twelve poll intervals while `review` waits on `fetch`, held by ann: no idle_timeout.
+    assert waiting.try_next(0.6) is None
+    ann.complete(fetch)
+    review = waiting.next_event("claim", timeout=5)
+    assert review.task.id == "review"
+    reviewer.complete(review)
+    # Now nothing is left: the budget runs out as before.
+    assert waiting.next_event("idle_timeout", timeout=5).idle_polls == 2
+    assert waiting.wait_end(5)[0] == grpc.StatusCode.OK
+    ann_stream.call.cancel()
+
+
+@pytest.mark.timeout(30)
+def test_work_for_another_role_does_not_keep_a_teammate(daemon):
+    plain = daemon.add_teammate()
+    daemon.create_tasks(spec("only-for-reviewers", required_role="reviewer"))
+    stream = plain.idle(max_idle_polls=2, poll_interval=0.05)
+    assert stream.next_event("idle_timeout", timeout=5).idle_polls == 2
+    assert stream.wait_end(5)[0] == grpc.StatusCode.OK

@@ -198,3 +198,25 @@ def test_aio_runner_with_sync_and_async_handlers(lead: corral.Lead) -> None:
     assert sum(s.completed for s in summaries) == 6
     results = {task.result.decode().split()[0] for task in lead.list_tasks()}
     assert results <= {"sync", "async"}
+
+
+@pytest.mark.timeout(60)
+def test_a_reviewer_stays_while_its_task_waits_on_a_long_running_dependency(lead: corral.Lead) -> None:
+    """run_teammate with a small idle budget does not quit mid-graph: 2 polls of 50 ms
+    pass many times over while `fetch` runs, and the reviewer still takes `review`."""
+    lead.create_tasks(
+        [corral.TaskSpec("fetch"), corral.TaskSpec("review", depends_on=("fetch",), required_role="reviewer")]
+    )
+
+    def fetch(task: corral.Task) -> bytes:
+        threading.Event().wait(1.0)  # a second of work: ten times the reviewer's idle budget
+        return b"fetched"
+
+    budget = {"max_idle_polls": 2, "poll_interval": datetime.timedelta(milliseconds=50)}
+    ann = TeammateThread(lead, "ann", fetch, **budget).start()
+    bob = TeammateThread(lead, "bob", lambda task: b"reviewed", roles=("reviewer",), **budget).start()
+    done = lead.wait_until_done(timeout=30)
+    assert done.completed_ids == ("fetch", "review") and lead.get_task("review").owner == "bob"
+    for mate in (ann, bob):  # with nothing left, each spends its budget and leaves
+        summary = mate.result(timeout=10)
+        assert summary.exit_reason is corral.ExitReason.IDLE_TIMEOUT and summary.completed == 1

@@ -75,8 +75,15 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
                 if await self._wait(stream, interval):
                     look_first = not stream.claim_likely
                     continue  # woken: wake-ups never use up the idle budget
-                if not stream.sent_tokens:  # an idle poll counts only while holding no claim
-                    idle_polls += 1
+                # An idle poll counts only while the teammate holds no claim and no
+                # unfinished task remains that it could take: until then it is
+                # waiting for work (a dependency still running), not idle.
+                if stream.sent_tokens:
+                    continue
+                if await self._board.work_remains_for(name, stream.roles):
+                    idle_polls = 0
+                    continue
+                idle_polls += 1
                 if idle_polls >= max_polls:
                     ending = "idle_timeout"
                     yield pb.IdleResponse(idle_timeout=pb.IdleTimeout(idle_polls=idle_polls))

@@ -260,6 +260,24 @@ def any_ready(conn: sqlite3.Connection, roles: Iterable[str]) -> bool:
     return _first_ready(conn, roles) is not None
 
 
+def work_remains_for(conn: sqlite3.Connection, teammate: str, roles: Iterable[str]) -> bool:
+    """Whether an unfinished task remains that `teammate` could ever take.
+
+    PENDING, ready or not (its dependencies may still complete), or IN_PROGRESS
+    under another holder (that claim may end and the task come back), and
+    open to this teammate's roles. While one remains the teammate is waiting
+    for work, not idle, and its idle budget is not spent.
+    """
+    roles = list(roles)
+    marks = ",".join("?" * len(roles))
+    role_test = f"required_role IN ('', {marks})" if roles else "required_role = ''"
+    row = conn.execute(
+        f"SELECT 1 FROM tasks WHERE (state = 1 OR (state = 2 AND owner != ?)) AND {role_test} LIMIT 1",
+        (teammate, *roles),
+    ).fetchone()
+    return row is not None
+
+
 def any_lease_ended(conn: sqlite3.Connection, now_ms: int) -> bool:
     """Whether some claim's lease is over and awaits reclaiming."""
     return (
