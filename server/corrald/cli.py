@@ -19,7 +19,7 @@ from .statedir import StateDirError
 
 class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
+        entry: dict[str, object] = {
             "time": self.formatTime(record),
             "level": record.levelname.lower(),
             "logger": record.name,
@@ -27,6 +27,9 @@ class _JsonFormatter(logging.Formatter):
         }
         if record.exc_info:
             entry["error"] = self.formatException(record.exc_info)
+        activity = getattr(record, "activity", None)
+        if activity is not None:
+            entry["activity"] = activity
         return json.dumps(entry)
 
 

@@ -21,7 +21,7 @@ from grpc_reflection.v1alpha import reflection
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
-from . import failpoints
+from . import activity, failpoints
 from .board import Board
 from .clock import Clock, SystemClock
 from .config import Limits, WriterConfig
@@ -119,6 +119,8 @@ def assemble(
         if metrics is not None:
             metrics.observe_wakes(wakes)
         hub.post(wakes)
+        if wakes.activity:
+            activity.write(wakes.activity)
 
     writer.on_commit = committed
     if metrics is not None:

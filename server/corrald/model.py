@@ -150,6 +150,12 @@ class Wakes:
     events: bool = False
     # Operation counts for metrics: claims, completions, failures, expirations...
     tally: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    # What happened, for the daemon's log (written after COMMIT): (event, fields).
+    activity: list[tuple[str, dict[str, object]]] = dataclasses.field(default_factory=list)
+
+    def note(self, event: str, **fields: object) -> None:
+        """Record one thing that happened, to be logged once its transaction commits."""
+        self.activity.append((event, fields))
 
     def deadline(self, at_ms: int) -> None:
         if self.next_deadline_ms is None or at_ms < self.next_deadline_ms:
@@ -165,6 +171,7 @@ class Wakes:
             self.deadline(other.next_deadline_ms)
         self.events = self.events or other.events
         self.tally.update(other.tally)
+        self.activity.extend(other.activity)
 
     def __bool__(self) -> bool:
         return bool(
@@ -175,6 +182,7 @@ class Wakes:
             or self.events
             or self.next_deadline_ms is not None
             or self.tally
+            or self.activity
         )
 
 

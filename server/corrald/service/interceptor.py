@@ -7,6 +7,7 @@ its third argument; nothing about the caller is taken from request fields.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import grpc
@@ -20,6 +21,7 @@ from ..writer import job_owner
 from . import status
 
 log = logging.getLogger("corrald.rpc")
+activity_log = logging.getLogger("corrald.activity")  # refusals, beside the board's activity
 
 LEAD_ONLY = "/corral.v1.LeadService/"
 TEAMMATE_ONLY = "/corral.v1.TeammateService/"
@@ -85,6 +87,7 @@ class CorralInterceptor(grpc.aio.ServerInterceptor):
         try:
             identity = self._authenticate(method, handler_call_details.invocation_metadata)
         except errors.CorralError as error:
+            REFUSALS.refused("", error)
             return _refusing(handler, error)
         if not ours:
             return handler  # server reflection: the credential check is all it needs
@@ -151,7 +154,44 @@ async def _wait_for_place(place: _LanePlace, context: grpc.aio.ServicerContext) 
     try:
         await place.wait_to_enter(context.time_remaining())
     except Exception as error:
+        REFUSALS.refused(place.identity, error)
         await _abort(context, error)
+
+
+class RefusalLog:
+    """Logs refused calls at info, at most one line per caller and reason a second.
+
+    A flood is refused thousands of times a second; one line per refusal would
+    drown the log (and slow the daemon further), so later refusals within the
+    second are counted and the next line says how many there were.
+    """
+
+    def __init__(self, interval_s: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._interval_s = interval_s
+        self._clock = clock
+        self._last: dict[tuple[str, str], tuple[float, int]] = {}  # (caller, reason) -> (logged at, unlogged)
+
+    def refused(self, caller: str, error: BaseException) -> None:
+        reason = getattr(error, "reason", "") or type(error).__name__
+        key, now = (caller, reason), self._clock()
+        logged_at, unlogged = self._last.get(key, (float("-inf"), 0))
+        if now - logged_at < self._interval_s:
+            self._last[key] = (logged_at, unlogged + 1)
+            return
+        if len(self._last) > 4096:  # callers come and go: keep the table bounded
+            self._last.clear()
+        self._last[key] = (now, 0)
+        more = f" (and {unlogged} more since the last line)" if unlogged else ""
+        activity_log.info(
+            "refused a call from %s: %s%s",
+            caller or "an unauthenticated caller",
+            error,
+            more,
+            extra={"activity": {"event": "refused", "caller": caller, "reason": reason, "more": unlogged}},
+        )
+
+
+REFUSALS = RefusalLog()
 
 
 def _wrap(handler: grpc.RpcMethodHandler, identity: Identity, place: _LanePlace) -> grpc.RpcMethodHandler:

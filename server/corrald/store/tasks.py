@@ -232,6 +232,7 @@ def claim_next(tx: Txn, teammate: str, roles: Iterable[str], *, reclaimed: bool 
     task = task_by_seq(tx.conn, seq)
     task_changed(tx, task)
     mark_busy(tx, teammate)
+    tx.wakes.note("claimed", task=task.id, teammate=teammate, attempt=attempt, fence=fence)
     return ClaimGrant(task=task, token=token, lease_expire_ms=lease_end, attempt=attempt, fence=fence)
 
 
@@ -369,6 +370,7 @@ def complete(tx: Txn, teammate: str, task_id: str, token: str, result: bytes) ->
     task = task_by_seq(tx.conn, seq)
     task_changed(tx, task)
     _slot_freed(tx, teammate)
+    tx.wakes.note("completed", task=task_id, teammate=teammate)
     return task
 
 
@@ -378,7 +380,9 @@ def fail(tx: Txn, teammate: str, task_id: str, token: str, error: str, retryable
     tx.wakes.tally["failures"] += 1
     _count_failure(tx, seq, error, final=not retryable)
     _slot_freed(tx, teammate)
-    return task_by_seq(tx.conn, seq)
+    task = task_by_seq(tx.conn, seq)
+    tx.wakes.note("failed", task=task_id, teammate=teammate, final=task.state is TaskState.FAILED, error=error[:200])
+    return task
 
 
 def release(tx: Txn, teammate: str, task_id: str, token: str) -> TaskRecord:
@@ -387,6 +391,7 @@ def release(tx: Txn, teammate: str, task_id: str, token: str) -> TaskRecord:
     tx.wakes.tally["releases"] += 1
     _back_to_pending(tx, seq)
     _slot_freed(tx, teammate)
+    tx.wakes.note("released", task=task_id, teammate=teammate)
     return task_by_seq(tx.conn, seq)
 
 
@@ -484,12 +489,14 @@ def reclaim_expired(tx: Txn) -> dict[str, int]:
     Returns each former holder with the latest lease end reclaimed from it.
     """
     rows = tx.conn.execute(
-        "SELECT seq, live_fence, owner, attempt, lease_expire_ms FROM tasks WHERE state = 2 AND lease_expire_ms <= ?",
+        "SELECT seq, live_fence, owner, attempt, lease_expire_ms, id FROM tasks"
+        " WHERE state = 2 AND lease_expire_ms <= ?",
         (tx.now_ms,),
     ).fetchall()
-    for seq, fence, owner, attempt, lease_end in rows:
+    for seq, fence, owner, attempt, lease_end, task_id in rows:
         _end_claim(tx, fence, ClaimOutcome.EXPIRED)
         tx.wakes.tally["lease_expirations"] += 1
+        tx.wakes.note("lease_expired", task=task_id, teammate=owner, attempt=attempt)
         _count_failure(tx, seq, f"lease expired on attempt {attempt}", final=False)
         # Not woken like a freed slot: a frozen holder whose stream is still
         # open would only take the same task straight back (see delivery).
@@ -497,7 +504,7 @@ def reclaim_expired(tx: Txn) -> dict[str, int]:
             "UPDATE teammates SET last_expiry_ms = max(last_expiry_ms, ?) WHERE name = ?", (lease_end, owner)
         )
         refresh_status(tx, owner)
-    return {owner: max(end for _, _, o, _, end in rows if o == owner) for _, _, owner, _, _ in rows}
+    return {owner: max(row[4] for row in rows if row[2] == owner) for _, _, owner, _, _, _ in rows}
 
 
 def note_clock(conn: sqlite3.Connection, now_ms: int) -> None:

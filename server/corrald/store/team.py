@@ -21,6 +21,7 @@ def add_teammate(tx: Txn, name: str, roles: tuple[str, ...], require_plan: bool,
     )
     teammate = get_teammate(tx.conn, name)
     emit(tx, "teammate_changed", {"name": name, "status": int(teammate.status), "reason": "added"})
+    tx.wakes.note("added", teammate=name, roles=",".join(roles) or "-")
     return teammate
 
 
@@ -76,12 +77,15 @@ def remove_teammate(tx: Txn, name: str, why: str = "removed") -> TeammateRecord:
     tx.conn.execute("UPDATE shutdowns SET answered = 1 WHERE teammate = ? AND answered = 0", (name,))
     tx.wakes.ended[name] = why
     refresh_status(tx, name, reason="removed")
+    tx.wakes.note("removed", teammate=name, why=why)
     return get_teammate(tx.conn, name)
 
 
 def set_online(tx: Txn, name: str, online: bool, reason: str | None = None) -> None:
     tx.conn.execute("UPDATE teammates SET online = ? WHERE name = ?", (int(online), name))
-    refresh_status(tx, name, reason=reason or ("joined" if online else "left"), force=reason is not None)
+    why = reason or ("joined" if online else "left")
+    refresh_status(tx, name, reason=why, force=reason is not None)
+    tx.wakes.note("joined" if online else "left", teammate=name, why=why)
 
 
 def mark_all_offline(tx: Txn) -> None:

@@ -1,0 +1,38 @@
+"""The daemon's activity log: one info line for each thing that happened on the board.
+
+Store functions note what they did on the job's `Wakes` (`note("claimed", ...)`);
+the writer hands a batch's notes over only after its COMMIT, so the log never
+tells of a claim or a completion that was rolled back. Lines carry names, task
+ids, attempts and fences, never a token. With `--log-format json` each line is
+one JSON object whose `activity` field holds the event and its fields.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+log = logging.getLogger("corrald.activity")
+
+_LINES = {
+    "added": "teammate {teammate} added (roles {roles})",
+    "joined": "teammate {teammate} joined",
+    "left": "teammate {teammate} left ({why})",
+    "removed": "teammate {teammate} removed ({why})",
+    "claimed": "task {task} claimed by {teammate} (attempt {attempt}, fence {fence})",
+    "completed": "task {task} completed by {teammate}",
+    "failed": "task {task} failed under {teammate} ({outcome}): {error}",
+    "released": "task {task} released by {teammate}",
+    "lease_expired": "task {task}: the lease of {teammate} expired (attempt {attempt})",
+}
+
+
+def write(notes: Iterable[tuple[str, dict[str, object]]]) -> None:
+    """Logs each committed note at info (a no-op unless info is enabled)."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    for event, fields in notes:
+        shown = dict(fields)
+        if event == "failed":
+            shown["outcome"] = "final" if fields.get("final") else "will retry"
+        log.info(_LINES[event].format(**shown), extra={"activity": {"event": event, **fields}})
