@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from . import delivery, errors, validate
 from .clock import Clock
 from .config import Limits, WriterConfig
-from .model import Event, TaskRecord, TaskSpec, TaskState, TeammateRecord, TeammateStatus, Txn
+from .model import CreatedBatch, Event, TaskRecord, TaskSpec, TaskState, TeammateRecord, TeammateStatus, Txn
 from .readers import ReaderPool
 from .store import events, inbox, protocol, status, tasks, team
 from .store.schema import open_writer
@@ -117,10 +117,14 @@ class Board:
     # ------------------------------------------------------------ lead
 
     async def create_tasks(self, raw_specs: Sequence[TaskSpec], request_id: str = "") -> list[TaskRecord]:
+        return (await self.create_batch(raw_specs, request_id)).tasks
+
+    async def create_batch(self, raw_specs: Sequence[TaskSpec], request_id: str = "") -> CreatedBatch:
+        """Adds a batch; says which of its ids were on the board already, unchanged."""
         specs = validate.normalize_batch(raw_specs, self.limits)
         if len(request_id) > self.limits.name_max_chars:
             raise errors.InvalidArgument("request_id", f"longer than {self.limits.name_max_chars} characters")
-        return await self.writer.run(lambda tx: tasks.create_tasks(tx, specs, request_id))
+        return await self.writer.run(lambda tx: tasks.create_batch(tx, specs, request_id))
 
     async def cancel_tasks(self, task_ids: Sequence[str]) -> list[TaskRecord]:
         if not task_ids:

@@ -83,6 +83,15 @@ class TaskRecord:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class CreatedBatch:
+    """A CreateTasks batch as stored: every task of it, in its order, and the ids
+    that were on the board already with the same spec (left as they were)."""
+
+    tasks: list[TaskRecord]
+    unchanged_ids: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ClaimGrant:
     task: TaskRecord
     token: str

@@ -64,9 +64,10 @@ JSON_DAG = json.dumps({"tasks": [{"id": "j1", "description": "from JSON"}, {"id"
 
 @pytest.mark.timeout(60)
 def test_add_toml_yaml_json_then_list(cli, write_file, lead):
-    result = cli("tasks", "add", str(write_file("dag.toml", TOML_DAG)))
+    path = write_file("dag.toml", TOML_DAG)
+    result = cli("tasks", "add", str(path))
     assert result.exit_code == 0, result.stderr
-    assert "added 3 task(s)" in result.stdout
+    assert result.stdout.strip() == f"added 3 new task(s) from {path}"
     added = cli.json("tasks", "add", str(write_file("dag.yaml", YAML_DAG)))
     assert [task["id"] for task in added] == ["y1", "y2"]
     # JSON may depend on tasks already on the board (y1).
@@ -95,7 +96,28 @@ def test_re_adding_an_unchanged_file_is_a_no_op(cli, write_file):
     assert cli("tasks", "add", path).exit_code == 0
     again = cli("tasks", "add", path)
     assert again.exit_code == 0, again.stderr
+    assert again.stdout.strip() == f"added 0 new task(s) from {path}; 3 already existed unchanged"
     assert len(cli.json("tasks", "list")) == 3
+
+
+@pytest.mark.timeout(60)
+def test_a_file_that_grew_adds_only_its_new_tasks(cli, write_file):
+    path = str(write_file("dag.toml", TOML_DAG))
+    assert cli("tasks", "add", path).exit_code == 0
+    grown = str(write_file("grown.toml", TOML_DAG + '\n[[tasks]]\nid = "ship"\ndepends_on = ["review"]\n'))
+    result = cli("tasks", "add", grown)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip() == f"added 1 new task(s) from {grown}; 3 already existed unchanged"
+
+
+@pytest.mark.timeout(60)
+def test_changed_specs_are_refused_naming_every_changed_id(cli, write_file, error_line):
+    assert cli("tasks", "add", str(write_file("dag.toml", TOML_DAG))).exit_code == 0
+    changed = TOML_DAG.replace("priority = 5", "priority = 6").replace("max_attempts = 2", "max_attempts = 3")
+    result = cli("tasks", "add", str(write_file("changed.toml", changed)))
+    assert result.exit_code == 1
+    assert "tasks 'fetch', 'build' exist with a different spec" in error_line(result)
+    assert len(cli.json("tasks", "list")) == 3, "nothing of a refused file is written"
 
 
 @pytest.mark.timeout(60)

@@ -207,6 +207,19 @@ def test_a_retried_batch_with_the_same_request_id_returns_the_same_tasks(world):
     assert snapshot(world.daemon) == before
 
 
+@pytest.mark.timeout(30)
+def test_create_tasks_says_which_ids_were_already_there_unchanged(world):
+    create = world.daemon.lead.lead.CreateTasks
+    first = create(pb.CreateTasksRequest(tasks=[spec("uc-a"), spec("uc-b", "uc-a")]))
+    assert list(first.unchanged_task_ids) == []
+    grown = create(pb.CreateTasksRequest(tasks=[spec("uc-a"), spec("uc-b", "uc-a"), spec("uc-c", "uc-b")]))
+    assert [t.id for t in grown.tasks] == ["uc-a", "uc-b", "uc-c"]
+    assert list(grown.unchanged_task_ids) == ["uc-a", "uc-b"]
+    retried = create(pb.CreateTasksRequest(tasks=[spec("uc-d")], request_id="uc-req"))
+    again = create(pb.CreateTasksRequest(tasks=[spec("uc-d")], request_id="uc-req"))
+    assert list(retried.unchanged_task_ids) == [] and list(again.unchanged_task_ids) == ["uc-d"]
+
+
 NOT_FOUND = {
     "get_task": lambda w: w.daemon.lead.board.GetTask(pb.GetTaskRequest(id="no-such-task")),
     "get_task_as_teammate": lambda w: w.mate.board.GetTask(pb.GetTaskRequest(id="no-such-task")),

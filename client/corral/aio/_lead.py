@@ -151,9 +151,17 @@ class Lead(BoardClient):
         AlreadyExists (an id taken by a different spec). The returned tasks
         leave out payload and result (`get_task` has them).
         """
+        created, _ = await self._create_batch(specs, request_id=request_id)
+        return created
+
+    async def _create_batch(
+        self, specs: Iterable[TaskSpec], *, request_id: str | None
+    ) -> tuple[list[Task], tuple[str, ...]]:
+        """`create_tasks`, also returning the ids that were on the board already
+        with the same spec (for the CLI's report of what a file added)."""
         request = _convert.create_tasks_request(specs, request_id)
         response = await self._unary(self._lead.CreateTasks, request)
-        return _convert.tasks_from_pb(response.tasks)
+        return _convert.tasks_from_pb(response.tasks), tuple(response.unchanged_task_ids)
 
     async def cancel_tasks(self, ids: Iterable[str]) -> list[Task]:
         """Cancel tasks and, transitively, their dependents; returns every task

@@ -39,7 +39,8 @@ def add_command(ctx: click.Context, file: Path, fmt: str | None, request_id: str
         raise CliError(str(exc)) from None
     with lead_session(ctx) as lead:
         try:
-            created = lead.create_tasks(dag.specs, request_id=request_id)
+            # The CLI reports what the file added, so it asks for what create_tasks leaves out.
+            created, unchanged = lead._create_batch(dag.specs, request_id=request_id)
         except (corral.InvalidArgument, corral.AlreadyExists) as exc:
             explained = explain_create_error(exc, dag)
             if explained is None:
@@ -48,7 +49,9 @@ def add_command(ctx: click.Context, file: Path, fmt: str | None, request_id: str
     if as_json:
         emit_json([task_json(task) for task in created])
         return
-    click.echo(f"added {len(created)} task(s) from {file}")
+    added = len(created) - len(unchanged)
+    existing = f"; {len(unchanged)} already existed unchanged" if unchanged else ""
+    click.echo(f"added {added} new task(s) from {file}{existing}")
 
 
 @tasks_group.command("list")

@@ -211,10 +211,12 @@ class CreateTasksRequest(_message.Message):
     def __init__(self, tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class CreateTasksResponse(_message.Message):
-    __slots__ = ("tasks",)
+    __slots__ = ("tasks", "unchanged_task_ids")
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    UNCHANGED_TASK_IDS_FIELD_NUMBER: _ClassVar[int]
     tasks: _containers.RepeatedCompositeFieldContainer[Task]
-    def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ...) -> None: ...
+    unchanged_task_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., unchanged_task_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CancelTasksRequest(_message.Message):
     __slots__ = ("ids",)

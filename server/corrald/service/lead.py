@@ -20,10 +20,12 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
 
     async def CreateTasks(self, request: pb.CreateTasksRequest, context, identity: Identity) -> pb.CreateTasksResponse:
         specs = [convert.task_spec(spec) for spec in request.tasks]
-        created = await self._board.create_tasks(specs, request.request_id)
+        batch = await self._board.create_batch(specs, request.request_id)
         # A batch may carry 10,000 payloads; echoing them would make the reply
         # larger than the request and than a default client accepts.
-        return pb.CreateTasksResponse(tasks=[convert.task_summary(t) for t in created])
+        return pb.CreateTasksResponse(
+            tasks=[convert.task_summary(t) for t in batch.tasks], unchanged_task_ids=batch.unchanged_ids
+        )
 
     async def CancelTasks(self, request: pb.CancelTasksRequest, context, identity: Identity) -> pb.CancelTasksResponse:
         canceled = await self._board.cancel_tasks(list(request.ids))

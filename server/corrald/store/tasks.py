@@ -9,7 +9,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 
 from .. import errors
-from ..model import ClaimGrant, ClaimOutcome, TaskRecord, TaskSpec, TaskState, Txn
+from ..model import ClaimGrant, ClaimOutcome, CreatedBatch, TaskRecord, TaskSpec, TaskState, Txn
 from ..validate import batch_digest, spec_digest
 from .events import emit
 from .gates import protocol_pending
@@ -120,6 +120,11 @@ def next_deadline(conn: sqlite3.Connection) -> int | None:
 
 def create_tasks(tx: Txn, specs: Sequence[TaskSpec], request_id: str = "") -> list[TaskRecord]:
     """Adds a validated batch, all or nothing; identical re-sends return the same tasks."""
+    return create_batch(tx, specs, request_id).tasks
+
+
+def create_batch(tx: Txn, specs: Sequence[TaskSpec], request_id: str = "") -> CreatedBatch:
+    """`create_tasks`, also saying which ids of the batch were on the board already, unchanged."""
     conn = tx.conn
     digest = batch_digest(specs)
     if request_id:
@@ -131,8 +136,10 @@ def create_tasks(tx: Txn, specs: Sequence[TaskSpec], request_id: str = "") -> li
                 raise errors.AlreadyExists(
                     f"request_id {request_id!r} was used for a different batch", field="request_id"
                 )
-            return [get_task(conn, task_id) for task_id in json.loads(row[1])]
-    new_specs = [spec for i, spec in enumerate(specs) if not _exists_identically(conn, i, spec)]
+            ids = json.loads(row[1])
+            return CreatedBatch([get_task(conn, task_id) for task_id in ids], tuple(ids))
+    existing = _existing_identically(conn, specs)
+    new_specs = [spec for spec in specs if spec.id not in existing]
     batch_ids = {spec.id for spec in new_specs}
     created: list[int] = []
     for index, spec in enumerate(new_specs):
@@ -172,16 +179,32 @@ def create_tasks(tx: Txn, specs: Sequence[TaskSpec], request_id: str = "") -> li
             "INSERT INTO create_requests (request_id, digest, task_ids) VALUES (?, ?, ?)",
             (request_id, digest, json.dumps([spec.id for spec in specs])),
         )
-    return [get_task(conn, spec.id) for spec in specs]
+    unchanged = tuple(spec.id for spec in specs if spec.id in existing)
+    return CreatedBatch([get_task(conn, spec.id) for spec in specs], unchanged)
 
 
-def _exists_identically(conn: sqlite3.Connection, index: int, spec: TaskSpec) -> bool:
-    row = conn.execute("SELECT spec_digest FROM tasks WHERE id = ?", (spec.id,)).fetchone()
-    if row is None:
-        return False
-    if row[0] != spec_digest(spec):
-        raise errors.AlreadyExists(f"task {spec.id!r} exists with a different spec", field=f"tasks[{index}].id")
-    return True
+def _existing_identically(conn: sqlite3.Connection, specs: Sequence[TaskSpec]) -> set[str]:
+    """The ids of the batch already on the board with the same spec; refuses, naming
+    every one, when any is on the board with a different spec."""
+    same, differing = set(), []
+    for index, spec in enumerate(specs):
+        row = conn.execute("SELECT spec_digest FROM tasks WHERE id = ?", (spec.id,)).fetchone()
+        if row is None:
+            continue
+        if row[0] == spec_digest(spec):
+            same.add(spec.id)
+        else:
+            differing.append((index, spec.id))
+    if differing:
+        shown = ", ".join(repr(task_id) for _, task_id in differing[:20])
+        more = f" and {len(differing) - 20} more" if len(differing) > 20 else ""
+        raise errors.AlreadyExists(
+            f"task {shown}{more} exists with a different spec"
+            if len(differing) == 1
+            else f"tasks {shown}{more} exist with a different spec",
+            field=f"tasks[{differing[0][0]}].id",
+        )
+    return same
 
 
 def _unmet_on_board(conn: sqlite3.Connection, index: int, spec: TaskSpec, batch_ids: set[str]) -> int:
