@@ -180,6 +180,7 @@ def teammate_from_pb(message: pb.Teammate) -> TeammateInfo:
         status=TeammateStatus(message.status) if message.status else TeammateStatus.OFFLINE,
         require_plan_approval=message.require_plan_approval,
         held_task_ids=tuple(message.held_task_ids),
+        waiting_for_task_ids=tuple(message.waiting_for_task_ids),
     )
 
 

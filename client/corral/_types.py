@@ -61,6 +61,8 @@ class TeammateStatus(enum.Enum):
     AWAITING_PLAN = 4
     SHUTTING_DOWN = 5
     REMOVED = 6
+    # Online with nothing to do now, but a task it could take is still to come.
+    WAITING = 7
 
 
 class TeammateChangeReason(enum.Enum):
@@ -76,6 +78,7 @@ class TeammateChangeReason(enum.Enum):
     BUSY = 7
     AWAITING_PLAN = 8
     ADDED = 9
+    WAITING = 10
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,8 @@ class TeammateInfo:
     status: TeammateStatus = TeammateStatus.OFFLINE
     require_plan_approval: bool = False
     held_task_ids: tuple[str, ...] = ()
+    # While WAITING: up to 10 of the unfinished tasks it could take (what it waits for).
+    waiting_for_task_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -250,9 +250,13 @@ class Board:
     async def list_teammates(self) -> list[TeammateRecord]:
         return await self.read(team.list_teammates)
 
-    async def work_remains_for(self, name: str, roles: tuple[str, ...]) -> bool:
-        """Whether an unfinished task remains that this teammate could ever take (a read)."""
-        return await self.read(lambda conn: tasks.work_remains_for(conn, name, roles))
+    async def work_waited_for(self, name: str, roles: tuple[str, ...]) -> list[str]:
+        """Some unfinished tasks this teammate could still take; empty when none remains (a read)."""
+        return await self.read(lambda conn: tasks.work_waited_for(conn, name, roles, limit=1))
+
+    async def set_waiting(self, name: str, waiting: bool) -> None:
+        """Records that the teammate waits for work still to come (or no longer does)."""
+        await self.writer.run(lambda tx: status.set_waiting(tx, name, waiting))
 
     async def teammate_roles(self, name: str) -> tuple[str, ...]:
         return await self.read(lambda conn: team.roles_of(conn, name))

@@ -32,6 +32,7 @@ class TeammateStatus(enum.IntEnum):
     AWAITING_PLAN = 4
     SHUTTING_DOWN = 5
     REMOVED = 6
+    WAITING = 7
 
 
 class ClaimOutcome(enum.StrEnum):
@@ -125,6 +126,7 @@ class TeammateRecord:
     require_plan_approval: bool
     status: TeammateStatus
     held_task_ids: tuple[str, ...]
+    waiting_for_task_ids: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

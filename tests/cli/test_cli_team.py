@@ -6,7 +6,7 @@ import pytest
 
 import corral
 
-TEAMMATE_KEYS = {"name", "status", "roles", "require_plan_approval", "held_task_ids"}
+TEAMMATE_KEYS = {"name", "status", "roles", "require_plan_approval", "held_task_ids", "waiting_for_task_ids"}
 
 
 def is_plan(event: corral.WatchEvent) -> bool:

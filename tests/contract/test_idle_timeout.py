@@ -89,6 +89,7 @@ def test_a_teammate_waits_while_work_it_may_take_is_still_to_come(daemon):
     """The idle budget is spent only on a board with nothing left for this teammate."""
     ann = daemon.add_teammate()
     reviewer = daemon.add_teammate(roles=["reviewer"])
+    watch = daemon.watch()
     daemon.create_tasks(spec("fetch"), spec("review", "fetch", required_role="reviewer"))
     ann_stream = ann.idle()
     fetch = ann_stream.next_event("claim")
@@ -96,14 +97,30 @@ def test_a_teammate_waits_while_work_it_may_take_is_still_to_come(daemon):
     waiting = reviewer.idle(max_idle_polls=2, poll_interval=0.05)
     # Twelve poll intervals while `review` waits on `fetch`, held by ann: no idle_timeout.
     assert waiting.try_next(0.6) is None
+    # ... and the board says the reviewer is waiting, and for what.
+    listed = {t.name: t for t in daemon.lead.board.ListTeammates(pb.ListTeammatesRequest()).teammates}
+    assert listed[reviewer.name].status == pb.TEAMMATE_STATUS_WAITING
+    # fetch, held by ann, may come back; review waits on it. Both are open to a reviewer.
+    assert list(listed[reviewer.name].waiting_for_task_ids) == ["fetch", "review"]
+    assert listed[ann.name].status == pb.TEAMMATE_STATUS_BUSY and not listed[ann.name].waiting_for_task_ids
+    watch.next_matching(
+        lambda e: (
+            e.WhichOneof("event") == "teammate_changed"
+            and e.teammate_changed.teammate.name == reviewer.name
+            and e.teammate_changed.reason == pb.TEAMMATE_CHANGE_REASON_WAITING
+            and e.teammate_changed.status == pb.TEAMMATE_STATUS_WAITING
+        ),
+        what="the reviewer waiting",
+    )
     ann.complete(fetch)
     review = waiting.next_event("claim", timeout=5)
     assert review.task.id == "review"
     reviewer.complete(review)
-    # Now nothing is left: the budget runs out as before.
+    # Now nothing is left: the reviewer is idle again and its budget runs out as before.
     assert waiting.next_event("idle_timeout", timeout=5).idle_polls == 2
     assert waiting.wait_end(5)[0] == grpc.StatusCode.OK
     ann_stream.call.cancel()
+    watch.cancel()
 
 
 @pytest.mark.timeout(30)

@@ -38,6 +38,7 @@ STATUS_STYLES = {
     corral.TeammateStatus.AWAITING_PLAN: "magenta",
     corral.TeammateStatus.SHUTTING_DOWN: "blue",
     corral.TeammateStatus.REMOVED: "dim red",
+    corral.TeammateStatus.WAITING: "yellow",
 }
 
 
@@ -101,6 +102,7 @@ def teammate_json(mate: corral.TeammateInfo) -> dict[str, Any]:
         "roles": list(mate.roles),
         "require_plan_approval": mate.require_plan_approval,
         "held_task_ids": list(mate.held_task_ids),
+        "waiting_for_task_ids": list(mate.waiting_for_task_ids),
     }
 
 
@@ -200,9 +202,14 @@ def teammates_table(mates: Iterable[corral.TeammateInfo]) -> Table:
             styled(mate.status),
             escape(", ".join(mate.roles) or "-"),
             "required" if mate.require_plan_approval else "-",
-            escape(", ".join(mate.held_task_ids) or "-"),
+            escape(", ".join(mate.held_task_ids) or _waiting_for(mate)),
         )
     return result
+
+
+def _waiting_for(mate: corral.TeammateInfo) -> str:
+    # A waiting teammate holds nothing; what it waits for fills the column instead.
+    return f"(waits for {', '.join(mate.waiting_for_task_ids)})" if mate.waiting_for_task_ids else "-"
 
 
 def task_detail(task: corral.Task) -> Table:

@@ -29,6 +29,7 @@ class TeammateStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TEAMMATE_STATUS_AWAITING_PLAN: _ClassVar[TeammateStatus]
     TEAMMATE_STATUS_SHUTTING_DOWN: _ClassVar[TeammateStatus]
     TEAMMATE_STATUS_REMOVED: _ClassVar[TeammateStatus]
+    TEAMMATE_STATUS_WAITING: _ClassVar[TeammateStatus]
 
 class TeammateChangeReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -42,6 +43,7 @@ class TeammateChangeReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TEAMMATE_CHANGE_REASON_BUSY: _ClassVar[TeammateChangeReason]
     TEAMMATE_CHANGE_REASON_AWAITING_PLAN: _ClassVar[TeammateChangeReason]
     TEAMMATE_CHANGE_REASON_ADDED: _ClassVar[TeammateChangeReason]
+    TEAMMATE_CHANGE_REASON_WAITING: _ClassVar[TeammateChangeReason]
 TASK_STATE_UNSPECIFIED: TaskState
 TASK_STATE_PENDING: TaskState
 TASK_STATE_IN_PROGRESS: TaskState
@@ -55,6 +57,7 @@ TEAMMATE_STATUS_BUSY: TeammateStatus
 TEAMMATE_STATUS_AWAITING_PLAN: TeammateStatus
 TEAMMATE_STATUS_SHUTTING_DOWN: TeammateStatus
 TEAMMATE_STATUS_REMOVED: TeammateStatus
+TEAMMATE_STATUS_WAITING: TeammateStatus
 TEAMMATE_CHANGE_REASON_UNSPECIFIED: TeammateChangeReason
 TEAMMATE_CHANGE_REASON_JOINED: TeammateChangeReason
 TEAMMATE_CHANGE_REASON_IDLE: TeammateChangeReason
@@ -65,6 +68,7 @@ TEAMMATE_CHANGE_REASON_REMOVED: TeammateChangeReason
 TEAMMATE_CHANGE_REASON_BUSY: TeammateChangeReason
 TEAMMATE_CHANGE_REASON_AWAITING_PLAN: TeammateChangeReason
 TEAMMATE_CHANGE_REASON_ADDED: TeammateChangeReason
+TEAMMATE_CHANGE_REASON_WAITING: TeammateChangeReason
 
 class TaskSpec(_message.Message):
     __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "max_attempts", "lease_duration", "required_role")
@@ -129,18 +133,20 @@ class Task(_message.Message):
     def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., required_role: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., owner: _Optional[str] = ..., attempt: _Optional[int] = ..., result: _Optional[bytes] = ..., error: _Optional[str] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Teammate(_message.Message):
-    __slots__ = ("name", "roles", "status", "require_plan_approval", "held_task_ids")
+    __slots__ = ("name", "roles", "status", "require_plan_approval", "held_task_ids", "waiting_for_task_ids")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ROLES_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     REQUIRE_PLAN_APPROVAL_FIELD_NUMBER: _ClassVar[int]
     HELD_TASK_IDS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FOR_TASK_IDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     roles: _containers.RepeatedScalarFieldContainer[str]
     status: TeammateStatus
     require_plan_approval: bool
     held_task_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., status: _Optional[_Union[TeammateStatus, str]] = ..., require_plan_approval: _Optional[bool] = ..., held_task_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    waiting_for_task_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., status: _Optional[_Union[TeammateStatus, str]] = ..., require_plan_approval: _Optional[bool] = ..., held_task_ids: _Optional[_Iterable[str]] = ..., waiting_for_task_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Message(_message.Message):
     __slots__ = ("seq", "send_time", "sender", "body")

@@ -20,6 +20,7 @@ TEAMMATE_REASONS: dict[str, pb.TeammateChangeReason] = {
     "removed": pb.TEAMMATE_CHANGE_REASON_REMOVED,
     "busy": pb.TEAMMATE_CHANGE_REASON_BUSY,
     "awaiting_plan": pb.TEAMMATE_CHANGE_REASON_AWAITING_PLAN,
+    "waiting": pb.TEAMMATE_CHANGE_REASON_WAITING,
 }
 
 
@@ -103,6 +104,7 @@ def teammate(record: TeammateRecord) -> pb.Teammate:
         status=int(record.status),  # type: ignore[arg-type]
         require_plan_approval=record.require_plan_approval,
         held_task_ids=record.held_task_ids,
+        waiting_for_task_ids=record.waiting_for_task_ids,
     )
 
 

@@ -53,6 +53,7 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
         try:
             await self._board.set_online(name, True)
             idle_polls = 0
+            waiting = False  # as last recorded: idle, or waiting for work still to come
             # Checks go to the writer, where many streams' checks share one
             # transaction; only a wake-up for an inbox item (a message or a
             # control message, never a chance to claim) is answered by a read
@@ -70,6 +71,8 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
                             failpoints.hit("after_claim_sent")
                     stream.mark_sent(items)
                     idle_polls = 0
+                    if any(isinstance(item, ClaimGrant) for item in items):
+                        waiting = False  # the claim made it busy; the next quiet poll looks again
                     if not stream.settled(items):
                         continue
                 if await self._wait(stream, interval):
@@ -80,7 +83,11 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
                 # waiting for work (a dependency still running), not idle.
                 if stream.sent_tokens:
                     continue
-                if await self._board.work_remains_for(name, stream.roles):
+                still_to_come = bool(await self._board.work_waited_for(name, stream.roles))
+                if still_to_come != waiting:  # written only when it changes
+                    waiting = still_to_come
+                    await self._board.set_waiting(name, waiting)
+                if waiting:
                     idle_polls = 0
                     continue
                 idle_polls += 1

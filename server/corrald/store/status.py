@@ -16,6 +16,7 @@ _STATUS_REASON = {
     TeammateStatus.AWAITING_PLAN: "awaiting_plan",
     TeammateStatus.SHUTTING_DOWN: "shutting_down",
     TeammateStatus.REMOVED: "removed",
+    TeammateStatus.WAITING: "waiting",
 }
 
 _STATUS_QUERY = (
@@ -48,6 +49,10 @@ def _status(conn: sqlite3.Connection, name: str) -> tuple[TeammateStatus, int]:
         return TeammateStatus.OFFLINE, stored
     if require_plan and not plan_approved(conn, name, acked):
         return TeammateStatus.AWAITING_PLAN, stored
+    # Idle or waiting: which one only the teammate's stream finds out, when a
+    # poll interval passes (`set_waiting`); every other change keeps it.
+    if stored == TeammateStatus.WAITING:
+        return TeammateStatus.WAITING, stored
     return TeammateStatus.IDLE, stored
 
 
@@ -57,6 +62,17 @@ def refresh_status(tx: Txn, name: str, *, reason: str | None = None, force: bool
     if status == stored and not force:
         return
     _store_status(tx, name, status, reason)
+
+
+def set_waiting(tx: Txn, name: str, waiting: bool) -> None:
+    """An idle teammate's stream found work it could take still to come (or none left)."""
+    frm, to = (
+        (TeammateStatus.IDLE, TeammateStatus.WAITING) if waiting else (TeammateStatus.WAITING, TeammateStatus.IDLE)
+    )
+    if tx.conn.execute(
+        "UPDATE teammates SET status = ? WHERE name = ? AND status = ?", (int(to), name, int(frm))
+    ).rowcount:
+        emit(tx, "teammate_changed", {"name": name, "status": int(to), "reason": _STATUS_REASON[to]})
 
 
 def mark_busy(tx: Txn, name: str) -> None:

@@ -284,8 +284,8 @@ def any_ready(conn: sqlite3.Connection, roles: Iterable[str]) -> bool:
     return _first_ready(conn, roles) is not None
 
 
-def work_remains_for(conn: sqlite3.Connection, teammate: str, roles: Iterable[str]) -> bool:
-    """Whether an unfinished task remains that `teammate` could ever take.
+def work_waited_for(conn: sqlite3.Connection, teammate: str, roles: Iterable[str], limit: int = 10) -> list[str]:
+    """Up to `limit` unfinished tasks that `teammate` could still take, in board order.
 
     PENDING, ready or not (its dependencies may still complete), or IN_PROGRESS
     under another holder (that claim may end and the task come back), and
@@ -295,11 +295,11 @@ def work_remains_for(conn: sqlite3.Connection, teammate: str, roles: Iterable[st
     roles = list(roles)
     marks = ",".join("?" * len(roles))
     role_test = f"required_role IN ('', {marks})" if roles else "required_role = ''"
-    row = conn.execute(
-        f"SELECT 1 FROM tasks WHERE (state = 1 OR (state = 2 AND owner != ?)) AND {role_test} LIMIT 1",
-        (teammate, *roles),
-    ).fetchone()
-    return row is not None
+    rows = conn.execute(
+        f"SELECT id FROM tasks WHERE (state = 1 OR (state = 2 AND owner != ?)) AND {role_test} ORDER BY seq LIMIT ?",
+        (teammate, *roles, limit),
+    )
+    return [task_id for (task_id,) in rows]
 
 
 def any_lease_ended(conn: sqlite3.Connection, now_ms: int) -> bool:

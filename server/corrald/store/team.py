@@ -9,7 +9,7 @@ from .. import errors
 from ..model import ClaimOutcome, TeammateRecord, TeammateStatus, TeammateView, Txn
 from .events import emit
 from .status import refresh_status
-from .tasks import release_all
+from .tasks import release_all, work_waited_for
 
 
 def add_teammate(tx: Txn, name: str, roles: tuple[str, ...], require_plan: bool, token_hash: bytes) -> TeammateRecord:
@@ -39,7 +39,9 @@ def teammate_row(conn: sqlite3.Connection, name: str) -> tuple:
 def get_teammate(conn: sqlite3.Connection, name: str) -> TeammateRecord:
     roles, require_plan, _, _, status, _, _ = teammate_row(conn, name)
     held = tuple(r[0] for r in conn.execute("SELECT id FROM tasks WHERE owner = ? AND state = 2 ORDER BY seq", (name,)))
-    return TeammateRecord(name, tuple(json.loads(roles)), bool(require_plan), TeammateStatus(status), held)
+    role_list = tuple(json.loads(roles))
+    waiting_for = tuple(work_waited_for(conn, name, role_list)) if status == TeammateStatus.WAITING else ()
+    return TeammateRecord(name, role_list, bool(require_plan), TeammateStatus(status), held, waiting_for)
 
 
 def list_teammates(conn: sqlite3.Connection) -> list[TeammateRecord]:
