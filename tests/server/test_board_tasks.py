@@ -10,6 +10,7 @@ import pytest
 from boardkit import spec
 
 from corrald import errors
+from corrald.store import tasks
 from corrald.model import TaskState
 
 pytestmark = pytest.mark.timeout(30)
@@ -481,3 +482,37 @@ def test_events_record_each_state_change_in_order(team):
     team.complete("w1", "a", grant.token)
     changes = [json.loads(data)["state"] for _, _, data in team.events("task_changed")]
     assert changes == [PENDING, IN_PROGRESS, COMPLETED]
+
+
+# ---------------------------------------------------------------- work still to come (the idle budget)
+
+
+def waited_for(board, name: str, roles: tuple[str, ...] = ()) -> list[str]:
+    return board.call(lambda tx: tasks.work_waited_for(tx.conn, name, roles))
+
+
+def test_work_still_to_come_is_what_a_teammate_could_yet_take(team, clock):
+    team.create(
+        spec("a"),
+        spec("b", "a"),  # pending, not ready: a may complete
+        spec("r", "a", required_role="reviewer"),  # not for w1's roles
+        spec("gone"),
+    )
+    team.cancel("gone")
+    assert waited_for(team, "w1") == ["a", "b"]
+    grant = team.claim("w2")
+    assert grant.task.id == "a"
+    # a is held by another teammate: it may come back, so it still counts for w1;
+    # for its holder it does not (a claim held is not work to wait for).
+    assert waited_for(team, "w1") == ["a", "b"]
+    assert waited_for(team, "w2") == ["b"]
+    assert waited_for(team, "w1", ("reviewer",)) == ["a", "b", "r"]
+    clock.advance(grant.lease_expire_ms - clock.now_ms())  # a's lease ends; the reaper takes it back
+    team.reap()
+    assert team.state("a") is PENDING and waited_for(team, "w2") == ["a", "b"]
+    grant = team.claim("w1")
+    team.complete("w1", grant.task.id, grant.token)
+    ready = team.claim("w1")
+    team.complete("w1", ready.task.id, ready.token)
+    # Only the reviewer's task is left: nothing for w1, which may now spend its idle budget.
+    assert waited_for(team, "w1") == [] and waited_for(team, "w1", ("reviewer",)) == ["r"]
