@@ -10,8 +10,8 @@ import pytest
 from boardkit import spec
 
 from corrald import errors
-from corrald.store import tasks
 from corrald.model import TaskState
+from corrald.store import tasks
 
 pytestmark = pytest.mark.timeout(30)
 
