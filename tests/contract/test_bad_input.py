@@ -240,6 +240,41 @@ NOT_FOUND = {
 }
 
 
+LONG = "a" * 6000  # with the error echoing it, over gRPC's cap on trailing metadata
+
+# What a call naming a 6,000-character id must answer (not RESOURCE_EXHAUSTED for a huge trailer).
+LONG_ID_CALLS = {
+    "get_task": (lambda w: w.daemon.lead.board.GetTask(pb.GetTaskRequest(task_id=LONG)), "NOT_FOUND"),
+    "cancel_tasks": (lambda w: w.daemon.lead.lead.CancelTasks(pb.CancelTasksRequest(ids=[LONG])), "NOT_FOUND"),
+    "remove_teammate": (lambda w: w.daemon.lead.lead.RemoveTeammate(pb.RemoveTeammateRequest(name=LONG)), "NOT_FOUND"),
+    "request_shutdown": (
+        lambda w: w.daemon.lead.lead.RequestShutdown(pb.RequestShutdownRequest(name=LONG)),
+        "NOT_FOUND",
+    ),
+    "decide_plan": (lambda w: w.daemon.lead.lead.DecidePlan(pb.DecidePlanRequest(plan_id=LONG)), "NOT_FOUND"),
+    "send_message": (lambda w: w.daemon.lead.board.SendMessage(pb.SendMessageRequest(to=LONG, body="x")), "NOT_FOUND"),
+    "complete_task": (
+        lambda w: w.mate.teammate.CompleteTask(pb.CompleteTaskRequest(task_id=LONG, claim_token="x")),
+        "NOT_FOUND",
+    ),
+    "respond_shutdown": (
+        lambda w: w.mate.teammate.RespondShutdown(pb.RespondShutdownRequest(request_id=LONG, approve=True)),
+        "NOT_FOUND",
+    ),
+}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("case", list(LONG_ID_CALLS))
+def test_an_error_never_echoes_unbounded_input(world, case):
+    call, expected = LONG_ID_CALLS[case]
+    before = snapshot(world.daemon)
+    error = rpc_error(call, world)
+    assert error.code() == getattr(grpc.StatusCode, expected), (error.code(), error.details()[:200])
+    assert len(error.details()) <= 1000, "the message was not bounded"
+    assert snapshot(world.daemon) == before
+
+
 @pytest.mark.timeout(30)
 def test_get_task_takes_task_id_or_its_first_name_id(world):
     board = world.daemon.lead.board

@@ -40,6 +40,20 @@ def code_for(error: BaseException) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+# Errors quote what the caller sent (an id, a name), and a caller may send a
+# megabyte: the whole status travels in trailing metadata, which gRPC caps at
+# 8-16 KiB, so an unbounded echo turns NOT_FOUND into RESOURCE_EXHAUSTED.
+# These bounds keep every status far below the cap (the message appears in
+# grpc-message and again, base64-encoded, in the details).
+MESSAGE_MAX_CHARS = 1000
+DETAIL_MAX_CHARS = 200
+
+
+def bounded(text: str, limit: int) -> str:
+    """`text`, cut to `limit` characters with an ellipsis when it is longer."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _pack(message) -> any_pb2.Any:
     packed = any_pb2.Any()
     packed.Pack(message)
@@ -54,13 +68,18 @@ def to_status(error: BaseException) -> grpc.Status:
         message, reason, metadata = str(error), "COMMIT_FAILED", {}
     else:
         message, reason, metadata = "internal error", "INTERNAL", {}
+    message = bounded(message, MESSAGE_MAX_CHARS)
+    metadata = {bounded(k, DETAIL_MAX_CHARS): bounded(str(v), DETAIL_MAX_CHARS) for k, v in metadata.items()}
     details = [_pack(error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=metadata))]
     if isinstance(error, errors.InvalidArgument):
         details.append(
             _pack(
                 error_details_pb2.BadRequest(
                     field_violations=[
-                        error_details_pb2.BadRequest.FieldViolation(field=error.field, description=error.description)
+                        error_details_pb2.BadRequest.FieldViolation(
+                            field=bounded(error.field, DETAIL_MAX_CHARS),
+                            description=bounded(error.description, MESSAGE_MAX_CHARS),
+                        )
                     ]
                 )
             )
