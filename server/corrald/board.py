@@ -133,7 +133,7 @@ class Board:
 
     async def add_teammate(self, name: str, roles: Sequence[str], require_plan: bool) -> tuple[TeammateRecord, str]:
         validate.check_id("name", name, self.limits)
-        if name in validate.RESERVED_NAMES:
+        if name.casefold() in validate.RESERVED_NAMES:  # "Lead" would read as the lead
             raise errors.InvalidArgument("name", f"{name!r} is reserved")
         if len(roles) > self.limits.roles_max:
             raise errors.InvalidArgument("roles", f"more than {self.limits.roles_max} roles")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 from collections.abc import Sequence
 
 from .config import Limits
@@ -13,13 +14,31 @@ from .model import TaskSpec
 RESERVED_NAMES = frozenset({"lead", "*"})
 
 
+# Unicode categories no id or title may hold: controls (C0, DEL, C1), format
+# characters (U+202E turns text around, U+FEFF and zero widths hide in it),
+# surrogates, private use and unassigned code points. A terminal board or a
+# log would otherwise show something other than what is stored.
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})
+
+
+def _unprintable(text: str) -> bool:
+    return any(unicodedata.category(ch) in _UNPRINTABLE for ch in text)
+
+
 def check_id(field: str, value: str, limits: Limits) -> None:
     if not value:
         raise InvalidArgument(field, "must not be empty")
     if len(value) > limits.name_max_chars:
         raise InvalidArgument(field, f"longer than {limits.name_max_chars} characters")
-    if any(ch.isspace() or ord(ch) < 32 for ch in value) or "\x00" in value:
-        raise InvalidArgument(field, "must not contain whitespace or control characters")
+    if any(ch.isspace() for ch in value) or _unprintable(value):
+        raise InvalidArgument(field, "must not contain whitespace, control, format or unassigned characters")
+
+
+def check_title(field: str, value: str, limits: Limits) -> None:
+    if len(value) > limits.title_max_chars:
+        raise InvalidArgument(field, f"longer than {limits.title_max_chars} characters")
+    if _unprintable(value):
+        raise InvalidArgument(field, "must not contain control, format or unassigned characters (one printable line)")
 
 
 def check_text(field: str, value: str, max_bytes: int) -> None:
@@ -43,8 +62,7 @@ def defaulted(field: str, value: int, default: int, low: int, high: int, unit: s
 def normalize_spec(index: int, raw: TaskSpec, limits: Limits) -> TaskSpec:
     at = f"tasks[{index}]"
     check_id(f"{at}.id", raw.id, limits)
-    if len(raw.title) > limits.title_max_chars:
-        raise InvalidArgument(f"{at}.title", f"longer than {limits.title_max_chars} characters")
+    check_title(f"{at}.title", raw.title, limits)
     check_text(f"{at}.description", raw.description, limits.text_max_bytes)
     if len(raw.payload) > limits.blob_max_bytes:
         raise InvalidArgument(f"{at}.payload", f"larger than {limits.blob_max_bytes} bytes")

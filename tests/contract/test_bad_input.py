@@ -115,6 +115,20 @@ CASES = {
     "lease_25_h": (create(_with_lease("long", _raw_duration(25 * 3600))), {"tasks[0].lease_duration"}),
     "lease_negative": (create(_with_lease("neg", _raw_duration(-5))), {"tasks[0].lease_duration"}),
     "lease_negative_nanos": (create(_with_lease("negn", _raw_duration(0, -1))), {"tasks[0].lease_duration"}),
+    "lease_nanos_past_a_second": (
+        create(spec("fine"), _with_lease("nanos", _raw_duration(1, 2_000_000_000))),
+        {"tasks[1].lease_duration"},
+    ),
+    "lease_nanos_against_the_sign_of_seconds": (
+        create(_with_lease("mixed", _raw_duration(5, -1))),
+        {"tasks[0].lease_duration"},
+    ),
+    "id_with_del": (create(spec("del\x7f")), {"tasks[0].id"}),
+    "id_with_c1_control": (create(spec("c1\x9b")), {"tasks[0].id"}),
+    "id_with_right_to_left_override": (create(spec("evil\u202etxt")), {"tasks[0].id"}),
+    "id_with_byte_order_mark": (create(spec("\ufeffbom")), {"tasks[0].id"}),
+    "title_with_ansi_escape": (create(spec("ansi", title="\x1b[2Jcleared")), {"tasks[0].title"}),
+    "id_with_zero_width_space": (create(spec("zw\u200bid")), {"tasks[0].id"}),
     "max_attempts_101": (create(spec("many", max_attempts=101)), {"tasks[0].max_attempts"}),
     "max_attempts_negative": (create(spec("negative", max_attempts=-1)), {"tasks[0].max_attempts"}),
     "batch_of_10001": (lambda w: create(*(spec(f"many-{i}") for i in range(10_001)))(w), {"tasks"}),
@@ -140,6 +154,9 @@ CASES = {
     "grace_25_h": (shutdown(_raw_duration(25 * 3600)), {"grace"}),
     "teammate_name_empty": (add_teammate(""), {"name"}),
     "teammate_name_lead": (add_teammate("lead"), {"name"}),
+    "teammate_name_lead_capitalised": (add_teammate("Lead"), {"name"}),
+    "poll_interval_nanos_past_a_second": (idle(poll_interval=_raw_duration(0, 1_500_000_000)), {"poll_interval"}),
+    "grace_nanos_past_a_second": (shutdown(_raw_duration(10, 1_000_000_000)), {"grace"}),
     "teammate_name_star": (add_teammate("*"), {"name"}),
     "teammate_name_whitespace": (add_teammate("two words"), {"name"}),
     "cancel_nothing": (lambda w: w.daemon.lead.lead.CancelTasks(pb.CancelTasksRequest()), {"ids"}),
@@ -367,3 +384,15 @@ def test_in_range_durations_with_sub_millisecond_precision_are_not_refused(daemo
     else:
         mate = daemon.add_teammate()
         daemon.lead.lead.RequestShutdown(pb.RequestShutdownRequest(name=mate.name, grace=precise))
+
+
+@pytest.mark.timeout(30)
+def test_a_plan_is_named_only_by_the_id_the_daemon_gave_it(daemon):
+    mate = daemon.add_teammate(require_plan_approval=True)
+    plan_id = mate.teammate.SubmitPlan(pb.SubmitPlanRequest(plan="do it")).plan_id
+    # "0001" would decide plan 1 but deliver plan_id "0001", which its author does not recognise.
+    error = rpc_error(daemon.lead.lead.DecidePlan, pb.DecidePlanRequest(plan_id=f"000{plan_id}", approve=True))
+    assert error.code() == grpc.StatusCode.NOT_FOUND, error.details()
+    daemon.lead.lead.DecidePlan(pb.DecidePlanRequest(plan_id=plan_id, approve=True))
+    decision = mate.idle().next_event("plan_decision")
+    assert decision.plan_id == plan_id and decision.approve

@@ -7,6 +7,7 @@ from google.protobuf import message as pb_message
 
 from corral.v1 import corral_pb2 as pb
 
+from ..errors import InvalidArgument
 from ..model import ClaimGrant, Event, InboxItem, TaskRecord, TaskSpec, TeammateRecord
 from ..stream import StreamItem
 
@@ -34,7 +35,7 @@ def duration(ms: int) -> duration_pb2.Duration:
     return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
-def duration_ms(message: pb_message.Message, field: str) -> int:
+def duration_ms(message: pb_message.Message, field: str, at: str = "") -> int:
     """A Duration field in whole ms, rounded up; unset or zero means "default" (0).
 
     Rounding up keeps a set value from ever turning into 0 ("default"); a
@@ -43,13 +44,20 @@ def duration_ms(message: pb_message.Message, field: str) -> int:
     if not message.HasField(field):
         return 0
     value: duration_pb2.Duration = getattr(message, field)
+    # A Duration's nanos lie within ±999,999,999 and share the sign of its
+    # seconds (google/protobuf/duration.proto); anything else is malformed,
+    # not a longer span.
+    if abs(value.nanos) > 999_999_999 or value.seconds * value.nanos < 0:
+        path = f"{at}.{field}" if at else field
+        raise InvalidArgument(path, f"not a valid Duration (seconds {value.seconds}, nanos {value.nanos})")
     nanos = value.seconds * 1_000_000_000 + value.nanos
     if nanos < 0:
         return -1
     return -(-nanos // 1_000_000)
 
 
-def task_spec(message: pb.TaskSpec) -> TaskSpec:
+def task_spec(message: pb.TaskSpec, at: str = "") -> TaskSpec:
+    """The wire TaskSpec; `at` ("tasks[3]") names it in errors."""
     return TaskSpec(
         id=message.id,
         title=message.title,
@@ -58,7 +66,7 @@ def task_spec(message: pb.TaskSpec) -> TaskSpec:
         depends_on=tuple(message.depends_on),
         priority=message.priority,
         max_attempts=message.max_attempts,
-        lease_ms=duration_ms(message, "lease_duration"),
+        lease_ms=duration_ms(message, "lease_duration", at),
         required_role=message.required_role,
     )
 

@@ -19,7 +19,7 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
         self._hub = hub
 
     async def CreateTasks(self, request: pb.CreateTasksRequest, context, identity: Identity) -> pb.CreateTasksResponse:
-        specs = [convert.task_spec(spec) for spec in request.tasks]
+        specs = [convert.task_spec(spec, f"tasks[{i}]") for i, spec in enumerate(request.tasks)]
         batch = await self._board.create_batch(specs, request.request_id)
         # A batch may carry 10,000 payloads; echoing them would make the reply
         # larger than the request and than a default client accepts.

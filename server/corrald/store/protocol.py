@@ -23,8 +23,12 @@ def submit_plan(tx: Txn, author: str, body: str) -> str:
 
 
 def _row_id(text: str) -> int:
-    """An id the daemon issued ("42"), or -1, which matches nothing."""
-    if text.isascii() and text.isdigit() and len(text) <= 18:
+    """An id the daemon issued ("42"), or -1, which matches nothing.
+
+    Only the daemon's own spelling matches: "0042" names no plan, since the
+    decision would go out carrying "0042" and the author compares the text.
+    """
+    if text.isascii() and text.isdigit() and len(text) <= 18 and str(int(text)) == text:
         return int(text)
     return -1
 
