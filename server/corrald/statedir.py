@@ -74,6 +74,10 @@ class StateDir:
         """The Lead's credential: made on first start, private to the owner."""
         path = self.paths.lead_token
         if path.exists():
+            # A token someone left readable by others (copied in, or made by
+            # hand) is a credential on show: make it the owner's alone.
+            if path.stat().st_mode & 0o077:
+                os.chmod(path, 0o600)
             return path.read_text().strip()
         token = "corral-lead-" + secrets.token_urlsafe(32)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)

@@ -138,3 +138,13 @@ def test_a_file_in_place_of_the_directory_is_a_state_dir_error(state, tmp_path):
     with pytest.raises(StateDirError) as caught:
         state(root).acquire()
     assert "not a directory" in str(caught.value)
+
+
+@pytest.mark.timeout(10)
+def test_a_lead_token_readable_by_others_is_made_private(state, tmp_path):
+    sd = state()
+    sd.acquire()
+    token = sd.lead_token()
+    os.chmod(sd.paths.lead_token, 0o644)
+    assert sd.lead_token() == token, "the token is kept, not replaced"
+    assert stat.S_IMODE(sd.paths.lead_token.stat().st_mode) == 0o600
