@@ -18,11 +18,14 @@ RESERVED_NAMES = frozenset({"lead", "*"})
 # characters (U+202E turns text around, U+FEFF and zero widths hide in it),
 # surrogates, private use and unassigned code points. A terminal board or a
 # log would otherwise show something other than what is stored.
+# The two joiners are format characters too, but scripts (ZWNJ) and emoji
+# sequences such as the rainbow flag (ZWJ) need them.
 _UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})
+_JOINERS = frozenset({"\u200c", "\u200d"})
 
 
 def _unprintable(text: str) -> bool:
-    return any(unicodedata.category(ch) in _UNPRINTABLE for ch in text)
+    return any(unicodedata.category(ch) in _UNPRINTABLE and ch not in _JOINERS for ch in text)
 
 
 def check_id(field: str, value: str, limits: Limits) -> None:

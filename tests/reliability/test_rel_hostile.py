@@ -8,6 +8,7 @@ import base64
 import collections
 import itertools
 import random
+import unicodedata
 
 import grpc
 import pytest
@@ -485,9 +486,6 @@ _IDS = [
     "';DROP/**/TABLE/**/tasks;--",
     "x'OR'1'='1",
     "😀",
-    "\U0010fffd",
-    "\u202e",
-    "\x7f",
     'a"b',
     "Robert');DROP/**/TABLE/**/teammates;--",
     "%",
@@ -510,6 +508,15 @@ _IDS = [
     "*x",
     "lead2",
 ]
+# Refused as ids (and names, roles): what a terminal or a log would show
+# otherwise than stored (controls, bidi overrides, invisible or unassigned).
+_REFUSED_IDS = ["\u202e", "\x7f", "\x9b", "\ufeffbom", "a\u200bb", "\U0010fffd", "\x00"]
+
+
+def _printable(text: str) -> str:
+    """`text` as a title may hold it: no control, format or unassigned characters."""
+    unprintable = ("Cc", "Cf", "Cs", "Co", "Cn")
+    return "".join(ch for ch in text if unicodedata.category(ch) not in unprintable or ch in "\u200c\u200d")
 
 
 def _text(i: int) -> str:
@@ -538,7 +545,7 @@ def test_hostile_strings_round_trip_byte_exact(daemon, figures):
     expected_answers: list[tuple[str, str]] = []
     for i, hostile_id in enumerate(_IDS):
         text = _text(i)
-        title = text[:200]
+        title = _printable(text)[:200]
         payload = bytes(range(256)) * (i + 1) + text.encode()
         token = lead.add_teammate(hostile_id, roles=[hostile_id])
         mates = {t.name: t for t in lead.board.ListTeammates(pb.ListTeammatesRequest(), metadata=lead.md).teammates}
@@ -654,6 +661,18 @@ def test_hostile_strings_round_trip_byte_exact(daemon, figures):
             mismatches.append(f"past limit {field}: accepted")
         except grpc.RpcError as error:
             refused[error.code().name] += 1
+    # Unprintable ids, names and roles are refused, each with INVALID_ARGUMENT.
+    for bad in _REFUSED_IDS:
+        for what, call in (
+            ("task id", lambda bad=bad: lead.create([pb.TaskSpec(id=bad, title="t")])),
+            ("teammate name", lambda bad=bad: lead.add_teammate(bad)),
+            ("role", lambda bad=bad: lead.add_teammate("fine-name", roles=[bad])),
+        ):
+            try:
+                call()
+                mismatches.append(f"{what} {bad!r}: accepted")
+            except grpc.RpcError as error:
+                same(f"refused {what}", error.code(), grpc.StatusCode.INVALID_ARGUMENT)
     body = "😀" * (limits.text_max_bytes // 4)
     lead.board.SendMessage(pb.SendMessageRequest(to="planner", body=body), metadata=lead.md)
     for what, call in (
