@@ -1,7 +1,8 @@
 """The daemon's activity log: one info line for each thing that happened on the board.
 
 Store functions note what they did on the job's `Wakes` (`note("claimed", ...)`);
-the writer hands a batch's notes over only after its COMMIT, so the log never
+the writer hands a batch's notes to the wake hub only after its COMMIT, and
+the hub writes them on the event loop, off the writer's path. The log never
 tells of a claim or a completion that was rolled back. Lines carry names, task
 ids, attempts and fences, never a token. With `--log-format json` each line is
 one JSON object whose `activity` field holds the event and its fields.

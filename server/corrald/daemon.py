@@ -105,7 +105,9 @@ def assemble(
     board = Board(database, clock=clock, limits=config.limits, writer_config=config.writer, lead_token=lead_token)
     writer = board.writer
     reaper = Reaper(board)  # reclaims expired leases and runs out shutdown graces, on a timer
-    hub = WakeHub(loop, on_deadline=reaper.schedule, clock=clock)
+    # The activity log is written here, on the loop, not by the writer thread,
+    # whose time between commits is the board's throughput.
+    hub = WakeHub(loop, on_deadline=reaper.schedule, clock=clock, on_activity=activity.write)
     lanes = CallLanes(config.lanes)
     metrics = Metrics(board, hub, lanes) if config.metrics else None
 
@@ -119,8 +121,6 @@ def assemble(
         if metrics is not None:
             metrics.observe_wakes(wakes)
         hub.post(wakes)
-        if wakes.activity:
-            activity.write(wakes.activity)
 
     writer.on_commit = committed
     if metrics is not None:

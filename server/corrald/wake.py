@@ -16,11 +16,17 @@ from .stream import StreamState
 
 class WakeHub:
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, on_deadline: Callable[[int], None], clock: Clock | None = None
+        self,
+        loop: asyncio.AbstractEventLoop,
+        on_deadline: Callable[[int], None],
+        clock: Clock | None = None,
+        *,
+        on_activity: Callable[[list[tuple[str, dict[str, object]]]], None] | None = None,
     ) -> None:
         self._loop = loop
         self._clock = clock or SystemClock()
         self._on_deadline = on_deadline
+        self._on_activity = on_activity
         self._streams: dict[str, StreamState] = {}  # the open Idle streams
         self._board_moved = asyncio.Event()
         self._closed = asyncio.Event()
@@ -108,6 +114,8 @@ class WakeHub:
             self._board_moved = asyncio.Event()
         if wakes.next_deadline_ms is not None:
             self._on_deadline(wakes.next_deadline_ms)
+        if wakes.activity and self._on_activity is not None:
+            self._on_activity(wakes.activity)
 
     def _wake_for_ready(self, role: str, count: int) -> None:
         # Wake as many waiting streams (with a free slot) as tasks became

@@ -169,3 +169,23 @@ def test_only_wakes_that_may_lead_to_a_claim_mark_the_stream_claim_likely():
         assert taker.event.is_set() and taker.claim_likely
 
     run(test)
+
+
+@pytest.mark.timeout(10)
+def test_committed_activity_is_written_on_the_loop_not_the_posting_thread():
+    async def main():
+        written: list[tuple[list, str]] = []
+        hub = WakeHub(
+            asyncio.get_running_loop(),
+            lambda ms: None,
+            on_activity=lambda notes: written.append((list(notes), threading.current_thread().name)),
+        )
+        wakes = Wakes()
+        wakes.note("completed", task="a", teammate="ann")
+        poster = threading.Thread(target=hub.post, args=(wakes,), name="writer")
+        poster.start()
+        poster.join(5)
+        await settle()
+        return written
+
+    assert asyncio.run(main()) == [([("completed", {"task": "a", "teammate": "ann"})], "MainThread")]

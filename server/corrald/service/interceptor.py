@@ -79,7 +79,7 @@ class CorralInterceptor(grpc.aio.ServerInterceptor):
         return identity
 
     async def intercept_service(self, continuation, handler_call_details):
-        method = str(handler_call_details.method)
+        method = handler_call_details.method
         handler = await continuation(handler_call_details)
         if handler is None or method.startswith(OPEN):
             return handler
