@@ -65,9 +65,9 @@ def _grow(database, start: int, stop: int) -> float:
                 )
                 for i in range(low, min(stop, low + BUILD_BATCH))
             ]
-            specs = validate.normalize_batch(raw, Limits())
+            batch = validate.prepare_batch(raw, Limits())
             conn.execute("BEGIN IMMEDIATE")
-            tasks.create_tasks(Txn(conn, time.time_ns() // 1_000_000), specs)
+            tasks.create_batch(Txn(conn, time.time_ns() // 1_000_000), batch)
             conn.execute("COMMIT")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:

@@ -60,7 +60,6 @@ class _Pending:
     future: concurrent.futures.Future | asyncio.Future
     loop: asyncio.AbstractEventLoop | None
     owner: str
-    queued_ms: int  # the clock when the job was submitted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +164,7 @@ class Writer:
     def submit(self, job: Job[T]) -> concurrent.futures.Future[T]:
         """Queues a job from any thread; the future resolves after COMMIT."""
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._enqueue(_Pending(job, future, None, job_owner.get(), self._clock.now_ms()))
+        self._enqueue(_Pending(job, future, None, job_owner.get()))
         return future
 
     async def run(self, job: Job[T]) -> T:
@@ -177,7 +176,7 @@ class Writer:
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        pending = _Pending(job, future, loop, job_owner.get(), self._clock.now_ms())
+        pending = _Pending(job, future, loop, job_owner.get())
         try:
             self._enqueue(pending, count_refusal=False)
         except Overloaded:
@@ -308,10 +307,10 @@ class Writer:
             outcomes: list[tuple[bool, Any, Wakes | None]] = []
             while len(outcomes) < len(batch) or self._grow(batch, owners, take_until):
                 pending = batch[len(outcomes)]
-                # A job that joined after `now` was read acts no earlier than it was
-                # submitted: its effects (a claim's time, a lease's end) must not
-                # precede the call that caused them. So `now` never goes back.
-                now = max(now, pending.queued_ms)
+                # Each job acts at the instant it runs: a lease it renews or grants is
+                # measured from then, not from the start of a batch that an earlier
+                # job may have made long. `now` never goes back within a batch.
+                now = max(now, self._clock.now_ms())
                 outcomes.append(self._run_job(conn, pending, now))
                 if not conn.in_transaction:
                     # SQLite rolled the whole transaction back (e.g. disk full):
