@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
+import logging
 import pathlib
 import secrets
 from collections.abc import Callable, Sequence
@@ -33,6 +34,8 @@ class Identity:
 
 
 LEAD = "lead"
+
+log = logging.getLogger("corrald.board")
 
 
 def token_hash(token: str) -> bytes:
@@ -90,6 +93,14 @@ class Board:
         """Starts the writer, recovers from a previous life, loads credentials."""
         self.writer.start()
         self.readers = ReaderPool(self._database, size=self._reader_count)
+        # One time base per board: if the host's wall clock now reads earlier
+        # than the previous daemon got (stepped back between runs), this daemon
+        # carries on from there, so no stored lease end, grace or expiry lies
+        # ahead of its "now" and the restart rule below sees a clock that
+        # never went back.
+        behind_ms = self.clock.not_before(self.writer.call(lambda tx: tasks.clock_reached(tx.conn)))
+        if behind_ms:
+            log.warning("wall clock %.3f s behind this board's clock; carrying on from the board's", behind_ms / 1000)
 
         def recover(tx: Txn) -> list[tuple[bytes, str, bool]]:
             tasks.extend_live_leases(tx)

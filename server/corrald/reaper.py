@@ -31,6 +31,8 @@ class Reaper:
         self._next_ms = deadline_ms
         loop = asyncio.get_running_loop()
         # One ms late rather than early: at the end instant the lease is dead.
+        # The board's clock advances with the monotonic clock, as the loop's
+        # timers do, so a wall-clock step cannot make this fire early or late.
         delay = max(0.0, (deadline_ms - self._board.clock.now_ms() + 1) / 1000)
         self._timer = loop.call_later(delay, self._fire)
 

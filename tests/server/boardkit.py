@@ -1,9 +1,10 @@
 """Helpers shared by the corrald server tests (imported by the test modules).
 
 `SyncBoard` wraps a real `Board` on a real SQLite file with its own event loop,
-so tests drive the async API with plain calls. Time comes from a `FakeClock`
-only. Database checks go through the writer (`rows`, `scalar`), which sees
-exactly what has been committed.
+so tests drive the async API with plain calls. Time comes from a `FakeClock`,
+or from a `SystemClock` over fake host clocks, only. Database checks go
+through the writer (`rows`, `scalar`), which sees exactly what has been
+committed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from corrald.board import Board
-from corrald.clock import FakeClock
+from corrald.clock import Clock
 from corrald.config import Limits, WriterConfig
 from corrald.model import ClaimGrant, TaskRecord, TaskSpec, TaskState
 from corrald.store import tasks, team
@@ -59,7 +60,7 @@ class SyncBoard:
     def __init__(
         self,
         path: pathlib.Path,
-        clock: FakeClock,
+        clock: Clock,
         *,
         limits: Limits = Limits(),
         writer_config: WriterConfig = WriterConfig(),

@@ -6,7 +6,7 @@ repository root on `sys.path` (`pythonpath` in pyproject.toml) and `python -m
 bench` runs from it.
 """
 
-from tests.support.clocks import SecondsClock
+from tests.support.clocks import SecondsClock, SteppingHost
 from tests.support.daemons import READY_TIMEOUT_S, STOP_TIMEOUT_S, Daemon, start_refused
 from tests.support.stats import percentile
 from tests.support.teammates import FAST_POLL, TeammateThread, task_reached, watch_until
@@ -18,6 +18,7 @@ __all__ = [
     "STOP_TIMEOUT_S",
     "Daemon",
     "SecondsClock",
+    "SteppingHost",
     "TeammateThread",
     "percentile",
     "start_refused",

@@ -16,3 +16,28 @@ class SecondsClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class SteppingHost:
+    """A host's two clocks in ns, for `corrald.clock.SystemClock(wall=host.wall, monotonic=host.monotonic)`.
+
+    `elapse` is real time passing (both clocks move); `step_wall` is NTP
+    stepping the wall clock (only it moves).
+    """
+
+    def __init__(self, wall_ms: int = 1_700_000_000_000, monotonic_ms: int = 5_000_000) -> None:
+        self.wall_ns = wall_ms * 1_000_000
+        self.monotonic_ns = monotonic_ms * 1_000_000
+
+    def wall(self) -> int:
+        return self.wall_ns
+
+    def monotonic(self) -> int:
+        return self.monotonic_ns
+
+    def elapse(self, ms: int) -> None:
+        self.wall_ns += ms * 1_000_000
+        self.monotonic_ns += ms * 1_000_000
+
+    def step_wall(self, ms: int) -> None:
+        self.wall_ns += ms * 1_000_000

@@ -573,20 +573,27 @@ def reclaim_expired(tx: Txn) -> dict[str, int]:
 
 
 def note_clock(conn: sqlite3.Connection, now_ms: int) -> None:
-    """Records how far the daemon clock got (the writer's epilogue calls it)."""
+    """Records how far the daemon clock got (the writer's epilogue calls it); never goes back."""
     conn.execute("UPDATE meta SET value = max(value, ?) WHERE key = 'clock_ms'", (now_ms,))
+
+
+def clock_reached(conn: sqlite3.Connection) -> int:
+    """The last instant a daemon on this board recorded (0 on a new board)."""
+    (last_ms,) = conn.execute("SELECT value FROM meta WHERE key = 'clock_ms'").fetchone()
+    return int(last_ms)
 
 
 def extend_live_leases(tx: Txn) -> int:
     """On restart: a daemon's downtime never expires a working teammate.
 
-    A lease that ended before the last instant the previous daemon reached may
+    A lease that ended by the last instant the previous daemon reached may
     have been reported LEASE_EXPIRED, so it stays dead and is reclaimed. A
     lease that ran out only during the downtime is alive: every live lease
-    gets a whole new duration from now.
+    gets a whole new duration from now. The board starts the clock no earlier
+    than that instant (`Clock.not_before`); even if it did not, the verdict
+    is the previous daemon's, taken at its own last instant.
     """
-    (last_ms,) = tx.conn.execute("SELECT value FROM meta WHERE key = 'clock_ms'").fetchone()
-    reclaim_expired(Txn(tx.conn, min(last_ms, tx.now_ms), tx.wakes))
+    reclaim_expired(Txn(tx.conn, clock_reached(tx.conn), tx.wakes))
     count = tx.conn.execute("UPDATE tasks SET lease_expire_ms = ? + lease_ms WHERE state = 2", (tx.now_ms,)).rowcount
     tx.wakes.deadline(tx.now_ms)
     return count
