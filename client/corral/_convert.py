@@ -222,6 +222,8 @@ def stats_from_pb(response: pb.GetStatsResponse) -> Stats:
         writer=WriterStats(**{name: getattr(response.writer, name) for name in WriterStats.__dataclass_fields__}),
         open_streams=response.open_streams,
         refused_calls=response.refused_calls,
+        loop_lag_p99_ms=response.loop_lag_p99_ms,
+        loop_lag_max_ms=response.loop_lag_max_ms,
     )
 
 

@@ -136,7 +136,7 @@ class Board:
         if len(request_id) > self.limits.name_max_chars:
             raise errors.InvalidArgument("request_id", f"longer than {self.limits.name_max_chars} characters")
         items = len(raw_specs) + sum(len(spec.depends_on) for spec in raw_specs)
-        batch = await cpu.run(items, lambda: validate.prepare_batch(raw_specs, self.limits))
+        batch = await cpu.run(lambda: validate.prepare_batch(raw_specs, self.limits), inline=items <= cpu.INLINE_ITEMS)
         return await self.writer.run(lambda tx: tasks.create_batch(tx, batch, request_id))
 
     async def cancel_tasks(self, task_ids: Sequence[str]) -> list[TaskRecord]:

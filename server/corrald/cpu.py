@@ -15,13 +15,14 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-# Items (tasks plus dependencies) below which a step runs inline: a few
-# hundred microseconds of work, less than the hop would cost in latency.
-INLINE_ITEMS = 256
+# Below these a step runs inline: a few hundred microseconds of work, less
+# than the hop would add to the call's latency.
+INLINE_ITEMS = 256  # tasks plus dependencies of a batch
+INLINE_BYTES = 64 * 1024  # of a request to parse
 
 
-async def run(items: int, step: Callable[[], T]) -> T:
-    """`step()`, on a worker thread when it handles more than INLINE_ITEMS items."""
-    if items <= INLINE_ITEMS:
+async def run(step: Callable[[], T], *, inline: bool) -> T:
+    """`step()`, on a worker thread unless `inline`."""
+    if inline:
         return step()
     return await asyncio.to_thread(step)

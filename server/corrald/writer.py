@@ -76,6 +76,8 @@ class WriterStats:
     refused_jobs: int
     commit_latency_p50_ms: float
     commit_latency_p99_ms: float
+    job_time_p99_ms: float
+    job_time_max_ms: float
 
 
 def _percentile(samples: Sequence[float], q: float) -> float:
@@ -125,6 +127,7 @@ class Writer:
         # Counters (written by the writer thread or under the condition lock).
         self._depth_samples: collections.deque[int] = collections.deque(maxlen=4096)
         self._latency_ms: collections.deque[float] = collections.deque(maxlen=4096)
+        self._job_ms: collections.deque[float] = collections.deque(maxlen=4096)
         self._commits = self._jobs = self._busy_retries = self._failed_commits = 0
         self._last_warn = 0.0
         # Built once: a Retrying per batch left a reference cycle per batch for
@@ -311,7 +314,9 @@ class Writer:
                 # measured from then, not from the start of a batch that an earlier
                 # job may have made long. `now` never goes back within a batch.
                 now = max(now, self._clock.now_ms())
+                job_started = time.perf_counter()
                 outcomes.append(self._run_job(conn, pending, now))
+                self._job_ms.append((time.perf_counter() - job_started) * 1000)
                 if not conn.in_transaction:
                     # SQLite rolled the whole transaction back (e.g. disk full):
                     # the earlier jobs of this batch are gone too.
@@ -367,6 +372,7 @@ class Writer:
             depth = len(self._queue)
             samples = list(self._depth_samples)
         latencies = list(self._latency_ms)
+        job_times = list(self._job_ms)
         return WriterStats(
             queue_depth=depth,
             queue_depth_p50=_percentile(samples, 0.5),
@@ -380,6 +386,8 @@ class Writer:
             refused_jobs=self._bound.refused,
             commit_latency_p50_ms=_percentile(latencies, 0.5),
             commit_latency_p99_ms=_percentile(latencies, 0.99),
+            job_time_p99_ms=_percentile(job_times, 0.99),
+            job_time_max_ms=max(job_times, default=0.0),
         )
 
 

@@ -26,16 +26,17 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
             len(wire), dependencies, sum(validate.id_bytes(spec.id) for spec in wire), self._board.limits
         )
         specs = await cpu.run(
-            len(wire) + dependencies, lambda: [convert.task_spec(spec, f"tasks[{i}]") for i, spec in enumerate(wire)]
+            lambda: [convert.task_spec(spec, f"tasks[{i}]") for i, spec in enumerate(wire)],
+            inline=len(wire) + dependencies <= cpu.INLINE_ITEMS,
         )
         batch = await self._board.create_batch(specs, request.request_id)
         # The caller sent every spec: the reply says only where each task stands,
         # so it stays small (under a default client's 4 MiB) whatever the batch.
         return await cpu.run(
-            len(batch.tasks),
             lambda: pb.CreateTasksResponse(
                 tasks=[convert.created_task(t) for t in batch.tasks], unchanged_task_ids=batch.unchanged_ids
             ),
+            inline=len(batch.tasks) <= cpu.INLINE_ITEMS,
         )
 
     async def CancelTasks(self, request: pb.CancelTasksRequest, context, identity: Identity) -> pb.CancelTasksResponse:
