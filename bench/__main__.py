@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from . import config, e2e, grpc_floor, huey_baseline, latency, paired, report, scale, tutorial, writer_floor
+from . import big_batch, config, e2e, grpc_floor, huey_baseline, latency, paired, report, scale, tutorial, writer_floor
 from .stats import machine
 
 SECTIONS = {
@@ -30,6 +30,7 @@ SECTIONS = {
     "paired": paired.run,
     "latency": latency.run,
     "scale": scale.run,
+    "big_batch": big_batch.run,
 }
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent

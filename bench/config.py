@@ -31,6 +31,8 @@ class Sizes:
     busy_teammates: int = 20
     busy_tasks: int = 2048
     submissions: int = 1_000
+    big_batch_tasks: int = 10_000  # the largest batch the limits admit: 10,000 tasks
+    big_batch_deps_each: int = 5  # ... with 5 dependencies each (50,000, the limit)
 
     def tasks(self, teammates: int) -> int:
         table = dict(self.tasks_for)
@@ -63,4 +65,5 @@ QUICK = Sizes(
     busy_teammates=4,
     busy_tasks=64,
     submissions=50,
+    big_batch_tasks=500,
 )

@@ -1,8 +1,8 @@
 """Section 4: does corral hold up as the board and the team grow?
 
 * claim latency p50 with 1k, 100k and 1M tasks on the board. The board is
-  grown with corrald's own store functions (`validate.normalize_batch` +
-  `store.tasks.create_tasks`, 10,000 per transaction) in-process against the
+  grown with corrald's own store functions (`validate.prepare_batch` +
+  `store.tasks.create_batch`, 10,000 per transaction) in-process against the
   daemon's database while the daemon is stopped: CreateTasks through the API
   costs about 2.2 s per 10,000 here, over the 2-minute budget for 1M. The
   daemon is restarted on the file for each measurement.
@@ -41,7 +41,7 @@ UNARY_GAP_S = 0.005
 
 
 def _grow(database, start: int, stop: int) -> float:
-    """Adds tasks b{start}..b{stop-1} with the store's own create_tasks; returns seconds."""
+    """Adds tasks b{start}..b{stop-1} with the store's own create_batch; returns seconds."""
     from corrald import validate  # noqa: PLC0415 (server internals only for the build)
     from corrald.config import Limits  # noqa: PLC0415
     from corrald.model import TaskSpec, Txn  # noqa: PLC0415
@@ -65,9 +65,9 @@ def _grow(database, start: int, stop: int) -> float:
                 )
                 for i in range(low, min(stop, low + BUILD_BATCH))
             ]
-            specs = validate.normalize_batch(raw, Limits())
+            batch = validate.prepare_batch(raw, Limits())
             conn.execute("BEGIN IMMEDIATE")
-            tasks.create_tasks(Txn(conn, time.time_ns() // 1_000_000), specs)
+            tasks.create_batch(Txn(conn, time.time_ns() // 1_000_000), batch)
             conn.execute("COMMIT")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:

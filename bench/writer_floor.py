@@ -87,7 +87,7 @@ async def _measure(
         for run in range(runs):
             specs = _specs(count, f"r{run}-")
             for start in range(0, len(specs), 10_000):
-                await board.create_tasks(specs[start : start + 10_000])
+                await board.create_batch(specs[start : start + 10_000])
             before = board.writer.stats()
             done, latencies = [0], []
             cpu = time.process_time()

@@ -13,6 +13,7 @@ from typing import Any
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
+from corral._errors import CorralError
 from corral._types import (
     ClaimInfo,
     IdleTimeout,
@@ -167,6 +168,30 @@ def task_to_pb(task: Task) -> pb.Task:
     return message
 
 
+def created_tasks_from_pb(request: pb.CreateTasksRequest, response: pb.CreateTasksResponse) -> list[Task]:
+    """The batch as created: each spec sent, with where the reply says it stands."""
+    if len(response.tasks) != len(request.tasks):
+        raise CorralError(f"CreateTasks answered {len(response.tasks)} tasks for a batch of {len(request.tasks)}")
+    return [
+        Task(
+            id=sent.id,
+            state=TaskState(stored.state),
+            title=sent.title,
+            description=sent.description,
+            payload=sent.payload,
+            depends_on=tuple(sent.depends_on),
+            priority=sent.priority,
+            required_role=sent.required_role,
+            max_attempts=stored.max_attempts,
+            lease_duration=duration_from_pb(stored, "lease_duration") or datetime.timedelta(0),
+            seq=stored.seq,
+            create_time=time_from_pb(stored, "create_time"),
+            finish_time=time_from_pb(stored, "finish_time"),
+        )
+        for sent, stored in zip(request.tasks, response.tasks, strict=True)
+    ]
+
+
 def tasks_from_pb(messages: Iterable[pb.Task]) -> list[Task]:
     """Several wire Tasks as SDK Tasks."""
     return [task_from_pb(message) for message in messages]
@@ -197,6 +222,8 @@ def stats_from_pb(response: pb.GetStatsResponse) -> Stats:
         writer=WriterStats(**{name: getattr(response.writer, name) for name in WriterStats.__dataclass_fields__}),
         open_streams=response.open_streams,
         refused_calls=response.refused_calls,
+        loop_lag_p99_ms=response.loop_lag_p99_ms,
+        loop_lag_max_ms=response.loop_lag_max_ms,
     )
 
 

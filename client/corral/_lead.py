@@ -151,7 +151,9 @@ class Lead(BoardClient):
         A retry with the same `request_id` returns the same tasks instead of
         failing; raises InvalidArgument (cycles, unknown deps, bad values) or
         AlreadyExists (an id taken by a different spec). The returned tasks
-        leave out payload and result (`get_task` has them).
+        are the specs sent, with where each stands on the board (seq, state,
+        times, the defaults applied); owner, attempt, result and error of a
+        task that was there already come from `get_task`.
         """
         created, _ = self._create_batch(specs, request_id=request_id)
         return created
@@ -161,7 +163,7 @@ class Lead(BoardClient):
         with the same spec (for the CLI's report of what a file added)."""
         request = _convert.create_tasks_request(specs, request_id)
         response = self._unary(self._lead.CreateTasks, request)
-        return _convert.tasks_from_pb(response.tasks), tuple(response.unchanged_task_ids)
+        return _convert.created_tasks_from_pb(request, response), tuple(response.unchanged_task_ids)
 
     def cancel_tasks(self, ids: Iterable[str]) -> list[Task]:
         """Cancel tasks and, transitively, their dependents; returns every task

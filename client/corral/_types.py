@@ -227,6 +227,9 @@ class WriterStats:
     refused_jobs: int = 0
     commit_latency_p50_ms: float = 0.0
     commit_latency_p99_ms: float = 0.0
+    # One job's time inside its transaction (every other write waits behind it).
+    job_time_p99_ms: float = 0.0
+    job_time_max_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -239,6 +242,9 @@ class Stats:
     open_streams: int
     # Calls refused because their caller was past its per-identity limits.
     refused_calls: int = 0
+    # How late the daemon's event loop ran a 10 ms timer (every call waits that long).
+    loop_lag_p99_ms: float = 0.0
+    loop_lag_max_ms: float = 0.0
 
     def count(self, *states: TaskState) -> int:
         """How many tasks are in any of `states`."""

@@ -16,7 +16,7 @@ import pathlib
 import secrets
 from collections.abc import Callable, Sequence
 
-from . import delivery, errors, validate
+from . import cpu, delivery, errors, validate
 from .clock import Clock
 from .config import Limits, WriterConfig
 from .model import CreatedBatch, Event, TaskRecord, TaskSpec, TaskState, TeammateRecord, TeammateStatus, Txn
@@ -127,15 +127,17 @@ class Board:
 
     # ------------------------------------------------------------ lead
 
-    async def create_tasks(self, raw_specs: Sequence[TaskSpec], request_id: str = "") -> list[TaskRecord]:
-        return (await self.create_batch(raw_specs, request_id)).tasks
-
     async def create_batch(self, raw_specs: Sequence[TaskSpec], request_id: str = "") -> CreatedBatch:
-        """Adds a batch; says which of its ids were on the board already, unchanged."""
-        specs = validate.normalize_batch(raw_specs, self.limits)
+        """Adds a batch; says which of its ids were on the board already, unchanged.
+
+        Checks and digests run before the writer (on a worker thread when the
+        batch is big), so the writer job only reads what it must and inserts.
+        """
         if len(request_id) > self.limits.name_max_chars:
             raise errors.InvalidArgument("request_id", f"longer than {self.limits.name_max_chars} characters")
-        return await self.writer.run(lambda tx: tasks.create_batch(tx, specs, request_id))
+        items = len(raw_specs) + sum(len(spec.depends_on) for spec in raw_specs)
+        batch = await cpu.run(lambda: validate.prepare_batch(raw_specs, self.limits), inline=items <= cpu.INLINE_ITEMS)
+        return await self.writer.run(lambda tx: tasks.create_batch(tx, batch, request_id))
 
     async def cancel_tasks(self, task_ids: Sequence[str]) -> list[TaskRecord]:
         if not task_ids:
@@ -213,7 +215,12 @@ class Board:
         return await self.writer.run(lambda tx: inbox.ack(tx, name, through_seq))
 
     async def renew(self, name: str, task_id: str, token: str) -> tuple[int, bool]:
-        return await self.writer.run(lambda tx: tasks.renew(tx, name, task_id, token))
+        lease_end, protocol_waiting = await self.writer.run(lambda tx: tasks.renew(tx, name, task_id, token))
+        if lease_end <= self.clock.now_ms():
+            # The commit took longer than the whole lease: the claim is over by the
+            # daemon clock (the reaper ends it), and an OK would say it lives.
+            raise errors.LeaseExpired(f"lease on task {task_id!r} ended before the renewal committed", id=task_id)
+        return lease_end, protocol_waiting
 
     async def complete(self, name: str, task_id: str, token: str, result: bytes) -> TaskRecord:
         if len(result) > self.limits.blob_max_bytes:

@@ -32,6 +32,10 @@ class Limits:
     grace_min_ms: int = 1 * SECOND_MS
     grace_max_ms: int = 24 * HOUR_MS
     batch_max: int = 10_000
+    # One batch is one writer job: these keep it within the job budget
+    # (server/DESIGN.md) and its reply under a default client's 4 MiB.
+    batch_deps_max: int = 50_000
+    batch_id_bytes_max: int = 2 * MIB
     title_max_chars: int = 200
     text_max_bytes: int = 64 * KIB
     blob_max_bytes: int = 1 * MIB

@@ -26,6 +26,7 @@ from .board import Board
 from .clock import Clock, SystemClock
 from .config import Limits, WriterConfig
 from .listen import bind
+from .looplag import LoopLag
 from .metrics import Metrics
 from .model import Wakes
 from .overload.lanes import CallLanes, LaneConfig
@@ -80,6 +81,7 @@ class Parts:
     hub: WakeHub
     reaper: Reaper
     lanes: CallLanes
+    loop_lag: LoopLag
     metrics: Metrics | None
     teammates: TeammateServicer
     health: health_aio.HealthServicer
@@ -109,6 +111,7 @@ def assemble(
     # whose time between commits is the board's throughput.
     hub = WakeHub(loop, on_deadline=reaper.schedule, clock=clock, on_activity=activity.write)
     lanes = CallLanes(config.lanes)
+    loop_lag = LoopLag()
     metrics = Metrics(board, hub, lanes) if config.metrics else None
 
     # The commit -> wake-up -> stream path. After each COMMIT the writer thread
@@ -132,11 +135,11 @@ def assemble(
     teammates = TeammateServicer(board, hub, ReopenSpacing())
     pb_grpc.add_LeadServiceServicer_to_server(LeadServicer(board, hub), server)
     pb_grpc.add_TeammateServiceServicer_to_server(teammates, server)
-    pb_grpc.add_BoardServiceServicer_to_server(BoardServicer(board, hub, lanes), server)
+    pb_grpc.add_BoardServiceServicer_to_server(BoardServicer(board, hub, lanes, loop_lag), server)
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, reflection.SERVICE_NAME, "grpc.health.v1.Health"), server)
-    return Parts(board, hub, reaper, lanes, metrics, teammates, health, server)
+    return Parts(board, hub, reaper, lanes, loop_lag, metrics, teammates, health, server)
 
 
 class Daemon:
@@ -176,6 +179,7 @@ class Daemon:
         for service in ("", *SERVICE_NAMES):
             await parts.health.set(service, health_pb2.HealthCheckResponse.SERVING)
         parts.reaper.schedule(self.clock.now_ms())  # leases extended at recovery still need a timer
+        parts.loop_lag.start()
 
     async def stop(self) -> None:
         """Ordered: stop accepting, end streams, drain the writer, checkpoint, close."""
@@ -186,6 +190,7 @@ class Daemon:
         await parts.server.stop(self.config.stop_grace_s)
         await parts.teammates.drain()
         await parts.reaper.close()
+        await parts.loop_lag.close()
         if parts.metrics is not None:
             parts.metrics.close()
         await asyncio.get_running_loop().run_in_executor(None, parts.board.close)

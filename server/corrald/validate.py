@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import unicodedata
@@ -102,12 +103,56 @@ def normalize_spec(index: int, raw: TaskSpec, limits: Limits) -> TaskSpec:
     )
 
 
+def check_batch_size(tasks: int, dependencies: int, id_bytes: int, limits: Limits) -> None:
+    """Refuses a batch bigger than one writer job may be: its work grows with its
+    tasks and their dependencies, and its reply with its ids."""
+    if not tasks:
+        raise InvalidArgument("tasks", "must not be empty")
+    if tasks > limits.batch_max:
+        raise InvalidArgument("tasks", f"more than {limits.batch_max} tasks in one batch")
+    if dependencies > limits.batch_deps_max:
+        raise InvalidArgument(
+            "tasks",
+            f"{dependencies} dependencies in one batch, more than {limits.batch_deps_max}: send the batch in parts,"
+            " later parts may depend on tasks of earlier ones",
+        )
+    if id_bytes > limits.batch_id_bytes_max:
+        raise InvalidArgument(
+            "tasks", f"the batch's ids take {id_bytes} bytes, more than {limits.batch_id_bytes_max}: send it in parts"
+        )
+
+
+def id_bytes(task_id: str) -> int:
+    return len(task_id.encode("utf-8", "surrogatepass"))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PreparedBatch:
+    """A checked CreateTasks batch with its digests, made before it reaches the writer."""
+
+    specs: list[TaskSpec]
+    spec_digests: list[bytes]
+    digest: bytes  # of the whole batch, for request_id replays
+
+
+def prepare_batch(raw_specs: Sequence[TaskSpec], limits: Limits) -> PreparedBatch:
+    """Checks and digests a batch; CPU work that stays off the writer thread."""
+    specs = normalize_batch(raw_specs, limits)
+    digests = [spec_digest(spec) for spec in specs]
+    whole = hashlib.sha256()
+    for digest in digests:
+        whole.update(digest)
+    return PreparedBatch(specs, digests, whole.digest())
+
+
 def normalize_batch(raw_specs: Sequence[TaskSpec], limits: Limits) -> list[TaskSpec]:
     """Checks every spec, duplicate ids and cycles inside the batch."""
-    if not raw_specs:
-        raise InvalidArgument("tasks", "must not be empty")
-    if len(raw_specs) > limits.batch_max:
-        raise InvalidArgument("tasks", f"more than {limits.batch_max} tasks in one batch")
+    check_batch_size(
+        len(raw_specs),
+        sum(len(raw.depends_on) for raw in raw_specs),
+        sum(id_bytes(raw.id) for raw in raw_specs),
+        limits,
+    )
     specs = [normalize_spec(i, raw, limits) for i, raw in enumerate(raw_specs)]
     positions: dict[str, int] = {}
     for i, spec in enumerate(specs):
@@ -176,10 +221,3 @@ def spec_digest(spec: TaskSpec) -> bytes:
         separators=(",", ":"),
     )
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).digest()
-
-
-def batch_digest(specs: Sequence[TaskSpec]) -> bytes:
-    digest = hashlib.sha256()
-    for spec in specs:
-        digest.update(spec_digest(spec))
-    return digest.digest()

@@ -60,7 +60,6 @@ class _Pending:
     future: concurrent.futures.Future | asyncio.Future
     loop: asyncio.AbstractEventLoop | None
     owner: str
-    queued_ms: int  # the clock when the job was submitted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +76,8 @@ class WriterStats:
     refused_jobs: int
     commit_latency_p50_ms: float
     commit_latency_p99_ms: float
+    job_time_p99_ms: float
+    job_time_max_ms: float
 
 
 def _percentile(samples: Sequence[float], q: float) -> float:
@@ -126,6 +127,7 @@ class Writer:
         # Counters (written by the writer thread or under the condition lock).
         self._depth_samples: collections.deque[int] = collections.deque(maxlen=4096)
         self._latency_ms: collections.deque[float] = collections.deque(maxlen=4096)
+        self._job_ms: collections.deque[float] = collections.deque(maxlen=4096)
         self._commits = self._jobs = self._busy_retries = self._failed_commits = 0
         self._last_warn = 0.0
         # Built once: a Retrying per batch left a reference cycle per batch for
@@ -165,7 +167,7 @@ class Writer:
     def submit(self, job: Job[T]) -> concurrent.futures.Future[T]:
         """Queues a job from any thread; the future resolves after COMMIT."""
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._enqueue(_Pending(job, future, None, job_owner.get(), self._clock.now_ms()))
+        self._enqueue(_Pending(job, future, None, job_owner.get()))
         return future
 
     async def run(self, job: Job[T]) -> T:
@@ -177,7 +179,7 @@ class Writer:
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        pending = _Pending(job, future, loop, job_owner.get(), self._clock.now_ms())
+        pending = _Pending(job, future, loop, job_owner.get())
         try:
             self._enqueue(pending, count_refusal=False)
         except Overloaded:
@@ -308,11 +310,13 @@ class Writer:
             outcomes: list[tuple[bool, Any, Wakes | None]] = []
             while len(outcomes) < len(batch) or self._grow(batch, owners, take_until):
                 pending = batch[len(outcomes)]
-                # A job that joined after `now` was read acts no earlier than it was
-                # submitted: its effects (a claim's time, a lease's end) must not
-                # precede the call that caused them. So `now` never goes back.
-                now = max(now, pending.queued_ms)
+                # Each job acts at the instant it runs: a lease it renews or grants is
+                # measured from then, not from the start of a batch that an earlier
+                # job may have made long. `now` never goes back within a batch.
+                now = max(now, self._clock.now_ms())
+                job_started = time.perf_counter()
                 outcomes.append(self._run_job(conn, pending, now))
+                self._job_ms.append((time.perf_counter() - job_started) * 1000)
                 if not conn.in_transaction:
                     # SQLite rolled the whole transaction back (e.g. disk full):
                     # the earlier jobs of this batch are gone too.
@@ -368,6 +372,7 @@ class Writer:
             depth = len(self._queue)
             samples = list(self._depth_samples)
         latencies = list(self._latency_ms)
+        job_times = list(self._job_ms)
         return WriterStats(
             queue_depth=depth,
             queue_depth_p50=_percentile(samples, 0.5),
@@ -381,6 +386,8 @@ class Writer:
             refused_jobs=self._bound.refused,
             commit_latency_p50_ms=_percentile(latencies, 0.5),
             commit_latency_p99_ms=_percentile(latencies, 0.99),
+            job_time_p99_ms=_percentile(job_times, 0.99),
+            job_time_max_ms=max(job_times, default=0.0),
         )
 
 

@@ -113,7 +113,8 @@ class SyncBoard:
     # ------------------------------------------------------------ board operations
 
     def create(self, *specs: TaskSpec, request_id: str = "") -> list[TaskRecord]:
-        return self.run(self.board.create_tasks(list(specs), request_id))
+        created = self.run(self.board.create_batch(list(specs), request_id))
+        return [self.run(self.board.get_task(task.id)) for task in created.tasks]
 
     def add(self, name: str, roles: Sequence[str] = (), require_plan: bool = False) -> str:
         _, token = self.run(self.board.add_teammate(name, tuple(roles), require_plan))

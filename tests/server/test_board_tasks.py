@@ -9,7 +9,7 @@ import json
 import pytest
 from boardkit import spec
 
-from corrald import errors
+from corrald import errors, failpoints
 from corrald.model import TaskState
 from corrald.store import tasks
 
@@ -251,6 +251,18 @@ def test_renew_moves_the_boundary(team, clock):
     clock.advance(LEASE)
     with pytest.raises(errors.LeaseExpired):
         team.renew("w1", "a", grant.token)
+
+
+def test_a_renewal_whose_commit_outlasts_the_lease_is_refused_not_ok(team, clock):
+    team.create(spec("a", lease_ms=LEASE))
+    grant = team.claim("w1")
+    # The renewal is applied at once, then its commit waits out the whole new lease.
+    failpoints.enable("before_commit", lambda: clock.advance(LEASE), after=1)
+    with pytest.raises(errors.LeaseExpired):
+        team.renew("w1", "a", grant.token)
+    failpoints.disable()
+    assert team.reap() is None  # the lease it wrote is over: the reaper ends the claim
+    assert team.task("a").state is PENDING
 
 
 # ---------------------------------------------------------------- complete

@@ -20,7 +20,7 @@ SERVER_ROOT = pathlib.Path(__file__).resolve().parents[2] / "server" / "corrald"
 
 # The one copy of server/DESIGN.md's table, lowest layer first.
 SERVER_LAYERS = (
-    Layer("foundation", ("__init__", "errors", "config", "clock", "failpoints", "model", "statedir")),
+    Layer("foundation", ("__init__", "errors", "config", "clock", "cpu", "failpoints", "looplag", "model", "statedir")),
     Layer("rules", ("validate",), ("foundation",)),
     Layer("store", ("store",), ("foundation", "rules")),
     Layer("overload", ("overload",), ("foundation",)),

@@ -243,19 +243,25 @@ def test_futures_resolve_only_after_commit(writer, db_path):
     assert "x" in keys(db_path)
 
 
-def test_a_job_that_joins_a_running_batch_acts_no_earlier_than_it_was_queued(make_writer):
+def test_a_job_acts_at_the_instant_it_runs_not_when_its_batch_began(make_writer):
     clock = FakeClock(5_000)
     writer = make_writer(clock=clock)
     blocker = Blocker()  # keeps its batch open, so the later jobs join it
     held = blocker.hold(writer)  # the batch read its `now` at 5,000
+
+    def long_job(tx):  # someone else's big batch: the daemon clock moves while it runs
+        started = tx.now_ms
+        clock.advance(39_000)
+        return started
+
     clock.advance(9)
-    late = writer.submit(lambda tx: tx.now_ms)
-    clock.advance(1)
-    later = writer.submit(lambda tx: tx.now_ms)
+    long = writer.submit(long_job)
+    renewal = writer.submit(lambda tx: tx.now_ms)
     commits = writer.stats().commits
     blocker.release()
     held.result(WAIT)
-    assert (late.result(WAIT), later.result(WAIT)) == (5_009, 5_010)
+    # A lease the renewal grants is measured from 44,009, not from 5,000 or 5,009.
+    assert (long.result(WAIT), renewal.result(WAIT)) == (5_009, 44_009)
     assert writer.stats().commits - commits == 1  # all in the blocker's batch
 
 

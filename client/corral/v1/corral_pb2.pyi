@@ -545,7 +545,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WriterStats(_message.Message):
-    __slots__ = ("queue_depth", "queue_depth_p50", "queue_depth_p99", "commits", "mean_batch_size", "busy_retries", "jobs", "failed_commits", "refused_jobs", "commit_latency_p50_ms", "commit_latency_p99_ms")
+    __slots__ = ("queue_depth", "queue_depth_p50", "queue_depth_p99", "commits", "mean_batch_size", "busy_retries", "jobs", "failed_commits", "refused_jobs", "commit_latency_p50_ms", "commit_latency_p99_ms", "job_time_p99_ms", "job_time_max_ms")
     QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
     QUEUE_DEPTH_P50_FIELD_NUMBER: _ClassVar[int]
     QUEUE_DEPTH_P99_FIELD_NUMBER: _ClassVar[int]
@@ -557,6 +557,8 @@ class WriterStats(_message.Message):
     REFUSED_JOBS_FIELD_NUMBER: _ClassVar[int]
     COMMIT_LATENCY_P50_MS_FIELD_NUMBER: _ClassVar[int]
     COMMIT_LATENCY_P99_MS_FIELD_NUMBER: _ClassVar[int]
+    JOB_TIME_P99_MS_FIELD_NUMBER: _ClassVar[int]
+    JOB_TIME_MAX_MS_FIELD_NUMBER: _ClassVar[int]
     queue_depth: int
     queue_depth_p50: float
     queue_depth_p99: float
@@ -568,10 +570,12 @@ class WriterStats(_message.Message):
     refused_jobs: int
     commit_latency_p50_ms: float
     commit_latency_p99_ms: float
-    def __init__(self, queue_depth: _Optional[int] = ..., queue_depth_p50: _Optional[float] = ..., queue_depth_p99: _Optional[float] = ..., commits: _Optional[int] = ..., mean_batch_size: _Optional[float] = ..., busy_retries: _Optional[int] = ..., jobs: _Optional[int] = ..., failed_commits: _Optional[int] = ..., refused_jobs: _Optional[int] = ..., commit_latency_p50_ms: _Optional[float] = ..., commit_latency_p99_ms: _Optional[float] = ...) -> None: ...
+    job_time_p99_ms: float
+    job_time_max_ms: float
+    def __init__(self, queue_depth: _Optional[int] = ..., queue_depth_p50: _Optional[float] = ..., queue_depth_p99: _Optional[float] = ..., commits: _Optional[int] = ..., mean_batch_size: _Optional[float] = ..., busy_retries: _Optional[int] = ..., jobs: _Optional[int] = ..., failed_commits: _Optional[int] = ..., refused_jobs: _Optional[int] = ..., commit_latency_p50_ms: _Optional[float] = ..., commit_latency_p99_ms: _Optional[float] = ..., job_time_p99_ms: _Optional[float] = ..., job_time_max_ms: _Optional[float] = ...) -> None: ...
 
 class GetStatsResponse(_message.Message):
-    __slots__ = ("tasks_by_state", "teammates_by_status", "writer", "open_streams", "refused_calls")
+    __slots__ = ("tasks_by_state", "teammates_by_status", "writer", "open_streams", "refused_calls", "loop_lag_p99_ms", "loop_lag_max_ms")
     class TasksByStateEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -591,9 +595,13 @@ class GetStatsResponse(_message.Message):
     WRITER_FIELD_NUMBER: _ClassVar[int]
     OPEN_STREAMS_FIELD_NUMBER: _ClassVar[int]
     REFUSED_CALLS_FIELD_NUMBER: _ClassVar[int]
+    LOOP_LAG_P99_MS_FIELD_NUMBER: _ClassVar[int]
+    LOOP_LAG_MAX_MS_FIELD_NUMBER: _ClassVar[int]
     tasks_by_state: _containers.ScalarMap[str, int]
     teammates_by_status: _containers.ScalarMap[str, int]
     writer: WriterStats
     open_streams: int
     refused_calls: int
-    def __init__(self, tasks_by_state: _Optional[_Mapping[str, int]] = ..., teammates_by_status: _Optional[_Mapping[str, int]] = ..., writer: _Optional[_Union[WriterStats, _Mapping]] = ..., open_streams: _Optional[int] = ..., refused_calls: _Optional[int] = ...) -> None: ...
+    loop_lag_p99_ms: float
+    loop_lag_max_ms: float
+    def __init__(self, tasks_by_state: _Optional[_Mapping[str, int]] = ..., teammates_by_status: _Optional[_Mapping[str, int]] = ..., writer: _Optional[_Union[WriterStats, _Mapping]] = ..., open_streams: _Optional[int] = ..., refused_calls: _Optional[int] = ..., loop_lag_p99_ms: _Optional[float] = ..., loop_lag_max_ms: _Optional[float] = ...) -> None: ...

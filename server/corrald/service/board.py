@@ -9,6 +9,7 @@ from corral.v1 import corral_pb2_grpc as pb_grpc
 
 from .. import errors
 from ..board import Board, Identity
+from ..looplag import LoopLag
 from ..model import TaskState
 from ..overload.lanes import CallLanes
 from ..wake import WakeHub
@@ -18,10 +19,11 @@ PAGE_BYTES = 3 * 1024 * 1024  # under gRPC's default 4 MiB receive limit
 
 
 class BoardServicer(pb_grpc.BoardServiceServicer):
-    def __init__(self, board: Board, hub: WakeHub, lanes: CallLanes) -> None:
+    def __init__(self, board: Board, hub: WakeHub, lanes: CallLanes, loop_lag: LoopLag) -> None:
         self._board = board
         self._hub = hub
         self._lanes = lanes
+        self._loop_lag = loop_lag
 
     async def GetTask(self, request: pb.GetTaskRequest, context, identity: Identity) -> pb.GetTaskResponse:
         return pb.GetTaskResponse(task=convert.task(await self._board.get_task(_task_id(request))))
@@ -76,9 +78,13 @@ class BoardServicer(pb_grpc.BoardServiceServicer):
                 refused_jobs=writer.refused_jobs,
                 commit_latency_p50_ms=writer.commit_latency_p50_ms,
                 commit_latency_p99_ms=writer.commit_latency_p99_ms,
+                job_time_p99_ms=writer.job_time_p99_ms,
+                job_time_max_ms=writer.job_time_max_ms,
             ),
             open_streams=self._hub.open_streams,
             refused_calls=self._lanes.refused,
+            loop_lag_p99_ms=self._loop_lag.p99_ms(),
+            loop_lag_max_ms=self._loop_lag.max_ms(),
         )
 
 

@@ -8,7 +8,7 @@ from google.protobuf import message as pb_message
 from corral.v1 import corral_pb2 as pb
 
 from ..errors import InvalidArgument
-from ..model import ClaimGrant, Event, InboxItem, TaskRecord, TaskSpec, TeammateRecord
+from ..model import ClaimGrant, CreatedTask, Event, InboxItem, TaskRecord, TaskSpec, TeammateRecord
 from ..stream import StreamItem
 
 TEAMMATE_REASONS: dict[str, pb.TeammateChangeReason] = {
@@ -68,6 +68,20 @@ def task_spec(message: pb.TaskSpec, at: str = "") -> TaskSpec:
         max_attempts=message.max_attempts,
         lease_ms=duration_ms(message, "lease_duration", at),
         required_role=message.required_role,
+    )
+
+
+def created_task(created: CreatedTask) -> pb.Task:
+    """A task of a CreateTasks batch as the reply carries it: id, seq, state, times and the
+    defaulted limits; the rest of the spec is the caller's own."""
+    return pb.Task(
+        id=created.id,
+        seq=created.seq,
+        state=int(created.state),  # type: ignore[arg-type]
+        max_attempts=created.max_attempts,
+        lease_duration=duration(created.lease_ms),
+        create_time=timestamp(created.create_ms),
+        finish_time=timestamp(created.finish_ms),
     )
 
 

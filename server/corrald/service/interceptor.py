@@ -14,7 +14,7 @@ import grpc
 from google.protobuf import message as pb_message
 from google.protobuf import unknown_fields
 
-from .. import errors
+from .. import cpu, errors
 from ..board import Board, Identity
 from ..overload.lanes import CallLanes, LaneKind
 from ..writer import job_owner
@@ -199,14 +199,18 @@ def _wrap(handler: grpc.RpcMethodHandler, identity: Identity, place: _LanePlace)
     bytes are parsed only once the call's turn comes (a waiting call costs no CPU)."""
     parse = _lenient(handler.request_deserializer)
 
-    def call(behavior, data, context):
-        # Each call runs in its own task, so this marks only this call's writer jobs.
-        job_owner.set(identity.name)
+    def checked(data: bytes):
         request = parse(data)
         if isinstance(request, _Undecodable):
             raise errors.InvalidArgument("(request)", f"not a valid message: {request.why}")
         _check_strict(request)
-        return behavior(request, context, identity)
+        return request
+
+    async def request_of(data: bytes):
+        # Each call runs in its own task, so this marks only this call's writer jobs.
+        job_owner.set(identity.name)
+        # A request of megabytes takes milliseconds to parse: off the loop.
+        return await cpu.run(lambda: checked(data), inline=len(data) <= cpu.INLINE_BYTES)
 
     if handler.unary_unary:
         behavior = handler.unary_unary
@@ -215,7 +219,7 @@ def _wrap(handler: grpc.RpcMethodHandler, identity: Identity, place: _LanePlace)
             if not place.try_enter():
                 await _wait_for_place(place, context)
             try:
-                return await call(behavior, data, context)
+                return await behavior(await request_of(data), context, identity)
             except Exception as error:
                 if isinstance(error, grpc.aio.AbortError):
                     raise
@@ -231,7 +235,7 @@ def _wrap(handler: grpc.RpcMethodHandler, identity: Identity, place: _LanePlace)
             if not place.try_enter():
                 await _wait_for_place(place, context)
             try:
-                async for response in call(behavior, data, context):
+                async for response in behavior(await request_of(data), context, identity):
                     yield response
             except Exception as error:
                 if isinstance(error, grpc.aio.AbortError):

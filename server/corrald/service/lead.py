@@ -5,7 +5,7 @@ from __future__ import annotations
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
-from .. import errors
+from .. import cpu, errors, validate
 from ..board import Board, Identity
 from ..wake import WakeHub
 from . import convert
@@ -19,12 +19,24 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
         self._hub = hub
 
     async def CreateTasks(self, request: pb.CreateTasksRequest, context, identity: Identity) -> pb.CreateTasksResponse:
-        specs = [convert.task_spec(spec, f"tasks[{i}]") for i, spec in enumerate(request.tasks)]
+        wire = request.tasks
+        dependencies = sum(len(spec.depends_on) for spec in wire)
+        # Refused before any conversion: a batch past the limits costs a count, not a parse.
+        validate.check_batch_size(
+            len(wire), dependencies, sum(validate.id_bytes(spec.id) for spec in wire), self._board.limits
+        )
+        specs = await cpu.run(
+            lambda: [convert.task_spec(spec, f"tasks[{i}]") for i, spec in enumerate(wire)],
+            inline=len(wire) + dependencies <= cpu.INLINE_ITEMS,
+        )
         batch = await self._board.create_batch(specs, request.request_id)
-        # A batch may carry 10,000 payloads; echoing them would make the reply
-        # larger than the request and than a default client accepts.
-        return pb.CreateTasksResponse(
-            tasks=[convert.task_summary(t) for t in batch.tasks], unchanged_task_ids=batch.unchanged_ids
+        # The caller sent every spec: the reply says only where each task stands,
+        # so it stays small (under a default client's 4 MiB) whatever the batch.
+        return await cpu.run(
+            lambda: pb.CreateTasksResponse(
+                tasks=[convert.created_task(t) for t in batch.tasks], unchanged_task_ids=batch.unchanged_ids
+            ),
+            inline=len(batch.tasks) <= cpu.INLINE_ITEMS,
         )
 
     async def CancelTasks(self, request: pb.CancelTasksRequest, context, identity: Identity) -> pb.CancelTasksResponse:

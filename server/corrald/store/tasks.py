@@ -9,8 +9,8 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 
 from .. import errors
-from ..model import ClaimGrant, ClaimOutcome, CreatedBatch, TaskRecord, TaskSpec, TaskState, Txn
-from ..validate import batch_digest, spec_digest
+from ..model import ClaimGrant, ClaimOutcome, CreatedBatch, CreatedTask, TaskRecord, TaskSpec, TaskState, Txn
+from ..validate import PreparedBatch
 from .events import emit
 from .gates import protocol_pending
 from .status import mark_busy, refresh_status
@@ -118,83 +118,125 @@ def next_deadline(conn: sqlite3.Connection) -> int | None:
 # ---------------------------------------------------------------- create
 
 
-def create_tasks(tx: Txn, specs: Sequence[TaskSpec], request_id: str = "") -> list[TaskRecord]:
-    """Adds a validated batch, all or nothing; identical re-sends return the same tasks."""
-    return create_batch(tx, specs, request_id).tasks
+def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> CreatedBatch:
+    """Adds a checked batch, all or nothing; an identical re-send changes nothing.
 
-
-def create_batch(tx: Txn, specs: Sequence[TaskSpec], request_id: str = "") -> CreatedBatch:
-    """`create_tasks`, also saying which ids of the batch were on the board already, unchanged."""
+    Set-based, so the job's time grows with rows written, not with statements:
+    one lookup of the batch's ids, one of the dependencies outside it, one
+    INSERT per table, and the creation events written by SQL from the rows.
+    """
     conn = tx.conn
-    digest = batch_digest(specs)
     if request_id:
         row = conn.execute(
             "SELECT digest, task_ids FROM create_requests WHERE request_id = ?", (request_id,)
         ).fetchone()
         if row is not None:
-            if row[0] != digest:
+            if row[0] != batch.digest:
                 raise errors.AlreadyExists(
                     f"request_id {request_id!r} was used for a different batch", field="request_id"
                 )
             ids = json.loads(row[1])
-            return CreatedBatch([get_task(conn, task_id) for task_id in ids], tuple(ids))
-    existing = _existing_identically(conn, specs)
-    new_specs = [spec for spec in specs if spec.id not in existing]
-    batch_ids = {spec.id for spec in new_specs}
-    created: list[int] = []
-    for index, spec in enumerate(new_specs):
-        unmet = sum(1 for dep in spec.depends_on if dep in batch_ids)
-        unmet += _unmet_on_board(conn, index, spec, batch_ids)
-        cursor = conn.execute(
+            on_board = _rows_by_id(conn, ids)
+            return CreatedBatch([_created(task_id, on_board[task_id]) for task_id in ids], tuple(ids))
+    specs = batch.specs
+    on_board = _rows_by_id(conn, [spec.id for spec in specs])
+    _refuse_changed_specs(specs, batch.spec_digests, on_board)
+    new_specs = [(index, spec) for index, spec in enumerate(specs) if spec.id not in on_board]
+    new_ids = {spec.id for _, spec in new_specs}
+    outside = _rows_by_id(conn, list({dep for _, spec in new_specs for dep in spec.depends_on if dep not in new_ids}))
+    unmet = [_unmet_deps(index, spec, new_ids, outside) for index, spec in new_specs]
+    seq_of: dict[str, int] = {}
+    if new_specs:
+        conn.executemany(
             "INSERT INTO tasks (id, title, description, payload, priority, required_role, max_attempts,"
             " lease_ms, spec_digest, state, unmet_deps, create_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                spec.id,
-                spec.title,
-                spec.description,
-                spec.payload,
-                spec.priority,
-                spec.required_role,
-                spec.max_attempts,
-                spec.lease_ms,
-                spec_digest(spec),
-                PENDING,
-                unmet,
-                tx.now_ms,
-            ),
+            [
+                (
+                    spec.id,
+                    spec.title,
+                    spec.description,
+                    spec.payload,
+                    spec.priority,
+                    spec.required_role,
+                    spec.max_attempts,
+                    spec.lease_ms,
+                    batch.spec_digests[index],
+                    PENDING,
+                    count,
+                    tx.now_ms,
+                )
+                for (index, spec), count in zip(new_specs, unmet, strict=True)
+            ],
         )
-        assert cursor.lastrowid is not None  # an INSERT into a rowid table always sets it
-        created.append(cursor.lastrowid)
-        if unmet == 0:
-            tx.wakes.ready_roles[spec.required_role] += 1
-    for spec, seq in zip(new_specs, created, strict=True):
+        # One writer, one transaction: AUTOINCREMENT gave the rows consecutive seqs.
+        (last,) = conn.execute("SELECT last_insert_rowid()").fetchone()
+        first = last - len(new_specs) + 1
+        seq_of.update((spec.id, first + offset) for offset, (_, spec) in enumerate(new_specs))
+        seq_of.update((task_id, row.seq) for task_id, row in outside.items())
         conn.executemany(
-            "INSERT INTO deps (task_seq, dep_seq, position) SELECT ?, seq, ? FROM tasks WHERE id = ?",
-            [(seq, position, dep) for position, dep in enumerate(spec.depends_on)],
+            "INSERT INTO deps (task_seq, dep_seq, position) VALUES (?, ?, ?)",
+            [
+                (seq_of[spec.id], seq_of[dep], position)
+                for _, spec in new_specs
+                for position, dep in enumerate(spec.depends_on)
+            ],
         )
-    for seq in created:
-        task_changed(tx, task_by_seq(conn, seq))
+        _task_created_events(tx, first, last)
+        for (_, spec), count in zip(new_specs, unmet, strict=True):
+            if count == 0:
+                tx.wakes.ready_roles[spec.required_role] += 1
     if request_id:
         conn.execute(
             "INSERT INTO create_requests (request_id, digest, task_ids) VALUES (?, ?, ?)",
-            (request_id, digest, json.dumps([spec.id for spec in specs])),
+            (request_id, batch.digest, json.dumps([spec.id for spec in specs])),
         )
-    unchanged = tuple(spec.id for spec in specs if spec.id in existing)
-    return CreatedBatch([get_task(conn, spec.id) for spec in specs], unchanged)
+    unchanged = tuple(spec.id for spec in specs if spec.id not in new_ids)
+    created = [
+        CreatedTask(spec.id, seq_of[spec.id], TaskState.PENDING, tx.now_ms, None, spec.max_attempts, spec.lease_ms)
+        if spec.id in new_ids
+        else _created(spec.id, on_board[spec.id])
+        for spec in specs
+    ]
+    return CreatedBatch(created, unchanged)
 
 
-def _existing_identically(conn: sqlite3.Connection, specs: Sequence[TaskSpec]) -> set[str]:
-    """The ids of the batch already on the board with the same spec; refuses, naming
-    every one, when any is on the board with a different spec."""
-    same, differing = set(), []
-    for index, spec in enumerate(specs):
-        row = conn.execute("SELECT spec_digest FROM tasks WHERE id = ?", (spec.id,)).fetchone()
-        if row is None:
-            continue
-        if row[0] == spec_digest(spec):
-            same.add(spec.id)
-        else:
-            differing.append((index, spec.id))
+@dataclasses.dataclass(frozen=True, slots=True)
+class _BoardRow:
+    seq: int
+    spec_digest: bytes
+    state: TaskState
+    create_ms: int
+    finish_ms: int | None
+    max_attempts: int
+    lease_ms: int
+
+
+def _rows_by_id(conn: sqlite3.Connection, ids: list[str]) -> dict[str, _BoardRow]:
+    """The tasks among `ids` that are on the board, in one statement."""
+    if not ids:
+        return {}
+    rows = conn.execute(
+        "SELECT t.id, t.seq, t.spec_digest, t.state, t.create_ms, t.finish_ms, t.max_attempts, t.lease_ms"
+        " FROM json_each(?) AS wanted JOIN tasks AS t ON t.id = wanted.value",
+        (json.dumps(ids),),
+    )
+    return {
+        task_id: _BoardRow(seq, digest, TaskState(state), *times_and_limits)
+        for task_id, seq, digest, state, *times_and_limits in rows
+    }
+
+
+def _created(task_id: str, row: _BoardRow) -> CreatedTask:
+    return CreatedTask(task_id, row.seq, row.state, row.create_ms, row.finish_ms, row.max_attempts, row.lease_ms)
+
+
+def _refuse_changed_specs(specs: Sequence[TaskSpec], digests: Sequence[bytes], on_board: dict[str, _BoardRow]) -> None:
+    """Refuses, naming every one, when an id of the batch is on the board with a different spec."""
+    differing = [
+        (index, spec.id)
+        for index, (spec, digest) in enumerate(zip(specs, digests, strict=True))
+        if spec.id in on_board and on_board[spec.id].spec_digest != digest
+    ]
     if differing:
         shown = ", ".join(repr(task_id) for _, task_id in differing[:20])
         more = f" and {len(differing) - 20} more" if len(differing) > 20 else ""
@@ -204,21 +246,21 @@ def _existing_identically(conn: sqlite3.Connection, specs: Sequence[TaskSpec]) -
             else f"tasks {shown}{more} exist with a different spec",
             field=f"tasks[{differing[0][0]}].id",
         )
-    return same
 
 
-def _unmet_on_board(conn: sqlite3.Connection, index: int, spec: TaskSpec, batch_ids: set[str]) -> int:
+def _unmet_deps(index: int, spec: TaskSpec, new_ids: set[str], outside: dict[str, _BoardRow]) -> int:
+    """How many of the task's dependencies are not COMPLETED; refuses unknown or dead ones."""
     unmet = 0
     for dep in spec.depends_on:
-        if dep in batch_ids:
+        if dep in new_ids:
+            unmet += 1
             continue
-        row = conn.execute("SELECT state FROM tasks WHERE id = ?", (dep,)).fetchone()
+        row = outside.get(dep)
         if row is None:
             raise errors.InvalidArgument(f"tasks[{index}].depends_on", f"unknown dependency {dep!r}")
-        state = TaskState(row[0])
-        if state in (TaskState.FAILED, TaskState.CANCELED):
-            raise errors.InvalidArgument(f"tasks[{index}].depends_on", f"dependency {dep!r} is {state.name}")
-        unmet += state != TaskState.COMPLETED
+        if row.state in (TaskState.FAILED, TaskState.CANCELED):
+            raise errors.InvalidArgument(f"tasks[{index}].depends_on", f"dependency {dep!r} is {row.state.name}")
+        unmet += row.state != TaskState.COMPLETED
     return unmet
 
 
@@ -555,6 +597,18 @@ def extend_live_leases(tx: Txn) -> int:
     count = tx.conn.execute("UPDATE tasks SET lease_expire_ms = ? + lease_ms WHERE state = 2", (tx.now_ms,)).rowcount
     tx.wakes.deadline(tx.now_ms)
     return count
+
+
+def _task_created_events(tx: Txn, first_seq: int, last_seq: int) -> None:
+    """The `task_changed` event of each task created with seq in [first, last], written by SQL from
+    the rows: the same data `task_changed` writes, without a Python round trip per task."""
+    tx.conn.execute(
+        "INSERT INTO events (time_ms, kind, data) SELECT ?, 'task_changed', json_object('id', id, 'state', state,"
+        " 'owner', owner, 'attempt', attempt, 'error', error, 'lease_expire_ms', lease_expire_ms,"
+        " 'finish_ms', finish_ms) FROM tasks WHERE seq BETWEEN ? AND ? ORDER BY seq",
+        (tx.now_ms, first_seq, last_seq),
+    )
+    tx.wakes.events = True
 
 
 def task_changed(tx: Txn, task: TaskRecord) -> None:
