@@ -40,6 +40,7 @@ from .wake import WakeHub
 
 log = logging.getLogger("corrald")
 
+CALLS_HELD_BY_CORE = 8192
 SERVER_OPTIONS = (
     ("grpc.so_reuseport", 0),  # a second daemon must fail to bind, not share the port
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
@@ -50,7 +51,15 @@ SERVER_OPTIONS = (
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
     ("grpc.http2.max_pings_without_data", 0),
-    ("grpc.max_concurrent_streams", 4096),
+    # A burst of calls waits in gRPC core until the event loop takes each one;
+    # past these bounds core answers by itself (REFUSED_STREAM, or CANCELLED),
+    # with no ErrorInfo or RetryInfo. Core's own pending bound (1,000, certain
+    # rejection at 3,000) cancelled a third of 5,000 calls from one client;
+    # at 8,192 they reach the lanes, which serve them or refuse with OVERLOADED.
+    # A call held in core costs about 12 KiB. See server/DESIGN.md.
+    ("grpc.max_concurrent_streams", CALLS_HELD_BY_CORE),
+    ("grpc.server.max_pending_requests", CALLS_HELD_BY_CORE),
+    ("grpc.server.max_pending_requests_hard_limit", CALLS_HELD_BY_CORE),
 )
 SERVICE_NAMES = (
     pb.DESCRIPTOR.services_by_name["LeadService"].full_name,
