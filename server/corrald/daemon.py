@@ -25,6 +25,7 @@ from . import activity, failpoints
 from .board import Board
 from .clock import Clock, SystemClock
 from .config import Limits, WriterConfig
+from .connections import connection_options, raise_open_files_limit
 from .listen import bind
 from .metrics import Metrics
 from .model import Wakes
@@ -103,6 +104,7 @@ def assemble(
     clock: Clock,
     loop: asyncio.AbstractEventLoop,
     draining: Callable[[], bool],
+    open_files_limit: int,
 ) -> Parts:
     """Builds the writer, board, wake hub, reaper, metrics and servicers, and connects them.
 
@@ -137,7 +139,10 @@ def assemble(
 
     # The gRPC surface: one interceptor authenticates every call and gives it a
     # place in its caller's lane; the servicers only convert and ask the board.
-    server = grpc.aio.server(interceptors=[CorralInterceptor(board, lanes, draining=draining)], options=SERVER_OPTIONS)
+    server = grpc.aio.server(
+        interceptors=[CorralInterceptor(board, lanes, draining=draining)],
+        options=SERVER_OPTIONS + connection_options(open_files_limit),
+    )
     teammates = TeammateServicer(board, hub, ReopenSpacing())
     pb_grpc.add_LeadServiceServicer_to_server(LeadServicer(board, hub), server)
     pb_grpc.add_TeammateServiceServicer_to_server(teammates, server)
@@ -173,6 +178,7 @@ class Daemon:
             clock=self.clock,
             loop=loop,
             draining=lambda: self._draining,
+            open_files_limit=raise_open_files_limit(),
         )
         await loop.run_in_executor(None, parts.board.open)
         self.state.secure_files()
