@@ -25,6 +25,7 @@ from . import activity, failpoints
 from .board import Board
 from .clock import Clock, SystemClock
 from .config import Limits, WriterConfig
+from .connections import connection_options, raise_open_files_limit
 from .listen import bind
 from .looplag import LoopLag
 from .metrics import Metrics
@@ -41,6 +42,7 @@ from .wake import WakeHub
 
 log = logging.getLogger("corrald")
 
+CALLS_HELD_BY_CORE = 8192
 SERVER_OPTIONS = (
     ("grpc.so_reuseport", 0),  # a second daemon must fail to bind, not share the port
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
@@ -51,7 +53,15 @@ SERVER_OPTIONS = (
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
     ("grpc.http2.max_pings_without_data", 0),
-    ("grpc.max_concurrent_streams", 4096),
+    # A burst of calls waits in gRPC core until the event loop takes each one;
+    # past these bounds core answers by itself (REFUSED_STREAM, or CANCELLED),
+    # with no ErrorInfo or RetryInfo. Core's own pending bound (1,000, certain
+    # rejection at 3,000) cancelled a third of 5,000 calls from one client;
+    # at 8,192 they reach the lanes, which serve them or refuse with OVERLOADED.
+    # A call held in core costs about 12 KiB. See server/DESIGN.md.
+    ("grpc.max_concurrent_streams", CALLS_HELD_BY_CORE),
+    ("grpc.server.max_pending_requests", CALLS_HELD_BY_CORE),
+    ("grpc.server.max_pending_requests_hard_limit", CALLS_HELD_BY_CORE),
 )
 SERVICE_NAMES = (
     pb.DESCRIPTOR.services_by_name["LeadService"].full_name,
@@ -96,6 +106,7 @@ def assemble(
     clock: Clock,
     loop: asyncio.AbstractEventLoop,
     draining: Callable[[], bool],
+    open_files_limit: int,
 ) -> Parts:
     """Builds the writer, board, wake hub, reaper, metrics and servicers, and connects them.
 
@@ -131,7 +142,10 @@ def assemble(
 
     # The gRPC surface: one interceptor authenticates every call and gives it a
     # place in its caller's lane; the servicers only convert and ask the board.
-    server = grpc.aio.server(interceptors=[CorralInterceptor(board, lanes, draining=draining)], options=SERVER_OPTIONS)
+    server = grpc.aio.server(
+        interceptors=[CorralInterceptor(board, lanes, draining=draining)],
+        options=SERVER_OPTIONS + connection_options(open_files_limit),
+    )
     teammates = TeammateServicer(board, hub, ReopenSpacing())
     pb_grpc.add_LeadServiceServicer_to_server(LeadServicer(board, hub), server)
     pb_grpc.add_TeammateServiceServicer_to_server(teammates, server)
@@ -167,6 +181,7 @@ class Daemon:
             clock=self.clock,
             loop=loop,
             draining=lambda: self._draining,
+            open_files_limit=raise_open_files_limit(),
         )
         await loop.run_in_executor(None, parts.board.open)
         self.state.secure_files()

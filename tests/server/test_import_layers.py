@@ -29,7 +29,7 @@ SERVER_LAYERS = (
     Layer("service", ("service",), ("foundation", "rules", "overload", "engine", "board")),
     Layer(
         "daemon",
-        ("daemon", "listen", "reaper", "metrics", "activity", "cli", "__main__"),
+        ("daemon", "connections", "listen", "reaper", "metrics", "activity", "cli", "__main__"),
         ("foundation", "overload", "board", "service"),
     ),
 )

@@ -6,6 +6,7 @@ its third argument; nothing about the caller is taken from request fields.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Callable
@@ -81,8 +82,10 @@ class CorralInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation, handler_call_details):
         method = handler_call_details.method
         handler = await continuation(handler_call_details)
-        if handler is None or method.startswith(OPEN):
+        if handler is None:
             return handler
+        if method.startswith(OPEN):
+            return _parsing_here(handler, caller="")
         ours = method.startswith((LEAD_ONLY, TEAMMATE_ONLY, EITHER))
         try:
             identity = self._authenticate(method, handler_call_details.invocation_metadata)
@@ -90,7 +93,7 @@ class CorralInterceptor(grpc.aio.ServerInterceptor):
             REFUSALS.refused("", error)
             return _refusing(handler, error)
         if not ours:
-            return handler  # server reflection: the credential check is all it needs
+            return _parsing_here(handler, identity.name)  # server reflection: the credential check is all it needs
         return _wrap(handler, identity, _LanePlace(self._lanes, identity, _lane(method, handler)))
 
 
@@ -246,6 +249,56 @@ def _wrap(handler: grpc.RpcMethodHandler, identity: Identity, place: _LanePlace)
 
         return grpc.unary_stream_rpc_method_handler(unary_stream, None, handler.response_serializer)
     raise TypeError(f"corral.v1 has no client-streaming methods, yet {handler!r} is one")
+
+
+def _parsing_here(handler: grpc.RpcMethodHandler, caller: str) -> grpc.RpcMethodHandler:
+    """A handler of a service not ours (health, reflection) whose request bytes are parsed
+    here, so that bytes that do not parse answer INVALID_ARGUMENT with one log line, where
+    gRPC would answer UNKNOWN and log a traceback."""
+    parse = _lenient(handler.request_deserializer)
+
+    async def parsed(data, context):
+        request = parse(data)
+        if isinstance(request, _Undecodable):
+            error = errors.InvalidArgument("(request)", f"not a valid message: {request.why}")
+            REFUSALS.refused(caller, error)
+            await context.abort_with_status(status.to_status(error))
+        return request
+
+    async def each_parsed(request_iterator, context):
+        async for data in request_iterator:
+            yield await parsed(data, context)
+
+    async def respond(responses, context) -> None:
+        # A streaming behavior either yields its responses or writes them itself.
+        if inspect.isasyncgen(responses):
+            async for response in responses:
+                await context.write(response)
+        else:
+            await responses
+
+    async def unary_unary(data, context):
+        return await handler.unary_unary(await parsed(data, context), context)
+
+    async def unary_stream(data, context):
+        await respond(handler.unary_stream(await parsed(data, context), context), context)
+
+    async def stream_unary(request_iterator, context):
+        return await handler.stream_unary(each_parsed(request_iterator, context), context)
+
+    async def stream_stream(request_iterator, context):
+        await respond(handler.stream_stream(each_parsed(request_iterator, context), context), context)
+
+    kinds = (
+        ("unary_unary", grpc.unary_unary_rpc_method_handler, unary_unary),
+        ("unary_stream", grpc.unary_stream_rpc_method_handler, unary_stream),
+        ("stream_unary", grpc.stream_unary_rpc_method_handler, stream_unary),
+        ("stream_stream", grpc.stream_stream_rpc_method_handler, stream_stream),
+    )
+    for attribute, factory, behavior in kinds:
+        if getattr(handler, attribute):
+            return factory(behavior, None, handler.response_serializer)
+    return handler
 
 
 def _refusing(handler: grpc.RpcMethodHandler, error: BaseException) -> grpc.RpcMethodHandler:
