@@ -50,8 +50,11 @@ Job = Callable[[Txn], T]
 job_owner: contextvars.ContextVar[str] = contextvars.ContextVar("corral_job_owner", default="")
 
 
-class CommitFailed(Exception):
-    """The batch this job belonged to did not commit; the job had no effect."""
+class CommitFailed(Unavailable):
+    """The batch this job belonged to did not commit; the job had no effect (the
+    caller may retry). The writer logs the failure once, for the whole batch."""
+
+    reason = "COMMIT_FAILED"
 
 
 @dataclasses.dataclass(slots=True)
@@ -359,9 +362,13 @@ class Writer:
             failpoints.hit("job:" + pending.owner)
             value = pending.job(tx)
         except Exception as error:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK TO job")
-                conn.execute("RELEASE job")
+            if not conn.in_transaction:
+                return False, error, None  # the whole batch fails, and is logged once
+            conn.execute("ROLLBACK TO job")
+            conn.execute("RELEASE job")
+            if isinstance(error, sqlite3.OperationalError):  # the storage (a full disk), not the job
+                log.error("a job could not write: %s", error)
+                return False, CommitFailed(f"the job did not commit: {error}"), None
             return False, error, None
         conn.execute("RELEASE job")
         return True, value, tx.wakes
