@@ -24,7 +24,7 @@ from .readers import ReaderPool
 from .store import events, inbox, protocol, status, tasks, team
 from .store.schema import open_writer
 from .stream import StreamItem, StreamState
-from .writer import Writer, WriterStats
+from .writer import CommitFailed, Writer, WriterStats
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -199,12 +199,25 @@ class Board:
         check learned. With `look_first`, a read answers whenever no claim could be made,
         and the writer runs only when one could."""
         found: delivery.Delivery | None = None
-        if look_first:
+        if look_first and not stream.online_pending:
             now_ms = self.clock.now_ms()
             found = await self.read(lambda conn: delivery.look(conn, name, stream, now_ms))
         if found is None:
-            decided: delivery.Delivery = await self.writer.run(lambda tx: delivery.next_for_teammate(tx, name, stream))
-            found = decided
+            joining = stream.online_pending
+
+            def decide(tx: Txn) -> delivery.Delivery:
+                if joining:  # its opening could not record it online (a full disk): now, with the check
+                    team.set_online(tx, name, True)
+                return delivery.next_for_teammate(tx, name, stream)
+
+            try:
+                found = await self.writer.run(decide)
+            except CommitFailed:
+                # What is stored still reaches the teammate; a new claim waits for a commit.
+                now_ms = self.clock.now_ms()
+                found = await self.read(lambda conn: delivery.readable(conn, name, stream, now_ms))
+            else:
+                stream.online_pending = False
         stream.learned(found)
         return found.items
 

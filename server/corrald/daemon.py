@@ -197,18 +197,26 @@ class Daemon:
         parts.loop_lag.start()
 
     async def stop(self) -> None:
-        """Ordered: stop accepting, end streams, drain the writer, checkpoint, close."""
+        """Ordered: stop accepting, end streams, settle the writer, stop the server, checkpoint, close.
+
+        Every write gets its true answer before the server goes: the writer takes
+        no more jobs (those still queued are refused, never applied) and the
+        batch it is running commits; only then does the server stop, and its grace
+        is for sending those answers. Stopping the server first would cancel
+        calls whose writes then commit."""
         parts = self.parts
         self._draining = True
         await parts.health.enter_graceful_shutdown()
         parts.hub.close("corrald is shutting down")
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, parts.board.writer.settle)
         await parts.server.stop(self.config.stop_grace_s)
         await parts.teammates.drain()
         await parts.reaper.close()
         await parts.loop_lag.close()
         if parts.metrics is not None:
             parts.metrics.close()
-        await asyncio.get_running_loop().run_in_executor(None, parts.board.close)
+        await loop.run_in_executor(None, parts.board.close)
         if self.address and self.address.startswith("unix:"):
             pathlib.Path(self.address.removeprefix("unix:")).unlink(missing_ok=True)
         self.state.release()

@@ -8,7 +8,8 @@ reads the stream's state and never writes it: it returns a `Delivery`, which
 the stream loop applies. While a gate is closed it writes nothing.
 
 `look` is the same steps 1–3 without writing, for checks that a read can
-answer; it defers to the writer whenever a claim is possible. The SQL is the
+answer; it defers to the writer whenever a claim is possible. `readable` is
+what a read can deliver when the writer cannot commit. The SQL is the
 store's; this module only composes it.
 """
 
@@ -57,6 +58,16 @@ def look(conn: sqlite3.Connection, name: str, stream: StreamState, now_ms: int) 
         return None
     # As after a claim attempt that found nothing: a task becoming ready wakes this stream.
     return Delivery([], checked.live, can_claim=True, claims_paused=False)
+
+
+def readable(conn: sqlite3.Connection, name: str, stream: StreamState, now_ms: int) -> Delivery:
+    """Steps 1–3 on a read, for when the writer cannot commit (a full disk).
+
+    Held claims are re-sent and inbox items delivered from what is stored;
+    there is never a new claim here, so no claim passes a gate (§2 invariant 5).
+    Nothing else to send means wait, as behind a shut gate."""
+    checked = _before_claim(conn, name, stream, now_ms)
+    return checked.found if checked.found is not None else Delivery([], checked.live)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

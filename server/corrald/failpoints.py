@@ -1,23 +1,39 @@
 """Named failpoints for crash and fault tests; inert unless enabled.
 
-Points: `before_commit`, `after_commit` (writer), `after_claim_sent` (Idle stream).
+Points: `before_commit`, `after_commit` (writer), `before_checkpoint` (the
+writer's last checkpoint, when the daemon stops), `job:<owner>` (writer, before
+each job submitted by that caller, e.g. `job:lead`), `after_claim_sent` (Idle
+stream).
+
+Actions: `kill` (SIGKILL the process), `error` (raise sqlite3.OperationalError,
+as a full disk would), `sleep:<ms>` (block the thread that reached the point,
+logging one line first, so a test can tell a long job is running).
+
 Enabled programmatically (`enable`) or, for a daemon under test, with the
-environment variable CORRAL_FAILPOINTS, e.g. `before_commit=kill:3` (SIGKILL
-the process the third time the point is reached) or `after_commit=error`.
+environment variable CORRAL_FAILPOINTS, a comma-separated list of
+`point=action[:n]`: without `n` the action fires every time; `kill:3` fires
+only the third time the point is reached; `error:3+` fires the third time and
+every time after. For `sleep` the count follows the duration:
+`job:slow=sleep:2000:1` sleeps 2 s in the first job of caller `slow`.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 
 Action = Callable[[], None]
 
+log = logging.getLogger("corrald.failpoints")
+
 _lock = threading.Lock()
-_points: dict[str, tuple[Action, int]] = {}  # name -> (action, hits left before it fires; 0 = every time)
+# name -> (action, hits left before it fires (0 = every time), whether it keeps firing after)
+_points: dict[str, tuple[Action, int, bool]] = {}
 
 
 def _kill() -> None:
@@ -28,13 +44,22 @@ def _error() -> None:
     raise sqlite3.OperationalError("injected failure")
 
 
+def _sleep(ms: int) -> Action:
+    def sleep() -> None:
+        log.warning("failpoint: sleeping %d ms", ms)
+        time.sleep(ms / 1000)
+
+    return sleep
+
+
 _ACTIONS: dict[str, Action] = {"kill": _kill, "error": _error}
 
 
-def enable(name: str, action: Action | str, *, after: int = 0) -> None:
-    """Fire `action` at `name`; with `after=n`, only on the n-th hit (then disarm)."""
+def enable(name: str, action: Action | str, *, after: int = 0, and_after: bool = False) -> None:
+    """Fire `action` at `name`; with `after=n`, only on the n-th hit (then disarm), or
+    with `and_after` on the n-th hit and every one after it."""
     with _lock:
-        _points[name] = (_ACTIONS[action] if isinstance(action, str) else action, after)
+        _points[name] = (_ACTIONS[action] if isinstance(action, str) else action, after, and_after)
 
 
 def disable(name: str | None = None) -> None:
@@ -52,12 +77,15 @@ def hit(name: str) -> None:
         entry = _points.get(name)
         if entry is None:
             return
-        action, countdown = entry
+        action, countdown, and_after = entry
         if countdown > 1:
-            _points[name] = (action, countdown - 1)
+            _points[name] = (action, countdown - 1, and_after)
             return
         if countdown == 1:
-            del _points[name]
+            if and_after:
+                _points[name] = (action, 0, and_after)
+            else:
+                del _points[name]
     action()
 
 
@@ -66,4 +94,8 @@ def load_from_env(environ: dict[str, str] | None = None) -> None:
     for part in filter(None, (p.strip() for p in spec.split(","))):
         name, _, action = part.partition("=")
         kind, _, count = action.partition(":")
-        enable(name, kind or "error", after=int(count or 0))
+        chosen: Action | str = kind or "error"
+        if kind == "sleep":
+            ms, _, count = count.partition(":")
+            chosen = _sleep(int(ms))
+        enable(name, chosen, after=int(count.removesuffix("+") or 0), and_after=count.endswith("+"))

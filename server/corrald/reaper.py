@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from . import errors
 from .board import Board
 
 log = logging.getLogger("corrald.reaper")
@@ -44,8 +45,13 @@ class Reaper:
     async def _reap(self) -> None:
         try:
             deadline = await self._board.reap()
-        except Exception as error:  # overload or draining: try again shortly
-            log.warning("reaper could not run: %s", error)
+        except Exception as error:  # overload, draining or a failed commit: try again shortly
+            # A failed commit was logged by the writer, once for its whole batch.
+            log.log(
+                logging.DEBUG if isinstance(error, errors.Unavailable) else logging.WARNING,
+                "reaper could not run: %s",
+                error,
+            )
             if not self._closed:
                 self.schedule(self._board.clock.now_ms() + 200)
             return

@@ -60,6 +60,9 @@ class StreamState:
         # None means "alive now" (a caller that does not track it).
         self.last_alive_ms = opened_ms
         self.claims_paused = False  # the last check held claims back until the teammate shows life
+        # Opening could not record the teammate online (the commit failed, e.g. a
+        # full disk): the stream serves anyway, and the next check that commits records it.
+        self.online_pending = False
         # Wake-ups (event loop only).
         self.event = asyncio.Event()
         self.waiting = False  # between checks, waiting for `event` or the poll interval

@@ -50,8 +50,11 @@ Job = Callable[[Txn], T]
 job_owner: contextvars.ContextVar[str] = contextvars.ContextVar("corral_job_owner", default="")
 
 
-class CommitFailed(Exception):
-    """The batch this job belonged to did not commit; the job had no effect."""
+class CommitFailed(Unavailable):
+    """The batch this job belonged to did not commit; the job had no effect (the
+    caller may retry). The writer logs the failure once, for the whole batch."""
+
+    reason = "COMMIT_FAILED"
 
 
 @dataclasses.dataclass(slots=True)
@@ -149,16 +152,39 @@ class Writer:
         if self._start_error is not None:
             raise self._start_error
 
-    def close(self, *, checkpoint: bool = True) -> None:
-        """Stops accepting, drains every queued job, checkpoints and closes."""
+    def stop_taking(self) -> None:
+        """Stops accepting and takes no more jobs: the running batch still commits and
+        its jobs are answered, every job still queued fails with Unavailable and is
+        never applied, so a caller told to retry never finds its write stored twice."""
         with self._cond:
             self._accepting = False
+            refused = [self._queue.pop() for _ in range(len(self._queue))]
             self._cond.notify_all()
+        for _ in refused:
+            self._bound.place_freed()  # a caller waiting for room learns the writer is gone
+        refused = [pending for pending in refused if _may_resolve(pending.future)]
+        failure = Unavailable("corrald is shutting down; the write was not applied")
+        self._resolve(refused, [(False, failure, None)] * len(refused))
+
+    def settle(self) -> None:
+        """`stop_taking`, then waits for the running batch to commit and be answered."""
+        self.stop_taking()
         if self._thread is not None:
             self._thread.join()
+
+    def close(self, *, checkpoint: bool = True) -> None:
+        """`settle`, then checkpoints and closes.
+
+        A checkpoint that fails (a full disk) is logged and skipped: the WAL holds
+        every commit and the next start replays it."""
+        self.settle()
         if self._conn is not None:
             if checkpoint:
-                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                try:
+                    failpoints.hit("before_checkpoint")
+                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                except sqlite3.Error as error:
+                    log.warning("final checkpoint failed, the WAL is kept for the next start: %s", error)
             self._conn.close()
             self._conn = None
 
@@ -239,8 +265,7 @@ class Writer:
             self._bound.place_freed()  # one place more: one caller waiting for room may take it
             # A thread caller may have cancelled its future while it waited:
             # such a job must not run (nobody would learn its outcome).
-            future = pending.future
-            if not isinstance(future, concurrent.futures.Future) or future.set_running_or_notify_cancel():
+            if _may_resolve(pending.future):
                 return pending
 
     def _grow(self, batch: list[_Pending], owners: set[str], take_until: float | None) -> bool:
@@ -338,11 +363,16 @@ class Writer:
         tx = Txn(conn, now)
         conn.execute("SAVEPOINT job")
         try:
+            failpoints.hit("job:" + pending.owner)
             value = pending.job(tx)
         except Exception as error:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK TO job")
-                conn.execute("RELEASE job")
+            if not conn.in_transaction:
+                return False, error, None  # the whole batch fails, and is logged once
+            conn.execute("ROLLBACK TO job")
+            conn.execute("RELEASE job")
+            if isinstance(error, sqlite3.OperationalError):  # the storage (a full disk), not the job
+                log.error("a job could not write: %s", error)
+                return False, CommitFailed(f"the job did not commit: {error}"), None
             return False, error, None
         conn.execute("RELEASE job")
         return True, value, tx.wakes
@@ -389,6 +419,11 @@ class Writer:
             job_time_p99_ms=_percentile(job_times, 0.99),
             job_time_max_ms=max(job_times, default=0.0),
         )
+
+
+def _may_resolve(future: concurrent.futures.Future | asyncio.Future) -> bool:
+    """False for a thread caller's future it cancelled while the job waited."""
+    return not isinstance(future, concurrent.futures.Future) or future.set_running_or_notify_cancel()
 
 
 def _resolve_on_loop(items: list[tuple[asyncio.Future, bool, Any]]) -> None:

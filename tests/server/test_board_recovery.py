@@ -107,13 +107,39 @@ def test_a_claim_whose_commit_fails_was_never_made(team):
     team.create(spec("a"))
     cursor = StreamState(slots=1)
     failpoints.enable("before_commit", "error")
-    with pytest.raises(CommitFailed):
-        team.next_for("w1", cursor)
+    assert team.next_for("w1", cursor) == []  # a read answers instead, and a read never claims
     failpoints.disable()
     assert team.scalar("SELECT count(*) FROM claims") == 0
     assert team.task("a").state is PENDING and cursor.sent_tokens == set()
     (grant,) = team.next_for("w1", cursor)
     assert grant.attempt == 1 and grant.task.id == "a"
+
+
+def test_while_commits_fail_a_stream_gets_what_is_stored_and_no_new_claim(team):
+    """A full disk keeps neither a held claim nor the inbox from a new stream, nor lets a read
+    hand out a claim; a stream that could not record its teammate online does so at the next commit."""
+    team.create(spec("held"))
+    held = team.claim("w1")
+    team.send("lead", "w1", "hello")
+    team.create(spec("free"))
+    request_id, _ = team.run(team.board.request_shutdown("w2", "stop", 0))
+    holder, told, fresh = StreamState(slots=2), StreamState(slots=1), StreamState(slots=1)
+    fresh.online_pending = True
+    failpoints.enable("before_commit", "error")
+    (resent,) = team.next_for("w1", holder)
+    (message,) = team.next_for("w1", holder)
+    (shutdown,) = team.next_for("w2", told)
+    assert team.next_for("w1", holder) == []  # it has a free slot and "free" is ready: no claim
+    assert team.next_for("w2", told) == []
+    failpoints.disable()
+    assert (resent.token, resent.task.id) == (held.token, "held")
+    assert (message.kind, message.body) == ("message", "hello")
+    assert (shutdown.kind, shutdown.ref) == ("shutdown_request", request_id)
+    assert team.state("free") is PENDING
+    assert team.scalar("SELECT online FROM teammates WHERE name = 'w1'") == 0
+    assert fresh.online_pending
+    assert team.next_for("w1", fresh)[0].token == held.token  # a new stream re-sends the held claim
+    assert not fresh.online_pending and team.scalar("SELECT online FROM teammates WHERE name = 'w1'") == 1
 
 
 def test_a_complete_whose_commit_fails_can_be_retried(team):

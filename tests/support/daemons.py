@@ -144,6 +144,10 @@ class Daemon:
         """The last lines the latest start wrote to stderr."""
         return self.process.stderr_tail() if self._process is not None else ""
 
+    def latest_log(self) -> str:
+        """Everything the latest start wrote so far, stdout and stderr."""
+        return self._logs[-1].read_text(errors="replace") if self._logs and self._logs[-1].exists() else ""
+
     def all_logs(self) -> str:
         """Everything every start wrote, stdout and stderr, in order of the starts."""
         return "".join(path.read_text(errors="replace") for path in self._logs if path.exists())

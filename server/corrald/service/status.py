@@ -12,7 +12,6 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from .. import errors
-from ..writer import CommitFailed
 
 DOMAIN = "corral"
 
@@ -25,11 +24,11 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (errors.Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (errors.PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (errors.Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    # Draining, or the transaction did not commit (writer.CommitFailed, reason
+    # COMMIT_FAILED): nothing happened, the caller may retry.
     (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
     (errors.AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (errors.Aborted, grpc.StatusCode.ABORTED),
-    # The transaction did not commit: nothing happened, the caller may retry.
-    (CommitFailed, grpc.StatusCode.UNAVAILABLE),
 )
 
 
@@ -64,8 +63,6 @@ def to_status(error: BaseException) -> grpc.Status:
     code = code_for(error)
     if isinstance(error, errors.CorralError):
         message, reason, metadata = error.message, error.reason, error.metadata
-    elif isinstance(error, CommitFailed):
-        message, reason, metadata = str(error), "COMMIT_FAILED", {}
     else:
         message, reason, metadata = "internal error", "INTERNAL", {}
     message = bounded(message, MESSAGE_MAX_CHARS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 import grpc
@@ -16,6 +17,7 @@ from ..model import ClaimGrant
 from ..overload.reopen import ReopenSpacing
 from ..stream import StreamState
 from ..wake import WakeHub
+from ..writer import CommitFailed
 from . import convert
 
 log = logging.getLogger("corrald.idle")
@@ -51,7 +53,10 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
         stream = self._hub.register(name, await self._board.teammate_roles(name), slots)
         ending = "left"
         try:
-            await self._board.set_online(name, True)
+            try:
+                await self._board.set_online(name, True)
+            except CommitFailed:  # logged by the writer; what is stored is still delivered
+                stream.online_pending = True
             idle_polls = 0
             waiting = False  # as last recorded: idle, or waiting for work still to come
             # Checks go to the writer, where many streams' checks share one
@@ -85,9 +90,10 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
                     continue
                 still_to_come = bool(await self._board.work_waited_for(name, stream.roles))
                 if still_to_come != waiting:  # written only when it changes
-                    waiting = still_to_come
-                    await self._board.set_waiting(name, waiting)
-                if waiting:
+                    with contextlib.suppress(CommitFailed):  # logged by the writer; written at a later poll
+                        await self._board.set_waiting(name, still_to_come)
+                        waiting = still_to_come
+                if still_to_come:
                     idle_polls = 0
                     continue
                 idle_polls += 1
