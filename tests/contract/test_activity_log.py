@@ -7,6 +7,7 @@ import json
 import pytest
 
 from corral.v1 import corral_pb2 as pb
+from tests.support.waiting import wait_until
 
 from .wire import rpc_error, spec
 
@@ -51,6 +52,8 @@ def test_joins_claims_completions_failures_expiries_and_refusals_are_logged(corr
     stray = daemon.client("corral-tm-not-a-real-token", "stray")
     rpc_error(stray.board.GetStats, pb.GetStatsRequest())
     stream.call.cancel()
+    # Leaving is a write: wait for it, or SIGTERM may refuse it as not yet taken.
+    wait_until(lambda: any(entry["event"] == "left" for entry in activity(daemon)), timeout=10, what="ann's leave")
     daemon.stop_and_check()
 
     seen = activity(daemon)

@@ -419,7 +419,8 @@ def test_random_graphs_cyclic_refused_acyclic_accepted(daemon, figures):
             try:
                 created = lead.create(specs_pb(graph), f"graph-{g}")
                 api_accepted = True
-                got = {t.id: sorted(t.depends_on) for t in created}
+                stored = [lead.board.GetTask(pb.GetTaskRequest(task_id=t.id), metadata=lead.md).task for t in created]
+                got = {t.id: sorted(t.depends_on) for t in stored}
                 if got != {t: ds for t, ds in graph}:
                     wrong.append(f"CreateTasks: graph {g} stored different dependencies")
                 board_ids.extend(t for t, _ in graph)
@@ -560,9 +561,11 @@ def test_hostile_strings_round_trip_byte_exact(daemon, figures):
         )
         expected_tasks[hostile_id] = spec
         created = lead.create([spec], request_id=hostile_id)[0]
-        for field in ("id", "title", "description", "required_role"):  # the reply is a summary: no payload
-            same(f"CreateTasks.{field}", getattr(created, field), getattr(spec, field))
-        same("CreateTasks.depends_on", list(created.depends_on), list(spec.depends_on))
+        same("CreateTasks.id", created.id, spec.id)  # the reply says where the task stands; GetTask has the rest
+        stored = lead.board.GetTask(pb.GetTaskRequest(task_id=hostile_id), metadata=lead.md).task
+        for field in ("id", "title", "description", "required_role", "payload"):
+            same(f"GetTask.{field}", getattr(stored, field), getattr(spec, field))
+        same("GetTask.depends_on", list(stored.depends_on), list(spec.depends_on))
         lead.board.SendMessage(pb.SendMessageRequest(to=hostile_id, body=text), metadata=lead.md)
         shutdown = lead.lead.RequestShutdown(pb.RequestShutdownRequest(name=hostile_id, reason=text), metadata=lead.md)
         call = mate.Idle(pb.IdleRequest(poll_interval=dur(200)), metadata=md(token), timeout=20)
