@@ -19,7 +19,18 @@ from collections.abc import Callable, Sequence
 from . import cpu, delivery, errors, validate
 from .clock import Clock
 from .config import Limits, WriterConfig
-from .model import CreatedBatch, Event, TaskRecord, TaskSpec, TaskState, TeammateRecord, TeammateStatus, Txn
+from .model import (
+    CreatedBatch,
+    Event,
+    FeedPage,
+    TaskPage,
+    TaskRecord,
+    TaskSpec,
+    TaskState,
+    TeammateRecord,
+    TeammateStatus,
+    Txn,
+)
 from .readers import ReaderPool
 from .store import events, inbox, protocol, status, tasks, team
 from .store.schema import open_writer
@@ -272,10 +283,13 @@ class Board:
         return await self.read(lambda conn: tasks.get_task(conn, task_id))
 
     async def list_tasks(
-        self, *, states: Sequence[TaskState], owner: str, after_seq: int, limit: int
-    ) -> list[TaskRecord]:
+        self, *, states: Sequence[TaskState], owner: str, after_seq: int, limit: int, max_bytes: int
+    ) -> TaskPage:
+        """A page of tasks chosen within `max_bytes` before any payload is read (a read)."""
         return await self.read(
-            lambda conn: tasks.list_tasks(conn, states=states, owner=owner, after_seq=after_seq, limit=limit)
+            lambda conn: tasks.list_tasks(
+                conn, states=states, owner=owner, after_seq=after_seq, limit=limit, max_bytes=max_bytes
+            )
         )
 
     async def list_teammates(self) -> list[TeammateRecord]:
@@ -292,18 +306,24 @@ class Board:
     async def teammate_roles(self, name: str) -> tuple[str, ...]:
         return await self.read(lambda conn: team.roles_of(conn, name))
 
-    async def read_feed(
-        self, after_seq: int, limit: int = 256
-    ) -> list[tuple[Event, TaskRecord | None, TeammateRecord | None]]:
-        """Events after `after_seq` with the task or teammate each one is about."""
+    async def read_feed(self, after_seq: int, limit: int, max_bytes: int) -> FeedPage:
+        """Events after `after_seq` with the task or teammate each one is about: up to
+        `limit`, as many as fit in `max_bytes` (at least one), chosen before any task is
+        loaded (a read)."""
 
-        def query(conn) -> list[tuple[Event, TaskRecord | None, TeammateRecord | None]]:
-            feed = []
-            for event in events.read_events(conn, after_seq, limit):
+        def query(conn) -> FeedPage:
+            found = events.read_events(conn, after_seq, limit)
+            sizes = tasks.wire_bytes_by_id(conn, (e.data["id"] for e in found if e.kind == "task_changed"))
+            items: list[tuple[Event, TaskRecord | None, TeammateRecord | None]] = []
+            total = 0
+            for event in found:
+                total += sizes.get(event.data["id"], 0) if event.kind == "task_changed" else 0
+                if items and total > max_bytes:
+                    break
                 task = tasks.get_task(conn, event.data["id"]) if event.kind == "task_changed" else None
                 mate = team.get_teammate(conn, event.data["name"]) if event.kind == "teammate_changed" else None
-                feed.append((event, task, mate))
-            return feed
+                items.append((event, task, mate))
+            return FeedPage(items, more=len(items) < len(found) or len(found) == limit)
 
         return await self.read(query)
 

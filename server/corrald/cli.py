@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from .config import WriterConfig
+from .config import Limits, WriterConfig
 from .daemon import ServeConfig, serve
 from .listen import ConfigError
 from .overload.lanes import LaneConfig
@@ -98,6 +98,14 @@ def main() -> None:
     help="While the daemon is busy, a teammate starting calls faster than this many times the team's "
     "mean rate waits for its turn; 0 turns this off.",
 )
+@click.option(
+    "--stream-send-timeout",
+    type=click.FloatRange(min=0.1),
+    default=Limits.stream_send_timeout_ms / 1000,
+    show_default=True,
+    help="Seconds a Watch or Idle stream may wait for its client to take a message before it is "
+    "ended with UNAVAILABLE (reason SLOW_CONSUMER).",
+)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--log-level", default="info", show_default=True)
 def serve_command(
@@ -111,6 +119,7 @@ def serve_command(
     streams_per_identity: int,
     waiting_per_identity: int,
     pacing_slack: float,
+    stream_send_timeout: float,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -122,6 +131,7 @@ def serve_command(
         metrics=metrics,
         tls_cert=tls_cert,
         tls_key=tls_key,
+        limits=Limits(stream_send_timeout_ms=round(stream_send_timeout * 1000)),
         writer=WriterConfig(synchronous=synchronous.upper()),
         lanes=LaneConfig(
             calls_per_identity=calls_per_identity,

@@ -47,6 +47,9 @@ class Limits:
     priority_max: int = 1_000_000
     page_size_default: int = 100
     page_size_max: int = 1_000
+    # A server stream whose client has not taken a message for this long is
+    # ended with UNAVAILABLE (reason SLOW_CONSUMER); see service/sending.py.
+    stream_send_timeout_ms: int = 60 * SECOND_MS
 
 
 @dataclasses.dataclass(frozen=True)

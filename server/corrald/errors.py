@@ -87,6 +87,12 @@ class Unavailable(CorralError):
     reason = "UNAVAILABLE"
 
 
+class SlowConsumer(Unavailable):
+    """A stream's client stopped taking messages; it is ended so that it holds nothing."""
+
+    reason = "SLOW_CONSUMER"
+
+
 class ReentrantSubmit(RuntimeError):
     """A writer job tried to submit another job: it would wait on itself."""
 

@@ -219,3 +219,20 @@ class Txn:
     conn: sqlite3.Connection
     now_ms: int
     wakes: Wakes = dataclasses.field(default_factory=Wakes)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskPage:
+    """One page of a task listing, and whether tasks matching the same filter follow it."""
+
+    tasks: list[TaskRecord]
+    more: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FeedPage:
+    """Events of the log in order, each with the task or teammate it is about, and
+    whether more events follow them already."""
+
+    items: list[tuple[Event, TaskRecord | None, TeammateRecord | None]]
+    more: bool

@@ -163,10 +163,10 @@ def test_readers_see_commits_and_cannot_write(team):
     grant = team.claim("w1")
     task = team.run(team.board.get_task("a"))
     assert task.state is IN_PROGRESS and task.owner == "w1"
-    listed = team.run(team.board.list_tasks(states=[PENDING], owner="", after_seq=0, limit=10))
-    assert [t.id for t in listed] == ["b"]
-    mine = team.run(team.board.list_tasks(states=[], owner="w1", after_seq=0, limit=10))
-    assert [t.id for t in mine] == ["a"]
+    listed = team.run(team.board.list_tasks(states=[PENDING], owner="", after_seq=0, limit=10, max_bytes=2**20))
+    assert [t.id for t in listed.tasks] == ["b"] and not listed.more
+    mine = team.run(team.board.list_tasks(states=[], owner="w1", after_seq=0, limit=10, max_bytes=2**20))
+    assert [t.id for t in mine.tasks] == ["a"] and not mine.more
     with pytest.raises(errors.TaskNotFound):
         team.run(team.board.get_task("nope"))
     with pytest.raises(sqlite3.OperationalError):

@@ -15,7 +15,9 @@ from ..overload.lanes import CallLanes
 from ..wake import WakeHub
 from . import convert
 
-PAGE_BYTES = 3 * 1024 * 1024  # under gRPC's default 4 MiB receive limit
+# Under gRPC's default 4 MiB receive limit; the store picks the page within it
+# before it reads a payload, so a listing never holds more than one page.
+PAGE_BYTES = 3 * 1024 * 1024
 
 
 class BoardServicer(pb_grpc.BoardServiceServicer):
@@ -39,18 +41,11 @@ class BoardServicer(pb_grpc.BoardServiceServicer):
                 raise errors.InvalidArgument(f"states[{index}]", f"unknown task state {state}")
             states.append(TaskState(state))
         after = _decode_page_token(request.page_token)
-        found = await self._board.list_tasks(states=states, owner=request.owner, after_seq=after, limit=page_size + 1)
-        page: list[pb.Task] = []
-        size = 0
-        for record in found[:page_size]:
-            message = convert.task(record)
-            size += message.ByteSize()
-            if page and size > PAGE_BYTES:
-                break  # a page never outgrows what a default client accepts
-            page.append(message)
-        more = len(found) > len(page)
-        token = _encode_page_token(page[-1].seq) if more else ""
-        return pb.ListTasksResponse(tasks=page, next_page_token=token)
+        page = await self._board.list_tasks(
+            states=states, owner=request.owner, after_seq=after, limit=page_size, max_bytes=PAGE_BYTES
+        )
+        token = _encode_page_token(page.tasks[-1].seq) if page.more else ""
+        return pb.ListTasksResponse(tasks=[convert.task(record) for record in page.tasks], next_page_token=token)
 
     async def ListTeammates(self, request, context, identity: Identity) -> pb.ListTeammatesResponse:
         mates = await self._board.list_teammates()

@@ -6,6 +6,7 @@ its third argument; nothing about the caller is taken from request fields.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import time
@@ -20,6 +21,7 @@ from ..board import Board, Identity
 from ..overload.lanes import CallLanes, LaneKind
 from ..writer import job_owner
 from . import status
+from .sending import StreamSender
 
 log = logging.getLogger("corrald.rpc")
 activity_log = logging.getLogger("corrald.activity")  # refusals, beside the board's activity
@@ -94,7 +96,8 @@ class CorralInterceptor(grpc.aio.ServerInterceptor):
             return _refusing(handler, error)
         if not ours:
             return _parsing_here(handler, identity.name)  # server reflection: the credential check is all it needs
-        return _wrap(handler, identity, _LanePlace(self._lanes, identity, _lane(method, handler)))
+        place = _LanePlace(self._lanes, identity, _lane(method, handler))
+        return _wrap(handler, identity, place, self._board.limits.stream_send_timeout_ms / 1000)
 
 
 def _lane(method: str, handler: grpc.RpcMethodHandler) -> LaneKind:
@@ -132,6 +135,16 @@ async def _abort(context: grpc.aio.ServicerContext, error: BaseException) -> Non
     if not isinstance(error, errors.CorralError):
         log.exception("unexpected error", exc_info=error)
     await context.abort_with_status(status.to_status(error))
+
+
+async def _end_slow_stream(context: grpc.aio.ServicerContext, identity: Identity, error: errors.SlowConsumer) -> None:
+    log.info("ended a stream of %s: %s", identity.name, error)
+    try:
+        await _abort(context, error)
+    except grpc.aio.AbortError:
+        raise
+    except Exception:  # noqa: BLE001 (gRPC's own batch error: the client left without reading the status)
+        log.debug("%s left before it read why its stream ended", identity.name)
 
 
 class _Undecodable:
@@ -197,9 +210,12 @@ class RefusalLog:
 REFUSALS = RefusalLog()
 
 
-def _wrap(handler: grpc.RpcMethodHandler, identity: Identity, place: _LanePlace) -> grpc.RpcMethodHandler:
+def _wrap(
+    handler: grpc.RpcMethodHandler, identity: Identity, place: _LanePlace, send_timeout_s: float
+) -> grpc.RpcMethodHandler:
     """Our methods get the caller's identity and wait for their lane; the request
-    bytes are parsed only once the call's turn comes (a waiting call costs no CPU)."""
+    bytes are parsed only once the call's turn comes (a waiting call costs no CPU).
+    A stream's messages go out one at a time, each within `send_timeout_s`."""
     parse = _lenient(handler.request_deserializer)
 
     def checked(data: bytes):
@@ -237,15 +253,25 @@ def _wrap(handler: grpc.RpcMethodHandler, identity: Identity, place: _LanePlace)
         async def unary_stream(data, context):
             if not place.try_enter():
                 await _wait_for_place(place, context)
+            in_lane = True
             try:
-                async for response in behavior(await request_of(data), context, identity):
-                    yield response
+                sender = StreamSender(context, send_timeout_s)
+                async with contextlib.aclosing(behavior(await request_of(data), context, identity)) as responses:
+                    async for response in responses:
+                        await sender.send(response)
+            except errors.SlowConsumer as error:
+                # The handler is done; only the status is left to send, and it
+                # waits behind the message the client has not taken.
+                place.leave()
+                in_lane = False
+                await _end_slow_stream(context, identity, error)
             except Exception as error:
                 if isinstance(error, grpc.aio.AbortError):
                     raise
                 await _abort(context, error)
             finally:
-                place.leave()
+                if in_lane:
+                    place.leave()
 
         return grpc.unary_stream_rpc_method_handler(unary_stream, None, handler.response_serializer)
     raise TypeError(f"corral.v1 has no client-streaming methods, yet {handler!r} is one")

@@ -11,6 +11,9 @@ from ..wake import WakeHub
 from . import convert
 
 FEED_PAGE = 256
+# What one Watch stream holds read and not yet sent: a few tasks with their
+# payloads, not a page of 256 (see server/DESIGN.md, "Memory per client").
+FEED_BYTES = 2 * 1024 * 1024
 
 
 class LeadServicer(pb_grpc.LeadServiceServicer):
@@ -71,9 +74,9 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
         # The shape of grpc's health Watch: send what moved, wait, repeat.
         while not self._hub.closing:
             moved = self._hub.board_moved()  # taken before reading, so no change slips between
-            feed = await self._board.read_feed(after, FEED_PAGE)
-            for event, task, mate in feed:
+            feed = await self._board.read_feed(after, FEED_PAGE, FEED_BYTES)
+            for event, task, mate in feed.items:
                 yield convert.watch_response(event, task, mate)
                 after = event.seq
-            if len(feed) < FEED_PAGE:
+            if not feed.more:
                 await self._hub.wait_or_close(moved)

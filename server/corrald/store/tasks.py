@@ -9,7 +9,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 
 from .. import errors
-from ..model import ClaimGrant, ClaimOutcome, CreatedBatch, CreatedTask, TaskRecord, TaskSpec, TaskState, Txn
+from ..model import ClaimGrant, ClaimOutcome, CreatedBatch, CreatedTask, TaskPage, TaskRecord, TaskSpec, TaskState, Txn
 from ..validate import PreparedBatch
 from .events import emit
 from .gates import protocol_pending
@@ -85,9 +85,31 @@ def get_task(conn: sqlite3.Connection, task_id: str) -> TaskRecord:
     return _record(conn, row)
 
 
+# An upper bound on a task's size on the wire, read without loading its
+# payload or result: SQLite answers length() of a blob from the record header.
+# Text columns are measured in bytes (CAST AS BLOB); 256 bytes cover the tags,
+# length prefixes, numbers and timestamps, and 4 bytes each dependency's.
+_WIRE_BYTES = (
+    "256 + length(CAST(id AS BLOB)) + length(CAST(title AS BLOB)) + length(CAST(description AS BLOB))"
+    " + length(payload) + coalesce(length(result), 0) + length(CAST(error AS BLOB))"
+    " + length(CAST(owner AS BLOB)) + length(CAST(required_role AS BLOB))"
+    " + (SELECT coalesce(sum(length(CAST(dep.id AS BLOB)) + 4), 0)"
+    " FROM deps d JOIN tasks dep ON dep.seq = d.dep_seq WHERE d.task_seq = tasks.seq)"
+)
+
+
 def list_tasks(
-    conn: sqlite3.Connection, *, states: Sequence[TaskState], owner: str, after_seq: int, limit: int
-) -> list[TaskRecord]:
+    conn: sqlite3.Connection,
+    *,
+    states: Sequence[TaskState],
+    owner: str,
+    after_seq: int,
+    limit: int,
+    max_bytes: int,
+) -> TaskPage:
+    """Up to `limit` tasks after `after_seq`, as many as fit in `max_bytes` on the
+    wire (always at least one). The page is chosen from sizes alone, so no task
+    outside it is ever loaded."""
     where: list[str] = ["seq > ?"]
     params: list[object] = [after_seq]
     if states:
@@ -96,10 +118,35 @@ def list_tasks(
     if owner:
         where.append("owner = ?")
         params.append(owner)
-    rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM tasks WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?", (*params, limit)
+    sized = conn.execute(
+        f"SELECT seq, {_WIRE_BYTES} FROM tasks WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?",
+        (*params, limit + 1),
     ).fetchall()
-    return [_record(conn, row) for row in rows]
+    count, total = 0, 0
+    for _, size in sized[:limit]:
+        total += size
+        if count and total > max_bytes:
+            break
+        count += 1
+    if not count:
+        return TaskPage([], more=False)
+    last = sized[count - 1][0]
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM tasks WHERE {' AND '.join(where)} AND seq <= ? ORDER BY seq LIMIT ?",
+        (*params, last, count),
+    ).fetchall()
+    return TaskPage([_record(conn, row) for row in rows], more=len(sized) > count)
+
+
+def wire_bytes_by_id(conn: sqlite3.Connection, task_ids: Iterable[str]) -> dict[str, int]:
+    """Each task's size on the wire (the bound `list_tasks` uses), without loading any payload."""
+    wanted = sorted(set(task_ids))
+    sizes: dict[str, int] = {}
+    for start in range(0, len(wanted), 500):  # under SQLite's host-parameter limit
+        chunk = wanted[start : start + 500]
+        rows = conn.execute(f"SELECT id, {_WIRE_BYTES} FROM tasks WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+        sizes.update(rows)
+    return sizes
 
 
 def count_by_state(conn: sqlite3.Connection) -> dict[TaskState, int]:

@@ -1,0 +1,175 @@
+"""The daemon's memory grows with what it sends, not with what it stores.
+
+A board of 120 tasks with 1 MiB payloads; the daemon's resident memory
+(VmRSS of its process) is sampled while clients list it or watch it. A
+listing holds one page (3 MiB) at a time, and a Watch stream one feed page
+and one message in flight, so four of either stay well under 64 MiB of
+growth; before that, each held every payload it had read (over 120 MiB).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import pathlib
+import shutil
+import threading
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from corral.v1 import corral_pb2 as pb
+from tests.support import wait_until
+
+from .wire import Client, Daemon, assert_status, module_daemon, spec
+
+MIB = 1024 * 1024
+TASKS = 120
+GROWTH_LIMIT_MIB = 64
+SEND_TIMEOUT_S = 1.5
+# A client that reads nothing: its HTTP/2 window stays at 64 KiB, so it
+# cannot take in a 1 MiB event on its own (by default the window grows).
+NON_READING = [("grpc.http2.lookahead_bytes", 64 * 1024), ("grpc.http2.bdp_probe", 0)]
+
+
+def rss_mib(pid: int) -> float:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+@contextlib.contextmanager
+def peak_rss(pid: int) -> Iterator[dict[str, float]]:
+    """Samples the process's resident memory every 10 ms; yields {'start', 'peak'} (MiB)."""
+    seen = {"start": rss_mib(pid), "peak": 0.0}
+    seen["peak"] = seen["start"]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.01):
+            seen["peak"] = max(seen["peak"], rss_mib(pid))
+
+    sampler = threading.Thread(target=sample, name="rss sampler", daemon=True)
+    sampler.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        sampler.join(5)
+        seen["peak"] = max(seen["peak"], rss_mib(pid))
+
+
+@pytest.fixture(scope="module")
+def big_board(tmp_path_factory) -> pathlib.Path:
+    """A state directory holding TASKS tasks of 1 MiB each, filled once for the module."""
+    with module_daemon(tmp_path_factory, "big-board") as daemon:
+        for first in range(0, TASKS, 8):
+            daemon.create_tasks(*(spec(f"big-{i:03}", payload=bytes([i]) * MIB) for i in range(first, first + 8)))
+        state_dir = daemon.state_dir
+    return state_dir
+
+
+def serve_copy(corrald, big_board: pathlib.Path, tmp_path: pathlib.Path, *extra_args: str) -> Daemon:
+    """A fresh daemon on a copy of the big board, so each test measures a process of its own."""
+    state_dir = tmp_path / "state"
+    shutil.copytree(big_board, state_dir, ignore=shutil.ignore_patterns("*.sock", "*.lock"))
+    return corrald(state_dir, extra_args=list(extra_args))
+
+
+@pytest.mark.timeout(90)
+def test_four_concurrent_listings_hold_one_page_each(corrald, big_board, tmp_path):
+    daemon = serve_copy(corrald, big_board, tmp_path)
+    daemon.lead.board.ListTasks(pb.ListTasksRequest(page_size=1))  # the call path, warmed up
+
+    def list_pages(pages: int) -> list[str]:
+        with grpc.insecure_channel(daemon.address) as channel:  # gRPC's default 4 MiB receive limit
+            lead = Client(channel, daemon.lead_token, "lead")
+            ids: list[str] = []
+            token = ""
+            for _ in range(pages):
+                page = lead.board.ListTasks(pb.ListTasksRequest(page_size=1000, page_token=token))
+                assert page.tasks and page.next_page_token, "a page of a larger board is never empty or last"
+                ids.extend(t.id for t in page.tasks)
+                token = page.next_page_token
+            return ids
+
+    with peak_rss(daemon.pid) as memory, concurrent.futures.ThreadPoolExecutor(4) as pool:
+        listings = [pool.submit(list_pages, 3) for _ in range(4)]
+        lists = [listing.result(timeout=60) for listing in listings]
+
+    growth = memory["peak"] - memory["start"]
+    assert growth < GROWTH_LIMIT_MIB, f"RSS grew {growth:.0f} MiB ({memory['start']:.0f} -> {memory['peak']:.0f})"
+    # Each page of 1 MiB tasks within 3 MiB holds two, and the pages follow on in order.
+    assert all(ids == [f"big-{i:03}" for i in range(6)] for ids in lists), lists[0]
+
+
+@pytest.mark.timeout(90)
+def test_watch_clients_that_do_not_read_hold_little_and_are_ended(corrald, big_board, tmp_path):
+    # The lead's stream lane has room for the reader and the four that do not read.
+    daemon = serve_copy(
+        corrald, big_board, tmp_path, "--stream-send-timeout", str(SEND_TIMEOUT_S), "--streams-per-identity", "5"
+    )
+    last = f"big-{TASKS - 1:03}"
+    channels = [grpc.insecure_channel(daemon.address, options=NON_READING) for _ in range(4)]
+    try:
+        with peak_rss(daemon.pid) as memory:
+            silent = [Client(c, daemon.lead_token, "lead").lead.Watch(pb.WatchRequest(after_seq=0)) for c in channels]
+            for call in silent:
+                call.initial_metadata()  # headers come before the first event: each is in the lane and sending
+            reader = daemon.watch(0)
+            final = reader.next_matching(lambda r: r.task_changed.id == last, timeout=30, what=f"{last}'s event")
+            # Places in the lead's stream lane come free only when the silent
+            # streams have ended: each new Watch waits in line until then.
+            late = [daemon.watch(final.seq - 1) for _ in range(4)]
+            for stream in late:
+                assert stream.next(timeout=SEND_TIMEOUT_S + 8).task_changed.id == last
+                stream.cancel()
+
+        growth = memory["peak"] - memory["start"]
+        assert growth < GROWTH_LIMIT_MIB, f"RSS grew {growth:.0f} MiB ({memory['start']:.0f} -> {memory['peak']:.0f})"
+
+        # The client that reads is not ended: it sees what happens next.
+        daemon.create_tasks(spec("after"))
+        assert reader.next_matching(lambda r: r.task_changed.id == "after", timeout=5).seq > final.seq
+        reader.cancel()
+
+        # A silent client learns why once it reads: the events it had taken in, then the end.
+        for call in silent:
+            taken = 0
+            with pytest.raises(grpc.RpcError) as ended:
+                for _ in call:
+                    taken += 1
+            assert_status(ended.value, grpc.StatusCode.UNAVAILABLE, reason="SLOW_CONSUMER")
+            assert taken < TASKS, f"the stream sent all {taken} events to a client that was not reading"
+    finally:
+        for channel in channels:
+            channel.close()
+
+
+@pytest.mark.timeout(60)
+def test_an_idle_client_that_does_not_read_is_ended_and_gets_its_claim_on_reopening(corrald):
+    daemon = corrald(extra_args=["--stream-send-timeout", str(SEND_TIMEOUT_S)])
+    silent_mate, reading_mate = daemon.add_teammate("silent", roles=["heavy"]), daemon.add_teammate("reading")
+    daemon.create_tasks(spec("big", payload=b"\x07" * MIB, required_role="heavy"))  # for the silent one only
+    reading = reading_mate.idle()
+    daemon.wait_open_streams(1)
+    with grpc.insecure_channel(daemon.address, options=NON_READING) as channel:
+        silent = Client(channel, silent_mate.token, "silent").teammate.Idle(pb.IdleRequest())
+        wait_until(lambda: daemon.get_task("big").owner == "silent", 5, "the silent teammate's claim")
+        # Its claim (1 MiB) is more than its window takes in: the stream ends on the daemon's side.
+        daemon.wait_open_streams(1, timeout=SEND_TIMEOUT_S + 5)
+        received: list[str | None] = []
+        with pytest.raises(grpc.RpcError) as ended:
+            for item in silent:
+                received.append(item.WhichOneof("event"))
+        assert_status(ended.value, grpc.StatusCode.UNAVAILABLE, reason="SLOW_CONSUMER")
+        assert received == ["claim"], "what was handed to gRPC before the end still arrives, then the end"
+    reading.expect_quiet(0.5)  # the teammate that reads is neither ended nor sent the claim
+    # Reopened, and reading now, the teammate gets the claim it holds again.
+    again = silent_mate.idle()
+    claim = again.next_event("claim")
+    assert claim.task.id == "big" and claim.task.payload == b"\x07" * MIB
+    again.cancel()
+    reading.cancel()
