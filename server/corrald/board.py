@@ -20,6 +20,7 @@ from . import cpu, delivery, errors, validate
 from .clock import Clock
 from .config import Limits, WriterConfig
 from .model import (
+    CanceledTask,
     CreatedBatch,
     Event,
     FeedPage,
@@ -150,9 +151,11 @@ class Board:
         batch = await cpu.run(lambda: validate.prepare_batch(raw_specs, self.limits), inline=items <= cpu.INLINE_ITEMS)
         return await self.writer.run(lambda tx: tasks.create_batch(tx, batch, request_id))
 
-    async def cancel_tasks(self, task_ids: Sequence[str]) -> list[TaskRecord]:
+    async def cancel_tasks(self, task_ids: Sequence[str]) -> list[CanceledTask]:
         if not task_ids:
             raise errors.InvalidArgument("ids", "must not be empty")
+        if len(task_ids) > self.limits.batch_max:
+            raise errors.InvalidArgument("ids", f"more than {self.limits.batch_max} ids in one call")
         return await self.writer.run(lambda tx: tasks.cancel(tx, list(task_ids)))
 
     async def add_teammate(self, name: str, roles: Sequence[str], require_plan: bool) -> tuple[TeammateRecord, str]:

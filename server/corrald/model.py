@@ -98,6 +98,15 @@ class CreatedTask(typing.NamedTuple):
     lease_ms: int
 
 
+class CanceledTask(typing.NamedTuple):
+    """A task a CancelTasks call canceled, with why."""
+
+    id: str
+    seq: int
+    error: str
+    finish_ms: int
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class CreatedBatch:
     """A CreateTasks batch as stored: every task of it, in its order, and the ids

@@ -338,7 +338,7 @@ class BoardMachine(RuleBasedStateMachine):
         )
         changed = self.board.cancel(*ids)
         assert {t.id for t in changed} == self.model.cancel(list(ids))
-        assert all(t.state is CANCELED for t in changed)
+        assert all(self.board.task(t.id).state is CANCELED and t.error for t in changed)
 
     # ------------------------------------------------------------ time, reaper, restart
 

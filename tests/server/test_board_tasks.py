@@ -386,8 +386,12 @@ def test_cancel_is_transitive_and_the_holder_gets_task_canceled(team):
     grant = team.claim("w1")
     assert grant.task.id == "a"
     changed = team.cancel("a")
-    assert sorted(t.id for t in changed) == ["a", "b", "c"]
-    assert all(t.state is CANCELED for t in changed)
+    assert [(t.id, t.error) for t in changed] == [
+        ("a", "canceled by the lead"),
+        ("b", "dependency 'a' was canceled"),
+        ("c", "dependency 'b' was canceled"),
+    ]
+    assert all(team.state(t.id) is CANCELED and team.task(t.id).error == t.error for t in changed)
     assert team.state("x") is PENDING
     for op in (
         lambda: team.renew("w1", "a", grant.token),
@@ -399,6 +403,31 @@ def test_cancel_is_transitive_and_the_holder_gets_task_canceled(team):
             op()
     assert team.rows("SELECT outcome FROM claims") == [("canceled",)]
     assert team.claim("w2").task.id == "x"
+
+
+def test_a_dependent_is_canceled_once_naming_its_first_canceled_dependency(team):
+    # d depends on x (left alone) and on c and b, both canceled through a.
+    team.create(spec("a"), spec("b", "a"), spec("c", "a"), spec("x"), spec("d", "x", "c", "b"), spec("e", "d"))
+    changed = team.cancel("a")
+    assert [(t.id, t.error) for t in changed] == [
+        ("a", "canceled by the lead"),
+        ("b", "dependency 'a' was canceled"),
+        ("c", "dependency 'a' was canceled"),
+        ("d", "dependency 'c' was canceled"),
+        ("e", "dependency 'd' was canceled"),
+    ]
+    assert team.state("x") is PENDING
+    changes = [json.loads(data) for (data,) in team.rows("SELECT data FROM events WHERE kind = 'task_changed'")]
+    assert [c["id"] for c in changes if c["state"] == int(CANCELED)] == ["a", "b", "c", "d", "e"]
+
+
+def test_the_events_a_cascade_writes_carry_what_task_changed_writes(team):
+    team.create(spec("a"), spec("b", "a"))
+    team.cancel("a")
+    (cascade,) = team.rows("SELECT data FROM events WHERE kind = 'task_changed' ORDER BY seq DESC LIMIT 1")
+    team.call(lambda tx: tasks.task_changed(tx, tasks.get_task(tx.conn, "b")))  # the one-task path, same row
+    (single,) = team.rows("SELECT data FROM events WHERE kind = 'task_changed' ORDER BY seq DESC LIMIT 1")
+    assert json.loads(cascade[0]) == json.loads(single[0]) and json.loads(single[0])["id"] == "b"
 
 
 def test_cancel_unknown_id_writes_nothing(team):

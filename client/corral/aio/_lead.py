@@ -166,8 +166,10 @@ class Lead(BoardClient):
         return _convert.created_tasks_from_pb(request, response), tuple(response.unchanged_task_ids)
 
     async def cancel_tasks(self, ids: Iterable[str]) -> list[Task]:
-        """Cancel tasks and, transitively, their dependents; returns every task
-        changed (without payloads)."""
+        """Cancel tasks and, transitively, their dependents; returns the tasks
+        canceled, the named ones first, each with its id, seq, state, error (why)
+        and finish time. A reply holds at most 3 MiB of them (tens of thousands
+        with short ids); `list_tasks(states=[TaskState.CANCELED])` lists them all."""
         request = pb.CancelTasksRequest(ids=list(ids))
         response = await self._unary(self._lead.CancelTasks, request)
         return _convert.tasks_from_pb(response.tasks)

@@ -231,10 +231,12 @@ class CancelTasksRequest(_message.Message):
     def __init__(self, ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CancelTasksResponse(_message.Message):
-    __slots__ = ("tasks",)
+    __slots__ = ("tasks", "omitted_count")
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    OMITTED_COUNT_FIELD_NUMBER: _ClassVar[int]
     tasks: _containers.RepeatedCompositeFieldContainer[Task]
-    def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ...) -> None: ...
+    omitted_count: int
+    def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., omitted_count: _Optional[int] = ...) -> None: ...
 
 class AddTeammateRequest(_message.Message):
     __slots__ = ("name", "roles", "require_plan_approval")

@@ -8,7 +8,7 @@ from google.protobuf import message as pb_message
 from corral.v1 import corral_pb2 as pb
 
 from ..errors import InvalidArgument
-from ..model import ClaimGrant, CreatedTask, Event, InboxItem, TaskRecord, TaskSpec, TeammateRecord
+from ..model import CanceledTask, ClaimGrant, CreatedTask, Event, InboxItem, TaskRecord, TaskSpec, TeammateRecord
 from ..stream import StreamItem
 
 TEAMMATE_REASONS: dict[str, pb.TeammateChangeReason] = {
@@ -85,12 +85,15 @@ def created_task(created: CreatedTask) -> pb.Task:
     )
 
 
-def task_summary(record: TaskRecord) -> pb.Task:
-    """The task without its payload and result, for replies that list many tasks at once."""
-    summary = task(record)
-    summary.ClearField("payload")
-    summary.ClearField("result")
-    return summary
+def canceled_task(canceled: CanceledTask) -> pb.Task:
+    """A task of a CancelTasks reply: id, seq, state, why and when."""
+    return pb.Task(
+        id=canceled.id,
+        seq=canceled.seq,
+        state=pb.TASK_STATE_CANCELED,
+        error=canceled.error,
+        finish_time=timestamp(canceled.finish_ms),
+    )
 
 
 # protoc's type stubs accept an enum field only as its wrapper type or its

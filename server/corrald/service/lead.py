@@ -7,10 +7,12 @@ from corral.v1 import corral_pb2_grpc as pb_grpc
 
 from .. import cpu, errors, validate
 from ..board import Board, Identity
+from ..model import CanceledTask
 from ..wake import WakeHub
 from . import convert
 
 FEED_PAGE = 256
+REPLY_BYTES = 3 * 1024 * 1024  # under gRPC's default 4 MiB receive limit
 # What one Watch stream holds read and not yet sent: a few tasks with their
 # payloads, not a page of 256 (see server/DESIGN.md, "Memory per client").
 FEED_BYTES = 2 * 1024 * 1024
@@ -44,7 +46,7 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
 
     async def CancelTasks(self, request: pb.CancelTasksRequest, context, identity: Identity) -> pb.CancelTasksResponse:
         canceled = await self._board.cancel_tasks(list(request.ids))
-        return pb.CancelTasksResponse(tasks=[convert.task_summary(t) for t in canceled])
+        return await cpu.run(lambda: _cancel_reply(canceled), inline=len(canceled) <= cpu.INLINE_ITEMS)
 
     async def AddTeammate(self, request: pb.AddTeammateRequest, context, identity: Identity) -> pb.AddTeammateResponse:
         record, token = await self._board.add_teammate(request.name, list(request.roles), request.require_plan_approval)
@@ -80,3 +82,17 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
                 after = event.seq
             if not feed.more:
                 await self._hub.wait_or_close(moved)
+
+
+def _cancel_reply(canceled: list[CanceledTask]) -> pb.CancelTasksResponse:
+    """The canceled tasks that fit REPLY_BYTES, and how many did not."""
+    reply = pb.CancelTasksResponse()
+    size = 0
+    for index, task in enumerate(canceled):
+        message = convert.canceled_task(task)
+        size += message.ByteSize() + 8  # the field's tag and length
+        if size > REPLY_BYTES:
+            reply.omitted_count = len(canceled) - index
+            break
+        reply.tasks.append(message)
+    return reply
