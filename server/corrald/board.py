@@ -295,8 +295,9 @@ class Board:
             )
         )
 
-    async def list_teammates(self) -> list[TeammateRecord]:
-        return await self.read(team.list_teammates)
+    async def list_teammates(self, after: int = 0, limit: int = -1) -> list[tuple[int, TeammateRecord]]:
+        """Teammates in the order they were added, each with its position (a page cursor)."""
+        return await self.read(lambda conn: team.list_teammates(conn, after, limit))
 
     async def work_waited_for(self, name: str, roles: tuple[str, ...]) -> list[str]:
         """Some unfinished tasks this teammate could still take; empty when none remains (a read)."""

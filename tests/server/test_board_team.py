@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(30)
 
 
 def teammates(board) -> dict:
-    return {t.name: t for t in board.run(board.board.list_teammates())}
+    return {t.name: t for _, t in board.run(board.board.list_teammates())}
 
 
 # ---------------------------------------------------------------- add / remove

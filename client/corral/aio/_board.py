@@ -100,10 +100,15 @@ class BoardClient:
                 return
 
     async def list_teammates(self) -> list[TeammateInfo]:
-        """Every teammate the daemon knows, with status and held claims."""
-        request = pb.ListTeammatesRequest()
-        response = await self._unary(self._board.ListTeammates, request)
-        return [_convert.teammate_from_pb(teammate) for teammate in response.teammates]
+        """Every teammate the daemon knows, with status and held claims, in the order they were added."""
+        teammates: list[TeammateInfo] = []
+        page_token = ""
+        while True:
+            response = await self._unary(self._board.ListTeammates, pb.ListTeammatesRequest(page_token=page_token))
+            teammates.extend(_convert.teammate_from_pb(teammate) for teammate in response.teammates)
+            page_token = response.next_page_token
+            if not page_token:
+                return teammates
 
     async def send_message(self, to: str, body: str) -> list[str]:
         """Send `body` to "lead", a teammate's name, or "*" (every teammate).

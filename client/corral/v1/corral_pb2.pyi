@@ -519,14 +519,20 @@ class ListTasksResponse(_message.Message):
     def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListTeammatesRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListTeammatesResponse(_message.Message):
-    __slots__ = ("teammates",)
+    __slots__ = ("teammates", "next_page_token")
     TEAMMATES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     teammates: _containers.RepeatedCompositeFieldContainer[Teammate]
-    def __init__(self, teammates: _Optional[_Iterable[_Union[Teammate, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, teammates: _Optional[_Iterable[_Union[Teammate, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class SendMessageRequest(_message.Message):
     __slots__ = ("to", "body")

@@ -47,9 +47,29 @@ class BoardServicer(pb_grpc.BoardServiceServicer):
         token = _encode_page_token(page.tasks[-1].seq) if page.more else ""
         return pb.ListTasksResponse(tasks=[convert.task(record) for record in page.tasks], next_page_token=token)
 
-    async def ListTeammates(self, request, context, identity: Identity) -> pb.ListTeammatesResponse:
-        mates = await self._board.list_teammates()
-        return pb.ListTeammatesResponse(teammates=[convert.teammate(m) for m in mates])
+    async def ListTeammates(
+        self, request: pb.ListTeammatesRequest, context, identity: Identity
+    ) -> pb.ListTeammatesResponse:
+        limits = self._board.limits
+        if request.page_size < 0 or request.page_size > limits.page_size_max:
+            raise errors.InvalidArgument("page_size", f"must be within [0, {limits.page_size_max}]")
+        after = _decode_page_token(request.page_token)
+        # Unset means the most a page holds, so a client that never pages sees
+        # the whole of any team of up to 1,000.
+        limit = request.page_size or limits.page_size_max
+        found = await self._board.list_teammates(after, limit + 1)
+        reply, size = pb.ListTeammatesResponse(), 0
+        last = after
+        for position, record in found[:limit]:
+            message = convert.teammate(record)
+            size += message.ByteSize() + 8  # the field's tag and length
+            if reply.teammates and size > PAGE_BYTES:
+                break
+            reply.teammates.append(message)
+            last = position
+        if len(found) > len(reply.teammates):
+            reply.next_page_token = _encode_page_token(last)
+        return reply
 
     async def SendMessage(self, request: pb.SendMessageRequest, context, identity: Identity) -> pb.SendMessageResponse:
         recipients = await self._board.send_message(identity.name, request.to, request.body)

@@ -44,10 +44,11 @@ def get_teammate(conn: sqlite3.Connection, name: str) -> TeammateRecord:
     return TeammateRecord(name, role_list, bool(require_plan), TeammateStatus(status), held, waiting_for)
 
 
-def list_teammates(conn: sqlite3.Connection) -> list[TeammateRecord]:
-    return [
-        get_teammate(conn, name) for (name,) in conn.execute("SELECT name FROM teammates ORDER BY created_ms, name")
-    ]
+def list_teammates(conn: sqlite3.Connection, after: int = 0, limit: int = -1) -> list[tuple[int, TeammateRecord]]:
+    """Teammates in the order they were added, after position `after`, each with its
+    position (the page token's cursor); `limit` -1 means all."""
+    rows = conn.execute("SELECT rowid, name FROM teammates WHERE rowid > ? ORDER BY rowid LIMIT ?", (after, limit))
+    return [(position, get_teammate(conn, name)) for position, name in rows.fetchall()]
 
 
 def roles_of(conn: sqlite3.Connection, name: str) -> tuple[str, ...]:
