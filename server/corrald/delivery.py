@@ -96,7 +96,7 @@ def _before_claim(conn: sqlite3.Connection, name: str, stream: StreamState, now_
         return _Checked(Delivery(items, live), teammate, held, live)
     # 3. The gates sit before the claim: control always beats the task board.
     shut = _Checked(Delivery([], live, can_claim=False), teammate, held, live)
-    if gates.protocol_pending(conn, name, acked, teammate.last_seq):
+    if teammate.shutdown_pending or gates.protocol_unacked(conn, name, acked, teammate.last_seq):
         return shut
     if teammate.require_plan and not gates.plan_approved(conn, name, acked):
         return shut

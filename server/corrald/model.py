@@ -162,6 +162,7 @@ class TeammateView:
     acked_seq: int
     last_seq: int
     last_expiry_ms: int  # the latest lease end reclaimed from it
+    shutdown_pending: bool  # a shutdown request it has not answered
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -421,13 +421,27 @@ def test_a_dependent_is_canceled_once_naming_its_first_canceled_dependency(team)
     assert [c["id"] for c in changes if c["state"] == int(CANCELED)] == ["a", "b", "c", "d", "e"]
 
 
-def test_the_events_a_cascade_writes_carry_what_task_changed_writes(team):
+@pytest.mark.parametrize("how", ["claim", "complete", "cascade"])
+def test_a_task_changed_event_carries_the_task_as_it_stands(team, how):
     team.create(spec("a"), spec("b", "a"))
-    team.cancel("a")
-    (cascade,) = team.rows("SELECT data FROM events WHERE kind = 'task_changed' ORDER BY seq DESC LIMIT 1")
-    team.call(lambda tx: tasks.task_changed(tx, tasks.get_task(tx.conn, "b")))  # the one-task path, same row
-    (single,) = team.rows("SELECT data FROM events WHERE kind = 'task_changed' ORDER BY seq DESC LIMIT 1")
-    assert json.loads(cascade[0]) == json.loads(single[0]) and json.loads(single[0])["id"] == "b"
+    if how == "cascade":
+        team.cancel("a")
+    else:
+        grant = team.claim("w1")
+        if how == "complete":
+            team.complete("w1", "a", grant.token)
+    (data,) = team.rows("SELECT data FROM events WHERE kind = 'task_changed' ORDER BY seq DESC LIMIT 1")[0]
+    event = json.loads(data)
+    task = team.task(event["id"])
+    assert event == {
+        "id": task.id,
+        "state": int(task.state),
+        "owner": task.owner,
+        "attempt": task.attempt,
+        "error": task.error,
+        "lease_expire_ms": task.lease_expire_ms,
+        "finish_ms": task.finish_ms,
+    }
 
 
 def test_cancel_unknown_id_writes_nothing(team):

@@ -9,11 +9,23 @@ from ..model import Event, Txn
 
 
 def emit(tx: Txn, kind: str, data: dict) -> None:
-    tx.conn.execute(
-        "INSERT INTO events (time_ms, kind, data) VALUES (?, ?, ?)",
-        (tx.now_ms, kind, json.dumps(data, separators=(",", ":"))),
-    )
+    if all(type(value) in _SQL_SCALARS for value in data.values()):
+        # SQLite writes the object (json_object): cheaper on the writer than json.dumps.
+        pairs = ", ".join("?, ?" for _ in data)
+        params = [item for pair in data.items() for item in pair]
+        tx.conn.execute(
+            f"INSERT INTO events (time_ms, kind, data) VALUES (?, ?, json_object({pairs}))", (tx.now_ms, kind, *params)
+        )
+    else:  # booleans (SQLite would write 1 and 0), lists, objects
+        tx.conn.execute(
+            "INSERT INTO events (time_ms, kind, data) VALUES (?, ?, ?)",
+            (tx.now_ms, kind, json.dumps(data, separators=(",", ":"))),
+        )
     tx.wakes.events = True
+
+
+# Values json_object writes exactly as json.dumps would (True is not one: it binds as 1).
+_SQL_SCALARS = frozenset({str, int, type(None)})
 
 
 def read_events(conn: sqlite3.Connection, after_seq: int, limit: int) -> list[Event]:

@@ -15,35 +15,31 @@ def plan_approved(conn: sqlite3.Connection, name: str, acked: int) -> bool:
     return row is not None and row[0] == 1 and row[1] <= acked
 
 
-def shutdown_pending(conn: sqlite3.Connection, name: str) -> bool:
-    return (
-        conn.execute("SELECT 1 FROM shutdowns WHERE teammate = ? AND answered = 0 LIMIT 1", (name,)).fetchone()
-        is not None
-    )
+def protocol_pending(conn: sqlite3.Connection, name: str) -> bool:
+    """An unacknowledged protocol message or an unanswered shutdown request waits.
+
+    One statement (a lease renewal asks this on the writer, where every
+    statement gives up the GIL and may wait to get it back)."""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM inbox INDEXED BY inbox_protocol"
+        "               WHERE recipient = t.name AND seq > t.acked_seq AND kind != 'message')"
+        " OR EXISTS (SELECT 1 FROM shutdowns WHERE teammate = t.name AND answered = 0)"
+        " FROM teammates AS t WHERE t.name = ?",
+        (name,),
+    ).fetchone()
+    if row is None:
+        raise errors.TeammateNotFound(f"no teammate {name!r}", name=name)
+    return bool(row[0])
 
 
-def protocol_pending(conn: sqlite3.Connection, name: str, acked: int | None = None, last: int | None = None) -> bool:
-    """An unacknowledged protocol message or an unanswered shutdown request waits."""
-    if acked is None or last is None:
-        # One statement (a lease renewal asks this on the writer, where every
-        # statement gives up the GIL and may wait to get it back).
-        row = conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM inbox INDEXED BY inbox_protocol"
-            "               WHERE recipient = t.name AND seq > t.acked_seq AND kind != 'message')"
-            " OR EXISTS (SELECT 1 FROM shutdowns WHERE teammate = t.name AND answered = 0)"
-            " FROM teammates AS t WHERE t.name = ?",
-            (name,),
-        ).fetchone()
-        if row is None:
-            raise errors.TeammateNotFound(f"no teammate {name!r}", name=name)
-        return bool(row[0])
-    if (
-        last > acked
-        and conn.execute(
+def protocol_unacked(conn: sqlite3.Connection, name: str, acked: int, last: int) -> bool:
+    """A protocol message after `acked` waits (the delivery check, which read the
+    teammate's sequence numbers and shutdown state with its row)."""
+    return last > acked and (
+        conn.execute(
             "SELECT 1 FROM inbox INDEXED BY inbox_protocol"
             " WHERE recipient = ? AND seq > ? AND kind != 'message' LIMIT 1",
             (name, acked),
         ).fetchone()
-    ):
-        return True
-    return shutdown_pending(conn, name)
+        is not None
+    )

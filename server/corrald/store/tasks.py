@@ -22,7 +22,6 @@ from ..model import (
     Txn,
 )
 from ..validate import PreparedBatch
-from .events import emit
 from .gates import protocol_pending
 from .status import mark_busy, refresh_status
 
@@ -343,17 +342,17 @@ def claim_next(tx: Txn, teammate: str, roles: Iterable[str], *, reclaimed: bool 
         (token, seq, teammate, attempt, tx.now_ms),
     ).lastrowid
     assert fence is not None  # an INSERT into a rowid table always sets it
-    changed = tx.conn.execute(
+    claimed = tx.conn.execute(
         "UPDATE tasks SET state = 2, owner = ?, attempt = ?, live_fence = ?, lease_expire_ms = ?"
-        " WHERE seq = ? AND state = 1 AND unmet_deps = 0",
+        f" WHERE seq = ? AND state = 1 AND unmet_deps = 0 RETURNING {_COLUMNS}",
         (teammate, attempt, fence, lease_end, seq),
-    ).rowcount
-    if changed != 1:
-        raise RuntimeError(f"claim of task seq {seq} changed {changed} rows")
+    ).fetchall()
+    if len(claimed) != 1:
+        raise RuntimeError(f"claim of task seq {seq} changed {len(claimed)} rows")
     tx.wakes.deadline(lease_end)
     tx.wakes.tally["claims"] += 1
-    task = task_by_seq(tx.conn, seq)
-    task_changed(tx, task)
+    task = _record(tx.conn, claimed[0])
+    task_changed(tx, seq)
     mark_busy(tx, teammate)
     tx.wakes.note("claimed", task=task.id, teammate=teammate, attempt=attempt, fence=fence)
     return ClaimGrant(task=task, token=token, lease_expire_ms=lease_end, attempt=attempt, fence=fence)
@@ -478,11 +477,12 @@ def complete(tx: Txn, teammate: str, task_id: str, token: str, result: bytes) ->
     if not fence:
         return task_by_seq(tx.conn, seq)  # completed once: the stored result
     _end_claim(tx, fence, ClaimOutcome.COMPLETED)
-    tx.conn.execute(
+    (row,) = tx.conn.execute(
         "UPDATE tasks SET state = 3, result = ?, finish_ms = ?, live_fence = NULL, lease_expire_ms = NULL"
-        " WHERE seq = ?",
+        f" WHERE seq = ? RETURNING {_COLUMNS}",
         (result, tx.now_ms, seq),
-    )
+    ).fetchall()
+    task = _record(tx.conn, row)
     dependents = tx.conn.execute(
         "UPDATE tasks SET unmet_deps = unmet_deps - 1 WHERE seq IN (SELECT task_seq FROM deps WHERE dep_seq = ?)"
         " RETURNING required_role, unmet_deps, state",
@@ -490,8 +490,7 @@ def complete(tx: Txn, teammate: str, task_id: str, token: str, result: bytes) ->
     ).fetchall()
     tx.wakes.ready_roles.update(role for role, unmet, state in dependents if unmet == 0 and state == PENDING)
     tx.wakes.tally["completions"] += 1
-    task = task_by_seq(tx.conn, seq)
-    task_changed(tx, task)
+    task_changed(tx, seq)
     _slot_freed(tx, teammate)
     tx.wakes.note("completed", task=task_id, teammate=teammate)
     return task
@@ -534,12 +533,13 @@ def release_all(tx: Txn, teammate: str, outcome: ClaimOutcome) -> None:
 
 
 def _back_to_pending(tx: Txn, seq: int) -> None:
-    tx.conn.execute(
-        "UPDATE tasks SET state = 1, owner = '', live_fence = NULL, lease_expire_ms = NULL WHERE seq = ?", (seq,)
-    )
-    task = task_by_seq(tx.conn, seq)
-    tx.wakes.ready_roles[task.required_role] += 1
-    task_changed(tx, task)
+    (role,) = tx.conn.execute(
+        "UPDATE tasks SET state = 1, owner = '', live_fence = NULL, lease_expire_ms = NULL WHERE seq = ?"
+        " RETURNING required_role",
+        (seq,),
+    ).fetchone()
+    tx.wakes.ready_roles[role] += 1
+    task_changed(tx, seq)
 
 
 def _count_failure(tx: Txn, seq: int, error: str, *, final: bool) -> None:
@@ -560,7 +560,7 @@ def _finish(tx: Txn, seq: int, state: TaskState) -> None:
         "UPDATE tasks SET state = ?, finish_ms = ?, live_fence = NULL, lease_expire_ms = NULL WHERE seq = ?",
         (int(state), tx.now_ms, seq),
     )
-    task_changed(tx, task_by_seq(tx.conn, seq))
+    task_changed(tx, seq)
 
 
 # ---------------------------------------------------------------- cancel and reclaim
@@ -690,29 +690,25 @@ def extend_live_leases(tx: Txn) -> int:
     return count
 
 
+# The data of a `task_changed` event, built by SQL from the task's row: no
+# Python round trip (a record, a dict, json.dumps) per event.
+_TASK_EVENT = (
+    "INSERT INTO events (time_ms, kind, data) SELECT ?, 'task_changed', json_object('id', t.id, 'state', t.state,"
+    " 'owner', t.owner, 'attempt', t.attempt, 'error', t.error, 'lease_expire_ms', t.lease_expire_ms,"
+    " 'finish_ms', t.finish_ms) FROM "
+)
+
+
 def _task_events(tx: Txn, seqs: list[int]) -> None:
-    """The `task_changed` event of each task in `seqs`, in that order, written by SQL from
-    the rows: the same data `task_changed` writes, without a Python round trip per task."""
+    """The `task_changed` event of each task in `seqs`, in that order."""
     tx.conn.execute(
-        "INSERT INTO events (time_ms, kind, data) SELECT ?, 'task_changed', json_object('id', t.id, 'state', t.state,"
-        " 'owner', t.owner, 'attempt', t.attempt, 'error', t.error, 'lease_expire_ms', t.lease_expire_ms,"
-        " 'finish_ms', t.finish_ms) FROM json_each(?) AS w JOIN tasks AS t ON t.seq = w.value ORDER BY w.key",
+        _TASK_EVENT + "json_each(?) AS w JOIN tasks AS t ON t.seq = w.value ORDER BY w.key",
         (tx.now_ms, json.dumps(seqs)),
     )
     tx.wakes.events = True
 
 
-def task_changed(tx: Txn, task: TaskRecord) -> None:
-    emit(
-        tx,
-        "task_changed",
-        {
-            "id": task.id,
-            "state": int(task.state),
-            "owner": task.owner,
-            "attempt": task.attempt,
-            "error": task.error,
-            "lease_expire_ms": task.lease_expire_ms,
-            "finish_ms": task.finish_ms,
-        },
-    )
+def task_changed(tx: Txn, seq: int) -> None:
+    """The `task_changed` event of task `seq` as it stands now."""
+    tx.conn.execute(_TASK_EVENT + "tasks AS t WHERE t.seq = ?", (tx.now_ms, seq))
+    tx.wakes.events = True

@@ -58,13 +58,14 @@ def roles_of(conn: sqlite3.Connection, name: str) -> tuple[str, ...]:
 def view_for_delivery(conn: sqlite3.Connection, name: str) -> TeammateView:
     """What the delivery decision needs of a teammate; Unauthenticated once it is removed."""
     row = conn.execute(
-        "SELECT roles, require_plan, removed, acked_seq, last_seq, last_expiry_ms FROM teammates WHERE name = ?",
+        "SELECT roles, require_plan, removed, acked_seq, last_seq, last_expiry_ms,"
+        " EXISTS (SELECT 1 FROM shutdowns WHERE teammate = t.name AND answered = 0) FROM teammates AS t WHERE name = ?",
         (name,),
     ).fetchone()
     if row is None or row[2]:
         raise errors.Unauthenticated(f"teammate {name!r} was removed")
-    roles, require_plan, _, acked, last, last_expiry = row
-    return TeammateView(tuple(json.loads(roles)), bool(require_plan), acked, last, last_expiry)
+    roles, require_plan, _, acked, last, last_expiry, shutdown_pending = row
+    return TeammateView(tuple(json.loads(roles)), bool(require_plan), acked, last, last_expiry, bool(shutdown_pending))
 
 
 def credentials(conn: sqlite3.Connection) -> list[tuple[bytes, str, bool]]:
