@@ -63,6 +63,9 @@ SERVER_OPTIONS = (
     ("grpc.server.max_pending_requests", CALLS_HELD_BY_CORE),
     ("grpc.server.max_pending_requests_hard_limit", CALLS_HELD_BY_CORE),
 )
+# The first `server.stop` only sends GOAWAY and stops new calls; the one after
+# the writer settles sets the real grace. No job runs this long (server/DESIGN.md).
+_UNTIL_THE_WRITER_SETTLES_S = 60.0
 SERVICE_NAMES = (
     pb.DESCRIPTOR.services_by_name["LeadService"].full_name,
     pb.DESCRIPTOR.services_by_name["TeammateService"].full_name,
@@ -197,20 +200,29 @@ class Daemon:
         parts.loop_lag.start()
 
     async def stop(self) -> None:
-        """Ordered: stop accepting, end streams, settle the writer, stop the server, checkpoint, close.
+        """Ordered: stop accepting, end streams, settle the writer, let the server go, checkpoint, close.
 
         Every write gets its true answer before the server goes: the writer takes
         no more jobs (those still queued are refused, never applied) and the
-        batch it is running commits; only then does the server stop, and its grace
-        is for sending those answers. Stopping the server first would cancel
-        calls whose writes then commit."""
+        batch it is running commits, all within the server's grace, which is for
+        sending those answers; calls still running at its end are cancelled.
+
+        The server's stop begins first, with no deadline yet, so every connection
+        has its GOAWAY before its streams end: a teammate whose Idle stream ends
+        reconnects on a new connection (to the next daemon), never with a new
+        call on this one, where that call can race the GOAWAY and the close and
+        wait on a connection nobody answers. The grace is set once the writer
+        has settled (a second `stop` with a shorter grace wins)."""
         parts = self.parts
         self._draining = True
         await parts.health.enter_graceful_shutdown()
+        goaway = asyncio.create_task(parts.server.stop(_UNTIL_THE_WRITER_SETTLES_S))
+        await asyncio.sleep(0)  # the task runs to its first await: gRPC core has begun the shutdown
         parts.hub.close("corrald is shutting down")
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, parts.board.writer.settle)
         await parts.server.stop(self.config.stop_grace_s)
+        await goaway
         await parts.teammates.drain()
         await parts.reaper.close()
         await parts.loop_lag.close()
