@@ -315,16 +315,13 @@ def _parsing_here(handler: grpc.RpcMethodHandler, caller: str) -> grpc.RpcMethod
     async def stream_stream(request_iterator, context):
         await respond(handler.stream_stream(each_parsed(request_iterator, context), context), context)
 
-    kinds = (
-        ("unary_unary", grpc.unary_unary_rpc_method_handler, unary_unary),
-        ("unary_stream", grpc.unary_stream_rpc_method_handler, unary_stream),
-        ("stream_unary", grpc.stream_unary_rpc_method_handler, stream_unary),
-        ("stream_stream", grpc.stream_stream_rpc_method_handler, stream_stream),
-    )
-    for attribute, factory, behavior in kinds:
-        if getattr(handler, attribute):
-            return factory(behavior, None, handler.response_serializer)
-    return handler
+    behaviors = {
+        "unary_unary": unary_unary,
+        "unary_stream": unary_stream,
+        "stream_unary": stream_unary,
+        "stream_stream": stream_stream,
+    }
+    return _same_shape(handler, behaviors, None)
 
 
 def _refusing(handler: grpc.RpcMethodHandler, error: BaseException) -> grpc.RpcMethodHandler:
@@ -335,13 +332,26 @@ def _refusing(handler: grpc.RpcMethodHandler, error: BaseException) -> grpc.RpcM
         await context.abort_with_status(status.to_status(error))
         yield  # pragma: no cover  (makes this an async generator)
 
-    kinds = (
-        ("unary_unary", grpc.unary_unary_rpc_method_handler, refuse),
-        ("unary_stream", grpc.unary_stream_rpc_method_handler, refuse_stream),
-        ("stream_unary", grpc.stream_unary_rpc_method_handler, refuse),
-        ("stream_stream", grpc.stream_stream_rpc_method_handler, refuse_stream),
-    )
-    for attribute, factory, behavior in kinds:
-        if getattr(handler, attribute):
-            return factory(behavior, handler.request_deserializer, handler.response_serializer)
+    behaviors = {
+        "unary_unary": refuse,
+        "unary_stream": refuse_stream,
+        "stream_unary": refuse,
+        "stream_stream": refuse_stream,
+    }
+    return _same_shape(handler, behaviors, handler.request_deserializer)
+
+
+_FACTORIES = (
+    ("unary_unary", grpc.unary_unary_rpc_method_handler),
+    ("unary_stream", grpc.unary_stream_rpc_method_handler),
+    ("stream_unary", grpc.stream_unary_rpc_method_handler),
+    ("stream_stream", grpc.stream_stream_rpc_method_handler),
+)
+
+
+def _same_shape(handler: grpc.RpcMethodHandler, behaviors: dict, deserializer) -> grpc.RpcMethodHandler:
+    """A handler of the same call shape as `handler` (one of the four) that runs `behaviors[shape]`."""
+    for shape, factory in _FACTORIES:
+        if getattr(handler, shape):
+            return factory(behaviors[shape], deserializer, handler.response_serializer)
     return handler
