@@ -15,10 +15,6 @@ from ..overload.lanes import CallLanes
 from ..wake import WakeHub
 from . import convert
 
-# Under gRPC's default 4 MiB receive limit; the store picks the page within it
-# before it reads a payload, so a listing never holds more than one page.
-PAGE_BYTES = 3 * 1024 * 1024
-
 
 class BoardServicer(pb_grpc.BoardServiceServicer):
     def __init__(self, board: Board, hub: WakeHub, lanes: CallLanes, loop_lag: LoopLag) -> None:
@@ -42,7 +38,7 @@ class BoardServicer(pb_grpc.BoardServiceServicer):
             states.append(TaskState(state))
         after = _decode_page_token(request.page_token)
         page = await self._board.list_tasks(
-            states=states, owner=request.owner, after_seq=after, limit=page_size, max_bytes=PAGE_BYTES
+            states=states, owner=request.owner, after_seq=after, limit=page_size, max_bytes=convert.REPLY_BYTES
         )
         token = _encode_page_token(page.tasks[-1].seq) if page.more else ""
         return pb.ListTasksResponse(tasks=[convert.task(record) for record in page.tasks], next_page_token=token)
@@ -58,18 +54,10 @@ class BoardServicer(pb_grpc.BoardServiceServicer):
         # the whole of any team of up to 1,000.
         limit = request.page_size or limits.page_size_max
         found = await self._board.list_teammates(after, limit + 1)
-        reply, size = pb.ListTeammatesResponse(), 0
-        last = after
-        for position, record in found[:limit]:
-            message = convert.teammate(record)
-            size += message.ByteSize() + 8  # the field's tag and length
-            if reply.teammates and size > PAGE_BYTES:
-                break
-            reply.teammates.append(message)
-            last = position
-        if len(found) > len(reply.teammates):
-            reply.next_page_token = _encode_page_token(last)
-        return reply
+        kept = convert.fitting(convert.teammate(record) for _, record in found[:limit])
+        more = len(found) > len(kept)
+        token = _encode_page_token(found[len(kept) - 1][0]) if more else ""
+        return pb.ListTeammatesResponse(teammates=kept, next_page_token=token)
 
     async def SendMessage(self, request: pb.SendMessageRequest, context, identity: Identity) -> pb.SendMessageResponse:
         recipients = await self._board.send_message(identity.name, request.to, request.body)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TypeVar
+
 from google.protobuf import duration_pb2, timestamp_pb2
 from google.protobuf import message as pb_message
 
@@ -23,6 +26,26 @@ TEAMMATE_REASONS: dict[str, pb.TeammateChangeReason] = {
     "awaiting_plan": pb.TEAMMATE_CHANGE_REASON_AWAITING_PLAN,
     "waiting": pb.TEAMMATE_CHANGE_REASON_WAITING,
 }
+
+
+# What one reply or page may hold: under gRPC's default 4 MiB receive limit,
+# the default of every standard gRPC library.
+REPLY_BYTES = 3 * 1024 * 1024
+
+
+M = TypeVar("M", bound=pb_message.Message)
+
+
+def fitting(messages: Iterable[M], budget: int = REPLY_BYTES) -> list[M]:
+    """The leading `messages` that fit `budget` bytes as repeated fields of one reply (always the first)."""
+    kept: list[M] = []
+    size = 0
+    for message in messages:
+        size += message.ByteSize() + 8  # the field's tag and length prefix
+        if kept and size > budget:
+            break
+        kept.append(message)
+    return kept
 
 
 def timestamp(ms: int | None) -> timestamp_pb2.Timestamp | None:

@@ -164,6 +164,14 @@ def _lenient(deserializer):
     return parse
 
 
+def _decoded(parse, data: bytes):
+    """The request `parse` (a `_lenient` deserializer) makes of `data`; INVALID_ARGUMENT when it is not one."""
+    request = parse(data)
+    if isinstance(request, _Undecodable):
+        raise errors.InvalidArgument("(request)", f"not a valid message: {request.why}")
+    return request
+
+
 async def _wait_for_place(place: _LanePlace, context: grpc.aio.ServicerContext) -> None:
     """The slow half of entering a lane (after `try_enter` said no): wait in line,
     or end the call with the refusal."""
@@ -219,9 +227,7 @@ def _wrap(
     parse = _lenient(handler.request_deserializer)
 
     def checked(data: bytes):
-        request = parse(data)
-        if isinstance(request, _Undecodable):
-            raise errors.InvalidArgument("(request)", f"not a valid message: {request.why}")
+        request = _decoded(parse, data)
         _check_strict(request)
         return request
 
@@ -284,12 +290,11 @@ def _parsing_here(handler: grpc.RpcMethodHandler, caller: str) -> grpc.RpcMethod
     parse = _lenient(handler.request_deserializer)
 
     async def parsed(data, context):
-        request = parse(data)
-        if isinstance(request, _Undecodable):
-            error = errors.InvalidArgument("(request)", f"not a valid message: {request.why}")
+        try:
+            return _decoded(parse, data)
+        except errors.InvalidArgument as error:
             REFUSALS.refused(caller, error)
             await context.abort_with_status(status.to_status(error))
-        return request
 
     async def each_parsed(request_iterator, context):
         async for data in request_iterator:

@@ -12,7 +12,6 @@ from ..wake import WakeHub
 from . import convert
 
 FEED_PAGE = 256
-REPLY_BYTES = 3 * 1024 * 1024  # under gRPC's default 4 MiB receive limit
 # What one Watch stream holds read and not yet sent: a few tasks with their
 # payloads, not a page of 256 (see server/DESIGN.md, "Memory per client").
 FEED_BYTES = 2 * 1024 * 1024
@@ -85,14 +84,6 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
 
 
 def _cancel_reply(canceled: list[CanceledTask]) -> pb.CancelTasksResponse:
-    """The canceled tasks that fit REPLY_BYTES, and how many did not."""
-    reply = pb.CancelTasksResponse()
-    size = 0
-    for index, task in enumerate(canceled):
-        message = convert.canceled_task(task)
-        size += message.ByteSize() + 8  # the field's tag and length
-        if size > REPLY_BYTES:
-            reply.omitted_count = len(canceled) - index
-            break
-        reply.tasks.append(message)
-    return reply
+    """The canceled tasks that fit one reply, and how many did not."""
+    kept = convert.fitting(convert.canceled_task(task) for task in canceled)
+    return pb.CancelTasksResponse(tasks=kept, omitted_count=len(canceled) - len(kept))

@@ -100,9 +100,10 @@ def get_task(conn: sqlite3.Connection, task_id: str) -> TaskRecord:
 # Text columns are measured in bytes (CAST AS BLOB); 256 bytes cover the tags,
 # length prefixes, numbers and timestamps, and 4 bytes each dependency's.
 _WIRE_BYTES = (
-    "256 + length(CAST(id AS BLOB)) + length(CAST(title AS BLOB)) + length(CAST(description AS BLOB))"
-    " + length(payload) + coalesce(length(result), 0) + length(CAST(error AS BLOB))"
-    " + length(CAST(owner AS BLOB)) + length(CAST(required_role AS BLOB))"
+    "256 + length(CAST(tasks.id AS BLOB)) + length(CAST(tasks.title AS BLOB))"
+    " + length(CAST(tasks.description AS BLOB)) + length(tasks.payload) + coalesce(length(tasks.result), 0)"
+    " + length(CAST(tasks.error AS BLOB)) + length(CAST(tasks.owner AS BLOB))"
+    " + length(CAST(tasks.required_role AS BLOB))"
     " + (SELECT coalesce(sum(length(CAST(dep.id AS BLOB)) + 4), 0)"
     " FROM deps d JOIN tasks dep ON dep.seq = d.dep_seq WHERE d.task_seq = tasks.seq)"
 )
@@ -150,13 +151,11 @@ def list_tasks(
 
 def wire_bytes_by_id(conn: sqlite3.Connection, task_ids: Iterable[str]) -> dict[str, int]:
     """Each task's size on the wire (the bound `list_tasks` uses), without loading any payload."""
-    wanted = sorted(set(task_ids))
-    sizes: dict[str, int] = {}
-    for start in range(0, len(wanted), 500):  # under SQLite's host-parameter limit
-        chunk = wanted[start : start + 500]
-        rows = conn.execute(f"SELECT id, {_WIRE_BYTES} FROM tasks WHERE id IN ({','.join('?' * len(chunk))})", chunk)
-        sizes.update(rows)
-    return sizes
+    rows = conn.execute(
+        f"SELECT tasks.id, {_WIRE_BYTES} FROM json_each(?) AS wanted JOIN tasks ON tasks.id = wanted.value",
+        (json.dumps(sorted(set(task_ids))),),
+    )
+    return dict(rows)
 
 
 def count_by_state(conn: sqlite3.Connection) -> dict[TaskState, int]:
