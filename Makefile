@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NODE_DIR := tests/polyglot/node
 
-.PHONY: all test lint demo bench dist protos check-protos unasync check-unasync node-deps lint-proto clean
+.PHONY: all test lint demo bench dist protos check-protos unasync check-unasync node-deps lint-proto browser vendor-web check-vendor-web clean
 
 all: test
 
@@ -37,6 +37,29 @@ node-deps:
 lint-proto: node-deps
 	$(NODE_DIR)/node_modules/.bin/buf lint proto
 
+# The web board's browser tests drive a Chromium: one already on the machine, else
+# Debian's (apt-get, when root: no browser is downloaded on such machines), else
+# Playwright's own; with none of these the step fails and says what to install.
+browser: $(STAMP)
+	@if command -v chromium >/dev/null 2>&1; then \
+		echo "browser: $$(command -v chromium)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; \
+	elif $(PY) -m playwright install chromium; then \
+		echo "browser: Playwright's chromium"; \
+	else \
+		echo "the web board tests need Chromium: install your system's chromium package (Debian: apt-get install chromium) or run '$(PY) -m playwright install chromium'" >&2; \
+		exit 1; \
+	fi
+
+# The web board's vendored scripts (cytoscape, cytoscape-dagre): fetched from the npm
+# registry by `make vendor-web`; `make test` checks them against their recorded sha256 sums.
+vendor-web: $(STAMP)
+	$(PY) scripts/vendor_web.py
+
+check-vendor-web: $(STAMP)
+	$(PY) scripts/vendor_web.py --check
+
 # Lint, format and types (settings in pyproject.toml; the import layers are a test).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check server client tests bench scripts
@@ -44,11 +67,22 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 # pytest exits 5 when it collected no test: that fails here like any other failure.
-test: $(STAMP) check-protos check-unasync lint-proto lint
-	$(PY) -m pytest -q -p no:cacheprovider tests
+# Tests that time nothing run two at a time (pytest-xdist, one module per worker);
+# those that measure latency, fairness, memory or load run alone afterwards, as
+# does every directory not named here. The slowest tests are listed, to keep the
+# suite within its time budget.
+PARALLEL_TESTS := tests/server tests/client tests/cli tests/e2e
+TIMED_TESTS := tests/e2e/test_sdk_claim_ended.py
+ALONE_TESTS := $(filter-out $(addsuffix /,$(PARALLEL_TESTS)),$(sort $(wildcard tests/*/))) $(TIMED_TESTS)
 
+test: $(STAMP) check-protos check-unasync check-vendor-web lint-proto lint browser
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=10 \
+		$(addprefix --ignore=,$(TIMED_TESTS)) $(PARALLEL_TESTS)
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(ALONE_TESTS)
+
+# The demo serves the web board too: open the printed one-time link to watch the DAG fill in.
 demo: $(STAMP)
-	$(VENV)/bin/corral demo
+	$(VENV)/bin/corral demo --web 127.0.0.1:0
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -r bench/requirements.txt

@@ -1,5 +1,11 @@
 """`python -m bench`: run the benchmark sections, write JSON results and docs/benchmarks.md.
 
+corral is measured on both transports (Session, and Idle + unary), beside the
+unary and bidirectional echo floors, the writer floor, the tutorial design and
+Huey; the code of ec3c11e (bench/baseline.py) runs in the same run as the
+baseline of #15. The `paired` section holds the throughput targets as ratios
+within back-to-back rounds.
+
 python -m bench                  # everything, 3 runs per figure (takes a while)
 python -m bench --quick          # tiny sizes, for the smoke test
 python -m bench --only latency   # one section (repeatable; comma-separated works too)
@@ -18,7 +24,22 @@ import subprocess
 import sys
 import time
 
-from . import big_batch, config, e2e, grpc_floor, huey_baseline, latency, paired, report, scale, tutorial, writer_floor
+from . import (
+    big_batch,
+    config,
+    e2e,
+    grpc_floor,
+    huey_baseline,
+    latency,
+    mcp,
+    paired,
+    report,
+    scale,
+    semantics,
+    tutorial,
+    web,
+    writer_floor,
+)
 from .stats import machine
 
 SECTIONS = {
@@ -31,6 +52,9 @@ SECTIONS = {
     "latency": latency.run,
     "scale": scale.run,
     "big_batch": big_batch.run,
+    "semantics": semantics.run,
+    "web": web.run,
+    "mcp": mcp.run,
 }
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -126,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     targets = report.targets(sections)
     (args.results_dir / "summary.json").write_text(json.dumps({**context, "targets": targets}, indent=1) + "\n")
     _log("")
-    for line in report.target_lines(targets):
+    for line in report.target_lines(targets, context["command"]):
         _log(line)
     args.docs.parent.mkdir(parents=True, exist_ok=True)
     args.docs.write_text(report.markdown(sections, targets, context))

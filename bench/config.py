@@ -8,14 +8,17 @@ import dataclasses
 @dataclasses.dataclass(frozen=True)
 class Sizes:
     teammates: tuple[int, ...] = (1, 8, 32, 128)
+    dags: tuple[str, ...] = ("independent", "layered")  # bench.dags.DAGS
     # Tasks per end-to-end run, by teammate count (multiples of the layer width, 64).
     tasks_for: tuple[tuple[int, int], ...] = ((1, 512), (8, 1536), (32, 2048), (128, 2560))
     cycles: int = 2048  # echo-floor cycles per run
     run_deadline_s: float = 90.0  # hard bound on any one load run
     client_processes: int = 2  # teammates are spread over this many client processes
     normal_at: int = 32  # also measure corral at synchronous=NORMAL with this many teammates
+    normal: bool = True  # the synchronous=NORMAL diagnostics (e2e, latency) at all
     paired_teammates: int = 32  # targets (1) are measured back to back at this count
     tutorial_processes: tuple[int, ...] = (2, 8, 20)
+    sdk_transports: tuple[str, ...] = ("session", "idle")  # the SDK's own loop, in the paired rounds
     tutorial_tasks: int = 2048
     tutorial_layered_at: int = 8  # the layered DAG for the tutorial design at this process count
     huey_processes: tuple[int, ...] = (2, 8, 20)
@@ -33,6 +36,22 @@ class Sizes:
     submissions: int = 1_000
     big_batch_tasks: int = 10_000  # the largest batch the limits admit: 10,000 tasks
     big_batch_deps_each: int = 5  # ... with 5 dependencies each (50,000, the limit)
+    # The task-semantics section (bench/semantics.py): claims on a board of this many
+    # ready tasks, plain and with delayed tasks and limited keys beside them...
+    semantics_ready: int = 10_000
+    semantics_delayed: int = 100_000
+    semantics_keys: int = 1_000
+    semantics_limit: int = 2
+    semantics_claims: int = 1_000  # timed claims per board per round
+    semantics_e2e_keys: int = 64  # ... and Session cycles with every task carrying one of these keys
+    # The web board (bench/web.py): cycles at this many teammates with 0 and with this many
+    # open boards, commit -> page update samples, and first renders of these board sizes.
+    web_teammates: int = 32
+    web_tasks: int = 2048
+    web_boards: int = 10
+    web_update_samples: int = 200
+    web_render_sizes: tuple[int, ...] = (1_000, 10_000)
+    mcp_cycles: int = 1_000  # next_item + complete_task cycles per variant per round (bench/mcp.py)
 
     def tasks(self, teammates: int) -> int:
         table = dict(self.tasks_for)
@@ -43,13 +62,16 @@ FULL = Sizes()
 
 QUICK = Sizes(
     teammates=(4,),
+    dags=("independent",),
     tasks_for=((4, 64),),
     cycles=128,
     run_deadline_s=20.0,
     client_processes=1,
     normal_at=4,
+    normal=False,
     paired_teammates=4,
     tutorial_processes=(2,),
+    sdk_transports=("session",),
     tutorial_tasks=64,
     tutorial_layered_at=2,
     huey_processes=(2,),
@@ -66,4 +88,12 @@ QUICK = Sizes(
     busy_tasks=64,
     submissions=50,
     big_batch_tasks=500,
+    semantics_ready=200,
+    semantics_delayed=2_000,
+    semantics_keys=20,
+    semantics_claims=40,
+    semantics_e2e_keys=8,
+    web_tasks=512,
+    web_update_samples=30,
+    mcp_cycles=30,
 )

@@ -78,14 +78,23 @@ def scratch_dir(prefix: str) -> pathlib.Path:
 class Daemon(support.Daemon):
     """One `corrald serve` child on a fresh state directory (tests.support's, through the SDK's launcher)."""
 
-    def __init__(self, *, synchronous: str = "FULL", state_dir: pathlib.Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        synchronous: str = "FULL",
+        state_dir: pathlib.Path | None = None,
+        pythonpath: str | None = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        """`pythonpath`: run the corrald found there (an older commit's, bench.baseline) instead of ours."""
         # `root` holds the log (and the state dir, unless one is given); it is removed on stop.
         self.root = scratch_dir("d")
         super().__init__(
             state_dir or self.root / "state",
             log_dir=self.root,
             log_level="warning",
-            extra_args=["--synchronous", synchronous],
+            extra_args=["--synchronous", synchronous, *extra_args],
+            env={"PYTHONPATH": pythonpath} if pythonpath else None,
         )
         self.token = ""
 
@@ -153,3 +162,30 @@ class Lead:
 
     async def close(self) -> None:
         await self.channel.close()
+
+
+async def session_refusal(address: str, token: str) -> str | None:
+    """None when the daemon serves TeammateService.Session, else how it refused.
+
+    The probe is a harmless `ack` op (through seq 0): a daemon with Session
+    answers it with an op result; one that predates it fails the call
+    (UNIMPLEMENTED, or whatever its interceptor makes of a client stream).
+    """
+    channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+    call = pb_grpc.TeammateServiceStub(channel).Session(metadata=bearer(token))
+    op_id = f"probe-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        await call.write(pb.SessionRequest(open=pb.IdleRequest(max_idle_polls=1)))
+        await call.write(pb.SessionRequest(op_id=op_id, ack=pb.AckMessagesRequest()))
+        while True:
+            response = await asyncio.wait_for(call.read(), 30)
+            if response is grpc.aio.EOF:
+                return "the daemon ended the Session stream without an op result"
+            if response.op_result.op_id == op_id:
+                return None
+    except grpc.aio.AioRpcError as error:
+        detail = " ".join((error.details() or "").replace("|", "/").split())[:80]
+        return f"the daemon refuses Session ({error.code().name}: {detail})"
+    finally:
+        call.cancel()
+        await channel.close()

@@ -1,11 +1,17 @@
-"""The floor for a Python gRPC service: an echo server with corral's call pattern.
+"""The floors for a Python gRPC service: echo servers with corral's two call patterns.
 
-No proto and no codegen: generic handlers over raw bytes. `Idle` is a
-server stream that sends one message, then waits until the same client's
-unary `Complete` arrives, then sends the next; that is corral's cycle
-(claim on the stream, CompleteTask unary) with no auth, no SQLite and no
-writer thread. Same transport (Unix socket), same client processes and
-concurrency as the corral measurement.
+No proto and no codegen: generic handlers over raw bytes, with no auth, no
+SQLite and no writer thread. Same transport (Unix socket), same client
+processes and concurrency as the corral measurement.
+
+* unary floor (Idle + unary): `Idle` is a server stream that sends one
+  message, then waits until the same client's unary `Complete` arrives, then
+  sends the next; that is corral's Idle cycle (claim on the stream,
+  CompleteTask unary).
+* bidirectional floor (Session): one `Session` stream per teammate. The
+  server sends a ~200 B claim; the client answers with a ~160 B complete op on
+  the same stream; the server replies with the op result and the next claim
+  in one message. That is the Session cycle with a handed-off claim.
 """
 
 from __future__ import annotations
@@ -20,9 +26,15 @@ import grpc.aio
 from . import teamworker
 from .daemon import cpu_seconds, rss_mib, scratch_dir
 from .stats import latency_fields, summarize
+from .teamworker import CLAIM_BYTES, REPLY_BYTES
 
-CLAIM_BYTES = b"c" * 200  # about the size of a corral Claim message
-REPLY_BYTES = b"r" * 160  # about the size of a CompleteTaskResponse
+FIELDS = {
+    "throughput": "cycles/s",
+    "p50_ms": "ms",
+    "p99_ms": "ms",
+    "errors": "count",
+    "server_cpu_ms": "server CPU ms/cycle",
+}
 
 
 def _identity(value: bytes) -> bytes:
@@ -53,6 +65,13 @@ class _Echo:
             turn.set()
         return REPLY_BYTES
 
+    async def session(self, requests, context) -> None:
+        if await context.read() is grpc.aio.EOF:  # the open
+            return
+        await context.write(CLAIM_BYTES)
+        while await context.read() is not grpc.aio.EOF:  # a complete op
+            await context.write(REPLY_BYTES + CLAIM_BYTES)  # its op result and the next claim, one message
+
 
 async def _serve(socket_path: str, ready: mp.Queue, stop) -> None:
     echo = _Echo()
@@ -61,6 +80,7 @@ async def _serve(socket_path: str, ready: mp.Queue, stop) -> None:
         {
             "Idle": grpc.unary_stream_rpc_method_handler(echo.idle, _identity, _identity),
             "Complete": grpc.unary_unary_rpc_method_handler(echo.complete, _identity, _identity),
+            "Session": grpc.stream_stream_rpc_method_handler(echo.session, _identity, _identity),
         },
     )
     server = grpc.aio.server(options=(("grpc.max_concurrent_streams", 4096),))
@@ -101,42 +121,44 @@ class EchoServer:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+LOADS = {"teammates": "echo", "bidi": "echo_bidi"}  # result key -> teamworker load
+
+
+def measure(server: EchoServer, kind: str, count: int, cycles: int, runs: int, sizes) -> dict:
+    """One floor at `count` teammates: the median over `runs` runs on a running echo server."""
+    members = [(f"m{i}", f"token-{i}") for i in range(count)]
+    results = []
+    for _ in range(runs):
+        cpu = cpu_seconds(server.pid)
+        tally = teamworker.run_clients(
+            kind,
+            server.address,
+            members,
+            target=cycles,
+            deadline_s=sizes.run_deadline_s,
+            processes=sizes.client_processes,
+        )
+        results.append(
+            {
+                "throughput": tally["throughput"],
+                **latency_fields(tally["latencies"]),
+                "errors": tally["errors"],
+                "server_cpu_ms": 1000 * (cpu_seconds(server.pid) - cpu) / max(tally["completed"], 1),
+            }
+        )
+    return summarize(results, FIELDS)
+
+
 def run(sizes, runs: int, log) -> dict:
-    """Echo-floor cycles/s and cycle latency at each teammate count."""
-    out: dict = {"teammates": {}}
+    """Both floors' cycles/s and cycle latency at each teammate count ("teammates": unary, "bidi": Session)."""
+    out: dict = {key: {} for key in LOADS}
     with EchoServer() as server:
         for count in sizes.teammates:
-            members = [(f"m{i}", f"token-{i}") for i in range(count)]
-            results = []
-            for _ in range(runs):
-                cpu = cpu_seconds(server.pid)
-                tally = teamworker.run_clients(
-                    "echo",
-                    server.address,
-                    members,
-                    target=sizes.cycles,
-                    deadline_s=sizes.run_deadline_s,
-                    processes=sizes.client_processes,
-                )
-                results.append(
-                    {
-                        "throughput": tally["throughput"],
-                        **latency_fields(tally["latencies"]),
-                        "errors": tally["errors"],
-                        "server_cpu_ms": 1000 * (cpu_seconds(server.pid) - cpu) / max(tally["completed"], 1),
-                    }
-                )
-            out["teammates"][str(count)] = summarize(
-                results,
-                {
-                    "throughput": "cycles/s",
-                    "p50_ms": "ms",
-                    "p99_ms": "ms",
-                    "errors": "count",
-                    "server_cpu_ms": "server CPU ms/cycle",
-                },
-            )
+            for key, kind in LOADS.items():
+                out[key][str(count)] = measure(server, kind, count, sizes.cycles, runs, sizes)
             out["server_rss_mib"] = rss_mib(server.pid)
-            rate = out["teammates"][str(count)]["throughput"]["median"]
-            log(f"grpc floor  {count:>4} teammates: {rate:8.0f} cycles/s")
+            log(
+                f"grpc floor  {count:>4} teammates: unary {out['teammates'][str(count)]['throughput']['median']:8.0f},"
+                f" bidi {out['bidi'][str(count)]['throughput']['median']:8.0f} cycles/s"
+            )
     return out

@@ -1,10 +1,12 @@
-"""Section 3: the latencies a poll loop cannot match.
+"""Section 3: the latencies a poll loop cannot match, on both transports.
 
 * dependency → claim: teammate A completes X; its dependent Y (a role only
-  teammate B may take) is pushed to B, whose Idle stream is open and waiting.
-  Measured from just before A's CompleteTask is sent to B receiving the claim.
+  teammate B may take) is pushed to B, whose stream is open and waiting.
+  Measured from just before A's completion is sent (CompleteTask on Idle +
+  unary, a `complete` op on Session) to B receiving the claim.
 * shutdown → teammate: the Lead's RequestShutdown is sent → teammate C's
-  stream delivers the shutdown_request. C rejects and acknowledges after each.
+  stream delivers the shutdown_request. C rejects and acknowledges after each
+  (AckMessages on Idle + unary, an `ack` op on Session).
 
 Against a poll loop with a 5 s interval: detection waits for the next poll,
 so latency is uniform on [0, 5 s): mean 2.5 s, p99 4.95 s. A short simulated
@@ -14,7 +16,9 @@ poll loop (a thread polling a SQLite table) is measured alongside, bounded.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
+import secrets
 import shutil
 import sqlite3
 import threading
@@ -27,7 +31,7 @@ from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
 from . import grpc_floor, teamworker
-from .daemon import Daemon, Lead, bearer, duration, run_async, scratch_dir
+from .daemon import Daemon, Lead, bearer, duration, run_async, scratch_dir, session_refusal
 from .stats import latency_fields, ms, summarize
 
 FIELDS = {"p50_ms": "ms", "p99_ms": "ms", "max_ms": "ms"}
@@ -35,14 +39,17 @@ SETTLE_S = 0.02  # let the waiting stream finish its check and park before each 
 
 
 class _Stream:
-    """An Idle stream whose events land on a queue with their arrival time."""
+    """An Idle stream whose events land on a queue with their arrival time; completions and acks are unary."""
 
     def __init__(self, channel, token: str) -> None:
         self.stub = pb_grpc.TeammateServiceStub(channel)
         self.md = bearer(token)
         self.events: asyncio.Queue = asyncio.Queue()
-        self.call = self.stub.Idle(pb.IdleRequest(max_idle_polls=10_000, poll_interval=duration(30)), metadata=self.md)
+        self.call = self._open()
         self.reader = asyncio.create_task(self._read())
+
+    def _open(self):
+        return self.stub.Idle(_open_request(), metadata=self.md)
 
     async def _read(self) -> None:
         async for response in self.call:
@@ -54,44 +61,82 @@ class _Stream:
             if response.WhichOneof("event") == kind:
                 return arrived, response
 
+    async def complete(self, claim: pb.Claim) -> None:
+        request = pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token)
+        await self.stub.CompleteTask(request, metadata=self.md, timeout=30)
+
+    async def ack(self, seq: int) -> None:
+        await self.stub.AckMessages(pb.AckMessagesRequest(through_seq=seq), metadata=self.md, timeout=30)
+
     def close(self) -> None:
         self.reader.cancel()
         self.call.cancel()
 
 
-async def _dependency_samples(lead: Lead, tokens: dict, samples: int, prefix: str) -> list[float]:
+class _SessionStream(_Stream):
+    """A Session stream: the same events; completions and acks are ops on the stream itself."""
+
+    def _open(self):
+        self.results: dict[str, asyncio.Future] = {}
+        self.op_ids = (f"{secrets.token_hex(6)}-{n}" for n in itertools.count(1))
+        return self.stub.Session(metadata=self.md)
+
+    async def _read(self) -> None:
+        await self.call.write(pb.SessionRequest(open=_open_request()))
+        while (response := await self.call.read()) is not grpc.aio.EOF:
+            arrived = time.monotonic()
+            if response.HasField("op_result"):
+                self.results.pop(response.op_result.op_id).set_result(response.op_result)
+            if response.WhichOneof("event"):
+                await self.events.put((arrived, response))
+
+    async def _op(self, **op) -> None:
+        op_id = next(self.op_ids)
+        self.results[op_id] = asyncio.get_running_loop().create_future()
+        await self.call.write(pb.SessionRequest(op_id=op_id, **op))
+        result = await asyncio.wait_for(self.results[op_id], 30)
+        if result.status.code != 0:
+            raise RuntimeError(f"{next(iter(op))} op answered {result.status.code}: {result.status.message}")
+
+    async def complete(self, claim: pb.Claim) -> None:
+        await self._op(complete=pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token))
+
+    async def ack(self, seq: int) -> None:
+        await self._op(ack=pb.AckMessagesRequest(through_seq=seq))
+
+
+STREAMS = {"idle": _Stream, "session": _SessionStream}
+
+
+def _open_request() -> pb.IdleRequest:
+    return pb.IdleRequest(max_idle_polls=10_000, poll_interval=duration(30))
+
+
+async def _dependency_samples(lead: Lead, tokens: dict, samples: int, prefix: str, stream) -> list[float]:
     specs = []
     for i in range(samples):
         specs.append(pb.TaskSpec(id=f"{prefix}x{i}", title="x", required_role="a"))
         specs.append(pb.TaskSpec(id=f"{prefix}y{i}", title="y", required_role="b", depends_on=[f"{prefix}x{i}"]))
     await lead.create(specs)
-    a, b = _Stream(lead.channel, tokens["alpha"]), _Stream(lead.channel, tokens["beta"])
+    a, b = stream(lead.channel, tokens["alpha"]), stream(lead.channel, tokens["beta"])
     out = []
     try:
         for _ in range(samples):
             _, x = await a.next("claim")
             await asyncio.sleep(SETTLE_S)
             started = time.monotonic()
-            await a.stub.CompleteTask(
-                pb.CompleteTaskRequest(task_id=x.claim.task.id, claim_token=x.claim.claim_token),
-                metadata=a.md,
-                timeout=30,
-            )
+            await a.complete(x.claim)
             arrived, y = await b.next("claim")
             out.append(arrived - started)
-            await b.stub.CompleteTask(
-                pb.CompleteTaskRequest(task_id=y.claim.task.id, claim_token=y.claim.claim_token),
-                metadata=b.md,
-                timeout=30,
-            )
+            await b.complete(y.claim)
     finally:
         a.close()
         b.close()
     return out
 
 
-async def _shutdown_samples(lead: Lead, tokens: dict, samples: int) -> list[float]:
-    c = _Stream(lead.channel, tokens["gamma"])
+async def _shutdown_samples(lead: Lead, tokens: dict, samples: int, stream) -> list[float]:
+    c = stream(lead.channel, tokens["gamma"])
     out = []
     try:
         await asyncio.sleep(0.2)  # the stream is open and parked
@@ -105,22 +150,26 @@ async def _shutdown_samples(lead: Lead, tokens: dict, samples: int) -> list[floa
             request = event.shutdown_request
             answer = pb.RespondShutdownRequest(request_id=request.request_id, approve=False, reason="keep working")
             await c.stub.RespondShutdown(answer, metadata=c.md, timeout=30)
-            await c.stub.AckMessages(pb.AckMessagesRequest(through_seq=request.seq), metadata=c.md, timeout=30)
+            await c.ack(request.seq)
     finally:
         c.close()
     return out
 
 
-async def _corral(daemon: Daemon, samples: int, runs: int) -> list[dict]:
+async def _corral(daemon: Daemon, samples: int, runs: int, transport: str = "idle") -> list[dict] | str:
+    """Per-run figures, or (Session on a daemon that does not serve it) how it refused."""
     lead = Lead(daemon.address, daemon.token)
     try:
         tokens = await lead.add_teammates(["alpha"], roles=("a",))
         tokens |= await lead.add_teammates(["beta"], roles=("b",))
         tokens |= await lead.add_teammates(["gamma"], roles=("c",))
+        if transport == "session" and (refusal := await session_refusal(daemon.address, tokens["alpha"])):
+            return refusal
+        stream = STREAMS[transport]
         results = []
         for run in range(runs):
-            dependency = await _dependency_samples(lead, tokens, samples, f"r{run}-")
-            shutdown = await _shutdown_samples(lead, tokens, samples)
+            dependency = await _dependency_samples(lead, tokens, samples, f"r{run}-", stream)
+            shutdown = await _shutdown_samples(lead, tokens, samples, stream)
             writer = (await lead.stats()).writer
             results.append(
                 {
@@ -209,14 +258,17 @@ def run(sizes, runs: int, log) -> dict:
     fields |= {"commit_p50_ms": "ms", "commit_p99_ms": "ms"}
     with Daemon() as daemon:
         out = summarize(run_async(_corral(daemon, sizes.latency_samples, runs)), fields)
+    with Daemon() as daemon:
+        session = run_async(_corral(daemon, sizes.latency_samples, runs, "session"))
+    out["session"] = {"unavailable": session} if isinstance(session, str) else summarize(session, fields)
     with grpc_floor.EchoServer() as echo:
         floor = [
             latency_fields(run_async(_echo_push_samples(echo.address, sizes.latency_samples))) for _ in range(runs)
         ]
     out["grpc_floor"] = summarize(floor, FIELDS)
-    # Diagnostic, not a target: the same paths without an fsync per commit.
-    with Daemon(synchronous="NORMAL") as daemon:
-        out["NORMAL"] = summarize(run_async(_corral(daemon, sizes.latency_samples, runs)), fields)
+    if sizes.normal:  # diagnostic, not a target: the same paths without an fsync per commit
+        with Daemon(synchronous="NORMAL") as daemon:
+            out["NORMAL"] = summarize(run_async(_corral(daemon, sizes.latency_samples, runs)), fields)
     poll_thread.join(sizes.poll_samples * 3 * sizes.poll_interval_s + 10)
     out["samples_per_run"] = sizes.latency_samples
     interval = sizes.poll_interval_s
@@ -225,11 +277,20 @@ def run(sizes, runs: int, log) -> dict:
         "analytic": {"mean_ms": ms(interval / 2), "p50_ms": ms(interval / 2), "p99_ms": ms(0.99 * interval)},
         "simulated_ms": [ms(x) for x in polled],
     }
+    for name, figures in (("idle", out), ("session", out["session"])):
+        if "unavailable" in figures:
+            log(f"latency     {name}: {figures['unavailable']}")
+            continue
+        log(
+            f"latency     {name:<7} dependency→claim p50 {figures['dependency_p50_ms']['median']:.2f} ms p99"
+            f" {figures['dependency_p99_ms']['median']:.2f} ms; shutdown→teammate p50"
+            f" {figures['shutdown_p50_ms']['median']:.2f} ms p99 {figures['shutdown_p99_ms']['median']:.2f} ms"
+        )
+    normal = ""
+    if sizes.normal:
+        normal = f"at NORMAL, Idle: dependency p99 {out['NORMAL']['dependency_p99_ms']['median']:.2f} ms; "
     log(
-        f"latency     dependency→claim p50 {out['dependency_p50_ms']['median']:.2f} ms p99 "
-        f"{out['dependency_p99_ms']['median']:.2f} ms; shutdown→teammate p50 {out['shutdown_p50_ms']['median']:.2f} ms"
-        f" p99 {out['shutdown_p99_ms']['median']:.2f} ms (at NORMAL: dependency p99 "
-        f"{out['NORMAL']['dependency_p99_ms']['median']:.2f} ms; gRPC echo floor for one unary → stream push: "
+        f"latency     ({normal}gRPC echo floor for one unary → stream push: "
         f"p50 {out['grpc_floor']['p50_ms']['median']:.2f} ms p99 {out['grpc_floor']['p99_ms']['median']:.2f} ms);"
         f" {interval:g} s poll loop simulated "
         f"{', '.join(f'{x:.0f}' for x in out['poll_loop']['simulated_ms'])} ms"

@@ -10,6 +10,7 @@ permission on the server (root, or kernel.yama.ptrace_scope=0).
     python -m bench.profile --gil --native           # who holds the GIL, with C frames
     python -m bench.profile --tool strace             # system calls per cycle (needs strace)
     python -m bench.profile --server echo --tool strace   # the same for the gRPC echo floor
+    python -m bench.profile --transport session       # corrald's Session stream (echo: the bidi floor)
 """
 
 from __future__ import annotations
@@ -26,6 +27,13 @@ import time
 
 from . import config, dags, e2e, grpc_floor, teamworker
 from .daemon import Daemon
+
+LOADS = {  # (--server, --transport) -> bench.teamworker load
+    ("corral", "idle"): "idle",
+    ("corral", "session"): "session",
+    ("echo", "idle"): "echo",
+    ("echo", "session"): "echo_bidi",
+}
 
 
 def _frames(line: str) -> tuple[list[str], int]:
@@ -92,6 +100,12 @@ def main(argv: list[str] | None = None) -> int:
         help="profile corrald, or the gRPC echo floor under the same load",
     )
     parser.add_argument(
+        "--transport",
+        choices=("idle", "session"),
+        default="idle",
+        help="Idle + unary, or the Session stream (for echo: the unary or the bidirectional floor)",
+    )
+    parser.add_argument(
         "--tool",
         choices=("py-spy", "strace"),
         default="py-spy",
@@ -109,15 +123,16 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         if args.server == "corral":
             server = stack.enter_context(Daemon())
-            members = e2e._setup(server, args.teammates)  # noqa: SLF001 (same package)
+            members, _ = e2e._setup(server, args.teammates, session=False)  # noqa: SLF001 (same package)
             e2e._create(server, args.dag, args.tasks, prefix="p-")  # noqa: SLF001
         else:
             server = stack.enter_context(grpc_floor.EchoServer())
             members = [(f"m{i}", f"token-{i}") for i in range(args.teammates)]
         recorder = subprocess.Popen(_recorder(args, server.pid, raw), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(1.0)
+        load = LOADS[args.server, args.transport]
         tally = teamworker.run_clients(
-            args.server, server.address, members, target=args.tasks, deadline_s=config.FULL.run_deadline_s
+            load, server.address, members, target=args.tasks, deadline_s=config.FULL.run_deadline_s
         )
         recorder.send_signal(signal.SIGINT)  # both tools write their report and exit
         _, err = recorder.communicate(timeout=60)
@@ -126,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     body = top(raw) if args.tool == "py-spy" else syscalls(raw, tally["completed"])
     summary = (
-        f"{args.server}: {args.teammates} teammates, {tally['completed']} cycles ({args.dag}),"
+        f"{args.server} ({load}): {args.teammates} teammates, {tally['completed']} cycles ({args.dag}),"
         f" {tally['throughput']:.0f} cycles/s under the profiler\n" + body
     )
     args.out.write_text(summary + "\n")

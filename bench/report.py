@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import pathlib
 
+from . import baseline
+
 ANALYSIS = pathlib.Path(__file__).resolve().parent / "analysis.md"
+BASELINE_COMMIT = baseline.COMMIT
 
 
 def load(results_dir: pathlib.Path) -> dict:
@@ -40,6 +43,7 @@ def _best(table: dict, field: str = "throughput") -> tuple[str, float] | None:
 
 
 def _target(tid, what, measured, unit, goal, ratio, met, basis) -> dict:
+    """One target; `measured` None means it could not be measured in this run (then it is not met)."""
     return {
         "id": tid,
         "what": what,
@@ -52,95 +56,238 @@ def _target(tid, what, measured, unit, goal, ratio, met, basis) -> dict:
     }
 
 
+def _missing(tid: str, what: str, unit: str, goal: str, why: str) -> dict:
+    return _target(tid, what, None, unit, goal, None, False, f"not measured in this run: {why}")
+
+
+def _median(figure: dict | None) -> float | None:
+    return figure["median"] if figure else None
+
+
+def _paired_targets(pair: dict) -> list[dict]:
+    """#15's targets, as ratios within the rounds of one run."""
+    n, rounds = pair["teammates"], len(pair["rounds"])
+    ratios, out = pair["ratios"], []
+    session_missing = pair["session"].get("unavailable")
+    before_missing = pair.get("baseline_missing")
+    commit, earlier = pair["baseline_commit"], pair["earlier_run"]
+    quoted = (
+        f"an earlier run measured Idle + unary at {earlier['commit']} (14 commits before {commit}) at"
+        f" {earlier['idle_unary_cycles_per_s']:,.0f} cycles/s ({earlier['date']}, bench/results as of"
+        f" {earlier['recorded_in']}): not this run"
+    )
+
+    def ratio_target(tid, name, what, goal, basis, why_missing):
+        figure = ratios.get(name)
+        top = name.split("_vs_")[0]
+        if figure is None:
+            return _missing(tid, what, "cycles/s", f"≥ {goal:g}×", why_missing)
+        mine = pair[top]["throughput"]["median"]
+        return _target(
+            tid,
+            what,
+            mine,
+            "cycles/s",
+            f"≥ {goal:g}×",
+            figure["median"],
+            figure["median"] >= goal,
+            f"median of {rounds} round(s); {basis} (ratios {_span(figure)})",
+        )
+
+    def floor_of(key: str) -> str:
+        return f"{pair[key]['median']:,.0f} cycles/s"
+
+    out.append(
+        ratio_target(
+            "1a",
+            "session_vs_bidi_floor",
+            f"Session / bidirectional echo floor, {n} teammates",
+            0.7,
+            f"bidi floor {floor_of('bidi_floor')}",
+            session_missing,
+        )
+    )
+    tut = ratio_target(
+        "1b",
+        "session_vs_tutorial",
+        f"Session / tutorial design at synchronous=FULL (best process count), {n} teammates",
+        1.0,
+        f"tutorial best {floor_of('tutorial_best')}",
+        session_missing,
+    )
+    if tut["ratio"] is not None:
+        twice = 2 * pair["tutorial_best"]["median"]
+        tut["basis"] += f"; 2× is {twice:,.0f} cycles/s, Session is at {tut['ratio'] / 2:.0%} of it"
+    out.append(tut)
+    before = pair["before"]["throughput"]
+    against_before = (("1c", "session_vs_before", "Session", 2.0), ("1d", "idle_vs_before", "Idle + unary", 1.5))
+    for tid, name, top, goal in against_before:
+        what = f"{top} / Idle + unary of {commit}, {n} teammates"
+        if before is not None:
+            out.append(
+                ratio_target(
+                    tid,
+                    name,
+                    what,
+                    goal,
+                    f"{commit} measured in this run: {before['median']:,.0f} cycles/s; {quoted}",
+                    session_missing if top == "Session" else "no Idle + unary figure",
+                )
+            )
+            continue
+        # ec3c11e could not run here: against the earlier run's figure, labelled as such.
+        mine = pair["session" if top == "Session" else "idle"]["throughput"]
+        if mine is None:
+            out.append(_missing(tid, what, "cycles/s", f"≥ {goal:g}×", session_missing))
+            continue
+        ratio = mine["median"] / earlier["idle_unary_cycles_per_s"]
+        out.append(
+            _target(
+                tid,
+                what + " (against an earlier run)",
+                mine["median"],
+                "cycles/s",
+                f"≥ {goal:g}×",
+                ratio,
+                ratio >= goal,
+                f"{commit} not run here ({before_missing}); {quoted}",
+            )
+        )
+    out.append(
+        ratio_target(
+            "1e",
+            "idle_vs_unary_floor",
+            f"Idle + unary / unary echo floor, {n} teammates (the earlier target)",
+            0.7,
+            f"unary floor {floor_of('unary_floor')}",
+            "no Idle + unary figure",
+        )
+    )
+    cpu = pair["session"]["cpu_ms"]
+    idle_cpu = _median(pair["idle"]["cpu_ms"])
+    if cpu is None:
+        out.append(_missing("2a", f"daemon CPU per cycle on Session, {n} teammates", "ms", "≤ 0.3 ms", session_missing))
+    else:
+        out.append(
+            _target(
+                "2a",
+                f"daemon CPU per cycle on Session, {n} teammates",
+                cpu["median"],
+                "ms",
+                "≤ 0.3 ms",
+                cpu["median"] / 0.3,
+                cpu["median"] <= 0.3,
+                f"user+system time of corrald over the run / cycles ({_span(cpu)}); Idle + unary {idle_cpu:.2f} ms",
+            )
+        )
+    for tid, key, label in (("2b", "session", "Session"), ("2c", "idle", "Idle + unary")):
+        spread = pair[key]["max_over_min"]
+        what = f"per-teammate completions max/min on {label}, {n} teammates"
+        if spread is None:
+            why = pair[key].get("unavailable") or "a teammate completed nothing in some round"
+            out.append(_missing(tid, what, "", "≤ 1.1", why))
+            continue
+        out.append(
+            _target(
+                tid,
+                what,
+                spread["median"],
+                "",
+                "≤ 1.1",
+                spread["median"] / 1.1,
+                spread["median"] <= 1.1,
+                f"{n} teammates sharing {pair['tasks']:,} tasks per round ({_span(spread)})",
+            )
+        )
+    return out
+
+
+def _grid_targets(e2e: dict, floor: dict | None, tut: dict | None) -> list[dict]:
+    """Without the paired section: the same ratios from the grid (systems measured minutes apart)."""
+    out = []
+    for tid, transport, floor_key, goal in (("1a", "session", "bidi", 0.7), ("1e", "idle", "teammates", 0.7)):
+        grid = e2e.get(transport, {})
+        if "unavailable" in grid:
+            continue
+        at = _at(grid.get("FULL", {}).get("independent", {}), 32)
+        fat = _at((floor or {}).get(floor_key, {}), int(at[0])) if at else None
+        if at and fat:
+            value = at[1]["throughput"]["median"]
+            ratio = value / fat[1]["throughput"]["median"]
+            out.append(
+                _target(
+                    tid,
+                    f"{_LABEL[transport]} / {'bidirectional' if floor_key == 'bidi' else 'unary'} echo floor,"
+                    f" {at[0]} teammates (grid)",
+                    value,
+                    "cycles/s",
+                    f"≥ {goal:g}×",
+                    ratio,
+                    ratio >= goal,
+                    f"floor {fat[1]['throughput']['median']:.0f} cycles/s, measured minutes apart",
+                )
+            )
+    best = _best((tut or {}).get("FULL", {}).get("independent", {}))
+    grid = e2e.get("session", {})
+    at = _at(grid.get("FULL", {}).get("independent", {}), 32) if "unavailable" not in grid else None
+    if at and best:
+        value = at[1]["throughput"]["median"]
+        out.append(
+            _target(
+                "1b",
+                f"Session / tutorial design at synchronous=FULL, {at[0]} teammates (grid)",
+                value,
+                "cycles/s",
+                "≥ 1×",
+                value / best[1],
+                value >= best[1],
+                f"tutorial best {best[1]:.0f} cycles/s at {best[0]} processes, measured minutes apart",
+            )
+        )
+    return out
+
+
+_LABEL = {"idle": "Idle + unary", "session": "Session"}
+
+
+def _latency_targets(lat: dict) -> list[dict]:
+    out = []
+    for transport, suffix, figures in (("session", "", lat.get("session", {})), ("idle", "i", lat)):
+        for key, what in (
+            ("dependency", "dependency completes → dependent's claim at a waiting teammate"),
+            ("shutdown", "shutdown request → its teammate"),
+        ):
+            tid, label = f"3{key[0]}{suffix}", f"{what}, {_LABEL[transport]}, p99"
+            if "unavailable" in figures or f"{key}_p99_ms" not in figures:
+                out.append(_missing(tid, label, "ms", "≤ 3 ms", figures.get("unavailable", "no figures")))
+                continue
+            p99 = figures[f"{key}_p99_ms"]["median"]
+            out.append(
+                _target(
+                    tid,
+                    label,
+                    p99,
+                    "ms",
+                    "≤ 3 ms",
+                    p99 / 3.0,
+                    p99 <= 3.0,
+                    f"p50 {figures[f'{key}_p50_ms']['median']:.2f} ms; a 5 s poll loop: mean 2,500 ms, p99 4,950 ms",
+                )
+            )
+    return out
+
+
 def targets(sections: dict) -> list[dict]:
     out = []
     e2e, floor, tut = _r(sections, "e2e"), _r(sections, "grpc_floor"), _r(sections, "tutorial")
     pair = _r(sections, "paired")
     if pair:
-        n, mine = pair["teammates"], pair["corral"]["median"]
-        ratio = pair["vs_floor"]["median"]
-        out.append(
-            _target(
-                "1a",
-                f"corral / gRPC echo floor, {n} teammates, back to back",
-                mine,
-                "cycles/s",
-                "≥ 0.7×",
-                ratio,
-                ratio >= 0.7,
-                f"median of {len(pair['rounds'])} paired rounds; floor {pair['floor']['median']:.0f}"
-                f" cycles/s (ratios {_span(pair['vs_floor'])})",
-            )
-        )
-        ratio = pair["vs_tutorial"]["median"]
-        out.append(
-            _target(
-                "1b",
-                f"corral / tutorial design at synchronous=FULL, {n} teammates, back to back",
-                mine,
-                "cycles/s",
-                "≥ 1×",
-                ratio,
-                ratio >= 1.0,
-                f"median of paired rounds vs the tutorial's best process count; tutorial best "
-                f"{pair['tutorial_best']['median']:.0f} cycles/s (ratios {_span(pair['vs_tutorial'])})",
-            )
-        )
-    if e2e:
-        at = _at(e2e["FULL"]["independent"], 32)
-        corral = at[1]["throughput"]["median"]
-        if floor and not pair:
-            fat = _at(floor["teammates"], int(at[0]))
-            ratio = corral / fat[1]["throughput"]["median"]
-            out.append(
-                _target(
-                    "1a",
-                    f"corral / gRPC echo floor, {at[0]} teammates",
-                    corral,
-                    "cycles/s",
-                    "≥ 0.7×",
-                    ratio,
-                    ratio >= 0.7,
-                    f"floor {fat[1]['throughput']['median']:.0f} cycles/s",
-                )
-            )
-        for sync in ("NORMAL",) if pair else ("FULL", "NORMAL"):
-            mine = _at(e2e[sync].get("independent", {}), 32)
-            best = _best((tut or {}).get(sync, {}).get("independent", {}))
-            if mine and best:
-                value = mine[1]["throughput"]["median"]
-                ratio = value / best[1]
-                out.append(
-                    _target(
-                        "1b" if sync == "FULL" else "1c",
-                        f"corral / tutorial design at synchronous={sync}, {mine[0]} teammates",
-                        value,
-                        "cycles/s",
-                        "≥ 1×",
-                        ratio,
-                        ratio >= 1.0,
-                        f"tutorial best {best[1]:.0f} cycles/s at {best[0]} processes",
-                    )
-                )
+        out += _paired_targets(pair)
+    elif e2e:
+        out += _grid_targets(e2e, floor, tut)
     lat = _r(sections, "latency")
     if lat:
-        for key, what in (
-            ("dependency", "dependency completes → dependent's claim at a waiting teammate"),
-            ("shutdown", "shutdown request → its teammate"),
-        ):
-            p99 = lat[f"{key}_p99_ms"]["median"]
-            out.append(
-                _target(
-                    "3" + key[0],
-                    f"{what}, p99",
-                    p99,
-                    "ms",
-                    "≤ 5 ms",
-                    p99 / 5.0,
-                    p99 <= 5.0,
-                    f"p50 {lat[f'{key}_p50_ms']['median']:.2f} ms; a 5 s poll loop: mean 2,500 ms, p99 4,950 ms",
-                )
-            )
+        out += _latency_targets(lat)
     scale = _r(sections, "scale")
     if scale:
         sizes = scale["board_size"]["sizes"]
@@ -216,6 +363,117 @@ def targets(sections: dict) -> list[dict]:
                 f"{subs['failures_after_retry_total']} still failing after retries with backoff",
             )
         )
+    sem = _r(sections, "semantics")
+    if sem:
+        out += _semantics_targets(sem)
+    bridge = _r(sections, "mcp")
+    if bridge:
+        out.append(_mcp_target(bridge))
+    board = _r(sections, "web")
+    if board:
+        out += _web_targets(board)
+    return out
+
+
+def _web_targets(board: dict) -> list[dict]:
+    """#18's targets: a watching browser's update latency, and what open boards cost the team."""
+    out = []
+    what = "commit → page update p99, a watching Chromium (frame batching included)"
+    browser = board["browser"]
+    if "unavailable" in browser:
+        out.append(_missing("7a", what, "ms", "≤ 250 ms", browser["unavailable"]))
+    else:
+        updates = browser["updates"]
+        out.append(
+            _target(
+                "7a",
+                what,
+                updates["p99_ms"],
+                "ms",
+                "≤ 250 ms",
+                None,
+                updates["p99_ms"] <= 250,
+                f"{updates['samples']} one-task CreateTasks, each after the last showed;"
+                f" p50 {updates['p50_ms']:.1f} ms",
+            )
+        )
+    cycles = board["cycles"]
+    ratio = cycles["ratio"]["median"]
+    out.append(
+        _target(
+            "7b",
+            f"Session cycles/s with {cycles['boards']} open boards / none, {cycles['teammates']} teammates",
+            cycles["with"]["median"],
+            "cycles/s",
+            "≥ 0.95×",
+            ratio,
+            ratio >= 0.95,
+            f"median of {len(cycles['rounds'])} alternating round(s) (ratios {_span(cycles['ratio'])}); no board"
+            f" {cycles['without']['median']:,.0f} cycles/s; RSS {cycles['rss_per_board_mib']['median']:.2f} MiB"
+            " per open board",
+        )
+    )
+    return out
+
+
+def _mcp_target(bridge: dict) -> dict:
+    """#17's target: a waiting agent's next_item returns within 20 ms of a task becoming ready."""
+    what = "ready → next_item return p99, a waiting agent over stdio"
+    if "unavailable" in bridge:
+        return _missing("6a", what, "ms", "≤ 20 ms", bridge["unavailable"])
+    p99 = bridge["ready_to_return"]["p99_ms"]["median"]
+    return _target(
+        "6a",
+        what,
+        p99,
+        "ms",
+        "≤ 20 ms",
+        None,
+        p99 <= 20.0,
+        f"{bridge['samples']} samples per round, median of {len(bridge['ready_to_return']['p99_ms']['runs'])}"
+        f" round(s) (p99 {_span(bridge['ready_to_return']['p99_ms'])}); p50"
+        f" {bridge['ready_to_return']['p50_ms']['median']:.1f} ms",
+    )
+
+
+def _semantics_targets(sem: dict) -> list[dict]:
+    """#16's targets, as ratios within the alternating rounds of one run."""
+    claims, cycles = sem["claims"], sem["cycles"]
+    rounds = len(claims["rounds"])
+    ratio = claims["ratio_p50"]["median"]
+    out = [
+        _target(
+            "5a",
+            f"claim p50 with {claims['delayed']:,} delayed tasks and {claims['keys']:,} limited keys"
+            f" / plain board ({claims['ready']:,} ready tasks)",
+            claims["semantics"]["p50_ms"]["median"],
+            "ms",
+            "≤ 1.5×",
+            ratio,
+            ratio <= 1.5,
+            f"in-process claim job through the Writer, median of {rounds} alternating round(s) of"
+            f" {claims['claims_per_round']:,} claims (ratios {_span(claims['ratio_p50'])}); plain"
+            f" {claims['plain']['p50_ms']['median']:.3f} ms",
+        )
+    ]
+    what = f"Session cycles/s with keys, progress and usage / without, {cycles['teammates']} teammates"
+    if "unavailable" in cycles:
+        out.append(_missing("5b", what, "cycles/s", "≥ 0.9×", cycles["unavailable"]))
+        return out
+    ratio = cycles["ratio"]["median"]
+    out.append(
+        _target(
+            "5b",
+            what,
+            cycles["semantics"]["throughput"]["median"],
+            "cycles/s",
+            "≥ 0.9×",
+            ratio,
+            ratio >= 0.9,
+            f"claim → renew op → complete op, median of {len(cycles['rounds'])} alternating round(s)"
+            f" (ratios {_span(cycles['ratio'])}); plain {cycles['plain']['throughput']['median']:,.0f} cycles/s",
+        )
+    )
     return out
 
 
@@ -223,13 +481,17 @@ def _span(figure: dict) -> str:
     return f"{figure['min']:.2f}–{figure['max']:.2f}"
 
 
-def target_lines(items: list[dict]) -> list[str]:
-    lines = ["targets:"]
+def _measured(t: dict) -> str:
+    return "n/a" if t["measured"] is None else f"{t['measured']:,.4g} {t['unit']}".rstrip()
+
+
+def target_lines(items: list[dict], command: str = "") -> list[str]:
+    lines = [f"targets, measured by `{command}`:" if command else "targets:"]
     for t in items:
         ratio = "" if t["ratio"] is None else f"  ratio {t['ratio']:.2f}"
+        verdict = "NOT MEASURED" if t["measured"] is None else "MET" if t["met"] else "MISSED"
         lines.append(
-            f"  ({t['id']}) {t['what']}: {t['measured']:.4g} {t['unit']}{ratio}  target {t['goal']}"
-            f"  -> {'MET' if t['met'] else 'MISSED'}  [{t['basis']}]"
+            f"  ({t['id']}) {t['what']}: {_measured(t)}{ratio}  target {t['goal']}  -> {verdict}  [{t['basis']}]"
         )
     return lines
 
@@ -264,36 +526,75 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _spread(figure: dict) -> str:
+    """Per-teammate max/min, or the counts when some teammate completed nothing (no ratio then)."""
+    if figure.get("max_over_min"):
+        return _cell(figure["max_over_min"], 2)
+    spans = figure.get("per_teammate_min_max") or []
+    return ", ".join(f"min {low} / max {high}" for low, high in spans)
+
+
+def _share(figure: dict | None) -> str:
+    return "" if figure is None else f"{100 * figure['median']:.0f} %"
+
+
 def _e2e_rows(e2e: dict, floor: dict | None, wfloor: dict | None) -> list[list[str]]:
     rows = []
-    for sync in ("FULL", "NORMAL"):
-        for kind, table in e2e.get(sync, {}).items():
-            for count, fig in table.items():
-                gf = (floor or {}).get("teammates", {}).get(count)
-                wf = (wfloor or {}).get("FULL", {}).get(count) if sync == "FULL" and kind == "independent" else None
-                same = gf is not None and kind == "independent" and sync == "FULL"
-                rows.append(
-                    [
-                        sync,
-                        kind,
-                        count,
-                        _cell(fig["throughput"]),
-                        _cell(fig["p50_ms"], 2),
-                        _cell(fig["p99_ms"], 2),
-                        _cell(fig["mean_batch"], 1),
-                        _cell(fig.get("server_cpu_ms"), 2),
-                        _cell(gf["throughput"]) if same else "",
-                        _cell(gf.get("server_cpu_ms"), 2) if same else "",
-                        _cell(wf["throughput"]) if wf else "",
-                        _cell(wf.get("cpu_ms"), 2) if wf else "",
-                    ]
-                )
+    for transport, grid in e2e.items():
+        if "unavailable" in grid:
+            rows.append([_LABEL.get(transport, transport), "", "", "", "not measured: " + grid["unavailable"]])
+            continue
+        floor_key = "bidi" if transport == "session" else "teammates"
+        for sync in ("FULL", "NORMAL"):
+            for kind, table in grid.get(sync, {}).items():
+                for count, fig in table.items():
+                    same = kind == "independent" and sync == "FULL"
+                    gf = (floor or {}).get(floor_key, {}).get(count) if same else None
+                    wf = (wfloor or {}).get("FULL", {}).get(count) if same else None
+                    rows.append(
+                        [
+                            _LABEL.get(transport, transport),
+                            sync,
+                            kind,
+                            count,
+                            _cell(fig["throughput"]),
+                            _cell(fig["p50_ms"], 2),
+                            _cell(fig["p99_ms"], 2),
+                            _cell(fig.get("server_cpu_ms"), 2),
+                            _cell(fig.get("jobs_per_cycle"), 2),
+                            _cell(fig["mean_batch"], 1),
+                            _share(fig.get("handoff_share")) or "n/a",
+                            _spread(fig),
+                            _cell(gf["throughput"]) if gf else "",
+                            _cell(gf.get("server_cpu_ms"), 2) if gf else "",
+                            _cell(wf["throughput"]) if wf else "",
+                        ]
+                    )
     return rows
 
 
-def markdown(sections: dict, items: list[dict], context: dict) -> str:
+E2E_HEADER = [
+    "transport",
+    "sync",
+    "DAG",
+    "teammates",
+    "corral cycles/s",
+    "cycle p50 ms",
+    "cycle p99 ms",
+    "daemon CPU ms/cycle",
+    "writer jobs/cycle",
+    "jobs/commit",
+    "claims handed off",
+    "per-teammate max/min",
+    "echo floor cycles/s (unary for Idle, bidi for Session)",
+    "echo server CPU ms/cycle",
+    "writer floor cycles/s",
+]
+
+
+def _header(sections: dict, items: list[dict], context: dict) -> list[str]:
     m = context["machine"]
-    parts = [
+    return [
         "# corral benchmarks\n\n",
         "Generated by `python -m bench` (bench/; `make bench`). Every figure is the median of the runs, with"
         " (min–max) when they differ. Numbers are from a shared 2-core VM on which other test suites ran at the"
@@ -318,92 +619,173 @@ def markdown(sections: dict, items: list[dict], context: dict) -> str:
             ],
         ),
         "\n## Targets\n\n",
+        f"Each row says met, missed or not measured; the command that measured them is `{context['command']}`"
+        " (`make bench` runs `python -m bench`). Rows 1a–2c come from the back-to-back rounds below, 3x from"
+        " section 3, 4x from section 4.\n\n",
         _table(
             ["#", "what", "measured", "target", "ratio", "met", "basis"],
             [
                 [
                     t["id"],
                     t["what"],
-                    f"{t['measured']:,.4g} {t['unit']}",
+                    _measured(t),
                     t["goal"],
                     "" if t["ratio"] is None else f"{t['ratio']:.2f}",
-                    "yes" if t["met"] else "**no**",
+                    "not measured" if t["measured"] is None else "yes" if t["met"] else "**no**",
                     t["basis"],
                 ]
                 for t in items
             ],
         ),
     ]
+
+
+def markdown(sections: dict, items: list[dict], context: dict) -> str:
+    parts = _header(sections, items, context)
     e2e, floor, wfloor = _r(sections, "e2e"), _r(sections, "grpc_floor"), _r(sections, "writer_floor")
     if e2e:
         parts += [
             "\n## 1. End to end over the Unix socket\n\n",
             "Teammates are asyncio tasks on grpc.aio raw stubs spread over"
-            f" {context['sizes']['client_processes']} client processes; each opens `Idle`"
-            " (slots=1) and calls `CompleteTask` on every claim. Cycle = claim delivered → CompleteTask"
-            " returned; throughput = completed tasks / wall time. The gRPC floor is an echo server with the same"
-            " call pattern; the writer floor runs the same writer jobs in-process with no RPC. The layered"
-            " DAG has"
-            " layers of 64 tasks, each depending on two tasks of the layer before. CPU per cycle is the"
-            " server process's user+system time over the run divided by the cycles.\n\n",
-            _table(
-                [
-                    "sync",
-                    "DAG",
-                    "teammates",
-                    "corral cycles/s",
-                    "cycle p50 ms",
-                    "cycle p99 ms",
-                    "jobs/commit",
-                    "daemon CPU ms/cycle",
-                    "gRPC floor cycles/s",
-                    "echo server CPU ms/cycle",
-                    "writer floor cycles/s",
-                    "writer floor CPU ms/cycle",
-                ],
-                _e2e_rows(e2e, floor, wfloor),
-            ),
+            f" {context['sizes']['client_processes']} client processes (slots=1). On Idle + unary each opens"
+            " `Idle` and calls `CompleteTask` on every claim; on Session each opens `Session` and writes a"
+            " `complete` op on the same stream. Cycle = claim delivered → completion answered (CompleteTask"
+            " returned, or the op result arrived); throughput = completed tasks / wall time. The echo floors"
+            " have the same call patterns with no auth and no SQLite (unary: stream message + unary call; bidi:"
+            " one stream per teammate, claim → complete op → op result + next claim in one message); the"
+            " writer floor runs the writer jobs in-process with no RPC. The layered DAG has layers of 64 tasks,"
+            " each depending on two tasks of the layer before. CPU per cycle is the server process's"
+            " user+system time over the run divided by the cycles; writer jobs per cycle are GetStats"
+            " `writer.jobs` over the run divided by the cycles (task creation included, one job per 10,000"
+            " tasks). Claims handed off are GetStats `claims_handed_off` over `claims` during the run: claims"
+            " made inside a completion's own transaction (n/a from a daemon without these counters)."
+            " Per-teammate max/min is the most completions any teammate made over the fewest.\n\n",
+            _table(E2E_HEADER, _e2e_rows(e2e, floor, wfloor)),
         ]
-    pair = _r(sections, "paired")
-    if pair:
-        rows = [
-            [
-                str(i + 1),
-                f"{r['corral']:,.0f}",
-                f"{r['corral_cpu_ms']:.2f}",
-                f"{r['floor']:,.0f}",
-                ", ".join(f"{n}: {v:,.0f}" for n, v in r["tutorial"].items()),
-                f"{r['tutorial_worst_stall_ms']:,.0f}",
-                f"{r['vs_floor']:.2f}",
-                f"{r['vs_tutorial']:.2f}",
-            ]
-            for i, r in enumerate(pair["rounds"])
-        ]
-        parts += [
-            f"\n### Targets (1), back to back ({pair['teammates']} teammates, independent DAG, FULL)\n\n",
-            "Each round runs corral, then the echo floor, then the tutorial design at each process count,"
-            " within a minute, so load drift on the shared machine hits all three alike.\n\n",
-            _table(
-                [
-                    "round",
-                    "corral cycles/s",
-                    "daemon CPU ms/cycle",
-                    "gRPC floor cycles/s",
-                    "tutorial cycles/s by processes",
-                    "tutorial worst stall ms",
-                    "corral/floor",
-                    "corral/tutorial best",
-                ],
-                rows,
-            ),
-        ]
+    parts += _paired(_r(sections, "paired"))
     parts += _baselines(sections)
     parts += _latency(_r(sections, "latency"))
     parts += _scale(_r(sections, "scale"))
     parts += _big_batch(_r(sections, "big_batch"))
+    parts += _semantics(_r(sections, "semantics"))
+    parts += _mcp(_r(sections, "mcp"))
+    parts += _web(_r(sections, "web"))
     if ANALYSIS.exists():
         parts += ["\n", ANALYSIS.read_text()]
     return "".join(parts)
+
+
+def _rate(value) -> str:
+    if isinstance(value, dict):
+        return "n/a" if "unavailable" in value else f"{value['throughput']:,.0f}"
+    return "n/a" if value is None else f"{value:,.0f}"
+
+
+def _ratio(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"
+
+
+def _paired(pair: dict | None) -> list[str]:
+    if not pair:
+        return []
+    commit = pair["baseline_commit"]
+    rows = [
+        [
+            str(i + 1),
+            _rate(r["session"]),
+            _rate(r["idle"]),
+            _rate(r["before"]),
+            _rate(r["unary_floor"]),
+            _rate(r["bidi_floor"]),
+            ", ".join(f"{n}: {v:,.0f}" for n, v in r["tutorial"].items()),
+            f"{r['tutorial_worst_stall_ms']:,.0f}",
+            _rate(r["sdk:session"]),
+            _rate(r["sdk:idle"]),
+            *(_ratio(r["ratios"][name]) for name in PAIRED_RATIOS),
+        ]
+        for i, r in enumerate(pair["rounds"])
+    ]
+    detail = []
+    for key, label in (
+        ("session", "Session"),
+        ("idle", "Idle + unary"),
+        ("before", f"Idle + unary at {commit}"),
+        ("sdk:session", "the SDK on Session"),
+        ("sdk:idle", "the SDK on Idle + unary"),
+    ):
+        figures = pair[key]
+        if figures.get("throughput") is None:
+            continue
+        detail.append(
+            [
+                label,
+                _cell(figures["throughput"]),
+                _cell(figures["p99_ms"], 2),
+                _cell(figures["cpu_ms"], 2),
+                _cell(figures["jobs_per_cycle"], 2),
+                _share(figures["handoff_share"]) or "n/a",
+                _spread(figures),
+            ]
+        )
+    earlier = pair["earlier_run"]
+    missing = [
+        f"{label}: not measured ({pair[key]['unavailable']})"
+        for key, label in (("session", "Session"), ("sdk:session", "SDK on Session"), ("sdk:idle", "SDK on Idle"))
+        if pair[key].get("unavailable")
+    ]
+    if pair.get("baseline_missing"):
+        missing.append(f"Idle + unary at {commit}: not run ({pair['baseline_missing']})")
+    return [
+        f"\n### The targets, back to back ({pair['teammates']} teammates, {pair['tasks']:,} independent tasks,"
+        " FULL)\n\n",
+        "Each round runs corral on Session, corral on Idle + unary, corral on Idle + unary at"
+        f" {commit} (that commit's server and client, from `git archive`, driven by the same client"
+        " processes), the unary and bidirectional echo floors, the tutorial design at each process count,"
+        " and last the Python SDK's own loop (`corral.aio`, CORRAL_TRANSPORT=session, then idle), within a"
+        " few minutes, so load drift on the shared machine hits all of them alike. Ratios are taken within"
+        f" each round. For comparison from outside this run: {earlier['what']}:"
+        f" {earlier['idle_unary_cycles_per_s']:,.0f} cycles/s ({earlier['date']}).\n\n",
+        "".join(f"* {line}\n" for line in missing) + ("\n" if missing else ""),
+        _table(
+            [
+                "round",
+                "Session cycles/s",
+                "Idle + unary cycles/s",
+                f"Idle + unary at {commit}",
+                "unary floor",
+                "bidi floor",
+                "tutorial cycles/s by processes",
+                "tutorial worst stall ms",
+                "SDK on Session",
+                "SDK on Idle + unary",
+                *PAIRED_RATIOS.values(),
+            ],
+            rows,
+        ),
+        "\n",
+        _table(
+            [
+                "corral",
+                "cycles/s",
+                "cycle p99 ms",
+                "daemon CPU ms/cycle",
+                "writer jobs/cycle",
+                "claims handed off",
+                "per-teammate max/min",
+            ],
+            detail,
+        ),
+    ]
+
+
+PAIRED_RATIOS = {
+    "session_vs_tutorial": "Session / tutorial best",
+    "session_vs_bidi_floor": "Session / bidi floor",
+    "session_vs_before": "Session / before",
+    "idle_vs_before": "Idle + unary / before",
+    "idle_vs_unary_floor": "Idle + unary / unary floor",
+    "session_vs_idle": "Session / Idle + unary",
+}
 
 
 def _baselines(sections: dict) -> list[str]:
@@ -469,65 +851,101 @@ def _baselines(sections: dict) -> list[str]:
         ]
     if floor:
         rows = [
-            [n, _cell(f["throughput"]), _cell(f["p50_ms"], 2), _cell(f["p99_ms"], 2), _cell(f.get("server_cpu_ms"), 3)]
-            for n, f in floor["teammates"].items()
-        ]
-        parts += [
-            "\n### gRPC floor (grpc.aio echo, generic handlers, same call pattern)\n\n",
-            _table(["teammates", "cycles/s", "cycle p50 ms", "cycle p99 ms", "server CPU ms/cycle"], rows),
-        ]
-    wfloor = _r(sections, "writer_floor")
-    if wfloor:
-        floors = list(wfloor["FULL"].items())
-        floors += [(f"{n}, one job per commit", f) for n, f in wfloor.get("one_job_per_commit", {}).items()]
-        rows = [
             [
+                label,
                 n,
                 _cell(f["throughput"]),
                 _cell(f["p50_ms"], 2),
                 _cell(f["p99_ms"], 2),
-                _cell(f["mean_batch"], 1),
-                _cell(f.get("cpu_ms"), 3),
+                _cell(f.get("server_cpu_ms"), 3),
             ]
-            for n, f in floors
+            for key, label in (("teammates", "unary (Idle + unary)"), ("bidi", "bidirectional (Session)"))
+            for n, f in floor.get(key, {}).items()
         ]
         parts += [
-            "\n### SQLite floor (corrald's Writer in-process, group commit, synchronous=FULL)\n\n",
-            "The last row runs the same cycles with every writer job in a transaction of its own"
-            " (`max_batch=1`): what group commit buys.\n\n"
-            if "one_job_per_commit" in wfloor
-            else "",
-            _table(
-                ["teammates", "cycles/s", "complete p50 ms", "complete p99 ms", "jobs/commit", "CPU ms/cycle"], rows
-            ),
+            "\n### gRPC floors (grpc.aio echo, generic handlers over raw bytes)\n\n",
+            "Unary: a server stream sends a 200 B claim, the client's 160 B unary call releases the next."
+            " Bidirectional: one stream per teammate; the server sends a 200 B claim, the client writes a"
+            " 160 B complete op, the server replies with a 160 B op result and the next 200 B claim in one"
+            " message.\n\n",
+            _table(["floor", "teammates", "cycles/s", "cycle p50 ms", "cycle p99 ms", "server CPU ms/cycle"], rows),
         ]
+    parts += _writer_floor(_r(sections, "writer_floor"))
     return parts
+
+
+def _writer_floor(wfloor: dict | None) -> list[str]:
+    if not wfloor:
+        return []
+    floors = [(n, "this checkout", f) for n, f in wfloor["FULL"].items()]
+    floors += [(n, f"before ({BASELINE_COMMIT})", f) for n, f in wfloor.get("before", {}).items()]
+    floors += [(n, "this checkout, one job per commit", f) for n, f in wfloor.get("one_job_per_commit", {}).items()]
+    floors += [(n, "this checkout, no handoff", f) for n, f in wfloor.get("no_handoff", {}).items()]
+    rows = [
+        [
+            n,
+            code,
+            _cell(f["throughput"]),
+            _cell(f["p50_ms"], 2),
+            _cell(f["p99_ms"], 2),
+            _cell(f["mean_batch"], 1),
+            _cell(f.get("cpu_ms"), 3),
+        ]
+        for n, code, f in sorted(floors, key=lambda row: int(row[0]))
+    ]
+    note = (
+        f"\n\nBefore: {BASELINE_COMMIT}'s own writer floor (bench/writer_floor.py and corrald of that commit),"
+        " run in this run."
+        if "before" in wfloor
+        else f"\n\nBefore ({BASELINE_COMMIT}): not run ({wfloor['before_missing']})."
+        if "before_missing" in wfloor
+        else ""
+    )
+    return [
+        "\n### SQLite floor (corrald's Writer in-process, group commit, synchronous=FULL)\n\n",
+        "No gRPC: teammates are coroutines calling the board's jobs directly; a completion hands off the"
+        " teammate's next claim in the same job, as the daemon's do. One job per commit runs the same cycles"
+        " with every writer job in a transaction of its own (`max_batch=1`): what group commit buys. No"
+        " handoff runs a check job, then a completion job, per cycle: what the handoff buys."
+        f"{note}\n\n",
+        _table(
+            ["teammates", "code", "cycles/s", "complete p50 ms", "complete p99 ms", "jobs/commit", "CPU ms/cycle"],
+            rows,
+        ),
+    ]
+
+
+def _latency_rows(label: str, figures: dict) -> list[list[str]]:
+    if "unavailable" in figures:
+        return [[f"{label}: not measured ({figures['unavailable']})", "", "", ""]]
+    return [
+        [
+            f"{label}: {what}",
+            _cell(figures[f"{key}_p50_ms"], 2),
+            _cell(figures[f"{key}_p99_ms"], 2),
+            _cell(figures[f"{key}_max_ms"], 1),
+        ]
+        for key, what in (
+            ("dependency", "dependency completes → dependent's claim at a waiting teammate"),
+            ("shutdown", "shutdown request → its teammate"),
+        )
+    ]
 
 
 def _latency(lat: dict | None) -> list[str]:
     if not lat:
         return []
     poll = lat["poll_loop"]
-    rows = [
+    rows = _latency_rows("Session", lat.get("session", {"unavailable": "no Session figures"}))
+    rows += _latency_rows("Idle + unary", lat)
+    rows.append(
         [
-            "dependency completes → dependent's claim at a waiting teammate",
-            _cell(lat["dependency_p50_ms"], 2),
-            _cell(lat["dependency_p99_ms"], 2),
-            _cell(lat["dependency_max_ms"], 1),
-        ],
-        [
-            "shutdown request → its teammate",
-            _cell(lat["shutdown_p50_ms"], 2),
-            _cell(lat["shutdown_p99_ms"], 2),
-            _cell(lat["shutdown_max_ms"], 1),
-        ],
-        [
-            "writer commit latency during the run (GetStats)",
+            "writer commit latency during the Idle + unary run (GetStats)",
             _cell(lat.get("commit_p50_ms"), 2),
             _cell(lat.get("commit_p99_ms"), 2),
             "",
-        ],
-    ]
+        ]
+    )
     floor = lat.get("grpc_floor")
     if floor:
         rows.append(
@@ -540,20 +958,7 @@ def _latency(lat: dict | None) -> list[str]:
         )
     normal = lat.get("NORMAL")
     if normal:
-        rows += [
-            [
-                "at synchronous=NORMAL (diagnostic): dependency → claim",
-                _cell(normal["dependency_p50_ms"], 2),
-                _cell(normal["dependency_p99_ms"], 2),
-                _cell(normal["dependency_max_ms"], 1),
-            ],
-            [
-                "at synchronous=NORMAL (diagnostic): shutdown → teammate",
-                _cell(normal["shutdown_p50_ms"], 2),
-                _cell(normal["shutdown_p99_ms"], 2),
-                _cell(normal["shutdown_max_ms"], 1),
-            ],
-        ]
+        rows += _latency_rows("Idle + unary at synchronous=NORMAL (diagnostic)", normal)
     rows += [
         [
             f"{poll['interval_s']:g} s poll loop (analytic: uniform wait)",
@@ -570,6 +975,8 @@ def _latency(lat: dict | None) -> list[str]:
     ]
     return [
         f"\n## 3. Push latency ({lat['samples_per_run']} samples per run)\n\n",
+        "On Session the completion is a `complete` op and the acknowledgement an `ack` op on the stream;"
+        " on Idle + unary they are CompleteTask and AckMessages.\n\n",
         _table(["path", "p50 ms", "p99 ms", "max ms"], rows),
     ]
 
@@ -652,4 +1059,144 @@ def _big_batch(big: dict | None) -> list[str]:
         " dependencies and 120-character ids in one CreateTasks, while one teammate renews a 2 s lease every"
         " 100 ms; at rest is the same daemon with the renewer alone. Daemon figures from GetStats.\n\n",
         _table(["", "at rest", "with the batch"], rows),
+    ]
+
+
+def _semantics(sem: dict | None) -> list[str]:
+    if not sem:
+        return []
+    claims, cycles = sem["claims"], sem["cycles"]
+    claim_rows = [
+        [
+            label,
+            _cell(claims[name]["p50_ms"], 3),
+            _cell(claims[name]["p99_ms"], 3),
+            f"{claims['build_s'][name]:.0f}",
+        ]
+        for label, name in (
+            (f"{claims['ready']:,} ready tasks (plain)", "plain"),
+            (
+                f"the same, over {claims['keys']:,} keys of limit {claims['key_limit']}, plus"
+                f" {claims['delayed']:,} delayed tasks",
+                "semantics",
+            ),
+        )
+    ]
+    claim_rows.append(
+        ["ratio (per round, median)", _ratio(claims["ratio_p50"]["median"]), _ratio(claims["ratio_p99"]["median"]), ""]
+    )
+    parts = [
+        "\n## 5. Task semantics\n\n",
+        "Claim job = `store.tasks.claim_next` through the real Writer in-process, queue to answer; one teammate"
+        f" holds {claims['window']} claims and completes the oldest before each claim. Runs of"
+        f" {claims['key_run']} consecutive ready tasks share a key, so keys fill and claims pass over them"
+        f" (keys full at each round's end: {claims['full_keys_at_end']}). The delayed tasks' time gate is a month"
+        " ahead. Boards built with the store's own functions; rounds alternate the boards.\n\n",
+        _table(["board", "claim p50 ms", "claim p99 ms", "build s"], claim_rows),
+    ]
+    if "unavailable" in cycles:
+        return [*parts, f"\nSession cycles not measured: {cycles['unavailable']}\n"]
+    cycle_rows = [
+        [
+            label,
+            _cell(cycles[name]["throughput"]),
+            _cell(cycles[name]["p99_ms"], 2),
+            _cell(cycles[name]["server_cpu_ms"], 2),
+            str(cycles[name]["errors"]),
+        ]
+        for label, name in (
+            ("plain: claim → renew → complete", "plain"),
+            (
+                f"semantics: {cycles['keys']} keys of limit {cycles['key_limit']}, progress + usage on renew,"
+                " usage on complete",
+                "semantics",
+            ),
+        )
+    ]
+    cycle_rows.append(["ratio (per round, median)", _ratio(cycles["ratio"]["median"]), "", "", ""])
+    return [
+        *parts,
+        f"\n{cycles['teammates']} teammates on the Session (raw stubs, slots=1), {cycles['tasks']:,} tasks per run,"
+        " a fresh daemon per variant; rounds alternate the variants.\n\n",
+        _table(["variant", "cycles/s", "p99 ms", "daemon CPU ms/cycle", "errors"], cycle_rows),
+    ]
+
+
+def _mcp(bridge: dict | None) -> list[str]:
+    if not bridge:
+        return []
+    if "unavailable" in bridge:
+        return [f"\n## 6. The MCP bridge\n\nNot measured: {bridge['unavailable']}\n"]
+    rows = [
+        [
+            label,
+            _cell(bridge[name]["throughput"]),
+            _cell(bridge[name]["next_p50_ms"], 2),
+            _cell(bridge[name]["next_p99_ms"], 2),
+            _cell(bridge[name]["complete_p50_ms"], 2),
+            _cell(bridge[name]["complete_p99_ms"], 2),
+        ]
+        for label, name in (
+            ("Python SDK directly (idle → claim.complete)", "sdk"),
+            ("bridge in-process (next_item → complete_task)", "in_process"),
+            ("bridge over stdio (next_item → complete_task)", "stdio"),
+        )
+    ]
+    ready = bridge["ready_to_return"]
+    return [
+        "\n## 6. The MCP bridge\n\n",
+        f"One agent, {bridge['cycles']:,} ready independent tasks per variant per round; variants alternate on"
+        " one daemon. The SDK's next step is the next claim from its stream (usually handed off with the"
+        " completion); the bridge's is a `next_item` call with a task ready.\n\n",
+        _table(
+            ["loop", "cycles/s", "next p50 ms", "next p99 ms", "complete p50 ms", "complete p99 ms"],
+            rows,
+        ),
+        f"\nstdio/SDK cycles: {_ratio(bridge['stdio_over_sdk']['median'])}; in-process/SDK:"
+        f" {_ratio(bridge['in_process_over_sdk']['median'])}. Added per call over stdio (bridge − SDK):"
+        f" next_item p50 {_cell(bridge['added_next_p50_ms'], 2)} ms, p99 {_cell(bridge['added_next_p99_ms'], 2)} ms;"
+        f" complete_task p50 {_cell(bridge['added_complete_p50_ms'], 2)} ms,"
+        f" p99 {_cell(bridge['added_complete_p99_ms'], 2)} ms. Ready → next_item return for a waiting agent over"
+        f" stdio ({bridge['samples']} samples): p50 {_cell(ready['p50_ms'], 2)} ms, p99 {_cell(ready['p99_ms'], 2)}"
+        f" ms (target ≤ 20 ms){_sdk_ready(bridge)}. Bridge RSS: {_cell(bridge['bridge_rss_mib'], 1)} MiB.\n",
+    ]
+
+
+def _sdk_ready(bridge: dict) -> str:
+    sdk = bridge.get("sdk_ready_to_return")
+    if not sdk:  # results from before this figure
+        return ""
+    return f"; the SDK directly: p50 {_cell(sdk['p50_ms'], 2)} ms, p99 {_cell(sdk['p99_ms'], 2)} ms"
+
+
+def _web(board: dict | None) -> list[str]:
+    if not board:
+        return []
+    cycles, weight, browser = board["cycles"], board["weight"], board["browser"]
+    rows = [
+        ["Session cycles/s, no board open", _cell(cycles["without"])],
+        [f"Session cycles/s, {cycles['boards']} boards open", _cell(cycles["with"])],
+        ["ratio (per round, median)", _ratio(cycles["ratio"]["median"])],
+        ["daemon RSS per open board", f"{_cell(cycles['rss_per_board_mib'], 2)} MiB"],
+        ["page (HTML, JS, CSS)", f"{weight['page_bytes'] / 1024:.1f} KiB"],
+        ["vendored (cytoscape, cytoscape-dagre)", f"{weight['vendored_bytes'] / 1024:.1f} KiB"],
+    ]
+    if "unavailable" in browser:
+        rows.append(["browser figures", f"not measured: {browser['unavailable']}"])
+    else:
+        updates = browser["updates"]
+        rows.append(["commit → page update p50 / p99", f"{updates['p50_ms']:.1f} / {updates['p99_ms']:.1f} ms"])
+        for count, render in browser["renders"].items():
+            rows.append(
+                [
+                    f"first render, {int(count):,} tasks",
+                    f"{render['first_render_s']:.2f} s ({render['graph_nodes']:,} drawn)",
+                ]
+            )
+    return [
+        "\n## 7. The web board\n\n",
+        f"corrald with `--web`; {cycles['teammates']} Session teammates, {cycles['tasks_per_run']:,} tasks a run;"
+        " open boards are SSE clients logged in as the lead reading every event; browser figures in the"
+        " machine's Chromium through Playwright.\n\n",
+        _table(["", "measured"], rows),
     ]

@@ -65,7 +65,7 @@ def _grow(database, start: int, stop: int) -> float:
                 )
                 for i in range(low, min(stop, low + BUILD_BATCH))
             ]
-            batch = validate.prepare_batch(raw, Limits())
+            batch = validate.prepare_batch(raw, Limits(), now_ms=0)
             conn.execute("BEGIN IMMEDIATE")
             tasks.create_batch(Txn(conn, time.time_ns() // 1_000_000), batch)
             conn.execute("COMMIT")

@@ -1,19 +1,37 @@
-"""Client processes: asyncio teammates on grpc.aio raw stubs, one channel per process.
+"""Client processes: asyncio teammates, one channel per process (the SDK: one per teammate).
 
-The same loop drives corral (`Idle` stream + `CompleteTask`) and the echo floor
-(one streamed message + one unary call): a *cycle* is "message delivered on the
-stream" → "the unary call returned". Processes are started with the `spawn`
-context (gRPC does not survive fork), wait at a barrier, then run until a
-shared completion counter reaches the target or the deadline passes.
+Seven loads share the driver; a *cycle* is "claim delivered" → "its completion
+answered":
+
+* `idle`: corral's Idle stream + unary CompleteTask (grpc.aio raw stubs).
+* `session`: corral's Session stream (raw stubs): the claim arrives on the
+  stream, the teammate writes a `complete` op on the same stream and the
+  cycle ends at its op result (which may carry the next claim).
+* `session_renew` and `session_rich`: the Session with one `renew` op before
+  each `complete` op; `session_rich` also reports progress (text and fraction)
+  and usage on the renew, and usage on the complete (bench/semantics.py).
+* `echo`: the unary floor (one streamed message, then one unary call).
+* `echo_bidi`: the bidirectional floor of the Session's shape (claim →
+  complete op → op result + next claim in one message).
+* `sdk`: the Python SDK's own loop (`corral.aio.Teammate.idle` and
+  `Claim.complete`), with CORRAL_TRANSPORT set in the client process to the
+  job's transport.
+
+Processes are started with the `spawn` context (gRPC does not survive fork),
+wait at a barrier, then run until a shared completion counter reaches the
+target or the deadline passes. Each teammate's completions are counted, so the
+driver can tell how evenly the work was shared.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import multiprocessing as mp
 import os
 import random
+import secrets
 import time
 
 import grpc
@@ -26,7 +44,14 @@ from .daemon import CHANNEL_OPTIONS, bearer, duration
 
 ECHO_IDLE = "/bench.Echo/Idle"
 ECHO_COMPLETE = "/bench.Echo/Complete"
+ECHO_SESSION = "/bench.Echo/Session"
 ATTEMPTS = 20
+KINDS = ("idle", "session", "session_renew", "session_rich", "echo", "echo_bidi", "sdk")
+# The floors' message sizes (bench/grpc_floor.py answers with the same).
+CLAIM_BYTES = b"c" * 200  # about the size of a corral Claim message
+COMPLETE_OP_BYTES = b"o" * 160  # a Session `complete` op, with its op id and claim token
+REPLY_BYTES = b"r" * 160  # about the size of a CompleteTaskResponse / a complete's op result
+RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
 
 
 def _identity(value: bytes) -> bytes:
@@ -35,11 +60,12 @@ def _identity(value: bytes) -> bytes:
 
 @dataclasses.dataclass
 class ClientJob:
-    kind: str  # "corral" or "echo"
+    kind: str  # one of KINDS
     address: str
     members: list[tuple[str, str]]  # (teammate name, token)
     target: int  # completions across all processes that end the run
     deadline_s: float  # hard bound on the run, from the go signal
+    transport: str = ""  # `sdk` only: CORRAL_TRANSPORT for the SDK in this process
 
 
 @dataclasses.dataclass
@@ -48,11 +74,15 @@ class _Tally:
     completed: int = 0
     errors: int = 0
     refused: int = 0  # RESOURCE_EXHAUSTED answers, retried
+    claims: int = 0  # claims received
     first_claim: float = 0.0
     last_done: float = 0.0
+    per_teammate: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def client_main(job: ClientJob, ready: mp.Queue, go, counter, results: mp.Queue) -> None:
+    if job.kind == "sdk" and job.transport:
+        os.environ["CORRAL_TRANSPORT"] = job.transport  # before the SDK opens anything
     try:
         results.put(asyncio.run(_main(job, ready, go, counter)))
     except BaseException as error:  # noqa: BLE001 (the driver must hear about it)
@@ -68,8 +98,10 @@ async def _main(job: ClientJob, ready: mp.Queue, go, counter) -> dict:
     if not await loop.run_in_executor(None, go.wait, 120):
         raise TimeoutError("no go signal")
     tally = _Tally()
-    make = _corral_teammate if job.kind == "corral" else _echo_teammate
-    tasks = [asyncio.create_task(make(channel, name, token, tally, counter)) for name, token in job.members]
+    make = _TEAMMATES[job.kind]
+    tasks = [
+        asyncio.create_task(make(channel, job.address, name, token, tally, counter)) for name, token in job.members
+    ]
     deadline = time.monotonic() + job.deadline_s
     while counter.value < job.target and time.monotonic() < deadline:
         if all(task.done() for task in tasks):
@@ -87,41 +119,60 @@ async def _main(job: ClientJob, ready: mp.Queue, go, counter) -> dict:
         "errors": tally.errors + len(failures),
         "error_samples": failures[:3],
         "refused": tally.refused,
+        "claims": tally.claims,
         "first_claim": tally.first_claim,
         "last_done": tally.last_done,
+        "per_teammate": {name: tally.per_teammate.get(name, 0) for name, _ in job.members},
     }
 
 
-def _count(tally: _Tally, counter, started: float) -> None:
+def _claimed(tally: _Tally) -> float:
+    started = time.monotonic()
+    tally.first_claim = tally.first_claim or started
+    tally.claims += 1
+    return started
+
+
+def _count(tally: _Tally, counter, name: str, started: float) -> None:
     done = time.monotonic()
     tally.latencies.append(done - started)
     tally.completed += 1
+    tally.per_teammate[name] = tally.per_teammate.get(name, 0) + 1
     tally.last_done = max(tally.last_done, done)
     with counter.get_lock():
         counter.value += 1
 
 
-async def _corral_teammate(channel, name: str, token: str, tally: _Tally, counter) -> None:
+def _open_request() -> pb.IdleRequest:
+    return pb.IdleRequest(slots=1, max_idle_polls=10_000, poll_interval=duration(5))
+
+
+async def _backoff(tally: _Tally) -> None:
+    tally.refused += 1
+    await asyncio.sleep(random.uniform(0.05, 0.25))
+
+
+# ---------------------------------------------------------------- corral: Idle + unary
+
+
+async def _idle_teammate(channel, address: str, name: str, token: str, tally: _Tally, counter) -> None:
     stub = pb_grpc.TeammateServiceStub(channel)
     md = bearer(token)
-    request = pb.IdleRequest(slots=1, max_idle_polls=10_000, poll_interval=duration(5))
     for _ in range(ATTEMPTS):  # reopen only when the daemon said "overloaded, retry"
         try:
-            async for response in stub.Idle(request, metadata=md):
+            async for response in stub.Idle(_open_request(), metadata=md):
                 if response.WhichOneof("event") != "claim":
                     continue
-                started = time.monotonic()
-                tally.first_claim = tally.first_claim or started
+                started = _claimed(tally)
                 claim = response.claim
                 complete = pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token)
                 if await _retrying(stub.CompleteTask, complete, md, tally):
-                    _count(tally, counter, started)
+                    _count(tally, counter, name, started)
             return
         except grpc.aio.AioRpcError as error:
             if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
                 raise
-            tally.refused += 1
-            await asyncio.sleep(random.uniform(0.05, 0.25))
+            await _backoff(tally)
 
 
 async def _retrying(method, request, md, tally: _Tally) -> bool:
@@ -134,28 +185,219 @@ async def _retrying(method, request, md, tally: _Tally) -> bool:
             if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
                 tally.errors += 1
                 return False
-            tally.refused += 1
-            await asyncio.sleep(random.uniform(0.05, 0.25))
+            await _backoff(tally)
     tally.errors += 1
     return False
 
 
-async def _echo_teammate(channel, name: str, token: str, tally: _Tally, counter) -> None:
+# ---------------------------------------------------------------- corral: Session
+
+
+class _SessionEnded(Exception):
+    """The daemon ended the Session stream while an op waited for its result."""
+
+
+async def _session_teammate(channel, address: str, name: str, token: str, tally: _Tally, counter) -> None:
+    await _session_stream(
+        channel, token, tally, lambda call, op_ids: _session_cycles(call, op_ids, name, tally, counter)
+    )
+
+
+async def _session_renew_teammate(channel, address: str, name: str, token: str, tally: _Tally, counter) -> None:
+    await _session_stream(
+        channel, token, tally, lambda call, op_ids: _renewing_cycles(call, op_ids, name, tally, counter, rich=False)
+    )
+
+
+async def _session_rich_teammate(channel, address: str, name: str, token: str, tally: _Tally, counter) -> None:
+    await _session_stream(
+        channel, token, tally, lambda call, op_ids: _renewing_cycles(call, op_ids, name, tally, counter, rich=True)
+    )
+
+
+async def _session_stream(channel, token: str, tally: _Tally, cycles) -> None:
+    """Opens a Session and runs `await cycles(call, op_ids)` on it, reopening only when the
+    daemon said "overloaded, retry"."""
+    stub = pb_grpc.TeammateServiceStub(channel)
+    md = bearer(token)
+    # Op ids are unique per teammate for a day, across streams and runs on the same daemon.
+    op_ids = (f"{secrets.token_hex(6)}-{n}" for n in itertools.count(1))
+    for _ in range(ATTEMPTS):
+        call = stub.Session(metadata=md)
+        try:
+            await call.write(pb.SessionRequest(open=_open_request()))
+            await cycles(call, op_ids)
+            return
+        except grpc.aio.AioRpcError as error:
+            if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise
+            await _backoff(tally)
+        finally:
+            call.cancel()
+
+
+async def _first_claim(call):
+    """The next claim the stream sends; None once it has ended."""
+    while True:
+        response = await call.read()
+        if response is grpc.aio.EOF:
+            return None
+        if response.WhichOneof("event") == "claim":
+            return response.claim
+
+
+async def _session_cycles(call, op_ids, name: str, tally: _Tally, counter) -> None:
+    """claim → `complete` op, whose result brings the next claim (a handoff)."""
+    claim = None
+    while True:
+        if claim is None:
+            claim = await _first_claim(call)
+            if claim is None:
+                return
+        started = _claimed(tally)
+        complete = pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token)
+        result, claim = await _op(call, op_ids, pb.SessionRequest(complete=complete), tally)
+        if result.status.code == 0:
+            _count(tally, counter, name, started)
+        else:
+            tally.errors += 1
+
+
+RICH_USAGE = pb.Usage(input_tokens=1200, output_tokens=300, cost_micros=4500, model="bench-model")
+
+
+async def _renewing_cycles(call, op_ids, name: str, tally: _Tally, counter, rich: bool) -> None:
+    """claim → `renew` op → `complete` op; with `rich`, progress and usage ride on both."""
+    claim = None
+    while True:
+        if claim is None:
+            claim = await _first_claim(call)
+            if claim is None:
+                return
+        started = _claimed(tally)
+        task_id, claim_token = claim.task.id, claim.claim_token
+        if rich:
+            renew = pb.RenewLeaseRequest(
+                task_id=task_id,
+                claim_token=claim_token,
+                progress="halfway there",
+                progress_fraction=0.5,
+                usage=RICH_USAGE,
+            )
+            complete = pb.CompleteTaskRequest(task_id=task_id, claim_token=claim_token, usage=RICH_USAGE)
+        else:
+            renew = pb.RenewLeaseRequest(task_id=task_id, claim_token=claim_token)
+            complete = pb.CompleteTaskRequest(task_id=task_id, claim_token=claim_token)
+        result, claim = await _op(call, op_ids, pb.SessionRequest(renew=renew), tally)
+        if result.status.code != 0:
+            tally.errors += 1
+            continue
+        result, claim = await _op(call, op_ids, pb.SessionRequest(complete=complete), tally, claim)
+        if result.status.code == 0:
+            _count(tally, counter, name, started)
+        else:
+            tally.errors += 1
+
+
+async def _op(call, op_ids, request: pb.SessionRequest, tally: _Tally, claim=None):
+    """Sends one op, again under a new id while it is refused as overloaded; its result
+    and the claim that came with it (or `claim`, one that came before)."""
+    for _ in range(ATTEMPTS):
+        request.op_id = next(op_ids)
+        await call.write(request)
+        result, arrived = await _op_result(call, request.op_id)
+        claim = arrived or claim
+        if result.status.code != RESOURCE_EXHAUSTED:
+            break
+        await _backoff(tally)  # a refused op ran nothing
+    return result, claim
+
+
+async def _op_result(call, op_id: str):
+    """Reads until the op result for `op_id`; returns it and the claim that came with it or before, if any."""
+    claim = None
+    while True:
+        response = await call.read()
+        if response is grpc.aio.EOF:
+            raise _SessionEnded(f"stream ended before the result of op {op_id}")
+        if response.WhichOneof("event") == "claim":
+            claim = response.claim
+        if response.HasField("op_result") and response.op_result.op_id == op_id:
+            return response.op_result, claim
+
+
+# ---------------------------------------------------------------- the echo floors
+
+
+async def _echo_teammate(channel, address: str, name: str, token: str, tally: _Tally, counter) -> None:
     idle = channel.unary_stream(ECHO_IDLE, request_serializer=_identity, response_deserializer=_identity)
     complete = channel.unary_unary(ECHO_COMPLETE, request_serializer=_identity, response_deserializer=_identity)
     md = bearer(token)
     key = name.encode()
     async for message in idle(key, metadata=md):
-        started = time.monotonic()
-        tally.first_claim = tally.first_claim or started
+        started = _claimed(tally)
         await complete(key + b"|" + message[:64], metadata=md, timeout=60)
-        _count(tally, counter, started)
+        _count(tally, counter, name, started)
+
+
+async def _echo_bidi_teammate(channel, address: str, name: str, token: str, tally: _Tally, counter) -> None:
+    session = channel.stream_stream(ECHO_SESSION, request_serializer=_identity, response_deserializer=_identity)
+    call = session(metadata=bearer(token))
+    try:
+        await call.write(b"open|" + name.encode())
+        if await call.read() is grpc.aio.EOF:  # the first claim
+            return
+        while True:
+            started = _claimed(tally)
+            await call.write(COMPLETE_OP_BYTES)
+            if await call.read() is grpc.aio.EOF:  # the op result with the next claim
+                return
+            _count(tally, counter, name, started)
+    finally:
+        call.cancel()
+
+
+# ---------------------------------------------------------------- the SDK
+
+
+async def _sdk_teammate(channel, address: str, name: str, token: str, tally: _Tally, counter) -> None:
+    import corral.aio  # noqa: PLC0415 (only this load needs the SDK)
+
+    async with await corral.aio.Teammate.connect(address, token) as teammate:
+        async for event in teammate.idle(max_idle_polls=10_000, poll_interval=5.0, slots=1):
+            if isinstance(event, corral.aio.Claim):
+                started = _claimed(tally)
+                await event.complete(b"")
+                _count(tally, counter, name, started)
+
+
+_TEAMMATES = {
+    "idle": _idle_teammate,
+    "session": _session_teammate,
+    "session_renew": _session_renew_teammate,
+    "session_rich": _session_rich_teammate,
+    "echo": _echo_teammate,
+    "echo_bidi": _echo_bidi_teammate,
+    "sdk": _sdk_teammate,
+}
+
+
+# ---------------------------------------------------------------- the driver
 
 
 def run_clients(
-    kind: str, address: str, members: list[tuple[str, str]], *, target: int, deadline_s: float, processes: int = 2
+    kind: str,
+    address: str,
+    members: list[tuple[str, str]],
+    *,
+    target: int,
+    deadline_s: float,
+    processes: int = 2,
+    transport: str = "",
 ) -> dict:
     """Runs `members` as teammates spread over `processes` client processes; returns the merged tally."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown load {kind!r}; choose from {', '.join(KINDS)}")
     ctx = mp.get_context("spawn")
     ready, results = ctx.Queue(), ctx.Queue()
     go, counter = ctx.Event(), ctx.Value("q", 0)
@@ -165,7 +407,7 @@ def run_clients(
         ctx.Process(
             target=client_main,
             daemon=True,
-            args=(ClientJob(kind, address, group, target, deadline_s), ready, go, counter, results),
+            args=(ClientJob(kind, address, group, target, deadline_s, transport), ready, go, counter, results),
         )
         for group in groups
     ]
@@ -191,6 +433,7 @@ def run_clients(
     completed = sum(o["completed"] for o in outs)
     last = max((o["last_done"] for o in outs), default=started)
     wall = max(last - started, 1e-9)
+    per_teammate = {name: n for o in outs for name, n in o["per_teammate"].items()}
     return {
         "completed": completed,
         "wall_s": wall,
@@ -198,6 +441,15 @@ def run_clients(
         "latencies": latencies,
         "errors": sum(o["errors"] for o in outs),
         "refused": sum(o["refused"] for o in outs),
+        "claims": sum(o["claims"] for o in outs),
+        "per_teammate": per_teammate,
         "error_samples": [e for o in outs for e in o["error_samples"]][:3],
         "timed_out": completed < target,
     }
+
+
+def spread(per_teammate: dict[str, int]) -> dict:
+    """How evenly the completions were shared: max/min over the teammates (None when one did none)."""
+    counts = list(per_teammate.values()) or [0]
+    low, high = min(counts), max(counts)
+    return {"max_completions": high, "min_completions": low, "max_over_min": high / low if low else None}

@@ -190,8 +190,10 @@ FIELDS = {"throughput": "cycles/s", "p50_ms": "ms", "p99_ms": "ms", "worst_stall
 def run(sizes, runs: int, log) -> dict:
     out: dict = {}
     plan = [("FULL", "independent", n) for n in sizes.tutorial_processes]
-    plan += [("NORMAL", "independent", n) for n in sizes.tutorial_processes]
-    plan.append(("FULL", "layered", sizes.tutorial_layered_at))
+    if sizes.normal:
+        plan += [("NORMAL", "independent", n) for n in sizes.tutorial_processes]
+    if "layered" in sizes.dags:
+        plan.append(("FULL", "layered", sizes.tutorial_layered_at))
     for synchronous, kind, processes in plan:
         results = [
             measure(kind, processes, sizes.tutorial_tasks, synchronous, sizes.run_deadline_s) for _ in range(runs)

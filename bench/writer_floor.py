@@ -1,11 +1,16 @@
 """The floor for SQLite: claim + complete in-process through corrald's own Board and Writer.
 
 No gRPC and no second process: N coroutines on one event loop call the same
-writer jobs the daemon runs per cycle (`delivery.next_for_teammate`, the Idle
-stream's job, then `tasks.complete`), with group commit and the same pragmas.
+writer jobs the daemon runs per cycle, with group commit and the same
+pragmas: a completion that hands off (`Board.complete` with the teammate's
+stream state: the completion and the next claim in one job), and the stream's
+own check (`delivery.next_for_teammate`) only when nothing was handed over.
 The gap between this and the end-to-end figure is what the RPC layer costs.
-The same run with every job in a transaction of its own (`max_batch=1`)
-shows what group commit buys.
+At one teammate count the same cycles also run with every job in a
+transaction of its own (`max_batch=1`: what group commit buys) and without
+the handoff (a check job, then a completion job: what the handoff buys).
+"Before" is the floor at ec3c11e, through that commit's own
+bench/writer_floor.py and corrald (bench.baseline), in the same run.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from corrald.config import WriterConfig
 from corrald.model import ClaimGrant, TaskSpec
 from corrald.stream import StreamState
 
-from . import dags
+from . import baseline, dags
 from .daemon import scratch_dir
 from .stats import latency_fields, summarize
 
@@ -50,25 +55,43 @@ def _specs(count: int, prefix: str) -> list[TaskSpec]:
     ]
 
 
+def _first_claim(stream: StreamState, items: list) -> ClaimGrant | None:
+    stream.mark_sent(items)
+    return next((item for item in items if isinstance(item, ClaimGrant)), None)
+
+
 async def _teammate(
-    board: Board, name: str, goal: int, done: list[int], latencies: list[float], deadline: float
+    board: Board,
+    name: str,
+    goal: int,
+    done: list[int],
+    latencies: list[float],
+    deadline: float,
+    handoff: bool = True,
 ) -> None:
-    cursor = StreamState(slots=1)
+    stream = StreamState(name, slots=1)
+    grant = None
     while done[0] < goal and time.monotonic() < deadline:
-        items = await board.next_for(name, cursor)
-        cursor.mark_sent(items)
-        grants = [item for item in items if isinstance(item, ClaimGrant)]
-        if not grants:
-            await asyncio.sleep(0.001)
-            continue
+        if grant is None:
+            grant = _first_claim(stream, await board.next_for(name, stream))
+            if grant is None:
+                await asyncio.sleep(0.001)
+                continue
         started = time.monotonic()
-        await board.complete(name, grants[0].task.id, grants[0].token, b"")
+        await board.complete(name, grant.task.id, grant.token, b"", stream=stream if handoff else None)
         latencies.append(time.monotonic() - started)
         done[0] += 1
+        grant = _first_claim(stream, stream.take_handed())
 
 
 async def _measure(
-    teammates: int, count: int, synchronous: str, deadline_s: float, runs: int, max_batch: int = WriterConfig.max_batch
+    teammates: int,
+    count: int,
+    synchronous: str,
+    deadline_s: float,
+    runs: int,
+    max_batch: int = WriterConfig.max_batch,
+    handoff: bool = True,
 ) -> list[dict]:
     root = scratch_dir("floor")
     board = Board(
@@ -93,7 +116,7 @@ async def _measure(
             cpu = time.process_time()
             started = time.monotonic()
             await asyncio.gather(
-                *(_teammate(board, name, count, done, latencies, started + deadline_s) for name in names)
+                *(_teammate(board, name, count, done, latencies, started + deadline_s, handoff) for name in names)
             )
             wall = time.monotonic() - started
             after = board.writer.stats()
@@ -121,11 +144,28 @@ def run(sizes, runs: int, log) -> dict:
             f"writer floor FULL  {teammates:>4} teammates: {out['FULL'][str(teammates)]['throughput']['median']:8.0f}"
             f" cycles/s"
         )
+    try:
+        with baseline.checkout() as root:
+            out["before"] = {}
+            for teammates in sizes.teammates:
+                old = baseline.writer_floor(root, teammates, sizes.floor_tasks, sizes.run_deadline_s, runs)
+                out["before"][str(teammates)] = summarize(old, FIELDS)
+                log(
+                    f"writer floor FULL  {teammates:>4} teammates at {baseline.COMMIT}:"
+                    f" {out['before'][str(teammates)]['throughput']['median']:8.0f} cycles/s"
+                )
+    except baseline.Unavailable as error:
+        out["before_missing"] = str(error)
+        log(f"writer floor: none at {baseline.COMMIT} in this run: {error}")
     teammates = sizes.normal_at
-    alone = asyncio.run(_measure(teammates, sizes.floor_tasks, "FULL", sizes.run_deadline_s, runs, max_batch=1))
-    out["one_job_per_commit"] = {str(teammates): summarize(alone, FIELDS)}
-    log(
-        f"writer floor FULL  {teammates:>4} teammates, one job per commit:"
-        f" {out['one_job_per_commit'][str(teammates)]['throughput']['median']:8.0f} cycles/s"
-    )
+    for key, label, options in (
+        ("one_job_per_commit", "one job per commit", {"max_batch": 1}),
+        ("no_handoff", "no handoff (two jobs per cycle)", {"handoff": False}),
+    ):
+        alone = asyncio.run(_measure(teammates, sizes.floor_tasks, "FULL", sizes.run_deadline_s, runs, **options))
+        out[key] = {str(teammates): summarize(alone, FIELDS)}
+        log(
+            f"writer floor FULL  {teammates:>4} teammates, {label}:"
+            f" {out[key][str(teammates)]['throughput']['median']:8.0f} cycles/s"
+        )
     return out

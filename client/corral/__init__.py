@@ -13,53 +13,140 @@ lease. Control messages (shutdown requests, plan decisions) arrive before work.
 `corral.aio` offers the same shapes on asyncio.
 """
 
-from corral._claim import Claim
-from corral._errors import (
-    AlreadyExists,
-    ClaimTokenMismatch,
-    CorralError,
-    FailedPrecondition,
-    FieldViolation,
-    InvalidArgument,
-    LeaseExpired,
-    LeaseLost,
-    NotFound,
-    Overloaded,
-    PermanentFailure,
-    PermissionDenied,
-    TaskCanceled,
-    TasksFailed,
-    Unauthenticated,
-    Unavailable,
-)
-from corral._lead import Lead
-from corral._runner import current_claim, run_teammate
-from corral._teammate import IdleEvent, Teammate
-from corral._types import (
-    ClaimInfo,
-    DoneSummary,
-    ExitReason,
-    IdleTimeout,
-    LeadMessage,
-    Message,
-    NewTeammate,
-    PlanDecision,
-    PlanSubmitted,
-    RunSummary,
-    ShutdownAnswered,
-    ShutdownRequest,
-    Stats,
-    Task,
-    TaskChanged,
-    TaskSpec,
-    TaskState,
-    TeammateChanged,
-    TeammateChangeReason,
-    TeammateInfo,
-    TeammateStatus,
-    WatchEvent,
-    WriterStats,
-)
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from corral._claim import Claim
+    from corral._errors import (
+        AlreadyExists,
+        AttemptTimedOut,
+        ClaimRevoked,
+        ClaimTokenMismatch,
+        CorralError,
+        FailedPrecondition,
+        FieldViolation,
+        InvalidArgument,
+        LeaseExpired,
+        LeaseLost,
+        NotFound,
+        Overloaded,
+        PermanentFailure,
+        PermissionDenied,
+        TaskCanceled,
+        TasksFailed,
+        Unauthenticated,
+        Unavailable,
+    )
+    from corral._lead import Lead
+    from corral._runner import current_claim, run_teammate
+    from corral._teammate import IdleEvent, Teammate
+    from corral._types import (
+        Attempt,
+        AttemptOutcome,
+        Budget,
+        BudgetExhausted,
+        BudgetExhaustedEvent,
+        ClaimEnded,
+        ClaimEndReason,
+        ClaimInfo,
+        ConcurrencyLimit,
+        DoneSummary,
+        ExitReason,
+        Identity,
+        IdleTimeout,
+        LeadMessage,
+        Message,
+        NewTeammate,
+        PlanDecision,
+        PlanSubmitted,
+        RunSummary,
+        ShutdownAnswered,
+        ShutdownRequest,
+        Stats,
+        Task,
+        TaskChanged,
+        TaskSpec,
+        TaskState,
+        TeammateAvailability,
+        TeammateChanged,
+        TeammateChangeReason,
+        TeammateInfo,
+        TeammateStatus,
+        Usage,
+        ViewerInfo,
+        WaitingFor,
+        WatchEvent,
+        WriterStats,
+    )
+
+# Where each public name lives. Importing `corral` loads none of them: the
+# daemon, which needs only the generated `corral.v1`, starts without the SDK
+# (about 85 ms less per start), and the first use of a name imports its home.
+# tests/client/test_public_surface.py checks this table against the imports above.
+_HOMES = {
+    "corral._claim": ("Claim",),
+    "corral._errors": (
+        "AlreadyExists",
+        "AttemptTimedOut",
+        "ClaimRevoked",
+        "ClaimTokenMismatch",
+        "CorralError",
+        "FailedPrecondition",
+        "FieldViolation",
+        "InvalidArgument",
+        "LeaseExpired",
+        "LeaseLost",
+        "NotFound",
+        "Overloaded",
+        "PermanentFailure",
+        "PermissionDenied",
+        "TaskCanceled",
+        "TasksFailed",
+        "Unauthenticated",
+        "Unavailable",
+    ),
+    "corral._lead": ("Lead",),
+    "corral._runner": ("current_claim", "run_teammate"),
+    "corral._teammate": ("IdleEvent", "Teammate"),
+    "corral._types": (
+        "Attempt",
+        "AttemptOutcome",
+        "Budget",
+        "BudgetExhausted",
+        "BudgetExhaustedEvent",
+        "ClaimEnded",
+        "ClaimEndReason",
+        "ClaimInfo",
+        "ConcurrencyLimit",
+        "DoneSummary",
+        "ExitReason",
+        "Identity",
+        "IdleTimeout",
+        "LeadMessage",
+        "Message",
+        "NewTeammate",
+        "PlanDecision",
+        "PlanSubmitted",
+        "RunSummary",
+        "ShutdownAnswered",
+        "ShutdownRequest",
+        "Stats",
+        "Task",
+        "TaskChanged",
+        "TaskSpec",
+        "TaskState",
+        "TeammateAvailability",
+        "TeammateChanged",
+        "TeammateChangeReason",
+        "TeammateInfo",
+        "TeammateStatus",
+        "Usage",
+        "ViewerInfo",
+        "WaitingFor",
+        "WatchEvent",
+        "WriterStats",
+    ),
+}
 
 __all__ = [
     # clients
@@ -69,9 +156,18 @@ __all__ = [
     "current_claim",
     "run_teammate",
     # values
+    "Attempt",
+    "AttemptOutcome",
+    "Budget",
+    "BudgetExhausted",
+    "BudgetExhaustedEvent",
+    "ClaimEndReason",
+    "ClaimEnded",
     "ClaimInfo",
+    "ConcurrencyLimit",
     "DoneSummary",
     "ExitReason",
+    "Identity",
     "IdleEvent",
     "IdleTimeout",
     "LeadMessage",
@@ -87,14 +183,20 @@ __all__ = [
     "TaskChanged",
     "TaskSpec",
     "TaskState",
+    "TeammateAvailability",
     "TeammateChangeReason",
     "TeammateChanged",
     "TeammateInfo",
     "TeammateStatus",
+    "WaitingFor",
+    "Usage",
+    "ViewerInfo",
     "WatchEvent",
     "WriterStats",
     # errors
     "AlreadyExists",
+    "AttemptTimedOut",
+    "ClaimRevoked",
     "ClaimTokenMismatch",
     "CorralError",
     "FailedPrecondition",
@@ -111,3 +213,19 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
 ]
+
+if not TYPE_CHECKING:  # hidden from type checkers, which see the imports above instead
+    import importlib
+
+    _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+    def __getattr__(name: str) -> object:
+        module = _HOME_OF.get(name)
+        if module is None:
+            raise AttributeError(f"module 'corral' has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # later uses do not come here again
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})

@@ -14,12 +14,15 @@ from typing import Any, Protocol
 from corral._claimstate import (
     DEAD_CLAIM_ERRORS,
     ClaimState,
+    check_progress,
+    check_usage,
+    claim_ended_error,
     retry_delay_after_renew_error,
 )
 from corral._errors import CorralError, LeaseLost
 from corral._primitives import Lock, Ticker
 from corral._retry import is_transient
-from corral._types import ClaimInfo, Task
+from corral._types import ClaimEnded, ClaimInfo, Task, Usage
 
 __all__ = ["Claim", "ClaimCalls"]
 
@@ -29,13 +32,22 @@ _log = logging.getLogger("corral.claim")
 class ClaimCalls(Protocol):
     """What a claim asks of the teammate connection that received it."""
 
-    def renew(self, task_id: str, token: str, *, timeout: float) -> tuple[datetime.datetime, bool]:
-        """RenewLease: the new expiry, and whether a protocol message waits."""
+    def renew(
+        self,
+        task_id: str,
+        token: str,
+        *,
+        timeout: float,
+        progress: str = "",
+        fraction: float | None = None,
+        usage: Usage | None = None,
+    ) -> tuple[datetime.datetime, bool]:
+        """RenewLease (with progress and usage, if any): the new expiry, and whether a protocol message waits."""
 
-    def complete(self, task_id: str, token: str, result: bytes) -> Task:
+    def complete(self, task_id: str, token: str, result: bytes, usage: Usage | None = None) -> Task:
         """CompleteTask."""
 
-    def fail(self, task_id: str, token: str, error: str, retryable: bool) -> Task:
+    def fail(self, task_id: str, token: str, error: str, retryable: bool, usage: Usage | None = None) -> Task:
         """FailTask."""
 
     def release(self, task_id: str, token: str) -> Task:
@@ -54,7 +66,10 @@ class Claim(ClaimState):
     an asyncio task in `corral.aio`). When a renew proves the claim dead
     (lease expired, token superseded, task canceled) the keepalive stops and
     records it: `claim.lost` turns True and `claim.check()` raises LeaseLost,
-    so long work should call `check()` between steps.
+    so long work should call `check()` between steps. When the daemon ends the
+    claim under its holder (expiry, cancel, RevokeClaim, attempt timeout) the
+    stream says so at once: `claim.ended` gives the reason, the keepalive stops
+    renewing, and `check()` raises LeaseLost with the matching error as cause.
     """
 
     def __init__(self, info: ClaimInfo, calls: ClaimCalls) -> None:
@@ -65,16 +80,40 @@ class Claim(ClaimState):
 
     # ------------------------------------------------------------ calls
 
-    def renew(self) -> datetime.datetime:
-        """Extend the lease by its duration; returns the new expiry.
+    def renew(self, *, usage: Usage | None = None) -> datetime.datetime:
+        """Extend the lease by its duration; returns the new expiry. `usage` reports
+        what the work spent since the last report (added to the task's, this
+        teammate's and the board's sums; a spent budget stops new claims).
 
         Raises LeaseExpired / ClaimTokenMismatch / TaskCanceled (and records
-        the loss) when the claim is dead.
+        the loss) when the claim is dead, InvalidArgument (before any call) for
+        negative usage counts or a model name over 200 characters.
         """
+        check_usage(usage)
+        return self._renew("", None, usage)
+
+    def report_progress(
+        self, text: str, fraction: float | None = None, *, usage: Usage | None = None
+    ) -> datetime.datetime:
+        """Tell the Lead how far the work got ("running tests, 3/5", 0.6): a renew
+        now that stores `text` (at most 1 KiB of UTF-8) and `fraction` (0 to 1, or
+        None: not known) on the task, and counts `usage` as `renew` does; returns
+        the new expiry, like `renew`.
+
+        Raises InvalidArgument, before any call, for text, a fraction or usage out
+        of bounds. Watch shows at most one progress change per task per second.
+        """
+        check_progress(text, fraction)
+        check_usage(usage)
+        return self._renew(text, fraction, usage)
+
+    def _renew(self, progress: str, fraction: float | None, usage: Usage | None = None) -> datetime.datetime:
         sent_at = time.monotonic()
         timeout = max(self._lease_seconds, 1.0)
         try:
-            expire_time, protocol_pending = self._calls.renew(self.task.id, self.token, timeout=timeout)
+            expire_time, protocol_pending = self._calls.renew(
+                self.task.id, self.token, timeout=timeout, progress=progress, fraction=fraction, usage=usage
+            )
         except DEAD_CLAIM_ERRORS as exc:
             self._record_lost(exc)
             raise
@@ -85,14 +124,18 @@ class Claim(ClaimState):
             self._local_expiry = sent_at + self._lease_seconds
         return expire_time
 
-    def complete(self, result: bytes | str = b"") -> Task:
-        """Finish the task with `result`; safe to repeat (the daemon is idempotent)."""
+    def complete(self, result: bytes | str = b"", *, usage: Usage | None = None) -> Task:
+        """Finish the task with `result`; safe to repeat (the daemon is idempotent, and
+        counts `usage`, what the work spent since the last report, once)."""
+        check_usage(usage)
         payload = result.encode("utf-8") if isinstance(result, str) else result
-        return self._finish(self._calls.complete, payload)
+        return self._finish(self._calls.complete, payload, usage)
 
-    def fail(self, error: str, *, retryable: bool = True) -> Task:
-        """Report failure; retryable ones go back to PENDING while attempts remain."""
-        return self._finish(self._calls.fail, error, retryable)
+    def fail(self, error: str, *, retryable: bool = True, usage: Usage | None = None) -> Task:
+        """Report failure; retryable ones go back to PENDING while attempts remain.
+        `usage` is what the work spent since the last report."""
+        check_usage(usage)
+        return self._finish(self._calls.fail, error, retryable, usage)
 
     def release(self) -> Task:
         """Give the task back without using up an attempt."""
@@ -141,6 +184,8 @@ class Claim(ClaimState):
     def _keepalive_tick(self) -> float | None:
         """Renew once; returns the delay to the next renew, None to stop."""
         interval = self._renew_interval
+        if self._lost is not None:
+            return None  # ended by the daemon (its stream said so): nothing to renew
         try:
             self.renew()
             return interval
@@ -167,6 +212,12 @@ class Claim(ClaimState):
                 _log.warning("%s", self._lost)
         if cause is not None:
             self._calls.forget(self.token)
+
+    def _end(self, notice: ClaimEnded) -> None:
+        """The stream said the daemon ended this claim: it is lost, with the reason."""
+        with self._lock:
+            self._ended = notice.reason
+        self._record_lost(claim_ended_error(notice))
 
     def _refresh(self, info: ClaimInfo) -> None:
         """A re-sent claim (new stream) carries the current lease expiry."""

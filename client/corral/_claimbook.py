@@ -57,6 +57,17 @@ class ClaimBook(Generic[ClaimT]):
             while len(self._finished) > self._remember_finished:
                 self._finished.popitem(last=False)
 
+    def recently_held(self, token: str) -> bool:
+        """True for a claim this client held and has let go of lately (finished, or
+        proven dead by a call before the stream's notice of its end came)."""
+        with self._lock:
+            return token in self._finished
+
+    def get(self, token: str) -> ClaimT | None:
+        """The held claim with this token, if any."""
+        with self._lock:
+            return self._held.get(token)
+
     def held(self) -> list[ClaimT]:
         """The claims currently held, oldest first."""
         with self._lock:

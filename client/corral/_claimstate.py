@@ -5,30 +5,83 @@ from __future__ import annotations
 
 import datetime
 import time
+from collections.abc import Mapping
 
 from corral._errors import (
+    AttemptTimedOut,
+    ClaimRevoked,
     ClaimTokenMismatch,
     CorralError,
+    FieldViolation,
+    InvalidArgument,
     LeaseExpired,
     LeaseLost,
     Overloaded,
     TaskCanceled,
 )
 from corral._retry import is_transient
-from corral._types import ClaimInfo, Task
+from corral._types import Attempt, ClaimEnded, ClaimEndReason, ClaimInfo, Task, Usage
 
 __all__ = [
     "DEAD_CLAIM_ERRORS",
     "MIN_RENEW_INTERVAL",
+    "PROGRESS_MAX_BYTES",
     "ClaimState",
+    "check_progress",
+    "check_usage",
+    "claim_ended_error",
     "lease_seconds",
     "retry_delay_after_renew_error",
     "seconds_until",
 ]
 
 # Errors proving the claim is dead: keepalive stops and records LeaseLost.
-DEAD_CLAIM_ERRORS = (LeaseExpired, ClaimTokenMismatch, TaskCanceled)
+DEAD_CLAIM_ERRORS = (LeaseExpired, ClaimTokenMismatch, TaskCanceled, ClaimRevoked, AttemptTimedOut)
 MIN_RENEW_INTERVAL = 0.05
+# The daemon refuses longer progress text (RenewLeaseRequest.progress).
+PROGRESS_MAX_BYTES = 1024
+
+
+def check_progress(text: str, fraction: float | None) -> None:
+    """Refuse, before any call, progress the daemon would refuse (InvalidArgument)."""
+    if len(text.encode("utf-8")) > PROGRESS_MAX_BYTES:
+        _refuse("progress", f"longer than {PROGRESS_MAX_BYTES} bytes of UTF-8")
+    if fraction is not None and not 0.0 <= fraction <= 1.0:  # NaN fails both comparisons
+        _refuse("progress_fraction", f"{fraction} is outside [0, 1]")
+
+
+# The daemon refuses a longer model name (Usage.model).
+MODEL_MAX_CHARS = 200
+
+
+def check_usage(usage: Usage | None) -> None:
+    """Refuse, before any call, a usage report the daemon would refuse (InvalidArgument)."""
+    if usage is None:
+        return
+    for field in ("input_tokens", "output_tokens", "cost_micros"):
+        if getattr(usage, field) < 0:
+            _refuse(f"usage.{field}", "must not be negative")
+    if len(usage.model) > MODEL_MAX_CHARS:
+        _refuse("usage.model", f"longer than {MODEL_MAX_CHARS} characters")
+
+
+_ENDED_ERRORS: dict[ClaimEndReason, type[CorralError]] = {
+    ClaimEndReason.LEASE_EXPIRED: LeaseExpired,
+    ClaimEndReason.TASK_CANCELED: TaskCanceled,
+    ClaimEndReason.TEAMMATE_REMOVED: ClaimRevoked,
+    ClaimEndReason.REVOKED: ClaimRevoked,
+    ClaimEndReason.ATTEMPT_TIMEOUT: AttemptTimedOut,
+}
+
+
+def claim_ended_error(notice: ClaimEnded) -> CorralError:
+    """The error a call with the ended claim's token would get: the cause of its LeaseLost."""
+    kind = _ENDED_ERRORS.get(notice.reason, ClaimTokenMismatch)
+    return kind(notice.detail or f"claim on task {notice.task_id!r} ended ({notice.reason.name})")
+
+
+def _refuse(field: str, why: str) -> None:
+    raise InvalidArgument(f"{field}: {why}", field_violations=[FieldViolation(field, why)])
 
 
 def lease_seconds(info: ClaimInfo) -> float:
@@ -70,6 +123,7 @@ class ClaimState:
         self._local_expiry = time.monotonic() + seconds_until(info.lease_expire_time)
         self._protocol_pending = False
         self._lost: LeaseLost | None = None
+        self._ended: ClaimEndReason | None = None
 
     def __repr__(self) -> str:
         return f"Claim(task={self.task.id!r}, attempt={self.attempt}, fence={self.fence}, lost={self.lost})"
@@ -97,6 +151,23 @@ class ClaimState:
         return self._info.attempt
 
     @property
+    def previous_attempt(self) -> Attempt | None:
+        """The task's latest ended claim before this one, with its end and error
+        (what went wrong last time); None on the task's first claim."""
+        return self._info.previous_attempt
+
+    @property
+    def dependency_results(self) -> Mapping[str, bytes]:
+        """The results of the task's direct dependencies by task id, in depends_on order
+        while they fit 4 MiB in all; `dependency_results_omitted` names the rest."""
+        return self._info.dependency_results
+
+    @property
+    def dependency_results_omitted(self) -> tuple[str, ...]:
+        """Dependencies whose results did not fit the claim; `get_task(id).result` has each."""
+        return self._info.dependency_results_omitted
+
+    @property
     def fence(self) -> int:
         """Board-wide increasing number; pass it to external systems to fence
         stale holders."""
@@ -121,6 +192,11 @@ class ClaimState:
     def lost_error(self) -> LeaseLost | None:
         """The recorded LeaseLost, if any; `cause` is None for an unconfirmed loss."""
         return self._lost
+
+    @property
+    def ended(self) -> ClaimEndReason | None:
+        """Why the daemon ended this claim under its holder (its stream said so), or None."""
+        return self._ended
 
     def check(self) -> None:
         """Raise LeaseLost if the lease was lost; call it between steps of long work."""

@@ -7,6 +7,7 @@ mean "daemon default" on the wire; `None` means the same in the SDK.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Iterable
 from typing import Any
@@ -14,8 +15,18 @@ from typing import Any
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from corral._errors import CorralError
+from corral._tracing import current_trace_parent
 from corral._types import (
+    Attempt,
+    AttemptOutcome,
+    Budget,
+    BudgetExhausted,
+    BudgetExhaustedEvent,
+    ClaimEnded,
+    ClaimEndReason,
     ClaimInfo,
+    ConcurrencyLimit,
+    Identity,
     IdleTimeout,
     LeadMessage,
     Message,
@@ -29,17 +40,20 @@ from corral._types import (
     TaskChanged,
     TaskSpec,
     TaskState,
+    TeammateAvailability,
     TeammateChanged,
     TeammateChangeReason,
     TeammateInfo,
     TeammateStatus,
+    Usage,
+    WaitingFor,
     WatchEvent,
     WriterStats,
 )
 from corral.v1 import corral_pb2 as pb
 
 InboxItem = Message | ShutdownRequest | PlanDecision
-IdleItem = InboxItem | ClaimInfo | IdleTimeout
+IdleItem = InboxItem | ClaimInfo | IdleTimeout | BudgetExhausted | ClaimEnded
 
 _UTC = datetime.UTC
 
@@ -100,6 +114,12 @@ def task_spec_to_pb(spec: TaskSpec) -> pb.TaskSpec:
         max_attempts=spec.max_attempts or 0,
         lease_duration=duration_to_pb(spec.lease_duration),
         required_role=spec.required_role,
+        not_before_time=time_to_pb(spec.not_before) if spec.not_before is not None else None,
+        retry_backoff=duration_to_pb(spec.retry_backoff),
+        retry_backoff_max=duration_to_pb(spec.retry_backoff_max),
+        trace_parent=spec.trace_parent,
+        concurrency_key=spec.concurrency_key,
+        attempt_timeout=duration_to_pb(spec.attempt_timeout),
     )
 
 
@@ -115,6 +135,12 @@ def task_spec_from_pb(message: pb.TaskSpec) -> TaskSpec:
         max_attempts=message.max_attempts or None,
         lease_duration=duration_from_pb(message, "lease_duration"),
         required_role=message.required_role,
+        not_before=time_from_pb(message, "not_before_time"),
+        retry_backoff=duration_from_pb(message, "retry_backoff"),
+        retry_backoff_max=duration_from_pb(message, "retry_backoff_max"),
+        trace_parent=message.trace_parent,
+        concurrency_key=message.concurrency_key,
+        attempt_timeout=duration_from_pb(message, "attempt_timeout"),
     )
 
 
@@ -139,7 +165,88 @@ def task_from_pb(message: pb.Task) -> Task:
         create_time=time_from_pb(message, "create_time"),
         lease_expire_time=time_from_pb(message, "lease_expire_time"),
         finish_time=time_from_pb(message, "finish_time"),
+        not_before_time=time_from_pb(message, "not_before_time"),
+        retry_backoff=duration_from_pb(message, "retry_backoff") or datetime.timedelta(0),
+        retry_backoff_max=duration_from_pb(message, "retry_backoff_max") or datetime.timedelta(0),
+        ready_time=time_from_pb(message, "ready_time"),
+        progress=message.progress,
+        progress_fraction=fraction_from_pb(message),
+        progress_time=time_from_pb(message, "progress_time"),
+        waiting_for=waiting_for_from_pb(message.waiting_for) if message.HasField("waiting_for") else None,
+        trace_parent=message.trace_parent,
+        concurrency_key=message.concurrency_key,
+        usage=usage_from_pb(message.usage),
+        attempt_timeout=duration_from_pb(message, "attempt_timeout"),
     )
+
+
+def waiting_for_from_pb(message: pb.WaitingFor) -> WaitingFor:
+    return WaitingFor(
+        dependencies=tuple(message.dependencies),
+        ready_time=time_from_pb(message, "ready_time"),
+        teammates=TeammateAvailability(message.teammates),
+        concurrency_key=message.concurrency_key,
+    )
+
+
+def concurrency_limit_from_pb(message: pb.ConcurrencyLimit) -> ConcurrencyLimit:
+    return ConcurrencyLimit(key=message.key, limit=message.limit, in_progress=message.in_progress)
+
+
+def usage_from_pb(message: pb.Usage) -> Usage:
+    """A wire Usage."""
+    return Usage(message.input_tokens, message.output_tokens, message.cost_micros, message.model)
+
+
+def usage_to_pb(usage: Usage | None) -> pb.Usage | None:
+    """A usage report for the wire; None (nothing to report) stays unset."""
+    if usage is None:
+        return None
+    return pb.Usage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cost_micros=usage.cost_micros,
+        model=usage.model,
+    )
+
+
+def budget_from_pb(message: pb.Budget) -> Budget:
+    """A wire Budget."""
+    return Budget(message.max_cost_micros, message.max_tokens)
+
+
+def budget_exhausted_from_pb(message: pb.BudgetExhausted) -> BudgetExhausted:
+    """A wire BudgetExhausted."""
+    return BudgetExhausted(message.teammate, usage_from_pb(message.spent), budget_from_pb(message.budget))
+
+
+def attempt_from_pb(message: pb.TaskAttempt) -> Attempt:
+    """A wire TaskAttempt as an SDK Attempt."""
+    return Attempt(
+        attempt=message.attempt,
+        owner=message.owner,
+        fence=message.fence,
+        claim_time=time_from_pb(message, "claim_time"),
+        end_time=time_from_pb(message, "end_time"),
+        outcome=AttemptOutcome(message.outcome),
+        error=message.error,
+    )
+
+
+def task_with_attempts_from_pb(response: pb.GetTaskResponse) -> Task:
+    """A GetTask reply as an SDK Task, its claim history included."""
+    return dataclasses.replace(
+        task_from_pb(response.task), attempts=tuple(attempt_from_pb(message) for message in response.attempts)
+    )
+
+
+def fraction_from_pb(message: pb.Task) -> float | None:
+    """The task's progress fraction, or None when unset. The wire carries a
+    32-bit float; 7 significant digits give back the value the holder sent
+    (0.6, not 0.6000000238418579)."""
+    if not message.HasField("progress_fraction"):
+        return None
+    return float(f"{message.progress_fraction:.7g}")
 
 
 def task_to_pb(task: Task) -> pb.Task:
@@ -160,8 +267,11 @@ def task_to_pb(task: Task) -> pb.Task:
         result=task.result,
         error=task.error,
         seq=task.seq,
+        progress=task.progress,
+        progress_fraction=task.progress_fraction,
+        usage=usage_to_pb(task.usage),
     )
-    for name in ("create_time", "lease_expire_time", "finish_time"):
+    for name in ("create_time", "lease_expire_time", "finish_time", "progress_time"):
         value = getattr(task, name)
         if value is not None:
             getattr(message, name).CopyFrom(time_to_pb(value))
@@ -187,6 +297,8 @@ def created_tasks_from_pb(request: pb.CreateTasksRequest, response: pb.CreateTas
             seq=stored.seq,
             create_time=time_from_pb(stored, "create_time"),
             finish_time=time_from_pb(stored, "finish_time"),
+            not_before_time=time_from_pb(sent, "not_before_time"),
+            trace_parent=sent.trace_parent,
         )
         for sent, stored in zip(request.tasks, response.tasks, strict=True)
     ]
@@ -195,6 +307,11 @@ def created_tasks_from_pb(request: pb.CreateTasksRequest, response: pb.CreateTas
 def tasks_from_pb(messages: Iterable[pb.Task]) -> list[Task]:
     """Several wire Tasks as SDK Tasks."""
     return [task_from_pb(message) for message in messages]
+
+
+def identity_from_pb(message: pb.GetIdentityResponse) -> Identity:
+    """GetIdentity's answer as Identity."""
+    return Identity(name=message.identity, role=message.role, roles=tuple(message.roles))
 
 
 def teammate_from_pb(message: pb.Teammate) -> TeammateInfo:
@@ -206,6 +323,8 @@ def teammate_from_pb(message: pb.Teammate) -> TeammateInfo:
         require_plan_approval=message.require_plan_approval,
         held_task_ids=tuple(message.held_task_ids),
         waiting_for_task_ids=tuple(message.waiting_for_task_ids),
+        usage=usage_from_pb(message.usage),
+        budget=budget_from_pb(message.budget),
     )
 
 
@@ -224,6 +343,7 @@ def stats_from_pb(response: pb.GetStatsResponse) -> Stats:
         refused_calls=response.refused_calls,
         loop_lag_p99_ms=response.loop_lag_p99_ms,
         loop_lag_max_ms=response.loop_lag_max_ms,
+        usage=usage_from_pb(response.usage),
     )
 
 
@@ -246,8 +366,8 @@ def message_from_pb(message: pb.Message) -> Message:
     )
 
 
-def idle_item_from_pb(response: pb.IdleResponse) -> IdleItem | None:
-    """One Idle stream item; None for an event kind this SDK does not know."""
+def idle_item_from_pb(response: pb.IdleResponse | pb.SessionResponse) -> IdleItem | None:
+    """One event of an Idle or Session stream; None for an event kind this SDK does not know."""
     kind = response.WhichOneof("event")
     if kind == "message":
         return message_from_pb(response.message)
@@ -273,7 +393,22 @@ def idle_item_from_pb(response: pb.IdleResponse) -> IdleItem | None:
         return claim_from_pb(response.claim)
     if kind == "idle_timeout":
         return IdleTimeout(idle_polls=response.idle_timeout.idle_polls)
+    if kind == "budget_exhausted":
+        return budget_exhausted_from_pb(response.budget_exhausted)
+    if kind == "claim_ended":
+        ended = response.claim_ended
+        if ended.reason not in _CLAIM_END_REASONS:
+            return None  # a reason this SDK does not know
+        return ClaimEnded(
+            task_id=ended.task_id,
+            claim_token=ended.claim_token,
+            reason=ClaimEndReason(ended.reason),
+            detail=ended.detail,
+        )
     return None
+
+
+_CLAIM_END_REASONS = frozenset(reason.value for reason in ClaimEndReason)
 
 
 def claim_from_pb(claim: pb.Claim) -> ClaimInfo:
@@ -284,6 +419,12 @@ def claim_from_pb(claim: pb.Claim) -> ClaimInfo:
         lease_expire_time=time_from_pb(claim, "lease_expire_time"),
         attempt=claim.attempt,
         fence=claim.fence,
+        previous_attempt=attempt_from_pb(claim.previous_attempt) if claim.HasField("previous_attempt") else None,
+        # In depends_on order, as the daemon chose them.
+        dependency_results={
+            dep: claim.dependency_results[dep] for dep in claim.task.depends_on if dep in claim.dependency_results
+        },
+        dependency_results_omitted=tuple(claim.dependency_results_omitted),
     )
 
 
@@ -334,6 +475,8 @@ def watch_event_from_pb(response: pb.WatchResponse) -> WatchEvent | None:
             approve=answer.approve,
             reason=answer.reason,
         )
+    if kind == "budget_exhausted":
+        return BudgetExhaustedEvent(seq=seq, time=time, exhausted=budget_exhausted_from_pb(response.budget_exhausted))
     return None
 
 
@@ -348,8 +491,14 @@ def _change_reason(value: int) -> TeammateChangeReason:
 
 
 def create_tasks_request(specs: Iterable[TaskSpec], request_id: str | None) -> pb.CreateTasksRequest:
-    """The CreateTasks request for a batch."""
-    return pb.CreateTasksRequest(tasks=[task_spec_to_pb(spec) for spec in specs], request_id=request_id or "")
+    """The CreateTasks request for a batch; specs without a trace_parent get the
+    caller's current span (with OpenTelemetry installed)."""
+    request = pb.CreateTasksRequest(tasks=[task_spec_to_pb(spec) for spec in specs], request_id=request_id or "")
+    trace_parent = current_trace_parent()
+    if trace_parent:
+        for message in request.tasks:
+            message.trace_parent = message.trace_parent or trace_parent
+    return request
 
 
 def request_shutdown_request(

@@ -27,7 +27,15 @@ __all__ = ["DagError", "DagFile", "explain_create_error", "load_dag", "parse_dag
 FORMATS = ("toml", "yaml", "json")
 _SUFFIXES = {".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".json": "json"}
 _TOP_KEYS = ("tasks", "defaults")
-_DEFAULTABLE = ("priority", "max_attempts", "lease_seconds")
+_DEFAULTABLE = (
+    "priority",
+    "max_attempts",
+    "lease_seconds",
+    "retry_backoff_seconds",
+    "retry_backoff_max_seconds",
+    "concurrency_key",
+    "attempt_timeout_seconds",
+)
 # Field name in the file -> the kind of value it takes.
 _FIELDS: dict[str, str] = {
     "id": "string",
@@ -39,9 +47,22 @@ _FIELDS: dict[str, str] = {
     "max_attempts": "integer",
     "lease_seconds": "number",
     "required_role": "string",
+    "not_before": "string",
+    "retry_backoff_seconds": "number",
+    "retry_backoff_max_seconds": "number",
+    "concurrency_key": "string",
+    "attempt_timeout_seconds": "number",
 }
 # The daemon's TaskSpec field names that differ from the file's.
-_WIRE_TO_FILE = {"lease_duration": "lease_seconds"}
+_WIRE_TO_FILE = {
+    "lease_duration": "lease_seconds",
+    "not_before_time": "not_before",
+    "retry_backoff": "retry_backoff_seconds",
+    "retry_backoff_max": "retry_backoff_max_seconds",
+    "attempt_timeout": "attempt_timeout_seconds",
+}
+# Durations the daemon words in milliseconds and the file gives in seconds.
+_SECONDS_IN_FILE = frozenset({"lease_duration", "retry_backoff", "retry_backoff_max", "attempt_timeout"})
 _FIELD_PATH = re.compile(r"^tasks\[(\d+)\](?:\.(\w+))?")
 _MILLISECONDS = re.compile(r"(\d+)ms\b")
 
@@ -149,6 +170,8 @@ def _spec(name: str, index: int, raw: Any, defaults: Mapping[str, Any]) -> corra
     lease = fields.get("lease_seconds")
     if lease is not None and lease <= 0:
         raise DagError(f"{where}: lease_seconds: must be greater than 0, got {lease}")
+    backoff, backoff_max = fields.get("retry_backoff_seconds"), fields.get("retry_backoff_max_seconds")
+    attempt_timeout = fields.get("attempt_timeout_seconds")
     return corral.TaskSpec(
         id=task_id,
         title=fields.get("title", ""),
@@ -159,7 +182,25 @@ def _spec(name: str, index: int, raw: Any, defaults: Mapping[str, Any]) -> corra
         max_attempts=fields.get("max_attempts"),
         lease_duration=datetime.timedelta(seconds=lease) if lease is not None else None,
         required_role=fields.get("required_role", ""),
+        not_before=_instant(where, fields.get("not_before")),
+        retry_backoff=datetime.timedelta(seconds=backoff) if backoff is not None else None,
+        retry_backoff_max=datetime.timedelta(seconds=backoff_max) if backoff_max is not None else None,
+        concurrency_key=fields.get("concurrency_key", ""),
+        attempt_timeout=datetime.timedelta(seconds=attempt_timeout) if attempt_timeout is not None else None,
     )
+
+
+def _instant(where: str, text: str | None) -> datetime.datetime | None:
+    """An ISO 8601 instant with its offset ("2026-12-24T09:00:00+01:00", or "...Z")."""
+    if text is None:
+        return None
+    try:
+        instant = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise DagError(f"{where}: not_before: not an ISO 8601 date and time: {_show(text)}") from None
+    if instant.tzinfo is None:
+        raise DagError(f"{where}: not_before: needs a UTC offset (such as Z or +01:00): {_show(text)}")
+    return instant
 
 
 def _check_type(where: str, kind: str, value: Any) -> None:
@@ -215,7 +256,7 @@ def explain_create_error(exc: corral.CorralError, dag: DagFile) -> str | None:
         task_id = dag.task_id(index)
         where = f"task {task_id!r} (tasks[{index}])" if task_id else f"tasks[{index}]"
         wire_field = match.group(2)
-        if wire_field == "lease_duration":  # the daemon speaks milliseconds; the file, seconds
+        if wire_field in _SECONDS_IN_FILE:  # the daemon speaks milliseconds; the file, seconds
             description = _MILLISECONDS.sub(lambda m: f"{int(m.group(1)) / 1000:g}s", description)
         what = f"{_WIRE_TO_FILE.get(wire_field, wire_field)}: " if wire_field else ""
         return f"{dag.name}: {where}: {what}{description}"

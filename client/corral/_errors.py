@@ -1,7 +1,8 @@
-"""The SDK's exceptions, and the one function that turns an RPC error into one.
+"""The SDK's exceptions, and the one mapping that turns a failed call into one.
 
 The daemon puts a `google.rpc.Status` in the `grpc-status-details-bin`
-trailer; its `ErrorInfo.reason` (domain "corral") picks the subclass, a
+trailer of a failed call, and in the `status` of a failed Session op result;
+either way its `ErrorInfo.reason` (domain "corral") picks the subclass, a
 `RetryInfo` becomes `Overloaded.retry_after`, a `BadRequest` becomes
 `InvalidArgument.field_violations`.
 """
@@ -21,6 +22,8 @@ from corral._types import DoneSummary
 
 __all__ = [
     "AlreadyExists",
+    "AttemptTimedOut",
+    "ClaimRevoked",
     "ClaimTokenMismatch",
     "CorralError",
     "FailedPrecondition",
@@ -36,6 +39,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "error_from_rpc",
+    "error_from_status",
 ]
 
 ERROR_DOMAIN = "corral"
@@ -117,6 +121,14 @@ class TaskCanceled(FailedPrecondition):
     """The task was canceled while this claim held it."""
 
 
+class ClaimRevoked(FailedPrecondition):
+    """The Lead took the claim away (RevokeClaim); the task is PENDING again."""
+
+
+class AttemptTimedOut(FailedPrecondition):
+    """The attempt ran past its task's `attempt_timeout` and counts as a failure."""
+
+
 class Overloaded(CorralError):
     """The daemon refused the call to protect itself; try again after `retry_after`.
 
@@ -184,6 +196,8 @@ _BY_REASON: dict[str, type[CorralError]] = {
     "LEASE_EXPIRED": LeaseExpired,
     "CLAIM_TOKEN_MISMATCH": ClaimTokenMismatch,
     "TASK_CANCELED": TaskCanceled,
+    "CLAIM_REVOKED": ClaimRevoked,
+    "ATTEMPT_TIMEOUT": AttemptTimedOut,
 }
 
 
@@ -191,7 +205,30 @@ def error_from_rpc(error: grpc.RpcError) -> CorralError:
     """Turn a failed call (sync or `grpc.aio`) into the matching CorralError."""
     code = _call_attr(error, "code") or grpc.StatusCode.UNKNOWN
     details = _call_attr(error, "details") or code.name
-    status = _rich_status(_call_attr(error, "trailing_metadata") or ())
+    if code is grpc.StatusCode.INTERNAL and details == _LOST_WRITE_DETAILS:
+        # The daemon's status was lost, not an error of its own: the stream is
+        # gone, and the next one learns why (or goes on).
+        return Unavailable(_LOST_WRITE_EXPLAINED, code=grpc.StatusCode.UNAVAILABLE)
+    return _error(code, details, _rich_status(_call_attr(error, "trailing_metadata") or ()))
+
+
+# What grpc.aio puts in place of the server's status when a write on a
+# client-streaming call loses the race with the call's end (grpc/grpc#36066).
+_LOST_WRITE_DETAILS = "Internal error from Core"
+_LOST_WRITE_EXPLAINED = "the stream ended while a request was being written; its status was lost"
+
+
+def error_from_status(status: status_pb2.Status) -> CorralError:
+    """Turn the `google.rpc.Status` of a failed Session op into the CorralError
+    the same call made as a unary RPC would have raised."""
+    code = _CODES_BY_NUMBER.get(status.code, grpc.StatusCode.UNKNOWN)
+    return _error(code, status.message or code.name, status)
+
+
+_CODES_BY_NUMBER: dict[int, grpc.StatusCode] = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def _error(code: grpc.StatusCode, details: str, status: status_pb2.Status | None) -> CorralError:
     info = _unpack(status, error_details_pb2.ErrorInfo)
     reason = info.reason if info is not None and info.domain in ("", ERROR_DOMAIN) else ""
     cls = _BY_REASON.get(reason) if code is grpc.StatusCode.FAILED_PRECONDITION else None

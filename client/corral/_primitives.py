@@ -4,7 +4,8 @@ The SDK's control flow is written once, in `corral.aio`, and
 `scripts/unasync.py` writes the sync modules from it, turning `AsyncX` into
 `X` and `async_x` into `x`. Each pair here does one small thing the two
 worlds do differently: spawning work, a background ticker, a lock, reading a
-stream, running blocking or user code, a time limit. No SDK logic lives here.
+stream, running blocking or user code, a time limit, a queue, a future and
+background reading. No SDK logic lives here.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import concurrent.futures
 import contextlib
 import inspect
 import logging
+import queue
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractContextManager
@@ -23,22 +25,32 @@ from typing import Any, ParamSpec, TypeVar
 import grpc.aio
 
 __all__ = [
+    "AsyncBackground",
+    "AsyncFuture",
     "AsyncLock",
+    "AsyncQueue",
     "AsyncTicker",
     "AsyncWorkers",
+    "Background",
+    "Future",
     "Lock",
+    "Queue",
     "Ticker",
     "Workers",
     "async_invoke",
+    "async_may_write",
     "async_next_message",
     "async_run_blocking",
     "async_run_handler",
     "async_time_limit",
+    "async_wait_future",
     "invoke",
+    "may_write",
     "next_message",
     "run_blocking",
     "run_handler",
     "time_limit",
+    "wait_future",
 ]
 
 _log = logging.getLogger("corral.runner")
@@ -192,6 +204,80 @@ async def async_next_message(call: Any) -> Any | None:
 def next_message(call: Any) -> Any | None:
     """The next message of a sync server stream; None once it has ended."""
     return next(call, None)
+
+
+async def async_may_write(call_of: Callable[[], Any], headers_wait: float) -> bool:
+    """Whether the bidirectional call `call_of()` is still open once the server's
+    headers came, or `headers_wait` seconds passed without them.
+
+    A `grpc.aio` write that loses the race with the call's end replaces the
+    status the server sent with INTERNAL "Internal error from Core"
+    (grpc/grpc#36066): an UNIMPLEMENTED from a daemon without the method would
+    read INTERNAL about half the time. The daemon sends its headers at once,
+    and one without the method sends them with the status, so writing after
+    them keeps the status. The wait is bounded for a proxy that holds headers
+    back until the first message.
+    """
+    call = call_of()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(headers_wait):
+            await call.initial_metadata()
+    return not call.done()
+
+
+def may_write(call_of: Callable[[], Any], headers_wait: float) -> bool:
+    """Sync gRPC keeps the server's status when a write fails: write at once."""
+    return True
+
+
+# ------------------------------------------------------------ hand-offs
+
+AsyncQueue = asyncio.Queue
+"""Unbounded; `put_nowait` and `await get()`, all on the loop's thread."""
+
+Queue = queue.Queue
+"""Unbounded; `put_nowait` from any thread, a blocking `get()`."""
+
+AsyncFuture = asyncio.Future
+"""Created and resolved on the loop's thread."""
+
+Future = concurrent.futures.Future
+"""Resolved by one thread, waited on by another."""
+
+
+async def async_wait_future(future: asyncio.Future[T], timeout: float) -> T:
+    """The future's result; TimeoutError after `timeout` seconds, leaving the
+    future pending (a timeout or a cancelled waiter does not cancel it)."""
+    return await asyncio.wait_for(asyncio.shield(future), timeout)
+
+
+def wait_future(future: concurrent.futures.Future[T], timeout: float) -> T:
+    """The future's result; TimeoutError after `timeout` seconds, leaving the future pending."""
+    return future.result(timeout)
+
+
+class AsyncBackground:
+    """Runs `await work(*args)` as an asyncio task."""
+
+    def __init__(self, work: Callable[..., Coroutine[Any, Any, None]], *args: Any, name: str) -> None:
+        self._task = asyncio.create_task(work(*args), name=name)
+
+    async def join(self) -> None:
+        """Wait for the work to end (it ends on its own; this does not stop it)."""
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+class Background:
+    """Runs `work(*args)` on a daemon thread."""
+
+    def __init__(self, work: Callable[..., None], *args: Any, name: str) -> None:
+        self._thread = threading.Thread(target=work, args=args, name=name, daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        """Wait for the work to end (it ends on its own; this does not stop it)."""
+        self._thread.join()
 
 
 # ------------------------------------------------------------ running code

@@ -32,7 +32,9 @@ from corral._handling import (
 from corral._primitives import Workers, invoke, run_handler
 from corral._retry import is_transient, retrying
 from corral._teammate import IdleEvent, Teammate
+from corral._tracing import handler_span
 from corral._types import (
+    BudgetExhausted,
     ExitReason,
     IdleTimeout,
     Message,
@@ -51,8 +53,10 @@ _current_claim: contextvars.ContextVar[Claim] = contextvars.ContextVar(f"{__name
 def current_claim() -> Claim:
     """The claim whose task the calling `run_teammate` handler is working on.
 
-    Use it for the `fence` (to guard external writes) or `check()` (to stop
-    long work once the lease is lost). Raises LookupError outside a handler.
+    Use it for the `fence` (to guard external writes), `check()` (to stop
+    long work once the lease is lost or the claim ended), `report_progress()`
+    and `renew(usage=...)` (to count what the work spends as it goes). Raises
+    LookupError outside a handler.
     """
     return _current_claim.get()
 
@@ -86,12 +90,14 @@ def run_teammate(
     - A shutdown request is approved once running handlers have finished
       (exit reason SHUTDOWN); answer before its deadline or be removed.
     - `idle_timeout` ends the run (IDLE_TIMEOUT) unless `stop_on_idle_timeout`
-      is False, in which case a new Idle stream is opened.
+      is False, in which case a new stream is opened.
     - `on_message` is called with each plain Message, on the loop's thread
       (on `corral.aio` it may return an awaitable, which is awaited).
     - A lost connection is retried with jittered exponential backoff for up
       to `reconnect_timeout` seconds per outage, then Unavailable is raised.
     - Removal by the Lead ends the run (REMOVED).
+    - A spent budget (`BudgetExhausted`) is logged as a warning; the run keeps
+      waiting, and claims come again once the Lead raises the budget.
     """
     options = RunOptions(
         plan=plan,
@@ -156,7 +162,7 @@ class _Runner:
             return exit_reason
 
     def _one_stream(self) -> ExitReason:
-        """Follow one Idle stream to an exit reason; transient errors propagate
+        """Follow one stream (Session or Idle) to an exit reason; transient errors propagate
         for a retry."""
         delivered = False
         options = self._options
@@ -173,14 +179,14 @@ class _Runner:
                     return exit_reason
         except CorralError as exc:
             if delivered and is_transient(exc):
-                _log.info("Idle stream broke (%s); reconnecting", exc)
+                _log.info("the stream broke (%s); reconnecting", exc)
                 raise _StreamBroke from exc
             raise
         finally:
             events.close()
         if delivered:
             raise _StreamBroke
-        raise Unavailable("the daemon ended the Idle stream without sending anything")
+        raise Unavailable("the daemon ended the stream without sending anything")
 
     def _dispatch(self, event: IdleEvent) -> ExitReason | None:
         if isinstance(event, Claim):
@@ -195,6 +201,15 @@ class _Runner:
             return ExitReason.SHUTDOWN
         elif isinstance(event, IdleTimeout):
             return ExitReason.IDLE_TIMEOUT
+        elif isinstance(event, BudgetExhausted):
+            spent, budget = event.spent, event.budget
+            _log.warning(
+                "budget spent (%d tokens of %s, %d cost micros of %s): no new claim until the Lead raises it",
+                spent.tokens,
+                budget.max_tokens or "no limit",
+                spent.cost_micros,
+                budget.max_cost_micros or "no limit",
+            )
         return None
 
     def _on_plan_decision(self, decision: PlanDecision) -> ExitReason | None:
@@ -226,7 +241,8 @@ class _Runner:
         try:
             with claim.keepalive():
                 try:
-                    outcome = run_handler(self._handler, claim.task)
+                    with handler_span(claim.task.id, claim.attempt, claim.task.trace_parent):
+                        outcome = run_handler(self._handler, claim.task)
                     result, error = encode_result(outcome), None
                 except Exception as exc:  # noqa: BLE001 (it fails the task)
                     result, error = b"", exc

@@ -1,11 +1,12 @@
 # Generated from client/corral/aio/_teammate.py by scripts/unasync.py: do not edit.
 # Change the asyncio source and run `make unasync`.
-"""The teammate client: the Idle stream, claims, plans and shutdown answers."""
+"""The teammate client: its stream (Session or Idle), claims, plans and shutdown answers."""
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 from collections.abc import Callable, Generator
 from types import TracebackType
 from typing import Any, Self
@@ -17,20 +18,25 @@ from corral._board import BoardClient
 from corral._channel import open_channel, resolve_credentials
 from corral._claim import Claim
 from corral._claimbook import ClaimBook
+from corral._session import Session
+from corral._transport import SessionUnsupported, transport_from_env
 from corral._types import (
+    BudgetExhausted,
+    ClaimEnded,
     ClaimInfo,
     IdleTimeout,
     Message,
     PlanDecision,
     ShutdownRequest,
     Task,
+    Usage,
 )
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
 __all__ = ["IdleEvent", "Teammate"]
 
-IdleEvent = Message | ShutdownRequest | PlanDecision | Claim | IdleTimeout
+IdleEvent = Message | ShutdownRequest | PlanDecision | Claim | ClaimEnded | IdleTimeout | BudgetExhausted
 """Anything `Teammate.idle` yields."""
 
 
@@ -40,6 +46,14 @@ class Teammate(BoardClient):
     `Teammate.connect()` reads CORRAL_ADDRESS and CORRAL_TOKEN from the
     environment; iterate `idle()` to receive work and control messages
     (`for event in teammate.idle(): ...`).
+
+    Where the daemon offers it, `idle()` opens the Session stream, and the
+    claim calls and acknowledgements made while it is open travel on it;
+    otherwise (an older daemon answers UNIMPLEMENTED) the Idle stream and a
+    unary call each. CORRAL_TRANSPORT=session or =idle insists on one.
+    `rpc_timeout` (default 30 s) bounds each unary call and each wait for a
+    Session op's answer: a late answer gets the stream replaced and the op
+    sent again under the same op id, which the daemon never runs twice.
     """
 
     def __init__(
@@ -52,8 +66,14 @@ class Teammate(BoardClient):
     ) -> None:
         super().__init__(channel, address, token, rpc_timeout=rpc_timeout)
         self._teammate = pb_grpc.TeammateServiceStub(channel)
+        self._session = Session(
+            self._teammate,
+            self._metadata,
+            transport=transport_from_env(),
+            op_timeout=self._rpc_timeout,
+        )
         self._claims: ClaimBook[Claim] = ClaimBook()
-        self._claim_calls = _ClaimCalls(self._unary, self._teammate, self._claims)
+        self._claim_calls = _ClaimCalls(self._unary, self._teammate, self._session, self._claims)
         self._acked_through = 0
 
     @classmethod
@@ -67,18 +87,24 @@ class Teammate(BoardClient):
     ) -> Teammate:
         """Connect with the given credentials, else CORRAL_ADDRESS / CORRAL_TOKEN.
 
-        Raises CorralError when neither is available. The channel connects
-        lazily: a wrong address shows up as Unavailable on the first call.
+        Raises CorralError when neither is available, or when CORRAL_TRANSPORT
+        names no transport. The channel connects lazily: a wrong address
+        shows up as Unavailable on the first call.
         """
         address, token = resolve_credentials(address, token)
         channel = open_channel(address, root_certificates=root_certificates)
-        return cls(channel, address, token, rpc_timeout=rpc_timeout)
+        try:
+            return cls(channel, address, token, rpc_timeout=rpc_timeout)
+        except BaseException:
+            channel.close()
+            raise
 
     def close(self) -> None:
         """Stop every keepalive and close the channel. Held claims stay leased
         until they expire (release them first to hand them back at once)."""
         for claim in self._claims.held():
             claim.stop_keepalive()
+        self._session.close()
         super().close()
 
     def __enter__(self) -> Self:
@@ -101,11 +127,16 @@ class Teammate(BoardClient):
         poll_interval: datetime.timedelta | float | None = None,
         slots: int | None = None,
     ) -> Generator[IdleEvent, None, None]:
-        """Open the Idle stream and yield what the daemon sends, in order.
+        """Open the teammate's stream and yield what the daemon sends, in order.
 
         Yields `Claim` handles (each claim once, even when a new stream
-        re-sends it), `Message`, `ShutdownRequest`, `PlanDecision` and, last,
-        `IdleTimeout` before the daemon ends the stream.
+        re-sends it), `Message`, `ShutdownRequest`, `PlanDecision`,
+        `BudgetExhausted` once when this teammate's spending reaches its budget
+        (no new claim follows until the Lead raises it; held claims stay) and,
+        last, `IdleTimeout` before the daemon ends the stream. `ClaimEnded` says a
+        held claim died under this teammate (lease expired, task canceled,
+        revoked, attempt timed out): stop that work; its `Claim` is lost by
+        then (`claim.ended`, and its keepalive stops).
 
         Inbox items are acknowledged when you resume the iterator after one
         (i.e. once your loop body handled it), so an item whose handling
@@ -115,20 +146,33 @@ class Teammate(BoardClient):
         iterator (`contextlib.closing`) to end the stream promptly when you
         stop early.
 
+        On the Session stream, the claim calls and acknowledgements this
+        client makes while the iterator is open travel on it; with it closed
+        they are unary calls.
+
         Options left as None take the daemon's defaults (12 polls of 5 s, one slot).
         Stream failures raise CorralError subclasses (Unavailable when the
-        daemon went away); a newer Idle stream of the same teammate ends this
+        daemon went away); a newer stream of the same teammate ends this
         one with an ABORTED CorralError.
         """
         request = _convert.idle_request(max_idle_polls=max_idle_polls, poll_interval=poll_interval, slots=slots)
-        stream = self._stream(self._teammate.Idle, request)
-        with contextlib.closing(stream) as responses:
+        idle_stream = functools.partial(self._stream, self._teammate.Idle)
+        with contextlib.closing(_responses(self._session, idle_stream, request)) as responses:
             for response in responses:
                 item = _convert.idle_item_from_pb(response)
                 if isinstance(item, ClaimInfo):
                     claim = self._claims.admit(item, self._make_claim)
                     if claim is not None:
                         yield claim
+                elif isinstance(item, ClaimEnded):
+                    ended = self._claims.get(item.claim_token)
+                    if ended is not None:
+                        ended._end(item)
+                        yield item
+                    elif self._claims.recently_held(item.claim_token):
+                        # A renewal proved it dead before the notice came: the claim knows
+                        # already, and the notice still says why.
+                        yield item
                 elif isinstance(item, (Message, ShutdownRequest, PlanDecision)):
                     yield item
                     self.ack(item.seq)
@@ -144,8 +188,10 @@ class Teammate(BoardClient):
         if through_seq <= self._acked_through:
             return self._acked_through
         request = pb.AckMessagesRequest(through_seq=through_seq)
-        response = self._unary(self._teammate.AckMessages, request)
-        acked = response.acked_through_seq or through_seq
+        acked = through_seq
+        if self._session.call(pb.SessionRequest(ack=request), resend=False) is None:
+            response = self._unary(self._teammate.AckMessages, request)
+            acked = response.acked_through_seq or through_seq
         self._acked_through = max(self._acked_through, acked)
         return self._acked_through
 
@@ -162,7 +208,7 @@ class Teammate(BoardClient):
         """Submit a plan for the Lead to decide; returns its plan id.
 
         When this teammate must plan first, claims arrive only after the
-        newest plan's approval (a `PlanDecision` on the Idle stream).
+        newest plan's approval (a `PlanDecision` on the stream).
         """
         request = pb.SubmitPlanRequest(plan=plan)
         response: pb.SubmitPlanResponse = self._unary(self._teammate.SubmitPlan, request)
@@ -170,7 +216,7 @@ class Teammate(BoardClient):
 
     def respond_shutdown(self, request_id: str, *, approve: bool, reason: str = "") -> None:
         """Answer a ShutdownRequest. Approving releases every claim this
-        teammate holds and ends its Idle stream; rejecting lets it claim again."""
+        teammate holds and ends its stream; rejecting lets it claim again."""
         request = pb.RespondShutdownRequest(request_id=request_id, approve=approve, reason=reason)
         self._unary(self._teammate.RespondShutdown, request)
         if approve:
@@ -179,40 +225,87 @@ class Teammate(BoardClient):
                 self._claims.forget(claim.token)
 
 
+def _responses(
+    session: Session,
+    idle_stream: Callable[[pb.IdleRequest], Generator[Any, None, None]],
+    request: pb.IdleRequest,
+) -> Generator[Any, None, None]:
+    """The event-carrying responses of a Session stream, or of Idle where the daemon has no Session."""
+    if session.usable:
+        try:
+            with contextlib.closing(session.events(request)) as events:
+                yield from events
+            return
+        except SessionUnsupported:
+            pass  # an older daemon: Idle from now on
+    with contextlib.closing(idle_stream(request)) as responses:
+        yield from responses
+
+
 class _ClaimCalls:
-    """The claim RPCs a Teammate hands to each of its claims (a `ClaimCalls`)."""
+    """The claim calls a Teammate hands to each of its claims (a `ClaimCalls`):
+    ops on the Session stream while one is open, else unary calls."""
 
     def __init__(
         self,
         unary: Callable[..., Any],
         stub: pb_grpc.TeammateServiceStub,
+        session: Session,
         claims: ClaimBook[Claim],
     ) -> None:
         self._unary = unary
         self._stub = stub
+        self._session = session
         self._claims = claims
 
-    def renew(self, task_id: str, token: str, *, timeout: float) -> tuple[datetime.datetime, bool]:
-        request = pb.RenewLeaseRequest(task_id=task_id, claim_token=token)
-        response = self._unary(self._stub.RenewLease, request, timeout=timeout)
-        expire_time = _convert.time_from_pb(response, "lease_expire_time")
-        assert expire_time is not None, "RenewLease answered without lease_expire_time"
-        return expire_time, response.protocol_pending
+    def renew(
+        self,
+        task_id: str,
+        token: str,
+        *,
+        timeout: float,
+        progress: str = "",
+        fraction: float | None = None,
+        usage: Usage | None = None,
+    ) -> tuple[datetime.datetime, bool]:
+        request = pb.RenewLeaseRequest(
+            task_id=task_id,
+            claim_token=token,
+            progress=progress,
+            progress_fraction=fraction,
+            usage=_convert.usage_to_pb(usage),
+        )
+        answer = self._session.call(pb.SessionRequest(renew=request), timeout=timeout)
+        if answer is None:
+            answer = self._unary(self._stub.RenewLease, request, timeout=timeout)
+        expire_time = _convert.time_from_pb(answer, "lease_expire_time")
+        assert expire_time is not None, "a renew answered without lease_expire_time"
+        return expire_time, answer.protocol_pending
 
-    def complete(self, task_id: str, token: str, result: bytes) -> Task:
-        request = pb.CompleteTaskRequest(task_id=task_id, claim_token=token, result=result)
-        response = self._unary(self._stub.CompleteTask, request)
-        return _convert.task_from_pb(response.task)
+    def complete(self, task_id: str, token: str, result: bytes, usage: Usage | None = None) -> Task:
+        request = pb.CompleteTaskRequest(
+            task_id=task_id, claim_token=token, result=result, usage=_convert.usage_to_pb(usage)
+        )
+        answer = self._session.call(pb.SessionRequest(complete=request))
+        if answer is None:
+            answer = self._unary(self._stub.CompleteTask, request)
+        return _convert.task_from_pb(answer.task)
 
-    def fail(self, task_id: str, token: str, error: str, retryable: bool) -> Task:
-        request = pb.FailTaskRequest(task_id=task_id, claim_token=token, error=error, retryable=retryable)
-        response = self._unary(self._stub.FailTask, request)
-        return _convert.task_from_pb(response.task)
+    def fail(self, task_id: str, token: str, error: str, retryable: bool, usage: Usage | None = None) -> Task:
+        request = pb.FailTaskRequest(
+            task_id=task_id, claim_token=token, error=error, retryable=retryable, usage=_convert.usage_to_pb(usage)
+        )
+        answer = self._session.call(pb.SessionRequest(fail=request))
+        if answer is None:
+            answer = self._unary(self._stub.FailTask, request)
+        return _convert.task_from_pb(answer.task)
 
     def release(self, task_id: str, token: str) -> Task:
         request = pb.ReleaseTaskRequest(task_id=task_id, claim_token=token)
-        response = self._unary(self._stub.ReleaseTask, request)
-        return _convert.task_from_pb(response.task)
+        answer = self._session.call(pb.SessionRequest(release=request))
+        if answer is None:
+            answer = self._unary(self._stub.ReleaseTask, request)
+        return _convert.task_from_pb(answer.task)
 
     def forget(self, token: str) -> None:
         self._claims.forget(token)

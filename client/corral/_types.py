@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import datetime
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 __all__ = [
+    "Attempt",
+    "AttemptOutcome",
     "ClaimInfo",
     "ExitReason",
     "IdleTimeout",
@@ -88,6 +91,20 @@ class TaskSpec:
     `None` (or zero) for `max_attempts` and `lease_duration` means "the
     daemon's default"; `depends_on` may name tasks in the same batch or
     already on the board.
+
+    `not_before` keeps the task from being claimed before that instant.
+    After a retryable failure or an expired lease the task waits
+    `retry_backoff` (None: 1 s; zero: no wait), doubled after each further
+    failure (less up to a fifth, at random) and at most `retry_backoff_max`
+    (None: 100 times `retry_backoff`).
+
+    `concurrency_key` ties the task to a shared resource (a provider, a
+    repository): while the key's limit (`Lead.set_concurrency_limit`) of its
+    tasks are IN_PROGRESS, claims pass over its other tasks. Empty, or a key
+    with no limit set: no limit.
+    `attempt_timeout` (None: no limit; 1 s to 7 days) bounds one attempt,
+    renewals or not: past it the claim ends (`ClaimEnded` ATTEMPT_TIMEOUT) and
+    counts as a failure, retried after the backoff while attempts remain.
     """
 
     id: str
@@ -99,11 +116,103 @@ class TaskSpec:
     max_attempts: int | None = None
     lease_duration: datetime.timedelta | None = None
     required_role: str = ""
+    not_before: datetime.datetime | None = None
+    retry_backoff: datetime.timedelta | None = None
+    retry_backoff_max: datetime.timedelta | None = None
+    # A W3C traceparent for the work on the task; empty, and OpenTelemetry
+    # installed: create_tasks fills in the caller's current span.
+    trace_parent: str = ""
+    concurrency_key: str = ""
+    attempt_timeout: datetime.timedelta | None = None
+
+
+class AttemptOutcome(enum.Enum):
+    """How one claim of a task ended (IN_PROGRESS: it is the live claim)."""
+
+    IN_PROGRESS = 1
+    COMPLETED = 2
+    FAILED = 3
+    EXPIRED = 4
+    RELEASED = 5
+    CANCELED = 6
+    REVOKED = 7
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One claim of a task, live or ended, as its history shows it.
+
+    `attempt` counts failures and expiries (a release does not use one up),
+    so two entries may share a number; `fence` is the claim's own. `error` is
+    FailTask's error, the expiry's or cancel's reason, or empty.
+    """
+
+    attempt: int
+    owner: str
+    fence: int
+    claim_time: datetime.datetime | None
+    end_time: datetime.datetime | None  # None while in progress
+    outcome: AttemptOutcome
+    error: str = ""
+
+
+class TeammateAvailability(enum.Enum):
+    """Whether anyone is there to take a waiting task."""
+
+    SOME_ONLINE = 0
+    NONE_REGISTERED = 1  # no teammate holds its required role (or none is registered)
+    NONE_ONLINE = 2  # some are registered, none is online
+
+
+@dataclass(frozen=True)
+class WaitingFor:
+    """Why a PENDING task is not being worked; several reasons may hold at once.
+
+    `dependencies` are the ones not COMPLETED (at most 100, in depends_on
+    order); `ready_time` is when its time gate (not_before, or a retry's
+    backoff) opens, while it is shut; `concurrency_key` is set while its key
+    is at its limit.
+    """
+
+    dependencies: tuple[str, ...] = ()
+    ready_time: datetime.datetime | None = None
+    teammates: TeammateAvailability = TeammateAvailability.SOME_ONLINE
+    concurrency_key: str = ""  # its key, while the key's limit of tasks are IN_PROGRESS
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a teammate spent: report it as an increment since its last report with
+    `Claim.complete`, `Claim.fail` or `Claim.renew` (counts are non-negative,
+    `model` at most 200 characters). As a sum (Task, TeammateInfo, Stats), `model`
+    is the latest one named (a Stats sum names none)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_micros: int = 0  # millionths of the team's currency unit
+    model: str = ""
+
+    @property
+    def tokens(self) -> int:
+        """Input and output tokens together (what a budget's max_tokens counts)."""
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A teammate's spending limit (`Lead.set_budget`); 0 means no limit on that measure."""
+
+    max_cost_micros: int = 0
+    max_tokens: int = 0
 
 
 @dataclass(frozen=True)
 class Task:
-    """A task as stored on the board. Times are timezone-aware (UTC) or None."""
+    """A task as stored on the board. Times are timezone-aware (UTC) or None.
+
+    `attempts` is its claim history, oldest first (the most recent 100 at
+    most); only `get_task` fills it, other calls leave it empty.
+    """
 
     id: str
     state: TaskState
@@ -123,6 +232,36 @@ class Task:
     create_time: datetime.datetime | None = None
     lease_expire_time: datetime.datetime | None = None
     finish_time: datetime.datetime | None = None
+    not_before_time: datetime.datetime | None = None
+    retry_backoff: datetime.timedelta = datetime.timedelta(0)
+    retry_backoff_max: datetime.timedelta = datetime.timedelta(0)
+    # The latest time gate (not_before_time, or the end of a retry's backoff): a
+    # PENDING task is not claimed before it. None: it never had one.
+    ready_time: datetime.datetime | None = None
+    attempts: tuple[Attempt, ...] = ()
+    # What holds it back while PENDING (get_task and list_tasks fill it); None
+    # when nothing does, or in any other state.
+    waiting_for: WaitingFor | None = None
+    trace_parent: str = ""
+    # The holder's latest progress note on this attempt (`Claim.report_progress`):
+    # a new claim clears it, completion and failure keep it.
+    progress: str = ""
+    progress_fraction: float | None = None
+    progress_time: datetime.datetime | None = None
+    concurrency_key: str = ""
+    # What its holders reported spending on it, summed.
+    usage: Usage = Usage()
+    attempt_timeout: datetime.timedelta | None = None  # None: no limit
+
+
+@dataclass(frozen=True)
+class ConcurrencyLimit:
+    """A concurrency key's limit and how many of its tasks are IN_PROGRESS now
+    (more than the limit just after it was lowered; `limit` 0: none)."""
+
+    key: str
+    limit: int
+    in_progress: int = 0
 
 
 @dataclass(frozen=True)
@@ -136,6 +275,22 @@ class TeammateInfo:
     held_task_ids: tuple[str, ...] = ()
     # While WAITING: up to 10 of the unfinished tasks it could take (what it waits for).
     waiting_for_task_ids: tuple[str, ...] = ()
+    usage: Usage = Usage()  # what it reported spending, summed
+    budget: Budget = Budget()  # its own, else the "*" default
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a credential is, as the daemon sees it (`get_identity`)."""
+
+    name: str  # "lead", or the teammate's name
+    role: str  # what it may do: "lead" or "teammate"
+    roles: tuple[str, ...] = ()  # a teammate's task roles
+
+    @property
+    def is_lead(self) -> bool:
+        """True for the Lead's credential."""
+        return self.role == "lead"
 
 
 @dataclass(frozen=True)
@@ -149,6 +304,14 @@ class NewTeammate:
     def name(self) -> str:
         """The teammate's name."""
         return self.info.name
+
+
+@dataclass(frozen=True)
+class ViewerInfo:
+    """A read-only credential's holder: it may open the web board and read the board."""
+
+    name: str
+    created: datetime.datetime | None
 
 
 # ---------------------------------------------------------------- inbox items
@@ -187,11 +350,42 @@ class PlanDecision:
     feedback: str
 
 
+class ClaimEndReason(enum.Enum):
+    """Why a claim died under its holder (`ClaimEnded`)."""
+
+    LEASE_EXPIRED = 1
+    TASK_CANCELED = 2
+    TEAMMATE_REMOVED = 3
+    REVOKED = 4
+    ATTEMPT_TIMEOUT = 5
+
+
+@dataclass(frozen=True)
+class ClaimEnded:
+    """A claim this teammate held ended without its doing (the daemon committed it):
+    stop working on `task_id`. The claim's handle is lost by then (`Claim.ended`)."""
+
+    task_id: str
+    claim_token: str
+    reason: ClaimEndReason
+    detail: str = ""
+
+
 @dataclass(frozen=True)
 class IdleTimeout:
     """The daemon found no work for `idle_polls` polls and is ending the stream."""
 
     idle_polls: int
+
+
+@dataclass(frozen=True)
+class BudgetExhausted:
+    """This teammate's spending reached its budget: it gets no new claim (the ones
+    it holds stay) until the Lead raises the budget."""
+
+    teammate: str
+    spent: Usage
+    budget: Budget
 
 
 @dataclass(frozen=True)
@@ -207,6 +401,13 @@ class ClaimInfo:
     lease_expire_time: datetime.datetime | None
     attempt: int
     fence: int
+    # The task's latest ended claim before this one (what went wrong last
+    # time); None on its first claim.
+    previous_attempt: Attempt | None = None
+    # Its direct dependencies' results by task id (in depends_on order, within
+    # 4 MiB in all), and the ids of those left out (get_task fetches them).
+    dependency_results: Mapping[str, bytes] = field(default_factory=dict, hash=False)
+    dependency_results_omitted: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------- stats
@@ -245,6 +446,8 @@ class Stats:
     # How late the daemon's event loop ran a 10 ms timer (every call waits that long).
     loop_lag_p99_ms: float = 0.0
     loop_lag_max_ms: float = 0.0
+    # What every teammate reported spending, summed over the board's life.
+    usage: Usage = Usage()
 
     def count(self, *states: TaskState) -> int:
         """How many tasks are in any of `states`."""
@@ -290,7 +493,7 @@ class DoneSummary:
 
 @dataclass(frozen=True)
 class TaskChanged:
-    """A task's state or fields changed; `task` is the task after the change."""
+    """A task's state or fields changed (its holder's progress too); `task` is the task after the change."""
 
     seq: int
     time: datetime.datetime | None
@@ -340,7 +543,16 @@ class ShutdownAnswered:
     reason: str
 
 
-WatchEvent = TaskChanged | TeammateChanged | LeadMessage | PlanSubmitted | ShutdownAnswered
+@dataclass(frozen=True)
+class BudgetExhaustedEvent:
+    """A teammate's spending reached its budget (`exhausted` says whose, and how much)."""
+
+    seq: int
+    time: datetime.datetime | None
+    exhausted: BudgetExhausted
+
+
+WatchEvent = TaskChanged | TeammateChanged | LeadMessage | PlanSubmitted | ShutdownAnswered | BudgetExhaustedEvent
 """Any event `Lead.watch` yields."""
 
 

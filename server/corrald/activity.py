@@ -25,6 +25,12 @@ _LINES = {
     "failed": "task {task} failed under {teammate} ({outcome}): {error}",
     "released": "task {task} released by {teammate}",
     "lease_expired": "task {task}: the lease of {teammate} expired (attempt {attempt})",
+    "attempt_timed_out": "task {task}: the attempt of {teammate} timed out (attempt {attempt})",
+    "revoked": "task {task}: the claim of {teammate} was revoked ({reason})",
+    "viewer_added": "viewer {viewer} added",
+    "viewer_removed": "viewer {viewer} removed",
+    "budget_set": "budget of {teammate} set (cost {cost_micros} micros, {tokens} tokens; 0: no limit)",
+    "budget_exhausted": "teammate {teammate} spent its budget (cost {cost_micros} micros, {tokens} tokens)",
 }
 
 

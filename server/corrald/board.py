@@ -15,15 +15,21 @@ import logging
 import pathlib
 import secrets
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from . import cpu, delivery, errors, validate
 from .clock import Clock
 from .config import Limits, WriterConfig
 from .model import (
+    TASK_EVENT_KINDS,
+    AttemptRecord,
+    Budget,
     CanceledTask,
+    ConcurrencyLimit,
     CreatedBatch,
     Event,
     FeedPage,
+    OpOutcome,
     TaskPage,
     TaskRecord,
     TaskSpec,
@@ -31,27 +37,61 @@ from .model import (
     TeammateRecord,
     TeammateStatus,
     Txn,
+    Usage,
+    ViewerRecord,
+    WaitingFor,
 )
 from .readers import ReaderPool
-from .store import events, inbox, protocol, status, tasks, team
+from .store import events, inbox, keys, ops, overview, protocol, status, tasks, team, usage, viewers
 from .store.schema import open_writer
-from .stream import StreamItem, StreamState
+from .stream import ParkedStreams, StreamItem, StreamState
 from .writer import CommitFailed, Writer, WriterStats
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Identity:
-    name: str  # "lead" or a teammate's name
+    name: str  # "lead", a teammate's name, or "viewer:" and a viewer's name
     is_lead: bool
+    is_viewer: bool = False
+
+    @property
+    def role(self) -> str:
+        """What the credential may do, as GetIdentity names it."""
+        return ROLE_LEAD if self.is_lead else ROLE_VIEWER if self.is_viewer else ROLE_TEAMMATE
+
+
+# The roles a credential can have (GetIdentityResponse.role; a viewer is refused GetIdentity).
+ROLE_LEAD = "lead"
+ROLE_TEAMMATE = "teammate"
+ROLE_VIEWER = "viewer"
 
 
 LEAD = "lead"
+VIEWER_PREFIX = "viewer:"  # a viewer's identity never shares a lane or a log name with a teammate's
+T = TypeVar("T")
 
 log = logging.getLogger("corrald.board")
 
 
 def token_hash(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
+
+
+def _complete_and_next(
+    tx: Txn,
+    name: str,
+    request: tuple[str, str, bytes],
+    stream: StreamState,
+    waiters: ParkedStreams | None,
+    spent: Usage | None = None,
+) -> tuple[TaskRecord, delivery.Delivery]:
+    """A completion and its handoff, in one job: the streams waiting for work (as the job
+    sees them when it runs, on the writer thread) first, then the teammate's next item.
+    Its usage is counted first, so a completion that spends the budget hands off nothing."""
+    task_id, token, result = request
+    task, ended = tasks.complete_claim(tx, name, task_id, token, result, status_after=False, usage=spent)
+    waiting = waiters.snapshot() if waiters is not None else []
+    return task, delivery.after_completion(tx, name, stream, waiting, ended_claim=ended)
 
 
 def _stamp_clock(conn, now_ms: int, changed: bool, failures: list[BaseException]) -> None:
@@ -63,10 +103,28 @@ def _stamp_clock(conn, now_ms: int, changed: bool, failures: list[BaseException]
 
 
 @dataclasses.dataclass(frozen=True)
+class BoardOverview:
+    """The whole board as a page draws it, read in one transaction: consistent with
+    the event log through `seq`. Past `graph_limit` tasks, `tasks` is the frontier."""
+
+    seq: int
+    task_count: int
+    frontier: bool
+    tasks: list[dict[str, object]]
+    problems: list[dict[str, object]]
+    claims: list[dict[str, object]]
+    plans: list[dict[str, object]]
+    teammates: list[TeammateRecord]
+    last_activity_ms: dict[str, int]
+    stats: BoardStats
+
+
+@dataclasses.dataclass(frozen=True)
 class BoardStats:
     tasks_by_state: dict[TaskState, int]
     teammates_by_status: dict[TeammateStatus, int]
     writer: WriterStats
+    usage: Usage = Usage()
 
 
 class Board:
@@ -84,6 +142,9 @@ class Board:
         self.limits = limits
         self._lead_hash = token_hash(lead_token)
         self._teammate_hashes: dict[bytes, str] = {}
+        self._viewer_hashes: dict[bytes, str] = {}
+        # Told, on the loop, of each viewer removed (the web board ends its sessions and streams).
+        self.viewer_removed: list[Callable[[Identity], None]] = []
         # The board's storage: the writer thread (the one read-write connection),
         # whose commits the daemon's wiring listens to (`writer.on_commit`), and
         # the reader pool, opened with the board.
@@ -114,14 +175,17 @@ class Board:
         if behind_ms:
             log.warning("wall clock %.3f s behind this board's clock; carrying on from the board's", behind_ms / 1000)
 
-        def recover(tx: Txn) -> list[tuple[bytes, str, bool]]:
+        def recover(tx: Txn) -> tuple[list[tuple[bytes, str, bool]], list[tuple[bytes, str]]]:
             tasks.extend_live_leases(tx)
+            keys.recount(tx)
             team.mark_all_offline(tx)
-            return team.credentials(tx.conn)
+            return team.credentials(tx.conn), viewers.credentials(tx.conn)
 
-        for digest, name, removed in self.writer.call(recover):
+        mates, watchers = self.writer.call(recover)
+        for digest, name, removed in mates:
             if not removed:
                 self._teammate_hashes[digest] = name
+        self._viewer_hashes.update(watchers)
 
     def close(self) -> None:
         self.writer.close()
@@ -135,7 +199,18 @@ class Board:
         if hmac.compare_digest(digest, self._lead_hash):
             return Identity(LEAD, True)
         name = self._teammate_hashes.get(digest)
-        return Identity(name, False) if name is not None else None
+        if name is not None:
+            return Identity(name, False)
+        viewer = self._viewer_hashes.get(digest)
+        return Identity(VIEWER_PREFIX + viewer, False, is_viewer=True) if viewer is not None else None
+
+    def still_valid(self, identity: Identity) -> bool:
+        """Whether the credential that proved `identity` is still live (for sessions kept across a restart)."""
+        if identity.is_lead:
+            return True
+        if identity.is_viewer:
+            return identity.name.removeprefix(VIEWER_PREFIX) in self._viewer_hashes.values()
+        return identity.name in self._teammate_hashes.values()
 
     # ------------------------------------------------------------ lead
 
@@ -148,7 +223,10 @@ class Board:
         if len(request_id) > self.limits.name_max_chars:
             raise errors.InvalidArgument("request_id", f"longer than {self.limits.name_max_chars} characters")
         items = len(raw_specs) + sum(len(spec.depends_on) for spec in raw_specs)
-        batch = await cpu.run(lambda: validate.prepare_batch(raw_specs, self.limits), inline=items <= cpu.INLINE_ITEMS)
+        now_ms = self.clock.now_ms()
+        batch = await cpu.run(
+            lambda: validate.prepare_batch(raw_specs, self.limits, now_ms), inline=items <= cpu.INLINE_ITEMS
+        )
         return await self.writer.run(lambda tx: tasks.create_batch(tx, batch, request_id))
 
     async def cancel_tasks(self, task_ids: Sequence[str]) -> list[CanceledTask]:
@@ -157,6 +235,26 @@ class Board:
         if len(task_ids) > self.limits.batch_max:
             raise errors.InvalidArgument("ids", f"more than {self.limits.batch_max} ids in one call")
         return await self.writer.run(lambda tx: tasks.cancel(tx, list(task_ids)))
+
+    async def retry_tasks(self, task_ids: Sequence[str], reset_attempts: bool) -> tuple[list[TaskRecord], int]:
+        """Sends FAILED or CANCELED tasks back to PENDING (with the dependents canceled
+        because of them); returns the first of them, named ones first, and how many
+        changed in all."""
+        if not task_ids:
+            raise errors.InvalidArgument("ids", "must not be empty")
+        if len(task_ids) > self.limits.batch_max:
+            raise errors.InvalidArgument("ids", f"more than {self.limits.batch_max} ids in one call")
+        seqs = await self.writer.run(lambda tx: tasks.retry(tx, list(task_ids), reset_attempts))
+        # The reply holds a few MiB of them at most: read no more than could fit.
+        shown = seqs[: self.limits.page_size_max]
+        return await self.read(lambda conn: tasks.records_by_seq(conn, shown)), len(seqs)
+
+    async def revoke_claim(self, task_id: str, reason: str) -> TaskRecord:
+        """Takes the task's live claim from its holder (see `tasks.revoke`)."""
+        if not task_id:
+            raise errors.InvalidArgument("task_id", "must not be empty")
+        validate.check_text("reason", reason, self.limits.text_max_bytes)
+        return await self.writer.run(lambda tx: tasks.revoke(tx, task_id, reason))
 
     async def add_teammate(self, name: str, roles: Sequence[str], require_plan: bool) -> tuple[TeammateRecord, str]:
         validate.check_id("name", name, self.limits)
@@ -182,6 +280,26 @@ class Board:
             if owner == name:
                 del self._teammate_hashes[digest]
 
+    async def add_viewer(self, name: str) -> tuple[ViewerRecord, str]:
+        """Mints a read-only credential; only its hash is stored."""
+        validate.check_id("name", name, self.limits)
+        token = "corral-view-" + secrets.token_urlsafe(32)
+        digest = token_hash(token)
+        record = await self.writer.run(lambda tx: viewers.add_viewer(tx, name, digest))
+        self._viewer_hashes[digest] = name
+        return record, token
+
+    async def remove_viewer(self, name: str) -> None:
+        await self.writer.run(lambda tx: viewers.remove_viewer(tx, name))
+        for digest, owner in list(self._viewer_hashes.items()):
+            if owner == name:
+                del self._viewer_hashes[digest]
+        for listener in self.viewer_removed:
+            listener(Identity(VIEWER_PREFIX + name, False, is_viewer=True))
+
+    async def list_viewers(self) -> list[ViewerRecord]:
+        return await self.read(viewers.list_viewers)
+
     async def request_shutdown(self, name: str, reason: str, grace_ms: int) -> tuple[str, int]:
         validate.check_text("reason", reason, self.limits.text_max_bytes)
         grace = validate.defaulted(
@@ -189,15 +307,32 @@ class Board:
         )
         return await self.writer.run(lambda tx: protocol.request_shutdown(tx, name, reason, grace))
 
+    async def set_budget(self, name: str, max_cost_micros: int, max_tokens: int) -> Budget:
+        """Sets a teammate's budget, or with "*" the default of every teammate without its own."""
+        if not name:
+            raise errors.InvalidArgument("teammate", 'must name a teammate or "*"')
+        budget = validate.budget(max_cost_micros, max_tokens)
+        return await self.writer.run(lambda tx: usage.set_budget(tx, name, budget))
+
     async def decide_plan(self, plan_id: str, approve: bool, feedback: str) -> int:
         validate.check_text("feedback", feedback, self.limits.text_max_bytes)
         return await self.writer.run(lambda tx: protocol.decide_plan(tx, plan_id, approve, feedback))
 
+    async def set_concurrency_limit(self, key: str, limit: int) -> ConcurrencyLimit:
+        validate.concurrency_limit(key, limit, self.limits)
+        return await self.writer.run(lambda tx: keys.set_limit(tx, key, limit))
+
+    async def concurrency_limits(self) -> list[ConcurrencyLimit]:
+        """Every key with a limit, by key (a read)."""
+        return await self.read(keys.list_limits)
+
     async def reap(self) -> int | None:
-        """Reclaims expired leases and runs out shutdown graces; returns the next deadline."""
+        """Reclaims expired leases, opens due time gates and runs out shutdown graces;
+        returns the next deadline."""
 
         def job(tx: Txn) -> tuple[list[str], int | None]:
             tasks.reclaim_expired(tx)
+            tasks.open_due_gates(tx)
             removed = protocol.expire_shutdowns(tx)
             return removed, tasks.next_deadline(tx.conn)
 
@@ -241,25 +376,183 @@ class Board:
     async def ack(self, name: str, through_seq: int) -> int:
         return await self.writer.run(lambda tx: inbox.ack(tx, name, through_seq))
 
-    async def renew(self, name: str, task_id: str, token: str) -> tuple[int, bool]:
-        lease_end, protocol_waiting = await self.writer.run(lambda tx: tasks.renew(tx, name, task_id, token))
-        if lease_end <= self.clock.now_ms():
-            # The commit took longer than the whole lease: the claim is over by the
-            # daemon clock (the reaper ends it), and an OK would say it lives.
-            raise errors.LeaseExpired(f"lease on task {task_id!r} ended before the renewal committed", id=task_id)
+    async def renew(
+        self,
+        name: str,
+        task_id: str,
+        token: str,
+        progress: str = "",
+        fraction: float | None = None,
+        reported: Usage | None = None,
+    ) -> tuple[int, bool]:
+        """Extends the lease; non-empty `progress` or a `fraction` is stored on the task,
+        and `reported` usage added to the sums."""
+        note = validate.progress(progress, fraction, self.limits)
+        spent = validate.usage(reported, self.limits)
+        lease_end, protocol_waiting = await self.writer.run(
+            lambda tx: tasks.renew(tx, name, task_id, token, note, spent)
+        )
+        ended = self._ended_before_answer(lease_end, task_id)
+        if ended is not None:
+            raise ended
         return lease_end, protocol_waiting
 
-    async def complete(self, name: str, task_id: str, token: str, result: bytes) -> TaskRecord:
+    def _ended_before_answer(self, lease_end: int, task_id: str) -> errors.LeaseExpired | None:
+        """A renewal whose commit took longer than the whole lease: the claim is over by
+        the daemon clock (the reaper ends it), and an OK would say it lives."""
+        if lease_end > self.clock.now_ms():
+            return None
+        return errors.LeaseExpired(f"lease on task {task_id!r} ended before the renewal committed", id=task_id)
+
+    async def complete(
+        self,
+        name: str,
+        task_id: str,
+        token: str,
+        result: bytes,
+        *,
+        stream: StreamState | None = None,
+        waiters: ParkedStreams | None = None,
+        reported: Usage | None = None,
+    ) -> TaskRecord:
+        """Completes the task, adding `reported` usage to the sums. With the teammate's
+        open `stream`, the same job serves the `waiters` and decides the stream's next
+        item (the handoff), which the stream sends at its next turn: never in this
+        call's reply."""
+        self._check_result(result)
+        spent = validate.usage(reported, self.limits)
+        if stream is None:
+            return await self.writer.run(lambda tx: tasks.complete(tx, name, task_id, token, result, spent))
+
+        def job(tx: Txn) -> tuple[TaskRecord, delivery.Delivery]:
+            return _complete_and_next(tx, name, (task_id, token, result), stream, waiters, spent)
+
+        task, found = await self.writer.run(job)
+        stream.hand(found)
+        return task
+
+    def _check_result(self, result: bytes) -> None:
         if len(result) > self.limits.blob_max_bytes:
             raise errors.InvalidArgument("result", f"larger than {self.limits.blob_max_bytes} bytes")
-        return await self.writer.run(lambda tx: tasks.complete(tx, name, task_id, token, result))
 
-    async def fail(self, name: str, task_id: str, token: str, error: str, retryable: bool) -> TaskRecord:
+    async def fail(
+        self, name: str, task_id: str, token: str, error: str, retryable: bool, reported: Usage | None = None
+    ) -> TaskRecord:
         validate.check_text("error", error, self.limits.text_max_bytes)
-        return await self.writer.run(lambda tx: tasks.fail(tx, name, task_id, token, error, retryable))
+        spent = validate.usage(reported, self.limits)
+        return await self.writer.run(lambda tx: tasks.fail(tx, name, task_id, token, error, retryable, spent))
 
     async def release(self, name: str, task_id: str, token: str) -> TaskRecord:
         return await self.writer.run(lambda tx: tasks.release(tx, name, task_id, token))
+
+    # ------------------------------------------------------------ Session ops
+    #
+    # Each op is one writer job that records its outcome by the op id (see
+    # store/ops.py); an op sent again is answered from the record, and what the
+    # answer needs beyond it (the task) is read in the same job.
+
+    async def _op(
+        self,
+        name: str,
+        op_id: str,
+        digest: bytes,
+        body: Callable[[Txn], tuple[OpOutcome, T]],
+        replay: Callable[[Txn], T] | None = None,
+    ) -> tuple[OpOutcome, T | None]:
+        def job(tx: Txn) -> tuple[OpOutcome, T | None]:
+            live: list[T] = []
+
+            def run(inner: Txn) -> OpOutcome:
+                outcome, value = body(inner)
+                live.append(value)
+                return outcome
+
+            outcome, ran = ops.run_once(tx, name, op_id, digest, run)
+            if ran:
+                return outcome, live[0] if live else None
+            return outcome, replay(tx) if replay is not None and outcome.error is None else None
+
+        return await self.writer.run(job)
+
+    async def ack_op(self, name: str, op_id: str, digest: bytes, through_seq: int) -> OpOutcome:
+        def body(tx: Txn) -> tuple[OpOutcome, None]:
+            return OpOutcome(value=inbox.ack(tx, name, through_seq)), None
+
+        return (await self._op(name, op_id, digest, body))[0]
+
+    async def renew_op(
+        self,
+        name: str,
+        op_id: str,
+        digest: bytes,
+        task_id: str,
+        token: str,
+        progress: str = "",
+        fraction: float | None = None,
+        reported: Usage | None = None,
+    ) -> OpOutcome:
+        note = validate.progress(progress, fraction, self.limits)
+        spent = validate.usage(reported, self.limits)
+
+        def body(tx: Txn) -> tuple[OpOutcome, None]:
+            lease_end, waiting = tasks.renew(tx, name, task_id, token, note, spent)
+            return OpOutcome(value=lease_end, flag=waiting), None
+
+        outcome, _ = await self._op(name, op_id, digest, body)
+        if outcome.error is None:
+            ended = self._ended_before_answer(outcome.value or 0, task_id)  # as for RenewLease
+            if ended is not None:
+                return OpOutcome(error=ended)
+        return outcome
+
+    async def complete_op(
+        self,
+        name: str,
+        op_id: str,
+        digest: bytes,
+        request: tuple[str, str, bytes],
+        stream: StreamState,
+        waiters: ParkedStreams,
+        reported: Usage | None = None,
+    ) -> tuple[OpOutcome, TaskRecord | None, delivery.Delivery | None]:
+        """A Session completion with its handoff: the delivery is the stream's next item,
+        to go out with the op result (None when the op had run before)."""
+        task_id, token, result = request
+        self._check_result(result)
+        spent = validate.usage(reported, self.limits)
+
+        def body(tx: Txn) -> tuple[OpOutcome, tuple[TaskRecord, delivery.Delivery]]:
+            return OpOutcome(), _complete_and_next(tx, name, (task_id, token, result), stream, waiters, spent)
+
+        outcome, found = await self._op(name, op_id, digest, body, lambda tx: (tasks.get_task(tx.conn, task_id), None))
+        if found is None:
+            return outcome, None, None
+        return outcome, found[0], found[1]
+
+    async def fail_op(
+        self,
+        name: str,
+        op_id: str,
+        digest: bytes,
+        request: tuple[str, str, str, bool],
+        reported: Usage | None = None,
+    ) -> tuple[OpOutcome, TaskRecord | None]:
+        task_id, token, error, retryable = request
+        validate.check_text("error", error, self.limits.text_max_bytes)
+        spent = validate.usage(reported, self.limits)
+
+        def body(tx: Txn) -> tuple[OpOutcome, TaskRecord]:
+            return OpOutcome(), tasks.fail(tx, name, task_id, token, error, retryable, spent)
+
+        return await self._op(name, op_id, digest, body, lambda tx: tasks.get_task(tx.conn, task_id))
+
+    async def release_op(
+        self, name: str, op_id: str, digest: bytes, task_id: str, token: str
+    ) -> tuple[OpOutcome, TaskRecord | None]:
+        def body(tx: Txn) -> tuple[OpOutcome, TaskRecord]:
+            return OpOutcome(), tasks.release(tx, name, task_id, token)
+
+        return await self._op(name, op_id, digest, body, lambda tx: tasks.get_task(tx.conn, task_id))
 
     async def submit_plan(self, name: str, plan: str) -> str:
         validate.check_text("plan", plan, self.limits.text_max_bytes)
@@ -284,6 +577,10 @@ class Board:
 
     async def get_task(self, task_id: str) -> TaskRecord:
         return await self.read(lambda conn: tasks.get_task(conn, task_id))
+
+    async def task_history(self, task_id: str) -> tuple[TaskRecord, list[AttemptRecord], WaitingFor | None]:
+        """The task, its most recent claims (oldest first) and what it waits for (a read)."""
+        return await self.read(lambda conn: tasks.task_history(conn, task_id))
 
     async def list_tasks(
         self, *, states: Sequence[TaskState], owner: str, after_seq: int, limit: int, max_bytes: int
@@ -317,22 +614,55 @@ class Board:
 
         def query(conn) -> FeedPage:
             found = events.read_events(conn, after_seq, limit)
-            sizes = tasks.wire_bytes_by_id(conn, (e.data["id"] for e in found if e.kind == "task_changed"))
+            sizes = tasks.wire_bytes_by_id(conn, (e.data["id"] for e in found if e.kind in TASK_EVENT_KINDS))
             items: list[tuple[Event, TaskRecord | None, TeammateRecord | None]] = []
             total = 0
             for event in found:
-                total += sizes.get(event.data["id"], 0) if event.kind == "task_changed" else 0
+                if event.kind in TASK_EVENT_KINDS:
+                    # The bound counts the task's progress now; the event shows its own.
+                    total += sizes.get(event.data["id"], 0) + len(event.data.get("progress", "").encode())
                 if items and total > max_bytes:
                     break
-                task = tasks.get_task(conn, event.data["id"]) if event.kind == "task_changed" else None
+                task = tasks.get_task(conn, event.data["id"]) if event.kind in TASK_EVENT_KINDS else None
                 mate = team.get_teammate(conn, event.data["name"]) if event.kind == "teammate_changed" else None
                 items.append((event, task, mate))
             return FeedPage(items, more=len(items) < len(found) or len(found) == limit)
 
         return await self.read(query)
 
+    async def overview(self, graph_limit: int, claims_limit: int = 2000) -> BoardOverview:
+        """The board for a page, in one read transaction (see `BoardOverview`)."""
+
+        def query(conn) -> BoardOverview:
+            count = overview.task_count(conn)
+            frontier = count > graph_limit
+            rows = overview.frontier_rows(conn, graph_limit) if frontier else overview.task_rows(conn, 0, graph_limit)
+            return BoardOverview(
+                seq=overview.last_event_seq(conn),
+                task_count=count,
+                frontier=frontier,
+                tasks=rows,
+                problems=overview.problem_rows(conn, 500),
+                claims=overview.recent_claims(conn, claims_limit),
+                plans=overview.open_plans(conn, 100),
+                teammates=[record for _, record in team.list_teammates(conn, 0, self.limits.page_size_max)],
+                last_activity_ms=overview.last_activity(conn),
+                stats=self._stats(conn),
+            )
+
+        return await self.read(query)
+
+    async def task_rows(self, after_seq: int, limit: int) -> list[dict[str, object]]:
+        """A page of the board as the page's table shows it (a read)."""
+        return await self.read(lambda conn: overview.task_rows(conn, after_seq, limit))
+
+    async def last_event_seq(self) -> int:
+        return await self.read(overview.last_event_seq)
+
     def _stats(self, conn) -> BoardStats:
-        return BoardStats(tasks.count_by_state(conn), status.count_by_status(conn), self.writer.stats())
+        return BoardStats(
+            tasks.count_by_state(conn), status.count_by_status(conn), self.writer.stats(), usage.board_total(conn)
+        )
 
     async def stats(self) -> BoardStats:
         return await self.read(self._stats)

@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 import logging
 import pathlib
+import ssl
 import sys
 
 import click
 
 from .config import Limits, WriterConfig
 from .daemon import ServeConfig, serve
-from .listen import ConfigError
+from .listen import ConfigError, web_address
 from .overload.lanes import LaneConfig
 from .overload.pacing import PacingConfig
 from .statedir import StateDirError
+from .web.config import WebConfig
 
 
 class _JsonFormatter(logging.Formatter):
@@ -106,6 +108,19 @@ def main() -> None:
     help="Seconds a Watch or Idle stream may wait for its client to take a message before it is "
     "ended with UNAVAILABLE (reason SLOW_CONSUMER).",
 )
+@click.option(
+    "--web",
+    "web",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve the web board here (host default 127.0.0.1); off unless given. "
+    "A non-loopback host needs --tls-cert and --tls-key.",
+)
+@click.option(
+    "--web-actions",
+    is_flag=True,
+    help="Let a lead session act from the web board (approve plans, cancel, revoke, budgets, shutdown).",
+)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--log-level", default="info", show_default=True)
 def serve_command(
@@ -120,11 +135,21 @@ def serve_command(
     waiting_per_identity: int,
     pacing_slack: float,
     stream_send_timeout: float,
+    web: str | None,
+    web_actions: bool,
     log_format: str,
     log_level: str,
 ) -> None:
     """Serve one board until SIGTERM."""
     _configure_logging(log_level, log_format)
+    web_config = None
+    if web is not None:
+        try:
+            host, port, context = web_address(web, tls_cert, tls_key)
+        except (ConfigError, OSError, ssl.SSLError) as error:
+            click.echo(f"corrald: {error}", err=True)
+            sys.exit(2)
+        web_config = WebConfig(host=host, port=port, actions=web_actions, ssl_context=context)
     config = ServeConfig(
         state_dir=state_dir,
         listen=listen,
@@ -139,6 +164,7 @@ def serve_command(
             waiting_per_identity=waiting_per_identity,
             pacing=PacingConfig(slack=pacing_slack),
         ),
+        web=web_config,
     )
     try:
         code = serve(config)

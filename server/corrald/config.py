@@ -12,6 +12,8 @@ MINUTE_MS = 60 * SECOND_MS
 HOUR_MS = 60 * MINUTE_MS
 KIB = 1024
 MIB = 1024 * KIB
+# How much of its dependencies' results a claim carries.
+DEPENDENCY_RESULTS_MAX_BYTES = 4 * MIB
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,6 +22,14 @@ class Limits:
     lease_min_ms: int = 1 * SECOND_MS
     lease_max_ms: int = 24 * HOUR_MS
     max_attempts_default: int = 3
+    # Retry backoff as a Temporal user expects it: 1 s, doubling, at most 100x the first.
+    retry_backoff_default_ms: int = 1 * SECOND_MS
+    retry_backoff_max_ms: int = 1 * HOUR_MS
+    retry_backoff_growth_max: int = 100  # the default cap, as a multiple of the first wait
+    retry_backoff_cap_max_ms: int = 100 * HOUR_MS
+    attempt_timeout_min_ms: int = 1 * SECOND_MS
+    attempt_timeout_max_ms: int = 7 * 24 * HOUR_MS
+    not_before_ahead_max_ms: int = 365 * 24 * HOUR_MS
     max_attempts_max: int = 100
     poll_interval_default_ms: int = 5 * SECOND_MS
     poll_interval_min_ms: int = 50
@@ -32,12 +42,16 @@ class Limits:
     grace_min_ms: int = 1 * SECOND_MS
     grace_max_ms: int = 24 * HOUR_MS
     batch_max: int = 10_000
+    concurrency_key_max_chars: int = 200
+    concurrency_limit_max: int = 10_000  # tasks of one key IN_PROGRESS at once
     # One batch is one writer job: these keep it within the job budget
     # (server/DESIGN.md) and its reply under a default client's 4 MiB.
     batch_deps_max: int = 50_000
     batch_id_bytes_max: int = 2 * MIB
     title_max_chars: int = 200
     text_max_bytes: int = 64 * KIB
+    progress_max_bytes: int = 1 * KIB
+    model_max_chars: int = 200
     blob_max_bytes: int = 1 * MIB
     deps_per_task_max: int = 1_000
     unacked_inbox_max: int = 10_000

@@ -12,6 +12,7 @@ import pathlib
 import signal
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -29,8 +30,8 @@ from .connections import connection_options, raise_open_files_limit
 from .listen import bind
 from .looplag import LoopLag
 from .metrics import Metrics
-from .model import Wakes
 from .overload.lanes import CallLanes, LaneConfig
+from .overload.pacing import Pacer
 from .overload.reopen import ReopenSpacing
 from .reaper import Reaper
 from .service.board import BoardServicer
@@ -39,6 +40,10 @@ from .service.lead import LeadServicer
 from .service.teammate import TeammateServicer
 from .statedir import StateDir
 from .wake import WakeHub
+from .web.config import WebConfig
+
+if TYPE_CHECKING:
+    from .web.app import WebBoard
 
 log = logging.getLogger("corrald")
 
@@ -84,6 +89,7 @@ class ServeConfig:
     writer: WriterConfig = WriterConfig()
     lanes: LaneConfig = LaneConfig()
     stop_grace_s: float = 2.0
+    web: WebConfig | None = None  # the web board, off unless `--web`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +103,7 @@ class Parts:
     loop_lag: LoopLag
     metrics: Metrics | None
     teammates: TeammateServicer
+    lead: LeadServicer
     health: health_aio.HealthServicer
     server: grpc.aio.Server
 
@@ -124,23 +131,23 @@ def assemble(
     # The activity log is written here, on the loop, not by the writer thread,
     # whose time between commits is the board's throughput.
     hub = WakeHub(loop, on_deadline=reaper.schedule, clock=clock, on_activity=activity.write)
-    lanes = CallLanes(config.lanes)
+    # Pacing charges each teammate with what its writer jobs took (overload/costs.py).
+    lanes = CallLanes(config.lanes, Pacer(config.lanes.pacing, costs=writer.costs))
     loop_lag = LoopLag()
     metrics = Metrics(board, hub, lanes) if config.metrics else None
 
     # The commit -> wake-up -> stream path. After each COMMIT the writer thread
-    # reports what the batch changed (`Wakes`). The hub hops to the event loop
-    # (`post` is its one thread-safe entry) and there wakes the Idle streams
-    # that may have work now, each of which asks the board again what to send
-    # (`Board.next_for`, one writer job); it also moves the Watch streams' event
-    # and arms the reaper for the next lease end or shutdown deadline.
-    def committed(wakes: Wakes) -> None:  # writer thread, after COMMIT
-        if metrics is not None:
-            metrics.observe_wakes(wakes)
-        hub.post(wakes)
-
-    writer.on_commit = committed
+    # reports what the batch changed (`Wakes`) to the hub, on the event loop, in
+    # the same hop that gives the batch's callers their outcome (so a commit
+    # costs one wake-up of the loop, and the hub has applied a batch's changes
+    # before any of its callers goes on). The hub wakes the streams that may
+    # have work now, each of which asks the board again what to send
+    # (`Board.next_for`, one writer job), hands claims made for a stream in
+    # another job to it, moves the Watch streams' event, and arms the reaper
+    # for the next lease end or shutdown deadline.
+    writer.on_commit_in_loop = (loop, hub.apply)
     if metrics is not None:
+        writer.on_commit = metrics.observe_wakes  # writer thread, after COMMIT
         writer.on_batch = metrics.observe_commit
 
     # The gRPC surface: one interceptor authenticates every call and gives it a
@@ -150,13 +157,14 @@ def assemble(
         options=SERVER_OPTIONS + connection_options(open_files_limit),
     )
     teammates = TeammateServicer(board, hub, ReopenSpacing())
-    pb_grpc.add_LeadServiceServicer_to_server(LeadServicer(board, hub), server)
+    lead = LeadServicer(board, hub)  # the web board's actions call it too
+    pb_grpc.add_LeadServiceServicer_to_server(lead, server)
     pb_grpc.add_TeammateServiceServicer_to_server(teammates, server)
     pb_grpc.add_BoardServiceServicer_to_server(BoardServicer(board, hub, lanes, loop_lag), server)
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, reflection.SERVICE_NAME, "grpc.health.v1.Health"), server)
-    return Parts(board, hub, reaper, lanes, loop_lag, metrics, teammates, health, server)
+    return Parts(board, hub, reaper, lanes, loop_lag, metrics, teammates, lead, health, server)
 
 
 class Daemon:
@@ -168,6 +176,7 @@ class Daemon:
         self.state = StateDir(config.state_dir)
         self.address: str | None = None
         self.metrics_address: str | None = None
+        self.web: WebBoard | None = None
         self._draining = False
         self._stop = asyncio.Event()
 
@@ -194,6 +203,15 @@ class Daemon:
             parts.server, self.config.listen, self.config.tls_cert, self.config.tls_key, self.state.paths.socket
         )
         await parts.server.start()
+        if self.config.web is not None:
+            # The board's HTTP site, on this same loop beside the gRPC server. Imported
+            # here: aiohttp costs a daemon without --web about 150 ms of every start.
+            from .web.app import WebBoard  # noqa: PLC0415
+
+            self.web = WebBoard(
+                self.config.web, parts.board, parts.hub, parts.lead, sessions_file=self.state.paths.web_sessions
+            )
+            self.state.write_web_address(await self.web.start())
         for service in ("", *SERVICE_NAMES):
             await parts.health.set(service, health_pb2.HealthCheckResponse.SERVING)
         parts.reaper.schedule(self.clock.now_ms())  # leases extended at recovery still need a timer
@@ -219,6 +237,9 @@ class Daemon:
         goaway = asyncio.create_task(parts.server.stop(_UNTIL_THE_WRITER_SETTLES_S))
         await asyncio.sleep(0)  # the task runs to its first await: gRPC core has begun the shutdown
         parts.hub.close("corrald is shutting down")
+        if self.web is not None:
+            await self.web.stop()
+            self.state.forget_web_address()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, parts.board.writer.settle)
         await parts.server.stop(self.config.stop_grace_s)
@@ -240,6 +261,8 @@ class Daemon:
         await self.start()
         _quiet_the_collector()
         ready = {"event": "ready", "address": self.address, "pid": os.getpid(), "state_dir": str(self.state.paths.root)}
+        if self.web is not None and self.web.url:
+            ready["web"] = self.web.url
         if self.metrics_address:
             ready["metrics"] = self.metrics_address  # as bound: `--metrics 127.0.0.1:0` names its port
         sys.stdout.write(json.dumps(ready) + "\n")

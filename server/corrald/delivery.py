@@ -7,6 +7,11 @@ in one transaction, and it composes with other jobs' work in the same one. It
 reads the stream's state and never writes it: it returns a `Delivery`, which
 the stream loop applies. While a gate is closed it writes nothing.
 
+`serve_waiters` and `after_completion` are the handoff: a completion's job
+claims for the streams that wait for work (in the order they began to wait)
+and then decides the completing teammate's next item, so one transaction
+completes a task and claims the next, and dependency → claim costs one commit.
+
 `look` is the same steps 1–3 without writing, for checks that a read can
 answer; it defers to the writer whenever a claim is possible. `readable` is
 what a read can deliver when the writer cannot commit. The SQL is the
@@ -17,14 +22,16 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+from collections.abc import Sequence
 
-from .model import TeammateView, Txn
-from .store import gates, inbox, tasks, team
+from .model import BudgetExhausted, ClaimGrant, HandedClaim, TeammateView, Txn
+from .store import gates, inbox, status, tasks, team, usage
 from .stream import Delivery, StreamItem, StreamState
 
 
-def next_for_teammate(tx: Txn, name: str, stream: StreamState) -> Delivery:
-    """What to send now, in order; no items means "wait"."""
+def next_for_teammate(tx: Txn, name: str, stream: StreamState, *, busy: bool = False) -> Delivery:
+    """What to send now, in order; no items means "wait". `busy`: its status is stored
+    busy already (see `tasks.claim_next`)."""
     checked = _before_claim(tx.conn, name, stream, tx.now_ms)
     if checked.found is not None:
         return checked.found
@@ -33,9 +40,64 @@ def next_for_teammate(tx: Txn, name: str, stream: StreamState) -> Delivery:
     alive_ms = stream.last_alive_ms
     if _claims_paused(alive_ms, last_expiry, tx.now_ms):
         return Delivery([], checked.live, can_claim=False, claims_paused=True, alive_ms=alive_ms)
-    grant = tasks.claim_next(tx, name, checked.teammate.roles, reclaimed=True)
+    grant = tasks.claim_next(tx, name, checked.teammate.roles, reclaimed=True, busy=busy)
     can_claim = grant is None or len(checked.held) + 1 < stream.slots
     return Delivery([grant] if grant else [], checked.live, can_claim=can_claim, claims_paused=False)
+
+
+def serve_waiters(tx: Txn, waiters: Sequence[StreamState], *, besides: str = "") -> None:
+    """Claims, for each stream waiting for work (in the order they began to wait), the
+    first ready task it may take, inside this job; each claim goes out on its stream
+    (`Wakes.handed`). Every claim is decided by `next_for_teammate` from what is
+    committed: a waiter whose gates shut, whose slots filled, or that has inbox
+    items or held claims still to send since it parked gets nothing here, and its
+    own check (it was woken by that change) decides. `besides` is skipped (the
+    completing teammate, served last)."""
+    waiters = [stream for stream in waiters if stream.name != besides and stream.ended is None]
+    if not waiters or not tasks.any_ready(tx.conn, {role for stream in waiters for role in stream.roles}):
+        return
+    for stream in waiters:
+        if not tasks.any_ready(tx.conn, stream.roles):
+            continue
+        found = next_for_teammate(tx, stream.name, stream)
+        if found.can_claim is None or not found.items:
+            continue  # steps 1-2 had something to send first, or the gates or slots said no
+        (grant,) = found.items
+        assert isinstance(grant, ClaimGrant)
+        tx.wakes.handed.setdefault(stream.name, []).append(HandedClaim(grant, bool(found.can_claim)))
+        _handed_off(tx, grant)
+
+
+def after_completion(
+    tx: Txn, name: str, stream: StreamState, waiters: Sequence[StreamState], *, ended_claim: bool
+) -> Delivery:
+    """The completing teammate's next item, decided in its completion's job (which ran
+    `tasks.complete_claim` with `status_after=False`; `ended_claim` is what it
+    returned: the teammate is stored busy, and a claim that follows keeps it so)
+    once the waiters took what they may (waiters first, so a busy teammate never
+    starves one that waits). The answer is a whole check: its stream sends it,
+    and needs no wake-up for the slot the completion freed."""
+    serve_waiters(tx, waiters, besides=name)
+    found = next_for_teammate(tx, name, stream, busy=ended_claim)
+    tx.wakes.may_claim.discard(name)
+    tx.wakes.teammates.discard(name)
+    grant = found.items[0] if found.can_claim is not None and found.items else None
+    if isinstance(grant, ClaimGrant):  # step 4 sends only its claim
+        _handed_off(tx, grant)
+    else:
+        status.refresh_status(tx, name)  # no claim followed: idle, waiting or gated now
+    return found
+
+
+def _handed_off(tx: Txn, grant: ClaimGrant) -> None:
+    tx.wakes.tally["handoffs"] += 1
+    # A task this job made ready and then claimed wakes no one else for it; a task
+    # that was ready before (and its wake-up) is left alone.
+    if grant.task.seq in tx.made_ready:
+        tx.made_ready.discard(grant.task.seq)
+        role = grant.task.required_role
+        if tx.wakes.ready_roles.get(role, 0) > 0:
+            tx.wakes.ready_roles[role] -= 1
 
 
 def look(conn: sqlite3.Connection, name: str, stream: StreamState, now_ms: int) -> Delivery | None:
@@ -43,13 +105,13 @@ def look(conn: sqlite3.Connection, name: str, stream: StreamState, now_ms: int) 
 
     Returns what `next_for_teammate` would send, or None when only the writer
     can decide: a task this teammate may take is ready, or a lease has run out
-    and must be reclaimed first. So a stream that finds nothing to do, or a
+    and must be reclaimed first, or a time gate is due and must be opened. So a stream that finds nothing to do, or a
     gate shut, costs one read instead of a writer transaction.
     """
     checked = _before_claim(conn, name, stream, now_ms)
     if checked.found is not None:
         return checked.found
-    if tasks.any_lease_ended(conn, now_ms):
+    if tasks.any_lease_ended(conn, now_ms) or tasks.any_gate_due(conn, now_ms):
         return None
     alive_ms = stream.last_alive_ms
     if _claims_paused(alive_ms, checked.teammate.last_expiry_ms, now_ms):
@@ -99,6 +161,12 @@ def _before_claim(conn: sqlite3.Connection, name: str, stream: StreamState, now_
     if teammate.shutdown_pending or gates.protocol_unacked(conn, name, acked, teammate.last_seq):
         return shut
     if teammate.require_plan and not gates.plan_approved(conn, name, acked):
+        return shut
+    if teammate.budget_spent:  # held claims stay; no new one until the lead raises the budget
+        if stream.budget_notice is None:  # opened behind the closed gate: it hears why first
+            spent, budget = usage.of_teammate(conn, name)
+            notice = BudgetExhausted(name, spent, budget)
+            return _Checked(Delivery([notice], live, can_claim=False), teammate, held, live)
         return shut
     if len(held) >= stream.slots:
         return shut

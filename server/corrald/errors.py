@@ -63,6 +63,18 @@ class TaskCanceled(ClaimError):
     reason = "TASK_CANCELED"
 
 
+class ClaimRevoked(ClaimError):
+    """The Lead took the claim away (RevokeClaim, or its holder was removed)."""
+
+    reason = "CLAIM_REVOKED"
+
+
+class AttemptTimedOut(ClaimError):
+    """The attempt ran past its task's attempt_timeout."""
+
+    reason = "ATTEMPT_TIMEOUT"
+
+
 class FailedPrecondition(CorralError):
     reason = "FAILED_PRECONDITION"
 
@@ -101,3 +113,27 @@ class Aborted(CorralError):
     """The call lost a race it cannot win, e.g. a superseded Idle stream."""
 
     reason = "ABORTED"
+
+
+def _kinds() -> dict[str, type[CorralError]]:
+    found: dict[str, type[CorralError]] = {}
+    pending: list[type[CorralError]] = [CorralError]
+    while pending:
+        kind = pending.pop()
+        found[kind.__name__] = kind
+        pending.extend(kind.__subclasses__())
+    return found
+
+
+def replay(kind: str, message: str, metadata: dict[str, str]) -> CorralError:
+    """The error `kind` (a class name) with `message` and `metadata`, as recorded of an
+    earlier call, so that call's outcome can be given again without running it."""
+    cls = _kinds().get(kind, CorralError)
+    if issubclass(cls, InvalidArgument):
+        field = metadata.get("field", "")
+        return cls(field, metadata.get("description", message.removeprefix(f"{field}: ")))
+    if issubclass(cls, Overloaded):
+        return cls(message)
+    error = cls.__new__(cls)
+    CorralError.__init__(error, message, **metadata)
+    return error

@@ -2,8 +2,10 @@
 
 Points: `before_commit`, `after_commit` (writer), `before_checkpoint` (the
 writer's last checkpoint, when the daemon stops), `job:<owner>` (writer, before
-each job submitted by that caller, e.g. `job:lead`), `after_claim_sent` (Idle
-stream).
+each job submitted by that caller, e.g. `job:lead`), `after_claim_sent` (an Idle
+or Session stream sent a claim), `before_op_result` (a Session op committed and
+its result is not sent yet), `web_event_sent:<identity>` (a web board stream of that
+caller sent an event, e.g. `web_event_sent:viewer:ann`).
 
 Actions: `kill` (SIGKILL the process), `error` (raise sqlite3.OperationalError,
 as a full disk would), `sleep:<ms>` (block the thread that reached the point,

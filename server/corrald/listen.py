@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import pathlib
+import ssl
 
 import grpc
 
@@ -71,3 +72,23 @@ def _add_port(server: grpc.aio.Server, address: str, credentials: grpc.ServerCre
         return server.add_secure_port(address, credentials)
     except RuntimeError:
         return 0
+
+
+def web_address(
+    spec: str, tls_cert: pathlib.Path | None, tls_key: pathlib.Path | None
+) -> tuple[str, int, ssl.SSLContext | None]:
+    """`--web HOST:PORT` (or `:PORT`, or `PORT`: host 127.0.0.1) as host, port and the TLS
+    context of `--tls-cert/--tls-key`; a non-loopback host without them is refused."""
+    host, _, port = spec.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"--web must be HOST:PORT, not {spec!r}")
+    context = None
+    if tls_cert or tls_key:
+        if not (tls_cert and tls_key):
+            raise ConfigError("--tls-cert and --tls-key go together")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(tls_cert, tls_key)
+    if context is None and not _is_loopback(host):
+        raise ConfigError(f"--web on non-loopback {host!r} requires --tls-cert and --tls-key")
+    return host, int(port), context

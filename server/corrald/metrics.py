@@ -21,7 +21,17 @@ from .overload.lanes import CallLanes
 from .overload.queue_bound import LEVELS
 from .wake import WakeHub
 
-OPERATIONS = ("claims", "completions", "failures", "releases", "lease_expirations", "cancellations")
+OPERATIONS = (
+    "claims",
+    "handoffs",
+    "completions",
+    "failures",
+    "releases",
+    "lease_expirations",
+    "cancellations",
+    "revocations",
+    "attempt_timeouts",
+)
 
 
 class _BoardCollector(Collector):
@@ -53,6 +63,17 @@ class _BoardCollector(Collector):
         )
         yield GaugeMetricFamily(
             "corral_calls_waiting", "Calls waiting for a place in their caller's lane.", value=self._lanes.waiting
+        )
+        # The board's usage sums live in the database, so these counters survive a restart.
+        spent = stats.usage
+        yield CounterMetricFamily(
+            "corral_usage_input_tokens", "Input tokens teammates reported spending.", value=spent.input_tokens
+        )
+        yield CounterMetricFamily(
+            "corral_usage_output_tokens", "Output tokens teammates reported spending.", value=spent.output_tokens
+        )
+        yield CounterMetricFamily(
+            "corral_usage_cost_micros", "Cost teammates reported spending, in micros.", value=spent.cost_micros
         )
         family = GaugeMetricFamily("corral_tasks", "Tasks on the board by state.", labels=["state"])
         for state in TaskState:

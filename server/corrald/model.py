@@ -8,6 +8,8 @@ import enum
 import sqlite3
 import typing
 
+from .errors import CorralError
+
 
 class TaskState(enum.IntEnum):
     """Numbers match corral.v1.TaskState on the wire."""
@@ -45,6 +47,28 @@ class ClaimOutcome(enum.StrEnum):
     RELEASED = "released"
     CANCELED = "canceled"
     REVOKED = "revoked"
+    # Ran past the task's attempt_timeout: a failure, shown as FAILED on the wire.
+    TIMED_OUT = "timed_out"
+
+
+class ClaimEndReason(enum.IntEnum):
+    """Why a claim died under its holder; numbers match corral.v1.ClaimEndReason."""
+
+    LEASE_EXPIRED = 1
+    TASK_CANCELED = 2
+    TEAMMATE_REMOVED = 3
+    REVOKED = 4
+    ATTEMPT_TIMEOUT = 5
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClaimEnd:
+    """A claim that died under its holder, for the holder's open stream (after COMMIT)."""
+
+    task_id: str
+    token: str
+    reason: ClaimEndReason
+    detail: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -60,6 +84,44 @@ class TaskSpec:
     max_attempts: int
     lease_ms: int
     required_role: str
+    # The time gates (None: unset). On the wire they are optional, and a raw spec
+    # keeps "unset" apart from zero; a normalized one has the backoffs defaulted.
+    not_before_ms: int | None = None
+    retry_backoff_ms: int | None = None
+    retry_backoff_max_ms: int | None = None
+    trace_parent: str = ""  # a W3C traceparent, checked (validate.check_trace_parent)
+    concurrency_key: str = ""  # '' for none: no limit applies
+    attempt_timeout_ms: int | None = None  # None: no limit
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Usage:
+    """What a teammate reported spending (an increment, or a sum of them); `model` is
+    the latest model named (a sum keeps the last one seen, or none)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_micros: int = 0
+    model: str = ""
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+NO_USAGE = Usage()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Budget:
+    """A spending limit; 0 means no limit on that measure."""
+
+    max_cost_micros: int = 0
+    max_tokens: int = 0
+
+    def spent_by(self, usage: Usage) -> bool:
+        """Whether `usage` reached either limit (the budget gate is closed)."""
+        return (0 < self.max_cost_micros <= usage.cost_micros) or (0 < self.max_tokens <= usage.tokens)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -82,6 +144,49 @@ class TaskRecord:
     create_ms: int
     lease_expire_ms: int | None
     finish_ms: int | None
+    not_before_ms: int | None
+    retry_backoff_ms: int
+    retry_backoff_max_ms: int
+    ready_ms: int | None  # the latest time gate: not_before, or the end of a retry's backoff
+    progress: str = ""
+    progress_fraction: float | None = None
+    progress_ms: int | None = None
+    trace_parent: str = ""
+    concurrency_key: str = ""
+    usage: Usage = NO_USAGE
+    attempt_timeout_ms: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConcurrencyLimit:
+    """A concurrency key's limit (0: none) and how many of its tasks are IN_PROGRESS now."""
+
+    key: str
+    limit: int
+    in_progress: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BudgetExhausted:
+    """A teammate's spending reached its budget: a stream item and a Watch event."""
+
+    teammate: str
+    spent: Usage
+    budget: Budget
+
+    @staticmethod
+    def of_event(data: dict) -> BudgetExhausted:
+        """The notice a `budget_exhausted` event recorded (see store/usage.py)."""
+        spent = Usage(data["input_tokens"], data["output_tokens"], data["cost_micros"], data["model"])
+        return BudgetExhausted(data["name"], spent, Budget(data["max_cost_micros"], data["max_tokens"]))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Progress:
+    """A holder's progress note, sent with a renewal and checked (`validate.progress`)."""
+
+    text: str
+    fraction: float | None
 
 
 class CreatedTask(typing.NamedTuple):
@@ -117,12 +222,31 @@ class CreatedBatch:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One claim of a task as its history shows it (never its token)."""
+
+    attempt: int
+    owner: str
+    fence: int
+    claim_ms: int
+    end_ms: int | None  # None while the claim is live
+    outcome: ClaimOutcome | None  # None while the claim is live
+    error: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ClaimGrant:
     task: TaskRecord
     token: str
     lease_expire_ms: int
     attempt: int
     fence: int
+    # The task's latest ended claim before this one; None on its first claim.
+    previous_attempt: AttemptRecord | None = None
+    # Its direct dependencies' results, (id, result) in depends_on order within
+    # the claim's budget, and the ids of those left out.
+    dependency_results: tuple[tuple[str, bytes], ...] = ()
+    dependency_results_omitted: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -151,6 +275,14 @@ class TeammateRecord:
     status: TeammateStatus
     held_task_ids: tuple[str, ...]
     waiting_for_task_ids: tuple[str, ...] = ()
+    usage: Usage = NO_USAGE
+    budget: Budget = Budget()  # the effective one: its own, else the "*" default
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ViewerRecord:
+    name: str
+    created_ms: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -163,6 +295,13 @@ class TeammateView:
     last_seq: int
     last_expiry_ms: int  # the latest lease end reclaimed from it
     shutdown_pending: bool  # a shutdown request it has not answered
+    budget_spent: bool = False  # its spending reached its budget: the budget gate is closed
+
+
+# The event kinds about one task, whose data is the task's mutable part (the
+# rest is joined from the task's row when read): a change of state, and
+# progress sent by its holder.
+TASK_EVENT_KINDS = frozenset({"task_changed", "task_progress"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -171,6 +310,14 @@ class Event:
     time_ms: int
     kind: str
     data: dict
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HandedClaim:
+    """A claim made for a teammate inside another job, to go out on its open stream."""
+
+    grant: ClaimGrant
+    can_claim: bool  # whether the teammate still had a free slot and open gates after it
 
 
 @dataclasses.dataclass
@@ -188,10 +335,21 @@ class Wakes:
     tally: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     # What happened, for the daemon's log (written after COMMIT): (event, fields).
     activity: list[tuple[str, dict[str, object]]] = dataclasses.field(default_factory=list)
+    # Claims made inside another teammate's job for a stream that waited (see
+    # delivery.serve_waiters): each goes out on its teammate's open stream.
+    handed: dict[str, list[HandedClaim]] = dataclasses.field(default_factory=dict)
+    # Teammates whose spending reached their budget in this job: each stream hears it once.
+    exhausted: dict[str, BudgetExhausted] = dataclasses.field(default_factory=dict)
+    # Claims that died under their holders (expiry, cancel, removal, revocation,
+    # attempt timeout): each holder's open stream is told once this commits.
+    claims_ended: dict[str, list[ClaimEnd]] = dataclasses.field(default_factory=dict)
 
     def note(self, event: str, **fields: object) -> None:
         """Record one thing that happened, to be logged once its transaction commits."""
         self.activity.append((event, fields))
+
+    def claim_ended(self, holder: str, end: ClaimEnd) -> None:
+        self.claims_ended.setdefault(holder, []).append(end)
 
     def deadline(self, at_ms: int) -> None:
         if self.next_deadline_ms is None or at_ms < self.next_deadline_ms:
@@ -208,6 +366,11 @@ class Wakes:
         self.events = self.events or other.events
         self.tally.update(other.tally)
         self.activity.extend(other.activity)
+        for name, claims in other.handed.items():
+            self.handed.setdefault(name, []).extend(claims)
+        self.exhausted.update(other.exhausted)
+        for name, ends in other.claims_ended.items():
+            self.claims_ended.setdefault(name, []).extend(ends)
 
     def __bool__(self) -> bool:
         return bool(
@@ -219,24 +382,100 @@ class Wakes:
             or self.next_deadline_ms is not None
             or self.tally
             or self.activity
+            or self.handed
+            or self.exhausted
+            or self.claims_ended
         )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OpOutcome:
+    """What an op ended with: an error, or its value (a lease end, a task seq, an
+    acknowledged seq) and flag (renew: a protocol message waits)."""
+
+    value: int | None = None
+    flag: bool = False
+    error: CorralError | None = None
+
+
+class DeadlineWatch:
+    """The writer's lower bound on the earliest of some deadlines (every live lease's end;
+    every shut time gate), so a job skips the query for what is due while `now` is before
+    it (design: no query for what the writer already knows).
+
+    Only ever too early, never too late: a new deadline lowers it, a deadline moved later
+    (a renewal) leaves it, and anything the writer cannot follow (a restart's extension, a
+    job or batch rolled back) forgets it, so the next look queries and sets it again from
+    the table.
+    """
+
+    __slots__ = ("earliest_ms",)
+
+    def __init__(self) -> None:
+        self.earliest_ms: int | None = None  # None: unknown, query
+
+    def none_due(self, now_ms: int) -> bool:
+        return self.earliest_ms is not None and now_ms < self.earliest_ms
+
+    def lowered_to(self, deadline_ms: int) -> None:
+        if self.earliest_ms is not None:
+            self.earliest_ms = min(self.earliest_ms, deadline_ms)
+
+    def learned(self, earliest_ms: int | None) -> None:
+        """After a look at the table: the earliest deadline left (None: none left, so none is
+        due before one set from now on, each of which lowers the bound)."""
+        self.earliest_ms = earliest_ms if earliest_ms is not None else _NONE_LEFT
+
+    def forget(self) -> None:
+        self.earliest_ms = None
+
+
+_NONE_LEFT = 2**62  # later than any deadline
 
 
 @dataclasses.dataclass(slots=True)
 class Txn:
-    """One job's view of the open transaction: the connection, `now`, and wake notes."""
+    """One job's view of the open transaction: the connection, `now`, wake notes, and what
+    the writer knows of the leases and time gates across jobs (fresh, unknowing ones by
+    default)."""
 
     conn: sqlite3.Connection
     now_ms: int
     wakes: Wakes = dataclasses.field(default_factory=Wakes)
+    leases: DeadlineWatch = dataclasses.field(default_factory=DeadlineWatch)
+    gates: DeadlineWatch = dataclasses.field(default_factory=DeadlineWatch)
+    # Tasks this job's completions made ready (by seq): a claim of one of them in
+    # the same job wakes no other stream for it.
+    made_ready: set[int] = dataclasses.field(default_factory=set)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TaskPage:
-    """One page of a task listing, and whether tasks matching the same filter follow it."""
+    """One page of a task listing, whether tasks matching the same filter follow it,
+    and why each PENDING task of it that waits does (by seq)."""
 
     tasks: list[TaskRecord]
     more: bool
+    waiting: dict[int, WaitingFor] = dataclasses.field(default_factory=dict)
+
+
+class TeammateAvailability(enum.IntEnum):
+    """Whether anyone is there to take a task (the wire's TeammateAvailability)."""
+
+    SOME_ONLINE = 0
+    NONE_REGISTERED = 1
+    NONE_ONLINE = 2
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WaitingFor:
+    """What holds a PENDING task back: unmet dependencies (ids), a shut time gate
+    (when it opens), its concurrency key at its limit, nobody to take it."""
+
+    dependencies: tuple[str, ...]
+    ready_ms: int | None
+    teammates: TeammateAvailability
+    full_key: str = ""  # its concurrency key, while the key is at its limit
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

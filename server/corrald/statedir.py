@@ -34,6 +34,16 @@ class StatePaths:
     def lead_token(self) -> pathlib.Path:
         return self.root / "lead.token"
 
+    @property
+    def web_sessions(self) -> pathlib.Path:
+        """The web board's sessions, by the hash of their cookie (see web/sessions.py)."""
+        return self.root / "web.sessions"
+
+    @property
+    def web_address(self) -> pathlib.Path:
+        """The web board's URL while the daemon serves one (read by `corral web`)."""
+        return self.root / "web.address"
+
 
 class StateDir:
     """Holds an exclusive flock on the lock file for the daemon's life."""
@@ -84,6 +94,16 @@ class StateDir:
         with os.fdopen(fd, "w") as handle:
             handle.write(token)
         return token
+
+    def write_web_address(self, url: str) -> None:
+        path = self.paths.web_address
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(url + "\n")
+
+    def forget_web_address(self) -> None:
+        self.paths.web_address.unlink(missing_ok=True)
 
     def secure_files(self) -> None:
         for path in self.paths.root.glob("corral.sqlite3*"):

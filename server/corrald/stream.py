@@ -13,10 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
+import threading
+from collections.abc import Iterable
 
-from .model import ClaimGrant, InboxItem
+from .model import BudgetExhausted, ClaimEnd, ClaimGrant, InboxItem
 
-StreamItem = ClaimGrant | InboxItem
+# A budget notice is handed to every open stream of its teammate after the
+# commit that closed the gate; a stream opened behind a closed gate finds it in
+# its first check. Either way a stream sends one notice per closing.
+StreamItem = ClaimGrant | InboxItem | BudgetExhausted
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -72,6 +78,22 @@ class StreamState:
         self.claim_likely = False
         self.ended: str | None = None  # why the stream must end, if it must
         self.superseded = False
+        # Woken by the board (not by an op of its own arriving on a Session): the
+        # next turn of the loop checks what to send.
+        self.nudged = False
+        # Claims another job made for this stream (a completion's handoff), to send
+        # before anything else is checked (event loop only).
+        self.handed: list[StreamItem] = []
+        # Claims that died under the teammate, committed: told before anything else
+        # (event loop only; never stored, so a later stream does not hear of them).
+        self.claims_ended: list[ClaimEnd] = []
+        # Its place in the line of streams waiting for work (`ParkedStreams`): taken
+        # when it first waits after its last claim, and kept across wake-ups that
+        # brought it nothing, so a stream woken in vain does not lose its turn.
+        self.waiting_since: int | None = None
+        # The budget notice this stream sent last: a check that finds the gate closed
+        # tells a stream that has not heard, and a handed copy of it is not sent twice.
+        self.budget_notice: BudgetExhausted | None = None
 
     def may_take(self, role: str) -> bool:
         return not role or role in self.roles
@@ -79,14 +101,51 @@ class StreamState:
     def end(self, why: str, *, superseded: bool = False) -> None:
         self.ended = why
         self.superseded = superseded
+        self.nudge()
+
+    def nudge(self, *, claim_likely: bool = False) -> None:
+        """Something committed that this stream may have to send: it checks again."""
+        self.claim_likely = self.claim_likely or claim_likely
+        self.nudged = True
         self.event.set()
+
+    def hand(self, delivery: Delivery) -> None:
+        """What another job decided for this stream (a completion's handoff): sent at its
+        next turn, before anything is checked. Unlike a check's answer it says nothing
+        of which claims are live: this stream may have sent newer ones since."""
+        self.handed.extend(delivery.items)
+        if delivery.can_claim is not None:
+            self.can_claim = delivery.can_claim
+        if delivery.claims_paused is not None:
+            self.claims_paused = delivery.claims_paused
+        self.event.set()
+
+    def claim_ended(self, end: ClaimEnd) -> None:
+        """A claim of this teammate ended without its doing (after the commit that ended it)."""
+        self.claims_ended.append(end)
+        self.event.set()
+
+    def take_claims_ended(self) -> list[ClaimEnd]:
+        """The notices to send now; the claims they name are forgotten, and a handed one
+        that has not gone out yet never will."""
+        if not self.claims_ended:
+            return []  # the stream loop asks on every turn: almost always nothing
+        ended, self.claims_ended = self.claims_ended, []
+        dead = {end.token for end in ended}
+        self.sent_tokens -= dead
+        self.handed = [item for item in self.handed if not (isinstance(item, ClaimGrant) and item.token in dead)]
+        return ended
+
+    def take_handed(self) -> list[StreamItem]:
+        """The handed items not sent yet (a check of its own may have sent one first)."""
+        handed, self.handed = self.handed, []
+        return self.unsent(handed)
 
     def showed_life(self, now_ms: int) -> None:
         """The teammate made a call of its own: it is not frozen, claims may flow again."""
         self.last_alive_ms = now_ms
         if self.claims_paused:
-            self.claim_likely = True
-            self.event.set()
+            self.nudge(claim_likely=True)
 
     def learned(self, delivery: Delivery) -> None:
         """Takes in what a check found (before its items are sent)."""
@@ -99,15 +158,35 @@ class StreamState:
             # The teammate called while the check ran: `showed_life` saw no pause
             # yet and woke nobody, so wake the stream here, or its claims would
             # wait for the next poll.
-            self.claim_likely = True
-            self.event.set()
+            self.nudge(claim_likely=True)
+
+    def unsent(self, items: list[StreamItem]) -> list[StreamItem]:
+        """`items` without what this stream sent already: a claim handed to it may also
+        come back as a held claim from a check of its own, and goes out once. So does a
+        budget notice both handed by the commit that closed the gate and found by
+        the check of the same completion."""
+        fresh: list[StreamItem] = []
+        for item in items:
+            if not self._sent(item) and not (isinstance(item, BudgetExhausted) and item in fresh):
+                fresh.append(item)
+        return fresh
+
+    def _sent(self, item: StreamItem) -> bool:
+        if isinstance(item, ClaimGrant):
+            return item.token in self.sent_tokens
+        if isinstance(item, InboxItem):
+            return item.seq <= (self.sent_through_seq or 0)
+        return item == self.budget_notice
 
     def mark_sent(self, items: list[StreamItem]) -> None:
         for item in items:
             if isinstance(item, ClaimGrant):
                 self.sent_tokens.add(item.token)
-            else:
+                self.waiting_since = None  # it got work: its next wait goes to the back of the line
+            elif isinstance(item, InboxItem):
                 self.sent_through_seq = max(self.sent_through_seq or 0, item.seq)
+            else:
+                self.budget_notice = item
 
     def settled(self, sent: list[StreamItem]) -> bool:
         """True when, after sending `sent`, asking again now would find nothing.
@@ -117,3 +196,44 @@ class StreamState:
         stream. Skipping that empty re-check saves a writer job per claim.
         """
         return len(sent) == 1 and isinstance(sent[0], ClaimGrant) and not self.can_claim
+
+
+class ParkedStreams:
+    """The streams waiting for work with a free slot and open gates, in the order they
+    began to wait: the waiters a completion serves first, inside its own job.
+
+    Streams park and leave on the event loop; a writer job takes a snapshot, so
+    a lock guards the order. A snapshot may name a stream that just left or
+    changed: the job decides every claim from what is committed (gates, slots,
+    the inbox), never from the snapshot, which only says whom to try.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: dict[str, StreamState] = {}
+        self._tickets = itertools.count()
+
+    def park(self, stream: StreamState) -> None:
+        with self._lock:
+            if stream.waiting_since is None:
+                stream.waiting_since = next(self._tickets)
+            self._streams[stream.name] = stream
+
+    def leave(self, stream: StreamState) -> None:
+        with self._lock:
+            if self._streams.get(stream.name) is stream:
+                del self._streams[stream.name]
+
+    def snapshot(self) -> list[StreamState]:
+        """The parked streams, the longest-waiting first."""
+        with self._lock:
+            return sorted(self._streams.values(), key=_place_in_line)
+
+    @staticmethod
+    def in_line(streams: Iterable[StreamState]) -> list[StreamState]:
+        """`streams` in the order of the line: those waiting longest first, then the rest."""
+        return sorted(streams, key=_place_in_line)
+
+
+def _place_in_line(stream: StreamState) -> float:
+    return stream.waiting_since if stream.waiting_since is not None else float("inf")

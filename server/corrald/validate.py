@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import unicodedata
 from collections.abc import Sequence
 
 from .config import Limits
 from .errors import InvalidArgument
-from .model import TaskSpec
+from .model import Budget, Progress, TaskSpec, Usage
 
 RESERVED_NAMES = frozenset({"lead", "*"})
 
@@ -38,6 +39,23 @@ def check_id(field: str, value: str, limits: Limits) -> None:
         raise InvalidArgument(field, "must not contain whitespace, control, format or unassigned characters")
 
 
+def check_concurrency_key(field: str, value: str, limits: Limits) -> None:
+    """A concurrency key as a spec carries it ('' for none) or SetConcurrencyLimit names it."""
+    if len(value) > limits.concurrency_key_max_chars:
+        raise InvalidArgument(field, f"longer than {limits.concurrency_key_max_chars} characters")
+    if any(ch.isspace() for ch in value) or _unprintable(value):
+        raise InvalidArgument(field, "must not contain whitespace, control, format or unassigned characters")
+
+
+def concurrency_limit(key: str, limit: int, limits: Limits) -> None:
+    """SetConcurrencyLimit's request: a key, and a limit (0 removes the key's)."""
+    if not key:
+        raise InvalidArgument("key", "must not be empty")
+    check_concurrency_key("key", key, limits)
+    if limit != 0:
+        check_range("limit", limit, 1, limits.concurrency_limit_max)
+
+
 def check_title(field: str, value: str, limits: Limits) -> None:
     if len(value) > limits.title_max_chars:
         raise InvalidArgument(field, f"longer than {limits.title_max_chars} characters")
@@ -48,6 +66,38 @@ def check_title(field: str, value: str, limits: Limits) -> None:
 def check_text(field: str, value: str, max_bytes: int) -> None:
     if len(value.encode("utf-8", "surrogatepass")) > max_bytes:
         raise InvalidArgument(field, f"longer than {max_bytes} bytes")
+
+
+def progress(text: str, fraction: float | None, limits: Limits) -> Progress | None:
+    """A renewal's progress, or None when it carries none (a plain keepalive)."""
+    check_text("progress", text, limits.progress_max_bytes)
+    if fraction is not None and not 0.0 <= fraction <= 1.0:  # NaN fails both comparisons
+        raise InvalidArgument("progress_fraction", f"{fraction} is outside [0, 1]")
+    if not text and fraction is None:
+        return None
+    return Progress(text, fraction)
+
+
+def usage(reported: Usage | None, limits: Limits) -> Usage | None:
+    """A call's usage report, checked; None when it carries nothing to add (so a call
+    without usage costs no statement for it)."""
+    if reported is None:
+        return None
+    for field in ("input_tokens", "output_tokens", "cost_micros"):
+        if getattr(reported, field) < 0:
+            raise InvalidArgument(f"usage.{field}", "must not be negative")
+    if len(reported.model) > limits.model_max_chars:
+        raise InvalidArgument("usage.model", f"longer than {limits.model_max_chars} characters")
+    if not (reported.input_tokens or reported.output_tokens or reported.cost_micros or reported.model):
+        return None
+    return reported
+
+
+def budget(max_cost_micros: int, max_tokens: int) -> Budget:
+    for field, value in (("max_cost_micros", max_cost_micros), ("max_tokens", max_tokens)):
+        if value < 0:
+            raise InvalidArgument(field, "must not be negative (0 is no limit)")
+    return Budget(max_cost_micros, max_tokens)
 
 
 def check_range(field: str, value: int, low: int, high: int, unit: str = "") -> None:
@@ -63,7 +113,9 @@ def defaulted(field: str, value: int, default: int, low: int, high: int, unit: s
     return value
 
 
-def normalize_spec(index: int, raw: TaskSpec, limits: Limits) -> TaskSpec:
+def normalize_spec(index: int, raw: TaskSpec, limits: Limits, now_ms: int) -> TaskSpec:
+    """The spec checked, with its defaults applied; `now_ms` bounds how far ahead
+    `not_before_time` may lie."""
     at = f"tasks[{index}]"
     check_id(f"{at}.id", raw.id, limits)
     check_title(f"{at}.title", raw.title, limits)
@@ -81,6 +133,12 @@ def normalize_spec(index: int, raw: TaskSpec, limits: Limits) -> TaskSpec:
     check_range(f"{at}.priority", raw.priority, limits.priority_min, limits.priority_max)
     if raw.required_role:
         check_id(f"{at}.required_role", raw.required_role, limits)
+    if raw.not_before_ms is not None and raw.not_before_ms > now_ms + limits.not_before_ahead_max_ms:
+        raise InvalidArgument(f"{at}.not_before_time", "more than a year ahead")
+    check_concurrency_key(f"{at}.concurrency_key", raw.concurrency_key, limits)
+    backoff, backoff_max = _retry_backoffs(at, raw, limits)
+    if raw.trace_parent:
+        check_trace_parent(f"{at}.trace_parent", raw.trace_parent)
     return TaskSpec(
         id=raw.id,
         title=raw.title,
@@ -100,7 +158,55 @@ def normalize_spec(index: int, raw: TaskSpec, limits: Limits) -> TaskSpec:
             "ms",
         ),
         required_role=raw.required_role,
+        not_before_ms=raw.not_before_ms,
+        retry_backoff_ms=backoff,
+        retry_backoff_max_ms=backoff_max,
+        trace_parent=raw.trace_parent,
+        concurrency_key=raw.concurrency_key,
+        attempt_timeout_ms=_attempt_timeout(at, raw, limits),
     )
+
+
+# W3C Trace Context, "traceparent": version-traceid-parentid-flags, lowercase hex.
+# A later version may append fields after a dash; version ff is invalid, and
+# all-zero ids are invalid (https://www.w3.org/TR/trace-context/#traceparent-header).
+_TRACE_PARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-[^\s]*)?")
+TRACE_PARENT_MAX_CHARS = 512
+
+
+def check_trace_parent(field: str, value: str) -> None:
+    match = _TRACE_PARENT.fullmatch(value) if len(value) <= TRACE_PARENT_MAX_CHARS else None
+    if (
+        match is None
+        or match.group(1) == "ff"
+        or (match.group(1) == "00" and match.group(5))
+        or set(match.group(2)) == {"0"}
+        or set(match.group(3)) == {"0"}
+    ):
+        raise InvalidArgument(field, "not a W3C traceparent (00-<32 hex trace id>-<16 hex span id>-<2 hex flags>)")
+
+
+def _attempt_timeout(at: str, raw: TaskSpec, limits: Limits) -> int | None:
+    if raw.attempt_timeout_ms is None:
+        return None
+    check_range(
+        f"{at}.attempt_timeout",
+        raw.attempt_timeout_ms,
+        limits.attempt_timeout_min_ms,
+        limits.attempt_timeout_max_ms,
+        "ms",
+    )
+    return raw.attempt_timeout_ms
+
+
+def _retry_backoffs(at: str, raw: TaskSpec, limits: Limits) -> tuple[int, int]:
+    """(first wait, longest wait) before a retry, in ms: unset takes the default, zero is no wait."""
+    backoff = limits.retry_backoff_default_ms if raw.retry_backoff_ms is None else raw.retry_backoff_ms
+    check_range(f"{at}.retry_backoff", backoff, 0, limits.retry_backoff_max_ms, "ms")
+    if raw.retry_backoff_max_ms is None:
+        return backoff, backoff * limits.retry_backoff_growth_max
+    check_range(f"{at}.retry_backoff_max", raw.retry_backoff_max_ms, backoff, limits.retry_backoff_cap_max_ms, "ms")
+    return backoff, raw.retry_backoff_max_ms
 
 
 def check_batch_size(tasks: int, dependencies: int, id_bytes: int, limits: Limits) -> None:
@@ -135,17 +241,17 @@ class PreparedBatch:
     digest: bytes  # of the whole batch, for request_id replays
 
 
-def prepare_batch(raw_specs: Sequence[TaskSpec], limits: Limits) -> PreparedBatch:
+def prepare_batch(raw_specs: Sequence[TaskSpec], limits: Limits, now_ms: int) -> PreparedBatch:
     """Checks and digests a batch; CPU work that stays off the writer thread."""
-    specs = normalize_batch(raw_specs, limits)
-    digests = [spec_digest(spec) for spec in specs]
+    specs = normalize_batch(raw_specs, limits, now_ms)
+    digests = [spec_digest(spec, limits) for spec in specs]
     whole = hashlib.sha256()
     for digest in digests:
         whole.update(digest)
     return PreparedBatch(specs, digests, whole.digest())
 
 
-def normalize_batch(raw_specs: Sequence[TaskSpec], limits: Limits) -> list[TaskSpec]:
+def normalize_batch(raw_specs: Sequence[TaskSpec], limits: Limits, now_ms: int) -> list[TaskSpec]:
     """Checks every spec, duplicate ids and cycles inside the batch."""
     check_batch_size(
         len(raw_specs),
@@ -153,7 +259,7 @@ def normalize_batch(raw_specs: Sequence[TaskSpec], limits: Limits) -> list[TaskS
         sum(id_bytes(raw.id) for raw in raw_specs),
         limits,
     )
-    specs = [normalize_spec(i, raw, limits) for i, raw in enumerate(raw_specs)]
+    specs = [normalize_spec(i, raw, limits, now_ms) for i, raw in enumerate(raw_specs)]
     positions: dict[str, int] = {}
     for i, spec in enumerate(specs):
         if spec.id in positions:
@@ -205,19 +311,30 @@ def _one_cycle(specs: list[TaskSpec], positions: dict[str, int], waiting_on: lis
         walk.append(step)
 
 
-def spec_digest(spec: TaskSpec) -> bytes:
-    canonical = json.dumps(
-        [
-            spec.id,
-            spec.title,
-            spec.description,
-            spec.payload.hex(),
-            list(spec.depends_on),
-            spec.priority,
-            spec.max_attempts,
-            spec.lease_ms,
-            spec.required_role,
-        ],
-        separators=(",", ":"),
-    )
+def spec_digest(spec: TaskSpec, limits: Limits = Limits()) -> bytes:
+    """What makes two specs of one id the same. The time gates count only when they
+    differ from the defaults, and the concurrency key only when set, so a spec created
+    before they existed keeps its digest."""
+    fields: list = [
+        spec.id,
+        spec.title,
+        spec.description,
+        spec.payload.hex(),
+        list(spec.depends_on),
+        spec.priority,
+        spec.max_attempts,
+        spec.lease_ms,
+        spec.required_role,
+    ]
+    backoff = limits.retry_backoff_default_ms
+    gates = [spec.not_before_ms, spec.retry_backoff_ms, spec.retry_backoff_max_ms]
+    if gates != [None, backoff, backoff * limits.retry_backoff_growth_max]:
+        fields.append(gates)
+    if spec.trace_parent:
+        fields.append({"trace_parent": spec.trace_parent})
+    if spec.concurrency_key:  # likewise: a spec from before keys keeps its digest
+        fields.append({"concurrency_key": spec.concurrency_key})
+    if spec.attempt_timeout_ms is not None:  # appended only when set: older specs keep their digest
+        fields.append({"attempt_timeout_ms": spec.attempt_timeout_ms})
+    canonical = json.dumps(fields, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).digest()

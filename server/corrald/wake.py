@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from .clock import Clock, SystemClock
 from .model import Wakes
-from .stream import StreamState
+from .stream import Delivery, ParkedStreams, StreamState
 
 
 class WakeHub:
@@ -27,7 +27,9 @@ class WakeHub:
         self._clock = clock or SystemClock()
         self._on_deadline = on_deadline
         self._on_activity = on_activity
-        self._streams: dict[str, StreamState] = {}  # the open Idle streams
+        self._streams: dict[str, StreamState] = {}  # the open Idle and Session streams
+        self.parked = ParkedStreams()  # those waiting for work, for a completion to serve first
+        self.claims = self.claims_handed_off = 0  # since the daemon started (GetStats)
         self._board_moved = asyncio.Event()
         self._closed = asyncio.Event()
 
@@ -60,8 +62,13 @@ class WakeHub:
         return stream
 
     def unregister(self, stream: StreamState) -> None:
+        self.parked.leave(stream)
         if self._streams.get(stream.name) is stream:
             del self._streams[stream.name]
+
+    def stream_of(self, name: str) -> StreamState | None:
+        """The teammate's open stream, if any."""
+        return self._streams.get(name)
 
     def alive(self, name: str) -> None:
         """The teammate made a call of its own: it is not frozen, claims may flow again."""
@@ -87,26 +94,42 @@ class WakeHub:
     # ------------------------------------------------------------ wake-ups
 
     def post(self, wakes: Wakes) -> None:
-        """Thread-safe: called by the writer after COMMIT."""
+        """Thread-safe: what a commit changed, applied on the loop soon."""
         try:
-            self._loop.call_soon_threadsafe(self._apply, wakes)
+            self._loop.call_soon_threadsafe(self.apply, wakes)
         except RuntimeError:  # loop closed during shutdown
             pass
 
-    def _apply(self, wakes: Wakes) -> None:
+    def apply(self, wakes: Wakes) -> None:
+        """What a commit changed (on the loop: the writer hands it over with the batch's outcomes)."""
+        self.claims += wakes.tally.get("claims", 0)
+        self.claims_handed_off += wakes.tally.get("handoffs", 0)
+        # Before any stream ends (a removed teammate's), so its notices go out first.
+        for name, ends in wakes.claims_ended.items():
+            stream = self._streams.get(name)
+            if stream is not None:  # else its next call with the token says why
+                for end in ends:
+                    stream.claim_ended(end)
         for name, why in wakes.ended.items():
             stream = self._streams.get(name)
             if stream is not None:
                 stream.end(why)
+        for name, claims in wakes.handed.items():
+            stream = self._streams.get(name)
+            if stream is not None:  # else held: the teammate's next stream re-sends it
+                for claim in claims:
+                    stream.hand(Delivery([claim.grant], frozenset(), can_claim=claim.can_claim, claims_paused=False))
+        for name, notice in wakes.exhausted.items():
+            stream = self._streams.get(name)
+            if stream is not None:  # its gate closed: it hears so once, and claims no more
+                stream.hand(Delivery([notice], frozenset(), can_claim=False))
         if wakes.everyone:
             for stream in self._streams.values():
-                stream.claim_likely = True
-                stream.event.set()
+                stream.nudge(claim_likely=True)
         for name in wakes.teammates:
             stream = self._streams.get(name)
             if stream is not None:
-                stream.claim_likely = stream.claim_likely or name in wakes.may_claim
-                stream.event.set()
+                stream.nudge(claim_likely=name in wakes.may_claim)
         for role, count in wakes.ready_roles.items():
             self._wake_for_ready(role, count)
         if wakes.events:
@@ -122,13 +145,12 @@ class WakeHub:
         # ready: no thundering herd. A stream in the middle of a check is
         # always nudged, whatever its last check said, because that check may
         # have run just before this commit; over-waking is only a spare check.
-        for stream in self._streams.values():
+        # The longest-waiting first, as a completion serves them (ParkedStreams).
+        for stream in self.parked.in_line(self._streams.values()):
             if not stream.may_take(role) or stream.event.is_set():
                 continue
             if not stream.waiting:
-                stream.claim_likely = True
-                stream.event.set()
+                stream.nudge(claim_likely=True)
             elif stream.can_claim and count > 0:
-                stream.claim_likely = True
-                stream.event.set()
+                stream.nudge(claim_likely=True)
                 count -= 1

@@ -13,8 +13,11 @@ Jobs are taken from the queue by owner, the least-served owner first
 stretching a batch: so a caller with an occasional cheap job goes ahead of the
 backlog and waits for one short commit, not for a batch filled by whoever has
 the most jobs in flight. A job's owner is the identity of the call that submitted it
-(`job_owner`, set by the RPC layer). The queue is bounded, and a caller that
-finds it full waits a little for a place (`overload/queue_bound.py`).
+(`job_owner`, set by the RPC layer). "Served" counts the writer time each
+owner's jobs took, not how many there were; after each batch the writer tells
+the queue, and `costs` (`overload/costs.py`) for pacing, what each job took.
+The queue is bounded, and a caller that finds it full waits a little for a
+place (`overload/queue_bound.py`).
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ from . import failpoints
 from .clock import Clock
 from .config import WriterConfig
 from .errors import Overloaded, ReentrantSubmit, Unavailable
-from .model import Txn, Wakes
+from .model import DeadlineWatch, Txn, Wakes
+from .overload.costs import CostLedger
 from .overload.fairqueue import FairQueue
 from .overload.queue_bound import QueueBound, level
 
@@ -113,12 +117,23 @@ class Writer:
         # Told after each COMMIT, on the writer thread: what the batch's jobs changed
         # (the daemon's wiring connects it to the wake hub), and how long it took.
         self.on_commit = on_commit
+        # Told after each COMMIT, on this event loop, just before the batch's callers
+        # there learn their outcome, in the same hop from this thread: (loop, listener).
+        self.on_commit_in_loop: tuple[asyncio.AbstractEventLoop, Callable[[Wakes], None]] | None = None
         self.on_batch = on_batch  # (commit latency in seconds, jobs)
         # Runs last in every transaction, outside the jobs' savepoints, with
         # whether the jobs changed anything and the errors they raised.
         self._epilogue = epilogue
-        self._timer = timer  # seconds, for the batch budget only
+        self._timer = timer  # seconds, for the batch budget and the jobs' costs
+        # What the jobs know of the leases and time gates across jobs (so a claim need
+        # not query for expired leases or due gates); forgotten whenever a job or a
+        # batch rolls back.
+        self._watches = (DeadlineWatch(), DeadlineWatch())
         self._queue: FairQueue[_Pending] = FairQueue()
+        # What each job took, (owner, seconds), since the last batch's report
+        # (writer thread only); reported to the queue and to `costs`.
+        self._spent: list[tuple[str, float]] = []
+        self.costs = CostLedger()
         self._bound = QueueBound(config.levels, config.room_wait_ms)
         self._cond = threading.Condition()
         self._accepting = False
@@ -282,7 +297,7 @@ class Writer:
         return True
 
     def _run_batch(self, first: _Pending) -> None:
-        started = time.perf_counter()
+        started, batch_from = time.perf_counter(), self._timer()
         batch, owners = [first], {first.owner}
         take_until: float | None = self._timer() + self._config.batch_budget_ms / 1000
 
@@ -318,7 +333,22 @@ class Writer:
                 self.on_commit(wakes)
             except Exception:  # a broken listener must not stop the writer
                 log.exception("wake-up listener failed")
-        self._resolve(batch, outcomes)
+        batch_s = self._timer() - batch_from
+        self._resolve(batch, outcomes, (self.on_commit_in_loop, wakes) if wakes else None)
+        self._report_costs(batch_s)  # after the replies are on their way
+
+    def _report_costs(self, batch_s: float) -> None:
+        """Charges each job of the batch its share of the batch's time, in proportion to its own
+        time: BEGIN, COMMIT and its fsync are paid for by the jobs whose writes made them, and a
+        job run twice (a retry after SQLITE_BUSY) costs twice."""
+        spent, self._spent = self._spent, []
+        jobs_s = sum(seconds for _, seconds in spent)
+        if jobs_s > 0:
+            spent = [(owner, seconds * batch_s / jobs_s) for owner, seconds in spent]
+        with self._cond:
+            for owner, seconds in spent:
+                self._queue.observe(owner, seconds)
+        self.costs.add(spent)
 
     def _count_busy(self, state: tenacity.RetryCallState) -> None:
         self._busy_retries += 1
@@ -339,9 +369,10 @@ class Writer:
                 # measured from then, not from the start of a batch that an earlier
                 # job may have made long. `now` never goes back within a batch.
                 now = max(now, self._clock.now_ms())
-                job_started = time.perf_counter()
-                outcomes.append(self._run_job(conn, pending, now))
+                job_started, cost_from = time.perf_counter(), self._timer()
+                outcomes.append(self._run_job(conn, pending, now, self._watches))
                 self._job_ms.append((time.perf_counter() - job_started) * 1000)
+                self._spent.append((pending.owner, self._timer() - cost_from))
                 if not conn.in_transaction:
                     # SQLite rolled the whole transaction back (e.g. disk full):
                     # the earlier jobs of this batch are gone too.
@@ -352,6 +383,8 @@ class Writer:
             failpoints.hit("before_commit")
             conn.execute("COMMIT")
         except BaseException:
+            for watch in self._watches:
+                watch.forget()
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
@@ -359,13 +392,17 @@ class Writer:
         return outcomes
 
     @staticmethod
-    def _run_job(conn: sqlite3.Connection, pending: _Pending, now: int) -> tuple[bool, Any, Wakes | None]:
-        tx = Txn(conn, now)
+    def _run_job(
+        conn: sqlite3.Connection, pending: _Pending, now: int, watches: tuple[DeadlineWatch, DeadlineWatch]
+    ) -> tuple[bool, Any, Wakes | None]:
+        tx = Txn(conn, now, leases=watches[0], gates=watches[1])
         conn.execute("SAVEPOINT job")
         try:
             failpoints.hit("job:" + pending.owner)
             value = pending.job(tx)
         except Exception as error:
+            for watch in watches:
+                watch.forget()  # what the job taught it is rolled back with the job
             if not conn.in_transaction:
                 return False, error, None  # the whole batch fails, and is logged once
             conn.execute("ROLLBACK TO job")
@@ -378,8 +415,19 @@ class Writer:
         return True, value, tx.wakes
 
     @staticmethod
-    def _resolve(batch: list[_Pending], outcomes: list[tuple[bool, Any, Wakes | None]]) -> None:
+    def _resolve(
+        batch: list[_Pending],
+        outcomes: list[tuple[bool, Any, Wakes | None]],
+        told: tuple[tuple[asyncio.AbstractEventLoop, Callable[[Wakes], None]] | None, Wakes] | None = None,
+    ) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+        listener: tuple[asyncio.AbstractEventLoop, Callable[[], None]] | None = None
+        if told is not None:
+            where, wakes = told
+            if where is not None:
+                loop, tell = where
+                listener = loop, lambda: tell(wakes)
+                by_loop[loop] = []
         for pending, (ok, value, _) in zip(batch, outcomes, strict=True):
             if pending.loop is None:
                 if ok:
@@ -389,9 +437,10 @@ class Writer:
             else:
                 by_loop.setdefault(pending.loop, []).append((pending.future, ok, value))
         for loop, items in by_loop.items():
-            # One thread hop per loop per batch, not one per job.
+            # One thread hop per loop per batch, not one per job, the listener's included.
+            first = listener[1] if listener is not None and listener[0] is loop else None
             try:
-                loop.call_soon_threadsafe(_resolve_on_loop, items)
+                loop.call_soon_threadsafe(_resolve_on_loop, items, first)
             except RuntimeError:  # loop closed: nobody is waiting any more
                 pass
 
@@ -426,7 +475,12 @@ def _may_resolve(future: concurrent.futures.Future | asyncio.Future) -> bool:
     return not isinstance(future, concurrent.futures.Future) or future.set_running_or_notify_cancel()
 
 
-def _resolve_on_loop(items: list[tuple[asyncio.Future, bool, Any]]) -> None:
+def _resolve_on_loop(items: list[tuple[asyncio.Future, bool, Any]], first: Callable[[], None] | None = None) -> None:
+    if first is not None:
+        try:
+            first()
+        except Exception:  # a broken listener must not keep callers from their outcome
+            log.exception("wake-up listener failed")
     for future, ok, value in items:
         if future.done():  # the awaiting coroutine was cancelled
             continue

@@ -59,9 +59,33 @@ REFUSED_BY_THE_DAEMON = [
         ["lease.toml: task 'a' (tasks[0]): lease_seconds: 0.5s is outside [1s"],
         id="lease-out-of-range",
     ),
+    pytest.param(
+        "backoff.toml",
+        '[[tasks]]\nid = "a"\nretry_backoff_seconds = 4000\n',
+        ["backoff.toml: task 'a' (tasks[0]): retry_backoff_seconds: 4000s is outside [0s, 3600s]"],
+        id="backoff-out-of-range",
+    ),
+    pytest.param(
+        "later.yaml",
+        "tasks:\n  - id: a\n    not_before: '2999-01-01T00:00:00Z'\n",
+        ["later.yaml: task 'a' (tasks[0]): not_before: more than a year ahead"],
+        id="not-before-too-far",
+    ),
 ]
 
 REFUSED_BY_THE_CLI = [
+    pytest.param(
+        "when.toml",
+        '[[tasks]]\nid = "a"\nnot_before = "tomorrow"\n',
+        ["when.toml: task 'a' (tasks[0]): not_before: not an ISO 8601 date and time: \"tomorrow\""],
+        id="not-before-unreadable",
+    ),
+    pytest.param(
+        "naive.toml",
+        '[[tasks]]\nid = "a"\nnot_before = "2026-12-24T09:00:00"\n',
+        ["naive.toml: task 'a' (tasks[0]): not_before: needs a UTC offset"],
+        id="not-before-without-offset",
+    ),
     pytest.param(
         "type.toml",
         '[[tasks]]\nid = "a"\n[[tasks]]\nid = "b"\npriority = "high"\n',

@@ -67,9 +67,13 @@ def test_sample_dag_has_the_promised_shapes():
 
 @pytest.mark.timeout(200)
 def test_demo_runs_to_completion_without_a_terminal(short_dir):
-    result = run_demo("--dir", str(short_dir))
+    result = run_demo("--dir", str(short_dir), "--web", "127.0.0.1:0")  # as make demo runs it
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
+    # The web board's address and a one-time login link, never the lead's token.
+    board = re.search(r"^  web board (http://127\.0\.0\.1:\d+)$", out, re.MULTILINE)
+    assert board, out
+    assert re.search(rf"^  open {re.escape(board[1])}/login#ticket=corral-ticket-\S+ ", out, re.MULTILINE), out
     total = len(load_sample_dag().specs)
     # Plain progress lines, not a live board.
     assert "\x1b[" not in out
@@ -90,6 +94,7 @@ def test_demo_runs_to_completion_without_a_terminal(short_dir):
     assert run_dir.parent == short_dir
     logs = sorted(path.name for path in (run_dir / "logs").iterdir())
     assert logs == ["ada.log", "brook.log", "cyd.log", "dee.log", "eve.log"]
+    assert (run_dir / "state" / "lead.token").read_text().strip() not in out + result.stderr
     with corral.Lead.launch(run_dir / "state") as lead:
         tasks = list(lead.list_tasks())
     assert len(tasks) == total

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import pytest
@@ -25,6 +26,17 @@ TASK_KEYS = {
     "create_time",
     "lease_expire_time",
     "finish_time",
+    "not_before_time",
+    "retry_backoff_seconds",
+    "retry_backoff_max_seconds",
+    "attempt_timeout_seconds",
+    "ready_time",
+    "waiting_for",
+    "progress",
+    "progress_fraction",
+    "progress_time",
+    "concurrency_key",
+    "usage",
     "payload",
     "result",
 }
@@ -134,7 +146,7 @@ def test_list_filters_by_state_and_show_gives_one_task(cli, write_file, lead, st
     assert [task["id"] for task in cli.json("tasks", "list", "--owner", "ann")] == ["fetch", "build"]
 
     shown = cli.json("tasks", "show", "build")
-    assert set(shown) == TASK_KEYS
+    assert set(shown) == TASK_KEYS | {"attempts"}
     assert shown["state"] == "completed" and shown["owner"] == "ann" and shown["result"] == "built build"
     assert shown["attempt"] == 1 and shown["finish_time"].endswith("Z")
 
@@ -144,6 +156,36 @@ def test_list_filters_by_state_and_show_gives_one_task(cli, write_file, lead, st
     assert table.exit_code == 0 and "review" in table.stdout
     lead.remove_teammate("ann")
     mate.result()
+
+
+ATTEMPT_KEYS = {"attempt", "owner", "fence", "claim_time", "end_time", "outcome", "error"}
+
+
+@pytest.mark.timeout(60)
+def test_show_lists_the_attempts_with_their_errors(cli, lead):
+    lead.create_tasks([corral.TaskSpec("flaky", max_attempts=3)])
+    new = lead.add_teammate("ann")
+    with corral.Teammate.connect(lead.address, new.token) as ann:
+        for error in ("first try broke", "second try broke"):
+            events = ann.idle()
+            claim = next(events)
+            events.close()
+            assert isinstance(claim, corral.Claim)
+            claim.fail(error)
+
+    shown = cli.json("tasks", "show", "flaky")
+    assert [set(attempt) for attempt in shown["attempts"]] == [ATTEMPT_KEYS, ATTEMPT_KEYS]
+    assert [(a["attempt"], a["owner"], a["outcome"], a["error"]) for a in shown["attempts"]] == [
+        (1, "ann", "failed", "first try broke"),
+        (2, "ann", "failed", "second try broke"),
+    ]
+    assert all(a["end_time"].endswith("Z") and a["claim_time"].endswith("Z") for a in shown["attempts"])
+    assert "attempts" not in cli.json("tasks", "list")[0], "the list keeps its shape"
+
+    text = cli("tasks", "show", "flaky")
+    assert text.exit_code == 0, text.stderr
+    assert "attempts" in text.stdout and "first try broke" in text.stdout and "second try broke" in text.stdout
+    assert text.stdout.count("failed") >= 2
 
 
 @pytest.mark.timeout(60)
@@ -176,3 +218,65 @@ def test_connection_options_on_the_group_or_from_the_environment(cli, lead, stat
     assert len(json.loads(from_env.stdout)) == 2
     explicit = cli("tasks", "list", "--json", "--address", lead.address, "--token", lead.token, connect=False)
     assert explicit.exit_code == 0 and len(json.loads(explicit.stdout)) == 2
+
+
+@pytest.mark.timeout(60)
+def test_a_delayed_task_from_a_file_shows_its_gates(cli, write_file, lead):
+    at = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=30)).replace(microsecond=0)
+    stamp = at.isoformat().replace("+00:00", "Z")
+    dag = (
+        f'[defaults]\nretry_backoff_seconds = 2\n\n[[tasks]]\nid = "later"\n'
+        f'not_before = "{stamp}"\nretry_backoff_max_seconds = 30\n'
+    )
+    result = cli("tasks", "add", str(write_file("later.toml", dag)))
+    assert result.exit_code == 0, result.stderr
+    shown = cli.json("tasks", "show", "later")
+    assert shown["not_before_time"] == shown["ready_time"] == stamp
+    assert (shown["retry_backoff_seconds"], shown["retry_backoff_max_seconds"]) == (2, 30)
+    text = cli("tasks", "show", "later").stdout
+    assert "ready at" in text and "2s, doubling to 30s" in text
+
+
+@pytest.mark.timeout(60)
+def test_retry_sends_a_failed_task_back_and_refuses_a_pending_one(cli, lead):
+    lead.create_tasks([corral.TaskSpec("flaky", max_attempts=1), corral.TaskSpec("after", depends_on=("flaky",))])
+    ann = lead.add_teammate("ann")
+    with corral.Teammate.connect(lead.address, ann.token) as teammate:
+        events = teammate.idle()
+        claim = next(events)
+        claim.fail("broken", retryable=False)
+        events.close()
+    retried = cli.json("tasks", "retry", "flaky", "--reset-attempts")
+    assert [(task["id"], task["state"]) for task in retried] == [("flaky", "pending"), ("after", "pending")]
+    shown = cli.json("tasks", "show", "after")
+    assert shown["waiting_for"]["dependencies"] == ["flaky"]
+    refused = cli("tasks", "retry", "after")
+    assert refused.exit_code == 1 and "'after' is PENDING" in refused.stderr
+
+
+@pytest.mark.timeout(60)
+def test_revoke_takes_a_claim_back_and_tells_its_holder(cli, lead, error_line):
+    lead.create_tasks([corral.TaskSpec("held", lease_duration=datetime.timedelta(seconds=30))])
+    new = lead.add_teammate("ann")
+    with corral.Teammate.connect(lead.address, new.token) as teammate:
+        events = teammate.idle()
+        claim = next(events)
+        assert isinstance(claim, corral.Claim) and claim.task.id == "held"
+
+        revoked = cli.json("tasks", "revoke", "held", "--reason", "wrong branch")
+        assert revoked["id"] == "held" and revoked["state"] == "pending" and revoked["owner"] == ""
+        ended = next(events)
+        assert ended == corral.ClaimEnded("held", claim.token, corral.ClaimEndReason.REVOKED, "wrong branch")
+        assert claim.ended is corral.ClaimEndReason.REVOKED and claim.lost
+        with pytest.raises(corral.ClaimRevoked):
+            claim.complete("late")
+        again = next(events)  # the task is ready again: the same stream claims it back
+        assert isinstance(again, corral.Claim) and again.fence > claim.fence
+        events.close()
+
+    shown = cli.json("tasks", "show", "held")
+    assert shown["attempts"][0]["outcome"] == "revoked" and shown["attempts"][0]["error"] == "wrong branch"
+    lead.create_tasks([corral.TaskSpec("idle")])
+    text = cli("tasks", "revoke", "idle")
+    assert "cannot revoke" in error_line(text) and "no live claim" in error_line(text)
+    assert "not found" in error_line(cli("tasks", "revoke", "nope"))

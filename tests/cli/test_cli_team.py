@@ -6,7 +6,16 @@ import pytest
 
 import corral
 
-TEAMMATE_KEYS = {"name", "status", "roles", "require_plan_approval", "held_task_ids", "waiting_for_task_ids"}
+TEAMMATE_KEYS = {
+    "name",
+    "status",
+    "roles",
+    "require_plan_approval",
+    "held_task_ids",
+    "waiting_for_task_ids",
+    "usage",
+    "budget",
+}
 
 
 def is_plan(event: corral.WatchEvent) -> bool:
@@ -31,8 +40,15 @@ def test_teammates_add_prints_the_token_once_and_it_works(cli, lead):
     exports = cli("teammates", "add", "cyd", "--env")
     assert exports.stdout.startswith(f"export CORRAL_ADDRESS={lead.address}\nexport CORRAL_TOKEN=")
 
+    snippet = cli.json("teammates", "add", "dee", "--mcp-config")
+    server = snippet["mcpServers"]["corral-dee"]
+    assert (server["command"], server["args"]) == ("corral", ["mcp"])
+    assert server["env"]["CORRAL_ADDRESS"] == lead.address
+    with corral.Teammate.connect(lead.address, server["env"]["CORRAL_TOKEN"]) as dee:
+        assert dee.get_identity() == corral.Identity("dee", "teammate", ())
+
     listed = cli.json("teammates", "list")
-    assert [mate["name"] for mate in listed] == ["ann", "bob", "cyd"]
+    assert [mate["name"] for mate in listed] == ["ann", "bob", "cyd", "dee"]
     assert all(set(mate) == TEAMMATE_KEYS for mate in listed)
     assert sorted(listed[0]["roles"]) == ["builder", "reviewer"]
 
@@ -120,3 +136,30 @@ def test_plans_list_on_a_board_without_plans(cli):
 def test_deciding_an_unknown_plan_is_one_line(cli, error_line):
     result = cli("plans", "approve", "999")
     assert result.exit_code == 1 and "not found" in error_line(result)
+
+
+@pytest.mark.timeout(60)
+def test_teammates_budget_sets_it_and_list_and_stats_show_usage(cli, lead, error_line):
+    token = cli("teammates", "add", "ann").stdout.strip()
+    cli("teammates", "add", "bob")
+    assert cli.json("teammates", "budget", "ann", "--cost-micros", "100", "--tokens", "50") == {
+        "teammate": "ann",
+        "budget": {"max_cost_micros": 100, "max_tokens": 50},
+    }
+    shown = cli("teammates", "budget", "*", "--tokens", "9")
+    assert shown.exit_code == 0 and shown.stdout.strip() == "the default budget: 9 tok"
+    lead.create_tasks([corral.TaskSpec("a")])
+    with corral.Teammate.connect(lead.address, token) as teammate:
+        claim = next(event for event in teammate.idle() if isinstance(event, corral.Claim))
+        claim.complete("ok", usage=corral.Usage(input_tokens=30, output_tokens=20, cost_micros=7, model="m"))
+    listed = {mate["name"]: mate for mate in cli.json("teammates", "list")}
+    assert listed["ann"]["usage"] == {"input_tokens": 30, "output_tokens": 20, "cost_micros": 7, "model": "m"}
+    assert listed["ann"]["budget"] == {"max_cost_micros": 100, "max_tokens": 50}
+    assert listed["bob"]["budget"] == {"max_cost_micros": 0, "max_tokens": 9}  # the default
+    assert cli.json("stats")["usage"] == {"input_tokens": 30, "output_tokens": 20, "cost_micros": 7, "model": ""}
+    table = cli("teammates", "list").stdout
+    assert "50 tok, 7 micros" in table and "50 tok, 100 micros" in table
+    assert "input tokens" in cli("stats").stdout
+    missing = cli("teammates", "budget", "nobody", "--tokens", "1")
+    assert missing.exit_code == 1 and "not found" in error_line(missing)
+    assert cli("teammates", "budget", "ann", "--tokens", "-1").exit_code == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 
@@ -37,7 +38,7 @@ def worked_board(lead, start_teammate):
 @pytest.mark.timeout(60)
 def test_stats_json_shape(cli, worked_board):
     stats = cli.json("stats")
-    assert set(stats) == {"tasks_by_state", "teammates_by_status", "active_tasks", "writer", "open_streams"}
+    assert set(stats) == {"tasks_by_state", "teammates_by_status", "active_tasks", "writer", "open_streams", "usage"}
     assert stats["tasks_by_state"] == {"pending": 0, "in_progress": 0, "completed": 4, "failed": 0, "canceled": 0}
     assert set(stats["teammates_by_status"]) == {s.name.lower() for s in corral.TeammateStatus}
     assert stats["active_tasks"] == 0
@@ -123,3 +124,35 @@ def test_board_times_out_on_an_unfinished_board(cli, lead, error_line):
     assert result.exit_code == 1
     assert "0/4 completed | pending 4" in result.stdout
     assert error_line(result) == "corral: the board was not done within 1s"
+
+
+@pytest.mark.timeout(60)
+def test_board_tasks_show_and_json_carry_a_holders_progress(cli, lead):
+    lead.create_tasks([corral.TaskSpec("fetch", lease_duration=datetime.timedelta(seconds=30))])
+    new = lead.add_teammate("ann")
+    with corral.Teammate.connect(lead.address, new.token) as ann:
+        for event in ann.idle(poll_interval=datetime.timedelta(milliseconds=50)):
+            if isinstance(event, corral.Claim):
+                event.report_progress("running tests, 3/5", 0.6)
+                board = cli("board", "--until-done", "--timeout", "1")
+                shown = cli("tasks", "show", "fetch")
+                (listed,) = cli.json("tasks", "list")
+                event.release()
+                break
+    assert board.exit_code == 1  # still in progress when the timeout came
+    assert "ann on fetch: 60% running tests, 3/5" in board.stdout
+    assert re.search(r"progress\s+60% running tests, 3/5 \(at \d{4}-", shown.stdout), shown.stdout
+    assert (listed["progress"], listed["progress_fraction"]) == ("running tests, 3/5", 0.6)
+    assert listed["progress_time"].startswith(str(datetime.datetime.now(datetime.UTC).year))
+
+
+@pytest.mark.timeout(60)
+def test_board_says_why_a_task_that_looks_ready_is_not_claimed(cli, lead):
+    lead.create_tasks(
+        [corral.TaskSpec("review", required_role="reviewer"), corral.TaskSpec("ship", depends_on=("review",))]
+    )
+    result = cli("board", "--until-done", "--timeout", "1")
+    assert result.exit_code == 1
+    assert "review waits for no teammate with role 'reviewer'" in result.stdout
+    # A task held only by its dependencies is the normal case, not a line of its own.
+    assert "ship waits for" not in result.stdout

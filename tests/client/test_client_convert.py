@@ -5,6 +5,7 @@ import datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
+import corral
 from corral import _convert
 from corral._types import (
     ClaimInfo,
@@ -125,18 +126,24 @@ def test_idle_items_convert_by_kind() -> None:
     )
 
     claim = pb.IdleResponse(
-        claim=pb.Claim(task=pb.Task(id="t", state=pb.TASK_STATE_IN_PROGRESS), claim_token="tok", attempt=2, fence=9)
+        claim=pb.Claim(task=pb.Task(id="t", state=pb.TASK_STATE_IN_PROGRESS), claim_token="s3cr3t", attempt=2, fence=9)
     )
     claim.claim.lease_expire_time.FromSeconds(30)
     item = _convert.idle_item_from_pb(claim)
     assert isinstance(item, ClaimInfo)
-    assert (item.task.id, item.token, item.attempt, item.fence) == ("t", "tok", 2, 9)
+    assert (item.task.id, item.token, item.attempt, item.fence) == ("t", "s3cr3t", 2, 9)
     assert item.lease_expire_time == _stamp(30)
-    assert "tok" not in repr(item), "claim tokens are secrets and stay out of reprs"
+    assert "s3cr3t" not in repr(item), "claim tokens are secrets and stay out of reprs"
 
     timeout = pb.IdleResponse(idle_timeout=pb.IdleTimeout(idle_polls=12))
     assert _convert.idle_item_from_pb(timeout) == IdleTimeout(idle_polls=12)
     assert _convert.idle_item_from_pb(pb.IdleResponse()) is None
+
+    spent = pb.Usage(input_tokens=1, output_tokens=2, cost_micros=3, model="m")
+    exhausted = pb.BudgetExhausted(teammate="ann", spent=spent, budget=pb.Budget(max_cost_micros=3))
+    assert _convert.idle_item_from_pb(pb.SessionResponse(budget_exhausted=exhausted)) == corral.BudgetExhausted(
+        "ann", corral.Usage(1, 2, 3, "m"), corral.Budget(max_cost_micros=3)
+    )
 
 
 def test_watch_events_convert_by_kind() -> None:

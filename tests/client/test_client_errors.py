@@ -1,5 +1,5 @@
-"""Mapping failed calls (sync and grpc.aio) to typed exceptions, using real
-google.rpc status details as the daemon sends them."""
+"""Mapping failed calls (sync and grpc.aio) and failed Session op results to
+typed exceptions, using real google.rpc status details as the daemon sends them."""
 
 import datetime
 
@@ -10,7 +10,7 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 
 import corral
-from corral._errors import error_from_rpc
+from corral._errors import error_from_rpc, error_from_status
 
 
 class FakeRpcError(grpc.RpcError, grpc.Call):
@@ -55,6 +55,11 @@ def rich_status(code: grpc.StatusCode, message: str, *details: object) -> tuple[
     return (("grpc-status-details-bin", status.SerializeToString()),)
 
 
+def op_status(code: grpc.StatusCode, message: str, *details: object) -> status_pb2.Status:
+    """The `status` of a failed Session op result."""
+    return status_pb2.Status(code=code.value[0], message=message, details=[_packed(d) for d in details])
+
+
 def error(code: grpc.StatusCode, message: str, *details: object) -> FakeRpcError:
     return FakeRpcError(code, message, rich_status(code, message, *details))
 
@@ -66,20 +71,20 @@ def info(reason: str, **metadata: str) -> error_details_pb2.ErrorInfo:
 FP = grpc.StatusCode.FAILED_PRECONDITION
 
 
-@pytest.mark.parametrize(
-    ("code", "reason", "expected"),
-    [
-        (FP, "LEASE_EXPIRED", corral.LeaseExpired),
-        (FP, "CLAIM_TOKEN_MISMATCH", corral.ClaimTokenMismatch),
-        (FP, "TASK_CANCELED", corral.TaskCanceled),
-        (FP, "SOMETHING_NEW", corral.FailedPrecondition),
-        (grpc.StatusCode.NOT_FOUND, "TASK_NOT_FOUND", corral.NotFound),
-        (grpc.StatusCode.NOT_FOUND, "PLAN_NOT_FOUND", corral.NotFound),
-        (grpc.StatusCode.ALREADY_EXISTS, "ALREADY_EXISTS", corral.AlreadyExists),
-        (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", corral.InvalidArgument),
-        (grpc.StatusCode.RESOURCE_EXHAUSTED, "OVERLOADED", corral.Overloaded),
-    ],
-)
+REASON_CASES = [
+    (FP, "LEASE_EXPIRED", corral.LeaseExpired),
+    (FP, "CLAIM_TOKEN_MISMATCH", corral.ClaimTokenMismatch),
+    (FP, "TASK_CANCELED", corral.TaskCanceled),
+    (FP, "SOMETHING_NEW", corral.FailedPrecondition),
+    (grpc.StatusCode.NOT_FOUND, "TASK_NOT_FOUND", corral.NotFound),
+    (grpc.StatusCode.NOT_FOUND, "PLAN_NOT_FOUND", corral.NotFound),
+    (grpc.StatusCode.ALREADY_EXISTS, "ALREADY_EXISTS", corral.AlreadyExists),
+    (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", corral.InvalidArgument),
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, "OVERLOADED", corral.Overloaded),
+]
+
+
+@pytest.mark.parametrize(("code", "reason", "expected"), REASON_CASES)
 def test_reason_and_code_pick_the_class(code: grpc.StatusCode, reason: str, expected: type) -> None:
     mapped = error_from_rpc(error(code, "it broke", info(reason, task_id="t1")))
     assert type(mapped) is expected
@@ -87,6 +92,30 @@ def test_reason_and_code_pick_the_class(code: grpc.StatusCode, reason: str, expe
     assert mapped.metadata == {"task_id": "t1"}
     assert isinstance(mapped, corral.CorralError)
     assert reason in str(mapped) and "it broke" in str(mapped)
+
+
+def test_a_failed_op_result_maps_like_the_failed_call() -> None:
+    for code, reason, expected in REASON_CASES:
+        mapped = error_from_status(op_status(code, "it broke", info(reason, task_id="t1")))
+        assert type(mapped) is expected
+        assert (mapped.code, mapped.reason, mapped.details) == (code, reason, "it broke")
+        assert mapped.metadata == {"task_id": "t1"}
+    retry = error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=2))
+    overloaded = error_from_status(op_status(grpc.StatusCode.RESOURCE_EXHAUSTED, "busy", info("OVERLOADED"), retry))
+    assert isinstance(overloaded, corral.Overloaded) and overloaded.retry_after == datetime.timedelta(seconds=2)
+    bad = error_details_pb2.BadRequest(
+        field_violations=[error_details_pb2.BadRequest.FieldViolation(field="op_id", description="too long")]
+    )
+    invalid = error_from_status(op_status(grpc.StatusCode.INVALID_ARGUMENT, "bad op", info("INVALID_ARGUMENT"), bad))
+    assert isinstance(invalid, corral.InvalidArgument)
+    assert invalid.field_violations == (corral.FieldViolation("op_id", "too long"),)
+
+
+def test_an_op_status_without_details_maps_by_code() -> None:
+    mapped = error_from_status(status_pb2.Status(code=grpc.StatusCode.UNAUTHENTICATED.value[0]))
+    assert type(mapped) is corral.Unauthenticated and mapped.details == "UNAUTHENTICATED"
+    unknown = error_from_status(status_pb2.Status(code=99, message="from the future"))
+    assert type(unknown) is corral.CorralError and unknown.code is grpc.StatusCode.UNKNOWN
 
 
 @pytest.mark.parametrize(

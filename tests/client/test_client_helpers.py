@@ -64,6 +64,17 @@ def test_claim_book_hands_out_each_token_once() -> None:
     assert book.admit(claim_info("a"), FakeClaim) is not None, "finished tokens are remembered boundedly"
 
 
+def test_claim_book_knows_a_claim_it_let_go_of_so_its_end_notice_is_still_passed_on() -> None:
+    """A renewal that proves a claim dead forgets its token; the stream's claim_ended
+    for it, which may come just after, is still for a claim this client held."""
+    book: ClaimBook[FakeClaim] = ClaimBook(remember_finished=2)
+    book.admit(claim_info("a"), FakeClaim)
+    assert not book.recently_held("a"), "held, not let go of"
+    book.forget("a")
+    assert book.get("a") is None and book.recently_held("a")
+    assert not book.recently_held("never-held")
+
+
 def test_handler_results_encode_to_bytes() -> None:
     assert encode_result(None) == b""
     assert encode_result("héllo") == "héllo".encode()

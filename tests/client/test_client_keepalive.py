@@ -9,7 +9,7 @@ import pytest
 
 import corral
 import corral.aio
-from corral._types import ClaimInfo, Task, TaskState
+from corral._types import ClaimInfo, Task, TaskState, Usage
 from tests.support import wait_until, wait_until_async
 
 UTC = datetime.UTC
@@ -29,6 +29,8 @@ class ScriptedTeammate:
         self.renewals = 0
         self.forgotten: list[str] = []
         self.completed: list[bytes] = []
+        self.progress: list[tuple[str, float | None]] = []  # what each renew carried
+        self.usages: list[Usage | None] = []  # what each renew and completion reported
 
     def _answer(self) -> tuple[datetime.datetime, bool]:
         self.renewals += 1
@@ -37,11 +39,23 @@ class ScriptedTeammate:
             raise outcome
         return datetime.datetime.now(UTC) + self._lease, False
 
-    def renew(self, task_id: str, token: str, *, timeout: float) -> tuple[datetime.datetime, bool]:
+    def renew(
+        self,
+        task_id: str,
+        token: str,
+        *,
+        timeout: float,
+        progress: str = "",
+        fraction: float | None = None,
+        usage: Usage | None = None,
+    ) -> tuple[datetime.datetime, bool]:
+        self.progress.append((progress, fraction))
+        self.usages.append(usage)
         return self._answer()
 
-    def complete(self, task_id: str, token: str, result: bytes) -> Task:
+    def complete(self, task_id: str, token: str, result: bytes, usage: Usage | None = None) -> Task:
         self.completed.append(result)
+        self.usages.append(usage)
         return Task(task_id, TaskState.COMPLETED, result=result)
 
     def forget(self, token: str) -> None:
@@ -49,7 +63,18 @@ class ScriptedTeammate:
 
 
 class AsyncScriptedTeammate(ScriptedTeammate):
-    async def renew(self, task_id: str, token: str, *, timeout: float) -> tuple[datetime.datetime, bool]:  # type: ignore[override]
+    async def renew(  # type: ignore[override]
+        self,
+        task_id: str,
+        token: str,
+        *,
+        timeout: float,
+        progress: str = "",
+        fraction: float | None = None,
+        usage: Usage | None = None,
+    ) -> tuple[datetime.datetime, bool]:
+        self.progress.append((progress, fraction))
+        self.usages.append(usage)
         return self._answer()
 
 
@@ -135,3 +160,56 @@ def test_aio_keepalive_records_a_proven_loss() -> None:
         assert teammate.renewals == 3 and teammate.forgotten == ["tok"]
 
     asyncio.run(scenario())
+
+
+@pytest.mark.timeout(10)
+def test_report_progress_renews_now_with_the_progress_and_keepalive_sends_none() -> None:
+    teammate = ScriptedTeammate([])
+    claim = corral.Claim(claim_info(), teammate)  # type: ignore[arg-type]
+    expiry = claim.report_progress("running tests, 3/5", 0.6)
+    assert claim.lease_expire_time == expiry
+    claim.report_progress("no fraction")
+    claim.renew()
+    assert teammate.progress == [("running tests, 3/5", 0.6), ("no fraction", None), ("", None)]
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    ("text", "fraction", "field"),
+    [("x" * 1025, None, "progress"), ("é" * 513, 0.5, "progress"), ("ok", 1.5, "progress_fraction")]
+    + [("ok", -0.1, "progress_fraction"), ("ok", float("nan"), "progress_fraction")],
+)
+def test_report_progress_refuses_bad_input_before_any_call(text: str, fraction: float | None, field: str) -> None:
+    teammate = ScriptedTeammate([])
+    claim = corral.Claim(claim_info(), teammate)  # type: ignore[arg-type]
+    with pytest.raises(corral.InvalidArgument) as refused:
+        claim.report_progress(text, fraction)
+    assert [v.field for v in refused.value.field_violations] == [field]
+    assert teammate.renewals == 0
+
+    async def scenario() -> None:
+        quiet = AsyncScriptedTeammate([])
+        aio_claim = corral.aio.Claim(claim_info(), quiet)  # type: ignore[arg-type]
+        with pytest.raises(corral.InvalidArgument):
+            await aio_claim.report_progress(text, fraction)
+        assert quiet.renewals == 0
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.timeout(10)
+def test_renew_and_complete_carry_usage_and_bad_usage_is_refused_before_any_call() -> None:
+    teammate = ScriptedTeammate([])
+    claim = corral.Claim(claim_info(), teammate)  # type: ignore[arg-type]
+    claim.renew(usage=corral.Usage(input_tokens=3, model="m"))
+    for bad, field in (
+        (corral.Usage(cost_micros=-1), "usage.cost_micros"),
+        (corral.Usage(model="m" * 201), "usage.model"),
+    ):
+        with pytest.raises(corral.InvalidArgument) as refused:
+            claim.renew(usage=bad)
+        assert [v.field for v in refused.value.field_violations] == [field]
+        with pytest.raises(corral.InvalidArgument):
+            claim.complete(b"r", usage=bad)
+    claim.complete(b"r", usage=corral.Usage(cost_micros=5))
+    assert teammate.usages == [corral.Usage(input_tokens=3, model="m"), corral.Usage(cost_micros=5)]

@@ -31,14 +31,22 @@ CLIENT_LAYERS = (
             "_handling",
             "_progress",
             "_primitives",
+            "_transport",
+            "_opbook",
+            "_tracing",
         ),
         ("wire", "values"),
     ),
-    Layer("clients", ("aio", "_board", "_claim", "_teammate", "_lead", "_runner"), ("wire", "values", "plumbing")),
+    Layer(
+        "clients",
+        ("aio", "_board", "_claim", "_session", "_teammate", "_lead", "_runner"),
+        ("wire", "values", "plumbing"),
+    ),
     Layer("surface", ("__init__",), ("values", "clients")),
     Layer("views", ("_dagfile", "_terminal"), ("values", "surface")),
     Layer("demo", ("demo",), ("values", "surface", "views")),
-    Layer("cli", ("cli",), ("surface", "views", "demo")),
+    Layer("mcp", ("mcp_bridge",), ("values", "plumbing", "clients", "surface", "views")),
+    Layer("cli", ("cli", "__main__"), ("surface", "views", "demo", "mcp")),
 )
 
 

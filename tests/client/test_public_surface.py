@@ -1,5 +1,6 @@
 """Pins the SDK's public surface: changing it must be a deliberate edit here."""
 
+import dataclasses
 import inspect
 
 import corral
@@ -7,14 +8,25 @@ import corral.aio
 
 EXPECTED_CORRAL = [
     "AlreadyExists",
+    "Attempt",
+    "AttemptOutcome",
+    "AttemptTimedOut",
+    "Budget",
+    "BudgetExhausted",
+    "BudgetExhaustedEvent",
     "Claim",
+    "ClaimEndReason",
+    "ClaimEnded",
     "ClaimInfo",
+    "ClaimRevoked",
     "ClaimTokenMismatch",
+    "ConcurrencyLimit",
     "CorralError",
     "DoneSummary",
     "ExitReason",
     "FailedPrecondition",
     "FieldViolation",
+    "Identity",
     "IdleEvent",
     "IdleTimeout",
     "InvalidArgument",
@@ -41,12 +53,16 @@ EXPECTED_CORRAL = [
     "TaskState",
     "TasksFailed",
     "Teammate",
+    "TeammateAvailability",
     "TeammateChangeReason",
     "TeammateChanged",
     "TeammateInfo",
     "TeammateStatus",
     "Unauthenticated",
     "Unavailable",
+    "Usage",
+    "ViewerInfo",
+    "WaitingFor",
     "WatchEvent",
     "WriterStats",
     "current_claim",
@@ -97,3 +113,39 @@ def test_no_wire_types_in_public_signatures() -> None:
                     continue
                 for annotation in annotations.values():
                     assert "pb2" not in str(annotation) and "pb." not in str(annotation), (name, member, annotation)
+
+
+def test_claims_report_progress_and_tasks_carry_it() -> None:
+    for claim in (corral.Claim, corral.aio.Claim):
+        parameters = inspect.signature(claim.report_progress).parameters
+        assert list(parameters) == ["self", "text", "fraction", "usage"] and parameters["fraction"].default is None
+        assert parameters["usage"].kind is inspect.Parameter.KEYWORD_ONLY and parameters["usage"].default is None
+    fields = {f.name: f.default for f in dataclasses.fields(corral.Task)}
+    assert (fields["progress"], fields["progress_fraction"], fields["progress_time"]) == ("", None, None)
+
+
+def test_claims_report_usage_and_the_lead_sets_budgets() -> None:
+    for claim in (corral.Claim, corral.aio.Claim):
+        for method in (claim.complete, claim.fail, claim.renew):
+            usage = inspect.signature(method).parameters["usage"]
+            assert usage.kind is inspect.Parameter.KEYWORD_ONLY and usage.default is None
+    for lead in (corral.Lead, corral.aio.Lead):
+        parameters = inspect.signature(lead.set_budget).parameters
+        assert list(parameters) == ["self", "teammate", "max_cost_micros", "max_tokens"]
+    assert corral.Usage().tokens == 0 and corral.Usage(3, 4).tokens == 7
+    assert "usage" in {f.name for f in dataclasses.fields(corral.Task)}
+    assert {f.name for f in dataclasses.fields(corral.TeammateInfo)} >= {"usage", "budget"}
+    assert "usage" in {f.name for f in dataclasses.fields(corral.Stats)}
+
+
+def test_the_lazy_table_matches_the_imports_type_checkers_see() -> None:
+    """`corral` imports its names on first use (`_HOMES`); type checkers read the
+    `if TYPE_CHECKING:` imports instead. Both must say the same, and name every export."""
+    import ast
+    import pathlib
+
+    tree = ast.parse(pathlib.Path(corral.__file__).read_text())
+    (guarded,) = [node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"]
+    seen = {node.module: tuple(alias.name for alias in node.names) for node in guarded.body}
+    assert seen == corral._HOMES
+    assert sorted(name for names in seen.values() for name in names) == sorted(corral.__all__)

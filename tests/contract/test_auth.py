@@ -36,8 +36,20 @@ def _output_class(method):
 
 
 def call_raw(channel: grpc.Channel, method, payload: bytes, metadata, timeout: float = 5.0):
-    """Sends raw request bytes; for a server stream, returns its first response (or None at its end)."""
-    assert not method.client_streaming, f"{_path(method)}: client streaming is not covered yet"
+    """Sends raw request bytes; for a server stream, returns its first response (or None at its end).
+    A bidirectional stream sends the bytes as its one message and then half-closes."""
+    if method.client_streaming:
+        assert method.server_streaming, f"{_path(method)}: client-only streaming is not covered"
+        stub = channel.stream_stream(
+            _path(method), request_serializer=lambda b: b, response_deserializer=_output_class(method).FromString
+        )
+        call = stub(iter([payload]), metadata=metadata, timeout=timeout)
+        try:
+            for response in call:
+                return response
+            return None
+        finally:
+            call.cancel()
     if method.server_streaming:
         stub = channel.unary_stream(
             _path(method), request_serializer=lambda b: b, response_deserializer=_output_class(method).FromString
@@ -262,8 +274,8 @@ def test_unknown_field_nested_in_a_task_spec_is_refused(daemon):
         request_serializer=lambda b: b,
         response_deserializer=pb.CreateTasksResponse.FromString,
     )
-    spec_bytes = spec("nested").SerializeToString() + _unknown_string_field(11, "mallory")
-    # tasks = field 1, length-delimited, holding the tampered TaskSpec
+    spec_bytes = spec("nested").SerializeToString() + _unknown_string_field(1000, "mallory")
+    # tasks = field 1, length-delimited, holding the tampered TaskSpec (field 1000 is no field of it)
     payload = _unknown_string_field(1, "")[:-1] + bytes([len(spec_bytes)]) + spec_bytes
     assert len(spec_bytes) < 128
     error = rpc_error(create, payload, metadata=daemon.lead.metadata, timeout=5)

@@ -163,6 +163,9 @@ def test_cancel_kills_the_live_claim_and_its_dependents(daemon):
     canceled = daemon.lead.lead.CancelTasks(pb.CancelTasksRequest(ids=["held"])).tasks
     assert {t.id for t in canceled} == {"held", "child", "grandchild"}
     assert all(t.state == pb.TASK_STATE_CANCELED for t in canceled)
+    ended = stream.next_event("claim_ended")  # the holder hears of it at once
+    assert (ended.task_id, ended.claim_token) == ("held", claim.claim_token)
+    assert ended.reason == pb.CLAIM_END_REASON_TASK_CANCELED
     for task_id in ("held", "child", "grandchild"):
         task = daemon.get_task(task_id)
         assert task.state == pb.TASK_STATE_CANCELED and task.HasField("finish_time"), task

@@ -33,9 +33,12 @@ def test_a_second_daemon_on_the_same_state_dir_refuses_to_start(corrald):
 
 
 def _without_lease(task: pb.Task) -> pb.Task:
+    """The task as stored, less what a restart may change: the lease end, and what
+    it waits for (who is online is not stored across a crash)."""
     copy = pb.Task()
     copy.CopyFrom(task)
     copy.ClearField("lease_expire_time")
+    copy.ClearField("waiting_for")
     return copy
 
 

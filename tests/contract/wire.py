@@ -54,12 +54,21 @@ def ts_seconds(timestamp) -> float:
     return timestamp.seconds + timestamp.nanos / 1e9
 
 
-def spec(task_id: str, *deps: str, lease: float | None = None, **fields: Any) -> pb.TaskSpec:
-    """A TaskSpec; `lease` in seconds, other fields passed through."""
+def spec(
+    task_id: str, *deps: str, lease: float | None = None, retry_backoff: float | None = 0.0, **fields: Any
+) -> pb.TaskSpec:
+    """A TaskSpec; `lease` and `retry_backoff` in seconds, other fields passed through.
+
+    A retry here follows at once (`retry_backoff` 0, sent: unset would be the
+    daemon's 1 s), so the tests of claims and leases need not wait for it;
+    None leaves it unset.
+    """
     fields.setdefault("title", f"task {task_id}")
     message = pb.TaskSpec(id=task_id, depends_on=list(deps), **fields)
     if lease is not None:
         message.lease_duration.CopyFrom(duration(lease))
+    if retry_backoff is not None:
+        message.retry_backoff.CopyFrom(duration(retry_backoff))
     return message
 
 
@@ -129,7 +138,9 @@ class _CallDetails(
     pass
 
 
-class _Credential(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+class _Credential(
+    grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor, grpc.StreamStreamClientInterceptor
+):
     """Adds `authorization` metadata (unless the call brings its own) and a default deadline."""
 
     def __init__(self, metadata: list[tuple[str, str]]) -> None:
@@ -149,6 +160,9 @@ class _Credential(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterc
 
     def intercept_unary_stream(self, continuation, client_call_details, request):
         return continuation(self._details(client_call_details, STREAM_TIMEOUT_S), request)
+
+    def intercept_stream_stream(self, continuation, client_call_details, request_iterator):
+        return continuation(self._details(client_call_details, STREAM_TIMEOUT_S), request_iterator)
 
 
 class Client:
@@ -177,6 +191,22 @@ class Client:
         if poll_interval is not None:
             request.poll_interval.CopyFrom(duration(poll_interval))
         return Stream(self.teammate.Idle(request, timeout=timeout), f"Idle({self.name})")
+
+    def session(
+        self,
+        *,
+        max_idle_polls: int = 0,
+        poll_interval: float | None = None,
+        slots: int = 0,
+        timeout: float = STREAM_TIMEOUT_S,
+        first: pb.SessionRequest | None = None,
+    ) -> SessionStream:
+        """A Session stream opened with `open` (or with `first` instead, to test what is refused)."""
+        if first is None:
+            first = pb.SessionRequest(open=pb.IdleRequest(max_idle_polls=max_idle_polls, slots=slots))
+            if poll_interval is not None:
+                first.open.poll_interval.CopyFrom(duration(poll_interval))
+        return SessionStream(self.teammate, first, timeout, f"Session({self.name})")
 
     def ack(self, through_seq: int) -> int:
         return self.teammate.AckMessages(pb.AckMessagesRequest(through_seq=through_seq)).acked_through_seq
@@ -298,6 +328,45 @@ class Stream:
         self.call.cancel()
         with contextlib.suppress(AssertionError):
             self.wait_end(5.0)
+
+
+class SessionStream(Stream):
+    """A Session: requests go in through `send` (a queue feeding the call), responses come
+    out as from any `Stream`. `op(...)` sends one op and returns its response."""
+
+    def __init__(self, stub, first: pb.SessionRequest, timeout: float, label: str) -> None:
+        self._requests: queue.Queue = queue.Queue()
+        self._requests.put(first)
+        self._op_ids = itertools.count(1)
+        super().__init__(stub.Session(iter(self._requests.get, _END), timeout=timeout), label)
+
+    def send(self, request: pb.SessionRequest) -> None:
+        self._requests.put(request)
+
+    def close_requests(self) -> None:
+        """Half-closes: the daemon sees the end of the request stream."""
+        self._requests.put(_END)
+
+    def op(self, op_id: str | None = None, timeout: float = 5.0, **op: Any) -> pb.SessionResponse:
+        """Sends `SessionRequest(op_id, **op)` and returns the response carrying its result
+        (events before it stay in `received`, and in `events_before`)."""
+        op_id = op_id if op_id is not None else f"op-{next(self._op_ids)}"
+        self.send(pb.SessionRequest(op_id=op_id, **op))
+        self.events_before: list[pb.SessionResponse] = []
+        while True:
+            response = self.next(timeout)
+            if response.HasField("op_result"):
+                assert response.op_result.op_id == op_id, f"{self.label}: result for {response.op_result.op_id!r}"
+                return response
+            self.events_before.append(response)
+
+    def complete(self, claim: pb.Claim, result: bytes = b"done", op_id: str | None = None) -> pb.SessionResponse:
+        request = pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token, result=result)
+        return self.op(op_id, complete=request)
+
+    def cancel(self) -> None:
+        self.close_requests()
+        super().cancel()
 
 
 # ---------------------------------------------------------------- the daemon process

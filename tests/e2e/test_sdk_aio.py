@@ -13,6 +13,9 @@ import corral
 import corral.aio
 from tests.support import FAST_POLL
 
+# Each test runs on both teammate transports (CORRAL_TRANSPORT=session, =idle).
+pytestmark = pytest.mark.usefixtures("transport")
+
 ONE_SECOND = datetime.timedelta(seconds=1)
 
 

@@ -78,6 +78,7 @@ def check_board(lead: corral.Lead, specs: list[corral.TaskSpec]) -> None:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.usefixtures("transport")
 def test_200_task_dag_with_20_threaded_teammates(lead: corral.Lead) -> None:
     specs = make_dag(200, seed=7)
     lead.create_tasks(specs, request_id="dag-1")

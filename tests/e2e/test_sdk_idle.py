@@ -11,6 +11,9 @@ import pytest
 import corral
 from tests.support import FAST_POLL, watch_until
 
+# Each test runs on both teammate transports (CORRAL_TRANSPORT=session, =idle).
+pytestmark = pytest.mark.usefixtures("transport")
+
 
 @pytest.fixture
 def ann(lead: corral.Lead) -> Iterator[corral.Teammate]:
@@ -139,6 +142,23 @@ def test_a_second_stream_supersedes_the_first(lead: corral.Lead, ann: corral.Tea
             next(old)
         assert raised.value.code is grpc.StatusCode.ABORTED
         new.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_second_idle_of_the_same_client_supersedes_the_first(lead: corral.Lead, ann: corral.Teammate) -> None:
+    lead.send_message("ann", "hello")
+    old = ann.idle(poll_interval=FAST_POLL)
+    assert isinstance(next(old), corral.Message)
+    new = ann.idle(poll_interval=FAST_POLL)
+    again = next(new)  # not acknowledged on the old stream, so sent again
+    assert isinstance(again, corral.Message) and again.body == "hello"
+    with pytest.raises(corral.CorralError) as raised:
+        next(old)
+    assert raised.value.code is grpc.StatusCode.ABORTED
+    lead.create_tasks([corral.TaskSpec("work")])
+    claim = next(new)  # resuming acknowledged "hello"
+    assert isinstance(claim, corral.Claim) and claim.complete().state is corral.TaskState.COMPLETED
+    new.close()
 
 
 @pytest.mark.timeout(30)

@@ -10,6 +10,9 @@ import pytest
 import corral
 from tests.support import FAST_POLL, wait_until, watch_until
 
+# Each test runs on both teammate transports (CORRAL_TRANSPORT=session, =idle).
+pytestmark = pytest.mark.usefixtures("transport")
+
 ONE_SECOND = datetime.timedelta(seconds=1)  # the daemon's minimum lease
 
 

@@ -14,6 +14,9 @@ import corral
 import corral.aio
 from tests.support import FAST_POLL, TeammateThread, task_reached, wait_until, watch_until
 
+# Each test runs on both teammate transports (CORRAL_TRANSPORT=session, =idle).
+pytestmark = pytest.mark.usefixtures("transport")
+
 ONE_SECOND = datetime.timedelta(seconds=1)
 
 
@@ -205,7 +208,10 @@ def test_a_reviewer_stays_while_its_task_waits_on_a_long_running_dependency(lead
     """run_teammate with a small idle budget does not quit mid-graph: 2 polls of 50 ms
     pass many times over while `fetch` runs, and the reviewer still takes `review`."""
     lead.create_tasks(
-        [corral.TaskSpec("fetch"), corral.TaskSpec("review", depends_on=("fetch",), required_role="reviewer")]
+        [
+            corral.TaskSpec("fetch", required_role="fetcher"),  # ann's alone, whichever thread asks first
+            corral.TaskSpec("review", depends_on=("fetch",), required_role="reviewer"),
+        ]
     )
 
     def fetch(task: corral.Task) -> bytes:
@@ -213,10 +219,34 @@ def test_a_reviewer_stays_while_its_task_waits_on_a_long_running_dependency(lead
         return b"fetched"
 
     budget = {"max_idle_polls": 2, "poll_interval": datetime.timedelta(milliseconds=50)}
-    ann = TeammateThread(lead, "ann", fetch, **budget).start()
+    ann = TeammateThread(lead, "ann", fetch, roles=("fetcher",), **budget).start()
     bob = TeammateThread(lead, "bob", lambda task: b"reviewed", roles=("reviewer",), **budget).start()
     done = lead.wait_until_done(timeout=30)
     assert done.completed_ids == ("fetch", "review") and lead.get_task("review").owner == "bob"
     for mate in (ann, bob):  # with nothing left, each spends its budget and leaves
         summary = mate.result(timeout=10)
         assert summary.exit_reason is corral.ExitReason.IDLE_TIMEOUT and summary.completed == 1
+
+
+@pytest.mark.timeout(30)
+def test_a_spent_budget_pauses_the_run_until_the_lead_raises_it(
+    lead: corral.Lead, caplog: pytest.LogCaptureFixture
+) -> None:
+    lead.create_tasks([corral.TaskSpec("first"), corral.TaskSpec("second", priority=-1)])
+
+    def handler(task: corral.Task) -> str:
+        corral.current_claim().renew(usage=corral.Usage(input_tokens=700, output_tokens=300))
+        return f"did {task.id}"
+
+    mate = TeammateThread(lead, "ann", handler, stop_on_idle_timeout=False)
+    lead.set_budget("ann", max_tokens=1000)
+    with caplog.at_level("WARNING", logger="corral.runner"):
+        mate.start()
+        wait_until(lambda: "budget spent (1000 tokens of 1000" in caplog.text, 10, "the budget warning")
+        assert lead.get_task("second").state is corral.TaskState.PENDING, "no claim past a spent budget"
+        lead.set_budget("ann", max_tokens=5000)
+        watch_until(lead, task_reached("second", corral.TaskState.COMPLETED))
+    lead.request_shutdown("ann", reason="done")
+    summary = mate.result()
+    assert summary.exit_reason is corral.ExitReason.SHUTDOWN and summary.completed == 2
+    assert lead.get_task("first").usage.tokens == 1000

@@ -1,28 +1,33 @@
 """Polyglot proof: Node.js teammates, speaking only corral.v1, next to Python ones.
 
 The Node programs live in tests/polyglot/node/ and load proto/corral/v1/corral.proto
-at run time (no generated code): if they can do the job, any language can.
+at run time (no generated code): if they can do the job, any language can. The
+Node teammate speaks either transport: an Idle stream with unary calls (the
+default) or one Session stream (CORRAL_TRANSPORT=session).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import pathlib
-import shutil
-import subprocess
 import threading
 from collections import Counter
 from datetime import timedelta
 
 import grpc
 import pytest
+from polyglot_kit import (
+    check_worked_once,
+    layered_dag,
+    logged,
+    node_executable,
+    node_result,
+    recorded_session_ops,
+    wait_while_running,
+)
 
-from corral import ExitReason, Lead, RunSummary, TaskChanged, TaskSpec, TaskState, run_teammate
+from corral import ExitReason, Lead, RunSummary, TaskSpec, TaskState, TeammateStatus, run_teammate
 from corral.v1 import corral_pb2, corral_pb2_grpc
 from tests.support import wait_until
-
-NODE_DIR = pathlib.Path(__file__).resolve().parent / "node"
 
 # gRPC status codes as numbers, the way the Node programs report them.
 OK = grpc.StatusCode.OK.value[0]
@@ -32,165 +37,11 @@ PERMISSION_DENIED = grpc.StatusCode.PERMISSION_DENIED.value[0]
 UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED.value[0]
 
 
-# ---------------------------------------------------------------- helpers
-
-
-def node_executable() -> str:
-    """The node binary, failing (never skipping) with a fix when the toolchain is missing."""
-    node = shutil.which("node")
-    if node is None:
-        pytest.fail(
-            "Node.js is required for tests/polyglot: install node (v18+) and npm, then run `make test`",
-            pytrace=False,
-        )
-    if not (NODE_DIR / "node_modules" / "@grpc" / "grpc-js").is_dir():
-        pytest.fail(
-            f"{NODE_DIR / 'node_modules'} is missing: run `make test` (it runs npm ci)",
-            pytrace=False,
-        )
-    return node
-
-
-class NodeProcess:
-    """A Node program whose stdout is one JSON object per line, collected as it arrives."""
-
-    def __init__(self, script: str, env: dict[str, str], log_dir: pathlib.Path, label: str):
-        self.label = label
-        self.lines: list[dict] = []
-        self._cond = threading.Condition()
-        self._stderr_path = log_dir / f"{label}.stderr"
-        self._stderr = open(self._stderr_path, "wb")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen(
-            [node_executable(), str(NODE_DIR / script)],
-            cwd=NODE_DIR,
-            env={**os.environ, **env},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-        )
-        self._reader = threading.Thread(target=self._read, name=f"read-{label}", daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            text = raw.decode("utf-8", "replace").strip()
-            if not text:
-                continue
-            try:
-                item = json.loads(text)
-            except json.JSONDecodeError:
-                item = {"event": "unparsed", "text": text}
-            with self._cond:
-                self.lines.append(item)
-                self._cond.notify_all()
-        with self._cond:
-            self._cond.notify_all()
-
-    def events(self, name: str) -> list[dict]:
-        with self._cond:
-            return [line for line in self.lines if line.get("event") == name]
-
-    def wait_exit(self, timeout: float) -> int:
-        """The exit code; the stdout reader has drained everything by then."""
-        try:
-            code = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"{self.label} did not exit within {timeout}s; output so far:\n{self.describe()}")
-        self._reader.join(timeout=10)
-        return code
-
-    def describe(self) -> str:
-        with self._cond:
-            out = "\n".join(json.dumps(line) for line in self.lines[-40:])
-        err = self._stderr_path.read_text(errors="replace")[-4000:] if self._stderr_path.exists() else ""
-        return f"--- stdout (last 40) ---\n{out}\n--- stderr ---\n{err}"
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        self._stderr.close()
-
-
-@pytest.fixture
-def node_procs(tmp_path):
-    """Starts Node programs; kills whatever is still running when the test ends."""
-    started: list[NodeProcess] = []
-
-    def start(script: str, label: str, **env: str) -> NodeProcess:
-        proc = NodeProcess(script, env, tmp_path, label)
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        proc.close()
-
-
-def layered_dag() -> list[TaskSpec]:
-    """65 tasks in 7 layers: one root fanning out, overlapping fan-in between
-    layers, a skip-layer edge, and one sink that waits for the whole last layer."""
-    widths = [1, 12, 15, 18, 12, 6, 1]
-    layers: list[list[str]] = []
-    specs: list[TaskSpec] = []
-    for depth, width in enumerate(widths):
-        layer = [f"L{depth}-{i:02d}" for i in range(width)]
-        for i, task_id in enumerate(layer):
-            deps: set[str] = set()
-            if depth > 0:
-                prev = layers[-1]
-                if width == 1:
-                    deps.update(prev)  # fan-in of the whole layer
-                else:
-                    deps.update({prev[i % len(prev)], prev[(i * 7 + 3) % len(prev)], prev[(i + 1) % len(prev)]})
-            if depth >= 2 and i % 4 == 0:
-                deps.add(layers[-2][i % len(layers[-2])])  # skip a layer
-            ordered = tuple(sorted(deps))
-            specs.append(
-                TaskSpec(
-                    id=task_id,
-                    title=f"layer {depth} task {i}",
-                    payload=json.dumps({"layer": depth, "index": i}).encode(),
-                    depends_on=ordered,
-                )
-            )
-        layers.append(layer)
-    return specs
-
-
-def board_history(lead, task_ids: set[str]) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
-    """Watch-feed sequence numbers at which each task entered IN_PROGRESS and
-    COMPLETED, replayed from the start until every task has completed."""
-    claimed: dict[str, list[int]] = {task_id: [] for task_id in task_ids}
-    completed: dict[str, list[int]] = {task_id: [] for task_id in task_ids}
-    last_state: dict[str, TaskState] = {}
-    remaining = set(task_ids)
-    events = lead.watch(after_seq=0)
-    try:
-        for event in events:
-            if not isinstance(event, TaskChanged) or event.task.id not in task_ids:
-                continue
-            task = event.task
-            if task.state != last_state.get(task.id):
-                if task.state == TaskState.IN_PROGRESS:
-                    claimed[task.id].append(event.seq)
-                elif task.state == TaskState.COMPLETED:
-                    completed[task.id].append(event.seq)
-                    remaining.discard(task.id)
-            last_state[task.id] = task.state
-            if not remaining:
-                break
-    finally:
-        events.close()
-    return claimed, completed
-
-
 # ---------------------------------------------------------------- a. a mixed team
 
 
 @pytest.mark.timeout(180)
-def test_node_and_python_teammates_share_a_dag(tmp_path, node_procs):
+def test_node_and_python_teammates_share_a_dag(tmp_path, node_teammate):
     node_executable()  # fail fast, with the fix, when Node or node_modules is missing
     specs = layered_dag()
     assert len(specs) >= 60
@@ -199,19 +50,8 @@ def test_node_and_python_teammates_share_a_dag(tmp_path, node_procs):
     with Lead.launch(tmp_path / "state") as lead:
         # Node teammates: subprocesses that speak the proto through grpc-js.
         node_names = ["node-1", "node-2", "node-3"]
-        nodes = {}
-        for name in node_names:
-            mate = lead.add_teammate(name)
-            nodes[name] = node_procs(
-                "teammate.js",
-                name,
-                CORRAL_ADDRESS=lead.address,
-                CORRAL_TOKEN=mate.token,
-                CORRAL_NAME=name,
-                CORRAL_MAX_IDLE_POLLS="600",
-                CORRAL_POLL_INTERVAL_MS="200",
-                CORRAL_WORK_MS="10",  # the same simulated work as the Python handler
-            )
+        # 10 ms of simulated work each, as the Python handler's.
+        nodes = {name: node_teammate(lead, name, work_ms=10) for name in node_names}
 
         # Python teammates: threads running the SDK's loop.
         py_names = ["py-1", "py-2"]
@@ -250,50 +90,25 @@ def test_node_and_python_teammates_share_a_dag(tmp_path, node_procs):
             thread.start()
             py_threads.append(thread)
 
-        # Tasks arrive after the team is idle: the daemon must wake them.
+        # Tasks arrive after the whole team is idle (the daemon must wake them), and only
+        # then: a teammate still starting would find the work already taken.
+        wait_until(lambda: team_waiting(lead, set(nodes) | set(py_names)), 30, "the whole team to connect")
         lead.create_tasks(specs)
         lead.wait_until_done(timeout=120)
 
-        tasks = {task.id: task for task in lead.list_tasks()}
-        assert set(tasks) == set(by_id)
-        not_done = {tid: task.state for tid, task in tasks.items() if task.state != TaskState.COMPLETED}
-        assert not not_done, f"tasks not completed: {not_done}"
-
         # A Node teammate logs "completed" once CompleteTask has returned,
         # which can be a moment after the board saw the last task finish.
-        node_owned = {tid for tid, task in tasks.items() if task.owner in nodes}
+        node_owned = {task.id for task in lead.list_tasks() if task.owner in nodes}
 
         def node_logged() -> set[str]:
             return {ev["task"] for proc in nodes.values() for ev in proc.events("completed")}
 
         wait_until(lambda: node_owned <= node_logged(), 10, "Node teammates to log their completions")
-
-        # Exactly once: each task was worked on by exactly one teammate, once.
         node_done = [(name, ev["task"]) for name, proc in nodes.items() for ev in proc.events("completed")]
-        executions = Counter(task_id for _, task_id in node_done + py_done)
-        assert set(executions) == set(by_id)
-        assert [tid for tid, n in executions.items() if n != 1] == []
+        tasks = check_worked_once(lead, specs, node_done + py_done)
         for proc in nodes.values():
             assert proc.events("dropped") == [], proc.describe()
             assert proc.events("duplicate_claim") == [], proc.describe()
-
-        # The board's owner is the teammate that did the work (identity from its credential).
-        for name, task_id in node_done + py_done:
-            assert tasks[task_id].owner == name
-
-        # Dependency order: no task finished before any of its dependencies.
-        for task in tasks.values():
-            assert tuple(task.depends_on) == by_id[task.id].depends_on
-            for dep in task.depends_on:
-                assert task.finish_time >= tasks[dep].finish_time, (task.id, dep)
-        # ... and none was claimed before all its dependencies completed, and
-        # each was claimed and completed once: replay the board's event feed.
-        claimed_at, completed_at = board_history(lead, set(by_id))
-        for task_id, spec in by_id.items():
-            assert len(claimed_at[task_id]) == 1, (task_id, claimed_at[task_id])
-            assert len(completed_at[task_id]) == 1, (task_id, completed_at[task_id])
-            for dep in spec.depends_on:
-                assert claimed_at[task_id][0] > completed_at[dep][0], (task_id, dep)
 
         # Both languages did real work, and Node's results are stored verbatim.
         owners = Counter(task.owner for task in tasks.values())
@@ -301,13 +116,7 @@ def test_node_and_python_teammates_share_a_dag(tmp_path, node_procs):
         assert sum(owners[name] for name in node_names) > 0, owners
         assert sum(owners[name] for name in py_names) > 0, owners
         for name, task_id in node_done:
-            result = json.loads(lead.get_task(task_id).result)
-            assert result == {
-                "by": "node",
-                "teammate": name,
-                "task": task_id,
-                "deps": list(by_id[task_id].depends_on),
-            }
+            assert json.loads(lead.get_task(task_id).result) == node_result(name, by_id[task_id])
         for _name, task_id in py_done:
             assert json.loads(lead.get_task(task_id).result)["by"] == "python"
 
@@ -433,31 +242,18 @@ def test_hostile_node_client_is_refused(tmp_path, node_procs):
 # ---------------------------------------------------------------- c. leases and control while working
 
 
-def start_node_teammate(lead, node_procs, name: str, work_ms: int) -> NodeProcess:
-    mate = lead.add_teammate(name)
-    return node_procs(
-        "teammate.js",
-        name,
-        CORRAL_ADDRESS=lead.address,
-        CORRAL_TOKEN=mate.token,
-        CORRAL_NAME=name,
-        CORRAL_MAX_IDLE_POLLS="600",
-        CORRAL_POLL_INTERVAL_MS="200",
-        CORRAL_WORK_MS=str(work_ms),
-    )
-
-
-def logged(proc: NodeProcess, event: str, task: str) -> bool:
-    return any(ev.get("task") == task for ev in proc.events(event))
+# Both transports: the ops about a claim, and their errors, as unary calls or as Session ops.
+TRANSPORTS = pytest.mark.parametrize("transport", ["idle", "session"])
 
 
 @pytest.mark.timeout(60)
-def test_node_teammate_renews_and_finishes_before_approving_shutdown(tmp_path, node_procs):
+@TRANSPORTS
+def test_node_teammate_renews_and_finishes_before_approving_shutdown(tmp_path, node_teammate, transport):
     node_executable()  # fail fast, with the fix, when Node or node_modules is missing
     with Lead.launch(tmp_path / "state") as lead:
         # A 1 s lease and 2.5 s of work: only renewing every third of the lease keeps it.
         lead.create_tasks([TaskSpec(id="long", title="outlives its lease", lease_duration=timedelta(seconds=1))])
-        proc = start_node_teammate(lead, node_procs, "node-long", work_ms=2500)
+        proc = node_teammate(lead, "node-long", transport=transport, work_ms=2500)
         wait_until(lambda: logged(proc, "claimed", "long"), 20, "node-long to claim the task")
 
         # Shutdown while it works: it acknowledges at once, approves only when done.
@@ -477,11 +273,12 @@ def test_node_teammate_renews_and_finishes_before_approving_shutdown(tmp_path, n
 
 
 @pytest.mark.timeout(60)
-def test_node_teammate_drops_a_canceled_task_and_carries_on(tmp_path, node_procs):
+@TRANSPORTS
+def test_node_teammate_drops_a_canceled_task_and_carries_on(tmp_path, node_teammate, transport):
     node_executable()  # fail fast, with the fix, when Node or node_modules is missing
     with Lead.launch(tmp_path / "state") as lead:
         lead.create_tasks([TaskSpec(id="doomed", title="canceled mid-work", lease_duration=timedelta(seconds=1))])
-        proc = start_node_teammate(lead, node_procs, "node-drop", work_ms=1500)
+        proc = node_teammate(lead, "node-drop", transport=transport, work_ms=1500)
         wait_until(lambda: logged(proc, "claimed", "doomed"), 20, "node-drop to claim the task")
 
         lead.cancel_tasks(["doomed"])
@@ -499,3 +296,81 @@ def test_node_teammate_drops_a_canceled_task_and_carries_on(tmp_path, node_procs
         assert not logged(proc, "completed", "doomed")
         assert lead.get_task("doomed").state == TaskState.CANCELED
         assert (lead.get_task("after").state, lead.get_task("after").owner) == (TaskState.COMPLETED, "node-drop")
+
+
+# ---------------------------------------------------------------- d. both transports in one team
+
+
+def team_waiting(lead: Lead, names: set[str]) -> bool:
+    """Every one of `names` is online with nothing to do."""
+    return {mate.name for mate in lead.list_teammates() if mate.status is TeammateStatus.IDLE} >= names
+
+
+@pytest.mark.timeout(180)
+def test_node_session_teammates_work_beside_python_session_and_idle_ones(tmp_path, node_teammate, python_teammate):
+    node_executable()  # fail fast, with the fix, when Node or node_modules is missing
+    specs = layered_dag()
+    by_id = {spec.id: spec for spec in specs}
+
+    with Lead.launch(tmp_path / "state") as lead:
+        sessions = {name: node_teammate(lead, name, transport="session") for name in ("node-s1", "node-s2")}
+        nodes = {**sessions, "node-i1": node_teammate(lead, "node-i1", transport="idle")}
+        pythons = {
+            "py-session": python_teammate(lead, "py-session", transport="session"),
+            "py-idle": python_teammate(lead, "py-idle", transport="idle"),
+        }
+        team = {**nodes, **pythons}
+        # Tasks arrive once the whole team waits for work, so that each has its chance at them.
+        wait_while_running(lambda: team_waiting(lead, set(team)), 30, "the whole team to connect", team.values())
+        lead.create_tasks(specs)
+        lead.wait_until_done(timeout=120)
+
+        node_owned = {task.id for task in lead.list_tasks() if task.owner in nodes}
+
+        def node_logged() -> set[str]:
+            return {ev["task"] for proc in nodes.values() for ev in proc.events("completed")}
+
+        wait_until(lambda: node_owned <= node_logged(), 10, "Node teammates to log their completions")
+        done = [(name, ev["task"]) for name, proc in nodes.items() for ev in proc.events("completed")]
+        done += [(name, ev["task"]) for name, proc in pythons.items() for ev in proc.events("handled")]
+        tasks = check_worked_once(lead, specs, done)
+        owners = Counter(task.owner for task in tasks.values())
+        print(f"tasks per teammate: {dict(sorted(owners.items()))}")
+        assert set(owners) == set(team), owners  # everyone, on either transport, did some of the work
+        for name, proc in nodes.items():
+            assert proc.events("dropped") == [], proc.describe()
+            assert proc.events("duplicate_claim") == [], proc.describe()
+            for ev in proc.events("completed"):
+                assert json.loads(tasks[ev["task"]].result) == node_result(name, by_id[ev["task"]])
+
+        # Each used the transport it was told to, as the daemon saw it: it records
+        # every Session op by its op id (table session_ops), and an Idle teammate sends none.
+        assert set(recorded_session_ops(tmp_path / "state")) == {"node-s1", "node-s2", "py-session"}
+
+        # The Node Session teammates did it all on one stream each: every completion an op
+        # with an id of its own, no stream broken, so nothing sent twice.
+        op_ids = [ev["op_id"] for proc in sessions.values() for ev in proc.events("completed")]
+        assert len(set(op_ids)) == len(op_ids) == sum(owners[name] for name in sessions)
+        handed_off = 0
+        for proc in sessions.values():
+            assert [ev["transport"] for ev in proc.events("stream_open")] == ["session"], proc.describe()
+            assert proc.events("op_resent") == [] and proc.events("op_timeout") == [], proc.describe()
+            completions = {ev["op_id"] for ev in proc.events("completed")}
+            # A claim that came with an op result came with one of this teammate's completions.
+            after = [ev["after_op"] for ev in proc.events("claimed") if ev["after_op"] is not None]
+            assert set(after) <= completions, proc.describe()
+            handed_off += len(after)
+        print(f"claims handed off with a completion's result: {handed_off} of {len(op_ids)}")
+        assert all(ev["after_op"] is None for ev in nodes["node-i1"].events("claimed"))
+
+        # The Lead ends the session: every teammate approves and stops cleanly.
+        for name in team:
+            lead.request_shutdown(name, reason="the board is done", grace=timedelta(seconds=30))
+        for proc in nodes.values():
+            assert proc.wait_exit(timeout=30) == 0, proc.describe()
+            assert [ev["reason"] for ev in proc.events("exit")] == ["shutdown"], proc.describe()
+            assert not [ev for ev in proc.events("claimed") if ev["after_shutdown_request"]]
+        for name, proc in pythons.items():
+            assert proc.wait_exit(timeout=30) == 0, proc.describe()
+            [summary] = proc.events("exit")
+            assert (summary["reason"], summary["completed"]) == (ExitReason.SHUTDOWN.name, owners[name])

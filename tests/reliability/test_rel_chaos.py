@@ -72,7 +72,11 @@ def test_killed_and_stopped_holders_reclaimed_at_lease_end(daemons, tmp_path, fi
         tokens = {f"h{r}-{i}": lead.add_teammate(f"h{r}-{i}") for i in range(n_holders)}
         lead.create(
             [
-                pb.TaskSpec(id=f"k{r}-{i}", title="held", lease_duration=dur(rng.randint(1000, 2000)))
+                # No retry backoff: what is measured is how soon after the lease's end the
+                # task is handed out again.
+                pb.TaskSpec(
+                    id=f"k{r}-{i}", title="held", lease_duration=dur(rng.randint(1000, 2000)), retry_backoff=dur(0)
+                )
                 for i in range(n_holders)
             ],
             f"round-{r}",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import subprocess
 import threading
@@ -370,10 +371,49 @@ def test_refusal_counters_count_only_refusals(overload, figures):
 
 # ---------------------------------------------------------------- one identity flooding, ten others working
 
+# The flood is switched on and off within one run, and the ten's latencies are sorted by phase:
+# cycles of unloaded, flooded x2, unloaded (ABBA, so that a drift over the run falls on both alike;
+# two cycles merge into U F2 U2 F2 U). The test machine is shared: other work on it comes and goes
+# within seconds and moved a whole unloaded run's p99 from 15 ms to 60 ms. Alternating phases
+# expose both to the same machine; one unloaded run before one flooded run measured the machine
+# as much as the flood.
+FAIRNESS_CYCLES = pick(8, 4)
+# At soak size a flooded phase (two units) outlasts 3/4 of the flooder's 10 s deadlines, so it
+# also meets the calls that waited that long being refused and sent again.
+FAIRNESS_UNIT_S = pick(0.75, 5.0)
+# Latencies are counted from this long after the flood is switched on or off: the flooded phases
+# measure a flood under way, not the daemon taking in its first wave of 600 calls, and the
+# unloaded ones a daemon done with the flooder's calls. (Averaged over 16 switches, the ten's
+# latency was back to its flooded level 0.1 s after the child reported "on", and at its unloaded
+# level as soon as it reported "off": cancelling takes its toll before the report.)
+FAIRNESS_SETTLE_S = {"flooded": 0.2, "unloaded": 0.1}
+# The flood's 600 calls start over this long, as a flooder's calls pile up.
+FAIRNESS_RAMP_S = 0.5
+
+
+def _fairness_phases(cycles: int) -> list[tuple[str, int]]:
+    """(phase, units) in order: cycles of U F F U, adjacent phases of one kind merged."""
+    order = ["unloaded", "flooded", "flooded", "unloaded"] * cycles
+    merged: list[tuple[str, int]] = []
+    for phase in order:
+        if merged and merged[-1][0] == phase:
+            merged[-1] = (phase, merged[-1][1] + 1)
+        else:
+            merged.append((phase, 1))
+    return merged
+
+
+def _switch(proc: subprocess.Popen, command: str) -> None:
+    """Tells the controlled flood child to go `command` ("on", "off") and waits until it has."""
+    assert proc.stdin is not None
+    proc.stdin.write(f"{command}\n".encode())
+    proc.stdin.flush()
+    assert read_line(proc, 30).strip() == command.encode(), f"the flood did not go {command}"
+
 
 @pytest.fixture(scope="module")
 def flood_fairness(tmp_path_factory):
-    """Ten victims renewing their claims, unloaded and then while one identity floods;
+    """Ten victims renewing their claims while one identity's flood is switched on and off;
     returns the figures (run once for the two tests below)."""
     from .rel_harness import Daemon
 
@@ -385,9 +425,9 @@ def flood_fairness(tmp_path_factory):
         hog = lead.add_teammate("hog")
         lead.create([pb.TaskSpec(id=f"vt{i}", title="victim") for i in range(10)], "victims")
         lead.close()
-        # The unloaded run lasts as long as the flooded one: as many samples, and the same
-        # exposure to the daemon's periodic pauses, so the two p99s compare like for like.
-        base_s = flood_s = pick(5.0, 20.0)
+        # Either condition lasts 2 units per cycle, less its settling: about as many samples and the
+        # same exposure to the daemon's periodic pauses.
+        unit_s = FAIRNESS_UNIT_S
 
         claims = {}
         with daemon.channel() as channel:
@@ -397,17 +437,47 @@ def flood_fairness(tmp_path_factory):
                 claims[name] = next(r for r in call if r.HasField("claim")).claim
                 call.cancel()
 
-        async def measure(seconds: float):
+        # Messages to every teammate: each one a heavy writer job (one inbox row per teammate).
+        flows = [
+            {"token": hog, "kind": "message", "concurrency": 600, "body_bytes": 2048, "to": "*"},
+            {"token": hog, "kind": "streams", "concurrency": 20},
+        ]
+        config = tmp_path / "hog.json"
+        config.write_text(
+            json.dumps(
+                {
+                    "address": daemon.address,
+                    "controlled": True,
+                    "channels": 4,
+                    "flows": flows,
+                    "ramp_s": FAIRNESS_RAMP_S,
+                }
+            )
+        )
+        with open(tmp_path / "hog.log", "wb") as log:
+            proc = child_process(
+                "rel_flood",
+                str(config),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+            )
+        assert read_line(proc, 30).strip() == b"ready", (tmp_path / "hog.log").read_text()
+        # (phase, first instant counted, last instant counted)
+        phases: list[tuple[str, float, float]] = []
+
+        async def measure():
             channel = grpc.aio.insecure_channel(daemon.address, options=CHANNEL_OPTIONS)
             stub = pb_grpc.TeammateServiceStub(channel)
-            latencies, per_victim, refusals = [], collections.Counter(), collections.Counter()
+            samples: list[tuple[float, float, str]] = []  # (started, finished, victim)
+            refusals: collections.Counter = collections.Counter()
+            done = asyncio.Event()
 
             async def victim(name):
-                warm_until = time.monotonic() + 0.5
-                deadline = warm_until + seconds
                 claim = claims[name]
                 request = pb.RenewLeaseRequest(task_id=claim.task.id, claim_token=claim.claim_token)
-                while time.monotonic() < deadline:
+                while not done.is_set():
                     started = time.monotonic()
                     while True:  # one operation: retried after a refusal, as a client would
                         try:
@@ -419,42 +489,68 @@ def flood_fairness(tmp_path_factory):
                                 raise
                             _, retry = status_details(error)
                             await asyncio.sleep(retry.retry_delay.nanos / 1e9 if retry else 0.05)
-                    if started >= warm_until:
-                        latencies.append(time.monotonic() - started)
-                        per_victim[name] += 1
+                    samples.append((started, time.monotonic(), name))
 
-            await asyncio.gather(*(victim(name) for name in victims))
+            async def conduct():
+                loop = asyncio.get_running_loop()
+                flooding = False
+                await asyncio.sleep(0.5)  # the victims' first calls warm up their channel
+                for phase, units in _fairness_phases(FAIRNESS_CYCLES):
+                    settle = 0.0
+                    if (phase == "flooded") != flooding:
+                        flooding = not flooding
+                        await loop.run_in_executor(None, _switch, proc, "on" if flooding else "off")
+                        settle = FAIRNESS_SETTLE_S[phase]
+                    begun = time.monotonic()
+                    await asyncio.sleep(units * unit_s)  # the phase lasts a fixed time
+                    phases.append((phase, begun + settle, time.monotonic()))
+                done.set()
+
+            await asyncio.gather(conduct(), *(victim(name) for name in victims))
             await channel.close()
-            return latencies, per_victim, refusals
+            return samples, refusals
 
-        base, base_counts, _ = asyncio.run(measure(base_s))
-        # Messages to every teammate: each one a heavy writer job (one inbox row per teammate).
-        flows = [
-            {"token": hog, "kind": "message", "concurrency": 600, "body_bytes": 2048, "to": "*"},
-            {"token": hog, "kind": "streams", "concurrency": 20},
-        ]
-        proc = _flood(tmp_path, daemon.address, flows, flood_s + 1, name="hog")
-        loaded, loaded_counts, refusals = asyncio.run(measure(flood_s))
+        try:
+            samples, refusals = asyncio.run(measure())
+        finally:
+            with contextlib.suppress(OSError):  # the child may be gone already
+                proc.stdin.write(b"end\n")
+                proc.stdin.flush()
         summary = _flood_summary(proc)
+        latencies: dict[str, list[float]] = {"unloaded": [], "flooded": []}
+        counts: dict[str, collections.Counter] = {"unloaded": collections.Counter(), "flooded": collections.Counter()}
+        for started, finished, name in samples:
+            for phase, first, last in phases:
+                if first <= started and finished <= last:  # wholly inside a phase's counted time
+                    latencies[phase].append(finished - started)
+                    counts[phase][name] += 1
+        base, loaded = latencies["unloaded"], latencies["flooded"]
+        counted = {
+            phase: sum(last - first for p, first, last in phases if p == phase) for phase in ("unloaded", "flooded")
+        }
         return {
             "unloaded_p99_ms": percentile(base, 0.99) * 1000,
             "unloaded_p50_ms": percentile(base, 0.5) * 1000,
             "flooded_p99_ms": percentile(loaded, 0.99) * 1000,
             "flooded_p50_ms": percentile(loaded, 0.5) * 1000,
             "p99_ratio": percentile(loaded, 0.99) / percentile(base, 0.99),
-            "victim_ops_unloaded": sum(base_counts.values()),
-            "victim_ops_flooded": sum(loaded_counts.values()),
-            "min_ops_per_victim_flooded": min(loaded_counts.get(n, 0) for n in victims),
+            "victim_ops_unloaded": len(base),
+            "victim_ops_flooded": len(loaded),
+            # What the flood leaves the ten of the daemon: their operations a second, flooded
+            # against unloaded (steadier than a p99, and it shows the flooder's share).
+            "victim_rate_ratio": (len(loaded) / counted["flooded"]) / (len(base) / counted["unloaded"]),
+            "min_ops_per_victim_flooded": min(counts["flooded"].get(n, 0) for n in victims),
             "victim_refusals": dict(refusals),
             "hog_codes": summary["codes"],
             "hog_calls_per_s": summary["calls_per_s"],
-            "flood_s": flood_s,
+            "hog_messages_per_s": summary["answered"].get("message", 0) / summary["seconds"],
+            "counted_s": {phase: round(seconds, 2) for phase, seconds in counted.items()},
         }
     finally:
         daemon.stop()
 
 
-@pytest.mark.timeout(pick(60, 200))
+@pytest.mark.timeout(pick(90, 300))
 def test_flooding_identity_does_not_starve_others(flood_fairness, figures):
     """While one identity floods writes and opens streams, each of ten others keeps making progress:
     every one of them completes operations and none gets an error other than a retryable refusal."""
@@ -464,23 +560,20 @@ def test_flooding_identity_does_not_starve_others(flood_fairness, figures):
     assert set(f["victim_refusals"]) <= {"RESOURCE_EXHAUSTED"}
 
 
-# The issue's target is 2x; measured ratios on the 2-core test machine range from 1.4x to 2.2x,
-# and the unloaded baseline alone varies by a third between runs (see server/DESIGN.md, "One
-# caller cannot crowd out the others"). Without per-identity lanes the ratio was about 67x, with
-# lanes alone 6.5-7x; this bound catches a return to anything like either.
-FLOODED_P99_RATIO_BOUND = 4.0
+# The issue's target (#7, made reliable by #15): the ten's p99 while one identity floods is at most
+# twice their p99 without the flood, both measured in the same run.
+FLOODED_P99_RATIO_BOUND = 2.0
 
 
-@pytest.mark.timeout(pick(60, 200))
+@pytest.mark.timeout(pick(90, 300))
 def test_flooding_identity_keeps_others_p99_bounded(flood_fairness, figures):
-    """The ten others' p99 latency under one identity's flood stays within a small multiple of an
-    unloaded run (the figures print the ratio against the 2x target)."""
+    """The ten others' p99 latency under one identity's flood stays within twice that of the
+    unloaded phases of the same run."""
     f = flood_fairness
     figures(
         unloaded_p99_ms=f["unloaded_p99_ms"],
         flooded_p99_ms=f["flooded_p99_ms"],
         p99_ratio=f["p99_ratio"],
-        target_ratio=2.0,
-        met=f["p99_ratio"] <= 2.0,
+        target_ratio=FLOODED_P99_RATIO_BOUND,
     )
     assert f["p99_ratio"] <= FLOODED_P99_RATIO_BOUND

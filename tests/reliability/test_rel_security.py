@@ -179,7 +179,12 @@ def test_claim_tokens_are_refused_unless_live_and_owned(daemon, figures):
     stub = pb_grpc.TeammateServiceStub(lead.channel)
     a, b, c = (lead.add_teammate(n) for n in ("a", "b", "c"))
     lead.create(
-        [pb.TaskSpec(id=f"k{i}", title="k", lease_duration=dur(1000 if i == 1 else 60_000)) for i in range(5)], "tasks"
+        [
+            # No backoff: the expired k1 is claimed again at once, by whoever asks next.
+            pb.TaskSpec(id=f"k{i}", title="k", lease_duration=dur(1000 if i == 1 else 60_000), retry_backoff=dur(0))
+            for i in range(5)
+        ],
+        "tasks",
     )
     mismatch = "FAILED_PRECONDITION/CLAIM_TOKEN_MISMATCH"
     expired = "FAILED_PRECONDITION/LEASE_EXPIRED"

@@ -20,7 +20,7 @@ from typing import Any
 from corrald.board import Board
 from corrald.clock import Clock
 from corrald.config import Limits, WriterConfig
-from corrald.model import ClaimGrant, TaskRecord, TaskSpec, TaskState
+from corrald.model import ClaimGrant, TaskRecord, TaskSpec, TaskState, Usage
 from corrald.store import tasks, team
 from corrald.stream import StreamState
 from tests.support import SecondsClock  # noqa: F401 (the writer and pacing tests import it from here)
@@ -39,8 +39,17 @@ def spec(
     max_attempts: int = 0,
     lease_ms: int = 0,
     required_role: str = "",
+    not_before_ms: int | None = None,
+    retry_backoff_ms: int | None = 0,
+    retry_backoff_max_ms: int | None = None,
+    concurrency_key: str = "",
 ) -> TaskSpec:
-    """A raw spec as the service layer would build it (0 = use the default)."""
+    """A raw spec as the service layer would build it (0 = use the default).
+
+    Unlike the service's default of 1 s, a retry here follows at once
+    (`retry_backoff_ms=0`): the tests of claims and leases retry without
+    moving the clock; test_board_gates.py tests the backoff itself.
+    """
     return TaskSpec(
         id=task_id,
         title=task_id if title is None else title,
@@ -51,6 +60,10 @@ def spec(
         max_attempts=max_attempts,
         lease_ms=lease_ms,
         required_role=required_role,
+        not_before_ms=not_before_ms,
+        retry_backoff_ms=retry_backoff_ms,
+        retry_backoff_max_ms=retry_backoff_max_ms,
+        concurrency_key=concurrency_key,
     )
 
 
@@ -130,20 +143,47 @@ class SyncBoard:
             cursor.mark_sent(items)
         return items
 
-    def renew(self, name: str, task_id: str, token: str):
-        return self.run(self.board.renew(name, task_id, token))
+    def renew(
+        self,
+        name: str,
+        task_id: str,
+        token: str,
+        progress: str = "",
+        fraction: float | None = None,
+        usage: Usage | None = None,
+    ):
+        return self.run(self.board.renew(name, task_id, token, progress, fraction, reported=usage))
 
-    def complete(self, name: str, task_id: str, token: str, result: bytes = b"done") -> TaskRecord:
-        return self.run(self.board.complete(name, task_id, token, result))
+    def complete(
+        self, name: str, task_id: str, token: str, result: bytes = b"done", usage: Usage | None = None
+    ) -> TaskRecord:
+        return self.run(self.board.complete(name, task_id, token, result, reported=usage))
 
-    def fail(self, name: str, task_id: str, token: str, error: str = "boom", retryable: bool = True) -> TaskRecord:
-        return self.run(self.board.fail(name, task_id, token, error, retryable))
+    def fail(
+        self,
+        name: str,
+        task_id: str,
+        token: str,
+        error: str = "boom",
+        retryable: bool = True,
+        usage: Usage | None = None,
+    ) -> TaskRecord:
+        return self.run(self.board.fail(name, task_id, token, error, retryable, reported=usage))
 
     def release(self, name: str, task_id: str, token: str) -> TaskRecord:
         return self.run(self.board.release(name, task_id, token))
 
     def cancel(self, *task_ids: str) -> list[TaskRecord]:
         return self.run(self.board.cancel_tasks(list(task_ids)))
+
+    def set_limit(self, key: str, limit: int):
+        return self.run(self.board.set_concurrency_limit(key, limit))
+
+    def revoke(self, task_id: str, reason: str = "") -> TaskRecord:
+        return self.run(self.board.revoke_claim(task_id, reason))
+
+    def set_budget(self, name: str, max_cost_micros: int = 0, max_tokens: int = 0):
+        return self.run(self.board.set_budget(name, max_cost_micros, max_tokens))
 
     def reap(self) -> int | None:
         return self.run(self.board.reap())

@@ -1,11 +1,17 @@
 """A hypothesis state machine: the real board against a small reference model.
 
-Rules: create, claim (through the delivery function), renew, complete, fail,
-release, cancel, advance the clock (also to exactly a lease end or 1 ms
-before), reap, and restart (close the Board, open a new one on the file).
-After every step the database is checked for invariants 1, 2, 4 and 9 and
-compared with the model; invariant 3 is checked by each rule's expected
-outcome (success only with the owner's live token strictly before lease end).
+Rules: create (with time gates: not_before and retry backoff), claim (through
+the delivery function), renew, complete, fail, release, cancel, retry (FAILED
+or CANCELED tasks back, with the dependents canceled because of them), advance
+the clock (also to exactly a lease end or time gate, or 1 ms before), reap,
+restart (close the Board, open a new one on the file), set a concurrency key's
+limit, revoke a claim, and set a teammate's (or the "*" default) budget; renew,
+complete and fail report small usage.
+After every step the database is checked for invariants 1, 2, 4 and 9, for no
+key over the limit it had when its tasks were claimed, and compared with the
+model (usage sums and key counts too); invariant 3 is checked by each rule's
+expected outcome (success only with the owner's live token strictly before
+lease end).
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from corrald import errors
 from corrald.clock import FakeClock
 from corrald.config import WriterConfig
-from corrald.model import ClaimGrant, TaskState
+from corrald.model import Budget, BudgetExhausted, ClaimGrant, TaskState, Usage
+from corrald.store import tasks as store_tasks
 from corrald.stream import StreamState
 
 PENDING, IN_PROGRESS, COMPLETED, FAILED, CANCELED = (
@@ -37,6 +44,8 @@ PENDING, IN_PROGRESS, COMPLETED, FAILED, CANCELED = (
 )
 ROLES = {"w1": (), "w2": ("r",), "w3": ()}
 SLOTS = 64
+KEYS = ("", "k1", "k2")  # "" is no key
+NO_LIMIT = 1 << 30
 
 
 @dataclasses.dataclass
@@ -54,6 +63,12 @@ class MTask:
     lease_end: int | None = None
     failures: int = 0
     result: bytes | None = None
+    backoff: int = 0
+    backoff_max: int = 0
+    not_before: int | None = None
+    gate: int | None = None  # the latest time gate (ready_ms): shut while it lies ahead
+    canceled_by_lead: bool = False
+    key: str = ""
 
 
 @dataclasses.dataclass
@@ -73,12 +88,24 @@ class Model:
         self.tasks: dict[str, MTask] = {}
         self.claims: dict[str, MClaim] = {}
         self.sent: dict[str, set[str]] = {name: set() for name in ROLES}  # per stream cursor
+        # Whether the stream was told its teammate's budget is spent (by a check; reset per stream).
+        self.told_spent: dict[str, bool] = {name: False for name in ROLES}
+        self.limits: dict[str, int] = {}  # key -> limit, for keys that have one
+        # key -> the most of its tasks IN_PROGRESS allowed now: its limit, or more while
+        # claims made under a higher limit (or none) are still held after it was lowered
+        self.allowed: dict[str, int] = {}
+        self.spent: dict[str, Usage] = {name: Usage() for name in ROLES}
+        self.budgets: dict[str, Budget] = {}  # a teammate's own; "*" the default
 
     def dependents(self, task_id: str) -> list[str]:
         return [t.id for t in self.tasks.values() if task_id in t.deps]
 
-    def ready(self, task: MTask) -> bool:
-        return task.state is PENDING and all(self.tasks[d].state is COMPLETED for d in task.deps)
+    def ready(self, task: MTask, now: int) -> bool:
+        return (
+            task.state is PENDING
+            and all(self.tasks[d].state is COMPLETED for d in task.deps)
+            and (task.gate is None or task.gate <= now)
+        )
 
     def held(self, name: str, now: int) -> list[MClaim]:
         """The teammate's claims whose lease has not ended (a dead one awaits a reclaim)."""
@@ -96,9 +123,10 @@ class Model:
     def back_to_pending(self, task: MTask) -> None:
         task.state, task.owner, task.token, task.lease_end = PENDING, "", None, None
 
-    def cancel(self, frontier: list[str]) -> set[str]:
+    def cancel(self, frontier: list[str], by_lead: bool = False) -> set[str]:
         changed: set[str] = set()
         seen: set[str] = set()
+        named = set(frontier) if by_lead else set()
         while frontier:
             task = self.tasks[frontier.pop()]
             if task.id in seen:
@@ -108,28 +136,96 @@ class Model:
                 continue
             if task.token is not None:
                 self.end_claim(task, "canceled")
-            task.state = CANCELED
+            task.state, task.canceled_by_lead = CANCELED, task.id in named
             changed.add(task.id)
             frontier.extend(self.dependents(task.id))
         return changed
 
-    def count_failure(self, task: MTask, final: bool) -> None:
+    def count_failure(self, task: MTask, final: bool, now: int, gate_of) -> None:
+        """`gate_of(id)` is the board's ready_ms after the failure: the backoff's jitter is
+        random, so the model checks it lies where the backoff says and takes it."""
         task.failures += 1
         if final or task.failures >= task.max_attempts:
             task.state, task.token, task.lease_end = FAILED, None, None
             self.cancel(self.dependents(task.id))
-        else:
-            self.back_to_pending(task)
+            return
+        self.back_to_pending(task)
+        if task.backoff:
+            full = min(task.backoff << (task.failures - 1), task.backoff_max)
+            gate = gate_of(task.id)
+            low = max(1, round(full * (1 - store_tasks.RETRY_JITTER)))
+            assert gate is not None and low <= gate - now <= full, (gate, now, full)
+            task.gate = gate
 
-    def reclaim(self, now: int) -> None:
+    def reclaim(self, now: int, gate_of) -> None:
         for task in list(self.tasks.values()):
             if task.state is IN_PROGRESS and task.lease_end <= now:
                 self.end_claim(task, "expired")
-                self.count_failure(task, final=False)
+                self.count_failure(task, False, now, gate_of)
 
-    def pick(self, name: str) -> MTask | None:
+    def retry(self, roots: list[str], reset: bool, now: int) -> list[str]:
+        """RetryTasks: the roots, then their dependents canceled because of a dependency,
+        each once nothing it needs is FAILED or CANCELED (in board order)."""
+        reachable: set[str] = set()
+        frontier = list(roots)
+        while frontier:
+            for dependent in self.dependents(frontier.pop()):
+                task = self.tasks[dependent]
+                if task.state is CANCELED and not task.canceled_by_lead and dependent not in reachable:
+                    reachable.add(dependent)
+                    frontier.append(dependent)
+        revived = set(roots)
+        grown = True
+        while grown:
+            more = {
+                t
+                for t in reachable - revived
+                if all(
+                    self.tasks[d].state in (PENDING, IN_PROGRESS, COMPLETED) or d in revived for d in self.tasks[t].deps
+                )
+            }
+            revived |= more
+            grown = bool(more)
+        ordered = list(dict.fromkeys(roots)) + sorted(revived - set(roots), key=lambda t: self.tasks[t].order)
+        for task_id in ordered:
+            task = self.tasks[task_id]
+            task.state, task.owner, task.result, task.canceled_by_lead = PENDING, "", None, False
+            task.failures = 0 if reset else task.failures
+            if task.not_before is not None and task.not_before > now:
+                task.gate = task.not_before
+            elif task.gate is not None and task.gate > now:
+                task.gate = None  # what was left of a backoff is skipped
+        return ordered
+
+    def shut_gates(self, now: int) -> list[int]:
+        return [t.gate for t in self.tasks.values() if t.gate is not None and t.gate > now]
+
+    def in_progress(self, key: str) -> int:
+        return sum(1 for t in self.tasks.values() if t.key == key and t.state is IN_PROGRESS)
+
+    def key_full(self, key: str) -> bool:
+        return key in self.limits and self.in_progress(key) >= self.limits[key]
+
+    def budget_of(self, name: str) -> Budget:
+        return self.budgets.get(name, self.budgets.get("*", Budget()))
+
+    def budget_spent(self, name: str) -> bool:
+        return self.budget_of(name).spent_by(self.spent[name])
+
+    def charge(self, name: str, usage: Usage | None) -> None:
+        if usage is not None:
+            s = self.spent[name]
+            self.spent[name] = Usage(
+                s.input_tokens + usage.input_tokens,
+                s.output_tokens + usage.output_tokens,
+                s.cost_micros + usage.cost_micros,
+            )
+
+    def pick(self, name: str, now: int) -> MTask | None:
         allowed = {"", *ROLES[name]}
-        ready = [t for t in self.tasks.values() if self.ready(t) and t.role in allowed]
+        ready = [
+            t for t in self.tasks.values() if self.ready(t, now) and t.role in allowed and not self.key_full(t.key)
+        ]
         return min(ready, key=lambda t: (-t.priority, t.order), default=None)
 
     def expected_error(self, op: str, name: str, task_id: str, token: str, now: int):
@@ -143,6 +239,8 @@ class Model:
             return errors.LeaseExpired
         if claim.outcome == "canceled":
             return errors.TaskCanceled
+        if claim.outcome == "revoked":
+            return errors.ClaimRevoked
         if op == "complete" and claim.outcome == "completed":
             return "stored"
         return errors.ClaimTokenMismatch
@@ -169,11 +267,28 @@ class BoardMachine(RuleBasedStateMachine):
     def now(self) -> int:
         return self.clock.now_ms()
 
-    @initialize()
-    def add_teammates(self) -> None:
+    def gate_of(self, task_id: str) -> int | None:
+        return self.board.task(task_id).ready_ms
+
+    @initialize(
+        limits=st.tuples(*(st.sampled_from([0, 1, 1, 2]) for _ in KEYS[1:])),
+        default_budget=st.sampled_from([(0, 0), (1, 0), (0, 3), (2, 5)]),
+        w3_budget=st.sampled_from([(1, 0), (0, 3), (3, 6)]),
+    )
+    def add_teammates(
+        self, limits: tuple[int, ...], default_budget: tuple[int, int], w3_budget: tuple[int, int]
+    ) -> None:
+        """The teammates, and from the start a small budget for w3 (w1 takes the same
+        tasks), most runs a limit on the keys and some a "*" budget: set only by their
+        rules, full keys and spent budgets are too rare in a run of 30 steps."""
         for name, roles in ROLES.items():
             self.board.add(name, roles)
             self.cursors[name] = StreamState(slots=SLOTS)
+        for key, limit in zip(KEYS[1:], limits, strict=True):
+            self.set_limit(key, limit)
+        if default_budget != (0, 0):
+            self.set_budget("*", *default_budget)
+        self.set_budget("w3", *w3_budget)
 
     # ------------------------------------------------------------ create
 
@@ -194,6 +309,10 @@ class BoardMachine(RuleBasedStateMachine):
                     required_role=data.draw(st.sampled_from(["", "r"]), label="role"),
                     max_attempts=data.draw(st.integers(1, 3), label="max_attempts"),
                     lease_ms=data.draw(st.sampled_from([1000, 2000]), label="lease"),
+                    not_before_ms=self.draw_not_before(data),
+                    retry_backoff_ms=data.draw(st.sampled_from([0, 0, 1000]), label="backoff"),
+                    retry_backoff_max_ms=data.draw(st.sampled_from([None, 1500]), label="backoff max"),
+                    concurrency_key=data.draw(st.sampled_from(KEYS), label="key"),
                 )
             )
             new_ids.append(task_id)
@@ -211,10 +330,30 @@ class BoardMachine(RuleBasedStateMachine):
             return
         records = self.board.create(*specs)
         assert [r.id for r in records] == new_ids
-        for s in specs:
+        for s, record in zip(specs, records, strict=True):
+            backoff = s.retry_backoff_ms or 0
             self.model.tasks[s.id] = MTask(
-                s.id, len(self.model.tasks), s.depends_on, s.priority, s.required_role, s.max_attempts, s.lease_ms
+                s.id,
+                len(self.model.tasks),
+                s.depends_on,
+                s.priority,
+                s.required_role,
+                s.max_attempts,
+                s.lease_ms,
+                backoff=backoff,
+                backoff_max=s.retry_backoff_max_ms if s.retry_backoff_max_ms is not None else 100 * backoff,
+                not_before=s.not_before_ms,
+                gate=s.not_before_ms,
+                key=s.concurrency_key,
             )
+            assert (record.retry_backoff_ms, record.retry_backoff_max_ms) == (
+                backoff,
+                self.model.tasks[s.id].backoff_max,
+            )
+
+    def draw_not_before(self, data) -> int | None:
+        ahead = data.draw(st.sampled_from([None, None, None, 0, 500, 1000]), label="not before")
+        return None if ahead is None else self.now + ahead
 
     # ------------------------------------------------------------ claim (delivery steps 1 and 4)
 
@@ -226,15 +365,30 @@ class BoardMachine(RuleBasedStateMachine):
         self.model.sent[name] &= {c.token for c in held}
         resend = [c for c in held if c.token not in self.model.sent[name]]
         items = self.board.next_for(name, cursor, look_first=look_first)
-        assert all(isinstance(i, ClaimGrant) for i in items)
+        notices = [i for i in items if isinstance(i, BudgetExhausted)]
+        assert all(isinstance(i, ClaimGrant) for i in items if i not in notices)
         if resend:
             assert [(g.token, g.attempt, g.fence, g.task.id, g.lease_expire_ms) for g in items] == [
                 (c.token, c.attempt, c.fence, c.task_id, self.model.tasks[c.task_id].lease_end) for c in resend
             ]
             self.model.sent[name] |= {c.token for c in resend}
             return
-        self.model.reclaim(self.now)
-        task = self.model.pick(name)
+        if self.model.budget_spent(name):  # the gate sits before the reclaim and the claim
+            if self.model.told_spent[name]:
+                assert items == []
+            else:  # a stream that has not heard is told why, once
+                (notice,) = items
+                spent = notice.spent
+                assert notice.teammate == name and notice.budget == self.model.budget_of(name)
+                assert (spent.input_tokens, spent.output_tokens, spent.cost_micros) == (
+                    self.model.spent[name].input_tokens,
+                    self.model.spent[name].output_tokens,
+                    self.model.spent[name].cost_micros,
+                )
+                self.model.told_spent[name] = True
+            return
+        self.model.reclaim(self.now, self.gate_of)
+        task = self.model.pick(name, self.now)
         if task is None:
             assert items == []
             return
@@ -247,10 +401,14 @@ class BoardMachine(RuleBasedStateMachine):
         task.state, task.owner, task.token, task.lease_end = IN_PROGRESS, name, grant.token, grant.lease_expire_ms
         self.model.claims[grant.token] = MClaim(grant.token, task.id, name, grant.attempt, grant.fence)
         self.model.sent[name].add(grant.token)
+        if task.key in self.model.limits:  # claimed under its limit: within it
+            assert self.model.in_progress(task.key) <= self.model.limits[task.key]
 
-    @rule(name=st.sampled_from(sorted(ROLES)), look_first=st.booleans())
-    def claim(self, name: str, look_first: bool) -> None:
-        self.deliver(name, look_first)
+    @rule(names=st.lists(st.sampled_from(sorted(ROLES)), min_size=1, max_size=3), look_first=st.booleans())
+    def claim(self, names: list[str], look_first: bool) -> None:
+        # Up to three checks in one step: enough claims at once to fill a key's limit.
+        for name in names:
+            self.deliver(name, look_first)
 
     # ------------------------------------------------------------ operations on a claim
 
@@ -258,6 +416,10 @@ class BoardMachine(RuleBasedStateMachine):
         """Mostly the owner's own token for its task; sometimes a wrong teammate, task or token."""
         # Tokens are random: order them by fence so a replayed example picks the same claim.
         tokens = [c.token for c in sorted(self.model.claims.values(), key=lambda c: c.fence)]
+        # Mostly a claim not ended yet: ended ones pile up, and usage counts only on success.
+        live = [t for t in tokens if self.model.claims[t].outcome is None]
+        if live and data.draw(st.integers(0, 3), label="an ended claim") > 0:
+            tokens = live
         token = data.draw(st.sampled_from(tokens), label="token") if tokens else "no-such-token"
         claim = self.model.claims.get(token)
         name, task_id = (claim.teammate, claim.task_id) if claim else ("w1", sorted(self.model.tasks)[0])
@@ -268,6 +430,16 @@ class BoardMachine(RuleBasedStateMachine):
         if data.draw(st.integers(0, 19), label="forged token") == 19:
             token = "forged-" + token
         return name, task_id, token
+
+    def draw_usage(self, data) -> Usage | None:
+        """Mostly nothing; else a few tokens and micro-dollars (budgets are small too)."""
+        if data.draw(st.integers(0, 2), label="reports usage") == 0:
+            return None
+        return Usage(
+            data.draw(st.integers(0, 3), label="input tokens"),
+            data.draw(st.integers(0, 3), label="output tokens"),
+            data.draw(st.integers(0, 3), label="cost"),
+        )
 
     def attempt(self, op: str, call, name: str, task_id: str, token: str):
         expected = self.model.expected_error(op, name, task_id, token, self.now)
@@ -281,8 +453,12 @@ class BoardMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def renew(self, data) -> None:
         name, task_id, token = self.pick_call(data)
-        value, expected = self.attempt("renew", lambda: self.board.renew(name, task_id, token), name, task_id, token)
+        usage = self.draw_usage(data)
+        value, expected = self.attempt(
+            "renew", lambda: self.board.renew(name, task_id, token, usage=usage), name, task_id, token
+        )
         if expected is None:
+            self.model.charge(name, usage)
             task = self.model.tasks[task_id]
             task.lease_end = self.now + task.lease_ms
             assert value == (task.lease_end, False)
@@ -293,13 +469,15 @@ class BoardMachine(RuleBasedStateMachine):
         name, task_id, token = self.pick_call(data)
         self.results += 1
         result = f"result-{self.results}".encode()
+        usage = self.draw_usage(data)
         value, expected = self.attempt(
-            "complete", lambda: self.board.complete(name, task_id, token, result), name, task_id, token
+            "complete", lambda: self.board.complete(name, task_id, token, result, usage=usage), name, task_id, token
         )
         task = self.model.tasks[task_id]
         if expected == "stored":
             assert value.state is COMPLETED and value.result == task.result
-        elif expected is None:
+        elif expected is None:  # a stored completion counts its usage no second time
+            self.model.charge(name, usage)
             self.model.end_claim(task, "completed")
             task.state, task.result = COMPLETED, result
             assert value.state is COMPLETED and value.result == result
@@ -308,13 +486,15 @@ class BoardMachine(RuleBasedStateMachine):
     @rule(data=st.data(), retryable=st.booleans())
     def fail(self, data, retryable: bool) -> None:
         name, task_id, token = self.pick_call(data)
+        usage = self.draw_usage(data)
         value, expected = self.attempt(
-            "fail", lambda: self.board.fail(name, task_id, token, "x", retryable), name, task_id, token
+            "fail", lambda: self.board.fail(name, task_id, token, "x", retryable, usage=usage), name, task_id, token
         )
         if expected is None:
+            self.model.charge(name, usage)
             task = self.model.tasks[task_id]
             self.model.end_claim(task, "failed")
-            self.model.count_failure(task, final=not retryable)
+            self.model.count_failure(task, not retryable, self.now, self.gate_of)
             assert value.state is task.state
 
     @precondition(lambda self: self.model.tasks)
@@ -337,8 +517,86 @@ class BoardMachine(RuleBasedStateMachine):
             st.lists(st.sampled_from(sorted(self.model.tasks)), min_size=1, max_size=2, unique=True), label="cancel ids"
         )
         changed = self.board.cancel(*ids)
-        assert {t.id for t in changed} == self.model.cancel(list(ids))
+        assert {t.id for t in changed} == self.model.cancel(list(ids), by_lead=True)
         assert all(self.board.task(t.id).state is CANCELED and t.error for t in changed)
+
+    @precondition(lambda self: self.model.tasks)
+    @rule(data=st.data(), reset=st.booleans())
+    def retry(self, data, reset: bool) -> None:
+        ended = sorted(t for t, task in self.model.tasks.items() if task.state in (FAILED, CANCELED))
+        pool = ended if ended and data.draw(st.integers(0, 4), label="a wrong one") else sorted(self.model.tasks)
+        ids = data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=2, unique=True), label="retry ids")
+        if any(self.model.tasks[t].state not in (FAILED, CANCELED) for t in ids):
+            before = self.board.dump()
+            with pytest.raises(errors.FailedPrecondition):
+                self.board.run(self.board.board.retry_tasks(ids, reset))
+            assert self.board.dump() == before
+            return
+        records, count = self.board.run(self.board.board.retry_tasks(ids, reset))
+        assert [r.id for r in records] == self.model.retry(ids, reset, self.now) and count == len(records)
+
+    @precondition(
+        lambda self: any(t.state is IN_PROGRESS and t.lease_end > self.now for t in self.model.tasks.values())
+    )
+    @rule(data=st.data())
+    def spend(self, data) -> None:
+        """A holder renews reporting what it spent (renewals succeed too rarely by chance
+        for budgets to be spent otherwise)."""
+        live = sorted(
+            (t for t in self.model.tasks.values() if t.state is IN_PROGRESS and t.lease_end > self.now),
+            key=lambda t: t.order,
+        )
+        task = data.draw(st.sampled_from(live), label="spender")
+        usage = Usage(data.draw(st.integers(0, 3), label="tokens"), 0, data.draw(st.integers(1, 3), label="cost"))
+        assert self.board.renew(task.owner, task.id, task.token, usage=usage) == (self.now + task.lease_ms, False)
+        task.lease_end = self.now + task.lease_ms
+        self.model.charge(task.owner, usage)
+
+    @precondition(lambda self: self.model.tasks)
+    @rule(data=st.data())
+    def revoke(self, data) -> None:
+        """Mostly a task with a live claim; else any (no live claim: refused, nothing written)."""
+        live = sorted(t.id for t in self.model.tasks.values() if t.state is IN_PROGRESS and t.lease_end > self.now)
+        pool = live if live and data.draw(st.integers(0, 3), label="a wrong one") else sorted(self.model.tasks)
+        task = self.model.tasks[data.draw(st.sampled_from(pool), label="revoke id")]
+        if task.id not in live:
+            before = self.dump_but_clock()
+            with pytest.raises(errors.FailedPrecondition):
+                self.board.revoke(task.id)
+            assert self.dump_but_clock() == before
+            return
+        record = self.board.revoke(task.id)
+        self.model.reclaim(self.now, self.gate_of)  # the revoke reclaims ended leases first
+        self.model.end_claim(task, "revoked")
+        self.model.back_to_pending(task)  # ready again; no attempt used up
+        assert record.state is PENDING  # its failures are compared after the step
+
+    def dump_but_clock(self) -> list[str]:
+        """The database less the daemon's clock stamp (how far its clock got, kept by any call)."""
+        return [line for line in self.board.dump().splitlines() if "'clock_ms'" not in line]
+
+    # ------------------------------------------------------------ keys and budgets
+
+    @rule(key=st.sampled_from(KEYS[1:]), limit=st.sampled_from([0, 1, 1, 2]))
+    def set_limit(self, key: str, limit: int) -> None:
+        record = self.board.set_limit(key, limit)
+        count = self.model.in_progress(key)
+        assert (record.key, record.limit, record.in_progress) == (key, limit, count)
+        if limit:
+            self.model.limits[key] = limit
+            self.model.allowed[key] = max(limit, count)
+        else:
+            self.model.limits.pop(key, None)
+            self.model.allowed.pop(key, None)
+
+    @rule(
+        name=st.sampled_from([*sorted(ROLES), "*"]),
+        max_cost=st.sampled_from([0, 1, 3, 8]),
+        max_tokens=st.sampled_from([0, 2, 6, 16]),
+    )
+    def set_budget(self, name: str, max_cost: int, max_tokens: int) -> None:
+        assert self.board.set_budget(name, max_cost, max_tokens) == Budget(max_cost, max_tokens)
+        self.model.budgets[name] = Budget(max_cost, max_tokens)
 
     # ------------------------------------------------------------ time, reaper, restart
 
@@ -357,11 +615,18 @@ class BoardMachine(RuleBasedStateMachine):
         end = data.draw(st.sampled_from(ends), label="lease end")
         self.clock.set(end if exactly else end - 1)
 
+    @precondition(lambda self: self.model.shut_gates(self.now))
+    @rule(data=st.data(), exactly=st.booleans())
+    def advance_to_gate(self, data, exactly: bool) -> None:
+        gate = data.draw(st.sampled_from(sorted(set(self.model.shut_gates(self.now)))), label="gate")
+        self.clock.set(gate if exactly else gate - 1)
+
     @rule()
     def reap(self) -> None:
         deadline = self.board.reap()
-        self.model.reclaim(self.now)
+        self.model.reclaim(self.now, self.gate_of)
         ends = [t.lease_end for t in self.model.tasks.values() if t.state is IN_PROGRESS]
+        ends += self.model.shut_gates(self.now)
         assert deadline == (min(ends) if ends else None)
 
     @rule()
@@ -372,7 +637,7 @@ class BoardMachine(RuleBasedStateMachine):
         # during a downtime are covered by test_board_tasks (restart tests).
         self.reap()
         self.board.restart()
-        self.model.reclaim(self.now)
+        self.model.reclaim(self.now, self.gate_of)
         for task in self.model.tasks.values():
             if task.state is IN_PROGRESS:
                 task.lease_end = self.now + task.lease_ms
@@ -380,6 +645,7 @@ class BoardMachine(RuleBasedStateMachine):
         for name in ROLES:
             self.cursors[name] = StreamState(slots=SLOTS)
             self.model.sent[name] = set()
+            self.model.told_spent[name] = False
             self.deliver(name)
 
     # ------------------------------------------------------------ invariants
@@ -406,16 +672,22 @@ class BoardMachine(RuleBasedStateMachine):
                 ),
                 "tasks": q(
                     "SELECT t.id, t.state, t.owner, t.lease_expire_ms, t.failures, t.result, c.token,"
-                    " c.teammate, c.outcome FROM tasks t LEFT JOIN claims c ON c.fence = t.live_fence"
+                    " c.teammate, c.outcome, t.ready_ms FROM tasks t LEFT JOIN claims c ON c.fence = t.live_fence"
                 ),
                 "claims": q("SELECT token, outcome FROM claims"),
+                "keys": q(
+                    "SELECT concurrency_key, count(*) FROM tasks WHERE state = 2 AND concurrency_key != ''"
+                    " GROUP BY concurrency_key"
+                ),
+                "limits": q("SELECT key, max_in_progress, in_progress FROM concurrency_keys"),
+                "spent": q("SELECT name, input_tokens + output_tokens, cost_micros FROM teammates"),
             }
 
         db = self.board.call(snapshot)
         assert db["double"] == [] and db["early"] == [] and db["twice"] == []
         assert db["tokens"][0] == db["tokens"][1] == len(self.model.claims)
         assert dict(db["claims"]) == {c.token: c.outcome for c in self.model.claims.values()}
-        for task_id, state, owner, lease_end, failures, result, token, holder, outcome in db["tasks"]:
+        for task_id, state, owner, lease_end, failures, result, token, holder, outcome, ready_ms in db["tasks"]:
             task = self.model.tasks[task_id]
             if state == IN_PROGRESS:  # exactly the owner's one live claim
                 assert (token, holder, outcome) == (task.token, owner, None)
@@ -423,13 +695,27 @@ class BoardMachine(RuleBasedStateMachine):
                 assert token is None
             expected_owner = "" if task.state is PENDING else task.owner
             assert (state, owner, lease_end, failures) == (task.state, expected_owner, task.lease_end, task.failures)
+            assert ready_ms == task.gate, (task_id, ready_ms, task.gate)
             if task.state is COMPLETED:
                 assert result == task.result
+        # A key never holds more IN_PROGRESS than the limit it had when they were
+        # claimed: a lowered limit may leave more, and then none is claimed until below.
+        in_progress = dict(db["keys"])
+        for key, allowed in list(self.model.allowed.items()):
+            count = in_progress.get(key, 0)
+            assert count <= allowed, (key, count, allowed)
+            self.model.allowed[key] = max(self.model.limits[key], count)
+        assert sorted(db["limits"]) == sorted(
+            (key, limit, in_progress.get(key, 0)) for key, limit in self.model.limits.items()
+        )
+        assert {name: (tokens, cost) for name, tokens, cost in db["spent"]} == {
+            name: (s.tokens, s.cost_micros) for name, s in self.model.spent.items()
+        }
 
 
 BoardMachine.TestCase.settings = settings(
-    max_examples=60,
-    stateful_step_count=30,
+    max_examples=100,
+    stateful_step_count=40,
     deadline=None,
     database=None,
     print_blob=True,

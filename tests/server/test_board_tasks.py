@@ -421,11 +421,14 @@ def test_a_dependent_is_canceled_once_naming_its_first_canceled_dependency(team)
     assert [c["id"] for c in changes if c["state"] == int(CANCELED)] == ["a", "b", "c", "d", "e"]
 
 
-@pytest.mark.parametrize("how", ["claim", "complete", "cascade"])
+@pytest.mark.parametrize("how", ["claim", "complete", "cascade", "backoff"])
 def test_a_task_changed_event_carries_the_task_as_it_stands(team, how):
-    team.create(spec("a"), spec("b", "a"))
+    team.create(spec("a", retry_backoff_ms=1000), spec("b", "a"))
     if how == "cascade":
         team.cancel("a")
+    elif how == "backoff":
+        team.fail("w1", "a", team.claim("w1").token, retryable=True)
+        assert team.task("a").ready_ms is not None
     else:
         grant = team.claim("w1")
         if how == "complete":
@@ -441,6 +444,14 @@ def test_a_task_changed_event_carries_the_task_as_it_stands(team, how):
         "error": task.error,
         "lease_expire_ms": task.lease_expire_ms,
         "finish_ms": task.finish_ms,
+        "progress": task.progress,
+        "progress_fraction": task.progress_fraction,
+        "progress_ms": task.progress_ms,
+        "ready_ms": task.ready_ms,
+        "input_tokens": task.usage.input_tokens,
+        "output_tokens": task.usage.output_tokens,
+        "cost_micros": task.usage.cost_micros,
+        "model": task.usage.model,
     }
 
 

@@ -65,7 +65,7 @@ def test_remove_releases_claims_and_revokes_the_credential(board):
     ]
     assert board.rows("SELECT outcome FROM claims ORDER BY fence") == [("revoked",), ("revoked",)]
     assert board.board.authenticate(token) is None
-    with pytest.raises(errors.ClaimTokenMismatch):
+    with pytest.raises(errors.ClaimRevoked):  # its token is dead, and says why
         board.complete("w1", "a", ga.token)
     # The released tasks go to someone else, same attempt (a revoked claim uses none).
     regrant = board.claim("w2")

@@ -1,5 +1,5 @@
 """The writer's queue (fairqueue.py): least attained service first, first-come within an owner,
-equal shares among backlogged owners, no starvation, bounded memory."""
+equal shares among backlogged owners, service counted by cost, no starvation, bounded memory."""
 
 from __future__ import annotations
 
@@ -103,12 +103,76 @@ def test_a_backlogged_owner_gets_its_share_among_steady_callers(half_life):
     assert longest_wait <= 21, "the flood waited longer than one turn of everyone else"
 
 
+def _serve(queue: FairQueue[str], costs: dict[str, float], pops: int, steady: list[str]) -> collections.Counter:
+    """Pops `pops` items, telling the queue what each cost (`costs` by owner) as the writer does
+    once a job has run; the `steady` owners push their next item as soon as one is taken."""
+    taken: collections.Counter = collections.Counter()
+    for _ in range(pops):
+        owner = queue.pop()
+        taken[owner] += 1
+        queue.observe(owner, costs[owner])
+        if owner in steady:
+            queue.push(owner, owner)
+    return taken
+
+
+def test_backlogged_owners_share_the_cost_not_the_count():
+    """Two owners that always have items waiting, one's costing four times the other's: the cheap
+    one has four items taken for each of the expensive one's, so both get equal writer time."""
+    queue: FairQueue[str] = FairQueue()
+    for _ in range(10_000):
+        queue.push("cheap", "cheap")
+        queue.push("dear", "dear")
+    taken = _serve(queue, {"cheap": 0.0005, "dear": 0.002}, 10_000, steady=[])
+    assert taken["cheap"] == pytest.approx(4 * taken["dear"], rel=0.05), taken
+
+
+def test_a_flood_of_expensive_items_gets_its_share_of_cost_beside_steady_callers():
+    """Twenty callers with one cheap item each, pushing the next as soon as one is taken (teammates
+    renewing), and one owner with a backlog of items ten times as expensive (a flood of messages to
+    every teammate): the flood gets as much of the writer's time as each of the others, so a
+    tenth as many turns; counted by items, it would have had as many turns as each of them."""
+    queue: FairQueue[str] = FairQueue()
+    steady = [f"mate{i}" for i in range(20)]
+    for owner in steady:
+        queue.push(owner, owner)
+    for _ in range(10_000):
+        queue.push("flood", "flood")
+    costs = {**dict.fromkeys(steady, 0.0003), "flood": 0.003}
+    _serve(queue, costs, 2_000, steady)  # until each owner's usual cost is learnt
+    taken = _serve(queue, costs, 20_100, steady)
+    per_mate = sum(taken[owner] for owner in steady) / 20
+    assert all(0.9 * per_mate <= taken[owner] <= 1.1 * per_mate for owner in steady), taken
+    # Its writer time (each turn worth ten) within 15% of each mate's; turns come a whole item at once.
+    assert 0.85 * per_mate <= 10 * taken["flood"] <= 1.15 * per_mate, taken
+
+
+def test_an_owner_not_seen_yet_is_charged_the_mean_cost():
+    """A newcomer's first item counts as much as the others' usual item: neither free nor a whole
+    unit; and what was served before the first cost was known is counted in that cost."""
+    queue: FairQueue[str] = FairQueue()
+    queue.push("early", "early")
+    queue.pop()  # charged one item: no cost is known yet
+    for owner in ("a", "b"):
+        queue.push(owner, owner)
+        queue.pop()
+        queue.observe(owner, 0.001)
+    queue.push("new", "new")
+    queue.pop()
+    served = queue._served  # noqa: SLF001
+    assert served["new"] == pytest.approx(served["a"], rel=0.01)
+    assert served["early"] == pytest.approx(served["a"], rel=0.01)
+
+
 def test_owners_gone_quiet_are_forgotten():
     queue: FairQueue[int] = FairQueue(half_life=4)
     for i in range(20_000):
         queue.push(f"once{i}", i)
         assert queue.pop() == i
-    assert len(queue._served) < 1_000  # noqa: SLF001 (memory follows the owners seen lately)
+        queue.observe(f"once{i}", 0.001)
+    # Memory follows the owners seen lately, their usual costs included.
+    assert len(queue._served) < 1_000  # noqa: SLF001
+    assert len(queue._cost) < 1_000  # noqa: SLF001
 
 
 def test_half_life_must_be_positive():

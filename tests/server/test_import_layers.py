@@ -27,10 +27,11 @@ SERVER_LAYERS = (
     Layer("engine", ("writer", "readers", "stream", "delivery"), ("foundation", "rules", "store", "overload")),
     Layer("board", ("board", "wake"), ("foundation", "rules", "store", "engine")),
     Layer("service", ("service",), ("foundation", "rules", "overload", "engine", "board")),
+    Layer("web", ("web",), ("foundation", "board", "service")),
     Layer(
         "daemon",
         ("daemon", "connections", "listen", "reaper", "metrics", "activity", "cli", "__main__"),
-        ("foundation", "overload", "board", "service"),
+        ("foundation", "overload", "board", "service", "web"),
     ),
 )
 
@@ -138,3 +139,18 @@ def test_a_module_in_no_layer_and_a_table_that_points_up_are_found(tmp_path):
 def test_imports_from_outside_the_package_and_of_the_package_itself_are_ignored(tmp_path):
     root = make_package(tmp_path, {"base.py": "import os\nimport pkg\nfrom collections import deque\n"})
     assert check_layers(root, TWO_LAYERS) == []
+
+
+def test_a_daemon_without_the_web_board_imports_neither_aiohttp_nor_the_sdk() -> None:
+    """Both cost every daemon start (aiohttp about 150 ms, the SDK about 85), and a daemon
+    started without --web needs neither: the generated corral.v1 is all it takes of corral."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, corrald.cli, corrald.daemon; "
+        "print(sorted({m.split('.')[0] for m in sys.modules if m.startswith('aiohttp')} "
+        "| {m for m in sys.modules if m.startswith('corral.') and not m.startswith('corral.v1')}))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert loaded.stdout.strip() == "[]", loaded.stdout

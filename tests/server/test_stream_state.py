@@ -10,6 +10,7 @@ import pytest
 from boardkit import spec
 
 from corrald import delivery
+from corrald.model import Budget, BudgetExhausted, Usage
 from corrald.stream import StreamState
 
 pytestmark = pytest.mark.timeout(30)
@@ -57,3 +58,15 @@ def test_a_paused_check_with_no_call_since_wakes_nobody(board, clock):
     found = board.call(lambda tx: delivery.next_for_teammate(tx, "w1", stream))
     stream.learned(found)
     assert stream.claims_paused and not stream.claim_likely and not stream.event.is_set()
+
+
+def test_a_budget_notice_goes_out_once_however_it_reaches_the_stream() -> None:
+    stream = StreamState("w1", slots=1)
+    notice = BudgetExhausted("w1", Usage(cost_micros=10), Budget(max_cost_micros=10))
+    # Handed by the commit that closed the gate and found by the same completion's check.
+    assert stream.unsent([notice, notice]) == [notice]
+    stream.mark_sent([notice])
+    assert stream.unsent([notice]) == []
+    # The gate closed again later (the budget was raised, then spent): a new notice.
+    again = BudgetExhausted("w1", Usage(cost_micros=30), Budget(max_cost_micros=30))
+    assert stream.unsent([again]) == [again]

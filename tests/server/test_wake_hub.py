@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from corrald.model import Wakes
+from corrald.model import ClaimEnd, ClaimEndReason, ClaimGrant, TaskRecord, TaskState, Wakes
 from corrald.wake import WakeHub
 
 pytestmark = pytest.mark.timeout(15)
@@ -189,3 +189,48 @@ def test_committed_activity_is_written_on_the_loop_not_the_posting_thread():
         return written
 
     assert asyncio.run(main()) == [([("completed", {"task": "a", "teammate": "ann"})], "MainThread")]
+
+
+def test_claim_ended_reaches_only_the_holders_open_stream_even_as_it_ends():
+    async def test(hub, _):
+        held = hub.register("w1", ())
+        other = hub.register("w2", ())
+        held.mark_sent([_grant("dead"), _grant("alive")])
+        held.handed.append(_grant("dead"))  # handed, not yet sent: it must never go out
+        end = ClaimEnd("t", "dead", ClaimEndReason.TEAMMATE_REMOVED, "removed")
+        wakes = Wakes(claims_ended={"w1": [end], "w3": [end]}, ended={"w1": "removed"})
+        hub.apply(wakes)  # "w3" has no open stream: nothing to tell, nothing fails
+        assert held.event.is_set() and held.ended == "removed"
+        assert held.take_claims_ended() == [end] and held.take_claims_ended() == []
+        assert held.sent_tokens == {"alive"} and held.handed == []
+        assert other.claims_ended == [] and not other.event.is_set()
+
+    run(test)
+
+
+def _grant(token: str):
+    record = TaskRecord(
+        seq=1,
+        id="t",
+        title="",
+        description="",
+        payload=b"",
+        depends_on=(),
+        priority=0,
+        required_role="",
+        max_attempts=1,
+        lease_ms=1000,
+        state=TaskState.IN_PROGRESS,
+        owner="w1",
+        attempt=1,
+        result=b"",
+        error="",
+        create_ms=0,
+        lease_expire_ms=0,
+        finish_ms=None,
+        not_before_ms=None,
+        retry_backoff_ms=0,
+        retry_backoff_max_ms=0,
+        ready_ms=None,
+    )
+    return ClaimGrant(record, token, 0, 1, 1)

@@ -5,6 +5,7 @@ overload refusal, and its counters.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import sqlite3
 import threading
@@ -18,7 +19,7 @@ from corrald.config import WriterConfig, WriterLevels
 from corrald.errors import Overloaded, ReentrantSubmit, Unavailable
 from corrald.store.schema import open_writer
 from corrald.writer import CommitFailed, Writer, job_owner
-from tests.support import wait_until_async
+from tests.support import wait_until, wait_until_async
 
 pytestmark = pytest.mark.timeout(30)
 WAIT = 10  # seconds for any single future
@@ -163,6 +164,120 @@ def test_owners_take_turns_in_the_queue(writer, timer):
     hog_results, other_results = asyncio.run(main())
     assert hog_results == [f"hog{i}" for i in range(6)] and other_results == [["v1"], ["v2"]]
     assert ran == ["hog0", "v1", "v2", "hog1", "hog2", "hog3", "hog4", "hog5"]
+
+
+def reported_costs(writer: Writer, total_s: float) -> dict[str, float]:
+    """What the writer reported per owner, once `total_s` in all has come: a batch's
+    costs are reported after its replies are on their way, so they may lag them."""
+    spent: collections.Counter[str] = collections.Counter()
+
+    def all_reported() -> bool:
+        spent.update(writer.costs.take())
+        return sum(spent.values()) >= total_s - 1e-9
+
+    wait_until(all_reported, 5, f"{total_s} s of writer time reported")
+    return dict(spent)
+
+
+def test_each_jobs_writer_time_is_reported_for_its_owner(writer, timer):
+    """After each batch the writer hands pacing what every owner's jobs took (overload/costs.py)."""
+
+    def costing(seconds: float):
+        def job(tx):
+            timer.now += seconds  # the job's own time, on the writer's timer
+            return seconds
+
+        return job
+
+    async def main():
+        async def submit(owner: str, seconds: float, jobs: int):
+            job_owner.set(owner)
+            await asyncio.gather(*(writer.run(costing(seconds)) for _ in range(jobs)))
+
+        writer.costs.take()  # the table's creation
+        await asyncio.gather(submit("heavy", 0.004, 3), submit("light", 0.0005, 2))
+
+    asyncio.run(main())
+    spent = reported_costs(writer, total_s=0.013)
+    assert spent == {"heavy": pytest.approx(0.012), "light": pytest.approx(0.001)}
+    assert writer.costs.take() == {}  # taken once
+
+
+def test_a_batchs_own_time_is_shared_by_its_jobs_in_proportion_to_theirs(db_path, timer):
+    """BEGIN, COMMIT, its fsync and the epilogue are paid for by the batch's jobs, each in
+    proportion to its own time: a job that wrote three times as much pays three times as much."""
+
+    def connect():
+        return open_writer(db_path, synchronous="NORMAL", busy_timeout_ms=1000)
+
+    def epilogue(conn, now, changed, failures):
+        timer.now += 0.006  # the batch's own work, outside any job
+
+    def costing(seconds: float):
+        def job(tx):
+            timer.now += seconds
+            return seconds
+
+        return job
+
+    writer = Writer(connect, FakeClock(), WriterConfig(), epilogue=epilogue, timer=timer)
+    writer.start()
+    try:
+        blocker = Blocker()  # leaves the timer alone: costs nothing, uses no budget
+        held = blocker.hold(writer)
+        writer.costs.take()
+        futures = []
+        for owner, seconds in (("a", 0.003), ("b", 0.001)):
+            token = job_owner.set(owner)
+            futures.append(writer.submit(costing(seconds)))
+            job_owner.reset(token)
+        blocker.release()
+        held.result(WAIT)
+        assert [future.result(WAIT) for future in futures] == [0.003, 0.001]
+        assert writer.stats().commits == 1  # all three in one batch
+        # 10 ms in all (4 ms in the jobs, 6 in the batch's own work), shared 3:1.
+        spent = reported_costs(writer, total_s=0.010)
+        assert spent == {"": 0.0, "a": pytest.approx(0.0075), "b": pytest.approx(0.0025)}
+    finally:
+        writer.close()
+
+
+def test_an_owner_of_expensive_jobs_counts_as_more_served(writer, timer):
+    """Two owners with as many jobs taken, one's each ten times the writer time of the other's:
+    the cheap owner's jobs go first, though the expensive owner's were queued first."""
+    ran: list[str] = []
+
+    def record(label: str, seconds: float):
+        def job(tx):
+            ran.append(label)
+            timer.now += seconds
+            return label
+
+        return job
+
+    async def main():
+        async def submit(owner: str, seconds: float, labels: list[str]):
+            job_owner.set(owner)
+            return await asyncio.gather(*(writer.run(record(label, seconds)) for label in labels))
+
+        # As many jobs each, alternating, so that only their cost tells the two apart. (Each
+        # submission is a task of its own, with its own owner, as each call is.)
+        for i in range(3):
+            await asyncio.create_task(submit("heavy", 0.005, [f"warm-heavy{i}"]))
+            await asyncio.create_task(submit("light", 0.0005, [f"warm-light{i}"]))
+        ran.clear()
+        blocker = Blocker(timer)
+        held = blocker.hold(writer)
+        heavy = asyncio.create_task(submit("heavy", 0.005, [f"heavy{i}" for i in range(3)]))
+        await queued(writer, 3)
+        light = asyncio.create_task(submit("light", 0.0005, [f"light{i}" for i in range(3)]))
+        await queued(writer, 6)
+        blocker.release()
+        await asyncio.wrap_future(held)
+        await asyncio.gather(heavy, light)
+
+    asyncio.run(main())
+    assert ran == ["light0", "light1", "light2", "heavy0", "heavy1", "heavy2"]
 
 
 def test_a_batch_stops_taking_jobs_at_its_time_budget(make_writer, timer):

@@ -12,10 +12,11 @@ import collections
 import os
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import IO, Protocol
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.markup import escape
 from rich.progress_bar import ProgressBar
@@ -24,10 +25,11 @@ from rich.text import Text
 
 import corral
 
-from .output import first_line, short, state_name, styled
+from .output import first_line, progress_label, short, state_name, styled, waiting_text
 
 HISTORY_LINES = 8
 PLAIN_PROGRESS_EVERY = 0.5
+WAITING_LINES = 6
 
 
 def want_live(force_plain: bool = False) -> bool:
@@ -61,6 +63,9 @@ class BoardModel:
     answers: dict[str, corral.ShutdownAnswered] = field(default_factory=dict)
     expected_tasks: int = 0  # when known (the demo): progress waits until the replay has them all
     failed_attempts: int = 0
+    # Why pending tasks wait (task id -> reason), as the daemon last said: the
+    # events do not carry it, so the caller refreshes it with `set_waiting`.
+    waiting: dict[str, str] = field(default_factory=dict)
     first_claim: float | None = None
     last_finish: float | None = None
     last_seq: int = 0
@@ -97,6 +102,13 @@ class BoardModel:
         old = self.tasks.get(task.id)
         self.tasks[task.id] = task
         was_running = old is not None and old.state is corral.TaskState.IN_PROGRESS
+        if was_running and old is not None and _same_attempt(old, task):
+            # The holder reported progress (or the event repeats what is known).
+            if (task.progress, task.progress_fraction) != (old.progress, old.progress_fraction):
+                label = progress_label(task)
+                if label:
+                    self.note(f"{task.owner or '?'} on {task.id}: {label}")
+            return
         if was_running and old is not None and old.owner:
             self._clear_current(old.owner, task.id)
         state = task.state
@@ -151,6 +163,23 @@ class BoardModel:
         if notable:
             self.note(f"teammate {mate.name} {state_name(reason)}")
 
+    def set_waiting(self, pending: Iterable[corral.Task]) -> None:
+        """Replace what pending tasks wait for with the daemon's answer (from ListTasks).
+
+        A task that waits on something besides its dependencies (a teammate with
+        its role, a slot of its key, its time) looks ready but is not claimed:
+        each such reason, when new, is a notable line."""
+        waiting = {}
+        for task in pending:
+            reason = waiting_text(task)
+            if not reason:
+                continue
+            waiting[task.id] = reason
+            stands_out = task.waiting_for is not None and not task.waiting_for.dependencies
+            if stands_out and self.waiting.get(task.id) != reason:
+                self.note(f"{task.id} waits for {reason}")
+        self.waiting = waiting
+
     # ------------------------------------------------------------ questions
 
     def count(self, *states: corral.TaskState) -> int:
@@ -166,6 +195,10 @@ class BoardModel:
     def drain_notable(self) -> list[str]:
         lines, self.notable = self.notable, []
         return lines
+
+
+def _same_attempt(old: corral.Task, task: corral.Task) -> bool:
+    return task.state is corral.TaskState.IN_PROGRESS and (task.owner, task.attempt) == (old.owner, old.attempt)
 
 
 class BoardView(Protocol):
@@ -242,7 +275,10 @@ class LiveBoard:
         bar = Table.grid(padding=(0, 1))
         bar.add_row(ProgressBar(total=max(total, 1), completed=done, width=60), f"{done}/{total}")
         states = Text.from_markup("   ".join(f"{styled(state)} {counts[state]}" for state in corral.TaskState))
-        return Group(header, bar, states, Text(""), self._mates_table(), self._history())
+        parts: list[RenderableType] = [header, bar, states, Text(""), self._mates_table()]
+        if self._model.waiting:
+            parts.append(self._waiting_table())
+        return Group(*parts, self._history())
 
     def _mates_table(self) -> Table:
         table = Table("teammate", "roles", "status", "current task", "done", title="teammates", title_justify="left")
@@ -251,9 +287,28 @@ class LiveBoard:
                 escape(mate.name),
                 escape(", ".join(mate.roles) or "-"),
                 styled(mate.status),
-                escape(mate.current or "-"),
+                escape(self._current(mate)),
                 str(mate.done),
             )
+        return table
+
+    def _current(self, mate: Mate) -> str:
+        """The teammate's task, with its progress when it reported some."""
+        task = self._model.tasks.get(mate.current)
+        if task is None:
+            return mate.current or "-"
+        label = progress_label(task, 40)
+        return f"{task.id}: {label}" if label else task.id
+
+    def _waiting_table(self) -> Table:
+        """Pending tasks and what holds each, those not held by their dependencies first."""
+        waiting = self._model.waiting
+        ordered = sorted(waiting, key=lambda task_id: (waiting[task_id].startswith("dependencies"), task_id))
+        table = Table("pending task", "waits for", title="waiting", title_justify="left")
+        for task_id in ordered[:WAITING_LINES]:
+            table.add_row(escape(task_id), escape(short(waiting[task_id], 80)))
+        if len(ordered) > WAITING_LINES:
+            table.add_row(f"... {len(ordered) - WAITING_LINES} more", "")
         return table
 
     def _history(self) -> Table:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import corral
 
-from .output import first_line, short, state_name
+from .output import first_line, progress_label, short, state_name
 
 QUIET_SECONDS = 0.3
 REPLAY_LIMIT_SECONDS = 10.0
@@ -132,6 +132,8 @@ def describe(event: corral.WatchEvent) -> str:
             parts.append(f"attempt={task.attempt}/{task.max_attempts}")
         if task.error and task.state is not corral.TaskState.COMPLETED:
             parts.append(f"error={short(first_line(task.error), 60)!r}")
+        if task.state is corral.TaskState.IN_PROGRESS and progress_label(task):
+            parts.append(f"progress={progress_label(task)!r}")
         return " ".join(parts)
     if isinstance(event, corral.TeammateChanged):
         reason = event.reason
@@ -141,6 +143,9 @@ def describe(event: corral.WatchEvent) -> str:
         return f"message from {event.message.sender}: {short(event.message.body, 100)}"
     if isinstance(event, corral.PlanSubmitted):
         return f"plan {event.plan_id} submitted by {event.author}: {short(event.plan, 80)}"
+    if isinstance(event, corral.BudgetExhaustedEvent):
+        spent = event.exhausted.spent
+        return f"budget of {event.exhausted.teammate} spent: {spent.tokens} tokens, {spent.cost_micros} micros"
     answer = "approved" if event.approve else "rejected"
     because = f" ({short(event.reason, 60)})" if event.reason else ""
     return f"shutdown {event.request_id} {answer} by {event.teammate}{because}"

@@ -89,10 +89,67 @@ def task_json(task: corral.Task) -> dict[str, Any]:
         "create_time": iso(task.create_time),
         "lease_expire_time": iso(task.lease_expire_time),
         "finish_time": iso(task.finish_time),
+        "not_before_time": iso(task.not_before_time),
+        "retry_backoff_seconds": task.retry_backoff.total_seconds(),
+        "retry_backoff_max_seconds": task.retry_backoff_max.total_seconds(),
+        "attempt_timeout_seconds": None if task.attempt_timeout is None else task.attempt_timeout.total_seconds(),
+        "ready_time": iso(task.ready_time),
+        "waiting_for": _waiting_json(task.waiting_for),
+        "progress": task.progress,
+        "progress_fraction": task.progress_fraction,
+        "progress_time": iso(task.progress_time),
+        "concurrency_key": task.concurrency_key,
+        "usage": usage_json(task.usage),
     }
     _blob(data, "payload", task.payload)
     _blob(data, "result", task.result)
     return data
+
+
+def usage_json(usage: corral.Usage) -> dict[str, Any]:
+    return dataclasses.asdict(usage)
+
+
+def budget_json(budget: corral.Budget) -> dict[str, Any]:
+    return dataclasses.asdict(budget)
+
+
+def usage_label(usage: corral.Usage) -> str:
+    """`1234 tok, 56 micros` style text for tables; empty for no usage."""
+    if not (usage.tokens or usage.cost_micros):
+        return ""
+    return f"{usage.tokens} tok, {usage.cost_micros} micros"
+
+
+def budget_label(budget: corral.Budget) -> str:
+    """The limits of a budget for tables; empty for none."""
+    parts = []
+    if budget.max_tokens:
+        parts.append(f"{budget.max_tokens} tok")
+    if budget.max_cost_micros:
+        parts.append(f"{budget.max_cost_micros} micros")
+    return ", ".join(parts)
+
+
+def attempt_json(attempt: corral.Attempt) -> dict[str, Any]:
+    return {
+        "attempt": attempt.attempt,
+        "owner": attempt.owner,
+        "fence": attempt.fence,
+        "claim_time": iso(attempt.claim_time),
+        "end_time": iso(attempt.end_time),
+        "outcome": attempt.outcome.name.lower(),
+        "error": attempt.error,
+    }
+
+
+def task_with_attempts_json(task: corral.Task) -> dict[str, Any]:
+    """A task as `tasks show --json` prints it: its claim history under `attempts`."""
+    return {**task_json(task), "attempts": [attempt_json(attempt) for attempt in task.attempts]}
+
+
+def limit_json(limit: corral.ConcurrencyLimit) -> dict[str, Any]:
+    return {"key": limit.key, "limit": limit.limit, "in_progress": limit.in_progress}
 
 
 def teammate_json(mate: corral.TeammateInfo) -> dict[str, Any]:
@@ -103,6 +160,8 @@ def teammate_json(mate: corral.TeammateInfo) -> dict[str, Any]:
         "require_plan_approval": mate.require_plan_approval,
         "held_task_ids": list(mate.held_task_ids),
         "waiting_for_task_ids": list(mate.waiting_for_task_ids),
+        "usage": usage_json(mate.usage),
+        "budget": budget_json(mate.budget),
     }
 
 
@@ -113,6 +172,7 @@ def stats_json(stats: corral.Stats) -> dict[str, Any]:
         "active_tasks": stats.active_tasks,
         "writer": dataclasses.asdict(stats.writer),
         "open_streams": stats.open_streams,
+        "usage": usage_json(stats.usage),
     }
 
 
@@ -133,6 +193,15 @@ def event_json(event: corral.WatchEvent) -> dict[str, Any]:
         return {**base, "type": "message", "sender": message.sender, "body": message.body, "message_seq": message.seq}
     if isinstance(event, corral.PlanSubmitted):
         return {**base, "type": "plan_submitted", "plan_id": event.plan_id, "author": event.author, "plan": event.plan}
+    if isinstance(event, corral.BudgetExhaustedEvent):
+        exhausted = event.exhausted
+        return {
+            **base,
+            "type": "budget_exhausted",
+            "teammate": exhausted.teammate,
+            "spent": usage_json(exhausted.spent),
+            "budget": budget_json(exhausted.budget),
+        }
     return {
         **base,
         "type": "shutdown_answered",
@@ -165,6 +234,14 @@ def short(text: str, limit: int = 60) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def progress_label(task: corral.Task, limit: int = 60) -> str:
+    """`60% running tests, 3/5`: the holder's progress on one line ("" when none)."""
+    parts = [] if task.progress_fraction is None else [f"{task.progress_fraction:.0%}"]
+    if task.progress:
+        parts.append(short(task.progress, limit))
+    return " ".join(parts)
+
+
 def first_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     # A traceback's cause is its last line.
@@ -176,6 +253,11 @@ def blob_text(value: bytes) -> str:
         return value.decode("utf-8")
     except UnicodeDecodeError:
         return f"<{len(value)} bytes, not UTF-8; base64 {base64.b64encode(value).decode('ascii')}>"
+
+
+def _progress_detail(task: corral.Task) -> str:
+    label = progress_label(task, 1024)
+    return f"{label} (at {iso(task.progress_time)})" if label and task.progress_time else label
 
 
 def tasks_table(tasks: Iterable[corral.Task], title: str | None = None) -> Table:
@@ -194,8 +276,26 @@ def tasks_table(tasks: Iterable[corral.Task], title: str | None = None) -> Table
     return result
 
 
+def attempts_table(attempts: Iterable[corral.Attempt]) -> Table:
+    """A task's claim history, oldest first, narrow enough to leave the error room
+    (folded, never cut); `--json` has the claim times too."""
+    result = table("att", "owner", "fence", "ended (UTC)", "outcome", "error", title="attempts")
+    result.columns[-1].overflow = "fold"
+    for attempt in attempts:
+        ended = attempt.end_time
+        result.add_row(
+            str(attempt.attempt),
+            escape(attempt.owner),
+            str(attempt.fence),
+            ended.strftime("%Y-%m-%d %H:%M:%S") if ended is not None else "-",
+            attempt.outcome.name.lower().replace("_", " "),
+            escape(attempt.error or "-"),
+        )
+    return result
+
+
 def teammates_table(mates: Iterable[corral.TeammateInfo]) -> Table:
-    result = table("name", "status", "roles", "plan", "holds")
+    result = table("name", "status", "roles", "plan", "holds", "spent", "budget")
     for mate in mates:
         result.add_row(
             escape(mate.name),
@@ -203,6 +303,8 @@ def teammates_table(mates: Iterable[corral.TeammateInfo]) -> Table:
             escape(", ".join(mate.roles) or "-"),
             "required" if mate.require_plan_approval else "-",
             escape(", ".join(mate.held_task_ids) or _waiting_for(mate)),
+            usage_label(mate.usage) or "-",
+            budget_label(mate.budget) or "-",
         )
     return result
 
@@ -210,6 +312,42 @@ def teammates_table(mates: Iterable[corral.TeammateInfo]) -> Table:
 def _waiting_for(mate: corral.TeammateInfo) -> str:
     # A waiting teammate holds nothing; what it waits for fills the column instead.
     return f"(waits for {', '.join(mate.waiting_for_task_ids)})" if mate.waiting_for_task_ids else "-"
+
+
+def _waiting_json(waiting: corral.WaitingFor | None) -> dict[str, Any] | None:
+    if waiting is None:
+        return None
+    return {
+        "dependencies": list(waiting.dependencies),
+        "ready_time": iso(waiting.ready_time),
+        "teammates": waiting.teammates.name.lower(),
+        "concurrency_key": waiting.concurrency_key,
+    }
+
+
+def waiting_text(task: corral.Task) -> str:
+    """`dependencies a, b; its time (2026-...Z); no teammate with role 'reviewer'` ('' when nothing holds it)."""
+    waiting = task.waiting_for
+    if waiting is None:
+        return ""
+    parts = []
+    if waiting.dependencies:
+        parts.append(f"dependencies {', '.join(waiting.dependencies)}")
+    if waiting.ready_time is not None:
+        parts.append(f"its time ({iso(waiting.ready_time)})")
+    if waiting.concurrency_key:
+        parts.append(f"a free slot of {waiting.concurrency_key!r}")
+    role = f"with role {task.required_role!r}" if task.required_role else "at all"
+    if waiting.teammates is corral.TeammateAvailability.NONE_REGISTERED:
+        parts.append(f"no teammate {role}")
+    elif waiting.teammates is corral.TeammateAvailability.NONE_ONLINE:
+        parts.append(f"a teammate {role} online")
+    return "; ".join(parts)
+
+
+def _backoff(task: corral.Task) -> str:
+    first, most = task.retry_backoff.total_seconds(), task.retry_backoff_max.total_seconds()
+    return f"{first:g}s, doubling to {most:g}s" if first else "none"
 
 
 def task_detail(task: corral.Task) -> Table:
@@ -224,12 +362,18 @@ def task_detail(task: corral.Task) -> Table:
         ("depends on", ", ".join(task.depends_on)),
         ("priority", str(task.priority)),
         ("required role", task.required_role),
+        ("concurrency key", task.concurrency_key),
         ("owner", task.owner),
         ("attempt", f"{task.attempt} of {task.max_attempts}"),
         ("lease", f"{task.lease_duration.total_seconds():g}s"),
+        ("retry backoff", _backoff(task)),
         ("created", iso(task.create_time) or ""),
+        ("not before", iso(task.not_before_time) or ""),
+        ("ready at", iso(task.ready_time) or ""),
+        ("waiting for", waiting_text(task)),
         ("lease expires", iso(task.lease_expire_time) or ""),
         ("finished", iso(task.finish_time) or ""),
+        ("progress", _progress_detail(task)),
         ("payload", blob_text(task.payload)),
         ("result", blob_text(task.result)),
         ("error", task.error),

@@ -12,7 +12,7 @@ from corral import _convert
 from corral._channel import DEFAULT_RPC_TIMEOUT, bearer_metadata
 from corral._errors import error_from_rpc
 from corral._primitives import async_next_message
-from corral._types import Stats, Task, TaskState, TeammateInfo
+from corral._types import Identity, Stats, Task, TaskState, TeammateInfo
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
@@ -72,10 +72,10 @@ class BoardClient:
     # ------------------------------------------------------------ board
 
     async def get_task(self, task_id: str) -> Task:
-        """One task by id; raises NotFound."""
+        """One task by id, its claim history in `attempts`; raises NotFound."""
         request = pb.GetTaskRequest(task_id=task_id)
         response = await self._unary(self._board.GetTask, request)
-        return _convert.task_from_pb(response.task)
+        return _convert.task_with_attempts_from_pb(response)
 
     async def list_tasks(
         self,
@@ -91,13 +91,26 @@ class BoardClient:
         states = tuple(states)
         page_token = ""
         while True:
-            request = _convert.list_tasks_request(states, owner, page_size, page_token)
-            response = await self._unary(self._board.ListTasks, request)
-            for task in _convert.tasks_from_pb(response.tasks):
+            tasks, page_token = await self.list_tasks_page(
+                states=states, owner=owner, page_size=page_size, page_token=page_token
+            )
+            for task in tasks:
                 yield task
-            page_token = response.next_page_token
             if not page_token:
                 return
+
+    async def list_tasks_page(
+        self,
+        *,
+        states: Iterable[TaskState] = (),
+        owner: str = "",
+        page_size: int | None = None,
+        page_token: str = "",
+    ) -> tuple[list[Task], str]:
+        """One page of `list_tasks`: its tasks, and the token of the next page ("" after the last)."""
+        request = _convert.list_tasks_request(tuple(states), owner, page_size, page_token)
+        response = await self._unary(self._board.ListTasks, request)
+        return _convert.tasks_from_pb(response.tasks), response.next_page_token
 
     async def list_teammates(self) -> list[TeammateInfo]:
         """Every teammate the daemon knows, with status and held claims, in the order they were added."""
@@ -118,6 +131,12 @@ class BoardClient:
         request = pb.SendMessageRequest(to=to, body=body)
         response = await self._unary(self._board.SendMessage, request)
         return list(response.recipients)
+
+    async def get_identity(self) -> Identity:
+        """Who this client's credential is: name, role ("lead" or "teammate") and task
+        roles. Raises Unauthenticated for a missing, invalid or revoked credential."""
+        response = await self._unary(self._board.GetIdentity, pb.GetIdentityRequest())
+        return _convert.identity_from_pb(response)
 
     async def get_stats(self) -> Stats:
         """Counts by state and status, and the daemon writer's health."""

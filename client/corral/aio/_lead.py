@@ -20,6 +20,8 @@ from corral._launch import DaemonProcess, launch_daemon
 from corral._primitives import async_run_blocking, async_time_limit
 from corral._progress import seconds, track_unfinished
 from corral._types import (
+    Budget,
+    ConcurrencyLimit,
     DoneSummary,
     NewTeammate,
     Stats,
@@ -28,6 +30,7 @@ from corral._types import (
     TaskSpec,
     TaskState,
     TeammateInfo,
+    ViewerInfo,
     WatchEvent,
 )
 from corral.aio._board import BoardClient
@@ -174,6 +177,26 @@ class Lead(BoardClient):
         response = await self._unary(self._lead.CancelTasks, request)
         return _convert.tasks_from_pb(response.tasks)
 
+    async def retry_tasks(self, ids: Iterable[str], *, reset_attempts: bool = False) -> list[Task]:
+        """Send FAILED or CANCELED tasks back to PENDING, with the dependents that
+        were canceled because of them (each once nothing else it needs has failed or
+        been canceled); returns them, the named ones first (at most 3 MiB of them).
+        With `reset_attempts` their attempt counts start again from zero; otherwise
+        each has one attempt more. A name not on the board raises NotFound, one not
+        FAILED or CANCELED raises FailedPrecondition, and nothing changes."""
+        request = pb.RetryTasksRequest(ids=list(ids), reset_attempts=reset_attempts)
+        response = await self._unary(self._lead.RetryTasks, request)
+        return _convert.tasks_from_pb(response.tasks)
+
+    async def revoke_claim(self, task_id: str, reason: str = "") -> Task:
+        """Take the task's live claim from its holder: the task is PENDING again (no
+        attempt used up), the holder's open stream hears `ClaimEnded` REVOKED at once, and
+        its token is dead (ClaimRevoked). Raises FailedPrecondition when no claim is live,
+        NotFound for an unknown task."""
+        request = pb.RevokeClaimRequest(task_id=task_id, reason=reason)
+        response = await self._unary(self._lead.RevokeClaim, request)
+        return _convert.task_from_pb(response.task)
+
     # ------------------------------------------------------------ teammates
 
     async def add_teammate(
@@ -193,6 +216,21 @@ class Lead(BoardClient):
         request = pb.RemoveTeammateRequest(name=name)
         response = await self._unary(self._lead.RemoveTeammate, request)
         return _convert.teammate_from_pb(response.teammate)
+
+    async def add_viewer(self, name: str) -> str:
+        """Mint a read-only viewer credential (the web board and the board's reads);
+        returns its token, shown only this once."""
+        response: pb.AddViewerResponse = await self._unary(self._lead.AddViewer, pb.AddViewerRequest(name=name))
+        return response.token
+
+    async def remove_viewer(self, name: str) -> None:
+        """Revoke a viewer: its web sessions and open event streams end."""
+        await self._unary(self._lead.RemoveViewer, pb.RemoveViewerRequest(name=name))
+
+    async def list_viewers(self) -> list[ViewerInfo]:
+        """Every viewer, in the order they were added."""
+        response: pb.ListViewersResponse = await self._unary(self._lead.ListViewers, pb.ListViewersRequest())
+        return [ViewerInfo(v.name, _convert.time_from_pb(v, "created_time")) for v in response.viewers]
 
     async def request_shutdown(
         self,
@@ -220,6 +258,29 @@ class Lead(BoardClient):
         """Approve or reject a submitted plan; the author receives a plan_decision."""
         request = pb.DecidePlanRequest(plan_id=plan_id, approve=approve, feedback=feedback)
         await self._unary(self._lead.DecidePlan, request)
+
+    async def set_concurrency_limit(self, key: str, limit: int) -> ConcurrencyLimit:
+        """At most `limit` tasks with this `concurrency_key` IN_PROGRESS at once
+        (1 to 10,000); 0 removes the key's limit. Returns the limit as stored."""
+        request = pb.SetConcurrencyLimitRequest(key=key, limit=limit)
+        response: pb.SetConcurrencyLimitResponse = await self._unary(self._lead.SetConcurrencyLimit, request)
+        return _convert.concurrency_limit_from_pb(response.limit)
+
+    async def list_concurrency_limits(self) -> list[ConcurrencyLimit]:
+        """Every key with a limit, by key, with how many of its tasks are IN_PROGRESS."""
+        response: pb.ListConcurrencyLimitsResponse = await self._unary(
+            self._lead.ListConcurrencyLimits, pb.ListConcurrencyLimitsRequest()
+        )
+        return [_convert.concurrency_limit_from_pb(limit) for limit in response.limits]
+
+    async def set_budget(self, teammate: str, *, max_cost_micros: int = 0, max_tokens: int = 0) -> Budget:
+        """Set `teammate`'s budget, or with "*" the default of every teammate without
+        its own; 0 is no limit on that measure. A teammate whose spending reached
+        its budget gets no new claim until it is raised (held claims stay).
+        Returns the budget set."""
+        request = pb.SetBudgetRequest(teammate=teammate, max_cost_micros=max_cost_micros, max_tokens=max_tokens)
+        response: pb.SetBudgetResponse = await self._unary(self._lead.SetBudget, request)
+        return _convert.budget_from_pb(response.budget)
 
     def teammate_env(self, new_teammate: NewTeammate, *, address: str | None = None) -> dict[str, str]:
         """CORRAL_ADDRESS and CORRAL_TOKEN for a teammate process's environment.

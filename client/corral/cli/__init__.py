@@ -19,10 +19,13 @@ import click
 import corral
 
 from ._connect import EXIT_FAILED, CliError, connection_options
+from ._limits import limits_group
+from ._mcp import mcp_command
 from ._stop import stop_command
 from ._tasks import tasks_group
 from ._team import plans_group, send_command, shutdown_command, teammates_group
 from ._views import board_command, graph_command, stats_command, watch_command
+from ._web import viewers_group, web_command
 
 __all__ = ["main"]
 
@@ -111,12 +114,20 @@ def serve_command(args: tuple[str, ...]) -> None:
     help="Parent directory for the run (default: the system temp directory).",
 )
 @click.option("--plain", is_flag=True, help="Print progress lines even on a terminal.")
-def demo_command(timeout: float, work_ms: int, dag_file: Path | None, base_dir: Path | None, plain: bool) -> None:
+@click.option(
+    "--web",
+    metavar="HOST:PORT",
+    default=None,
+    help="Serve the web board here too (e.g. 127.0.0.1:0) and print its address with a one-time login link.",
+)
+def demo_command(
+    timeout: float, work_ms: int, dag_file: Path | None, base_dir: Path | None, plain: bool, web: str | None
+) -> None:
     """Launch a daemon, a sample DAG and a team of teammate processes, and show the board."""
     from corral.demo import DemoFailed, run_demo
 
     try:
-        run_demo(timeout=timeout, work_ms=work_ms, dag_file=dag_file, base_dir=base_dir, plain=plain)
+        run_demo(timeout=timeout, work_ms=work_ms, dag_file=dag_file, base_dir=base_dir, plain=plain, web=web)
     except DemoFailed as exc:
         raise CliError(f"demo failed: {exc}") from None
 
@@ -125,6 +136,7 @@ for _command in (
     tasks_group,
     teammates_group,
     plans_group,
+    limits_group,
     send_command,
     shutdown_command,
     board_command,
@@ -132,5 +144,8 @@ for _command in (
     stats_command,
     graph_command,
     stop_command,
+    web_command,
+    viewers_group,
+    mcp_command,
 ):
     main.add_command(_command)

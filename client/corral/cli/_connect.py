@@ -54,6 +54,7 @@ class Target:
     address: str
     token: str
     source: str  # where they came from, for error messages
+    state_dir: Path | None = None
 
 
 def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -113,7 +114,7 @@ def resolve_target(ctx: click.Context) -> Target:
             f"or set {ADDRESS_ENV} and {TOKEN_ENV}",
             EXIT_USAGE,
         )
-    return Target(address=address, token=token.strip(), source=source)
+    return Target(address=address, token=token.strip(), source=source, state_dir=state_dir)
 
 
 def _lineage(ctx: click.Context) -> list[click.Context]:

@@ -1,4 +1,4 @@
-"""`corral tasks add|list|show|cancel`."""
+"""`corral tasks add|list|show|cancel|revoke`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,15 @@ import click
 
 import corral
 from corral._dagfile import FORMATS, DagError, explain_create_error, load_dag
-from corral._terminal.output import console, emit_json, task_detail, task_json, tasks_table
+from corral._terminal.output import (
+    attempts_table,
+    console,
+    emit_json,
+    task_detail,
+    task_json,
+    task_with_attempts_json,
+    tasks_table,
+)
 
 from ._connect import CliError, connection_options, lead_session
 
@@ -18,7 +26,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 
 @click.group("tasks")
 def tasks_group() -> None:
-    """Add, list, show and cancel tasks."""
+    """Add, list, show, cancel and revoke tasks."""
 
 
 @tasks_group.command("add")
@@ -86,13 +94,15 @@ def list_command(ctx: click.Context, states: tuple[str, ...], owner: str, as_jso
 @connection_options
 @click.pass_context
 def show_command(ctx: click.Context, task_id: str, as_json: bool) -> None:
-    """Show one task, with its payload, result and last error."""
+    """Show one task, with its payload, result, last error and its attempts."""
     with lead_session(ctx) as lead:
         task = lead.get_task(task_id)
     if as_json:
-        emit_json(task_json(task))
+        emit_json(task_with_attempts_json(task))
         return
     console().print(task_detail(task))
+    if task.attempts:
+        console().print(attempts_table(task.attempts))
 
 
 @tasks_group.command("cancel")
@@ -111,3 +121,39 @@ def cancel_command(ctx: click.Context, task_ids: tuple[str, ...], as_json: bool)
         click.echo("nothing to cancel (already finished)")
         return
     click.echo(f"canceled {len(changed)} task(s): {', '.join(task.id for task in changed)}")
+
+
+@tasks_group.command("retry")
+@click.argument("task_ids", nargs=-1, required=True)
+@click.option("--reset-attempts", is_flag=True, help="start their attempt counts again from zero")
+@json_option
+@connection_options
+@click.pass_context
+def retry_command(ctx: click.Context, task_ids: tuple[str, ...], reset_attempts: bool, as_json: bool) -> None:
+    """Send FAILED or CANCELED tasks back to PENDING, with the dependents canceled because of them."""
+    with lead_session(ctx) as lead:
+        changed = lead.retry_tasks(task_ids, reset_attempts=reset_attempts)
+    if as_json:
+        emit_json([task_json(task) for task in changed])
+        return
+    click.echo(f"retrying {len(changed)} task(s): {', '.join(task.id for task in changed)}")
+
+
+@tasks_group.command("revoke")
+@click.argument("task_id")
+@click.option("--reason", default="", help="Why, for the attempt's history and the holder.")
+@json_option
+@connection_options
+@click.pass_context
+def revoke_command(ctx: click.Context, task_id: str, reason: str, as_json: bool) -> None:
+    """Take TASK_ID's live claim from its holder: the task is PENDING again at once,
+    the holder is told on its stream, and its claim token is dead."""
+    with lead_session(ctx) as lead:
+        try:
+            task = lead.revoke_claim(task_id, reason)
+        except corral.FailedPrecondition as exc:
+            raise CliError(f"cannot revoke: {exc.details}") from None
+    if as_json:
+        emit_json(task_json(task))
+        return
+    click.echo(f"revoked the claim on {task.id}; it is {task.state.name.lower()} again")

@@ -9,7 +9,17 @@ import click
 
 import corral
 from corral._terminal.events import REPLAY_LIMIT_SECONDS, EventPump, StreamEnded, replay
-from corral._terminal.output import console, emit_json, iso, short, table, teammate_json, teammates_table
+from corral._terminal.output import (
+    budget_json,
+    budget_label,
+    console,
+    emit_json,
+    iso,
+    short,
+    table,
+    teammate_json,
+    teammates_table,
+)
 
 from ._connect import CliError, connection_options, lead_session, resolve_target, translate_errors
 
@@ -29,17 +39,33 @@ def teammates_group() -> None:
 @click.option("--role", "roles", multiple=True, help="A role the teammate holds (repeatable).")
 @click.option("--plan-required", is_flag=True, help="The teammate gets no work until the Lead approves its plan.")
 @click.option("--env", "as_env", is_flag=True, help="Print `export CORRAL_ADDRESS=... CORRAL_TOKEN=...` lines.")
+@click.option(
+    "--mcp-config",
+    "as_mcp_config",
+    is_flag=True,
+    help="Print an MCP client configuration that runs `corral mcp` as this teammate (docs/mcp.md).",
+)
 @json_option
 @connection_options
 @click.pass_context
 def add_command(
-    ctx: click.Context, name: str, roles: tuple[str, ...], plan_required: bool, as_env: bool, as_json: bool
+    ctx: click.Context,
+    name: str,
+    roles: tuple[str, ...],
+    plan_required: bool,
+    as_env: bool,
+    as_mcp_config: bool,
+    as_json: bool,
 ) -> None:
     """Mint a teammate credential. Its token is printed once, on stdout; keep it."""
     with lead_session(ctx) as lead:
         new = lead.add_teammate(name, roles=roles, require_plan_approval=plan_required)
         env = lead.teammate_env(new)
-    if as_json:
+    if as_mcp_config:
+        from corral.mcp_bridge.snippets import mcp_config_snippet
+
+        emit_json(mcp_config_snippet(new.name, env["CORRAL_ADDRESS"], token=new.token))
+    elif as_json:
         emit_json({**teammate_json(new.info), "token": new.token, "env": env})
     elif as_env:
         for key, value in env.items():
@@ -79,6 +105,30 @@ def remove_command(ctx: click.Context, name: str, as_json: bool) -> None:
         emit_json(teammate_json(removed))
         return
     click.echo(f"removed teammate {removed.name!r}")
+
+
+@teammates_group.command("budget")
+@click.argument("name")
+@click.option(
+    "--cost-micros", type=click.IntRange(min=0), default=0, show_default=True, help="Cost limit in micros (0: none)."
+)
+@click.option(
+    "--tokens", type=click.IntRange(min=0), default=0, show_default=True, help="Input + output token limit (0: none)."
+)
+@json_option
+@connection_options
+@click.pass_context
+def budget_command(ctx: click.Context, name: str, cost_micros: int, tokens: int, as_json: bool) -> None:
+    """Set teammate NAME's budget, or with "*" the default of every teammate without
+    its own. A teammate whose spending reached its budget gets no new claim until
+    the budget is raised; the claims it holds stay."""
+    with lead_session(ctx) as lead:
+        budget = lead.set_budget(name, max_cost_micros=cost_micros, max_tokens=tokens)
+    if as_json:
+        emit_json({"teammate": name, "budget": budget_json(budget)})
+        return
+    who = "the default budget" if name == "*" else f"budget of {name!r}"
+    click.echo(f"{who}: {budget_label(budget) or 'no limit'}")
 
 
 # ---------------------------------------------------------------- messages and shutdown

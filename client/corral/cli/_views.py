@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import click
@@ -16,6 +17,10 @@ from ._connect import CliError, connection_options, lead_session, resolve_target
 from ._graph import dot, mermaid
 
 REFRESH_SECONDS = 0.1
+# Why tasks wait is not in the events (it changes with time and with who is
+# online): the board asks for the first pending tasks this often.
+WAITING_REFRESH_SECONDS = 2.0
+WAITING_SHOWN = 50
 
 
 @click.command("board")
@@ -39,8 +44,13 @@ def board_command(ctx: click.Context, plain: bool, until_done: bool, timeout: fl
             entry = model.mate(mate.name)
             entry.roles, entry.status = mate.roles, mate.status
         view = open_view(model, f"corral board · {target.address}", plain=plain)
+        asked_waiting = 0.0
         try:
             while deadline is None or time.monotonic() < deadline:
+                if time.monotonic() - asked_waiting >= WAITING_REFRESH_SECONDS:
+                    pending = lead.list_tasks(states=[corral.TaskState.PENDING], page_size=WAITING_SHOWN)
+                    model.set_waiting(itertools.islice(pending, WAITING_SHOWN))
+                    asked_waiting = time.monotonic()
                 if _pump_some(pump, model):
                     view.update()
                     if until_done and model.all_final() and lead.get_stats().active_tasks == 0:
@@ -138,6 +148,11 @@ def stats_command(ctx: click.Context, as_json: bool) -> None:
     grid.add_row("tasks", _counts(counts["tasks_by_state"]))
     grid.add_row("teammates", _counts(counts["teammates_by_status"]))
     grid.add_row("open streams", str(stats.open_streams))
+    usage = stats.usage
+    grid.add_row(
+        "usage",
+        f"{usage.input_tokens} input tokens, {usage.output_tokens} output tokens, {usage.cost_micros} cost micros",
+    )
     writer = stats.writer
     grid.add_row(
         "writer queue", f"now {writer.queue_depth}, p50 {writer.queue_depth_p50:g}, p99 {writer.queue_depth_p99:g}"

@@ -20,6 +20,7 @@ import corral
 from corral._dagfile import DagError, DagFile, load_dag, parse_dag
 from corral._terminal.boardview import BoardModel, open_view
 from corral._terminal.events import EventPump, StreamEnded
+from corral._terminal.weblink import board_url, one_time_link
 
 from .report import DemoReport, build_report, verify
 from .team import TEAM, DemoFailed, Team
@@ -151,6 +152,7 @@ def run_demo(
     base_dir: Path | None = None,
     plain: bool = False,
     out: IO[str] | None = None,
+    web: str | None = None,
 ) -> DemoReport:
     """Run the whole demo; returns its report, raises DemoFailed (run directory kept)."""
     out = out or sys.stdout
@@ -167,7 +169,7 @@ def run_demo(
     say(f"corral demo: {len(dag.specs)} tasks from {dag.name}; teammates {', '.join(m.blurb for m in TEAM)}")
     say(f"  run directory {run_dir} (state/ and logs/ are kept)")
     try:
-        return _run(dag, run_dir, deadline, started, work_ms=work_ms, plain=plain, out=out)
+        return _run(dag, run_dir, deadline, started, work_ms=work_ms, plain=plain, out=out, web=web)
     except corral.CorralError as exc:
         raise DemoFailed(f"{exc} (run directory {run_dir})") from None
     except DemoFailed as exc:
@@ -183,10 +185,14 @@ def _run(
     work_ms: int,
     plain: bool,
     out: IO[str],
+    web: str | None = None,
 ) -> DemoReport:
     say = _printer(out)
-    with _launch(run_dir, deadline) as lead:
+    with _launch(run_dir, deadline, web) as lead:
         say(f"  corrald pid {lead.pid} listening on {lead.address}")
+        if web is not None:
+            _announce_board(lead, run_dir / "state", say)
+            _pause("press Enter to start the team (the board fills in live)")
         lead.create_tasks(dag.specs)
         team = Team(lead, run_dir / "logs", work_ms=work_ms)
         try:
@@ -199,6 +205,8 @@ def _run(
             stats = lead.get_stats()
         finally:
             team.stop_all()
+        if web is not None:
+            _pause("the board stays up: press Enter to stop the daemon")
         wall = time.monotonic() - started
     team.check_exits()
     verify(tasks, dag.specs, conductor.model, team.members)
@@ -215,6 +223,19 @@ def _run(
     return report
 
 
+def _announce_board(lead: corral.Lead, state_dir: Path, say: Callable[[str], None]) -> None:
+    """The web board's address and a one-time login link (the lead's token stays in the state dir)."""
+    url = board_url(state_dir)
+    if url is None:
+        raise DemoFailed("corrald started without its web board")
+    try:
+        link = one_time_link(url, (state_dir / "lead.token").read_text().strip())
+    except OSError as exc:
+        raise DemoFailed(f"the web board at {url} gave no login link: {exc}") from None
+    say(f"  web board {url}")
+    say(f"  open {link} (logs in once, within two minutes)")
+
+
 def _check_roles(dag: DagFile) -> None:
     """Refuse at once a task no demo teammate may take (it would wait until the timeout)."""
     roles = {role for member in TEAM for role in member.roles}
@@ -226,7 +247,16 @@ def _check_roles(dag: DagFile) -> None:
             )
 
 
-def _launch(run_dir: Path, deadline: Deadline) -> corral.Lead:
+def _pause(prompt: str) -> None:
+    """On a terminal, waits for Enter, so the person at the browser can watch; elsewhere goes on."""
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        try:
+            input(f"  {prompt} ")
+        except EOFError:
+            pass
+
+
+def _launch(run_dir: Path, deadline: Deadline, web: str | None = None) -> corral.Lead:
     """Start corrald on run_dir/state; a failure keeps the daemon's stderr in a file."""
     state_dir = run_dir / "state"
     socket_path = state_dir / "corral.sock"
@@ -236,7 +266,8 @@ def _launch(run_dir: Path, deadline: Deadline) -> corral.Lead:
             f"({len(str(socket_path))} > {MAX_SOCKET_PATH} characters); pass a shorter --dir"
         )
     try:
-        return corral.Lead.launch(state_dir, ready_timeout=max(min(30.0, deadline.left()), 1.0))
+        extra = ["--web", web] if web is not None else []
+        return corral.Lead.launch(state_dir, extra_args=extra, ready_timeout=max(min(30.0, deadline.left()), 1.0))
     except corral.CorralError as exc:
         log = run_dir / "corrald-start.log"
         log.write_text(str(exc), encoding="utf-8")

@@ -2,6 +2,7 @@ import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.rpc import status_pb2 as _status_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -19,6 +20,23 @@ class TaskState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_STATE_COMPLETED: _ClassVar[TaskState]
     TASK_STATE_FAILED: _ClassVar[TaskState]
     TASK_STATE_CANCELED: _ClassVar[TaskState]
+
+class TeammateAvailability(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TEAMMATE_AVAILABILITY_UNSPECIFIED: _ClassVar[TeammateAvailability]
+    TEAMMATE_AVAILABILITY_NONE_REGISTERED: _ClassVar[TeammateAvailability]
+    TEAMMATE_AVAILABILITY_NONE_ONLINE: _ClassVar[TeammateAvailability]
+
+class AttemptOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ATTEMPT_OUTCOME_UNSPECIFIED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_IN_PROGRESS: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_COMPLETED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_FAILED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_EXPIRED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_RELEASED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_CANCELED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_REVOKED: _ClassVar[AttemptOutcome]
 
 class TeammateStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -44,12 +62,32 @@ class TeammateChangeReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TEAMMATE_CHANGE_REASON_AWAITING_PLAN: _ClassVar[TeammateChangeReason]
     TEAMMATE_CHANGE_REASON_ADDED: _ClassVar[TeammateChangeReason]
     TEAMMATE_CHANGE_REASON_WAITING: _ClassVar[TeammateChangeReason]
+
+class ClaimEndReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CLAIM_END_REASON_UNSPECIFIED: _ClassVar[ClaimEndReason]
+    CLAIM_END_REASON_LEASE_EXPIRED: _ClassVar[ClaimEndReason]
+    CLAIM_END_REASON_TASK_CANCELED: _ClassVar[ClaimEndReason]
+    CLAIM_END_REASON_TEAMMATE_REMOVED: _ClassVar[ClaimEndReason]
+    CLAIM_END_REASON_REVOKED: _ClassVar[ClaimEndReason]
+    CLAIM_END_REASON_ATTEMPT_TIMEOUT: _ClassVar[ClaimEndReason]
 TASK_STATE_UNSPECIFIED: TaskState
 TASK_STATE_PENDING: TaskState
 TASK_STATE_IN_PROGRESS: TaskState
 TASK_STATE_COMPLETED: TaskState
 TASK_STATE_FAILED: TaskState
 TASK_STATE_CANCELED: TaskState
+TEAMMATE_AVAILABILITY_UNSPECIFIED: TeammateAvailability
+TEAMMATE_AVAILABILITY_NONE_REGISTERED: TeammateAvailability
+TEAMMATE_AVAILABILITY_NONE_ONLINE: TeammateAvailability
+ATTEMPT_OUTCOME_UNSPECIFIED: AttemptOutcome
+ATTEMPT_OUTCOME_IN_PROGRESS: AttemptOutcome
+ATTEMPT_OUTCOME_COMPLETED: AttemptOutcome
+ATTEMPT_OUTCOME_FAILED: AttemptOutcome
+ATTEMPT_OUTCOME_EXPIRED: AttemptOutcome
+ATTEMPT_OUTCOME_RELEASED: AttemptOutcome
+ATTEMPT_OUTCOME_CANCELED: AttemptOutcome
+ATTEMPT_OUTCOME_REVOKED: AttemptOutcome
 TEAMMATE_STATUS_UNSPECIFIED: TeammateStatus
 TEAMMATE_STATUS_OFFLINE: TeammateStatus
 TEAMMATE_STATUS_IDLE: TeammateStatus
@@ -69,9 +107,15 @@ TEAMMATE_CHANGE_REASON_BUSY: TeammateChangeReason
 TEAMMATE_CHANGE_REASON_AWAITING_PLAN: TeammateChangeReason
 TEAMMATE_CHANGE_REASON_ADDED: TeammateChangeReason
 TEAMMATE_CHANGE_REASON_WAITING: TeammateChangeReason
+CLAIM_END_REASON_UNSPECIFIED: ClaimEndReason
+CLAIM_END_REASON_LEASE_EXPIRED: ClaimEndReason
+CLAIM_END_REASON_TASK_CANCELED: ClaimEndReason
+CLAIM_END_REASON_TEAMMATE_REMOVED: ClaimEndReason
+CLAIM_END_REASON_REVOKED: ClaimEndReason
+CLAIM_END_REASON_ATTEMPT_TIMEOUT: ClaimEndReason
 
 class TaskSpec(_message.Message):
-    __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "max_attempts", "lease_duration", "required_role")
+    __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "max_attempts", "lease_duration", "required_role", "not_before_time", "retry_backoff", "retry_backoff_max", "trace_parent", "concurrency_key", "attempt_timeout")
     ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +125,12 @@ class TaskSpec(_message.Message):
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     LEASE_DURATION_FIELD_NUMBER: _ClassVar[int]
     REQUIRED_ROLE_FIELD_NUMBER: _ClassVar[int]
+    NOT_BEFORE_TIME_FIELD_NUMBER: _ClassVar[int]
+    RETRY_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    RETRY_BACKOFF_MAX_FIELD_NUMBER: _ClassVar[int]
+    TRACE_PARENT_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     id: str
     title: str
     description: str
@@ -90,10 +140,16 @@ class TaskSpec(_message.Message):
     max_attempts: int
     lease_duration: _duration_pb2.Duration
     required_role: str
-    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., required_role: _Optional[str] = ...) -> None: ...
+    not_before_time: _timestamp_pb2.Timestamp
+    retry_backoff: _duration_pb2.Duration
+    retry_backoff_max: _duration_pb2.Duration
+    trace_parent: str
+    concurrency_key: str
+    attempt_timeout: _duration_pb2.Duration
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., required_role: _Optional[str] = ..., not_before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff_max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., trace_parent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., attempt_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "required_role", "max_attempts", "lease_duration", "state", "owner", "attempt", "result", "error", "seq", "create_time", "lease_expire_time", "finish_time")
+    __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "required_role", "max_attempts", "lease_duration", "state", "owner", "attempt", "result", "error", "seq", "create_time", "lease_expire_time", "finish_time", "not_before_time", "retry_backoff", "retry_backoff_max", "ready_time", "progress", "progress_fraction", "progress_time", "waiting_for", "trace_parent", "concurrency_key", "usage", "attempt_timeout")
     ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -112,6 +168,18 @@ class Task(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     LEASE_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    NOT_BEFORE_TIME_FIELD_NUMBER: _ClassVar[int]
+    RETRY_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    RETRY_BACKOFF_MAX_FIELD_NUMBER: _ClassVar[int]
+    READY_TIME_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_TIME_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FOR_FIELD_NUMBER: _ClassVar[int]
+    TRACE_PARENT_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     id: str
     title: str
     description: str
@@ -130,23 +198,99 @@ class Task(_message.Message):
     create_time: _timestamp_pb2.Timestamp
     lease_expire_time: _timestamp_pb2.Timestamp
     finish_time: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., required_role: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., owner: _Optional[str] = ..., attempt: _Optional[int] = ..., result: _Optional[bytes] = ..., error: _Optional[str] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    not_before_time: _timestamp_pb2.Timestamp
+    retry_backoff: _duration_pb2.Duration
+    retry_backoff_max: _duration_pb2.Duration
+    ready_time: _timestamp_pb2.Timestamp
+    progress: str
+    progress_fraction: float
+    progress_time: _timestamp_pb2.Timestamp
+    waiting_for: WaitingFor
+    trace_parent: str
+    concurrency_key: str
+    usage: Usage
+    attempt_timeout: _duration_pb2.Duration
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., required_role: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., owner: _Optional[str] = ..., attempt: _Optional[int] = ..., result: _Optional[bytes] = ..., error: _Optional[str] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., not_before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff_max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., ready_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[str] = ..., progress_fraction: _Optional[float] = ..., progress_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waiting_for: _Optional[_Union[WaitingFor, _Mapping]] = ..., trace_parent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., attempt_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class WaitingFor(_message.Message):
+    __slots__ = ("dependencies", "ready_time", "concurrency_key", "teammates")
+    DEPENDENCIES_FIELD_NUMBER: _ClassVar[int]
+    READY_TIME_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    TEAMMATES_FIELD_NUMBER: _ClassVar[int]
+    dependencies: _containers.RepeatedScalarFieldContainer[str]
+    ready_time: _timestamp_pb2.Timestamp
+    concurrency_key: str
+    teammates: TeammateAvailability
+    def __init__(self, dependencies: _Optional[_Iterable[str]] = ..., ready_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., concurrency_key: _Optional[str] = ..., teammates: _Optional[_Union[TeammateAvailability, str]] = ...) -> None: ...
+
+class Usage(_message.Message):
+    __slots__ = ("input_tokens", "output_tokens", "cost_micros", "model")
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    input_tokens: int
+    output_tokens: int
+    cost_micros: int
+    model: str
+    def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cost_micros: _Optional[int] = ..., model: _Optional[str] = ...) -> None: ...
+
+class Budget(_message.Message):
+    __slots__ = ("max_cost_micros", "max_tokens")
+    MAX_COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    max_cost_micros: int
+    max_tokens: int
+    def __init__(self, max_cost_micros: _Optional[int] = ..., max_tokens: _Optional[int] = ...) -> None: ...
+
+class BudgetExhausted(_message.Message):
+    __slots__ = ("teammate", "spent", "budget")
+    TEAMMATE_FIELD_NUMBER: _ClassVar[int]
+    SPENT_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    teammate: str
+    spent: Usage
+    budget: Budget
+    def __init__(self, teammate: _Optional[str] = ..., spent: _Optional[_Union[Usage, _Mapping]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ...) -> None: ...
+
+class TaskAttempt(_message.Message):
+    __slots__ = ("attempt", "owner", "fence", "claim_time", "end_time", "outcome", "error")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    owner: str
+    fence: int
+    claim_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    outcome: AttemptOutcome
+    error: str
+    def __init__(self, attempt: _Optional[int] = ..., owner: _Optional[str] = ..., fence: _Optional[int] = ..., claim_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., error: _Optional[str] = ...) -> None: ...
 
 class Teammate(_message.Message):
-    __slots__ = ("name", "roles", "status", "require_plan_approval", "held_task_ids", "waiting_for_task_ids")
+    __slots__ = ("name", "roles", "status", "require_plan_approval", "held_task_ids", "waiting_for_task_ids", "usage", "budget")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ROLES_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     REQUIRE_PLAN_APPROVAL_FIELD_NUMBER: _ClassVar[int]
     HELD_TASK_IDS_FIELD_NUMBER: _ClassVar[int]
     WAITING_FOR_TASK_IDS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
     name: str
     roles: _containers.RepeatedScalarFieldContainer[str]
     status: TeammateStatus
     require_plan_approval: bool
     held_task_ids: _containers.RepeatedScalarFieldContainer[str]
     waiting_for_task_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., status: _Optional[_Union[TeammateStatus, str]] = ..., require_plan_approval: _Optional[bool] = ..., held_task_ids: _Optional[_Iterable[str]] = ..., waiting_for_task_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    usage: Usage
+    budget: Budget
+    def __init__(self, name: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., status: _Optional[_Union[TeammateStatus, str]] = ..., require_plan_approval: _Optional[bool] = ..., held_task_ids: _Optional[_Iterable[str]] = ..., waiting_for_task_ids: _Optional[_Iterable[str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ...) -> None: ...
 
 class Message(_message.Message):
     __slots__ = ("seq", "send_time", "sender", "body")
@@ -189,24 +333,91 @@ class PlanDecision(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., send_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., plan_id: _Optional[str] = ..., approve: _Optional[bool] = ..., feedback: _Optional[str] = ...) -> None: ...
 
 class Claim(_message.Message):
-    __slots__ = ("task", "claim_token", "lease_expire_time", "attempt", "fence")
+    __slots__ = ("task", "claim_token", "lease_expire_time", "attempt", "fence", "previous_attempt", "dependency_results", "dependency_results_omitted")
+    class DependencyResultsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
     TASK_FIELD_NUMBER: _ClassVar[int]
     CLAIM_TOKEN_FIELD_NUMBER: _ClassVar[int]
     LEASE_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCY_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCY_RESULTS_OMITTED_FIELD_NUMBER: _ClassVar[int]
     task: Task
     claim_token: str
     lease_expire_time: _timestamp_pb2.Timestamp
     attempt: int
     fence: int
-    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., claim_token: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ...) -> None: ...
+    previous_attempt: TaskAttempt
+    dependency_results: _containers.ScalarMap[str, bytes]
+    dependency_results_omitted: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., claim_token: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., previous_attempt: _Optional[_Union[TaskAttempt, _Mapping]] = ..., dependency_results: _Optional[_Mapping[str, bytes]] = ..., dependency_results_omitted: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class IdleTimeout(_message.Message):
     __slots__ = ("idle_polls",)
     IDLE_POLLS_FIELD_NUMBER: _ClassVar[int]
     idle_polls: int
     def __init__(self, idle_polls: _Optional[int] = ...) -> None: ...
+
+class SessionRequest(_message.Message):
+    __slots__ = ("op_id", "open", "ack", "renew", "complete", "fail", "release")
+    OP_ID_FIELD_NUMBER: _ClassVar[int]
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    RENEW_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    FAIL_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    op_id: str
+    open: IdleRequest
+    ack: AckMessagesRequest
+    renew: RenewLeaseRequest
+    complete: CompleteTaskRequest
+    fail: FailTaskRequest
+    release: ReleaseTaskRequest
+    def __init__(self, op_id: _Optional[str] = ..., open: _Optional[_Union[IdleRequest, _Mapping]] = ..., ack: _Optional[_Union[AckMessagesRequest, _Mapping]] = ..., renew: _Optional[_Union[RenewLeaseRequest, _Mapping]] = ..., complete: _Optional[_Union[CompleteTaskRequest, _Mapping]] = ..., fail: _Optional[_Union[FailTaskRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseTaskRequest, _Mapping]] = ...) -> None: ...
+
+class SessionResponse(_message.Message):
+    __slots__ = ("op_result", "message", "shutdown_request", "plan_decision", "claim", "idle_timeout", "budget_exhausted", "claim_ended")
+    OP_RESULT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SHUTDOWN_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    PLAN_DECISION_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_ENDED_FIELD_NUMBER: _ClassVar[int]
+    op_result: SessionOpResult
+    message: Message
+    shutdown_request: ShutdownRequest
+    plan_decision: PlanDecision
+    claim: Claim
+    idle_timeout: IdleTimeout
+    budget_exhausted: BudgetExhausted
+    claim_ended: ClaimEnded
+    def __init__(self, op_result: _Optional[_Union[SessionOpResult, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., shutdown_request: _Optional[_Union[ShutdownRequest, _Mapping]] = ..., plan_decision: _Optional[_Union[PlanDecision, _Mapping]] = ..., claim: _Optional[_Union[Claim, _Mapping]] = ..., idle_timeout: _Optional[_Union[IdleTimeout, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhausted, _Mapping]] = ..., claim_ended: _Optional[_Union[ClaimEnded, _Mapping]] = ...) -> None: ...
+
+class SessionOpResult(_message.Message):
+    __slots__ = ("op_id", "status", "lease_expire_time", "result", "task", "protocol_pending")
+    OP_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_PENDING_FIELD_NUMBER: _ClassVar[int]
+    op_id: str
+    status: _status_pb2.Status
+    lease_expire_time: _timestamp_pb2.Timestamp
+    result: bytes
+    task: Task
+    protocol_pending: bool
+    def __init__(self, op_id: _Optional[str] = ..., status: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result: _Optional[bytes] = ..., task: _Optional[_Union[Task, _Mapping]] = ..., protocol_pending: _Optional[bool] = ...) -> None: ...
 
 class CreateTasksRequest(_message.Message):
     __slots__ = ("tasks", "request_id")
@@ -229,6 +440,22 @@ class CancelTasksRequest(_message.Message):
     IDS_FIELD_NUMBER: _ClassVar[int]
     ids: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RetryTasksRequest(_message.Message):
+    __slots__ = ("ids", "reset_attempts")
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    RESET_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[str]
+    reset_attempts: bool
+    def __init__(self, ids: _Optional[_Iterable[str]] = ..., reset_attempts: _Optional[bool] = ...) -> None: ...
+
+class RetryTasksResponse(_message.Message):
+    __slots__ = ("tasks", "omitted_count")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    OMITTED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[Task]
+    omitted_count: int
+    def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., omitted_count: _Optional[int] = ...) -> None: ...
 
 class CancelTasksResponse(_message.Message):
     __slots__ = ("tasks", "omitted_count")
@@ -268,6 +495,20 @@ class RemoveTeammateResponse(_message.Message):
     teammate: Teammate
     def __init__(self, teammate: _Optional[_Union[Teammate, _Mapping]] = ...) -> None: ...
 
+class RevokeClaimRequest(_message.Message):
+    __slots__ = ("task_id", "reason")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    reason: str
+    def __init__(self, task_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class RevokeClaimResponse(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
+
 class RequestShutdownRequest(_message.Message):
     __slots__ = ("name", "reason", "grace")
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -301,6 +542,98 @@ class DecidePlanResponse(_message.Message):
     SEQ_FIELD_NUMBER: _ClassVar[int]
     seq: int
     def __init__(self, seq: _Optional[int] = ...) -> None: ...
+
+class SetConcurrencyLimitRequest(_message.Message):
+    __slots__ = ("key", "limit")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    limit: int
+    def __init__(self, key: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ConcurrencyLimit(_message.Message):
+    __slots__ = ("key", "limit", "in_progress")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    IN_PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    limit: int
+    in_progress: int
+    def __init__(self, key: _Optional[str] = ..., limit: _Optional[int] = ..., in_progress: _Optional[int] = ...) -> None: ...
+
+class SetConcurrencyLimitResponse(_message.Message):
+    __slots__ = ("limit",)
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    limit: ConcurrencyLimit
+    def __init__(self, limit: _Optional[_Union[ConcurrencyLimit, _Mapping]] = ...) -> None: ...
+
+class ListConcurrencyLimitsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListConcurrencyLimitsResponse(_message.Message):
+    __slots__ = ("limits",)
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    limits: _containers.RepeatedCompositeFieldContainer[ConcurrencyLimit]
+    def __init__(self, limits: _Optional[_Iterable[_Union[ConcurrencyLimit, _Mapping]]] = ...) -> None: ...
+
+class SetBudgetRequest(_message.Message):
+    __slots__ = ("teammate", "max_cost_micros", "max_tokens")
+    TEAMMATE_FIELD_NUMBER: _ClassVar[int]
+    MAX_COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    teammate: str
+    max_cost_micros: int
+    max_tokens: int
+    def __init__(self, teammate: _Optional[str] = ..., max_cost_micros: _Optional[int] = ..., max_tokens: _Optional[int] = ...) -> None: ...
+
+class SetBudgetResponse(_message.Message):
+    __slots__ = ("budget",)
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    budget: Budget
+    def __init__(self, budget: _Optional[_Union[Budget, _Mapping]] = ...) -> None: ...
+
+class Viewer(_message.Message):
+    __slots__ = ("name", "created_time")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CREATED_TIME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    created_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., created_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class AddViewerRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class AddViewerResponse(_message.Message):
+    __slots__ = ("name", "token")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    token: str
+    def __init__(self, name: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
+
+class RemoveViewerRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class RemoveViewerResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListViewersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListViewersResponse(_message.Message):
+    __slots__ = ("viewers",)
+    VIEWERS_FIELD_NUMBER: _ClassVar[int]
+    viewers: _containers.RepeatedCompositeFieldContainer[Viewer]
+    def __init__(self, viewers: _Optional[_Iterable[_Union[Viewer, _Mapping]]] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ("after_seq",)
@@ -341,7 +674,7 @@ class ShutdownAnswered(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., teammate: _Optional[str] = ..., approve: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class WatchResponse(_message.Message):
-    __slots__ = ("seq", "time", "task_changed", "teammate_changed", "message", "plan_submitted", "shutdown_answered")
+    __slots__ = ("seq", "time", "task_changed", "teammate_changed", "message", "plan_submitted", "shutdown_answered", "budget_exhausted")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     TASK_CHANGED_FIELD_NUMBER: _ClassVar[int]
@@ -349,6 +682,7 @@ class WatchResponse(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     PLAN_SUBMITTED_FIELD_NUMBER: _ClassVar[int]
     SHUTDOWN_ANSWERED_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     time: _timestamp_pb2.Timestamp
     task_changed: Task
@@ -356,7 +690,8 @@ class WatchResponse(_message.Message):
     message: Message
     plan_submitted: PlanSubmitted
     shutdown_answered: ShutdownAnswered
-    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., task_changed: _Optional[_Union[Task, _Mapping]] = ..., teammate_changed: _Optional[_Union[TeammateChanged, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., plan_submitted: _Optional[_Union[PlanSubmitted, _Mapping]] = ..., shutdown_answered: _Optional[_Union[ShutdownAnswered, _Mapping]] = ...) -> None: ...
+    budget_exhausted: BudgetExhausted
+    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., task_changed: _Optional[_Union[Task, _Mapping]] = ..., teammate_changed: _Optional[_Union[TeammateChanged, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., plan_submitted: _Optional[_Union[PlanSubmitted, _Mapping]] = ..., shutdown_answered: _Optional[_Union[ShutdownAnswered, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhausted, _Mapping]] = ...) -> None: ...
 
 class IdleRequest(_message.Message):
     __slots__ = ("max_idle_polls", "poll_interval", "slots")
@@ -369,18 +704,34 @@ class IdleRequest(_message.Message):
     def __init__(self, max_idle_polls: _Optional[int] = ..., poll_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., slots: _Optional[int] = ...) -> None: ...
 
 class IdleResponse(_message.Message):
-    __slots__ = ("message", "shutdown_request", "plan_decision", "claim", "idle_timeout")
+    __slots__ = ("message", "shutdown_request", "plan_decision", "claim", "idle_timeout", "budget_exhausted", "claim_ended")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     SHUTDOWN_REQUEST_FIELD_NUMBER: _ClassVar[int]
     PLAN_DECISION_FIELD_NUMBER: _ClassVar[int]
     CLAIM_FIELD_NUMBER: _ClassVar[int]
     IDLE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_ENDED_FIELD_NUMBER: _ClassVar[int]
     message: Message
     shutdown_request: ShutdownRequest
     plan_decision: PlanDecision
     claim: Claim
     idle_timeout: IdleTimeout
-    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., shutdown_request: _Optional[_Union[ShutdownRequest, _Mapping]] = ..., plan_decision: _Optional[_Union[PlanDecision, _Mapping]] = ..., claim: _Optional[_Union[Claim, _Mapping]] = ..., idle_timeout: _Optional[_Union[IdleTimeout, _Mapping]] = ...) -> None: ...
+    budget_exhausted: BudgetExhausted
+    claim_ended: ClaimEnded
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., shutdown_request: _Optional[_Union[ShutdownRequest, _Mapping]] = ..., plan_decision: _Optional[_Union[PlanDecision, _Mapping]] = ..., claim: _Optional[_Union[Claim, _Mapping]] = ..., idle_timeout: _Optional[_Union[IdleTimeout, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhausted, _Mapping]] = ..., claim_ended: _Optional[_Union[ClaimEnded, _Mapping]] = ...) -> None: ...
+
+class ClaimEnded(_message.Message):
+    __slots__ = ("task_id", "claim_token", "reason", "detail")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    claim_token: str
+    reason: ClaimEndReason
+    detail: str
+    def __init__(self, task_id: _Optional[str] = ..., claim_token: _Optional[str] = ..., reason: _Optional[_Union[ClaimEndReason, str]] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class AckMessagesRequest(_message.Message):
     __slots__ = ("through_seq",)
@@ -395,12 +746,18 @@ class AckMessagesResponse(_message.Message):
     def __init__(self, acked_through_seq: _Optional[int] = ...) -> None: ...
 
 class RenewLeaseRequest(_message.Message):
-    __slots__ = ("task_id", "claim_token")
+    __slots__ = ("task_id", "claim_token", "progress", "progress_fraction", "usage")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     CLAIM_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     claim_token: str
-    def __init__(self, task_id: _Optional[str] = ..., claim_token: _Optional[str] = ...) -> None: ...
+    progress: str
+    progress_fraction: float
+    usage: Usage
+    def __init__(self, task_id: _Optional[str] = ..., claim_token: _Optional[str] = ..., progress: _Optional[str] = ..., progress_fraction: _Optional[float] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
 
 class RenewLeaseResponse(_message.Message):
     __slots__ = ("lease_expire_time", "protocol_pending")
@@ -411,14 +768,16 @@ class RenewLeaseResponse(_message.Message):
     def __init__(self, lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., protocol_pending: _Optional[bool] = ...) -> None: ...
 
 class CompleteTaskRequest(_message.Message):
-    __slots__ = ("task_id", "claim_token", "result")
+    __slots__ = ("task_id", "claim_token", "result", "usage")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     CLAIM_TOKEN_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     claim_token: str
     result: bytes
-    def __init__(self, task_id: _Optional[str] = ..., claim_token: _Optional[str] = ..., result: _Optional[bytes] = ...) -> None: ...
+    usage: Usage
+    def __init__(self, task_id: _Optional[str] = ..., claim_token: _Optional[str] = ..., result: _Optional[bytes] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
 
 class CompleteTaskResponse(_message.Message):
     __slots__ = ("task",)
@@ -427,16 +786,18 @@ class CompleteTaskResponse(_message.Message):
     def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
 
 class FailTaskRequest(_message.Message):
-    __slots__ = ("task_id", "claim_token", "error", "retryable")
+    __slots__ = ("task_id", "claim_token", "error", "retryable", "usage")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     CLAIM_TOKEN_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     claim_token: str
     error: str
     retryable: bool
-    def __init__(self, task_id: _Optional[str] = ..., claim_token: _Optional[str] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
+    usage: Usage
+    def __init__(self, task_id: _Optional[str] = ..., claim_token: _Optional[str] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
 
 class FailTaskResponse(_message.Message):
     __slots__ = ("task",)
@@ -493,10 +854,12 @@ class GetTaskRequest(_message.Message):
     def __init__(self, id: _Optional[str] = ..., task_id: _Optional[str] = ...) -> None: ...
 
 class GetTaskResponse(_message.Message):
-    __slots__ = ("task",)
+    __slots__ = ("task", "attempts")
     TASK_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     task: Task
-    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
+    attempts: _containers.RepeatedCompositeFieldContainer[TaskAttempt]
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[TaskAttempt, _Mapping]]] = ...) -> None: ...
 
 class ListTasksRequest(_message.Message):
     __slots__ = ("states", "owner", "page_size", "page_token")
@@ -548,6 +911,20 @@ class SendMessageResponse(_message.Message):
     recipients: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, recipients: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class GetIdentityRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetIdentityResponse(_message.Message):
+    __slots__ = ("identity", "role", "roles")
+    IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    identity: str
+    role: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, identity: _Optional[str] = ..., role: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class GetStatsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
@@ -583,7 +960,7 @@ class WriterStats(_message.Message):
     def __init__(self, queue_depth: _Optional[int] = ..., queue_depth_p50: _Optional[float] = ..., queue_depth_p99: _Optional[float] = ..., commits: _Optional[int] = ..., mean_batch_size: _Optional[float] = ..., busy_retries: _Optional[int] = ..., jobs: _Optional[int] = ..., failed_commits: _Optional[int] = ..., refused_jobs: _Optional[int] = ..., commit_latency_p50_ms: _Optional[float] = ..., commit_latency_p99_ms: _Optional[float] = ..., job_time_p99_ms: _Optional[float] = ..., job_time_max_ms: _Optional[float] = ...) -> None: ...
 
 class GetStatsResponse(_message.Message):
-    __slots__ = ("tasks_by_state", "teammates_by_status", "writer", "open_streams", "refused_calls", "loop_lag_p99_ms", "loop_lag_max_ms")
+    __slots__ = ("tasks_by_state", "teammates_by_status", "writer", "open_streams", "refused_calls", "loop_lag_p99_ms", "loop_lag_max_ms", "claims", "claims_handed_off", "usage")
     class TasksByStateEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -605,6 +982,9 @@ class GetStatsResponse(_message.Message):
     REFUSED_CALLS_FIELD_NUMBER: _ClassVar[int]
     LOOP_LAG_P99_MS_FIELD_NUMBER: _ClassVar[int]
     LOOP_LAG_MAX_MS_FIELD_NUMBER: _ClassVar[int]
+    CLAIMS_FIELD_NUMBER: _ClassVar[int]
+    CLAIMS_HANDED_OFF_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     tasks_by_state: _containers.ScalarMap[str, int]
     teammates_by_status: _containers.ScalarMap[str, int]
     writer: WriterStats
@@ -612,4 +992,7 @@ class GetStatsResponse(_message.Message):
     refused_calls: int
     loop_lag_p99_ms: float
     loop_lag_max_ms: float
-    def __init__(self, tasks_by_state: _Optional[_Mapping[str, int]] = ..., teammates_by_status: _Optional[_Mapping[str, int]] = ..., writer: _Optional[_Union[WriterStats, _Mapping]] = ..., open_streams: _Optional[int] = ..., refused_calls: _Optional[int] = ..., loop_lag_p99_ms: _Optional[float] = ..., loop_lag_max_ms: _Optional[float] = ...) -> None: ...
+    claims: int
+    claims_handed_off: int
+    usage: Usage
+    def __init__(self, tasks_by_state: _Optional[_Mapping[str, int]] = ..., teammates_by_status: _Optional[_Mapping[str, int]] = ..., writer: _Optional[_Union[WriterStats, _Mapping]] = ..., open_streams: _Optional[int] = ..., refused_calls: _Optional[int] = ..., loop_lag_p99_ms: _Optional[float] = ..., loop_lag_max_ms: _Optional[float] = ..., claims: _Optional[int] = ..., claims_handed_off: _Optional[int] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...

@@ -47,6 +47,11 @@ class LeadServiceStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.CancelTasksRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.CancelTasksResponse.FromString,
                 _registered_method=True)
+        self.RetryTasks = channel.unary_unary(
+                '/corral.v1.LeadService/RetryTasks',
+                request_serializer=corral_dot_v1_dot_corral__pb2.RetryTasksRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.RetryTasksResponse.FromString,
+                _registered_method=True)
         self.AddTeammate = channel.unary_unary(
                 '/corral.v1.LeadService/AddTeammate',
                 request_serializer=corral_dot_v1_dot_corral__pb2.AddTeammateRequest.SerializeToString,
@@ -67,10 +72,45 @@ class LeadServiceStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.DecidePlanRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.DecidePlanResponse.FromString,
                 _registered_method=True)
+        self.RevokeClaim = channel.unary_unary(
+                '/corral.v1.LeadService/RevokeClaim',
+                request_serializer=corral_dot_v1_dot_corral__pb2.RevokeClaimRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.RevokeClaimResponse.FromString,
+                _registered_method=True)
         self.Watch = channel.unary_stream(
                 '/corral.v1.LeadService/Watch',
                 request_serializer=corral_dot_v1_dot_corral__pb2.WatchRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.WatchResponse.FromString,
+                _registered_method=True)
+        self.SetConcurrencyLimit = channel.unary_unary(
+                '/corral.v1.LeadService/SetConcurrencyLimit',
+                request_serializer=corral_dot_v1_dot_corral__pb2.SetConcurrencyLimitRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.SetConcurrencyLimitResponse.FromString,
+                _registered_method=True)
+        self.ListConcurrencyLimits = channel.unary_unary(
+                '/corral.v1.LeadService/ListConcurrencyLimits',
+                request_serializer=corral_dot_v1_dot_corral__pb2.ListConcurrencyLimitsRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.ListConcurrencyLimitsResponse.FromString,
+                _registered_method=True)
+        self.SetBudget = channel.unary_unary(
+                '/corral.v1.LeadService/SetBudget',
+                request_serializer=corral_dot_v1_dot_corral__pb2.SetBudgetRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.SetBudgetResponse.FromString,
+                _registered_method=True)
+        self.AddViewer = channel.unary_unary(
+                '/corral.v1.LeadService/AddViewer',
+                request_serializer=corral_dot_v1_dot_corral__pb2.AddViewerRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.AddViewerResponse.FromString,
+                _registered_method=True)
+        self.RemoveViewer = channel.unary_unary(
+                '/corral.v1.LeadService/RemoveViewer',
+                request_serializer=corral_dot_v1_dot_corral__pb2.RemoveViewerRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.RemoveViewerResponse.FromString,
+                _registered_method=True)
+        self.ListViewers = channel.unary_unary(
+                '/corral.v1.LeadService/ListViewers',
+                request_serializer=corral_dot_v1_dot_corral__pb2.ListViewersRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.ListViewersResponse.FromString,
                 _registered_method=True)
 
 
@@ -89,6 +129,14 @@ class LeadServiceServicer:
 
     def CancelTasks(self, request, context):
         """Cancels tasks and, transitively, their dependents.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RetryTasks(self, request, context):
+        """Sends FAILED or CANCELED tasks back to PENDING, with the dependents that
+        were canceled because of them.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -122,8 +170,65 @@ class LeadServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RevokeClaim(self, request, context):
+        """Takes a task's live claim away from its holder: the task is PENDING again,
+        the claim counts as an ended attempt (REVOKED), the holder's open stream
+        gets claim_ended, and the token is dead (CLAIM_REVOKED). No live claim:
+        FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Watch(self, request, context):
         """Board events in order, resumable by sequence number.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetConcurrencyLimit(self, request, context):
+        """At most `limit` tasks of a concurrency key IN_PROGRESS at once; limit 0
+        removes the key's limit (a key without one has no limit).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListConcurrencyLimits(self, request, context):
+        """Every key with a limit, by key, with how many of its tasks are IN_PROGRESS.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetBudget(self, request, context):
+        """Sets a teammate's budget, or with teammate "*" the default of every
+        teammate without one of its own. Raising it lets a teammate that spent its
+        budget claim again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddViewer(self, request, context):
+        """Mints a read-only viewer credential for the web board and BoardService's
+        reads (GetTask, ListTasks, ListTeammates, GetStats); the token is
+        returned only here. A name already in use: ALREADY_EXISTS.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveViewer(self, request, context):
+        """Revokes a viewer: its web sessions and open event streams end.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListViewers(self, request, context):
+        """Every viewer not removed, in the order they were added.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -141,6 +246,11 @@ def add_LeadServiceServicer_to_server(servicer, server):
                     servicer.CancelTasks,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.CancelTasksRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.CancelTasksResponse.SerializeToString,
+            ),
+            'RetryTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetryTasks,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.RetryTasksRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.RetryTasksResponse.SerializeToString,
             ),
             'AddTeammate': grpc.unary_unary_rpc_method_handler(
                     servicer.AddTeammate,
@@ -162,10 +272,45 @@ def add_LeadServiceServicer_to_server(servicer, server):
                     request_deserializer=corral_dot_v1_dot_corral__pb2.DecidePlanRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.DecidePlanResponse.SerializeToString,
             ),
+            'RevokeClaim': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeClaim,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.RevokeClaimRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.RevokeClaimResponse.SerializeToString,
+            ),
             'Watch': grpc.unary_stream_rpc_method_handler(
                     servicer.Watch,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.WatchRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.WatchResponse.SerializeToString,
+            ),
+            'SetConcurrencyLimit': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetConcurrencyLimit,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.SetConcurrencyLimitRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.SetConcurrencyLimitResponse.SerializeToString,
+            ),
+            'ListConcurrencyLimits': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListConcurrencyLimits,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.ListConcurrencyLimitsRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.ListConcurrencyLimitsResponse.SerializeToString,
+            ),
+            'SetBudget': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetBudget,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.SetBudgetRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.SetBudgetResponse.SerializeToString,
+            ),
+            'AddViewer': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddViewer,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.AddViewerRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.AddViewerResponse.SerializeToString,
+            ),
+            'RemoveViewer': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveViewer,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.RemoveViewerRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.RemoveViewerResponse.SerializeToString,
+            ),
+            'ListViewers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListViewers,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.ListViewersRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.ListViewersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -225,6 +370,33 @@ class LeadService:
             '/corral.v1.LeadService/CancelTasks',
             corral_dot_v1_dot_corral__pb2.CancelTasksRequest.SerializeToString,
             corral_dot_v1_dot_corral__pb2.CancelTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetryTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.LeadService/RetryTasks',
+            corral_dot_v1_dot_corral__pb2.RetryTasksRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.RetryTasksResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -344,6 +516,33 @@ class LeadService:
             _registered_method=True)
 
     @staticmethod
+    def RevokeClaim(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.LeadService/RevokeClaim',
+            corral_dot_v1_dot_corral__pb2.RevokeClaimRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.RevokeClaimResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def Watch(request,
             target,
             options=(),
@@ -370,6 +569,168 @@ class LeadService:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def SetConcurrencyLimit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.LeadService/SetConcurrencyLimit',
+            corral_dot_v1_dot_corral__pb2.SetConcurrencyLimitRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.SetConcurrencyLimitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListConcurrencyLimits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.LeadService/ListConcurrencyLimits',
+            corral_dot_v1_dot_corral__pb2.ListConcurrencyLimitsRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.ListConcurrencyLimitsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetBudget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.LeadService/SetBudget',
+            corral_dot_v1_dot_corral__pb2.SetBudgetRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.SetBudgetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddViewer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.LeadService/AddViewer',
+            corral_dot_v1_dot_corral__pb2.AddViewerRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.AddViewerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveViewer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.LeadService/RemoveViewer',
+            corral_dot_v1_dot_corral__pb2.RemoveViewerRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.RemoveViewerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListViewers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.LeadService/ListViewers',
+            corral_dot_v1_dot_corral__pb2.ListViewersRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.ListViewersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class TeammateServiceStub:
     """Calls only a teammate's credential may make.
@@ -385,6 +746,11 @@ class TeammateServiceStub:
                 '/corral.v1.TeammateService/Idle',
                 request_serializer=corral_dot_v1_dot_corral__pb2.IdleRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.IdleResponse.FromString,
+                _registered_method=True)
+        self.Session = channel.stream_stream(
+                '/corral.v1.TeammateService/Session',
+                request_serializer=corral_dot_v1_dot_corral__pb2.SessionRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.SessionResponse.FromString,
                 _registered_method=True)
         self.AckMessages = channel.unary_unary(
                 '/corral.v1.TeammateService/AckMessages',
@@ -429,6 +795,15 @@ class TeammateServiceServicer:
 
     def Idle(self, request, context):
         """The teammate's one stream: re-sent claims, inbox items, then new claims.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Session(self, request_iterator, context):
+        """Idle and the calls about claims on one bidirectional stream: the stream
+        delivers what Idle delivers, and each op sent on it is answered on it.
+        A completion may carry the teammate's next claim in the same response.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -486,6 +861,11 @@ def add_TeammateServiceServicer_to_server(servicer, server):
                     servicer.Idle,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.IdleRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.IdleResponse.SerializeToString,
+            ),
+            'Session': grpc.stream_stream_rpc_method_handler(
+                    servicer.Session,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.SessionRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.SessionResponse.SerializeToString,
             ),
             'AckMessages': grpc.unary_unary_rpc_method_handler(
                     servicer.AckMessages,
@@ -551,6 +931,33 @@ class TeammateService:
             '/corral.v1.TeammateService/Idle',
             corral_dot_v1_dot_corral__pb2.IdleRequest.SerializeToString,
             corral_dot_v1_dot_corral__pb2.IdleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Session(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/corral.v1.TeammateService/Session',
+            corral_dot_v1_dot_corral__pb2.SessionRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.SessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -786,6 +1193,11 @@ class BoardServiceStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.GetStatsRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.GetStatsResponse.FromString,
                 _registered_method=True)
+        self.GetIdentity = channel.unary_unary(
+                '/corral.v1.BoardService/GetIdentity',
+                request_serializer=corral_dot_v1_dot_corral__pb2.GetIdentityRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.GetIdentityResponse.FromString,
+                _registered_method=True)
 
 
 class BoardServiceServicer:
@@ -823,6 +1235,13 @@ class BoardServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetIdentity(self, request, context):
+        """Who the credential is: any valid credential may ask, a revoked one is UNAUTHENTICATED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BoardServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -850,6 +1269,11 @@ def add_BoardServiceServicer_to_server(servicer, server):
                     servicer.GetStats,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.GetStatsRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.GetStatsResponse.SerializeToString,
+            ),
+            'GetIdentity': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetIdentity,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.GetIdentityRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.GetIdentityResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -988,6 +1412,33 @@ class BoardService:
             '/corral.v1.BoardService/GetStats',
             corral_dot_v1_dot_corral__pb2.GetStatsRequest.SerializeToString,
             corral_dot_v1_dot_corral__pb2.GetStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetIdentity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.BoardService/GetIdentity',
+            corral_dot_v1_dot_corral__pb2.GetIdentityRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.GetIdentityResponse.FromString,
             options,
             channel_credentials,
             insecure,

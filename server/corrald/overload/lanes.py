@@ -172,11 +172,12 @@ class CallLanes:
         self._pass_held_places()
 
     def _hold(self, key: tuple[str, LaneKind], lane: _Lane) -> bool:
-        """Holds the lane back, unless its first waiter has been held for `max_hold_ms` already."""
+        """Holds the lane back, unless its first waiter has been held as long as pacing allows
+        (`Pacer.hold_limit_s`) already."""
         loop = asyncio.get_running_loop()
         if lane.held_since is None:
             lane.held_since = loop.time()
-        elif loop.time() - lane.held_since >= self._pacer.max_hold_s:
+        elif loop.time() - lane.held_since >= self._pacer.hold_limit_s(key[0]):
             return False
         self._held.add(key)
         if self._recheck is None:

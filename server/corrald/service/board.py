@@ -24,7 +24,9 @@ class BoardServicer(pb_grpc.BoardServiceServicer):
         self._loop_lag = loop_lag
 
     async def GetTask(self, request: pb.GetTaskRequest, context, identity: Identity) -> pb.GetTaskResponse:
-        return pb.GetTaskResponse(task=convert.task(await self._board.get_task(_task_id(request))))
+        record, attempts, waiting = await self._board.task_history(_task_id(request))
+        found = convert.task(record, waiting)
+        return pb.GetTaskResponse(task=found, attempts=convert.recent_attempts(attempts, found.ByteSize()))
 
     async def ListTasks(self, request: pb.ListTasksRequest, context, identity: Identity) -> pb.ListTasksResponse:
         limits = self._board.limits
@@ -41,7 +43,8 @@ class BoardServicer(pb_grpc.BoardServiceServicer):
             states=states, owner=request.owner, after_seq=after, limit=page_size, max_bytes=convert.REPLY_BYTES
         )
         token = _encode_page_token(page.tasks[-1].seq) if page.more else ""
-        return pb.ListTasksResponse(tasks=[convert.task(record) for record in page.tasks], next_page_token=token)
+        listed = [convert.task(record, page.waiting.get(record.seq)) for record in page.tasks]
+        return pb.ListTasksResponse(tasks=listed, next_page_token=token)
 
     async def ListTeammates(
         self, request: pb.ListTeammatesRequest, context, identity: Identity
@@ -62,6 +65,11 @@ class BoardServicer(pb_grpc.BoardServiceServicer):
     async def SendMessage(self, request: pb.SendMessageRequest, context, identity: Identity) -> pb.SendMessageResponse:
         recipients = await self._board.send_message(identity.name, request.to, request.body)
         return pb.SendMessageResponse(recipients=recipients)
+
+    async def GetIdentity(self, request, context, identity: Identity) -> pb.GetIdentityResponse:
+        # The interceptor has checked the credential: a revoked one never gets here.
+        roles = () if identity.is_lead else await self._board.teammate_roles(identity.name)
+        return pb.GetIdentityResponse(identity=identity.name, role=identity.role, roles=roles)
 
     async def GetStats(self, request, context, identity: Identity) -> pb.GetStatsResponse:
         stats = await self._board.stats()
@@ -86,8 +94,11 @@ class BoardServicer(pb_grpc.BoardServiceServicer):
             ),
             open_streams=self._hub.open_streams,
             refused_calls=self._lanes.refused,
+            usage=convert.usage(stats.usage),
             loop_lag_p99_ms=self._loop_lag.p99_ms(),
             loop_lag_max_ms=self._loop_lag.max_ms(),
+            claims=self._hub.claims,
+            claims_handed_off=self._hub.claims_handed_off,
         )
 
 

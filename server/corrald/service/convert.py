@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from google.protobuf import duration_pb2, timestamp_pb2
 from google.protobuf import message as pb_message
@@ -11,7 +11,24 @@ from google.protobuf import message as pb_message
 from corral.v1 import corral_pb2 as pb
 
 from ..errors import InvalidArgument
-from ..model import CanceledTask, ClaimGrant, CreatedTask, Event, InboxItem, TaskRecord, TaskSpec, TeammateRecord
+from ..model import (
+    TASK_EVENT_KINDS,
+    AttemptRecord,
+    Budget,
+    BudgetExhausted,
+    CanceledTask,
+    ClaimEnd,
+    ClaimGrant,
+    ClaimOutcome,
+    ConcurrencyLimit,
+    CreatedTask,
+    Event,
+    TaskRecord,
+    TaskSpec,
+    TeammateRecord,
+    Usage,
+    WaitingFor,
+)
 from ..stream import StreamItem
 
 TEAMMATE_REASONS: dict[str, pb.TeammateChangeReason] = {
@@ -79,6 +96,26 @@ def duration_ms(message: pb_message.Message, field: str, at: str = "") -> int:
     return -(-nanos // 1_000_000)
 
 
+def optional_duration_ms(message: pb_message.Message, field: str, at: str = "") -> int | None:
+    """Like `duration_ms`, but unset is None and zero stays zero."""
+    if not message.HasField(field):
+        return None
+    value: duration_pb2.Duration = getattr(message, field)
+    return duration_ms(message, field, at) if value.seconds or value.nanos else 0
+
+
+def optional_timestamp_ms(message: pb_message.Message, field: str, at: str = "") -> int | None:
+    """A Timestamp field in whole ms (rounded up: never earlier than asked); None when unset."""
+    if not message.HasField(field):
+        return None
+    value: timestamp_pb2.Timestamp = getattr(message, field)
+    # google/protobuf/timestamp.proto: nanos in [0, 999,999,999], years 1 to 9999.
+    if not 0 <= value.nanos <= 999_999_999 or not -62_135_596_800 <= value.seconds <= 253_402_300_799:
+        path = f"{at}.{field}" if at else field
+        raise InvalidArgument(path, f"not a valid Timestamp (seconds {value.seconds}, nanos {value.nanos})")
+    return value.seconds * 1000 - (-value.nanos // 1_000_000)
+
+
 def task_spec(message: pb.TaskSpec, at: str = "") -> TaskSpec:
     """The wire TaskSpec; `at` ("tasks[3]") names it in errors."""
     return TaskSpec(
@@ -91,6 +128,12 @@ def task_spec(message: pb.TaskSpec, at: str = "") -> TaskSpec:
         max_attempts=message.max_attempts,
         lease_ms=duration_ms(message, "lease_duration", at),
         required_role=message.required_role,
+        not_before_ms=optional_timestamp_ms(message, "not_before_time", at),
+        retry_backoff_ms=optional_duration_ms(message, "retry_backoff", at),
+        retry_backoff_max_ms=optional_duration_ms(message, "retry_backoff_max", at),
+        trace_parent=message.trace_parent,
+        concurrency_key=message.concurrency_key,
+        attempt_timeout_ms=optional_duration_ms(message, "attempt_timeout", at),
     )
 
 
@@ -122,8 +165,14 @@ def canceled_task(canceled: CanceledTask) -> pb.Task:
 # protoc's type stubs accept an enum field only as its wrapper type or its
 # name; at run time it is an int, which is what the model holds, so the enum
 # arguments below pass ints and say so to mypy.
-def task(record: TaskRecord) -> pb.Task:
-    return pb.Task(
+def task(record: TaskRecord, waiting: WaitingFor | None = None) -> pb.Task:
+    """The wire Task; `waiting` (what holds a PENDING task back) only where the caller read it.
+
+    Every claim and every completion's answer carries one: the times are set in place
+    and only when present, which costs half of building each as a message and copying
+    it in. A zero backoff and no usage stay unset (they read as zero).
+    """
+    message = pb.Task(
         id=record.id,
         title=record.title,
         description=record.description,
@@ -132,17 +181,88 @@ def task(record: TaskRecord) -> pb.Task:
         priority=record.priority,
         required_role=record.required_role,
         max_attempts=record.max_attempts,
-        lease_duration=duration(record.lease_ms),
         state=int(record.state),  # type: ignore[arg-type]
         owner=record.owner,
         attempt=record.attempt,
         result=record.result,
         error=record.error,
         seq=record.seq,
-        create_time=timestamp(record.create_ms),
-        lease_expire_time=timestamp(record.lease_expire_ms),
-        finish_time=timestamp(record.finish_ms),
+        progress=record.progress,
+        progress_fraction=record.progress_fraction,
+        trace_parent=record.trace_parent,
+        concurrency_key=record.concurrency_key,
     )
+    _set_ms(message.lease_duration, record.lease_ms)
+    for field, ms in (
+        ("create_time", record.create_ms),
+        ("lease_expire_time", record.lease_expire_ms),
+        ("finish_time", record.finish_ms),
+        ("not_before_time", record.not_before_ms),
+        ("ready_time", record.ready_ms),
+        ("progress_time", record.progress_ms),
+        ("attempt_timeout", record.attempt_timeout_ms),
+    ):
+        if ms is not None:
+            _set_ms(getattr(message, field), ms)
+    if record.retry_backoff_ms:
+        _set_ms(message.retry_backoff, record.retry_backoff_ms)
+    if record.retry_backoff_max_ms:
+        _set_ms(message.retry_backoff_max, record.retry_backoff_max_ms)
+    spent = record.usage
+    if spent.input_tokens or spent.output_tokens or spent.cost_micros or spent.model:
+        message.usage.CopyFrom(usage(spent))
+    if waiting is not None:
+        message.waiting_for.CopyFrom(waiting_for(waiting))
+    return message
+
+
+def _set_ms(field: timestamp_pb2.Timestamp | duration_pb2.Duration, ms: int) -> None:
+    """A Timestamp (epoch ms) or a non-negative Duration (ms), set in place."""
+    field.seconds, field.nanos = ms // 1000, (ms % 1000) * 1_000_000
+
+
+def waiting_for(waiting: WaitingFor) -> pb.WaitingFor:
+    return pb.WaitingFor(
+        dependencies=waiting.dependencies,
+        ready_time=timestamp(waiting.ready_ms),
+        teammates=int(waiting.teammates),  # type: ignore[arg-type]
+        concurrency_key=waiting.full_key,
+    )
+
+
+def concurrency_limit(limit: ConcurrencyLimit) -> pb.ConcurrencyLimit:
+    return pb.ConcurrencyLimit(key=limit.key, limit=limit.limit, in_progress=limit.in_progress)
+
+
+def usage(record: Usage) -> pb.Usage:
+    return pb.Usage(
+        input_tokens=record.input_tokens,
+        output_tokens=record.output_tokens,
+        cost_micros=record.cost_micros,
+        model=record.model,
+    )
+
+
+def budget(record: Budget) -> pb.Budget:
+    return pb.Budget(max_cost_micros=record.max_cost_micros, max_tokens=record.max_tokens)
+
+
+def budget_exhausted(notice: BudgetExhausted) -> pb.BudgetExhausted:
+    return pb.BudgetExhausted(teammate=notice.teammate, spent=usage(notice.spent), budget=budget(notice.budget))
+
+
+def reported_usage(request: pb.CompleteTaskRequest | pb.FailTaskRequest | pb.RenewLeaseRequest) -> Usage | None:
+    """The usage a call reported, unchecked (`validate.usage` checks it); None when it sent none."""
+    if not request.HasField("usage"):
+        return None
+    sent = request.usage
+    return Usage(sent.input_tokens, sent.output_tokens, sent.cost_micros, sent.model)
+
+
+def renew_progress(request: pb.RenewLeaseRequest) -> tuple[str, float | None]:
+    """A renewal's progress text and fraction (None when it sent no fraction)."""
+    fraction = request.progress_fraction if request.HasField("progress_fraction") else None
+    return request.progress, fraction
 
 
 def teammate(record: TeammateRecord) -> pb.Teammate:
@@ -153,44 +273,100 @@ def teammate(record: TeammateRecord) -> pb.Teammate:
         require_plan_approval=record.require_plan_approval,
         held_task_ids=record.held_task_ids,
         waiting_for_task_ids=record.waiting_for_task_ids,
+        usage=usage(record.usage),
+        budget=budget(record.budget),
     )
 
 
 def claim(grant: ClaimGrant) -> pb.Claim:
+    previous = grant.previous_attempt
     return pb.Claim(
         task=task(grant.task),
         claim_token=grant.token,
         lease_expire_time=timestamp(grant.lease_expire_ms),
         attempt=grant.attempt,
         fence=grant.fence,
+        previous_attempt=None if previous is None else attempt(previous),
+        dependency_results=dict(grant.dependency_results),
+        dependency_results_omitted=grant.dependency_results_omitted,
     )
 
 
+ATTEMPT_OUTCOMES: dict[ClaimOutcome | None, pb.AttemptOutcome] = {
+    None: pb.ATTEMPT_OUTCOME_IN_PROGRESS,
+    ClaimOutcome.COMPLETED: pb.ATTEMPT_OUTCOME_COMPLETED,
+    ClaimOutcome.FAILED: pb.ATTEMPT_OUTCOME_FAILED,
+    ClaimOutcome.EXPIRED: pb.ATTEMPT_OUTCOME_EXPIRED,
+    ClaimOutcome.RELEASED: pb.ATTEMPT_OUTCOME_RELEASED,
+    ClaimOutcome.CANCELED: pb.ATTEMPT_OUTCOME_CANCELED,
+    ClaimOutcome.REVOKED: pb.ATTEMPT_OUTCOME_REVOKED,
+    ClaimOutcome.TIMED_OUT: pb.ATTEMPT_OUTCOME_FAILED,  # a failure; its error says it timed out
+}
+
+
+def attempt(record: AttemptRecord) -> pb.TaskAttempt:
+    """One claim of a task's history; never its token."""
+    return pb.TaskAttempt(
+        attempt=record.attempt,
+        owner=record.owner,
+        fence=record.fence,
+        claim_time=timestamp(record.claim_ms),
+        end_time=timestamp(record.end_ms),
+        outcome=ATTEMPT_OUTCOMES[record.outcome],
+        error=record.error,
+    )
+
+
+def recent_attempts(records: list[AttemptRecord], task_bytes: int) -> list[pb.TaskAttempt]:
+    """A task's history (oldest first) as GetTask sends it beside a task of `task_bytes`:
+    the newest attempts that fit the reply with it, still oldest first. A hundred
+    64 KiB errors would not fit; the latest ones say the most."""
+    newest_first = fitting((attempt(record) for record in reversed(records)), REPLY_BYTES - task_bytes)
+    return newest_first[::-1]
+
+
 def idle_response(item: StreamItem) -> pb.IdleResponse:
+    return pb.IdleResponse(**stream_event(item))
+
+
+def claim_ended(end: ClaimEnd) -> pb.ClaimEnded:
+    return pb.ClaimEnded(
+        task_id=end.task_id,
+        claim_token=end.token,
+        reason=int(end.reason),  # type: ignore[arg-type]
+        detail=end.detail,
+    )
+
+
+def session_response(op_result: pb.SessionOpResult | None, item: StreamItem | None) -> pb.SessionResponse:
+    """An op's result, the event that follows it, or both in one message."""
+    return pb.SessionResponse(op_result=op_result, **(stream_event(item) if item is not None else {}))
+
+
+def stream_event(item: StreamItem) -> dict[str, Any]:
+    """The `event` of an Idle or Session response for `item`: {field name: message}."""
     if isinstance(item, ClaimGrant):
-        return pb.IdleResponse(claim=claim(item))
-    return _inbox_response(item)
-
-
-def _inbox_response(item: InboxItem) -> pb.IdleResponse:
+        return {"claim": claim(item)}
+    if isinstance(item, BudgetExhausted):
+        return {"budget_exhausted": budget_exhausted(item)}
     sent = timestamp(item.send_ms)
     if item.kind == "shutdown_request":
-        return pb.IdleResponse(
-            shutdown_request=pb.ShutdownRequest(
+        return {
+            "shutdown_request": pb.ShutdownRequest(
                 seq=item.seq,
                 send_time=sent,
                 request_id=item.ref,
                 reason=item.body,
                 deadline_time=timestamp(item.deadline_ms),
             )
-        )
+        }
     if item.kind == "plan_decision":
-        return pb.IdleResponse(
-            plan_decision=pb.PlanDecision(
+        return {
+            "plan_decision": pb.PlanDecision(
                 seq=item.seq, send_time=sent, plan_id=item.ref, approve=item.approve, feedback=item.body
             )
-        )
-    return pb.IdleResponse(message=pb.Message(seq=item.seq, send_time=sent, sender=item.sender, body=item.body))
+        }
+    return {"message": pb.Message(seq=item.seq, send_time=sent, sender=item.sender, body=item.body)}
 
 
 def watch_response(
@@ -199,7 +375,7 @@ def watch_response(
     """One event of the log; `task_record`/`teammate_record` supply the immutable parts."""
     response = pb.WatchResponse(seq=event.seq, time=timestamp(event.time_ms))
     data = event.data
-    if event.kind == "task_changed" and task_record is not None:
+    if event.kind in TASK_EVENT_KINDS and task_record is not None:
         snapshot = task(task_record)
         snapshot.state = data["state"]
         snapshot.owner = data["owner"]
@@ -207,6 +383,23 @@ def watch_response(
         snapshot.error = data["error"]
         _set_time(snapshot, "lease_expire_time", data["lease_expire_ms"])
         _set_time(snapshot, "finish_time", data["finish_ms"])
+        # Events written before progress existed have none of its keys.
+        snapshot.progress = data.get("progress", "")
+        if data.get("progress_fraction") is None:
+            snapshot.ClearField("progress_fraction")
+        else:
+            snapshot.progress_fraction = data["progress_fraction"]
+        _set_time(snapshot, "progress_time", data.get("progress_ms"))
+        _set_time(snapshot, "ready_time", data.get("ready_ms"))  # a retry's backoff moves it
+        if "cost_micros" in data:  # events written before usage existed show the task's usage now
+            snapshot.usage.CopyFrom(
+                pb.Usage(
+                    input_tokens=data["input_tokens"],
+                    output_tokens=data["output_tokens"],
+                    cost_micros=data["cost_micros"],
+                    model=data["model"],
+                )
+            )
         if data["state"] != pb.TASK_STATE_COMPLETED:
             snapshot.result = b""
         response.task_changed.CopyFrom(snapshot)
@@ -223,6 +416,8 @@ def watch_response(
                 reason=TEAMMATE_REASONS.get(data["reason"], pb.TEAMMATE_CHANGE_REASON_UNSPECIFIED),
             )
         )
+    elif event.kind == "budget_exhausted":
+        response.budget_exhausted.CopyFrom(budget_exhausted(BudgetExhausted.of_event(data)))
     elif event.kind == "message":
         response.message.CopyFrom(
             pb.Message(send_time=timestamp(event.time_ms), sender=data["sender"], body=data["body"])

@@ -11,6 +11,7 @@ import inspect
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 from google.protobuf import message as pb_message
@@ -31,7 +32,9 @@ TEAMMATE_ONLY = "/corral.v1.TeammateService/"
 EITHER = "/corral.v1.BoardService/"
 OPEN = "/grpc.health.v1.Health/"  # load balancers probe without credentials
 # Unary calls that only read; every other unary call of ours submits a writer job.
-READS = frozenset(EITHER + name for name in ("GetTask", "ListTasks", "ListTeammates", "GetStats"))
+READS = frozenset(EITHER + name for name in ("GetTask", "ListTasks", "ListTeammates", "GetStats", "GetIdentity"))
+# What a viewer (a read-only credential) may call: the board's reads, nothing else.
+VIEWER_CALLS = frozenset(EITHER + name for name in ("GetTask", "ListTasks", "ListTeammates", "GetStats"))
 
 
 def unknown_field_path(message: pb_message.Message, prefix: str = "") -> str | None:
@@ -75,6 +78,8 @@ class CorralInterceptor(grpc.aio.ServerInterceptor):
         identity = self._board.authenticate(token) if token else None
         if identity is None:
             raise errors.Unauthenticated("missing, invalid or revoked credential")
+        if identity.is_viewer and method not in VIEWER_CALLS:
+            raise errors.PermissionDenied("a viewer may only read the board")
         if method.startswith(LEAD_ONLY) and not identity.is_lead:
             raise errors.PermissionDenied("only the lead may call this")
         if method.startswith(TEAMMATE_ONLY) and identity.is_lead:
@@ -97,11 +102,16 @@ class CorralInterceptor(grpc.aio.ServerInterceptor):
         if not ours:
             return _parsing_here(handler, identity.name)  # server reflection: the credential check is all it needs
         place = _LanePlace(self._lanes, identity, _lane(method, handler))
-        return _wrap(handler, identity, place, self._board.limits.stream_send_timeout_ms / 1000)
+        send_timeout_s = self._board.limits.stream_send_timeout_ms / 1000
+        if handler.stream_stream:
+            token = _bearer(handler_call_details.invocation_metadata) or ""
+            still_valid = lambda: self._board.authenticate(token) == identity  # noqa: E731
+            return _wrap_session(handler, identity, place, send_timeout_s, still_valid)
+        return _wrap(handler, identity, place, send_timeout_s)
 
 
 def _lane(method: str, handler: grpc.RpcMethodHandler) -> LaneKind:
-    if handler.unary_stream:
+    if handler.unary_stream or handler.stream_stream:
         return "stream"
     return "read" if method in READS else "write"
 
@@ -257,30 +267,93 @@ def _wrap(
         behavior = handler.unary_stream
 
         async def unary_stream(data, context):
-            if not place.try_enter():
-                await _wait_for_place(place, context)
-            in_lane = True
-            try:
-                sender = StreamSender(context, send_timeout_s)
-                async with contextlib.aclosing(behavior(await request_of(data), context, identity)) as responses:
-                    async for response in responses:
-                        await sender.send(response)
-            except errors.SlowConsumer as error:
-                # The handler is done; only the status is left to send, and it
-                # waits behind the message the client has not taken.
-                place.leave()
-                in_lane = False
-                await _end_slow_stream(context, identity, error)
-            except Exception as error:
-                if isinstance(error, grpc.aio.AbortError):
-                    raise
-                await _abort(context, error)
-            finally:
-                if in_lane:
-                    place.leave()
+            async def responses():
+                return behavior(await request_of(data), context, identity)
+
+            await _serve_stream(place, context, identity, send_timeout_s, responses)
 
         return grpc.unary_stream_rpc_method_handler(unary_stream, None, handler.response_serializer)
-    raise TypeError(f"corral.v1 has no client-streaming methods, yet {handler!r} is one")
+    raise TypeError(f"corral.v1 has no client-streaming methods, yet {handler!r} is one")  # Session: _wrap_session
+
+
+def _wrap_session(
+    handler: grpc.RpcMethodHandler,
+    identity: Identity,
+    place: _LanePlace,
+    send_timeout_s: float,
+    still_valid: Callable[[], bool],
+) -> grpc.RpcMethodHandler:
+    """A bidirectional stream of ours: each message is parsed as it is read and handed
+    on with what is wrong with it (the Session answers that in an op result and goes
+    on); the credential is checked again on every message."""
+    parse = _lenient(handler.request_deserializer)
+    behavior = handler.stream_stream
+
+    async def parsed(request_iterator):
+        async for data in request_iterator:
+            if not still_valid():
+                raise errors.Unauthenticated("missing, invalid or revoked credential")
+            request = await cpu.run(lambda data=data: parse(data), inline=len(data) <= cpu.INLINE_BYTES)
+            if isinstance(request, _Undecodable):
+                yield None, errors.InvalidArgument("(request)", f"not a valid message: {request.why}")
+                continue
+            try:
+                _check_strict(request)
+            except errors.InvalidArgument as error:
+                yield request, error
+                continue
+            yield request, None
+
+    async def stream_stream(request_iterator, context):
+        job_owner.set(identity.name)  # each call runs in its own task: this marks only its jobs
+
+        async def responses():
+            return behavior(parsed(request_iterator), context, identity)
+
+        await _serve_stream(place, context, identity, send_timeout_s, responses)
+
+    return grpc.stream_stream_rpc_method_handler(stream_stream, None, handler.response_serializer)
+
+
+async def _serve_stream(
+    place: _LanePlace,
+    context: grpc.aio.ServicerContext,
+    identity: Identity,
+    send_timeout_s: float,
+    responses_of: Callable[[], Any],
+) -> None:
+    """Runs a server stream in its lane: `responses_of()` is awaited inside the lane and
+    its responses are sent one at a time, each within `send_timeout_s`.
+
+    The headers go first, on their own: the Session's asyncio client writes only
+    after them (a write racing the call's end would lose its status; see
+    corral._primitives.async_may_write), and a stream whose first message is
+    never taken can still be ended (until a write completes, grpc.aio sends the
+    headers again with the status, which gRPC core refuses while the write
+    carrying them is pending).
+    """
+    await context.send_initial_metadata(())
+    if not place.try_enter():
+        await _wait_for_place(place, context)
+    in_lane = True
+    try:
+        sender = StreamSender(context, send_timeout_s)
+        async with contextlib.aclosing(await responses_of()) as responses:
+            async for response in responses:
+                await sender.send(response)
+    except errors.SlowConsumer as error:
+        # The handler is done; only the status is left to send, and it
+        # waits behind the message the client has not taken.
+        place.leave()
+        in_lane = False
+        await _end_slow_stream(context, identity, error)
+    except Exception as error:
+        if isinstance(error, grpc.aio.AbortError):
+            raise
+        await _abort(context, error)
+    finally:
+        if in_lane:
+            place.leave()
 
 
 def _parsing_here(handler: grpc.RpcMethodHandler, caller: str) -> grpc.RpcMethodHandler:

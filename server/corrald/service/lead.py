@@ -47,6 +47,11 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
         canceled = await self._board.cancel_tasks(list(request.ids))
         return await cpu.run(lambda: _cancel_reply(canceled), inline=len(canceled) <= cpu.INLINE_ITEMS)
 
+    async def RetryTasks(self, request: pb.RetryTasksRequest, context, identity: Identity) -> pb.RetryTasksResponse:
+        retried, count = await self._board.retry_tasks(list(request.ids), request.reset_attempts)
+        kept = convert.fitting(convert.task(record) for record in retried)
+        return pb.RetryTasksResponse(tasks=kept, omitted_count=count - len(kept))
+
     async def AddTeammate(self, request: pb.AddTeammateRequest, context, identity: Identity) -> pb.AddTeammateResponse:
         record, token = await self._board.add_teammate(request.name, list(request.roles), request.require_plan_approval)
         return pb.AddTeammateResponse(teammate=convert.teammate(record), token=token)
@@ -56,6 +61,10 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
     ) -> pb.RemoveTeammateResponse:
         record = await self._board.remove_teammate(request.name)
         return pb.RemoveTeammateResponse(teammate=convert.teammate(record))
+
+    async def RevokeClaim(self, request: pb.RevokeClaimRequest, context, identity: Identity) -> pb.RevokeClaimResponse:
+        record = await self._board.revoke_claim(request.task_id, request.reason)
+        return pb.RevokeClaimResponse(task=convert.task(record))
 
     async def RequestShutdown(
         self, request: pb.RequestShutdownRequest, context, identity: Identity
@@ -67,6 +76,38 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
     async def DecidePlan(self, request: pb.DecidePlanRequest, context, identity: Identity) -> pb.DecidePlanResponse:
         seq = await self._board.decide_plan(request.plan_id, request.approve, request.feedback)
         return pb.DecidePlanResponse(seq=seq)
+
+    async def SetConcurrencyLimit(
+        self, request: pb.SetConcurrencyLimitRequest, context, identity: Identity
+    ) -> pb.SetConcurrencyLimitResponse:
+        stored = await self._board.set_concurrency_limit(request.key, request.limit)
+        return pb.SetConcurrencyLimitResponse(limit=convert.concurrency_limit(stored))
+
+    async def ListConcurrencyLimits(
+        self, request: pb.ListConcurrencyLimitsRequest, context, identity: Identity
+    ) -> pb.ListConcurrencyLimitsResponse:
+        limits = await self._board.concurrency_limits()
+        return pb.ListConcurrencyLimitsResponse(limits=[convert.concurrency_limit(limit) for limit in limits])
+
+    async def SetBudget(self, request: pb.SetBudgetRequest, context, identity: Identity) -> pb.SetBudgetResponse:
+        budget = await self._board.set_budget(request.teammate, request.max_cost_micros, request.max_tokens)
+        return pb.SetBudgetResponse(budget=convert.budget(budget))
+
+    async def AddViewer(self, request: pb.AddViewerRequest, context, identity: Identity) -> pb.AddViewerResponse:
+        record, token = await self._board.add_viewer(request.name)
+        return pb.AddViewerResponse(name=record.name, token=token)
+
+    async def RemoveViewer(
+        self, request: pb.RemoveViewerRequest, context, identity: Identity
+    ) -> pb.RemoveViewerResponse:
+        await self._board.remove_viewer(request.name)
+        return pb.RemoveViewerResponse()
+
+    async def ListViewers(self, request: pb.ListViewersRequest, context, identity: Identity) -> pb.ListViewersResponse:
+        found = await self._board.list_viewers()
+        return pb.ListViewersResponse(
+            viewers=[pb.Viewer(name=v.name, created_time=convert.timestamp(v.created_ms)) for v in found]
+        )
 
     async def Watch(self, request: pb.WatchRequest, context, identity: Identity):
         if request.after_seq < 0:

@@ -19,24 +19,17 @@ from .. import errors
 
 
 class StreamSender:
-    """One server stream's writes; `send` raises `SlowConsumer` when the client has
+    """One server stream's writes, after its headers (sent on their own, see
+    interceptor._serve_stream); `send` raises `SlowConsumer` when the client has
     not taken a message within `timeout_s`."""
 
-    __slots__ = ("_context", "_timeout_s", "_opened")
+    __slots__ = ("_context", "_timeout_s")
 
     def __init__(self, context: grpc.aio.ServicerContext, timeout_s: float) -> None:
         self._context = context
         self._timeout_s = timeout_s
-        self._opened = False
 
     async def send(self, message) -> None:
-        if not self._opened:
-            # Apart from the first message: until a write completes, grpc.aio
-            # sends the headers again with the status, which gRPC core refuses
-            # while the first write (carrying them) is pending, so a stream
-            # whose first message is never taken could not be ended.
-            await self._context.send_initial_metadata(())
-            self._opened = True
         try:
             async with asyncio.timeout(self._timeout_s):
                 await self._context.write(message)

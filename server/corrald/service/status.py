@@ -60,6 +60,15 @@ def _pack(message) -> any_pb2.Any:
 
 
 def to_status(error: BaseException) -> grpc.Status:
+    """The status a call ends with, details in `grpc-status-details-bin`."""
+    return rpc_status.to_status(rpc_status_of(error))
+
+
+OK = status_pb2.Status(code=code_pb2.OK)
+
+
+def rpc_status_of(error: BaseException) -> status_pb2.Status:
+    """The `google.rpc.Status` of `error`: its code, message and details (a Session op result's)."""
     code = code_for(error)
     if isinstance(error, errors.CorralError):
         message, reason, metadata = error.message, error.reason, error.metadata
@@ -86,4 +95,4 @@ def to_status(error: BaseException) -> grpc.Status:
             seconds=error.retry_after_ms // 1000, nanos=(error.retry_after_ms % 1000) * 1_000_000
         )
         details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
-    return rpc_status.to_status(status_pb2.Status(code=getattr(code_pb2, code.name), message=message, details=details))
+    return status_pb2.Status(code=getattr(code_pb2, code.name), message=message, details=details)

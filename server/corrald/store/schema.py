@@ -145,6 +145,106 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX inbox_protocol ON inbox (recipient, seq) WHERE kind != 'message';
     """,
+    # 4: the outcome of each Session op, by the op id its teammate chose, so an
+    # op sent again after a broken stream is answered without running twice.
+    # `value` is the op's number (a lease end, a task seq, an acknowledged seq);
+    # an op that failed keeps its error's kind, message and metadata (JSON).
+    """
+    CREATE TABLE session_ops (
+        seq            INTEGER PRIMARY KEY,
+        teammate       TEXT    NOT NULL,
+        op_id          TEXT    NOT NULL,
+        digest         BLOB    NOT NULL,
+        done_ms        INTEGER NOT NULL,
+        value          INTEGER,
+        flag           INTEGER NOT NULL DEFAULT 0,
+        error_kind     TEXT,
+        error_message  TEXT,
+        error_metadata TEXT
+    );
+    CREATE UNIQUE INDEX session_ops_id ON session_ops (teammate, op_id);
+    CREATE INDEX session_ops_by_teammate ON session_ops (teammate, seq);
+    """,
+    # 5: why each claim ended (FailTask's error, the expiry, the cancel's
+    # reason), so a task's attempt history and a retry's claim can tell.
+    """
+    ALTER TABLE claims ADD COLUMN error TEXT NOT NULL DEFAULT '';
+    """,
+    # 6: time gates. A task waits for `ready_ms` (its not_before, or the end of a
+    # retry's backoff) while `gate_shut` is 1, and the shut gate counts as one
+    # more unmet dependency: the claim query and its index stay as they are, and
+    # a board full of delayed tasks costs a claim nothing. Tasks from before
+    # this migration keep retrying at once, as they were created to.
+    """
+    ALTER TABLE tasks ADD COLUMN not_before_ms INTEGER;
+    ALTER TABLE tasks ADD COLUMN retry_backoff_ms INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE tasks ADD COLUMN retry_backoff_max_ms INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE tasks ADD COLUMN ready_ms INTEGER;
+    ALTER TABLE tasks ADD COLUMN gate_shut INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX tasks_gate ON tasks (ready_ms) WHERE gate_shut = 1;
+    """,
+    # 7: the holder's progress on a task, sent with its renewals. Watch hears of
+    # it at most once a second per task: `progress_event_ms` is when it last
+    # did, and `progress_unsent` says the stored progress is newer than that.
+    """
+    ALTER TABLE tasks ADD COLUMN progress TEXT NOT NULL DEFAULT '';
+    ALTER TABLE tasks ADD COLUMN progress_fraction REAL;
+    ALTER TABLE tasks ADD COLUMN progress_ms INTEGER;
+    ALTER TABLE tasks ADD COLUMN progress_event_ms INTEGER;
+    ALTER TABLE tasks ADD COLUMN progress_unsent INTEGER NOT NULL DEFAULT 0;
+    """,
+    # 8: the W3C trace context a task was created in, handed to its teammate.
+    """
+    ALTER TABLE tasks ADD COLUMN trace_parent TEXT NOT NULL DEFAULT '';
+    """,
+    # 9: concurrency keys. A key with a row here has a limit, and the row counts
+    # its tasks IN_PROGRESS (the writer keeps the count as claims start and end;
+    # a board's open recounts it). The claim query stays on tasks_ready and
+    # passes over a keyed row whose key is at its limit (one primary-key probe
+    # per keyed row it walks; a row without a key costs none). `tasks_key` finds
+    # a key's tasks (its count, the roles of its ready tasks to wake).
+    """
+    ALTER TABLE tasks ADD COLUMN concurrency_key TEXT NOT NULL DEFAULT '';
+    CREATE INDEX tasks_key ON tasks (concurrency_key, state) WHERE concurrency_key != '';
+    CREATE TABLE concurrency_keys (
+        key             TEXT    PRIMARY KEY,
+        max_in_progress INTEGER NOT NULL,
+        in_progress     INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    """,
+    # 10: usage and budgets. What holders reported spending is summed on the task
+    # and on the teammate (the board's sum is the teammates'); a teammate's own
+    # budget is NULL when it has none and the "*" default in meta applies.
+    """
+    ALTER TABLE tasks ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE tasks ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE tasks ADD COLUMN cost_micros INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE tasks ADD COLUMN model TEXT NOT NULL DEFAULT '';
+    ALTER TABLE teammates ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE teammates ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE teammates ADD COLUMN cost_micros INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE teammates ADD COLUMN model TEXT NOT NULL DEFAULT '';
+    ALTER TABLE teammates ADD COLUMN budget_cost_micros INTEGER;
+    ALTER TABLE teammates ADD COLUMN budget_tokens INTEGER;
+    INSERT INTO meta (key, value) VALUES ('budget_cost_micros', 0), ('budget_tokens', 0);
+    """,
+    # 11: the attempt time limit. `attempt_deadline_ms` is the live claim's claim
+    # instant plus `attempt_timeout_ms` (NULL: no limit, or no live claim); the
+    # lease never ends later, so the reaper's timer and index already cover it.
+    """
+    ALTER TABLE tasks ADD COLUMN attempt_timeout_ms INTEGER;
+    ALTER TABLE tasks ADD COLUMN attempt_deadline_ms INTEGER;
+    """,
+    # 12: viewers, read-only credentials for the web board and BoardService's
+    # reads. Only the token's hash is kept; removing a viewer deletes its row,
+    # so the name may be minted again with a new token.
+    """
+    CREATE TABLE viewers (
+        name       TEXT    PRIMARY KEY,
+        token_hash BLOB    NOT NULL UNIQUE,
+        created_ms INTEGER NOT NULL
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -4,45 +4,57 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import secrets
 import sqlite3
 from collections.abc import Iterable, Sequence
 
 from .. import errors
+from ..config import DEPENDENCY_RESULTS_MAX_BYTES
 from ..model import (
+    AttemptRecord,
     CanceledTask,
+    ClaimEnd,
+    ClaimEndReason,
     ClaimGrant,
     ClaimOutcome,
     CreatedBatch,
     CreatedTask,
+    Progress,
     TaskPage,
     TaskRecord,
     TaskSpec,
     TaskState,
+    TeammateAvailability,
     Txn,
+    Usage,
+    WaitingFor,
 )
 from ..validate import PreparedBatch
+from . import keys
+from . import usage as spending
 from .gates import protocol_pending
 from .status import mark_busy, refresh_status
 
+# A task's record in one statement, its dependencies' ids included (in spec
+# order, joined by newlines, which ids cannot hold): also in RETURNING, so a
+# claim or a completion reads no second statement for them.
 _COLUMNS = (
     "seq, id, title, description, payload, priority, required_role, max_attempts, lease_ms,"
-    " state, owner, attempt, result, error, create_ms, lease_expire_ms, finish_ms"
+    " state, owner, attempt, result, error, create_ms, lease_expire_ms, finish_ms,"
+    " not_before_ms, retry_backoff_ms, retry_backoff_max_ms, ready_ms,"
+    " progress, progress_fraction, progress_ms, trace_parent, concurrency_key,"
+    " input_tokens, output_tokens, cost_micros, model, attempt_timeout_ms,"
+    " (SELECT group_concat(id, char(10)) FROM (SELECT dep.id FROM deps JOIN tasks AS dep ON dep.seq = deps.dep_seq"
+    " WHERE deps.task_seq = tasks.seq ORDER BY deps.position))"
 )
-PENDING, IN_PROGRESS = int(TaskState.PENDING), int(TaskState.IN_PROGRESS)
+PENDING, IN_PROGRESS, COMPLETED = int(TaskState.PENDING), int(TaskState.IN_PROGRESS), int(TaskState.COMPLETED)
 
 
 # ---------------------------------------------------------------- reads
 
 
-def _depends_on(conn: sqlite3.Connection, seq: int) -> tuple[str, ...]:
-    rows = conn.execute(
-        "SELECT t.id FROM deps d JOIN tasks t ON t.seq = d.dep_seq WHERE d.task_seq = ? ORDER BY d.position", (seq,)
-    )
-    return tuple(row[0] for row in rows)
-
-
-def _record(conn: sqlite3.Connection, row: tuple) -> TaskRecord:
+def _record(row: tuple) -> TaskRecord:
     (
         seq,
         task_id,
@@ -61,6 +73,21 @@ def _record(conn: sqlite3.Connection, row: tuple) -> TaskRecord:
         create_ms,
         lease_expire_ms,
         finish_ms,
+        not_before_ms,
+        retry_backoff_ms,
+        retry_backoff_max_ms,
+        ready_ms,
+        progress,
+        progress_fraction,
+        progress_ms,
+        trace_parent,
+        concurrency_key,
+        input_tokens,
+        output_tokens,
+        cost_micros,
+        model,
+        attempt_timeout_ms,
+        depends_on,
     ) = row
     return TaskRecord(
         seq=seq,
@@ -68,7 +95,7 @@ def _record(conn: sqlite3.Connection, row: tuple) -> TaskRecord:
         title=title,
         description=description,
         payload=payload,
-        depends_on=_depends_on(conn, seq),
+        depends_on=tuple(depends_on.split("\n")) if depends_on else (),
         priority=priority,
         required_role=required_role,
         max_attempts=max_attempts,
@@ -81,29 +108,175 @@ def _record(conn: sqlite3.Connection, row: tuple) -> TaskRecord:
         create_ms=create_ms,
         lease_expire_ms=lease_expire_ms,
         finish_ms=finish_ms,
+        not_before_ms=not_before_ms,
+        retry_backoff_ms=retry_backoff_ms,
+        retry_backoff_max_ms=retry_backoff_max_ms,
+        ready_ms=ready_ms,
+        progress=progress,
+        progress_fraction=progress_fraction,
+        progress_ms=progress_ms,
+        trace_parent=trace_parent,
+        concurrency_key=concurrency_key,
+        usage=Usage(input_tokens, output_tokens, cost_micros, model),
+        attempt_timeout_ms=attempt_timeout_ms,
     )
 
 
 def task_by_seq(conn: sqlite3.Connection, seq: int) -> TaskRecord:
-    return _record(conn, conn.execute(f"SELECT {_COLUMNS} FROM tasks WHERE seq = ?", (seq,)).fetchone())
+    return _record(conn.execute(f"SELECT {_COLUMNS} FROM tasks WHERE seq = ?", (seq,)).fetchone())
+
+
+def records_by_seq(conn: sqlite3.Connection, seqs: Sequence[int]) -> list[TaskRecord]:
+    """The tasks `seqs`, in that order, in one statement."""
+    found = {
+        record.seq: record
+        for record in map(
+            _record,
+            conn.execute(
+                f"SELECT {_COLUMNS} FROM tasks WHERE seq IN (SELECT value FROM json_each(?))", (json.dumps(list(seqs)),)
+            ),
+        )
+    }
+    return [found[seq] for seq in seqs if seq in found]
 
 
 def get_task(conn: sqlite3.Connection, task_id: str) -> TaskRecord:
     row = conn.execute(f"SELECT {_COLUMNS} FROM tasks WHERE id = ?", (task_id,)).fetchone()
     if row is None:
         raise errors.TaskNotFound(f"no task {task_id!r}", id=task_id)
-    return _record(conn, row)
+    return _record(row)
+
+
+# A task's history is bounded on the way out: a task retried without end (or
+# released over and over) would otherwise make its GetTask grow without end.
+ATTEMPTS_SHOWN = 100
+_ATTEMPT_COLUMNS = "attempt, teammate, fence, claim_ms, end_ms, outcome, error"
+
+
+def _attempt(row: tuple) -> AttemptRecord:
+    attempt, owner, fence, claim_ms, end_ms, outcome, error = row
+    return AttemptRecord(
+        attempt=attempt,
+        owner=owner,
+        fence=fence,
+        claim_ms=claim_ms,
+        end_ms=end_ms,
+        outcome=None if outcome is None else ClaimOutcome(outcome),
+        error=error,
+    )
+
+
+def task_attempts(conn: sqlite3.Connection, seq: int, limit: int = ATTEMPTS_SHOWN) -> list[AttemptRecord]:
+    """The task's most recent `limit` claims, oldest first (the live one last)."""
+    rows = conn.execute(
+        f"SELECT {_ATTEMPT_COLUMNS} FROM claims WHERE task_seq = ? ORDER BY fence DESC LIMIT ?", (seq, limit)
+    ).fetchall()
+    return [_attempt(row) for row in reversed(rows)]
+
+
+def task_history(conn: sqlite3.Connection, task_id: str) -> tuple[TaskRecord, list[AttemptRecord], WaitingFor | None]:
+    """The task, its recent claims and what it waits for, from one snapshot: never
+    IN_PROGRESS without its live claim, nor a claim's end without the task's."""
+
+    def read() -> tuple[TaskRecord, list[AttemptRecord], WaitingFor | None]:
+        task = get_task(conn, task_id)
+        return task, task_attempts(conn, task.seq), waiting_for(conn, [task]).get(task.seq)
+
+    if conn.in_transaction:
+        return read()
+    conn.execute("BEGIN")  # a read transaction: the statements see the same commit
+    try:
+        return read()
+    finally:
+        conn.execute("COMMIT")
+
+
+WAITING_DEPENDENCIES_SHOWN = 100
+
+
+def waiting_for(conn: sqlite3.Connection, records: Sequence[TaskRecord]) -> dict[int, WaitingFor]:
+    """Why each PENDING task among `records` is not being worked, by seq; a task a
+    teammate online may claim now is left out. A few statements for the whole list."""
+    pending = [record for record in records if record.state is TaskState.PENDING]
+    if not pending:
+        return {}
+    seqs = json.dumps([record.seq for record in pending])
+    unmet: dict[int, list[str]] = {}
+    for seq, dep_id in conn.execute(
+        "SELECT d.task_seq, dep.id FROM json_each(?) AS w JOIN deps AS d ON d.task_seq = w.value"
+        " JOIN tasks AS dep ON dep.seq = d.dep_seq WHERE dep.state != 3 ORDER BY d.task_seq, d.position",
+        (seqs,),
+    ):
+        unmet.setdefault(seq, []).append(dep_id)
+    gates = dict(
+        conn.execute(
+            "SELECT t.seq, t.ready_ms FROM json_each(?) AS w JOIN tasks AS t ON t.seq = w.value WHERE t.gate_shut = 1",
+            (seqs,),
+        ).fetchall()
+    )
+    staffed = _availability(conn, {record.required_role for record in pending})
+    full = keys.full_among(conn, {record.concurrency_key for record in pending if record.concurrency_key})
+    found = {}
+    for record in pending:
+        why = WaitingFor(
+            tuple(unmet.get(record.seq, ())[:WAITING_DEPENDENCIES_SHOWN]),
+            gates.get(record.seq),
+            staffed[record.required_role],
+            record.concurrency_key if record.concurrency_key in full else "",
+        )
+        if (
+            why.dependencies
+            or why.ready_ms is not None
+            or why.full_key
+            or why.teammates is not TeammateAvailability.SOME_ONLINE
+        ):
+            found[record.seq] = why
+    return found
+
+
+def _availability(conn: sqlite3.Connection, roles: set[str]) -> dict[str, TeammateAvailability]:
+    """For each role ('' = none required): is a teammate that may take its tasks online?"""
+    counts = dict.fromkeys(roles, (0, 0))
+    for role_list, online in conn.execute("SELECT roles, online FROM teammates WHERE removed = 0"):
+        held = set(json.loads(role_list)) | {""}
+        for role in roles & held:
+            registered, up = counts[role]
+            counts[role] = (registered + 1, up + bool(online))
+    return {
+        role: TeammateAvailability.NONE_REGISTERED
+        if registered == 0
+        else TeammateAvailability.NONE_ONLINE
+        if up == 0
+        else TeammateAvailability.SOME_ONLINE
+        for role, (registered, up) in counts.items()
+    }
+
+
+_NO_FENCE_YET = 2**63 - 1  # above every fence: SQLite rowids are signed 64-bit
+
+
+def _previous_attempt(conn: sqlite3.Connection, seq: int, before_fence: int = _NO_FENCE_YET) -> AttemptRecord | None:
+    """The task's latest ended claim before the claim `before_fence` (by default, before any new one)."""
+    row = conn.execute(
+        f"SELECT {_ATTEMPT_COLUMNS} FROM claims WHERE task_seq = ? AND fence < ? AND outcome IS NOT NULL"
+        " ORDER BY fence DESC LIMIT 1",
+        (seq, before_fence),
+    ).fetchone()
+    return None if row is None else _attempt(row)
 
 
 # An upper bound on a task's size on the wire, read without loading its
 # payload or result: SQLite answers length() of a blob from the record header.
-# Text columns are measured in bytes (CAST AS BLOB); 256 bytes cover the tags,
-# length prefixes, numbers and timestamps, and 4 bytes each dependency's.
+# Text columns are measured in bytes (CAST AS BLOB); 320 bytes cover the tags,
+# length prefixes, numbers, timestamps and durations, and 4 bytes each dependency's.
 _WIRE_BYTES = (
-    "256 + length(CAST(tasks.id AS BLOB)) + length(CAST(tasks.title AS BLOB))"
+    "320 + length(CAST(tasks.id AS BLOB)) + length(CAST(tasks.title AS BLOB))"
     " + length(CAST(tasks.description AS BLOB)) + length(tasks.payload) + coalesce(length(tasks.result), 0)"
     " + length(CAST(tasks.error AS BLOB)) + length(CAST(tasks.owner AS BLOB))"
-    " + length(CAST(tasks.required_role AS BLOB))"
+    " + length(CAST(tasks.required_role AS BLOB)) + length(CAST(tasks.progress AS BLOB))"
+    " + length(CAST(tasks.trace_parent AS BLOB))"
+    " + length(CAST(tasks.concurrency_key AS BLOB))"
+    " + length(CAST(tasks.model AS BLOB))"
     " + (SELECT coalesce(sum(length(CAST(dep.id AS BLOB)) + 4), 0)"
     " FROM deps d JOIN tasks dep ON dep.seq = d.dep_seq WHERE d.task_seq = tasks.seq)"
 )
@@ -146,7 +319,8 @@ def list_tasks(
         f"SELECT {_COLUMNS} FROM tasks WHERE {' AND '.join(where)} AND seq <= ? ORDER BY seq LIMIT ?",
         (*params, last, count),
     ).fetchall()
-    return TaskPage([_record(conn, row) for row in rows], more=len(sized) > count)
+    records = [_record(row) for row in rows]
+    return TaskPage(records, more=len(sized) > count, waiting=waiting_for(conn, records))
 
 
 def wire_bytes_by_id(conn: sqlite3.Connection, task_ids: Iterable[str]) -> dict[str, int]:
@@ -164,10 +338,10 @@ def count_by_state(conn: sqlite3.Connection) -> dict[TaskState, int]:
 
 
 def next_deadline(conn: sqlite3.Connection) -> int | None:
-    """The earliest instant at which a lease ends or a shutdown grace runs out."""
+    """The earliest instant at which a lease ends, a shutdown grace runs out or a time gate opens."""
     lease = conn.execute("SELECT min(lease_expire_ms) FROM tasks WHERE state = 2").fetchone()[0]
     grace = conn.execute("SELECT min(deadline_ms) FROM shutdowns WHERE answered = 0").fetchone()[0]
-    candidates = [t for t in (lease, grace) if t is not None]
+    candidates = [t for t in (lease, grace, _earliest_gate(conn)) if t is not None]
     return min(candidates) if candidates else None
 
 
@@ -200,12 +374,18 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
     new_specs = [(index, spec) for index, spec in enumerate(specs) if spec.id not in on_board]
     new_ids = {spec.id for _, spec in new_specs}
     outside = _rows_by_id(conn, list({dep for _, spec in new_specs for dep in spec.depends_on if dep not in new_ids}))
-    unmet = [_unmet_deps(index, spec, new_ids, outside) for index, spec in new_specs]
+    # A gate still shut counts as one more unmet dependency (schema migration 6).
+    shut = [spec.not_before_ms is not None and spec.not_before_ms > tx.now_ms for _, spec in new_specs]
+    unmet = [
+        _unmet_deps(index, spec, new_ids, outside) + gated for (index, spec), gated in zip(new_specs, shut, strict=True)
+    ]
     seq_of: dict[str, int] = {}
     if new_specs:
         conn.executemany(
             "INSERT INTO tasks (id, title, description, payload, priority, required_role, max_attempts,"
-            " lease_ms, spec_digest, state, unmet_deps, create_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            " lease_ms, spec_digest, state, unmet_deps, create_ms, not_before_ms, retry_backoff_ms,"
+            " retry_backoff_max_ms, ready_ms, gate_shut, trace_parent, concurrency_key, attempt_timeout_ms)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [
                 (
                     spec.id,
@@ -220,10 +400,22 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
                     PENDING,
                     count,
                     tx.now_ms,
+                    spec.not_before_ms,
+                    spec.retry_backoff_ms,
+                    spec.retry_backoff_max_ms,
+                    spec.not_before_ms,
+                    gated,
+                    spec.trace_parent,
+                    spec.concurrency_key,
+                    spec.attempt_timeout_ms,
                 )
-                for (index, spec), count in zip(new_specs, unmet, strict=True)
+                for (index, spec), count, gated in zip(new_specs, unmet, shut, strict=True)
             ],
         )
+        for (_, spec), gated in zip(new_specs, shut, strict=True):
+            if gated:
+                assert spec.not_before_ms is not None
+                _gate_shut(tx, spec.not_before_ms)
         # One writer, one transaction: AUTOINCREMENT gave the rows consecutive seqs.
         (last,) = conn.execute("SELECT last_insert_rowid()").fetchone()
         first = last - len(new_specs) + 1
@@ -323,18 +515,30 @@ def _unmet_deps(index: int, spec: TaskSpec, new_ids: set[str], outside: dict[str
 # ---------------------------------------------------------------- claims
 
 
-def claim_next(tx: Txn, teammate: str, roles: Iterable[str], *, reclaimed: bool = False) -> ClaimGrant | None:
+def claim_next(
+    tx: Txn, teammate: str, roles: Iterable[str], *, reclaimed: bool = False, busy: bool = False
+) -> ClaimGrant | None:
     """Claims the first ready task this teammate may take, or returns None.
 
     Expired leases are reclaimed first, unless the caller just did (`reclaimed`).
+    With `busy`, the teammate's status is stored busy already (a completion's
+    handoff: it held the claim it just completed) and is not written again.
     """
     if not reclaimed:
         reclaim_expired(tx)
+    open_due_gates(tx)
     row = _first_ready(tx.conn, roles)
     if row is None:
         return None
-    seq, failures, lease_ms = row
+    seq, failures, lease_ms, last_attempt, attempt_timeout_ms = row
     attempt, lease_end = failures + 1, tx.now_ms + lease_ms
+    # The lease never outlives the attempt: its end is where the time limit bites.
+    attempt_deadline = None if attempt_timeout_ms is None else tx.now_ms + attempt_timeout_ms
+    if attempt_deadline is not None:
+        lease_end = min(lease_end, attempt_deadline)
+    # A task claimed before (tasks.attempt is 0 until its first claim) carries
+    # its latest ended claim; a first claim asks nothing more.
+    previous = _previous_attempt(tx.conn, seq) if last_attempt else None
     token = secrets.token_urlsafe(24)  # 192 bits; UNIQUE in claims makes reuse impossible
     fence = tx.conn.execute(
         "INSERT INTO claims (token, task_seq, teammate, attempt, claim_ms) VALUES (?, ?, ?, ?, ?)",
@@ -342,19 +546,27 @@ def claim_next(tx: Txn, teammate: str, roles: Iterable[str], *, reclaimed: bool 
     ).lastrowid
     assert fence is not None  # an INSERT into a rowid table always sets it
     claimed = tx.conn.execute(
-        "UPDATE tasks SET state = 2, owner = ?, attempt = ?, live_fence = ?, lease_expire_ms = ?"
+        # The progress notes belonged to the previous attempt.
+        "UPDATE tasks SET state = 2, owner = ?, attempt = ?, live_fence = ?, lease_expire_ms = ?,"
+        " progress = '', progress_fraction = NULL, progress_ms = NULL, progress_unsent = 0,"
+        " attempt_deadline_ms = ?"
         f" WHERE seq = ? AND state = 1 AND unmet_deps = 0 RETURNING {_COLUMNS}",
-        (teammate, attempt, fence, lease_end, seq),
+        (teammate, attempt, fence, lease_end, attempt_deadline, seq),
     ).fetchall()
     if len(claimed) != 1:
         raise RuntimeError(f"claim of task seq {seq} changed {len(claimed)} rows")
     tx.wakes.deadline(lease_end)
+    tx.leases.lowered_to(lease_end)
     tx.wakes.tally["claims"] += 1
-    task = _record(tx.conn, claimed[0])
+    task = _record(claimed[0])
+    if task.concurrency_key:
+        keys.taken(tx, task.concurrency_key)
     task_changed(tx, seq)
-    mark_busy(tx, teammate)
+    if not busy:
+        mark_busy(tx, teammate)
     tx.wakes.note("claimed", task=task.id, teammate=teammate, attempt=attempt, fence=fence)
-    return ClaimGrant(task=task, token=token, lease_expire_ms=lease_end, attempt=attempt, fence=fence)
+    results, omitted = dependency_results(tx.conn, task)
+    return ClaimGrant(task, token, lease_end, attempt, fence, previous, results, omitted)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -368,12 +580,14 @@ class ClaimRef:
     fence: int
 
 
-def _first_ready(conn: sqlite3.Connection, roles: Iterable[str]) -> tuple[int, int, int] | None:
-    """(seq, failures, lease ms) of the first ready task a teammate with `roles` may take."""
+def _first_ready(conn: sqlite3.Connection, roles: Iterable[str]) -> tuple[int, int, int, int, int | None] | None:
+    """(seq, failures, lease ms, last claim's attempt, attempt timeout ms) of the first ready
+    task a teammate with `roles` may take: in board order, passing over the tasks whose
+    concurrency key is at its limit."""
     allowed = ["", *roles]
     return conn.execute(
-        "SELECT seq, failures, lease_ms FROM tasks WHERE state = 1 AND unmet_deps = 0"
-        f" AND required_role IN ({','.join('?' * len(allowed))}) ORDER BY priority DESC, seq LIMIT 1",
+        "SELECT seq, failures, lease_ms, attempt, attempt_timeout_ms FROM tasks WHERE state = 1 AND unmet_deps = 0"
+        f" AND required_role IN ({','.join('?' * len(allowed))}){keys.FULL_KEYS} ORDER BY priority DESC, seq LIMIT 1",
         allowed,
     ).fetchone()
 
@@ -402,12 +616,13 @@ def work_waited_for(conn: sqlite3.Connection, teammate: str, roles: Iterable[str
 
 def any_lease_ended(conn: sqlite3.Connection, now_ms: int) -> bool:
     """Whether some claim's lease is over and awaits reclaiming."""
-    return (
-        conn.execute(
-            "SELECT 1 FROM tasks INDEXED BY tasks_lease WHERE state = 2 AND lease_expire_ms <= ? LIMIT 1", (now_ms,)
-        ).fetchone()
-        is not None
-    )
+    return _any(conn, "tasks_lease WHERE state = 2 AND lease_expire_ms <= ?", now_ms)
+
+
+def _any(conn: sqlite3.Connection, index_and_condition: str, now_ms: int) -> bool:
+    """Whether a task row is due by `now_ms` on a partial index: "<index> WHERE <condition>"."""
+    row = conn.execute(f"SELECT 1 FROM tasks INDEXED BY {index_and_condition} LIMIT 1", (now_ms,)).fetchone()
+    return row is not None
 
 
 def held_claim_refs(conn: sqlite3.Connection, teammate: str, now_ms: int) -> list[ClaimRef]:
@@ -422,13 +637,37 @@ def held_claim_refs(conn: sqlite3.Connection, teammate: str, now_ms: int) -> lis
 
 
 def grant(conn: sqlite3.Connection, ref: ClaimRef) -> ClaimGrant:
-    return ClaimGrant(task_by_seq(conn, ref.task_seq), ref.token, ref.lease_expire_ms, ref.attempt, ref.fence)
+    """A held claim as it is sent again (a new stream): as it was first sent, its previous
+    attempt and its dependencies' results included."""
+    previous = _previous_attempt(conn, ref.task_seq, ref.fence)
+    task = task_by_seq(conn, ref.task_seq)
+    results, omitted = dependency_results(conn, task)
+    return ClaimGrant(task, ref.token, ref.lease_expire_ms, ref.attempt, ref.fence, previous, results, omitted)
+
+
+def dependency_results(
+    conn: sqlite3.Connection, task: TaskRecord
+) -> tuple[tuple[tuple[str, bytes], ...], tuple[str, ...]]:
+    """The results of the task's dependencies in depends_on order while their running
+    total stays within DEPENDENCY_RESULTS_MAX_BYTES, and the ids of the rest. One
+    statement, and none for a task without dependencies; a result left out is never
+    read (length() of a blob comes from its header)."""
+    if not task.depends_on:
+        return (), ()
+    rows = conn.execute(
+        "SELECT dep.id, CASE WHEN sum(coalesce(length(dep.result), 0)) OVER (ORDER BY d.position) <= ?"
+        " THEN coalesce(dep.result, x'') END FROM deps AS d JOIN tasks AS dep ON dep.seq = d.dep_seq"
+        " WHERE d.task_seq = ? ORDER BY d.position",
+        (DEPENDENCY_RESULTS_MAX_BYTES, task.seq),
+    ).fetchall()
+    kept = tuple((dep_id, bytes(result)) for dep_id, result in rows if result is not None)
+    return kept, tuple(dep_id for dep_id, result in rows if result is None)
 
 
 def _live_claim(
     tx: Txn, teammate: str, task_id: str, token: str, *, completed_ok: bool = False
-) -> tuple[int, int, int]:
-    """Returns (task seq, fence, lease ms) of the caller's live claim, or raises why not.
+) -> tuple[int, int, int, str]:
+    """Returns (task seq, fence, lease ms, concurrency key) of the caller's live claim, or raises why not.
 
     With `completed_ok`, the token that completed the task returns fence 0
     instead of raising (a repeated CompleteTask is answered from the store).
@@ -436,68 +675,160 @@ def _live_claim(
     # One statement for the task and the token's claim (if any): the writer
     # gives up the GIL on every statement and may wait to get it back.
     row = tx.conn.execute(
-        "SELECT t.seq, t.live_fence, t.lease_expire_ms, t.lease_ms, c.fence, c.task_seq, c.teammate, c.outcome"
+        "SELECT t.seq, t.live_fence, t.lease_expire_ms, t.lease_ms, t.concurrency_key, t.attempt_deadline_ms,"
+        " c.fence, c.task_seq, c.teammate, c.outcome"
         " FROM tasks AS t LEFT JOIN claims AS c ON c.token = ? WHERE t.id = ?",
         (token, task_id),
     ).fetchone()
     if row is None:
         raise errors.TaskNotFound(f"no task {task_id!r}", id=task_id)
-    seq, live_fence, lease_end, lease_ms, fence, claim_task, holder, outcome = row
+    seq, live_fence, lease_end, lease_ms, key, attempt_deadline, fence, claim_task, holder, outcome = row
     if fence is None or claim_task != seq or holder != teammate:
         raise errors.ClaimTokenMismatch(f"token is not your claim on task {task_id!r}", id=task_id)
     if outcome is None and fence == live_fence:
         if tx.now_ms >= lease_end:
+            if attempt_deadline is not None and lease_end >= attempt_deadline:
+                raise errors.AttemptTimedOut(f"attempt on task {task_id!r} ran past its attempt_timeout", id=task_id)
             raise errors.LeaseExpired(f"lease on task {task_id!r} ended", id=task_id)
-        return seq, fence, lease_ms
+        return seq, fence, lease_ms, key
     if outcome == ClaimOutcome.COMPLETED and completed_ok:
-        return seq, 0, lease_ms
+        return seq, 0, lease_ms, key
     if outcome == ClaimOutcome.EXPIRED:
         raise errors.LeaseExpired(f"lease on task {task_id!r} ended", id=task_id)
     if outcome == ClaimOutcome.CANCELED:
         raise errors.TaskCanceled(f"task {task_id!r} was canceled", id=task_id)
+    if outcome == ClaimOutcome.REVOKED:
+        raise errors.ClaimRevoked(f"claim on task {task_id!r} was revoked", id=task_id)
+    if outcome == ClaimOutcome.TIMED_OUT:
+        raise errors.AttemptTimedOut(f"attempt on task {task_id!r} ran past its attempt_timeout", id=task_id)
     raise errors.ClaimTokenMismatch(f"claim on task {task_id!r} already ended ({outcome})", id=task_id)
 
 
-def _end_claim(tx: Txn, fence: int, outcome: ClaimOutcome) -> None:
-    tx.conn.execute("UPDATE claims SET outcome = ?, end_ms = ? WHERE fence = ?", (outcome.value, tx.now_ms, fence))
+def _end_claim(tx: Txn, fence: int, outcome: ClaimOutcome, error: str = "", *, key: str) -> None:
+    """Ends the live claim `fence` of a task whose concurrency key is `key` ('' for none)."""
+    tx.conn.execute(
+        "UPDATE claims SET outcome = ?, end_ms = ?, error = ? WHERE fence = ?", (outcome.value, tx.now_ms, error, fence)
+    )
+    if key:
+        keys.freed(tx, key)
 
 
-def renew(tx: Txn, teammate: str, task_id: str, token: str) -> tuple[int, bool]:
-    """Extends the lease to now + lease duration; also says if protocol messages wait."""
-    seq, _, lease_ms = _live_claim(tx, teammate, task_id, token)
-    lease_end = tx.now_ms + lease_ms
-    tx.conn.execute("UPDATE tasks SET lease_expire_ms = ? WHERE seq = ?", (lease_end, seq))
+# Watch hears of one task's progress at most once in this many milliseconds.
+PROGRESS_EVENT_SPACING_MS = 1000
+
+
+def renew(
+    tx: Txn, teammate: str, task_id: str, token: str, progress: Progress | None = None, usage: Usage | None = None
+) -> tuple[int, bool]:
+    """Extends the lease to now + lease duration, storing `progress` and adding
+    `usage` if given; also says if protocol messages wait.
+
+    Progress goes to Watch when the task's last progress event is at least
+    `PROGRESS_EVENT_SPACING_MS` old; otherwise it is only stored, and the first
+    renewal after that spacing (with progress or without) sends the latest. Each
+    UPDATE's RETURNING says whether an event is due, so a plain renewal costs
+    the statements it always did.
+    """
+    seq, _, lease_ms, _ = _live_claim(tx, teammate, task_id, token)
+    if usage is not None:
+        spending.charge_teammate(tx, teammate, usage)
+    sums, sum_params = spending.task_sums(usage)
+    # Never past the attempt's time limit: the holder learns of it from the lease end.
+    lease = "lease_expire_ms = min(?1, coalesce(attempt_deadline_ms, ?1))"
+    if progress is None:
+        due, lease_end = tx.conn.execute(
+            f"UPDATE tasks SET {lease}{sums} WHERE seq = ?"
+            " RETURNING progress_unsent AND ? - progress_event_ms >= ?, lease_expire_ms",
+            (tx.now_ms + lease_ms, *sum_params, seq, tx.now_ms, PROGRESS_EVENT_SPACING_MS),
+        ).fetchone()
+        if due:
+            tx.conn.execute(
+                "UPDATE tasks SET progress_event_ms = ?, progress_unsent = 0 WHERE seq = ?", (tx.now_ms, seq)
+            )
+    else:
+        # SET reads the row as it was, so both CASEs ask whether the last event is
+        # old enough, and the one UPDATE marks the event sent when it is due.
+        event_due = "progress_event_ms IS NULL OR ? - progress_event_ms >= ?"
+        due, lease_end = tx.conn.execute(
+            f"UPDATE tasks SET {lease}, progress = ?, progress_fraction = ?, progress_ms = ?{sums},"
+            f" progress_unsent = CASE WHEN {event_due} THEN 0 ELSE 1 END,"
+            f" progress_event_ms = CASE WHEN {event_due} THEN ? ELSE progress_event_ms END"
+            " WHERE seq = ? RETURNING progress_unsent = 0, lease_expire_ms",
+            (
+                tx.now_ms + lease_ms,
+                progress.text,
+                progress.fraction,
+                tx.now_ms,
+                *sum_params,
+                tx.now_ms,
+                PROGRESS_EVENT_SPACING_MS,
+                tx.now_ms,
+                PROGRESS_EVENT_SPACING_MS,
+                tx.now_ms,
+                seq,
+            ),
+        ).fetchone()
+    if due:
+        tx.conn.execute(_PROGRESS_EVENT + "tasks AS t WHERE t.seq = ?", (tx.now_ms, seq))
+        tx.wakes.events = True
     tx.wakes.deadline(lease_end)
     return lease_end, protocol_pending(tx.conn, teammate)
 
 
-def complete(tx: Txn, teammate: str, task_id: str, token: str, result: bytes) -> TaskRecord:
-    seq, fence, _ = _live_claim(tx, teammate, task_id, token, completed_ok=True)
+def complete(tx: Txn, teammate: str, task_id: str, token: str, result: bytes, usage: Usage | None = None) -> TaskRecord:
+    return complete_claim(tx, teammate, task_id, token, result, usage=usage)[0]
+
+
+def complete_claim(
+    tx: Txn,
+    teammate: str,
+    task_id: str,
+    token: str,
+    result: bytes,
+    *,
+    status_after: bool = True,
+    usage: Usage | None = None,
+) -> tuple[TaskRecord, bool]:
+    """Completes the task, adding `usage` to the sums; says whether this call ended
+    the claim (False: it was completed before, by this token, and the stored task is
+    returned, its usage already counted). Without `status_after` the teammate's
+    status is left to the caller, which decides its next claim in the same job (a
+    handoff keeps it busy, unless the usage closed its budget gate)."""
+    seq, fence, _, key = _live_claim(tx, teammate, task_id, token, completed_ok=True)
     if not fence:
-        return task_by_seq(tx.conn, seq)  # completed once: the stored result
-    _end_claim(tx, fence, ClaimOutcome.COMPLETED)
+        return task_by_seq(tx.conn, seq), False  # completed once: the stored result
+    if usage is not None:
+        spending.charge_teammate(tx, teammate, usage)
+    sums, sum_params = spending.task_sums(usage)
+    _end_claim(tx, fence, ClaimOutcome.COMPLETED, key=key)
     (row,) = tx.conn.execute(
-        "UPDATE tasks SET state = 3, result = ?, finish_ms = ?, live_fence = NULL, lease_expire_ms = NULL"
+        f"UPDATE tasks SET state = 3, result = ?, finish_ms = ?, live_fence = NULL, lease_expire_ms = NULL{sums}"
         f" WHERE seq = ? RETURNING {_COLUMNS}",
-        (result, tx.now_ms, seq),
+        (result, tx.now_ms, *sum_params, seq),
     ).fetchall()
-    task = _record(tx.conn, row)
+    task = _record(row)
     dependents = tx.conn.execute(
         "UPDATE tasks SET unmet_deps = unmet_deps - 1 WHERE seq IN (SELECT task_seq FROM deps WHERE dep_seq = ?)"
-        " RETURNING required_role, unmet_deps, state",
+        " RETURNING seq, required_role, unmet_deps, state",
         (seq,),
     ).fetchall()
-    tx.wakes.ready_roles.update(role for role, unmet, state in dependents if unmet == 0 and state == PENDING)
+    ready = [(dependent, role) for dependent, role, unmet, state in dependents if unmet == 0 and state == PENDING]
+    tx.wakes.ready_roles.update(role for _, role in ready)
+    tx.made_ready.update(dependent for dependent, _ in ready)
     tx.wakes.tally["completions"] += 1
     task_changed(tx, seq)
-    _slot_freed(tx, teammate)
+    _slot_freed(tx, teammate, status_after=status_after)
     tx.wakes.note("completed", task=task_id, teammate=teammate)
-    return task
+    return task, True
 
 
-def fail(tx: Txn, teammate: str, task_id: str, token: str, error: str, retryable: bool) -> TaskRecord:
-    seq, fence, _ = _live_claim(tx, teammate, task_id, token)
-    _end_claim(tx, fence, ClaimOutcome.FAILED)
+def fail(
+    tx: Txn, teammate: str, task_id: str, token: str, error: str, retryable: bool, usage: Usage | None = None
+) -> TaskRecord:
+    seq, fence, _, key = _live_claim(tx, teammate, task_id, token)
+    if usage is not None:
+        spending.charge(tx, teammate, seq, usage)
+    _end_claim(tx, fence, ClaimOutcome.FAILED, error, key=key)
     tx.wakes.tally["failures"] += 1
     _count_failure(tx, seq, error, final=not retryable)
     _slot_freed(tx, teammate)
@@ -507,8 +838,8 @@ def fail(tx: Txn, teammate: str, task_id: str, token: str, error: str, retryable
 
 
 def release(tx: Txn, teammate: str, task_id: str, token: str) -> TaskRecord:
-    seq, fence, _ = _live_claim(tx, teammate, task_id, token)
-    _end_claim(tx, fence, ClaimOutcome.RELEASED)
+    seq, fence, _, key = _live_claim(tx, teammate, task_id, token)
+    _end_claim(tx, fence, ClaimOutcome.RELEASED, key=key)
     tx.wakes.tally["releases"] += 1
     _back_to_pending(tx, seq)
     _slot_freed(tx, teammate)
@@ -516,42 +847,144 @@ def release(tx: Txn, teammate: str, task_id: str, token: str) -> TaskRecord:
     return task_by_seq(tx.conn, seq)
 
 
-def _slot_freed(tx: Txn, teammate: str) -> None:
+def _slot_freed(tx: Txn, teammate: str, *, status_after: bool = True) -> None:
     """A claim of this teammate ended: its stream may claim again now."""
     tx.wakes.teammates.add(teammate)
     tx.wakes.may_claim.add(teammate)
-    refresh_status(tx, teammate)
+    if status_after:
+        refresh_status(tx, teammate)
 
 
-def release_all(tx: Txn, teammate: str, outcome: ClaimOutcome) -> None:
-    """Returns every live claim of a teammate to PENDING without using an attempt."""
-    rows = tx.conn.execute("SELECT seq, live_fence FROM tasks WHERE owner = ? AND state = 2", (teammate,)).fetchall()
-    for seq, fence in rows:
-        _end_claim(tx, fence, outcome)
+def release_all(
+    tx: Txn, teammate: str, outcome: ClaimOutcome, error: str = "", *, notice: ClaimEndReason | None = None
+) -> None:
+    """Returns every live claim of a teammate to PENDING without using an attempt;
+    `error` is what each claim's history says of it. With `notice`, the teammate's
+    open stream is told each claim ended, and why."""
+    rows = tx.conn.execute(
+        "SELECT t.seq, t.live_fence, t.id, c.token, t.concurrency_key FROM tasks AS t"
+        " JOIN claims AS c ON c.fence = t.live_fence WHERE t.owner = ? AND t.state = 2",
+        (teammate,),
+    ).fetchall()
+    for seq, fence, task_id, token, key in rows:
+        _end_claim(tx, fence, outcome, error, key=key)
         _back_to_pending(tx, seq)
+        if notice is not None:
+            tx.wakes.claim_ended(teammate, ClaimEnd(task_id, token, notice, error))
 
 
-def _back_to_pending(tx: Txn, seq: int) -> None:
-    (role,) = tx.conn.execute(
-        "UPDATE tasks SET state = 1, owner = '', live_fence = NULL, lease_expire_ms = NULL WHERE seq = ?"
-        " RETURNING required_role",
-        (seq,),
+def revoke(tx: Txn, task_id: str, reason: str) -> TaskRecord:
+    """The Lead takes the task's live claim away: the claim ends REVOKED (an ended
+    attempt in the history, not a failure: it uses up none of `max_attempts`), the task
+    is PENDING and ready again, and its holder's open stream is told. A lease that ran
+    out is reclaimed first: that claim is no longer live to revoke."""
+    reclaim_expired(tx)
+    row = tx.conn.execute(
+        "SELECT t.seq, t.state, t.owner, t.live_fence, c.token, t.concurrency_key FROM tasks AS t"
+        " LEFT JOIN claims AS c ON c.fence = t.live_fence WHERE t.id = ?",
+        (task_id,),
     ).fetchone()
-    tx.wakes.ready_roles[role] += 1
+    if row is None:
+        raise errors.TaskNotFound(f"no task {task_id!r}", id=task_id)
+    seq, state, owner, fence, token, key = row
+    if state != IN_PROGRESS or fence is None:
+        raise errors.FailedPrecondition(f"task {task_id!r} has no live claim ({TaskState(state).name})", id=task_id)
+    why = reason or "revoked by the lead"
+    _end_claim(tx, fence, ClaimOutcome.REVOKED, why, key=key)
+    _back_to_pending(tx, seq)
+    _slot_freed(tx, owner)
+    tx.wakes.tally["revocations"] += 1
+    tx.wakes.claim_ended(owner, ClaimEnd(task_id, token, ClaimEndReason.REVOKED, why))
+    tx.wakes.note("revoked", task=task_id, teammate=owner, reason=why[:200])
+    return task_by_seq(tx.conn, seq)
+
+
+def _back_to_pending(tx: Txn, seq: int, wait_ms: int = 0) -> None:
+    """The task is PENDING again: ready now, or, with a wait, once its gate opens."""
+    if wait_ms <= 0:
+        (role,) = tx.conn.execute(
+            "UPDATE tasks SET state = 1, owner = '', live_fence = NULL, lease_expire_ms = NULL WHERE seq = ?"
+            " RETURNING required_role",
+            (seq,),
+        ).fetchone()
+        tx.wakes.ready_roles[role] += 1
+    else:
+        gate = tx.now_ms + wait_ms
+        tx.conn.execute(
+            "UPDATE tasks SET state = 1, owner = '', live_fence = NULL, lease_expire_ms = NULL,"
+            " ready_ms = ?, gate_shut = 1, unmet_deps = unmet_deps + 1 WHERE seq = ?",
+            (gate, seq),
+        )
+        _gate_shut(tx, gate)
     task_changed(tx, seq)
 
 
 def _count_failure(tx: Txn, seq: int, error: str, *, final: bool) -> None:
-    """One claim ended by failure or expiry: retry while attempts remain, else FAILED."""
-    failures, max_attempts = tx.conn.execute(
-        "UPDATE tasks SET failures = failures + 1, error = ? WHERE seq = ? RETURNING failures, max_attempts",
+    """One claim ended by failure or expiry: retry after its backoff while attempts remain, else FAILED."""
+    failures, max_attempts, backoff_ms, backoff_max_ms = tx.conn.execute(
+        "UPDATE tasks SET failures = failures + 1, error = ? WHERE seq = ?"
+        " RETURNING failures, max_attempts, retry_backoff_ms, retry_backoff_max_ms",
         (error, seq),
     ).fetchone()
     if final or failures >= max_attempts:
         _finish(tx, seq, TaskState.FAILED)
         _cancel_seqs(tx, _dependents(tx, seq, "failed"))
     else:
-        _back_to_pending(tx, seq)
+        _back_to_pending(tx, seq, retry_wait_ms(failures, backoff_ms, backoff_max_ms, random.random()))
+
+
+# Retries of many tasks that failed together (a provider outage) spread over
+# the last fifth of each wait instead of arriving at one instant.
+RETRY_JITTER = 0.2
+
+
+def retry_wait_ms(failures: int, backoff_ms: int, backoff_max_ms: int, draw: float) -> int:
+    """The wait before the retry that follows failure number `failures` (1 = the first):
+    `backoff_ms`, doubled per failure after the first, at most `backoff_max_ms`, less up
+    to RETRY_JITTER of it (`draw` in [0, 1) says how much)."""
+    if backoff_ms <= 0:
+        return 0
+    full = min(backoff_ms << min(failures - 1, 40), backoff_max_ms)
+    return max(1, round(full * (1 - RETRY_JITTER * draw)))
+
+
+# ---------------------------------------------------------------- time gates
+
+
+def _gate_shut(tx: Txn, gate_ms: int) -> None:
+    """A task's gate was shut until `gate_ms`: the reaper's timer opens it then."""
+    tx.wakes.deadline(gate_ms)
+    tx.gates.lowered_to(gate_ms)
+
+
+def open_due_gates(tx: Txn) -> None:
+    """Opens every time gate whose instant has come; a task it leaves with nothing
+    unmet is ready. Asks nothing while `now` is before the earliest gate the writer
+    knows of."""
+    if tx.gates.none_due(tx.now_ms):
+        return
+    opened = tx.conn.execute(
+        "UPDATE tasks SET gate_shut = 0, unmet_deps = unmet_deps - 1 WHERE gate_shut = 1 AND ready_ms <= ?"
+        " RETURNING seq, required_role, unmet_deps, state",
+        (tx.now_ms,),
+    ).fetchall()
+    for seq, role, unmet, state in opened:
+        if state != PENDING:
+            continue  # canceled while it waited
+        if unmet == 0:
+            tx.wakes.ready_roles[role] += 1
+            tx.made_ready.add(seq)
+        task_changed(tx, seq)
+    tx.gates.learned(_earliest_gate(tx.conn))
+
+
+def any_gate_due(conn: sqlite3.Connection, now_ms: int) -> bool:
+    """Whether a shut time gate's instant has come (the writer opens it at the next claim or reap)."""
+    return _any(conn, "tasks_gate WHERE gate_shut = 1 AND ready_ms <= ?", now_ms)
+
+
+def _earliest_gate(conn: sqlite3.Connection) -> int | None:
+    return conn.execute("SELECT min(ready_ms) FROM tasks INDEXED BY tasks_gate WHERE gate_shut = 1").fetchone()[0]
 
 
 def _finish(tx: Txn, seq: int, state: TaskState) -> None:
@@ -605,14 +1038,15 @@ def _cancel_seqs(tx: Txn, roots: list[tuple[int, str]]) -> list[int]:
         " SELECT t.seq FROM json_each(?) AS r JOIN tasks AS t ON t.seq = r.value WHERE t.state IN (?, ?)"
         " UNION SELECT d.task_seq FROM doomed JOIN deps AS d ON d.dep_seq = doomed.seq"
         " JOIN tasks AS t ON t.seq = d.task_seq WHERE t.state IN (?, ?))"
-        " SELECT t.seq, t.live_fence, t.owner FROM doomed JOIN tasks AS t ON t.seq = doomed.seq ORDER BY t.seq",
+        " SELECT t.seq, t.live_fence, t.owner, t.id, c.token, t.concurrency_key FROM doomed"
+        " JOIN tasks AS t ON t.seq = doomed.seq LEFT JOIN claims AS c ON c.fence = t.live_fence ORDER BY t.seq",
         (json.dumps(list(reasons)), PENDING, IN_PROGRESS, PENDING, IN_PROGRESS),
     ).fetchall()
     if not doomed:
         return []
-    doomed_seqs = {seq for seq, _, _ in doomed}
+    doomed_seqs = {seq for seq, *_ in doomed}
     named = [seq for seq in reasons if seq in doomed_seqs]
-    others = [seq for seq, _, _ in doomed if seq not in reasons]
+    others = [seq for seq, *_ in doomed if seq not in reasons]
     edges = conn.execute(
         "SELECT d.task_seq, d.dep_seq, p.id FROM json_each(?) AS w JOIN deps AS d ON d.task_seq = w.value"
         " JOIN tasks AS p ON p.seq = d.dep_seq ORDER BY d.task_seq, d.position",
@@ -621,45 +1055,158 @@ def _cancel_seqs(tx: Txn, roots: list[tuple[int, str]]) -> list[int]:
     for seq, dep_seq, dep_id in edges:
         if seq not in reasons and dep_seq in doomed_seqs:
             reasons[seq] = f"dependency {dep_id!r} was canceled"
-    held = [(fence, owner) for _, fence, owner in doomed if fence is not None]
+    held = [(seq, fence, owner) for seq, fence, owner, *_ in doomed if fence is not None]
+    for seq, fence, owner, task_id, token, _ in doomed:
+        if fence is not None:
+            tx.wakes.claim_ended(owner, ClaimEnd(task_id, token, ClaimEndReason.TASK_CANCELED, reasons[seq]))
     conn.executemany(
-        "UPDATE claims SET outcome = ?, end_ms = ? WHERE fence = ?",
-        [(ClaimOutcome.CANCELED.value, tx.now_ms, fence) for fence, _ in held],
+        "UPDATE claims SET outcome = ?, end_ms = ?, error = ? WHERE fence = ?",
+        [(ClaimOutcome.CANCELED.value, tx.now_ms, reasons[seq], fence) for seq, fence, _ in held],
     )
     conn.executemany(
         "UPDATE tasks SET state = ?, finish_ms = ?, live_fence = NULL, lease_expire_ms = NULL, error = ? WHERE seq = ?",
-        [(int(TaskState.CANCELED), tx.now_ms, reasons[seq], seq) for seq, _, _ in doomed],
+        [(int(TaskState.CANCELED), tx.now_ms, reasons[seq], seq) for seq, *_ in doomed],
     )
+    for _, fence, _, _, _, key in doomed:
+        if fence is not None and key:
+            keys.freed(tx, key)
     ordered = named + others
     _task_events(tx, ordered)
     tx.wakes.tally["cancellations"] += len(doomed)
-    for owner in sorted({owner for _, owner in held}):
+    for owner in sorted({owner for _, _, owner in held}):
         _slot_freed(tx, owner)
     return ordered
+
+
+# ---------------------------------------------------------------- retry
+
+_CANCELED_BY_THE_LEAD = "canceled by the lead"
+
+
+def retry(tx: Txn, task_ids: Sequence[str], reset_attempts: bool) -> list[int]:
+    """Sends the named FAILED or CANCELED tasks back to PENDING, with their transitive
+    dependents that were canceled because of a dependency (not by the lead) once
+    every other dependency of theirs is COMPLETED or unfinished; returns the seqs
+    changed, the named ones first. Refuses, writing nothing, a name that is not on
+    the board or not FAILED or CANCELED."""
+    on_board = _rows_by_id(tx.conn, list(task_ids))
+    for task_id in task_ids:
+        row = on_board.get(task_id)
+        if row is None:
+            raise errors.TaskNotFound(f"no task {task_id!r}", id=task_id)
+        if row.state not in (TaskState.FAILED, TaskState.CANCELED):
+            raise errors.FailedPrecondition(
+                f"task {task_id!r} is {row.state.name}: only FAILED or CANCELED tasks are retried", id=task_id
+            )
+    roots = list(dict.fromkeys(on_board[task_id].seq for task_id in task_ids))
+    # The canceled dependents, and every dependency of each (with its state).
+    edges = tx.conn.execute(
+        "WITH RECURSIVE down(seq) AS (SELECT value FROM json_each(?)"
+        " UNION SELECT d.task_seq FROM down JOIN deps AS d ON d.dep_seq = down.seq"
+        " JOIN tasks AS t ON t.seq = d.task_seq WHERE t.state = ? AND t.error != ?)"
+        " SELECT down.seq, d.dep_seq, dep.state FROM down LEFT JOIN deps AS d ON d.task_seq = down.seq"
+        " LEFT JOIN tasks AS dep ON dep.seq = d.dep_seq",
+        (json.dumps(roots), int(TaskState.CANCELED), _CANCELED_BY_THE_LEAD),
+    ).fetchall()
+    deps: dict[int, list[tuple[int, int]]] = {}
+    for seq, dep_seq, dep_state in edges:
+        deps.setdefault(seq, [])
+        if dep_seq is not None:
+            deps[seq].append((dep_seq, dep_state))
+    revived = set(roots)
+    # A dependent comes back once nothing it needs is dead for good (a DAG: this ends).
+    while True:
+        more = {
+            seq
+            for seq, needs in deps.items()
+            if seq not in revived
+            and all(state in (PENDING, IN_PROGRESS, COMPLETED) or dep in revived for dep, state in needs)
+        }
+        if not more:
+            break
+        revived |= more
+    ordered = roots + sorted(revived - set(roots))
+    for seq in ordered:
+        _revive(tx, seq, unmet=sum(state != COMPLETED for _, state in deps[seq]), reset_attempts=reset_attempts)
+    _task_events(tx, ordered)
+    tx.wakes.tally["retries"] += len(ordered)
+    return ordered
+
+
+def _revive(tx: Txn, seq: int, *, unmet: int, reset_attempts: bool) -> None:
+    """One FAILED or CANCELED task PENDING again, behind its unmet dependencies and
+    its not_before (if still ahead); its result and error are cleared."""
+    (not_before, role) = tx.conn.execute(
+        "SELECT not_before_ms, required_role FROM tasks WHERE seq = ?", (seq,)
+    ).fetchone()
+    shut = not_before is not None and not_before > tx.now_ms
+    tx.conn.execute(
+        "UPDATE tasks SET state = 1, owner = '', error = '', result = NULL, finish_ms = NULL, live_fence = NULL,"
+        " lease_expire_ms = NULL, unmet_deps = ?, gate_shut = ?,"
+        # A retry skips what is left of a backoff: a gate still ahead is dropped.
+        " ready_ms = CASE WHEN ? THEN ? WHEN ready_ms > ? THEN NULL ELSE ready_ms END,"
+        " failures = CASE WHEN ? THEN 0 ELSE failures END WHERE seq = ?",
+        (unmet + shut, int(shut), shut, not_before, tx.now_ms, reset_attempts, seq),
+    )
+    if shut:
+        _gate_shut(tx, not_before)
+    elif unmet == 0:
+        tx.wakes.ready_roles[role] += 1
 
 
 def reclaim_expired(tx: Txn) -> dict[str, int]:
     """Ends every claim whose lease is over (half-open: at the end instant it is dead).
 
-    Returns each former holder with the latest lease end reclaimed from it.
+    A lease that ended at its attempt's deadline is a timed-out attempt: a failure
+    (FAILED in the history, "attempt timed out after ..."), and its holder, which
+    was not silent, may claim again at once.
+
+    Returns each former holder with the latest lease end reclaimed from it (timeouts
+    aside). Asks nothing while `now` is before the earliest lease end the writer
+    knows of.
     """
+    if tx.leases.none_due(tx.now_ms):
+        return {}
     rows = tx.conn.execute(
-        "SELECT seq, live_fence, owner, attempt, lease_expire_ms, id FROM tasks"
-        " WHERE state = 2 AND lease_expire_ms <= ?",
+        "SELECT t.seq, t.live_fence, t.owner, t.attempt, t.lease_expire_ms, t.id, c.token, t.concurrency_key,"
+        " t.attempt_deadline_ms IS NOT NULL AND t.lease_expire_ms >= t.attempt_deadline_ms, t.attempt_timeout_ms"
+        " FROM tasks AS t JOIN claims AS c ON c.fence = t.live_fence WHERE t.state = 2 AND t.lease_expire_ms <= ?",
         (tx.now_ms,),
     ).fetchall()
-    for seq, fence, owner, attempt, lease_end, task_id in rows:
-        _end_claim(tx, fence, ClaimOutcome.EXPIRED)
+    expired: dict[str, int] = {}
+    for seq, fence, owner, attempt, lease_end, task_id, token, key, timed_out, timeout_ms in rows:
+        if timed_out:
+            why = f"attempt timed out after {_seconds(timeout_ms)}"
+            _end_claim(tx, fence, ClaimOutcome.TIMED_OUT, why, key=key)
+            tx.wakes.tally["attempt_timeouts"] += 1
+            tx.wakes.note("attempt_timed_out", task=task_id, teammate=owner, attempt=attempt)
+            tx.wakes.claim_ended(owner, ClaimEnd(task_id, token, ClaimEndReason.ATTEMPT_TIMEOUT, why))
+            _count_failure(tx, seq, why, final=False)
+            _slot_freed(tx, owner)
+            continue
+        why = f"lease expired on attempt {attempt}"
+        _end_claim(tx, fence, ClaimOutcome.EXPIRED, why, key=key)
         tx.wakes.tally["lease_expirations"] += 1
         tx.wakes.note("lease_expired", task=task_id, teammate=owner, attempt=attempt)
-        _count_failure(tx, seq, f"lease expired on attempt {attempt}", final=False)
+        tx.wakes.claim_ended(owner, ClaimEnd(task_id, token, ClaimEndReason.LEASE_EXPIRED, why))
+        _count_failure(tx, seq, why, final=False)
         # Not woken like a freed slot: a frozen holder whose stream is still
         # open would only take the same task straight back (see delivery).
         tx.conn.execute(
             "UPDATE teammates SET last_expiry_ms = max(last_expiry_ms, ?) WHERE name = ?", (lease_end, owner)
         )
         refresh_status(tx, owner)
-    return {owner: max(row[4] for row in rows if row[2] == owner) for _, _, owner, _, _, _ in rows}
+        expired[owner] = max(expired.get(owner, 0), lease_end)
+    tx.leases.learned(_earliest_lease_end(tx.conn))
+    return expired
+
+
+def _seconds(ms: int) -> str:
+    return f"{ms / 1000:g} s"
+
+
+def _earliest_lease_end(conn: sqlite3.Connection) -> int | None:
+    return conn.execute("SELECT min(lease_expire_ms) FROM tasks INDEXED BY tasks_lease WHERE state = 2").fetchone()[0]
 
 
 def note_clock(conn: sqlite3.Connection, now_ms: int) -> None:
@@ -684,18 +1231,32 @@ def extend_live_leases(tx: Txn) -> int:
     is the previous daemon's, taken at its own last instant.
     """
     reclaim_expired(Txn(tx.conn, clock_reached(tx.conn), tx.wakes))
-    count = tx.conn.execute("UPDATE tasks SET lease_expire_ms = ? + lease_ms WHERE state = 2", (tx.now_ms,)).rowcount
+    # An attempt's deadline is kept: downtime counts against its time limit.
+    count = tx.conn.execute(
+        "UPDATE tasks SET lease_expire_ms = min(?1 + lease_ms, coalesce(attempt_deadline_ms, ?1 + lease_ms))"
+        " WHERE state = 2",
+        (tx.now_ms,),
+    ).rowcount
+    tx.leases.forget()
     tx.wakes.deadline(tx.now_ms)
     return count
 
 
-# The data of a `task_changed` event, built by SQL from the task's row: no
-# Python round trip (a record, a dict, json.dumps) per event.
-_TASK_EVENT = (
-    "INSERT INTO events (time_ms, kind, data) SELECT ?, 'task_changed', json_object('id', t.id, 'state', t.state,"
-    " 'owner', t.owner, 'attempt', t.attempt, 'error', t.error, 'lease_expire_ms', t.lease_expire_ms,"
-    " 'finish_ms', t.finish_ms) FROM "
-)
+def _event_sql(kind: str) -> str:
+    """The start of an INSERT of task events of `kind` (the mutable part of each
+    task), built by SQL from the task's row: no Python round trip (a record, a
+    dict, json.dumps) per event. A `task_progress` event has the same data."""
+    return (
+        f"INSERT INTO events (time_ms, kind, data) SELECT ?, '{kind}', json_object('id', t.id, 'state', t.state,"
+        " 'owner', t.owner, 'attempt', t.attempt, 'error', t.error, 'lease_expire_ms', t.lease_expire_ms,"
+        " 'finish_ms', t.finish_ms, 'progress', t.progress, 'progress_fraction', t.progress_fraction,"
+        " 'progress_ms', t.progress_ms, 'ready_ms', t.ready_ms, 'input_tokens', t.input_tokens,"
+        " 'output_tokens', t.output_tokens, 'cost_micros', t.cost_micros, 'model', t.model) FROM "
+    )
+
+
+_TASK_EVENT = _event_sql("task_changed")
+_PROGRESS_EVENT = _event_sql("task_progress")
 
 
 def _task_events(tx: Txn, seqs: list[int]) -> None:

@@ -6,7 +6,8 @@ import json
 import sqlite3
 
 from .. import errors
-from ..model import ClaimOutcome, TeammateRecord, TeammateStatus, TeammateView, Txn
+from ..model import ClaimEndReason, ClaimOutcome, TeammateRecord, TeammateStatus, TeammateView, Txn
+from . import usage
 from .events import emit
 from .status import refresh_status
 from .tasks import release_all, work_waited_for
@@ -41,7 +42,10 @@ def get_teammate(conn: sqlite3.Connection, name: str) -> TeammateRecord:
     held = tuple(r[0] for r in conn.execute("SELECT id FROM tasks WHERE owner = ? AND state = 2 ORDER BY seq", (name,)))
     role_list = tuple(json.loads(roles))
     waiting_for = tuple(work_waited_for(conn, name, role_list)) if status == TeammateStatus.WAITING else ()
-    return TeammateRecord(name, role_list, bool(require_plan), TeammateStatus(status), held, waiting_for)
+    spent, budget = usage.of_teammate(conn, name)
+    return TeammateRecord(
+        name, role_list, bool(require_plan), TeammateStatus(status), held, waiting_for, usage=spent, budget=budget
+    )
 
 
 def list_teammates(conn: sqlite3.Connection, after: int = 0, limit: int = -1) -> list[tuple[int, TeammateRecord]]:
@@ -59,13 +63,22 @@ def view_for_delivery(conn: sqlite3.Connection, name: str) -> TeammateView:
     """What the delivery decision needs of a teammate; Unauthenticated once it is removed."""
     row = conn.execute(
         "SELECT roles, require_plan, removed, acked_seq, last_seq, last_expiry_ms,"
-        " EXISTS (SELECT 1 FROM shutdowns WHERE teammate = t.name AND answered = 0) FROM teammates AS t WHERE name = ?",
+        " EXISTS (SELECT 1 FROM shutdowns WHERE teammate = t.name AND answered = 0),"
+        f" {usage.GATE_CLOSED_SQL} FROM teammates AS t WHERE name = ?",
         (name,),
     ).fetchone()
     if row is None or row[2]:
         raise errors.Unauthenticated(f"teammate {name!r} was removed")
-    roles, require_plan, _, acked, last, last_expiry, shutdown_pending = row
-    return TeammateView(tuple(json.loads(roles)), bool(require_plan), acked, last, last_expiry, bool(shutdown_pending))
+    roles, require_plan, _, acked, last, last_expiry, shutdown_pending, budget_spent = row
+    return TeammateView(
+        tuple(json.loads(roles)),
+        bool(require_plan),
+        acked,
+        last,
+        last_expiry,
+        bool(shutdown_pending),
+        bool(budget_spent),
+    )
 
 
 def credentials(conn: sqlite3.Connection) -> list[tuple[bytes, str, bool]]:
@@ -76,7 +89,9 @@ def credentials(conn: sqlite3.Connection) -> list[tuple[bytes, str, bool]]:
 def remove_teammate(tx: Txn, name: str, why: str = "removed") -> TeammateRecord:
     if teammate_row(tx.conn, name)[2]:
         return get_teammate(tx.conn, name)
-    release_all(tx, name, ClaimOutcome.REVOKED)
+    release_all(
+        tx, name, ClaimOutcome.REVOKED, f"teammate {name!r} was removed", notice=ClaimEndReason.TEAMMATE_REMOVED
+    )
     tx.conn.execute("UPDATE teammates SET removed = 1, online = 0 WHERE name = ?", (name,))
     tx.conn.execute("UPDATE shutdowns SET answered = 1 WHERE teammate = ? AND answered = 0", (name,))
     tx.wakes.ended[name] = why

@@ -17,7 +17,8 @@ const LOADER_OPTIONS = {
   defaults: true,
   oneofs: true,
   // corral.proto imports google/protobuf/{duration,timestamp}.proto: protobufjs
-  // ships those well-known types built in, and PROTO_ROOT resolves our import.
+  // ships those well-known types (and Any) built in, and PROTO_ROOT resolves
+  // google/rpc/status.proto, which proto/ declares beside corral.v1.
   includeDirs: [PROTO_ROOT],
 };
 
@@ -68,6 +69,8 @@ function unary(client, method, request, metadata, timeoutMs = 10000) {
   });
 }
 
+const wait = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
 function durationToMs(d) {
   if (!d) return 0;
   return Number(d.seconds || 0) * 1000 + Number(d.nanos || 0) / 1e6;
@@ -97,6 +100,7 @@ module.exports = {
   bearer,
   deadline,
   unary,
+  wait,
   durationToMs,
   timestampToMs,
   msToDuration,

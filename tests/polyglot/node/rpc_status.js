@@ -2,7 +2,9 @@
 // Rich gRPC error details without extra dependencies.
 //
 // A failed call may carry trailing metadata `grpc-status-details-bin`: a
-// serialized google.rpc.Status. Its `details` are google.protobuf.Any values;
+// serialized google.rpc.Status. A Session op result carries the same message
+// as its `status` field (proto-loader decodes that one for us; its `details`
+// stay Any values with raw bytes, read here like the trailer's). Its `details` are google.protobuf.Any values;
 // corral puts a google.rpc.ErrorInfo (reason, domain "corral") on every domain
 // error, plus BadRequest / RetryInfo where they apply. We only need a handful
 // of fields, so this is a tiny hand-written protobuf reader:
@@ -125,12 +127,55 @@ function decodeStatus(buf) {
   return status;
 }
 
+function typeName(typeUrl) {
+  return typeUrl.startsWith(TYPE_PREFIX) ? typeUrl.slice(TYPE_PREFIX.length) : typeUrl;
+}
+
 /**
- * Everything useful about a failed grpc-js call:
+ * Everything useful about a google.rpc.Status, decoded ({code, message,
+ * details: [{type_url, value}]}, as decodeStatus and @grpc/proto-loader give it):
  * { code, details, reason, domain, metadata, field_violations, retry_delay_ms }.
- * `reason` is '' when the error carries no ErrorInfo.
+ * `reason` is '' when the status carries no ErrorInfo.
+ */
+function statusDetails(status) {
+  const out = { code: Number(status.code || 0), details: status.message || '', reason: '', domain: '', metadata: {} };
+  addDetails(out, status.details || []);
+  return out;
+}
+
+function addDetails(out, details) {
+  for (const d of details) {
+    const value = Buffer.isBuffer(d.value) ? d.value : Buffer.from(d.value || []);
+    try {
+      const type = typeName(d.type_url || '');
+      if (type === 'google.rpc.ErrorInfo') Object.assign(out, decodeErrorInfo(value));
+      else if (type === 'google.rpc.BadRequest') out.field_violations = decodeBadRequest(value).field_violations;
+      else if (type === 'google.rpc.RetryInfo') out.retry_delay_ms = decodeRetryInfo(value).retry_delay_ms;
+    } catch (e) {
+      out.decode_error = String(e.message || e);
+    }
+  }
+}
+
+/** A Session op answered with a status other than OK. */
+class OpError extends Error {
+  constructor(kind, opId, status) {
+    super(`${kind} op ${opId}: ${status.message || `status ${status.code}`}`);
+    this.kind = kind;
+    this.opId = opId;
+    this.status = status;
+    this.code = Number(status.code || 0);
+    this.details = status.message || '';
+  }
+}
+
+/**
+ * The same for a failure: a failed grpc-js call (its Status travels in the
+ * trailer `grpc-status-details-bin`) or an OpError (its Status is a Session
+ * op result's `status`).
  */
 function errorDetails(err) {
+  if (err instanceof OpError) return statusDetails(err.status);
   const out = {
     code: typeof err.code === 'number' ? err.code : 2,
     details: err.details || err.message || '',
@@ -148,18 +193,17 @@ function errorDetails(err) {
       out.decode_error = String(e.message || e);
       continue;
     }
-    for (const d of status.details) {
-      const type = d.type_url.startsWith(TYPE_PREFIX) ? d.type_url.slice(TYPE_PREFIX.length) : d.type_url;
-      try {
-        if (type === 'google.rpc.ErrorInfo') Object.assign(out, decodeErrorInfo(d.value));
-        else if (type === 'google.rpc.BadRequest') out.field_violations = decodeBadRequest(d.value).field_violations;
-        else if (type === 'google.rpc.RetryInfo') out.retry_delay_ms = decodeRetryInfo(d.value).retry_delay_ms;
-      } catch (e) {
-        out.decode_error = String(e.message || e);
-      }
-    }
+    addDetails(out, status.details);
   }
   return out;
 }
 
-module.exports = { decodeStatus, decodeErrorInfo, decodeBadRequest, decodeRetryInfo, errorDetails };
+module.exports = {
+  decodeStatus,
+  decodeErrorInfo,
+  decodeBadRequest,
+  decodeRetryInfo,
+  statusDetails,
+  errorDetails,
+  OpError,
+};

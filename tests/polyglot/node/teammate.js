@@ -11,14 +11,18 @@
 //   CORRAL_SLOTS             IdleRequest.slots (default 0 = daemon default, 1)
 //   CORRAL_WORK_MS           how long "work" on each task takes (default 0)
 //   CORRAL_RECONNECT_MS      how long to keep reconnecting a broken stream (default 15000)
+//   CORRAL_TRANSPORT         idle (default): an Idle stream and unary calls;
+//                            session: one Session stream carrying the events and the ops
+//   CORRAL_OP_TIMEOUT_MS     session: an op unanswered this long breaks the stream (default 30000)
 //
 // stdout: one JSON object per line per notable event (see log()).
 // Exit codes: 0 clean end (shutdown approved, idle timeout, stream ended OK),
 // 1 unexpected failure, 2 credential refused, 3 superseded by another stream.
 //
-// The loop every teammate implements (docs/polyglot.md):
-//   - open one Idle stream; handle each IdleResponse, acknowledging inbox items
-//     after handling them;
+// The loop every teammate implements (docs/polyglot.md), on either transport
+// (idle.js, session.js):
+//   - open one stream; handle each event, acknowledging inbox items after
+//     handling them;
 //   - protocol before work: a shutdown_request is acknowledged at once and
 //     answered as soon as no task is held;
 //   - claims are re-sent on every new stream: dedupe them by claim_token;
@@ -33,12 +37,15 @@ const {
   intEnv,
   bearer,
   unary,
+  wait,
   durationToMs,
   timestampToMs,
   msToDuration,
   log: rawLog,
 } = require('./corral');
 const { errorDetails } = require('./rpc_status');
+const { IdleTransport } = require('./idle');
+const { SessionTransport } = require('./session');
 
 const NAME = process.env.CORRAL_NAME || 'node';
 const ADDRESS = requireEnv('CORRAL_ADDRESS');
@@ -48,6 +55,13 @@ const POLL_INTERVAL_MS = intEnv('CORRAL_POLL_INTERVAL_MS', 0);
 const SLOTS = intEnv('CORRAL_SLOTS', 0);
 const WORK_MS = intEnv('CORRAL_WORK_MS', 0);
 const RECONNECT_MS = intEnv('CORRAL_RECONNECT_MS', 15000);
+const OP_TIMEOUT_MS = intEnv('CORRAL_OP_TIMEOUT_MS', 30000);
+const TRANSPORTS = { idle: IdleTransport, session: SessionTransport };
+const TRANSPORT = process.env.CORRAL_TRANSPORT || 'idle';
+if (!Object.hasOwn(TRANSPORTS, TRANSPORT)) {
+  process.stderr.write(`CORRAL_TRANSPORT must be idle or session, got ${JSON.stringify(TRANSPORT)}\n`);
+  process.exit(64);
+}
 
 const S = grpc.status;
 // Errors about a claim that mean "this task is no longer yours": drop it, carry on.
@@ -67,7 +81,6 @@ let ackedThrough = 0;
 let ackChain = Promise.resolve();
 let shutdown = null; // { request_id, responded }
 let idleTimedOut = false;
-let stream = null;
 let streamLostAt = 0;
 let exiting = false;
 
@@ -77,14 +90,16 @@ function track(promise) {
   return promise;
 }
 
-const wait = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** A unary TeammateService call with the credential, retried while the daemon is busy/unreachable. */
-async function call(method, request, { attempts = 8 } = {}) {
+/**
+ * `attempt()` (one call or op), tried again while the daemon is busy or
+ * unreachable. On Session each try is a new op with a new op_id: an op
+ * refused as busy did not run.
+ */
+async function retrying(method, attempt, { attempts = 8 } = {}) {
   let backoff = 100;
   for (let i = 1; ; i += 1) {
     try {
-      return await unary(client, method, request, bearer(TOKEN));
+      return await attempt();
     } catch (err) {
       if (!TRANSIENT.has(err.code) || i >= attempts) throw err;
       const info = errorDetails(err);
@@ -96,15 +111,21 @@ async function call(method, request, { attempts = 8 } = {}) {
   }
 }
 
+/** A unary TeammateService call with the credential (RespondShutdown: unary on both transports). */
+function call(method, request) {
+  return retrying(method, () => unary(client, method, request, bearer(TOKEN)));
+}
+
 /** Acknowledge inbox items through `seq`, in order, never going backwards. */
 function ack(seq) {
   const n = Number(seq);
   ackChain = ackChain.then(async () => {
     if (n <= ackedThrough) return;
     try {
-      const res = await call('AckMessages', { through_seq: String(n) });
+      const res = await retrying('ack', () => transport.ack(n));
+      // An op result has no acked_through_seq: OK means acknowledged through n.
       ackedThrough = Math.max(ackedThrough, Number(res.acked_through_seq || n));
-      log('acked', { through_seq: n });
+      log('acked', { through_seq: n, op_id: res.op_id });
     } catch (err) {
       log('ack_error', { through_seq: n, ...brief(err) });
     }
@@ -134,18 +155,22 @@ function maybeAnswerShutdown() {
 }
 
 async function renew(work) {
-  if (work.dropped || work.done || work.renewing) return;
+  if (work.dropped || work.renewing) return;
   work.renewing = true;
   try {
-    const res = await call('RenewLease', { task_id: work.taskId, claim_token: work.token }, { attempts: 3 });
+    const res = await retrying('renew', () => transport.renew(work.taskId, work.token), { attempts: 3 });
     log('renewed', {
       task: work.taskId,
+      op_id: res.op_id,
       lease_expire_ms: timestampToMs(res.lease_expire_time),
       protocol_pending: res.protocol_pending,
     });
   } catch (err) {
     const e = errorDetails(err);
-    if (DROP_REASONS.has(e.reason)) {
+    if (work.completing) {
+      // Crossed with the completion (which may have ended the claim already):
+      // the completion's own answer says what became of the task.
+    } else if (DROP_REASONS.has(e.reason)) {
       drop(work, e, 'RenewLease');
     } else {
       log('renew_error', { task: work.taskId, ...brief(err) });
@@ -186,8 +211,10 @@ async function doWork(work, task) {
   try {
     if (WORK_MS > 0) await workDelay(work, WORK_MS);
     if (work.dropped) return;
-    await call('CompleteTask', { task_id: work.taskId, claim_token: work.token, result: resultFor(task) });
-    log('completed', { task: work.taskId, fence: work.fence, attempt: work.attempt });
+    work.completing = true;
+    const result = resultFor(task);
+    const res = await retrying('complete', () => transport.complete(work.taskId, work.token, result));
+    log('completed', { task: work.taskId, fence: work.fence, attempt: work.attempt, op_id: res.op_id });
   } catch (err) {
     const e = errorDetails(err);
     if (DROP_REASONS.has(e.reason)) {
@@ -196,26 +223,21 @@ async function doWork(work, task) {
       log('complete_error', { task: work.taskId, ...brief(err) });
       // Hand the task back so someone else may take it.
       try {
-        await call('FailTask', {
-          task_id: work.taskId,
-          claim_token: work.token,
-          error: `node teammate: ${e.details}`,
-          retryable: true,
-        });
+        const error = `node teammate: ${e.details}`;
+        await retrying('fail', () => transport.fail(work.taskId, work.token, error, true));
         log('failed', { task: work.taskId });
       } catch (err2) {
         log('fail_error', { task: work.taskId, ...brief(err2) });
       }
     }
   } finally {
-    work.done = true;
     clearInterval(work.timer);
     held.delete(work.token);
     maybeAnswerShutdown();
   }
 }
 
-function onClaim(claim) {
+function onClaim(claim, afterOp) {
   const task = claim.task || {};
   if (seenClaimTokens.has(claim.claim_token)) {
     log('duplicate_claim', { task: task.id, attempt: claim.attempt, fence: claim.fence });
@@ -231,8 +253,8 @@ function onClaim(claim) {
     fence: claim.fence,
     leaseMs,
     dropped: false,
-    done: false,
     renewing: false,
+    completing: false,
     timer: null,
     wake: null,
   };
@@ -245,11 +267,14 @@ function onClaim(claim) {
     depends_on: Array.from(task.depends_on || []),
     // A claim while a shutdown request waits would break design invariant 5.
     after_shutdown_request: shutdown !== null,
+    // Session: the op whose result came in the same response (a completion
+    // handing off the next claim), else null.
+    after_op: afterOp,
   });
   track(doWork(work, task));
 }
 
-function onResponse(res) {
+function onEvent(res, { afterOp }) {
   streamLostAt = 0;
   switch (res.event) {
     case 'message': {
@@ -280,7 +305,7 @@ function onResponse(res) {
       break;
     }
     case 'claim':
-      onClaim(res.claim);
+      onClaim(res.claim, afterOp);
       break;
     case 'idle_timeout':
       idleTimedOut = true;
@@ -291,23 +316,34 @@ function onResponse(res) {
   }
 }
 
-function openStream() {
-  const request = {
-    max_idle_polls: MAX_IDLE_POLLS,
-    poll_interval: POLL_INTERVAL_MS > 0 ? msToDuration(POLL_INTERVAL_MS) : null,
-    slots: SLOTS,
-  };
-  log('stream_open', { max_idle_polls: MAX_IDLE_POLLS, poll_interval_ms: POLL_INTERVAL_MS, slots: SLOTS });
-  const s = client.Idle(request, bearer(TOKEN));
-  stream = s;
-  s.on('data', onResponse);
-  s.on('error', () => {}); // the final status (OK or not) is handled in 'status'
-  s.on('status', (status) => {
-    if (stream === s) stream = null;
-    onStreamEnd(status);
-  });
-}
+const openRequest = {
+  max_idle_polls: MAX_IDLE_POLLS,
+  poll_interval: POLL_INTERVAL_MS > 0 ? msToDuration(POLL_INTERVAL_MS) : null,
+  slots: SLOTS,
+};
+const transport = new TRANSPORTS[TRANSPORT]({
+  client,
+  token: TOKEN,
+  openRequest,
+  onEvent,
+  onEnd: onStreamEnd,
+  onBroken: (what, fields) => {
+    log(what, fields);
+    finish(1, what);
+  },
+  log,
+  opTimeoutMs: OP_TIMEOUT_MS,
+});
 
+function openStream() {
+  log('stream_open', {
+    transport: TRANSPORT,
+    max_idle_polls: MAX_IDLE_POLLS,
+    poll_interval_ms: POLL_INTERVAL_MS,
+    slots: SLOTS,
+  });
+  transport.open();
+}
 async function settle() {
   // Wait for acks, renewals, work and answers still in flight.
   while (pending.size > 0) {
@@ -319,21 +355,31 @@ async function onStreamEnd(status) {
   const e = errorDetails(status);
   log('stream_end', { code: status.code, details: status.details, reason: e.reason });
   if (status.code === S.OK) {
+    transport.abandon('the stream ended');
     await settle();
     const why = shutdown && shutdown.responded ? 'shutdown' : idleTimedOut ? 'idle_timeout' : 'stream_ended';
     finish(0, why);
   } else if (status.code === S.ABORTED) {
-    // A newer Idle stream with our identity superseded this one.
+    // A newer stream with our identity superseded this one.
     finish(3, 'superseded');
   } else if (status.code === S.UNAUTHENTICATED || status.code === S.PERMISSION_DENIED) {
+    transport.abandon('credential refused');
     await settle();
     finish(2, 'credential_refused');
+  } else if (status.code === S.INVALID_ARGUMENT || status.code === S.UNIMPLEMENTED) {
+    // Refused as we opened it (Session: first message not open, or a daemon
+    // without Session): opening it again would get the same answer.
+    transport.abandon('stream refused');
+    await settle();
+    finish(1, 'stream_refused');
   } else {
     // Broken stream (daemon restarting, network): reconnect. Claims we still
-    // hold are re-sent on the new stream and deduped by claim token.
+    // hold are re-sent on the new stream and deduped by claim token; on
+    // Session, the ops not yet answered are sent again with their op ids.
     const now = Date.now();
     if (!streamLostAt) streamLostAt = now;
     if (now - streamLostAt > RECONNECT_MS) {
+      transport.abandon('stream lost');
       await settle();
       finish(1, 'stream_lost');
       return;
@@ -347,7 +393,7 @@ function finish(code, reason) {
   if (exiting) return;
   exiting = true;
   for (const work of held.values()) clearInterval(work.timer);
-  if (stream) stream.cancel();
+  transport.cancel();
   log('exit', { code, reason, completed_or_dropped: seenClaimTokens.size - held.size, holding: held.size });
   client.close();
   process.exit(code);

@@ -1,0 +1,173 @@
+"""corral values as the plain data a tool result carries; text from other parties
+goes through a TextBudget, labelled with its source. No claim token ever appears."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import corral
+from corral import aio
+from corral._claimstate import seconds_until
+
+from .rendering import TextBudget
+
+__all__ = [
+    "claim",
+    "claim_ended",
+    "event",
+    "message",
+    "plan_decision",
+    "role_of",
+    "shutdown_request",
+    "task",
+    "teammate",
+]
+
+
+# A claim shows this many dependency results at most; the rest are named in *_omitted.
+_DEPENDENCY_RESULTS_SHOWN = 50
+
+
+def role_of(name: str) -> str:
+    """The role of a sender, by name: the Lead's identity is "lead"."""
+    return "lead" if name == "lead" else "teammate"
+
+
+def iso(when: datetime.datetime | None) -> str | None:
+    return when.isoformat() if when is not None else None
+
+
+def _seconds(span: datetime.timedelta | None) -> float | None:
+    return span.total_seconds() if span is not None else None
+
+
+def task(found: corral.Task, budget: TextBudget, *, offset: int = 0, brief: bool = False) -> dict[str, Any]:
+    """A task; `brief` leaves out its texts (for listings), else they are labelled and paged."""
+    out: dict[str, Any] = {
+        "id": found.id,
+        "state": found.state.name,
+        "depends_on": list(found.depends_on),
+        "priority": found.priority,
+        "owner": found.owner,
+        "attempt": found.attempt,
+        "max_attempts": found.max_attempts,
+        "required_role": found.required_role,
+        "concurrency_key": found.concurrency_key,
+        "progress": found.progress,
+        "progress_fraction": found.progress_fraction,
+        "lease_expire_time": iso(found.lease_expire_time),
+        "finish_time": iso(found.finish_time),
+    }
+    out["title"] = budget.labelled(found.title, source="lead", role="lead")
+    if brief:
+        return out
+    out["description"] = budget.labelled(found.description, source="lead", role="lead", offset=offset)
+    out["payload"] = budget.labelled(found.payload, source="lead", role="lead", offset=offset)
+    if found.result:
+        out["result"] = budget.labelled(found.result, source=found.owner or "teammate", role="teammate", offset=offset)
+    if found.error:
+        out["error"] = budget.labelled(found.error, source=found.owner or "teammate", role="teammate")
+    if found.attempts:
+        out["attempts"] = [
+            {"attempt": a.attempt, "owner": a.owner, "outcome": a.outcome.name, "error": a.error[:500]}
+            for a in found.attempts[-5:]
+        ]
+    return out
+
+
+def claim(held: aio.Claim, budget: TextBudget, *, resumed: bool) -> dict[str, Any]:
+    """A claim as the model sees it: the task, its lease, what its dependencies produced."""
+    info = held.info
+    out: dict[str, Any] = {
+        "task_id": held.task.id,
+        "attempt": held.attempt,
+        "fence": held.fence,
+        "lease_expire_time": iso(held.lease_expire_time),
+        "lease_seconds_left": round(seconds_until(held.lease_expire_time), 3),
+        "resumed": resumed,
+        "task": task(held.task, budget),
+        "dependency_results": {},
+        "dependency_results_omitted": list(info.dependency_results_omitted),
+    }
+    for dep, result in info.dependency_results.items():
+        if len(out["dependency_results"]) >= _DEPENDENCY_RESULTS_SHOWN or budget.left <= 0:
+            out["dependency_results_omitted"].append(dep)  # get_task(dep) has its result
+            continue
+        out["dependency_results"][dep] = budget.labelled(result, source=f"task {dep}", role="teammate")
+    previous = info.previous_attempt
+    if previous is not None:
+        out["previous_attempt"] = {
+            "attempt": previous.attempt,
+            "owner": previous.owner,
+            "outcome": previous.outcome.name,
+            "error": budget.labelled(previous.error, source=previous.owner, role="teammate"),
+        }
+    return out
+
+
+def message(item: corral.Message, budget: TextBudget) -> dict[str, Any]:
+    return {
+        "seq": item.seq,
+        "send_time": iso(item.send_time),
+        "body": budget.labelled(item.body, source=item.sender, role=role_of(item.sender)),
+    }
+
+
+def shutdown_request(item: corral.ShutdownRequest, budget: TextBudget) -> dict[str, Any]:
+    return {
+        "request_id": item.request_id,
+        "deadline_time": iso(item.deadline_time),
+        "reason": budget.labelled(item.reason, source="lead", role="lead"),
+    }
+
+
+def plan_decision(item: corral.PlanDecision, budget: TextBudget) -> dict[str, Any]:
+    return {
+        "plan_id": item.plan_id,
+        "approve": item.approve,
+        "feedback": budget.labelled(item.feedback, source="lead", role="lead"),
+    }
+
+
+def claim_ended(item: corral.ClaimEnded) -> dict[str, Any]:
+    return {"task_id": item.task_id, "reason": item.reason.name, "detail": item.detail[:500]}
+
+
+def teammate(mate: corral.TeammateInfo) -> dict[str, Any]:
+    return {
+        "name": mate.name,
+        "roles": list(mate.roles),
+        "status": mate.status.name,
+        "require_plan_approval": mate.require_plan_approval,
+        "held_task_ids": list(mate.held_task_ids),
+    }
+
+
+def event(item: corral.WatchEvent, budget: TextBudget) -> dict[str, Any]:
+    """One Watch event, for the Lead's watch_events."""
+    out: dict[str, Any] = {"seq": item.seq, "time": iso(item.time)}
+    if isinstance(item, corral.TaskChanged):
+        t = item.task
+        out.update(kind="task_changed", task_id=t.id, state=t.state.name, owner=t.owner, attempt=t.attempt)
+        if t.error:
+            out["error"] = budget.labelled(t.error, source=t.owner or "teammate", role="teammate")
+        if t.progress:
+            out["progress"] = budget.labelled(t.progress, source=t.owner or "teammate", role="teammate")
+    elif isinstance(item, corral.TeammateChanged):
+        out.update(kind="teammate_changed", teammate=item.teammate.name, status=item.status.name)
+        out["reason"] = item.reason.name
+    elif isinstance(item, corral.LeadMessage):
+        out.update(kind="message", message=message(item.message, budget))
+    elif isinstance(item, corral.PlanSubmitted):
+        out.update(kind="plan_submitted", plan_id=item.plan_id, author=item.author)
+        out["plan"] = budget.labelled(item.plan, source=item.author, role="teammate")
+    elif isinstance(item, corral.ShutdownAnswered):
+        out.update(kind="shutdown_answered", request_id=item.request_id, teammate=item.teammate)
+        out["approve"] = item.approve
+        out["reason"] = budget.labelled(item.reason, source=item.teammate, role="teammate")
+    elif isinstance(item, corral.BudgetExhaustedEvent):
+        out.update(kind="budget_exhausted", teammate=item.exhausted.teammate)
+    else:
+        out["kind"] = type(item).__name__
+    return out

@@ -1,0 +1,196 @@
+"""The ops of a Session stream: read one at a time, each answered once, in order.
+
+The stream's loop is `teamstream.TeammateStream`, the same as Idle's; this
+module is what a Session adds: a reader that takes the next op only once the
+previous one is answered (so a session holds at most one op, and gRPC flow
+control holds back the rest), and the op table: each op becomes one board
+call, whose outcome is recorded by its op id in the op's own transaction
+(`Board.*_op`, `store/ops.py`).
+
+An op that is wrong in itself (no op id, an unknown field or kind, a body
+that reuses an op id) gets an INVALID_ARGUMENT op result and the stream goes
+on. A message that breaks the stream's rules (a second `open`) ends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator, Callable
+
+from corral.v1 import corral_pb2 as pb
+
+from .. import errors
+from ..board import Board
+from ..model import OpOutcome
+from ..stream import Delivery, StreamState
+from ..wake import WakeHub
+from . import convert, status
+
+OP_ID_MAX_CHARS = 64
+
+# What the interceptor hands the Session for each message: the request (None when
+# its bytes did not parse) and what is wrong with it, if anything.
+Parsed = tuple[pb.SessionRequest | None, errors.InvalidArgument | None]
+
+
+class _ClientClosed:
+    """The client half-closed: no op will come."""
+
+
+class SessionOps:
+    """The `teamstream.Ops` of one Session."""
+
+    def __init__(self, board: Board, hub: WakeHub, name: str, requests: AsyncIterator[Parsed]) -> None:
+        self._board = board
+        self._hub = hub
+        self._name = name
+        self._requests = requests
+        self._reading: asyncio.Task | None = None
+        self._may_read = asyncio.Event()  # the previous op is answered
+        self._arrived: Parsed | BaseException | _ClientClosed | None = None
+        self._table: dict[str, Callable] = {
+            "ack": self._ack,
+            "renew": self._renew,
+            "complete": self._complete,
+            "fail": self._fail,
+            "release": self._release,
+        }
+
+    # ------------------------------------------------------------ reading
+
+    def start(self, stream: StreamState) -> None:
+        self._may_read.set()
+        self._reading = asyncio.ensure_future(self._read(stream))
+
+    async def _read(self, stream: StreamState) -> None:
+        """Reads one op at a time, each once the previous one is answered, and wakes the loop."""
+        while True:
+            await self._may_read.wait()
+            self._may_read.clear()
+            try:
+                self._arrived = await anext(self._requests)
+            except StopAsyncIteration:
+                self._arrived = _ClientClosed()
+            except Exception as error:  # a revoked credential, or the call's own end
+                self._arrived = error
+            stream.event.set()
+            if not isinstance(self._arrived, tuple):
+                return
+
+    @property
+    def arrived(self) -> bool:
+        return self._arrived is not None
+
+    def answered(self) -> None:
+        self._may_read.set()
+
+    def close(self) -> None:
+        if self._reading is not None:
+            self._reading.cancel()
+
+    # ------------------------------------------------------------ answering
+
+    async def answer(self, stream: StreamState) -> tuple[pb.SessionOpResult | None, Delivery | None]:
+        arrived, self._arrived = self._arrived, None
+        if isinstance(arrived, _ClientClosed):
+            stream.end("left")
+            return None, None
+        if isinstance(arrived, BaseException):
+            raise arrived
+        assert arrived is not None
+        request, problem = arrived
+        op_id = request.op_id if request is not None else ""
+        try:
+            if problem is not None:
+                raise problem
+            assert request is not None
+            kind = request.WhichOneof("op")
+            if kind == "open":
+                raise errors.InvalidArgument("open", "a Session is opened once, by its first message")
+            _check_op_id(op_id)
+            if kind is None:
+                raise errors.InvalidArgument("op", "names no op this server knows")
+            self._hub.alive(self._name)
+            body = getattr(request, kind)
+            digest = hashlib.sha256(kind.encode() + body.SerializeToString(deterministic=True)).digest()
+            return await self._table[kind](op_id, digest, body, stream)
+        except errors.CorralError as error:
+            if isinstance(error, errors.InvalidArgument) and error.field == "open":
+                raise  # ends the stream
+            return _result(op_id, OpOutcome(error=error)), None
+
+    async def _ack(self, op_id: str, digest: bytes, body: pb.AckMessagesRequest, stream: StreamState):
+        outcome = await self._board.ack_op(self._name, op_id, digest, body.through_seq)
+        return _result(op_id, outcome), None
+
+    async def _renew(self, op_id: str, digest: bytes, body: pb.RenewLeaseRequest, stream: StreamState):
+        outcome = await self._board.renew_op(
+            self._name,
+            op_id,
+            digest,
+            body.task_id,
+            body.claim_token,
+            *convert.renew_progress(body),
+            convert.reported_usage(body),
+        )
+        result = _result(op_id, outcome)
+        if outcome.error is None and outcome.value is not None:
+            result.lease_expire_time.FromMilliseconds(outcome.value)
+            result.protocol_pending = outcome.flag
+        return result, None
+
+    async def _complete(self, op_id: str, digest: bytes, body: pb.CompleteTaskRequest, stream: StreamState):
+        request = (body.task_id, body.claim_token, body.result)
+        outcome, task, found = await self._board.complete_op(
+            self._name, op_id, digest, request, stream, self._hub.parked, convert.reported_usage(body)
+        )
+        result = _result(op_id, outcome)
+        if task is not None:
+            result.task.CopyFrom(convert.task(task))
+            result.result = task.result
+        return result, found
+
+    async def _fail(self, op_id: str, digest: bytes, body: pb.FailTaskRequest, stream: StreamState):
+        request = (body.task_id, body.claim_token, body.error, body.retryable)
+        outcome, task = await self._board.fail_op(self._name, op_id, digest, request, convert.reported_usage(body))
+        return _with_task(_result(op_id, outcome), task), None
+
+    async def _release(self, op_id: str, digest: bytes, body: pb.ReleaseTaskRequest, stream: StreamState):
+        outcome, task = await self._board.release_op(self._name, op_id, digest, body.task_id, body.claim_token)
+        return _with_task(_result(op_id, outcome), task), None
+
+
+def _check_op_id(op_id: str) -> None:
+    if not op_id:
+        raise errors.InvalidArgument("op_id", "required on every op after open")
+    if len(op_id) > OP_ID_MAX_CHARS:
+        raise errors.InvalidArgument("op_id", f"longer than {OP_ID_MAX_CHARS} characters")
+
+
+def _result(op_id: str, outcome: OpOutcome) -> pb.SessionOpResult:
+    # The op id goes back as sent, even one refused as too long: results come in the
+    # order of the ops, and the id is how the client matches them.
+    if outcome.error is None:
+        return pb.SessionOpResult(op_id=op_id, status=status.OK)
+    return pb.SessionOpResult(op_id=op_id, status=status.rpc_status_of(outcome.error))
+
+
+def _with_task(result: pb.SessionOpResult, task) -> pb.SessionOpResult:
+    if task is not None:
+        result.task.CopyFrom(convert.task(task))
+    return result
+
+
+async def first_open(requests: AsyncIterator[Parsed]) -> pb.IdleRequest:
+    """The Session's first message, which must be `open`; anything else ends the stream."""
+    try:
+        request, problem = await anext(requests)
+    except StopAsyncIteration:
+        raise errors.InvalidArgument("open", "the stream ended before its first message") from None
+    if problem is not None:
+        raise problem
+    assert request is not None
+    if request.WhichOneof("op") != "open":
+        raise errors.InvalidArgument("open", "the first message of a Session must be open")
+    return request.open

@@ -1,0 +1,163 @@
+"""Usage and budgets: what teammates report spending, and the budget gate (design §5 step 3).
+
+A report (`charge`) is added to its task's and its teammate's sums inside the
+job of the completion, failure or renewal that carried it, so the delivery
+check that follows in the same job (a completion's handoff) already sees the
+gate closed. The board's sum is the teammates' (removed ones included). A
+teammate's own budget is NULL when it has none; the "*" default lives in meta.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from .. import errors
+from ..model import Budget, BudgetExhausted, Txn, Usage
+from .events import emit
+
+# The teammate's effective budget, for a query over `teammates AS t`.
+_EFFECTIVE_COST = "coalesce(t.budget_cost_micros, (SELECT value FROM meta WHERE key = 'budget_cost_micros'))"
+_EFFECTIVE_TOKENS = "coalesce(t.budget_tokens, (SELECT value FROM meta WHERE key = 'budget_tokens'))"
+
+# True when the teammate's spending reached its budget on either measure (a
+# limit of 0 is none): the budget gate is closed. One expression, so the
+# delivery check asks it within the statement that reads the teammate.
+GATE_CLOSED_SQL = (
+    f"({_EFFECTIVE_COST} BETWEEN 1 AND t.cost_micros"
+    f" OR {_EFFECTIVE_TOKENS} BETWEEN 1 AND t.input_tokens + t.output_tokens)"
+)
+
+_STANDING = f"t.name, t.input_tokens, t.output_tokens, t.cost_micros, t.model, {_EFFECTIVE_COST}, {_EFFECTIVE_TOKENS}"
+# The same in an UPDATE's RETURNING, which names the table's columns bare.
+_STANDING_RETURNED = _STANDING.replace("t.", "")
+
+
+def _standing(row: tuple) -> tuple[str, Usage, Budget]:
+    name, input_tokens, output_tokens, cost, model, max_cost, max_tokens = row
+    return name, Usage(input_tokens, output_tokens, cost, model), Budget(max_cost, max_tokens)
+
+
+def charge(tx: Txn, teammate: str, task_seq: int, usage: Usage) -> None:
+    """Adds a report to the task's and the teammate's sums (`charge_teammate`)."""
+    tx.conn.execute(f"UPDATE tasks SET {_SUMS} WHERE seq = ?", (*_sum_params(usage), task_seq))
+    charge_teammate(tx, teammate, usage)
+
+
+def task_sums(usage: Usage | None) -> tuple[str, tuple]:
+    """The SET items (with a leading comma) and parameters that add a report to a
+    task's sums, for the caller's own UPDATE of the task; nothing for no report.
+    A renewal or completion carrying usage then updates the task row once."""
+    if usage is None:
+        return "", ()
+    return ", " + _SUMS, _sum_params(usage)
+
+
+def charge_teammate(tx: Txn, teammate: str, usage: Usage) -> None:
+    """Adds a report to the teammate's sums; the report that makes its spending
+    reach its budget closes the gate and says so (`_exhausted`)."""
+    row = tx.conn.execute(
+        f"UPDATE teammates SET {_SUMS} WHERE name = ? RETURNING {_STANDING_RETURNED}", (*_sum_params(usage), teammate)
+    ).fetchone()
+    _, spent, budget = _standing(row)
+    before = Usage(
+        spent.input_tokens - usage.input_tokens,
+        spent.output_tokens - usage.output_tokens,
+        spent.cost_micros - usage.cost_micros,
+    )
+    if budget.spent_by(spent) and not budget.spent_by(before):
+        _exhausted(tx, BudgetExhausted(teammate, spent, budget))
+
+
+def _sum_params(usage: Usage) -> tuple:
+    return usage.input_tokens, usage.output_tokens, usage.cost_micros, usage.model, usage.model
+
+
+# A sum stops at the largest int64 (SQLite turns an overflowing sum into a REAL).
+INT64_MAX = 2**63 - 1
+
+
+def _saturated(column: str) -> str:
+    return f"min({column} + ?, {INT64_MAX})"
+
+
+# A report added to a row's sums; the model named last is kept (parameters: `_sum_params`).
+_SUMS = (
+    ", ".join(f"{column} = {_saturated(column)}" for column in ("input_tokens", "output_tokens", "cost_micros"))
+    + ", model = CASE WHEN ? = '' THEN model ELSE ? END"
+)
+
+
+def _exhausted(tx: Txn, notice: BudgetExhausted) -> None:
+    """The gate closed: Watch gets an event, the teammate's open stream the notice (after COMMIT)."""
+    spent, budget = notice.spent, notice.budget
+    emit(
+        tx,
+        "budget_exhausted",
+        {
+            "name": notice.teammate,
+            "input_tokens": spent.input_tokens,
+            "output_tokens": spent.output_tokens,
+            "cost_micros": spent.cost_micros,
+            "model": spent.model,
+            "max_cost_micros": budget.max_cost_micros,
+            "max_tokens": budget.max_tokens,
+        },
+    )
+    tx.wakes.exhausted[notice.teammate] = notice
+    tx.wakes.note("budget_exhausted", teammate=notice.teammate, cost_micros=spent.cost_micros, tokens=spent.tokens)
+
+
+def set_budget(tx: Txn, name: str, budget: Budget) -> Budget:
+    """Sets a teammate's own budget, or with "*" the default. A teammate whose gate this
+    closes is told so; one whose gate it opens is woken to claim again."""
+    params: tuple[str, ...] = ()
+    if name == "*":
+        where = "t.budget_cost_micros IS NULL"
+    else:
+        if tx.conn.execute("SELECT 1 FROM teammates WHERE name = ?", (name,)).fetchone() is None:
+            raise errors.TeammateNotFound(f"no teammate {name!r}", name=name)
+        where, params = "t.name = ?", (name,)
+    before = _closed(tx.conn, where, params)
+    if name == "*":
+        tx.conn.executemany(
+            "UPDATE meta SET value = ? WHERE key = ?",
+            [(budget.max_cost_micros, "budget_cost_micros"), (budget.max_tokens, "budget_tokens")],
+        )
+    else:
+        tx.conn.execute(
+            "UPDATE teammates SET budget_cost_micros = ?, budget_tokens = ? WHERE name = ?",
+            (budget.max_cost_micros, budget.max_tokens, name),
+        )
+    after = _closed(tx.conn, where, params)
+    for teammate in sorted(after.keys() - before.keys()):
+        _exhausted(tx, after[teammate])
+    for teammate in before.keys() - after.keys():
+        tx.wakes.teammates.add(teammate)
+        tx.wakes.may_claim.add(teammate)
+    tx.wakes.note("budget_set", teammate=name, cost_micros=budget.max_cost_micros, tokens=budget.max_tokens)
+    return budget
+
+
+def _closed(conn: sqlite3.Connection, where: str, params: tuple) -> dict[str, BudgetExhausted]:
+    """The teammates (not removed) matching `where` whose budget gate is closed."""
+    rows = conn.execute(
+        f"SELECT {_STANDING} FROM teammates AS t WHERE t.removed = 0 AND {where} AND {GATE_CLOSED_SQL}", params
+    ).fetchall()
+    notices = [BudgetExhausted(*_standing(row)) for row in rows]
+    return {notice.teammate: notice for notice in notices}
+
+
+def of_teammate(conn: sqlite3.Connection, name: str) -> tuple[Usage, Budget]:
+    """A teammate's sums and effective budget."""
+    row = conn.execute(f"SELECT {_STANDING} FROM teammates AS t WHERE t.name = ?", (name,)).fetchone()
+    if row is None:
+        raise errors.TeammateNotFound(f"no teammate {name!r}", name=name)
+    _, spent, budget = _standing(row)
+    return spent, budget
+
+
+def board_total(conn: sqlite3.Connection) -> Usage:
+    """What every teammate ever reported, summed (the board's usage)."""
+    rows = conn.execute("SELECT input_tokens, output_tokens, cost_micros FROM teammates").fetchall()
+    # Summed here, not by SQL's sum(), which fails on overflow; a team is a few rows.
+    return Usage(*(min(sum(column), INT64_MAX) for column in zip(*rows, strict=True))) if rows else Usage()

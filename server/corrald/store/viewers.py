@@ -1,0 +1,34 @@
+"""Viewers: read-only credentials, kept as token hashes."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from .. import errors
+from ..model import Txn, ViewerRecord
+
+
+def add_viewer(tx: Txn, name: str, token_hash: bytes) -> ViewerRecord:
+    if tx.conn.execute("SELECT 1 FROM viewers WHERE name = ?", (name,)).fetchone():
+        raise errors.AlreadyExists(f"viewer {name!r} exists", field="name")
+    tx.conn.execute(
+        "INSERT INTO viewers (name, token_hash, created_ms) VALUES (?, ?, ?)", (name, token_hash, tx.now_ms)
+    )
+    tx.wakes.note("viewer_added", viewer=name)
+    return ViewerRecord(name, tx.now_ms)
+
+
+def remove_viewer(tx: Txn, name: str) -> None:
+    if tx.conn.execute("DELETE FROM viewers WHERE name = ?", (name,)).rowcount == 0:
+        raise errors.NotFound(f"no viewer {name!r}")
+    tx.wakes.note("viewer_removed", viewer=name)
+
+
+def list_viewers(conn: sqlite3.Connection) -> list[ViewerRecord]:
+    rows = conn.execute("SELECT name, created_ms FROM viewers ORDER BY rowid").fetchall()
+    return [ViewerRecord(name, created_ms) for name, created_ms in rows]
+
+
+def credentials(conn: sqlite3.Connection) -> list[tuple[bytes, str]]:
+    """(token hash, name) for every viewer."""
+    return [(digest, name) for digest, name in conn.execute("SELECT token_hash, name FROM viewers")]

@@ -1,0 +1,173 @@
+"""`GET /api/events`: the Watch log as server-sent events, live with no polling.
+
+Each stream is the Watch stream's loop (read the log after the last seq sent,
+send, wait for the wake hub's "board moved"; the reads of all streams are
+shared, see `recent`), written as SSE with `id:` the
+event's seq, so the browser's EventSource resumes with `Last-Event-ID` and
+misses nothing. Stats go out once a second as a `stats` event, one read for
+all streams. What one stream holds unsent is bounded by the socket's buffer:
+a write that cannot drain within `SEND_TIMEOUT_S` ends the stream, and the
+page resumes from its last id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Sized
+
+from aiohttp import web
+from aiohttp_sse import EventSourceResponse
+
+from .. import failpoints
+from ..board import Board, Identity
+from ..wake import WakeHub
+from . import shapes
+from .config import WebConfig
+from .guard import json_error
+from .recent import RecentEvents
+
+log = logging.getLogger("corrald.web")
+
+SEND_TIMEOUT_S = 5.0
+STATS_INTERVAL_S = 1.0
+RETRY_AFTER_S = 5
+RECONNECT_MS = 1000  # how soon a browser whose stream broke tries again
+
+
+class StatsTicker:
+    """The board's stats once a second while any stream is open: one read for them all."""
+
+    def __init__(self, board: Board, hub: WakeHub, clients: Sized) -> None:
+        self._board = board
+        self._hub = hub
+        self._clients = clients
+        self.latest = ""
+        self.tick = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def ensure_running(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="corrald-web-stats")
+
+    async def _run(self) -> None:
+        while self._clients and not self._hub.closing:
+            stats = await self._board.stats()
+            self.latest = json.dumps(shapes.stats(stats, self._hub.open_streams, len(self._clients)))
+            tick, self.tick = self.tick, asyncio.Event()
+            tick.set()
+            await asyncio.sleep(STATS_INTERVAL_S)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+class Feed:
+    def __init__(self, board: Board, hub: WakeHub, config: WebConfig) -> None:
+        self._board = board
+        self._hub = hub
+        self._config = config
+        self._clients: dict[EventSourceResponse, Identity] = {}
+        self._stats = StatsTicker(board, hub, self._clients)
+        self._recent = RecentEvents(board, hub)
+
+    @property
+    def client_count(self) -> int:
+        return len(self._clients)
+
+    def end_for(self, identity: Identity | None = None) -> None:
+        """Ends the open streams of `identity` (every stream with None)."""
+        for stream, holder in list(self._clients.items()):
+            if identity is None or holder == identity:
+                stream.stop_streaming()
+
+    async def close(self) -> None:
+        self.end_for(None)
+        await self._stats.close()
+
+    async def _start_after(self, request: web.Request) -> int | web.Response:
+        text = request.headers.get("Last-Event-ID") or request.query.get("after", "0")
+        if not (text.isascii() and text.isdigit() and len(text) <= 18):
+            return json_error(400, "after (or Last-Event-ID) must be a non-negative integer")
+        after = int(text)
+        if after > await self._board.last_event_seq():
+            return json_error(400, "after is beyond the end of the event log")
+        return after
+
+    async def serve(self, request: web.Request, identity: Identity) -> web.StreamResponse:
+        after = await self._start_after(request)
+        if isinstance(after, web.Response):
+            return after
+        if len(self._clients) >= self._config.feed_clients_max:
+            return json_error(503, "too many open boards", {"Retry-After": str(RETRY_AFTER_S)})
+        stream = EventSourceResponse(ping_interval=self._config.heartbeat_s, send_timeout=SEND_TIMEOUT_S)
+        await stream.prepare(request)
+        self._clients[stream] = identity
+        self._stats.ensure_running()
+        pump = asyncio.create_task(self._pump(stream, after, identity), name="corrald-web-feed")
+        try:
+            await stream.wait()
+        finally:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+            self._clients.pop(stream, None)
+        return stream
+
+    async def _pump(self, stream: EventSourceResponse, after: int, identity: Identity) -> None:
+        sent_point = f"web_event_sent:{identity.name}"  # a failpoint per caller, as for writer jobs
+        try:
+            await stream.send(json.dumps({"after": after}), event="hello", retry=RECONNECT_MS)
+            look = True
+            while not self._hub.closing:
+                moved = self._hub.board_moved()  # taken before reading, so no change slips between
+                if look:
+                    events, more = await self._recent.after(after)
+                    if events:
+                        for _ in events:
+                            failpoints.hit(sent_point)
+                        await _send_all(stream, events)
+                        after = events[-1][0]
+                    if more:
+                        continue
+                tick = self._stats.tick
+                await self._wait(moved, tick)
+                look = moved.is_set()  # a stats tick alone brings no event
+                if tick.is_set() and self._stats.latest:
+                    await stream.send(self._stats.latest, event="stats")
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # noqa: BLE001 (a client gone, a send timed out, a failed read)
+            log.info("ended a board event stream: %s", type(error).__name__)
+            _abort(stream)
+        stream.stop_streaming()
+
+    async def _wait(self, moved: asyncio.Event, tick: asyncio.Event) -> None:
+        waits = [asyncio.ensure_future(self._hub.wait_or_close(moved)), asyncio.ensure_future(tick.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+
+
+async def _send_all(stream: EventSourceResponse, events: list[tuple[int, str]]) -> None:
+    """A page of board events in one write: a commit's events cost each board one
+    send, not one each. The framing is `EventSourceResponse.send`'s, for data that is
+    one line (JSON from json.dumps has no raw line break) and an integer id; the
+    send timeout is the same, and a write that times out drops the connection."""
+    frames = "".join(f"id: {seq}\r\nevent: board\r\ndata: {text}\r\n\r\n" for seq, text in events)
+    async with asyncio.timeout(SEND_TIMEOUT_S):
+        await stream.write(frames.encode())
+
+
+def _abort(stream: EventSourceResponse) -> None:
+    """Drops the connection, so the browser reconnects (with its Last-Event-ID)."""
+    request = stream._req  # the response's own request: aiohttp keeps it while the stream is open
+    if request is not None and request.transport is not None:
+        request.transport.abort()

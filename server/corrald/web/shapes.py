@@ -1,0 +1,123 @@
+"""The JSON the page reads: tasks, teammates, events and stats, small and flat.
+
+A task here has the keys of `store.overview`'s rows, whether it came from the
+snapshot or from an event, so the page has one shape to apply. Long texts are
+cut to previews; the detail (`/api/tasks/{id}`) has the rest, itself cut at
+16 KiB per field and marked truncated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import json_format
+
+from corral.v1 import corral_pb2 as pb
+
+from ..board import BoardStats
+from ..model import TaskState, TeammateRecord
+
+PREVIEW_BYTES = 16 * 1024
+ERROR_CHARS = 1024
+EVENT_TEXT_CHARS = 4096
+
+
+def _ms(parent: Any, field: str) -> int | None:
+    if not parent.HasField(field):
+        return None
+    stamp = getattr(parent, field)
+    return stamp.seconds * 1000 + stamp.nanos // 1_000_000
+
+
+def _cut(text: str, chars: int) -> str:
+    return text if len(text) <= chars else text[:chars] + "…"
+
+
+def preview(data: bytes | str) -> dict[str, object]:
+    """At most 16 KiB of a text or blob, as text, with whether it was cut and its full size."""
+    raw = data.encode() if isinstance(data, str) else data
+    shown = raw[:PREVIEW_BYTES].decode("utf-8", errors="replace")
+    return {"text": shown, "truncated": len(raw) > PREVIEW_BYTES, "bytes": len(raw)}
+
+
+def task(t: pb.Task) -> dict[str, object]:
+    return {
+        "seq": t.seq,
+        "id": t.id,
+        "title": t.title,
+        "state": pb.TaskState.Name(t.state).removeprefix("TASK_STATE_"),
+        "owner": t.owner,
+        "attempt": t.attempt,
+        "max_attempts": t.max_attempts,
+        "priority": t.priority,
+        "required_role": t.required_role,
+        "lease_expire_ms": _ms(t, "lease_expire_time"),
+        "finish_ms": _ms(t, "finish_time"),
+        "ready_ms": _ms(t, "ready_time"),
+        "create_ms": _ms(t, "create_time"),
+        "error": _cut(t.error, ERROR_CHARS),
+        "progress": t.progress,
+        "progress_fraction": t.progress_fraction if t.HasField("progress_fraction") else None,
+        "depends_on": list(t.depends_on),
+    }
+
+
+def teammate(record: TeammateRecord, last_activity_ms: int | None = None) -> dict[str, object]:
+    usage, budget = record.usage, record.budget
+    return {
+        "name": record.name,
+        "roles": list(record.roles),
+        "status": record.status.name,
+        "held": list(record.held_task_ids),
+        "last_activity_ms": last_activity_ms,
+        "usage": {
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cost_micros": usage.cost_micros,
+        },
+        "budget": {"max_cost_micros": budget.max_cost_micros, "max_tokens": budget.max_tokens},
+    }
+
+
+def event(response: pb.WatchResponse) -> dict[str, object]:
+    """One Watch event for the page; its `seq` is also the SSE id."""
+    shaped: dict[str, object] = {"seq": response.seq, "time_ms": _ms(response, "time")}
+    kind = response.WhichOneof("event")
+    if kind == "task_changed":
+        shaped.update(kind="task", task=task(response.task_changed))
+    elif kind == "teammate_changed":
+        changed = response.teammate_changed
+        shaped.update(
+            kind="teammate",
+            name=changed.teammate.name,
+            roles=list(changed.teammate.roles),
+            status=pb.TeammateStatus.Name(changed.status).removeprefix("TEAMMATE_STATUS_"),
+            reason=pb.TeammateChangeReason.Name(changed.reason).removeprefix("TEAMMATE_CHANGE_REASON_").lower(),
+        )
+    elif kind == "message":
+        message = response.message
+        shaped.update(kind="message", sender=message.sender, body=_cut(message.body, EVENT_TEXT_CHARS))
+    elif kind == "plan_submitted":
+        plan = response.plan_submitted
+        shaped.update(kind="plan", plan_id=plan.plan_id, author=plan.author, plan=_cut(plan.plan, PREVIEW_BYTES))
+    else:
+        detail = json_format.MessageToDict(getattr(response, kind), preserving_proto_field_name=True) if kind else {}
+        shaped.update(kind=kind or "unknown", detail=detail)
+    return shaped
+
+
+def stats(board: BoardStats, open_streams: int, feed_clients: int) -> dict[str, object]:
+    writer = board.writer
+    return {
+        "tasks_by_state": {TaskState(s).name: n for s, n in board.tasks_by_state.items()},
+        "teammates_by_status": {s.name: n for s, n in board.teammates_by_status.items()},
+        "queue_depth": writer.queue_depth,
+        "queue_depth_p99": writer.queue_depth_p99,
+        "commits": writer.commits,
+        "mean_batch_size": writer.mean_batch_size,
+        "busy_retries": writer.busy_retries,
+        "commit_latency_p99_ms": writer.commit_latency_p99_ms,
+        "level": writer.level,
+        "open_streams": open_streams,
+        "boards_open": feed_clients,
+    }

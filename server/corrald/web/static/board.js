@@ -1,0 +1,681 @@
+// The corral web board: a snapshot, then the live event stream, drawn once per frame.
+// Every string that came from a client reaches the DOM through textContent only.
+
+const $ = (id) => document.getElementById(id);
+const STATES = ["PENDING", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELED"];
+const FINAL = new Set(["COMPLETED", "FAILED", "CANCELED"]);
+const EVENTS_SHOWN = 400;
+const TABLE_PAGE = 100;
+
+// The board as the page knows it; window.corral lets tests read what it applied.
+const board = {
+  tasks: new Map(), offGraph: new Map(), dependents: new Map(), teammates: new Map(), claims: [], plans: new Map(), problems: new Map(),
+  seq: 0, seqs: [], trace: [], frontier: false, taskCount: 0, session: null, stats: null, skew: 0,
+};
+window.corral = board;
+board.graphLabel = (id) => graph.cy?.getElementById(id).data("label") ?? null;
+
+function el(tag, text, cls) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (cls) node.className = cls;
+  return node;
+}
+
+function nowMs() { return Date.now() + board.skew; }
+
+function ago(ms) {
+  if (ms === null || ms === undefined) return "—";
+  const s = Math.max(0, Math.round((nowMs() - ms) / 1000));
+  return s < 90 ? `${s}s` : s < 5400 ? `${Math.round(s / 60)}m` : `${Math.round(s / 3600)}h`;
+}
+
+function clock(ms) { return new Date(ms).toLocaleTimeString(); }
+
+// A PENDING task is ready when every dependency the page knows is COMPLETED.
+function shownState(task) {
+  if (task.state !== "PENDING") return task.state.toLowerCase();
+  const waiting = task.depends_on.some((dep) => (board.tasks.get(dep)?.state ?? "COMPLETED") !== "COMPLETED");
+  const gated = task.ready_ms && task.ready_ms > nowMs();
+  return waiting || gated ? "blocked" : "ready";
+}
+
+// ---------------------------------------------------------------- login
+
+async function login(body) {
+  const response = await fetch("/login", {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+    credentials: "same-origin",
+  });
+  if (response.ok) { location.replace("/"); return; }
+  const answer = await response.json().catch(() => ({}));
+  $("login-error").textContent = answer.error || `login refused (${response.status})`;
+}
+
+function showLogin() {
+  $("login").hidden = false;
+  // A link's fragment carries the token or a one-time ticket; it never reached the
+  // server, and it leaves the address bar before anything else happens.
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  history.replaceState(null, "", "/login");
+  const token = fragment.get("token"), ticket = fragment.get("ticket");
+  if (token) login({ token });
+  else if (ticket) login({ ticket });
+  $("login-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    login({ token: $("login-token").value });
+    $("login-token").value = "";
+  });
+}
+
+// ---------------------------------------------------------------- frame batching
+
+const dirty = { tasks: new Set(), teammates: new Set(), layout: false, header: false, events: [], timeline: false };
+let frameAsked = false;
+
+// One flush per animation frame; a hidden page gets no frames, so a timer stands in.
+let frameTimer = null;
+function schedule() {
+  if (frameAsked) return;
+  frameAsked = true;
+  requestAnimationFrame(flush);
+  frameTimer = setTimeout(flush, 100);
+}
+
+// Layout runs only when tasks were added, and at most once a second while they keep coming.
+const LAYOUT_SPACING_MS = 1000;
+let lastLayout = -Infinity, layoutTimer = null;
+
+function flush() {
+  if (!frameAsked) return;
+  frameAsked = false;
+  clearTimeout(frameTimer);
+  if (dirty.layout) {
+    const wait = lastLayout + LAYOUT_SPACING_MS - performance.now();
+    if (wait <= 0) { graph.rebuild(); lastLayout = performance.now(); dirty.layout = false; }
+    else if (!layoutTimer) layoutTimer = setTimeout(() => { layoutTimer = null; dirty.layout = true; schedule(); }, wait);
+  }
+  for (const id of dirty.tasks) { graph.restyle(id); tables.task(id); tables.failure(id); }
+  for (const name of dirty.teammates) tables.teammate(name);
+  if (dirty.events.length) eventsView.add(dirty.events);
+  if (dirty.header || dirty.tasks.size) header.draw();
+  if (dirty.timeline) timeline.draw();
+  dirty.tasks.clear(); dirty.teammates.clear(); dirty.events = [];
+  dirty.header = dirty.timeline = false;
+  board.applied = board.seq;
+}
+
+// ---------------------------------------------------------------- applying
+
+function putTask(task) {
+  const known = board.tasks.get(task.id);
+  const before = known?.state;
+  if (!known) {
+    if (board.frontier || board.tasks.size >= board.graphMax) {
+      if (!board.frontier) enterFrontier();
+      // Past the graph's bound the page follows the frontier it drew, and the table's page.
+      if (!board.offGraph.has(task.id)) board.taskCount += 1;
+      board.offGraph.set(task.id, task);
+      dirty.tasks.add(task.id);
+      trackProblem(task);
+      return undefined;
+    }
+    dirty.layout = true;
+    for (const dep of task.depends_on) {
+      if (!board.dependents.has(dep)) board.dependents.set(dep, new Set());
+      board.dependents.get(dep).add(task.id);
+    }
+  }
+  board.tasks.set(task.id, task);
+  dirty.tasks.add(task.id);
+  // Dependents may have turned ready.
+  if (before !== task.state && task.state === "COMPLETED") {
+    for (const id of board.dependents.get(task.id) || []) dirty.tasks.add(id);
+  }
+  trackProblem(task);
+  return known;
+}
+
+function trackProblem(task) {
+  if (task.state === "FAILED" || task.state === "CANCELED") board.problems.set(task.id, task);
+  else board.problems.delete(task.id);
+}
+
+function enterFrontier() {
+  board.frontier = true;
+  $("graph-note").hidden = false;
+  $("graph-note").textContent = `more than ${board.graphMax.toLocaleString()} tasks: reload for the frontier of the board`;
+}
+
+function trackClaim(task, previous, atMs) {
+  const before = previous?.state;
+  if (task.state === "IN_PROGRESS" && before !== "IN_PROGRESS") {
+    board.claims.push({ task: task.id, teammate: task.owner, attempt: task.attempt, claim_ms: atMs, end_ms: null, outcome: "" });
+  } else if (before === "IN_PROGRESS" && task.state !== "IN_PROGRESS") {
+    const open = [...board.claims].reverse().find((c) => c.task === task.id && c.end_ms === null);
+    if (open) { open.end_ms = atMs; open.outcome = task.state === "COMPLETED" ? "COMPLETED" : task.state === "FAILED" ? "FAILED" : "ENDED"; }
+  }
+  dirty.timeline = true;
+}
+
+function applyEvent(event) {
+  board.seq = event.seq;
+  board.seqs.push(event.seq);
+  board.trace.push([event.seq, event.kind, event.task?.id ?? null, event.task?.state ?? null]);
+  if (event.kind === "task") {
+    const previous = putTask(event.task);
+    trackClaim(event.task, previous, event.time_ms);
+    if (previous?.state === "IN_PROGRESS") hold(previous.owner, previous.id, false, event.time_ms);
+    if (event.task.state === "IN_PROGRESS") hold(event.task.owner, event.task.id, true, event.time_ms);
+  } else if (event.kind === "teammate") {
+    const known = board.teammates.get(event.name) || { name: event.name, roles: event.roles, held: [], usage: {}, budget: {} };
+    known.status = event.status;
+    known.last_activity_ms = event.time_ms;
+    board.teammates.set(event.name, known);
+    dirty.teammates.add(event.name);
+  } else if (event.kind === "plan") {
+    board.plans.set(event.author, { plan_id: event.plan_id, author: event.author, plan: event.plan, submit_ms: event.time_ms });
+    tables.plans();
+  }
+  dirty.events.push(event);
+  dirty.header = true;
+  schedule();
+}
+
+function hold(name, taskId, holds, atMs) {
+  const mate = board.teammates.get(name);
+  if (!mate) return;
+  mate.last_activity_ms = atMs;
+  const held = new Set(mate.held || []);
+  if (holds) held.add(taskId); else held.delete(taskId);
+  mate.held = [...held];
+  dirty.teammates.add(name);
+}
+
+function applySnapshot(snap) {
+  board.seq = snap.seq;
+  board.snapshotSeq = snap.seq;
+  board.frontier = snap.frontier;
+  board.taskCount = snap.task_count;
+  board.graphMax = snap.graph_nodes_max;
+  board.frontier = false;  // putTask adds every task of the snapshot
+  board.session = snap.session;
+  board.stats = snap.stats;
+  board.skew = snap.now_ms - Date.now();
+  board.tasks.clear(); board.offGraph.clear(); board.dependents.clear(); board.problems.clear(); board.teammates.clear(); board.plans.clear();
+  for (const task of snap.tasks) putTask(task);
+  board.frontier = snap.frontier;
+  board.taskCount = snap.task_count;
+  for (const task of snap.problems) board.problems.set(task.id, task);
+  for (const mate of snap.teammates) board.teammates.set(mate.name, mate);
+  for (const plan of snap.plans) board.plans.set(plan.author, plan);
+  board.claims = snap.claims;
+  $("who").textContent = `${snap.session.name}${snap.session.actions ? " · actions on" : " · read-only"}`;
+  $("graph-note").hidden = !snap.frontier;
+  $("graph-note").textContent = snap.frontier
+    ? `${snap.task_count.toLocaleString()} tasks: the graph shows the frontier (${snap.tasks.length.toLocaleString()} unfinished tasks and their dependencies)`
+    : "";
+  dirty.layout = true;
+  tables.rebuild();
+  tables.plans();
+  dirty.header = dirty.timeline = true;
+  schedule();
+}
+
+// ---------------------------------------------------------------- header
+
+const header = {
+  draw() {
+    const counts = Object.fromEntries(STATES.map((s) => [s, 0]));
+    let ready = 0, blocked = 0;
+    const source = board.frontier && board.stats ? null : board.tasks;
+    if (source) {
+      for (const task of source.values()) {
+        counts[task.state] += 1;
+        if (task.state === "PENDING") shownState(task) === "ready" ? ready++ : blocked++;
+      }
+    } else {
+      Object.assign(counts, board.stats.tasks_by_state);
+    }
+    const shown = [["blocked", blocked], ["ready", ready], ["in_progress", counts.IN_PROGRESS],
+      ["completed", counts.COMPLETED], ["failed", counts.FAILED], ["canceled", counts.CANCELED]];
+    if (!source) shown.splice(0, 2, ["pending", counts.PENDING]);
+    const box = $("counts");
+    box.replaceChildren(...shown.map(([name, n]) => el("span", `${n} ${name.replace("_", " ")}`, `count ${name}`)));
+    const total = STATES.reduce((sum, s) => sum + (counts[s] || 0), 0);
+    const done = (counts.COMPLETED || 0) + (counts.FAILED || 0) + (counts.CANCELED || 0);
+    $("progress").value = total ? done / total : 0;
+    $("progress-text").textContent = total ? `${done}/${total}` : "no tasks";
+  },
+  health(stats) {
+    board.stats = stats;
+    const rows = [
+      ["queue", `${stats.queue_depth} (p99 ${Number(stats.queue_depth_p99).toFixed(0)})`, stats.queue_depth > 50],
+      ["commits/s", rate(stats.commits).toFixed(0), false],
+      ["batch", Number(stats.mean_batch_size).toFixed(1), false],
+      ["busy", stats.busy_retries, stats.busy_retries > 0],
+      ["streams", stats.open_streams, false],
+    ];
+    $("health").replaceChildren(...rows.map(([name, value, warn]) => {
+      const item = el("div", null, warn ? "warn" : "");
+      item.append(el("dt", name), el("dd", value));
+      return item;
+    }));
+    if (board.frontier) header.draw();
+  },
+};
+
+let lastCommits = null;
+function rate(commits) {
+  const now = performance.now();
+  const value = lastCommits ? ((commits - lastCommits.n) * 1000) / Math.max(1, now - lastCommits.at) : 0;
+  lastCommits = { n: commits, at: now };
+  return value;
+}
+
+// ---------------------------------------------------------------- graph
+
+const graph = {
+  cy: null,
+  build() {
+    if (!window.cytoscape) return;
+    this.cy = window.cytoscape({
+      container: $("graph"),
+      minZoom: 0.05,
+      style: [
+        { selector: "node", style: {
+          "background-color": "data(color)", label: "data(label)", color: "#dfe6ee", "font-size": 10,
+          "text-valign": "bottom", "text-margin-y": 3, "text-wrap": "ellipsis", "text-max-width": 120,
+          width: 18, height: 18, "border-width": 0 } },
+        { selector: "node.in_progress", style: { width: 22, height: 22, "border-width": 3, "border-color": "#fde68a",
+          "text-wrap": "wrap", "font-weight": "bold" } },
+        { selector: "node:selected", style: { "border-width": 3, "border-color": "#38bdf8" } },
+        { selector: "edge", style: { width: 1.2, "line-color": "#3a4658", "target-arrow-color": "#3a4658",
+          "target-arrow-shape": "triangle", "arrow-scale": 0.7, "curve-style": "bezier" } },
+      ],
+    });
+    this.cy.on("tap", "node", (event) => drawer.open(event.target.id()));
+  },
+  colors: { blocked: "#5b6676", ready: "#3b82f6", in_progress: "#f59e0b", completed: "#22c55e", failed: "#ef4444", canceled: "#a855f7" },
+  data(task) {
+    const shown = shownState(task);
+    let label = task.title || task.id;
+    if (task.state === "IN_PROGRESS") {
+      const left = task.lease_expire_ms ? Math.max(0, Math.round((task.lease_expire_ms - nowMs()) / 1000)) : "?";
+      const pct = task.progress_fraction !== null && task.progress_fraction !== undefined ? ` ${Math.round(task.progress_fraction * 100)}%` : "";
+      label = `${label}\n${task.owner} · ${left}s${pct}`;
+    }
+    return { id: task.id, label, color: this.colors[shown], shown };
+  },
+  rebuild() {
+    if (!this.cy) return;
+    const began = performance.now();
+    const tasks = [...board.tasks.values()].slice(0, board.graphMax);
+    const ids = new Set(tasks.map((t) => t.id));
+    const elements = tasks.map((t) => ({ group: "nodes", data: this.data(t), classes: shownState(t) }));
+    for (const t of tasks) for (const dep of t.depends_on) {
+      if (ids.has(dep)) elements.push({ group: "edges", data: { id: `${dep}->${t.id}`, source: dep, target: t.id } });
+    }
+    this.cy.batch(() => { this.cy.elements().remove(); this.cy.add(elements); });
+    // dagre's default ranker (network simplex) grows fast with the graph; longest-path
+    // ranks a big graph in a fraction of the time, with a layering as readable here.
+    const ranker = tasks.length > 300 ? "longest-path" : "network-simplex";
+    this.cy.layout({ name: window.cytoscapeDagre ? "dagre" : "breadthfirst", rankDir: "LR", nodeSep: 14, rankSep: 60, ranker,
+      animate: false, fit: true, padding: 24 }).run();
+    board.timing = { ...(board.timing || {}), layout_ms: Math.round(performance.now() - began) };
+  },
+  restyle(id) {
+    if (!this.cy) return;
+    const node = this.cy.getElementById(id);
+    const task = board.tasks.get(id);
+    if (!node.nonempty() || !task) return;
+    const data = this.data(task);
+    node.data(data);
+    node.classes(data.shown);
+  },
+  tickLeases() {
+    if (!this.cy) return;
+    this.cy.batch(() => { for (const t of board.tasks.values()) if (t.state === "IN_PROGRESS") this.restyle(t.id); });
+  },
+};
+
+// ---------------------------------------------------------------- tables
+
+const tables = {
+  page: { after: [0], rows: [] },
+  rowFor(tbody, attr, key) { return tbody.querySelector(`tr[${attr}="${CSS.escape(key)}"]`); },
+  fillTask(row, task) {
+    const shown = shownState(task);
+    row.dataset.taskId = task.id;
+    row.dataset.state = task.state;
+    row.dataset.shown = shown;
+    const state = el("span", shown.replace("_", " "), `state ${shown}`);
+    const progress = el("td");
+    if (task.state === "IN_PROGRESS" && task.progress_fraction !== null && task.progress_fraction !== undefined) {
+      const meter = el("meter"); meter.value = task.progress_fraction; progress.append(meter, " ");
+    }
+    progress.append(task.state === "IN_PROGRESS" ? task.progress || "" : "");
+    const stateCell = el("td"); stateCell.append(state);
+    row.replaceChildren(el("td", task.id), el("td", task.title), stateCell, el("td", task.owner), el("td", task.attempt), progress);
+  },
+  rebuild() {
+    const tbody = $("tasks").tBodies[0];
+    if (board.frontier) { this.loadPage(0); return; }
+    tbody.replaceChildren(...[...board.tasks.values()].map((task) => { const row = el("tr"); this.fillTask(row, task); return row; }));
+    $("page-text").textContent = `${board.tasks.size} tasks`;
+    $("page-prev").hidden = $("page-next").hidden = true;
+    this.failures();
+  },
+  async loadPage(index) {
+    const after = this.page.after[index] ?? 0;
+    const response = await fetch(`/api/tasks?after=${after}&limit=${TABLE_PAGE}`, { credentials: "same-origin" });
+    if (!response.ok) return;
+    const page = await response.json();
+    this.page.index = index;
+    if (page.next_after !== null) this.page.after[index + 1] = page.next_after;
+    const tbody = $("tasks").tBodies[0];
+    tbody.replaceChildren(...page.tasks.map((task) => {
+      const live = board.tasks.get(task.id) || board.offGraph.get(task.id) || task;
+      const row = el("tr"); this.fillTask(row, live); return row;
+    }));
+    $("page-text").textContent = `page ${index + 1} of ${Math.ceil(board.taskCount / TABLE_PAGE)} · ${board.taskCount.toLocaleString()} tasks`;
+    $("page-prev").hidden = $("page-next").hidden = false;
+    $("page-prev").disabled = index === 0;
+    $("page-next").disabled = page.next_after === null;
+    $("tasks").dataset.page = String(index + 1);
+    this.failures();
+  },
+  task(id) {
+    const task = board.tasks.get(id) || board.offGraph.get(id);
+    const tbody = $("tasks").tBodies[0];
+    let row = this.rowFor(tbody, "data-task-id", id);
+    if (!row && !board.frontier) { row = el("tr"); tbody.append(row); }
+    if (row && task) this.fillTask(row, task);
+  },
+  failure(id) {
+    const tbody = $("failures").tBodies[0];
+    const row = this.rowFor(tbody, "data-task-id", id);
+    const task = board.problems.get(id);
+    if (!task) { row?.remove(); } else {
+      const fresh = row || el("tr");
+      fresh.dataset.taskId = task.id; fresh.dataset.state = task.state;
+      const cell = el("td"); cell.append(el("span", task.state.toLowerCase(), `state ${task.state.toLowerCase()}`));
+      fresh.replaceChildren(el("td", task.id), el("td", task.title), cell, el("td", task.error, "err"));
+      if (!row) tbody.prepend(fresh);
+    }
+    $("failure-count").textContent = board.problems.size ? String(board.problems.size) : "";
+  },
+  failures() {
+    $("failures").tBodies[0].replaceChildren();
+    for (const id of board.problems.keys()) this.failure(id);
+  },
+  teammate(name) {
+    const mate = board.teammates.get(name);
+    const tbody = $("teammates").tBodies[0];
+    const row = this.rowFor(tbody, "data-teammate", name) || tbody.appendChild(el("tr"));
+    row.dataset.teammate = name;
+    row.dataset.status = mate.status;
+    const usage = mate.usage || {}, budget = mate.budget || {};
+    const tokens = (usage.input_tokens || 0) + (usage.output_tokens || 0);
+    const budgetLeft = budget.max_tokens ? `${Math.max(0, budget.max_tokens - tokens)} tok left`
+      : budget.max_cost_micros ? `$${(Math.max(0, budget.max_cost_micros - (usage.cost_micros || 0)) / 1e6).toFixed(2)} left` : "—";
+    const online = !["OFFLINE", "REMOVED"].includes(mate.status);
+    const nameCell = el("td", mate.name);
+    if ((mate.roles || []).length) nameCell.append(el("span", ` ${mate.roles.join(", ")}`, "muted"));
+    const budgetCell = el("td", budgetLeft);
+    if (board.session?.actions) {
+      const raise = budgetButton(mate.name, budget);
+      const kept = row.querySelector("button[data-action='set-budget']");
+      budgetCell.append(" ", kept && kept.dataset.done ? kept : raise);
+    }
+    row.replaceChildren(
+      nameCell, el("td", mate.status.toLowerCase().replace("_", " "), `status-${mate.status.toLowerCase()}`),
+      el("td", (mate.held || []).join(", ") || "—"), el("td", ago(mate.last_activity_ms)),
+      el("td", online ? "open" : "—"), el("td", tokens ? `${tokens} tok` : usage.cost_micros ? `$${(usage.cost_micros / 1e6).toFixed(2)}` : "—"),
+      budgetCell,
+    );
+  },
+  teammates() {
+    $("teammates").tBodies[0].replaceChildren();
+    for (const name of board.teammates.keys()) this.teammate(name);
+  },
+  plans() {
+    const list = $("plans");
+    const open = [...board.plans.values()];
+    list.replaceChildren(...(open.length ? open.map((plan) => {
+      const item = el("li");
+      item.dataset.planId = plan.plan_id;
+      item.dataset.author = plan.author;
+      item.append(el("strong", plan.author), el("span", ` · plan ${plan.plan_id} · ${clock(plan.submit_ms)}`, "muted"), el("pre", plan.plan));
+      if (board.session?.actions) {
+        item.append(actionButton("approve", "decide-plan", { plan_id: plan.plan_id, approve: true, feedback: "" }),
+          actionButton("reject", "decide-plan", { plan_id: plan.plan_id, approve: false, feedback: "rejected from the board" }));
+      }
+      return item;
+    }) : [el("li", "none", "muted")]));
+  },
+};
+
+// ---------------------------------------------------------------- actions
+
+function actionButton(label, name, body) {
+  const button = el("button", label);
+  button.type = "button";
+  button.dataset.action = name;
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    const response = await fetch(`/api/actions/${name}`, {
+      method: "POST", credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-Corral-CSRF": board.session.csrf }, body: JSON.stringify(body),
+    });
+    const answer = await response.json().catch(() => ({}));
+    button.textContent = response.ok ? `${label} ✓` : `${label}: ${answer.error || response.status}`;
+    button.dataset.done = response.ok ? "ok" : "refused";
+    if (name === "decide-plan" && response.ok) { board.plans.delete([...board.plans.values()].find((p) => p.plan_id === body.plan_id)?.author); }
+  });
+  return button;
+}
+
+// A token budget, asked for in a dialog (its answer is a number, never markup).
+function budgetButton(name, budget) {
+  const button = el("button", "raise");
+  button.type = "button";
+  button.dataset.action = "set-budget";
+  button.addEventListener("click", async () => {
+    const answer = window.prompt(`New token budget for ${name} (0: no limit)`, String((budget.max_tokens || 50000) * 2));
+    if (answer === null || !/^\d+$/.test(answer.trim())) return;
+    const response = await fetch("/api/actions/set-budget", {
+      method: "POST", credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-Corral-CSRF": board.session.csrf },
+      body: JSON.stringify({ teammate: name, max_tokens: Number(answer.trim()), max_cost_micros: budget.max_cost_micros || 0 }),
+    });
+    button.dataset.done = response.ok ? "ok" : "refused";
+    button.textContent = response.ok ? "raised ✓" : "refused";
+    const mate = board.teammates.get(name);
+    if (response.ok && mate) { mate.budget = { ...(mate.budget || {}), max_tokens: Number(answer.trim()) }; }
+  });
+  return button;
+}
+
+// ---------------------------------------------------------------- drawer
+
+const drawer = {
+  current: null,
+  async open(id) {
+    this.current = id;
+    const response = await fetch(`/api/tasks/${encodeURIComponent(id)}`, { credentials: "same-origin" });
+    if (!response.ok || this.current !== id) return;
+    const task = await response.json();
+    $("drawer").hidden = false;
+    $("drawer").dataset.taskId = id;
+    $("d-title").textContent = task.title;
+    $("d-id").textContent = task.id;
+    $("d-state").textContent = shownState(task).replace("_", " ");
+    const fields = [["attempt", `${task.attempt} of ${task.max_attempts}`], ["owner", task.owner || "—"],
+      ["lease ends", task.lease_expire_ms ? `${clock(task.lease_expire_ms)} (${Math.round((task.lease_expire_ms - nowMs()) / 1000)}s)` : "—"],
+      ["fence", task.fence ?? "—"], ["priority", task.priority], ["depends on", task.depends_on.join(", ") || "—"],
+      ["progress", task.progress || "—"], ["error", task.error || "—"]];
+    $("d-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", k), el("dd", v)]));
+    for (const part of ["description", "payload", "result"]) {
+      const p = task[part];
+      $(`d-${part}`).textContent = p.bytes ? p.text + (p.truncated ? `\n… (truncated, ${p.bytes} bytes in all)` : "") : "—";
+    }
+    $("d-attempts").replaceChildren(...task.attempts.map((a) => {
+      const row = el("tr");
+      const held = a.end_ms ? `${((a.end_ms - a.claim_ms) / 1000).toFixed(1)}s` : "live";
+      row.append(el("td", a.attempt), el("td", a.owner), el("td", a.fence), el("td", held), el("td", (a.outcome || "live").toLowerCase()), el("td", a.error));
+      return row;
+    }));
+    const actions = $("d-actions");
+    actions.replaceChildren();
+    if (board.session?.actions) {
+      if (!FINAL.has(task.state)) actions.append(actionButton("cancel task", "cancel-task", { task_id: id }));
+      if (task.state === "IN_PROGRESS") {
+        actions.append(actionButton("revoke claim", "revoke-claim", { task_id: id, reason: "revoked from the board" }));
+        actions.append(actionButton(`shut down ${task.owner}`, "request-shutdown", { teammate: task.owner, reason: "asked from the board" }));
+      }
+    }
+  },
+  close() { this.current = null; $("drawer").hidden = true; },
+};
+
+// ---------------------------------------------------------------- events list
+
+const eventsView = {
+  kept: [],  // the latest events, newest last, whatever the filter shows
+  describe(e) {
+    if (e.kind === "task") return `${e.task.id} → ${e.task.state.toLowerCase()}${e.task.owner ? ` (${e.task.owner})` : ""}${e.task.error ? `: ${e.task.error}` : ""}`;
+    if (e.kind === "teammate") return `${e.name} ${e.status.toLowerCase()} (${e.reason})`;
+    if (e.kind === "message") return `${e.sender}: ${e.body}`;
+    if (e.kind === "plan") return `${e.author} submitted plan ${e.plan_id}`;
+    return JSON.stringify(e.detail || {});
+  },
+  item(e) {
+    const item = el("li");
+    item.dataset.seq = String(e.seq);
+    item.dataset.kind = e.kind;
+    item.append(el("span", e.seq, "seq"), el("span", e.kind, "kind"), el("span", this.describe(e), "text"));
+    return item;
+  },
+  add(events) {
+    this.kept.push(...events);
+    if (this.kept.length > EVENTS_SHOWN) this.kept.splice(0, this.kept.length - EVENTS_SHOWN);
+    if ($("event-pause").checked) return;
+    const kind = $("event-kind").value;
+    const list = $("events");
+    list.prepend(...events.filter((e) => !kind || e.kind === kind).reverse().map((e) => this.item(e)));
+    while (list.childElementCount > EVENTS_SHOWN) list.lastElementChild.remove();
+  },
+  redraw() {
+    const kind = $("event-kind").value;
+    $("events").replaceChildren(...this.kept.filter((e) => !kind || e.kind === kind).reverse().map((e) => this.item(e)));
+  },
+};
+
+// ---------------------------------------------------------------- timeline
+
+const timeline = {
+  draw() {
+    const canvas = $("timeline");
+    if (canvas.offsetParent === null) return;
+    const ratio = window.devicePixelRatio || 1;
+    const width = canvas.clientWidth, lanes = [...board.teammates.keys()];
+    const laneHeight = 22, top = 18;
+    const height = Math.max(120, top + lanes.length * laneHeight + 10);
+    canvas.style.height = `${height}px`;
+    canvas.width = width * ratio; canvas.height = height * ratio;
+    const g = canvas.getContext("2d");
+    g.scale(ratio, ratio);
+    g.clearRect(0, 0, width, height);
+    const now = nowMs();
+    const claims = board.claims;
+    // The last minute, scrolling; or the whole run (also while it is shorter than a minute).
+    const first = claims.length ? claims[0].claim_ms : now - 60_000;
+    const start = $("timeline-all").checked ? first : Math.max(first, now - 60_000);
+    const span = Math.max(1000, now - start), left = 90, plot = width - left - 8;
+    const x = (ms) => left + ((ms - start) / span) * plot;
+    g.font = "11px system-ui"; g.fillStyle = "#8897a8";
+    for (let i = 0; i < 4; i++) { const t = start + (span * i) / 4; g.fillText(clock(t), x(t), 12); }
+    const colors = { COMPLETED: "#22c55e", FAILED: "#ef4444", ENDED: "#a855f7", "": "#f59e0b" };
+    lanes.forEach((name, i) => {
+      const y = top + i * laneHeight;
+      g.fillStyle = "#8897a8"; g.fillText(name.slice(0, 12), 4, y + 14);
+      g.fillStyle = "#1c2531"; g.fillRect(left, y + 3, plot, laneHeight - 6);
+      for (const c of claims) {
+        if (c.teammate !== name) continue;
+        const end = c.end_ms ?? now;
+        if (end < start) continue;
+        const outcome = c.end_ms === null ? "" : c.outcome === "COMPLETED" ? "COMPLETED" : c.outcome === "FAILED" ? "FAILED" : c.outcome ? "ENDED" : "";
+        g.fillStyle = colors[outcome] ?? colors.ENDED;
+        g.fillRect(Math.max(left, x(c.claim_ms)), y + 4, Math.max(2, x(end) - Math.max(left, x(c.claim_ms)) - 1), laneHeight - 8);
+      }
+    });
+  },
+};
+
+// ---------------------------------------------------------------- live feed
+
+let source = null;
+let downSince = null;
+
+function setConn(state, text) {
+  const conn = $("conn");
+  conn.dataset.conn = state;
+  conn.textContent = text;
+}
+
+function connect() {
+  source?.close();
+  source = new EventSource(`/api/events?after=${board.seq}`);
+  source.addEventListener("open", () => { downSince = null; setConn("live", "live"); });
+  source.addEventListener("board", (message) => {
+    const event = JSON.parse(message.data);
+    if (event.seq <= board.seq) return;  // never applied twice
+    applyEvent(event);
+  });
+  source.addEventListener("stats", (message) => header.health(JSON.parse(message.data)));
+  source.addEventListener("error", () => {
+    downSince = downSince ?? Date.now();
+    setConn("reconnecting", `reconnecting since ${clock(downSince)}`);
+    if (source.readyState === EventSource.CLOSED) setTimeout(resume, 1000);
+  });
+}
+
+// The browser gave up (the daemon answered with an error): ask again, and if the
+// session is gone, say so.
+async function resume() {
+  const response = await fetch("/api/board", { credentials: "same-origin" }).catch(() => null);
+  if (response && response.status === 401) { setConn("ended", "session ended: log in again"); source?.close(); return; }
+  if (!response || !response.ok) { setTimeout(resume, 2000); return; }
+  connect();
+}
+
+async function start() {
+  if (location.pathname === "/login") { showLogin(); return; }
+  const response = await fetch("/api/board", { credentials: "same-origin" });
+  if (response.status === 401) { location.replace("/login"); return; }
+  $("board").hidden = false;
+  graph.build();
+  applySnapshot(await response.json());
+  tables.teammates();
+  connect();
+  setInterval(() => { graph.tickLeases(); tables.teammates(); if (!$("tab-timeline").hidden) timeline.draw(); }, 1000);
+  for (const tab of document.querySelectorAll("[data-tab]")) {
+    tab.addEventListener("click", () => {
+      for (const other of document.querySelectorAll("[data-tab]")) other.setAttribute("aria-selected", String(other === tab));
+      for (const panel of document.querySelectorAll(".tab")) panel.hidden = panel.id !== `tab-${tab.dataset.tab}`;
+      if (tab.dataset.tab === "timeline") timeline.draw();
+    });
+  }
+  $("drawer-close").addEventListener("click", () => drawer.close());
+  $("tasks").addEventListener("click", (event) => { const row = event.target.closest("tr[data-task-id]"); if (row) drawer.open(row.dataset.taskId); });
+  $("failures").addEventListener("click", (event) => { const row = event.target.closest("tr[data-task-id]"); if (row) drawer.open(row.dataset.taskId); });
+  $("page-prev").addEventListener("click", () => tables.loadPage(Math.max(0, tables.page.index - 1)));
+  $("page-next").addEventListener("click", () => tables.loadPage(tables.page.index + 1));
+  $("timeline-all").addEventListener("change", () => timeline.draw());
+  $("event-kind").addEventListener("change", () => eventsView.redraw());
+  $("event-pause").addEventListener("change", () => { if (!$("event-pause").checked) eventsView.redraw(); });
+  document.body.dataset.ready = "true";
+}
+
+start();

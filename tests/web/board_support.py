@@ -1,0 +1,111 @@
+"""Helpers for the web board tests: a real corrald serving the web board (`--web 127.0.0.1:0`, the URL read from its
+ready line), the Lead connected to it, and a Chromium driven by Playwright.
+
+The browser is the machine's own (`/usr/bin/chromium`, put there by `make test`'s
+browser step); Playwright never downloads one. One browser per module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import pathlib
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import aiohttp
+
+import corral
+from corral._launch import DaemonProcess, launch_daemon
+from tests.support.tls import self_signed as _self_signed
+
+ARTIFACTS = pathlib.Path(__file__).resolve().parents[1] / "artifacts" / "web"
+VIEWPORT = {"width": 1280, "height": 800}
+
+
+@dataclasses.dataclass
+class WebDaemon:
+    process: DaemonProcess
+    lead: corral.Lead
+    url: str
+    token: str
+    log_file: pathlib.Path
+
+    @property
+    def host(self) -> str:
+        return self.url.removeprefix("http://").removeprefix("https://")
+
+
+def start_web_daemon(
+    state_dir: pathlib.Path,
+    extra_args: Sequence[str] = (),
+    env: dict[str, str | None] | None = None,
+    web: str = "127.0.0.1:0",
+) -> WebDaemon:
+    log_file = state_dir.parent / f"{state_dir.name}.log"
+    process = launch_daemon(
+        state_dir,
+        extra_args=["--web", web, *extra_args],
+        log_file=log_file,
+        env={"CORRAL_FAILPOINTS": None, **(env or {})},
+    )
+    url = str(process.ready["web"])
+    token = process.read_lead_token()
+    lead = corral.Lead.connect(process.address, token)
+    return WebDaemon(process, lead, url, token, log_file)
+
+
+def stop_web_daemon(daemon: WebDaemon) -> None:
+    daemon.lead.close()
+    daemon.process.stop()
+
+
+def open_board(browser, daemon: WebDaemon, token: str | None = None, ready_timeout_s: float = 10):
+    """A page in a context of its own, logged in through the fragment link, showing the live board."""
+    page = browser.new_context(viewport=VIEWPORT).new_page()
+    page.set_default_timeout(10_000)
+    page.add_init_script(
+        "window.__csp = [];"
+        " document.addEventListener('securitypolicyviolation', (e) => window.__csp.push(e.violatedDirective));"
+    )
+    page.goto(f"{daemon.url}/login#token={token or daemon.token}")
+    page.wait_for_selector("body[data-ready='true']", timeout=ready_timeout_s * 1000)
+    page.wait_for_selector("#conn[data-conn='live']")
+    return page
+
+
+def screenshot(page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+
+def watch_log(lead: corral.Lead, after_seq: int = 0, quiet_s: float = 1.0) -> list[int]:
+    """The seqs of the Watch log after `after_seq`, read until the board is quiet for `quiet_s`
+    (the stream's deadline: the log has no end, and the callers' boards have stopped moving)."""
+    seqs: list[int] = []
+    try:
+        for event in lead.watch(after_seq, timeout=quiet_s):
+            seqs.append(event.seq)
+    except TimeoutError:
+        pass
+    return seqs
+
+
+def run(body: Callable[[aiohttp.ClientSession], Awaitable[Any]], peer: str = "127.0.0.1") -> Any:
+    """`body` with a fresh client session (no cookies) connecting from loopback address `peer`
+    (the login limit counts per peer, so a test that spends it takes one of its own)."""
+
+    async def main() -> Any:
+        connector = aiohttp.TCPConnector(local_addr=(peer, 0), limit=100)
+        async with aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+            return await body(http)
+
+    # A thread of its own: Playwright's sync API keeps an event loop running on this one.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, main()).result()
+
+
+def self_signed(directory: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """The web tests' certificate for 127.0.0.1 and localhost (tests/support/tls.py)."""
+    return _self_signed(directory, "corral-web-test")
