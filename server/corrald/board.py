@@ -195,7 +195,10 @@ class Board:
     # ------------------------------------------------------------ identity
 
     def authenticate(self, token: str) -> Identity | None:
-        digest = token_hash(token)
+        return self.identity_of(token_hash(token))
+
+    def identity_of(self, digest: bytes) -> Identity | None:
+        """Who the credential with this hash (`token_hash`) proves, if it is live."""
         if hmac.compare_digest(digest, self._lead_hash):
             return Identity(LEAD, True)
         name = self._teammate_hashes.get(digest)

@@ -8,30 +8,32 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 
 
 class LoopLag:
     def __init__(self, interval_s: float = 0.01, samples: int = 4096) -> None:
         self._interval_s = interval_s
         self._lag_ms: collections.deque[float] = collections.deque(maxlen=samples)
-        self._task: asyncio.Task | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._tick(), name="corral-loop-lag")
+        # A timer callback, not a task that sleeps: no coroutine step, future or
+        # task wake-up per tick on a loop that serves every call.
+        loop = asyncio.get_running_loop()
+        self._arm(loop, loop.time() + self._interval_s)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
-    async def _tick(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            due = loop.time() + self._interval_s
-            await asyncio.sleep(self._interval_s)
-            self._lag_ms.append(max(0.0, loop.time() - due) * 1000)
+    def _arm(self, loop: asyncio.AbstractEventLoop, due: float) -> None:
+        self._timer = loop.call_at(due, self._tick, loop, due)
+
+    def _tick(self, loop: asyncio.AbstractEventLoop, due: float) -> None:
+        now = loop.time()
+        self._lag_ms.append(max(0.0, now - due) * 1000)
+        self._arm(loop, now + self._interval_s)
 
     def p99_ms(self) -> float:
         ordered = sorted(self._lag_ms)

@@ -94,10 +94,10 @@ class TaskSpec:
     attempt_timeout_ms: int | None = None  # None: no limit
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Usage:
+class Usage(typing.NamedTuple):
     """What a teammate reported spending (an increment, or a sum of them); `model` is
-    the latest model named (a sum keeps the last one seen, or none)."""
+    the latest model named (a sum keeps the last one seen, or none). A named tuple, as
+    TaskRecord, which holds one."""
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -124,8 +124,11 @@ class Budget:
         return (0 < self.max_cost_micros <= usage.cost_micros) or (0 < self.max_tokens <= usage.tokens)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class TaskRecord:
+class TaskRecord(typing.NamedTuple):
+    """A task as stored. A named tuple, not a frozen dataclass: every claim and every
+    completion builds one, and a frozen dataclass of this many fields takes several
+    times as long to build (each field set through object.__setattr__)."""
+
     seq: int
     id: str
     title: str

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from google.protobuf import duration_pb2, timestamp_pb2
 from google.protobuf import message as pb_message
@@ -166,32 +166,36 @@ def canceled_task(canceled: CanceledTask) -> pb.Task:
 # name; at run time it is an int, which is what the model holds, so the enum
 # arguments below pass ints and say so to mypy.
 def task(record: TaskRecord, waiting: WaitingFor | None = None) -> pb.Task:
-    """The wire Task; `waiting` (what holds a PENDING task back) only where the caller read it.
+    """The wire Task; `waiting` (what holds a PENDING task back) only where the caller read it."""
+    message = pb.Task()
+    fill_task(message, record, waiting)
+    return message
 
-    Every claim and every completion's answer carries one: the times are set in place
-    and only when present, which costs half of building each as a message and copying
-    it in. A zero backoff and no usage stay unset (they read as zero).
-    """
-    message = pb.Task(
-        id=record.id,
-        title=record.title,
-        description=record.description,
-        payload=record.payload,
-        depends_on=record.depends_on,
-        priority=record.priority,
-        required_role=record.required_role,
-        max_attempts=record.max_attempts,
-        state=int(record.state),  # type: ignore[arg-type]
-        owner=record.owner,
-        attempt=record.attempt,
-        result=record.result,
-        error=record.error,
-        seq=record.seq,
-        progress=record.progress,
-        progress_fraction=record.progress_fraction,
-        trace_parent=record.trace_parent,
-        concurrency_key=record.concurrency_key,
-    )
+
+def fill_task(message: pb.Task, record: TaskRecord, waiting: WaitingFor | None = None) -> None:
+    """Sets the fields of an empty wire Task in place, where it will be sent: every claim
+    and every completion's answer carries one, and a Task built apart and then put in
+    its response is copied whole, payload and result included. Times are set only when
+    present; a zero backoff and no usage stay unset (they read as zero)."""
+    message.id = record.id
+    message.title = record.title
+    message.description = record.description
+    message.payload = record.payload
+    message.depends_on.extend(record.depends_on)
+    message.priority = record.priority
+    message.required_role = record.required_role
+    message.max_attempts = record.max_attempts
+    message.state = int(record.state)  # type: ignore[assignment]
+    message.owner = record.owner
+    message.attempt = record.attempt
+    message.result = record.result
+    message.error = record.error
+    message.seq = record.seq
+    message.progress = record.progress
+    if record.progress_fraction is not None:
+        message.progress_fraction = record.progress_fraction
+    message.trace_parent = record.trace_parent
+    message.concurrency_key = record.concurrency_key
     _set_ms(message.lease_duration, record.lease_ms)
     for field, ms in (
         ("create_time", record.create_ms),
@@ -210,10 +214,9 @@ def task(record: TaskRecord, waiting: WaitingFor | None = None) -> pb.Task:
         _set_ms(message.retry_backoff_max, record.retry_backoff_max_ms)
     spent = record.usage
     if spent.input_tokens or spent.output_tokens or spent.cost_micros or spent.model:
-        message.usage.CopyFrom(usage(spent))
+        _fill_usage(message.usage, spent)
     if waiting is not None:
         message.waiting_for.CopyFrom(waiting_for(waiting))
-    return message
 
 
 def _set_ms(field: timestamp_pb2.Timestamp | duration_pb2.Duration, ms: int) -> None:
@@ -235,12 +238,16 @@ def concurrency_limit(limit: ConcurrencyLimit) -> pb.ConcurrencyLimit:
 
 
 def usage(record: Usage) -> pb.Usage:
-    return pb.Usage(
-        input_tokens=record.input_tokens,
-        output_tokens=record.output_tokens,
-        cost_micros=record.cost_micros,
-        model=record.model,
-    )
+    message = pb.Usage()
+    _fill_usage(message, record)
+    return message
+
+
+def _fill_usage(message: pb.Usage, record: Usage) -> None:
+    message.input_tokens = record.input_tokens
+    message.output_tokens = record.output_tokens
+    message.cost_micros = record.cost_micros
+    message.model = record.model
 
 
 def budget(record: Budget) -> pb.Budget:
@@ -278,18 +285,19 @@ def teammate(record: TeammateRecord) -> pb.Teammate:
     )
 
 
-def claim(grant: ClaimGrant) -> pb.Claim:
+def fill_claim(message: pb.Claim, grant: ClaimGrant) -> None:
+    """Sets an empty wire Claim in place (see fill_task)."""
+    fill_task(message.task, grant.task)
+    message.claim_token = grant.token
+    _set_ms(message.lease_expire_time, grant.lease_expire_ms)
+    message.attempt = grant.attempt
+    message.fence = grant.fence
     previous = grant.previous_attempt
-    return pb.Claim(
-        task=task(grant.task),
-        claim_token=grant.token,
-        lease_expire_time=timestamp(grant.lease_expire_ms),
-        attempt=grant.attempt,
-        fence=grant.fence,
-        previous_attempt=None if previous is None else attempt(previous),
-        dependency_results=dict(grant.dependency_results),
-        dependency_results_omitted=grant.dependency_results_omitted,
-    )
+    if previous is not None:
+        message.previous_attempt.CopyFrom(attempt(previous))
+    if grant.dependency_results:
+        message.dependency_results.update(grant.dependency_results)
+    message.dependency_results_omitted.extend(grant.dependency_results_omitted)
 
 
 ATTEMPT_OUTCOMES: dict[ClaimOutcome | None, pb.AttemptOutcome] = {
@@ -326,7 +334,9 @@ def recent_attempts(records: list[AttemptRecord], task_bytes: int) -> list[pb.Ta
 
 
 def idle_response(item: StreamItem) -> pb.IdleResponse:
-    return pb.IdleResponse(**stream_event(item))
+    response = pb.IdleResponse()
+    fill_event(response, item)
+    return response
 
 
 def claim_ended(end: ClaimEnd) -> pb.ClaimEnded:
@@ -338,35 +348,27 @@ def claim_ended(end: ClaimEnd) -> pb.ClaimEnded:
     )
 
 
-def session_response(op_result: pb.SessionOpResult | None, item: StreamItem | None) -> pb.SessionResponse:
-    """An op's result, the event that follows it, or both in one message."""
-    return pb.SessionResponse(op_result=op_result, **(stream_event(item) if item is not None else {}))
-
-
-def stream_event(item: StreamItem) -> dict[str, Any]:
-    """The `event` of an Idle or Session response for `item`: {field name: message}."""
+def fill_event(response: pb.IdleResponse | pb.SessionResponse, item: StreamItem) -> None:
+    """Sets the `event` of an Idle or Session response to `item`, in place."""
     if isinstance(item, ClaimGrant):
-        return {"claim": claim(item)}
-    if isinstance(item, BudgetExhausted):
-        return {"budget_exhausted": budget_exhausted(item)}
-    sent = timestamp(item.send_ms)
-    if item.kind == "shutdown_request":
-        return {
-            "shutdown_request": pb.ShutdownRequest(
-                seq=item.seq,
-                send_time=sent,
-                request_id=item.ref,
-                reason=item.body,
-                deadline_time=timestamp(item.deadline_ms),
-            )
-        }
-    if item.kind == "plan_decision":
-        return {
-            "plan_decision": pb.PlanDecision(
-                seq=item.seq, send_time=sent, plan_id=item.ref, approve=item.approve, feedback=item.body
-            )
-        }
-    return {"message": pb.Message(seq=item.seq, send_time=sent, sender=item.sender, body=item.body)}
+        fill_claim(response.claim, item)
+    elif isinstance(item, BudgetExhausted):
+        response.budget_exhausted.CopyFrom(budget_exhausted(item))
+    elif item.kind == "shutdown_request":
+        request = response.shutdown_request
+        request.seq, request.request_id, request.reason = item.seq, item.ref, item.body
+        _set_ms(request.send_time, item.send_ms)
+        if item.deadline_ms is not None:
+            _set_ms(request.deadline_time, item.deadline_ms)
+    elif item.kind == "plan_decision":
+        decision = response.plan_decision
+        decision.seq, decision.plan_id, decision.approve = item.seq, item.ref, item.approve
+        decision.feedback = item.body
+        _set_ms(decision.send_time, item.send_ms)
+    else:
+        message = response.message
+        message.seq, message.sender, message.body = item.seq, item.sender, item.body
+        _set_ms(message.send_time, item.send_ms)
 
 
 def watch_response(

@@ -18,7 +18,7 @@ from google.protobuf import message as pb_message
 from google.protobuf import unknown_fields
 
 from .. import cpu, errors
-from ..board import Board, Identity
+from ..board import Board, Identity, token_hash
 from ..overload.lanes import CallLanes, LaneKind
 from ..writer import job_owner
 from . import status
@@ -104,8 +104,9 @@ class CorralInterceptor(grpc.aio.ServerInterceptor):
         place = _LanePlace(self._lanes, identity, _lane(method, handler))
         send_timeout_s = self._board.limits.stream_send_timeout_ms / 1000
         if handler.stream_stream:
-            token = _bearer(handler_call_details.invocation_metadata) or ""
-            still_valid = lambda: self._board.authenticate(token) == identity  # noqa: E731
+            # Checked again on every message: the hash once, the lookup each time.
+            digest = token_hash(_bearer(handler_call_details.invocation_metadata) or "")
+            still_valid = lambda: self._board.identity_of(digest) == identity  # noqa: E731
             return _wrap_session(handler, identity, place, send_timeout_s, still_valid)
         return _wrap(handler, identity, place, send_timeout_s)
 
@@ -293,7 +294,10 @@ def _wrap_session(
         async for data in request_iterator:
             if not still_valid():
                 raise errors.Unauthenticated("missing, invalid or revoked credential")
-            request = await cpu.run(lambda data=data: parse(data), inline=len(data) <= cpu.INLINE_BYTES)
+            if len(data) <= cpu.INLINE_BYTES:
+                request = parse(data)
+            else:
+                request = await cpu.run(lambda data=data: parse(data), inline=False)
             if isinstance(request, _Undecodable):
                 yield None, errors.InvalidArgument("(request)", f"not a valid message: {request.why}")
                 continue
@@ -336,8 +340,8 @@ async def _serve_stream(
     if not place.try_enter():
         await _wait_for_place(place, context)
     in_lane = True
+    sender = StreamSender(context, send_timeout_s)
     try:
-        sender = StreamSender(context, send_timeout_s)
         async with contextlib.aclosing(await responses_of()) as responses:
             async for response in responses:
                 await sender.send(response)
@@ -352,6 +356,7 @@ async def _serve_stream(
             raise
         await _abort(context, error)
     finally:
+        sender.close()
         if in_lane:
             place.leave()
 

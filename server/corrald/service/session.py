@@ -91,7 +91,7 @@ class SessionOps:
 
     # ------------------------------------------------------------ answering
 
-    async def answer(self, stream: StreamState) -> tuple[pb.SessionOpResult | None, Delivery | None]:
+    async def answer(self, stream: StreamState) -> tuple[pb.SessionResponse | None, Delivery | None]:
         arrived, self._arrived = self._arrived, None
         if isinstance(arrived, _ClientClosed):
             stream.end("left")
@@ -134,22 +134,22 @@ class SessionOps:
             *convert.renew_progress(body),
             convert.reported_usage(body),
         )
-        result = _result(op_id, outcome)
+        response = _result(op_id, outcome)
         if outcome.error is None and outcome.value is not None:
-            result.lease_expire_time.FromMilliseconds(outcome.value)
-            result.protocol_pending = outcome.flag
-        return result, None
+            response.op_result.lease_expire_time.FromMilliseconds(outcome.value)
+            response.op_result.protocol_pending = outcome.flag
+        return response, None
 
     async def _complete(self, op_id: str, digest: bytes, body: pb.CompleteTaskRequest, stream: StreamState):
         request = (body.task_id, body.claim_token, body.result)
         outcome, task, found = await self._board.complete_op(
             self._name, op_id, digest, request, stream, self._hub.parked, convert.reported_usage(body)
         )
-        result = _result(op_id, outcome)
+        response = _result(op_id, outcome)
         if task is not None:
-            result.task.CopyFrom(convert.task(task))
-            result.result = task.result
-        return result, found
+            convert.fill_task(response.op_result.task, task)
+            response.op_result.result = task.result
+        return response, found
 
     async def _fail(self, op_id: str, digest: bytes, body: pb.FailTaskRequest, stream: StreamState):
         request = (body.task_id, body.claim_token, body.error, body.retryable)
@@ -168,18 +168,23 @@ def _check_op_id(op_id: str) -> None:
         raise errors.InvalidArgument("op_id", f"longer than {OP_ID_MAX_CHARS} characters")
 
 
-def _result(op_id: str, outcome: OpOutcome) -> pb.SessionOpResult:
+def _result(op_id: str, outcome: OpOutcome) -> pb.SessionResponse:
+    """The response that answers an op: its result is set in place, and the event that
+    follows the op (a handed-off claim) goes into the same message (convert.fill_event)."""
     # The op id goes back as sent, even one refused as too long: results come in the
     # order of the ops, and the id is how the client matches them.
-    if outcome.error is None:
-        return pb.SessionOpResult(op_id=op_id, status=status.OK)
-    return pb.SessionOpResult(op_id=op_id, status=status.rpc_status_of(outcome.error))
+    response = pb.SessionResponse()
+    result = response.op_result
+    result.op_id = op_id
+    result.status.SetInParent()  # present even when OK, whose fields are all zero
+    result.status.CopyFrom(status.OK if outcome.error is None else status.rpc_status_of(outcome.error))
+    return response
 
 
-def _with_task(result: pb.SessionOpResult, task) -> pb.SessionOpResult:
+def _with_task(response: pb.SessionResponse, task) -> pb.SessionResponse:
     if task is not None:
-        result.task.CopyFrom(convert.task(task))
-    return result
+        convert.fill_task(response.op_result.task, task)
+    return response
 
 
 async def first_open(requests: AsyncIterator[Parsed]) -> pb.IdleRequest:

@@ -48,14 +48,20 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
         loop = TeammateStream(self._board, self._hub, self._reopen, identity.name, options, ops)
         try:
             ops.start(await loop.open())
-            async for result, item in loop.run():
+            # An op's answer comes as the response that carries its result; the
+            # event that follows it (a handed-off claim) is set into the same message.
+            async for answered, item in loop.run():
+                if answered is None and item is None:
+                    continue
+                response = pb.SessionResponse() if answered is None else answered
                 if isinstance(item, IdleTimedOut):
-                    timeout = pb.IdleTimeout(idle_polls=item.idle_polls)
-                    yield pb.SessionResponse(op_result=result, idle_timeout=timeout)
+                    response.idle_timeout.SetInParent()
+                    response.idle_timeout.idle_polls = item.idle_polls
                 elif isinstance(item, ClaimEnd):
-                    yield pb.SessionResponse(op_result=result, claim_ended=convert.claim_ended(item))
-                elif result is not None or item is not None:
-                    yield convert.session_response(result, item)
+                    response.claim_ended.CopyFrom(convert.claim_ended(item))
+                elif item is not None:
+                    convert.fill_event(response, item)
+                yield response
         finally:
             ops.close()
             self._left(loop)

@@ -37,6 +37,10 @@ class IdleTimedOut:
     idle_polls: int
 
 
+# A timer may run a hair before its time (the loop takes what is due within its
+# clock's resolution); a re-armed deadline this close is taken as reached.
+TIMER_SLACK_S = 0.001
+
 Outgoing = tuple[Any | None, StreamItem | ClaimEnd | IdleTimedOut | None]
 
 
@@ -99,6 +103,9 @@ class TeammateStream:
         self._ops = ops
         self.stream: StreamState | None = None
         self._parked = False  # in the hub's parked streams (see _wait)
+        self._poll_timer: asyncio.TimerHandle | None = None  # see _poll_check
+        self._poll_due = 0.0  # when the current wait's poll interval ends (loop time)
+        self._poll_passed = False  # the current wait ended by its poll interval
         self.ending = "left"  # the status change recorded when the stream goes; "" for none
 
     async def open(self) -> StreamState:
@@ -233,15 +240,35 @@ class TeammateStream:
         elif self._parked and not parked:
             self._hub.parked.leave(stream)
         self._parked = parked
+        loop = asyncio.get_running_loop()
+        self._poll_due = loop.time() + interval
+        self._poll_passed = False
+        if self._poll_timer is None:
+            self._poll_timer = loop.call_at(self._poll_due, self._poll_check, stream)
         stream.waiting = True
         try:
-            await asyncio.wait_for(stream.event.wait(), interval)
-            return True
-        except TimeoutError:
-            return False
+            await stream.event.wait()
         finally:
             stream.waiting = False
+        return not self._poll_passed
+
+    def _poll_check(self, stream: StreamState) -> None:
+        """The poll timer: a busy stream waits many times per interval, and a timer armed
+        and cancelled for each wait costs more than the wait. One timer is kept instead,
+        re-armed for the wait then running only when it fires before that wait's end."""
+        self._poll_timer = None
+        if not stream.waiting or stream.event.is_set():
+            return  # not waiting (the next wait arms it again), or woken anyway
+        loop = asyncio.get_running_loop()
+        if loop.time() + TIMER_SLACK_S >= self._poll_due:
+            self._poll_passed = True
+            stream.event.set()
+        else:
+            self._poll_timer = loop.call_at(self._poll_due, self._poll_check, stream)
 
     def close(self) -> None:
+        if self._poll_timer is not None:
+            self._poll_timer.cancel()
+            self._poll_timer = None
         if self.stream is not None:
             self._hub.unregister(self.stream)

@@ -49,6 +49,7 @@ _COLUMNS = (
     " WHERE deps.task_seq = tasks.seq ORDER BY deps.position))"
 )
 PENDING, IN_PROGRESS, COMPLETED = int(TaskState.PENDING), int(TaskState.IN_PROGRESS), int(TaskState.COMPLETED)
+_STATES = {int(state): state for state in TaskState}  # a dict lookup, where TaskState(n) is a call
 
 
 # ---------------------------------------------------------------- reads
@@ -89,36 +90,37 @@ def _record(row: tuple) -> TaskRecord:
         attempt_timeout_ms,
         depends_on,
     ) = row
+    # Positional, in TaskRecord's field order: binding 29 keywords costs more than building the tuple.
     return TaskRecord(
-        seq=seq,
-        id=task_id,
-        title=title,
-        description=description,
-        payload=payload,
-        depends_on=tuple(depends_on.split("\n")) if depends_on else (),
-        priority=priority,
-        required_role=required_role,
-        max_attempts=max_attempts,
-        lease_ms=lease_ms,
-        state=TaskState(state),
-        owner=owner,
-        attempt=attempt,
-        result=result or b"",
-        error=error,
-        create_ms=create_ms,
-        lease_expire_ms=lease_expire_ms,
-        finish_ms=finish_ms,
-        not_before_ms=not_before_ms,
-        retry_backoff_ms=retry_backoff_ms,
-        retry_backoff_max_ms=retry_backoff_max_ms,
-        ready_ms=ready_ms,
-        progress=progress,
-        progress_fraction=progress_fraction,
-        progress_ms=progress_ms,
-        trace_parent=trace_parent,
-        concurrency_key=concurrency_key,
-        usage=Usage(input_tokens, output_tokens, cost_micros, model),
-        attempt_timeout_ms=attempt_timeout_ms,
+        seq,
+        task_id,
+        title,
+        description,
+        payload,
+        tuple(depends_on.split("\n")) if depends_on else (),
+        priority,
+        required_role,
+        max_attempts,
+        lease_ms,
+        _STATES[state],
+        owner,
+        attempt,
+        result or b"",
+        error,
+        create_ms,
+        lease_expire_ms,
+        finish_ms,
+        not_before_ms,
+        retry_backoff_ms,
+        retry_backoff_max_ms,
+        ready_ms,
+        progress,
+        progress_fraction,
+        progress_ms,
+        trace_parent,
+        concurrency_key,
+        Usage(input_tokens, output_tokens, cost_micros, model),
+        attempt_timeout_ms,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 
@@ -26,6 +27,13 @@ def add_teammate(tx: Txn, name: str, roles: tuple[str, ...], require_plan: bool,
     return teammate
 
 
+@functools.lru_cache(maxsize=1024)
+def _roles(stored: str) -> tuple[str, ...]:
+    """A teammate's roles from their stored JSON: every delivery check reads them, and
+    a team has few distinct role lists."""
+    return tuple(json.loads(stored))
+
+
 def teammate_row(conn: sqlite3.Connection, name: str) -> tuple:
     """(roles, require_plan, removed, online, status, acked_seq, last_seq); TeammateNotFound if none."""
     row = conn.execute(
@@ -40,7 +48,7 @@ def teammate_row(conn: sqlite3.Connection, name: str) -> tuple:
 def get_teammate(conn: sqlite3.Connection, name: str) -> TeammateRecord:
     roles, require_plan, _, _, status, _, _ = teammate_row(conn, name)
     held = tuple(r[0] for r in conn.execute("SELECT id FROM tasks WHERE owner = ? AND state = 2 ORDER BY seq", (name,)))
-    role_list = tuple(json.loads(roles))
+    role_list = _roles(roles)
     waiting_for = tuple(work_waited_for(conn, name, role_list)) if status == TeammateStatus.WAITING else ()
     spent, budget = usage.of_teammate(conn, name)
     return TeammateRecord(
@@ -56,7 +64,7 @@ def list_teammates(conn: sqlite3.Connection, after: int = 0, limit: int = -1) ->
 
 
 def roles_of(conn: sqlite3.Connection, name: str) -> tuple[str, ...]:
-    return tuple(json.loads(teammate_row(conn, name)[0]))
+    return _roles(teammate_row(conn, name)[0])
 
 
 def view_for_delivery(conn: sqlite3.Connection, name: str) -> TeammateView:
@@ -71,7 +79,7 @@ def view_for_delivery(conn: sqlite3.Connection, name: str) -> TeammateView:
         raise errors.Unauthenticated(f"teammate {name!r} was removed")
     roles, require_plan, _, acked, last, last_expiry, shutdown_pending, budget_spent = row
     return TeammateView(
-        tuple(json.loads(roles)),
+        _roles(roles),
         bool(require_plan),
         acked,
         last,
