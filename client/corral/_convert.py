@@ -31,6 +31,7 @@ from corral._types import (
     LeadMessage,
     Message,
     NewTeammate,
+    PlanDecided,
     PlanDecision,
     PlanSubmitted,
     ShutdownAnswered,
@@ -465,6 +466,16 @@ def watch_event_from_pb(response: pb.WatchResponse) -> WatchEvent | None:
     if kind == "plan_submitted":
         plan = response.plan_submitted
         return PlanSubmitted(seq=seq, time=time, plan_id=plan.plan_id, author=plan.author, plan=plan.plan)
+    if kind == "plan_decided":
+        decided = response.plan_decided
+        return PlanDecided(
+            seq=seq,
+            time=time,
+            plan_id=decided.plan_id,
+            author=decided.author,
+            approve=decided.approve,
+            feedback=decided.feedback,
+        )
     if kind == "shutdown_answered":
         answer = response.shutdown_answered
         return ShutdownAnswered(

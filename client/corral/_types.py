@@ -22,6 +22,7 @@ __all__ = [
     "Message",
     "NewTeammate",
     "PlanDecision",
+    "PlanDecided",
     "PlanSubmitted",
     "RunSummary",
     "ShutdownAnswered",
@@ -532,6 +533,18 @@ class PlanSubmitted:
 
 
 @dataclass(frozen=True)
+class PlanDecided:
+    """The Lead decided a plan (from any client): it no longer waits for a decision."""
+
+    seq: int
+    time: datetime.datetime | None
+    plan_id: str
+    author: str
+    approve: bool
+    feedback: str
+
+
+@dataclass(frozen=True)
 class ShutdownAnswered:
     """A teammate answered a shutdown request."""
 
@@ -552,7 +565,9 @@ class BudgetExhaustedEvent:
     exhausted: BudgetExhausted
 
 
-WatchEvent = TaskChanged | TeammateChanged | LeadMessage | PlanSubmitted | ShutdownAnswered | BudgetExhaustedEvent
+WatchEvent = (
+    TaskChanged | TeammateChanged | LeadMessage | PlanSubmitted | PlanDecided | ShutdownAnswered | BudgetExhaustedEvent
+)
 """Any event `Lead.watch` yields."""
 
 

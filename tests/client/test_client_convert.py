@@ -12,6 +12,7 @@ from corral._types import (
     IdleTimeout,
     LeadMessage,
     Message,
+    PlanDecided,
     PlanDecision,
     PlanSubmitted,
     ShutdownAnswered,
@@ -174,6 +175,13 @@ def test_watch_events_convert_by_kind() -> None:
 
     plan = _convert.watch_event_from_pb(event(plan_submitted=pb.PlanSubmitted(plan_id="p", author="ann", plan="x")))
     assert plan == PlanSubmitted(seq=7, time=_stamp(40), plan_id="p", author="ann", plan="x")
+
+    decided = _convert.watch_event_from_pb(
+        event(plan_decided=pb.PlanDecided(plan_id="p", author="ann", approve=False, feedback="smaller steps"))
+    )
+    assert decided == PlanDecided(
+        seq=7, time=_stamp(40), plan_id="p", author="ann", approve=False, feedback="smaller steps"
+    )
 
     answer = _convert.watch_event_from_pb(
         event(shutdown_answered=pb.ShutdownAnswered(request_id="r", teammate="ann", approve=True, reason="bye"))

@@ -40,6 +40,7 @@ EXPECTED_CORRAL = [
     "Overloaded",
     "PermanentFailure",
     "PermissionDenied",
+    "PlanDecided",
     "PlanDecision",
     "PlanSubmitted",
     "RunSummary",

@@ -43,6 +43,10 @@ def test_no_claim_until_plan_approved_and_decision_acknowledged(daemon):
     seq = _decide(daemon, plan_id, True, "go")
     decision = stream.next_event("plan_decision")
     assert (decision.plan_id, decision.approve, decision.feedback, decision.seq) == (plan_id, True, "go", seq)
+    # Every watcher learns the plan waits no more, whoever decided it.
+    decided = watch.next_matching(lambda e: e.WhichOneof("event") == "plan_decided", what="plan_decided")
+    assert decided.plan_decided == pb.PlanDecided(plan_id=plan_id, author="planner", approve=True, feedback="go")
+    assert decided.seq > submitted.seq
     stream.expect_quiet(QUIET)  # approved but not yet acknowledged
     assert daemon.get_task("gated").state == pb.TASK_STATE_PENDING
 

@@ -115,6 +115,36 @@ def test_the_lead_creates_watches_decides_and_shuts_down_through_tools(board, se
 
 
 @pytest.mark.timeout(30)
+def test_a_plan_decided_by_another_client_leaves_board_summary(board, secrets, mint) -> None:
+    name, token = mint(require_plan_approval=True)
+
+    async def waiting_plans(lead) -> list[str]:
+        return [plan["plan_id"] for plan in (await lead.ok("board_summary"))["plans_waiting"]]
+
+    async def scenario() -> None:
+        async with (
+            bridge_agent(board.address, board.token, secrets) as lead,
+            bridge_agent(board.address, token, secrets) as mate,
+        ):
+            plan_id = (await mate.ok("submit_plan", plan="a plan the CLI will turn down"))["plan_id"]
+            deadline = asyncio.get_running_loop().time() + 10
+            while plan_id not in await waiting_plans(lead):
+                assert asyncio.get_running_loop().time() < deadline, "the plan never showed as waiting"
+                await asyncio.sleep(0.05)
+            # Decided by another client (the SDK, as `corral plans decide` would), not through this bridge.
+            await asyncio.to_thread(board.decide_plan, plan_id, approve=False, feedback="smaller steps")
+            while plan_id in await waiting_plans(lead):
+                assert asyncio.get_running_loop().time() < deadline, f"plan {plan_id} still shows as waiting"
+                await asyncio.sleep(0.05)
+            seen = await lead.ok("watch_events", after_seq=0, wait_seconds=1, limit=1000)
+            decided = [e for e in seen["events"] if e["kind"] == "plan_decided" and e["plan_id"] == plan_id]
+            assert decided and decided[0]["author"] == name and decided[0]["approve"] is False
+            assert decided[0]["feedback"]["text"] == "smaller steps"
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.timeout(30)
 def test_a_long_watch_page_stops_within_the_text_cap_and_resumes_from_its_cursor(board, secrets) -> None:
     board.create_tasks(
         [corral.TaskSpec(f"many-{i:03d}", description="d" * 50, required_role="nobody") for i in range(400)]

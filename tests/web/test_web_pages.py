@@ -97,6 +97,27 @@ def test_hostile_strings_run_no_script_and_break_no_policy(acting, browser):
     page.context.close()
 
 
+def test_a_plan_decided_elsewhere_leaves_the_page(acting, browser):
+    lead = acting.lead
+    page = open_board(browser, acting)
+    page.click("button[data-tab='failures']")
+    with corral.Teammate.connect(lead.address, lead.add_teammate("outside-planner").token) as planner:
+        plan_id = planner.submit_plan("a plan the Lead decides from its own client")
+    shown = page.locator(f"#plans li[data-plan-id='{plan_id}']")
+    wait_until(lambda: shown.count() == 1, 10, "the plan shown")
+    lead.decide_plan(plan_id, approve=False, feedback="not this one")  # not through the page
+    wait_until(lambda: shown.count() == 0, 10, "the decided plan gone from the page")
+    page.click("button[data-tab='events']")
+    page.select_option("#event-kind", "plan")  # the filter for plans shows their decisions too
+    wait_until(
+        lambda: "plan_decided" in page.eval_on_selector_all("#events li", "items => items.map((i) => i.dataset.kind)"),
+        10,
+        "the decision among the plan events",
+    )
+    assert f"plan {plan_id} of outside-planner rejected: not this one" in page.locator("#events").inner_text()
+    page.context.close()
+
+
 def test_actions_go_through_the_lead_service_with_csrf_and_origin_checked(acting, browser):
     lead = acting.lead
     page = open_board(browser, acting)
@@ -111,7 +132,8 @@ def test_actions_go_through_the_lead_service_with_csrf_and_origin_checked(acting
     approve.wait_for()
     assert approve.inner_text() == "approve"
     approve.click()
-    page.wait_for_selector("#plans button[data-done='ok']")
+    # Approved: the plan leaves the list with its plan_decided event.
+    wait_until(lambda: page.locator("#plans li[data-author='planner']").count() == 0, 10, "the approved plan gone")
     wait_until(lambda: lead.get_task("gated").state is corral.TaskState.COMPLETED, 20, "the gated task done")
     planner.result(timeout=30)
     lead.create_tasks([corral.TaskSpec(id="held", title="held")])

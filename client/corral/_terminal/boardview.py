@@ -58,7 +58,7 @@ class BoardModel:
     mates: dict[str, Mate] = field(default_factory=dict)
     history: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=HISTORY_LINES))
     notable: list[str] = field(default_factory=list)
-    plans: dict[str, corral.PlanSubmitted] = field(default_factory=dict)
+    plans: dict[str, corral.PlanSubmitted] = field(default_factory=dict)  # every plan submitted, decided or not
     messages: list[corral.LeadMessage] = field(default_factory=list)
     answers: dict[str, corral.ShutdownAnswered] = field(default_factory=dict)
     expected_tasks: int = 0  # when known (the demo): progress waits until the replay has them all
@@ -84,6 +84,9 @@ class BoardModel:
         elif isinstance(event, corral.PlanSubmitted):
             self.plans[event.plan_id] = event
             self.note(f"{event.author} submitted plan {event.plan_id}: {short(event.plan, 60)}")
+        elif isinstance(event, corral.PlanDecided):
+            verdict = "approved" if event.approve else "rejected"
+            self.note(f"plan {event.plan_id} of {event.author} {verdict}")
         elif isinstance(event, corral.ShutdownAnswered):
             self.answers[event.request_id] = event
             answer = "approved" if event.approve else "rejected"

@@ -143,6 +143,10 @@ def describe(event: corral.WatchEvent) -> str:
         return f"message from {event.message.sender}: {short(event.message.body, 100)}"
     if isinstance(event, corral.PlanSubmitted):
         return f"plan {event.plan_id} submitted by {event.author}: {short(event.plan, 80)}"
+    if isinstance(event, corral.PlanDecided):
+        verdict = "approved" if event.approve else "rejected"
+        because = f" ({short(event.feedback, 60)})" if event.feedback else ""
+        return f"plan {event.plan_id} of {event.author} {verdict}{because}"
     if isinstance(event, corral.BudgetExhaustedEvent):
         spent = event.exhausted.spent
         return f"budget of {event.exhausted.teammate} spent: {spent.tokens} tokens, {spent.cost_micros} micros"

@@ -193,6 +193,15 @@ def event_json(event: corral.WatchEvent) -> dict[str, Any]:
         return {**base, "type": "message", "sender": message.sender, "body": message.body, "message_seq": message.seq}
     if isinstance(event, corral.PlanSubmitted):
         return {**base, "type": "plan_submitted", "plan_id": event.plan_id, "author": event.author, "plan": event.plan}
+    if isinstance(event, corral.PlanDecided):
+        return {
+            **base,
+            "type": "plan_decided",
+            "plan_id": event.plan_id,
+            "author": event.author,
+            "approve": event.approve,
+            "feedback": event.feedback,
+        }
     if isinstance(event, corral.BudgetExhaustedEvent):
         exhausted = event.exhausted
         return {

@@ -144,6 +144,8 @@ class LeadLink:
             self.plans[event.plan_id] = event
             while len(self.plans) > _PLANS_KEPT:
                 self.plans.popitem(last=False)
+        elif isinstance(event, corral.PlanDecided):
+            self.plans.pop(event.plan_id, None)  # decided here or by any other client
         elif isinstance(event, corral.TaskChanged) and event.task.state is corral.TaskState.FAILED:
             self.failures.append(event.task)
 

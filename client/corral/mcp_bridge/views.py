@@ -162,6 +162,9 @@ def event(item: corral.WatchEvent, budget: TextBudget) -> dict[str, Any]:
     elif isinstance(item, corral.PlanSubmitted):
         out.update(kind="plan_submitted", plan_id=item.plan_id, author=item.author)
         out["plan"] = budget.labelled(item.plan, source=item.author, role="teammate")
+    elif isinstance(item, corral.PlanDecided):
+        out.update(kind="plan_decided", plan_id=item.plan_id, author=item.author, approve=item.approve)
+        out["feedback"] = budget.labelled(item.feedback, source="lead", role="lead")
     elif isinstance(item, corral.ShutdownAnswered):
         out.update(kind="shutdown_answered", request_id=item.request_id, teammate=item.teammate)
         out["approve"] = item.approve

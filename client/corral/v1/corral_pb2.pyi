@@ -661,6 +661,18 @@ class PlanSubmitted(_message.Message):
     plan: str
     def __init__(self, plan_id: _Optional[str] = ..., author: _Optional[str] = ..., plan: _Optional[str] = ...) -> None: ...
 
+class PlanDecided(_message.Message):
+    __slots__ = ("plan_id", "author", "approve", "feedback")
+    PLAN_ID_FIELD_NUMBER: _ClassVar[int]
+    AUTHOR_FIELD_NUMBER: _ClassVar[int]
+    APPROVE_FIELD_NUMBER: _ClassVar[int]
+    FEEDBACK_FIELD_NUMBER: _ClassVar[int]
+    plan_id: str
+    author: str
+    approve: bool
+    feedback: str
+    def __init__(self, plan_id: _Optional[str] = ..., author: _Optional[str] = ..., approve: _Optional[bool] = ..., feedback: _Optional[str] = ...) -> None: ...
+
 class ShutdownAnswered(_message.Message):
     __slots__ = ("request_id", "teammate", "approve", "reason")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
@@ -674,7 +686,7 @@ class ShutdownAnswered(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., teammate: _Optional[str] = ..., approve: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class WatchResponse(_message.Message):
-    __slots__ = ("seq", "time", "task_changed", "teammate_changed", "message", "plan_submitted", "shutdown_answered", "budget_exhausted")
+    __slots__ = ("seq", "time", "task_changed", "teammate_changed", "message", "plan_submitted", "shutdown_answered", "budget_exhausted", "plan_decided")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     TASK_CHANGED_FIELD_NUMBER: _ClassVar[int]
@@ -683,6 +695,7 @@ class WatchResponse(_message.Message):
     PLAN_SUBMITTED_FIELD_NUMBER: _ClassVar[int]
     SHUTDOWN_ANSWERED_FIELD_NUMBER: _ClassVar[int]
     BUDGET_EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    PLAN_DECIDED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     time: _timestamp_pb2.Timestamp
     task_changed: Task
@@ -691,7 +704,8 @@ class WatchResponse(_message.Message):
     plan_submitted: PlanSubmitted
     shutdown_answered: ShutdownAnswered
     budget_exhausted: BudgetExhausted
-    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., task_changed: _Optional[_Union[Task, _Mapping]] = ..., teammate_changed: _Optional[_Union[TeammateChanged, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., plan_submitted: _Optional[_Union[PlanSubmitted, _Mapping]] = ..., shutdown_answered: _Optional[_Union[ShutdownAnswered, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhausted, _Mapping]] = ...) -> None: ...
+    plan_decided: PlanDecided
+    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., task_changed: _Optional[_Union[Task, _Mapping]] = ..., teammate_changed: _Optional[_Union[TeammateChanged, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., plan_submitted: _Optional[_Union[PlanSubmitted, _Mapping]] = ..., shutdown_answered: _Optional[_Union[ShutdownAnswered, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhausted, _Mapping]] = ..., plan_decided: _Optional[_Union[PlanDecided, _Mapping]] = ...) -> None: ...
 
 class IdleRequest(_message.Message):
     __slots__ = ("max_idle_polls", "poll_interval", "slots")

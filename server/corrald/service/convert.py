@@ -428,6 +428,12 @@ def watch_response(
         response.plan_submitted.CopyFrom(
             pb.PlanSubmitted(plan_id=data["plan_id"], author=data["author"], plan=data["plan"])
         )
+    elif event.kind == "plan_decided":
+        response.plan_decided.CopyFrom(
+            pb.PlanDecided(
+                plan_id=data["plan_id"], author=data["author"], approve=data["approve"], feedback=data["feedback"]
+            )
+        )
     elif event.kind == "shutdown_answered":
         response.shutdown_answered.CopyFrom(
             pb.ShutdownAnswered(

@@ -45,6 +45,7 @@ def decide_plan(tx: Txn, plan_id: str, approve: bool, feedback: str) -> int:
         "UPDATE plans SET approve = ?, feedback = ?, decision_seq = ? WHERE plan_id = ?",
         (int(approve), feedback, seq, _row_id(plan_id)),
     )
+    emit(tx, "plan_decided", {"plan_id": plan_id, "author": author, "approve": approve, "feedback": feedback})
     return seq
 
 

@@ -100,6 +100,15 @@ def event(response: pb.WatchResponse) -> dict[str, object]:
     elif kind == "plan_submitted":
         plan = response.plan_submitted
         shaped.update(kind="plan", plan_id=plan.plan_id, author=plan.author, plan=_cut(plan.plan, PREVIEW_BYTES))
+    elif kind == "plan_decided":
+        decided = response.plan_decided
+        shaped.update(
+            kind="plan_decided",
+            plan_id=decided.plan_id,
+            author=decided.author,
+            approve=decided.approve,
+            feedback=_cut(decided.feedback, EVENT_TEXT_CHARS),
+        )
     else:
         detail = json_format.MessageToDict(getattr(response, kind), preserving_proto_field_name=True) if kind else {}
         shaped.update(kind=kind or "unknown", detail=detail)

@@ -176,6 +176,10 @@ function applyEvent(event) {
   } else if (event.kind === "plan") {
     board.plans.set(event.author, { plan_id: event.plan_id, author: event.author, plan: event.plan, submit_ms: event.time_ms });
     tables.plans();
+  } else if (event.kind === "plan_decided") {
+    // Decided on this page or by any other client: it waits no more (a newer plan of the author stays).
+    if (board.plans.get(event.author)?.plan_id === event.plan_id) board.plans.delete(event.author);
+    tables.plans();
   }
   dirty.events.push(event);
   dirty.header = true;
@@ -471,7 +475,7 @@ function actionButton(label, name, body) {
     const answer = await response.json().catch(() => ({}));
     button.textContent = response.ok ? `${label} ✓` : `${label}: ${answer.error || response.status}`;
     button.dataset.done = response.ok ? "ok" : "refused";
-    if (name === "decide-plan" && response.ok) { board.plans.delete([...board.plans.values()].find((p) => p.plan_id === body.plan_id)?.author); }
+    // A decided plan leaves the list with its plan_decided event, as one decided elsewhere does.
   });
   return button;
 }
@@ -548,6 +552,7 @@ const eventsView = {
     if (e.kind === "teammate") return `${e.name} ${e.status.toLowerCase()} (${e.reason})`;
     if (e.kind === "message") return `${e.sender}: ${e.body}`;
     if (e.kind === "plan") return `${e.author} submitted plan ${e.plan_id}`;
+    if (e.kind === "plan_decided") return `plan ${e.plan_id} of ${e.author} ${e.approve ? "approved" : "rejected"}${e.feedback ? `: ${e.feedback}` : ""}`;
     return JSON.stringify(e.detail || {});
   },
   item(e) {
@@ -563,12 +568,15 @@ const eventsView = {
     if ($("event-pause").checked) return;
     const kind = $("event-kind").value;
     const list = $("events");
-    list.prepend(...events.filter((e) => !kind || e.kind === kind).reverse().map((e) => this.item(e)));
+    list.prepend(...events.filter((e) => this.shown(e, kind)).reverse().map((e) => this.item(e)));
     while (list.childElementCount > EVENTS_SHOWN) list.lastElementChild.remove();
   },
   redraw() {
     const kind = $("event-kind").value;
-    $("events").replaceChildren(...this.kept.filter((e) => !kind || e.kind === kind).reverse().map((e) => this.item(e)));
+    $("events").replaceChildren(...this.kept.filter((e) => this.shown(e, kind)).reverse().map((e) => this.item(e)));
+  },
+  shown(e, kind) {  // "plan" also shows "plan_decided"
+    return !kind || e.kind === kind || e.kind.startsWith(`${kind}_`);
   },
 };
 
