@@ -65,7 +65,7 @@ def test_malformed_input_gets_a_parse_error_and_the_bridge_serves_on_until_stdin
         closed_at = time.monotonic()
         child.stdin.close()
         assert child.wait(timeout=10) == 0
-        assert time.monotonic() - closed_at < 2.5
+        assert time.monotonic() - closed_at < 2.0  # as docs/mcp.md promises (about 0.2 s when measured)
         assert child.stdout is not None and child.stderr is not None
         rest, err = child.stdout.read().decode(), child.stderr.read().decode()
         secrets.assert_absent(rest + err, "the bridge's output")

@@ -205,6 +205,21 @@ def test_actions_go_through_the_lead_service_with_csrf_and_origin_checked(acting
     page.context.close()
 
 
+def test_a_resized_window_refits_the_graph(acting, browser):
+    chain = [corral.TaskSpec(id=f"chain-{i}", depends_on=[f"chain-{i - 1}"] if i else []) for i in range(12)]
+    acting.lead.create_tasks(chain)
+    page = open_board(browser, acting)
+
+    def view() -> dict:
+        return page.evaluate("window.corral.graphView || {}")
+
+    wait_until(lambda: view().get("inside"), 10, "the graph laid out in sight")
+    wide = view()["width"]
+    page.set_viewport_size({"width": 640, "height": 420})
+    wait_until(lambda: view()["width"] < wide and view()["inside"], 10, "the graph refit to the smaller window")
+    page.context.close()
+
+
 def test_a_board_of_ten_thousand_tasks_draws_its_frontier_and_pages_its_table(acting, browser):
     lead = acting.lead
     chain = [

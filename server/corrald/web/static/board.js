@@ -299,6 +299,19 @@ const graph = {
       ],
     });
     this.cy.on("tap", "node", (event) => drawer.open(event.target.id()));
+    // A window resized refits the drawing, unless the person moved it themselves since it was laid out.
+    this.cy.on("dragpan scrollzoom pinchzoom", () => { this.moved = true; });
+    let resizing = null;
+    window.addEventListener("resize", () => {
+      clearTimeout(resizing);
+      resizing = setTimeout(() => { this.cy.resize(); if (!this.moved) this.cy.fit(undefined, 24); this.noteView(); }, 150);
+    });
+  },
+  moved: false,
+  noteView() {  // what tests read: the drawing's size and whether every node is in sight
+    const box = this.cy.elements().renderedBoundingBox();
+    const width = this.cy.width(), height = this.cy.height();
+    board.graphView = { width, height, inside: box.x1 >= -1 && box.y1 >= -1 && box.x2 <= width + 1 && box.y2 <= height + 1 };
   },
   colors: { blocked: "#5b6676", ready: "#3b82f6", in_progress: "#f59e0b", completed: "#22c55e", failed: "#ef4444", canceled: "#a855f7" },
   data(task) {
@@ -326,6 +339,8 @@ const graph = {
     const ranker = tasks.length > 300 ? "longest-path" : "network-simplex";
     this.cy.layout({ name: window.cytoscapeDagre ? "dagre" : "breadthfirst", rankDir: "LR", nodeSep: 14, rankSep: 60, ranker,
       animate: false, fit: true, padding: 24 }).run();
+    this.moved = false;
+    this.noteView();
     board.timing = { ...(board.timing || {}), layout_ms: Math.round(performance.now() - began) };
   },
   restyle(id) {
