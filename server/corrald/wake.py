@@ -38,17 +38,11 @@ class WakeHub:
         return self._closed.is_set()
 
     def close(self, why: str) -> None:
-        """Daemon draining: every Idle and Watch stream ends."""
+        """Daemon draining: every Idle and Watch stream ends (Watch streams wake on
+        `board_moved`, and find the hub `closing`)."""
         self._closed.set()
+        self._board_moved.set()
         self.end_streams(why)
-
-    async def wait_or_close(self, event: asyncio.Event) -> None:
-        waiters = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self._closed.wait())]
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
 
     # ------------------------------------------------------------ streams
 
@@ -88,7 +82,8 @@ class WakeHub:
         return name in self._streams
 
     def board_moved(self) -> asyncio.Event:
-        """An event set at the next committed change (for Watch streams)."""
+        """An event set at the next committed change, or when the daemon drains (for
+        Watch streams: check `closing` when it is set)."""
         return self._board_moved
 
     # ------------------------------------------------------------ wake-ups

@@ -121,7 +121,7 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
                 yield convert.watch_response(event, task, mate)
                 after = event.seq
             if not feed.more:
-                await self._hub.wait_or_close(moved)
+                await moved.wait()
 
 
 def _cancel_reply(canceled: list[CanceledTask]) -> pb.CancelTasksResponse:

@@ -148,7 +148,7 @@ class Feed:
         stream.stop_streaming()
 
     async def _wait(self, moved: asyncio.Event, tick: asyncio.Event) -> None:
-        waits = [asyncio.ensure_future(self._hub.wait_or_close(moved)), asyncio.ensure_future(tick.wait())]
+        waits = [asyncio.ensure_future(moved.wait()), asyncio.ensure_future(tick.wait())]
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
