@@ -582,3 +582,25 @@ def test_work_still_to_come_is_what_a_teammate_could_yet_take(team, clock):
     team.complete("w1", ready.task.id, ready.token)
     # Only the reviewer's task is left: nothing for w1, which may now spend its idle budget.
     assert waited_for(team, "w1") == [] and waited_for(team, "w1", ("reviewer",)) == ["r"]
+
+
+@pytest.mark.timeout(10)
+def test_a_task_row_maps_to_its_record_field_by_field(board):
+    # Every settable column with a value of its own, read back through the store's one
+    # statement (records are built positionally, so a column out of place shows here).
+    board.create(spec("every", title="t", description="d", payload=b"p", priority=5, required_role="r", max_attempts=4))
+    board.call(
+        lambda tx: tx.conn.execute(
+            "UPDATE tasks SET owner = 'o', error = 'e', progress = 'pr', progress_fraction = 0.5, progress_ms = 9,"
+            " trace_parent = 'tp', concurrency_key = 'k', input_tokens = 1, output_tokens = 2, cost_micros = 3,"
+            " model = 'm', attempt_timeout_ms = 42, finish_ms = 7, not_before_ms = 8 WHERE id = 'every'"
+        )
+    )
+    record = board.task("every")
+    assert (record.id, record.title, record.description, record.payload) == ("every", "t", "d", b"p")
+    assert (record.priority, record.required_role, record.max_attempts) == (5, "r", 4)
+    assert (record.state, record.owner, record.error, record.result) == (TaskState.PENDING, "o", "e", b"")
+    assert (record.progress, record.progress_fraction, record.progress_ms) == ("pr", 0.5, 9)
+    assert (record.trace_parent, record.concurrency_key, record.attempt_timeout_ms) == ("tp", "k", 42)
+    assert (record.finish_ms, record.not_before_ms) == (7, 8)
+    assert tuple(record.usage) == (1, 2, 3, "m")

@@ -56,71 +56,22 @@ _STATES = {int(state): state for state in TaskState}  # a dict lookup, where Tas
 
 
 def _record(row: tuple) -> TaskRecord:
-    (
-        seq,
-        task_id,
-        title,
-        description,
-        payload,
-        priority,
-        required_role,
-        max_attempts,
-        lease_ms,
-        state,
-        owner,
-        attempt,
-        result,
-        error,
-        create_ms,
-        lease_expire_ms,
-        finish_ms,
-        not_before_ms,
-        retry_backoff_ms,
-        retry_backoff_max_ms,
-        ready_ms,
-        progress,
-        progress_fraction,
-        progress_ms,
-        trace_parent,
-        concurrency_key,
-        input_tokens,
-        output_tokens,
-        cost_micros,
-        model,
-        attempt_timeout_ms,
-        depends_on,
-    ) = row
-    # Positional, in TaskRecord's field order: binding 29 keywords costs more than building the tuple.
+    """A TaskRecord from a row of `_COLUMNS`, built positionally (binding 29 keywords
+    costs more than the tuple): the columns are in TaskRecord's field order but for
+    depends_on (the last column), state (an int), result (NULL until completed) and
+    usage (four columns)."""
+    depends_on = row[31]
     return TaskRecord(
-        seq,
-        task_id,
-        title,
-        description,
-        payload,
+        *row[0:5],  # seq .. payload
         tuple(depends_on.split("\n")) if depends_on else (),
-        priority,
-        required_role,
-        max_attempts,
-        lease_ms,
-        _STATES[state],
-        owner,
-        attempt,
-        result or b"",
-        error,
-        create_ms,
-        lease_expire_ms,
-        finish_ms,
-        not_before_ms,
-        retry_backoff_ms,
-        retry_backoff_max_ms,
-        ready_ms,
-        progress,
-        progress_fraction,
-        progress_ms,
-        trace_parent,
-        concurrency_key,
-        Usage(input_tokens, output_tokens, cost_micros, model),
-        attempt_timeout_ms,
+        *row[5:9],  # priority .. lease_ms
+        _STATES[row[9]],
+        row[10],  # owner
+        row[11],  # attempt
+        row[12] or b"",  # result
+        *row[13:26],  # error .. concurrency_key
+        Usage(*row[26:30]),
+        row[30],  # attempt_timeout_ms
     )
 
 
