@@ -92,9 +92,10 @@ class _SessionStream(_Stream):
 
     async def _op(self, **op) -> None:
         op_id = next(self.op_ids)
-        self.results[op_id] = asyncio.get_running_loop().create_future()
+        # Held here: the answer may arrive (and the reader pop it) before the write returns.
+        answered = self.results[op_id] = asyncio.get_running_loop().create_future()
         await self.call.write(pb.SessionRequest(op_id=op_id, **op))
-        result = await asyncio.wait_for(self.results[op_id], 30)
+        result = await asyncio.wait_for(answered, 30)
         if result.status.code != 0:
             raise RuntimeError(f"{next(iter(op))} op answered {result.status.code}: {result.status.message}")
 
