@@ -56,22 +56,24 @@ _STATES = {int(state): state for state in TaskState}  # a dict lookup, where Tas
 
 
 def _record(row: tuple) -> TaskRecord:
-    """A TaskRecord from a row of `_COLUMNS`, built positionally (binding 29 keywords
-    costs more than the tuple): the columns are in TaskRecord's field order but for
+    """A TaskRecord from a row of `_COLUMNS`, built as a tuple (binding 29 keywords
+    costs more): the columns are in TaskRecord's field order but for
     depends_on (the last column), state (an int), result (NULL until completed) and
     usage (four columns)."""
     depends_on = row[31]
-    return TaskRecord(
-        *row[0:5],  # seq .. payload
-        tuple(depends_on.split("\n")) if depends_on else (),
-        *row[5:9],  # priority .. lease_ms
-        _STATES[row[9]],
-        row[10],  # owner
-        row[11],  # attempt
-        row[12] or b"",  # result
-        *row[13:26],  # error .. concurrency_key
-        Usage(*row[26:30]),
-        row[30],  # attempt_timeout_ms
+    return TaskRecord._make(
+        (
+            *row[0:5],  # seq .. payload
+            tuple(depends_on.split("\n")) if depends_on else (),
+            *row[5:9],  # priority .. lease_ms
+            _STATES[row[9]],
+            row[10],  # owner
+            row[11],  # attempt
+            row[12] or b"",  # result
+            *row[13:26],  # error .. concurrency_key
+            Usage._make(row[26:30]),
+            row[30],  # attempt_timeout_ms
+        )
     )
 
 
