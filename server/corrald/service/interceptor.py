@@ -340,8 +340,8 @@ async def _serve_stream(
     if not place.try_enter():
         await _wait_for_place(place, context)
     in_lane = True
-    sender = StreamSender(context, send_timeout_s)
     try:
+        sender = StreamSender(context, send_timeout_s)
         async with contextlib.aclosing(await responses_of()) as responses:
             async for response in responses:
                 await sender.send(response)
@@ -356,7 +356,6 @@ async def _serve_stream(
             raise
         await _abort(context, error)
     finally:
-        sender.close()
         if in_lane:
             place.leave()
 
