@@ -15,7 +15,7 @@ import logging
 import pathlib
 import secrets
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from . import cpu, delivery, errors, validate
 from .clock import Clock
@@ -43,9 +43,12 @@ from .model import (
 )
 from .readers import ReaderPool
 from .store import events, inbox, keys, ops, overview, protocol, status, tasks, team, usage, viewers
-from .store.schema import open_writer
+from .store.schema import open_reader, open_writer
 from .stream import ParkedStreams, StreamItem, StreamState
 from .writer import CommitFailed, Writer, WriterStats
+
+if TYPE_CHECKING:
+    from .pg.store import PgBoard
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -130,33 +133,51 @@ class BoardStats:
 class Board:
     def __init__(
         self,
-        database: pathlib.Path,
+        database: pathlib.Path | PgBoard,
         *,
         clock: Clock,
         limits: Limits = Limits(),
         writer_config: WriterConfig = WriterConfig(),
-        lead_token: str,
+        lead_token: str | None = None,
         readers: int = 4,
     ) -> None:
         self.clock = clock
         self.limits = limits
-        self._lead_hash = token_hash(lead_token)
         self._teammate_hashes: dict[bytes, str] = {}
         self._viewer_hashes: dict[bytes, str] = {}
         # Told, on the loop, of each viewer removed (the web board ends its sessions and streams).
         self.viewer_removed: list[Callable[[Identity], None]] = []
-        # The board's storage: the writer thread (the one read-write connection),
-        # whose commits the daemon's wiring listens to (`writer.on_commit`), and
-        # the reader pool, opened with the board.
-        self.writer = Writer(
-            lambda: open_writer(
-                database, synchronous=writer_config.synchronous, busy_timeout_ms=writer_config.busy_timeout_ms
-            ),
-            clock,
-            writer_config,
-            epilogue=_stamp_clock,
-        )
-        self._database = database
+        # The board's storage: the writer thread (this daemon's one read-write
+        # connection), whose commits the daemon's wiring listens to
+        # (`writer.on_commit`), and the reader pool, opened with the board. A SQLite
+        # board is a file this daemon alone serves; a PostgreSQL board (`pg`) is
+        # served by every daemon given its DSN and schema, each with its own writer.
+        self.pg: PgBoard | None = None
+        if isinstance(database, pathlib.Path):
+            if lead_token is None:
+                raise ValueError("a SQLite board needs the lead token of its state directory")
+            self._lead_hash = token_hash(lead_token)
+            path = database
+            self.writer = Writer(
+                lambda: open_writer(
+                    path, synchronous=writer_config.synchronous, busy_timeout_ms=writer_config.busy_timeout_ms
+                ),
+                clock,
+                writer_config,
+                epilogue=_stamp_clock,
+            )
+            self._open_reader: Callable[[], object] = lambda: open_reader(path)
+            self._reader_begin = "BEGIN"
+        else:
+            from .pg.store import READER_BEGIN  # noqa: PLC0415 (the SQLite path loads nothing of psycopg)
+
+            self.pg = database
+            self._lead_hash = database.identity.lead_hash
+            self.writer = Writer(
+                database.storage.open, clock, writer_config, epilogue=_stamp_clock, storage=database.storage
+            )
+            self._open_reader = database.open_reader
+            self._reader_begin = READER_BEGIN
         self._reader_count = readers
         self.readers: ReaderPool | None = None
 
@@ -165,29 +186,59 @@ class Board:
     def open(self) -> None:
         """Starts the writer, recovers from a previous life, loads credentials."""
         self.writer.start()
-        self.readers = ReaderPool(self._database, size=self._reader_count)
-        # One time base per board: if the host's wall clock now reads earlier
-        # than the previous daemon got (stepped back between runs), this daemon
-        # carries on from there, so no stored lease end, grace or expiry lies
-        # ahead of its "now" and the restart rule below sees a clock that
-        # never went back.
-        behind_ms = self.clock.not_before(self.writer.call(lambda tx: tasks.clock_reached(tx.conn)))
-        if behind_ms:
-            log.warning("wall clock %.3f s behind this board's clock; carrying on from the board's", behind_ms / 1000)
+        self.readers = ReaderPool(self._open_reader, size=self._reader_count, begin=self._reader_begin)
+        if self.pg is None:
+            # One time base per board: if the host's wall clock now reads earlier
+            # than the previous daemon got (stepped back between runs), this daemon
+            # carries on from there, so no stored lease end, grace or expiry lies
+            # ahead of its "now" and the restart rule below sees a clock that
+            # never went back. (A PostgreSQL board's clock is the database's.)
+            behind_ms = self.clock.not_before(self.writer.call(lambda tx: tasks.clock_reached(tx.conn)))
+            if behind_ms:
+                log.warning(
+                    "wall clock %.3f s behind this board's clock; carrying on from the board's", behind_ms / 1000
+                )
+        pg = self.pg
 
         def recover(tx: Txn) -> tuple[list[tuple[bytes, str, bool]], list[tuple[bytes, str]]]:
-            tasks.extend_live_leases(tx)
-            keys.recount(tx)
-            team.mark_all_offline(tx)
+            # A PostgreSQL board other daemons serve goes on as it is: its leases run
+            # and its teammates stay online. Only the board's restart (no other daemon
+            # serves it) recovers as a SQLite board does.
+            restart = True
+            if pg is not None:
+                from .pg.store import register_daemon  # noqa: PLC0415
+
+                restart = register_daemon(tx, pg.daemon_id) == 0
+            if restart:
+                tasks.extend_live_leases(tx)
+                keys.recount(tx)
+                team.mark_all_offline(tx)
             return team.credentials(tx.conn), viewers.credentials(tx.conn)
 
-        mates, watchers = self.writer.call(recover)
-        for digest, name, removed in mates:
-            if not removed:
-                self._teammate_hashes[digest] = name
-        self._viewer_hashes.update(watchers)
+        self._load_credentials(*self.writer.call(recover))
+
+    def _load_credentials(self, mates: list[tuple[bytes, str, bool]], watchers: list[tuple[bytes, str]]) -> None:
+        self._teammate_hashes = {digest: name for digest, name, removed in mates if not removed}
+        self._viewer_hashes = dict(watchers)
+
+    def reload_credentials(self) -> None:
+        """Reads every credential again (blocking): another daemon of a PostgreSQL board
+        added or removed one. A viewer removed there is told to the listeners here."""
+        before = set(self._viewer_hashes.values())
+        self._load_credentials(*self.call_read(lambda conn: (team.credentials(conn), viewers.credentials(conn))))
+        for name in sorted(before - set(self._viewer_hashes.values())):
+            for listener in self.viewer_removed:
+                listener(Identity(VIEWER_PREFIX + name, False, is_viewer=True))
 
     def close(self) -> None:
+        if self.pg is not None:
+            from .pg.store import leave  # noqa: PLC0415
+
+            daemon_id = self.pg.daemon_id
+            try:
+                self.writer.call(lambda tx: leave(tx, daemon_id), timeout=5)
+            except Exception as error:  # noqa: BLE001 (the row goes stale and is forgotten in time)
+                log.warning("could not remove this daemon from the board's daemons: %s", error)
         self.writer.close()
         if self.readers is not None:
             self.readers.close()
@@ -205,7 +256,18 @@ class Board:
         if name is not None:
             return Identity(name, False)
         viewer = self._viewer_hashes.get(digest)
-        return Identity(VIEWER_PREFIX + viewer, False, is_viewer=True) if viewer is not None else None
+        if viewer is not None:
+            return Identity(VIEWER_PREFIX + viewer, False, is_viewer=True)
+        if self.pg is not None and self.readers is not None:
+            # Minted by another daemon of the board a moment ago, perhaps: one indexed read.
+            found = self.call_read(lambda conn: (team.credential(conn, digest), viewers.credential(conn, digest)))
+            if found[0] is not None:
+                self._teammate_hashes[digest] = found[0]
+                return Identity(found[0], False)
+            if found[1] is not None:
+                self._viewer_hashes[digest] = found[1]
+                return Identity(VIEWER_PREFIX + found[1], False, is_viewer=True)
+        return None
 
     def still_valid(self, identity: Identity) -> bool:
         """Whether the credential that proved `identity` is still live (for sessions kept across a restart)."""
@@ -577,6 +639,11 @@ class Board:
     async def read(self, query: Callable):
         assert self.readers is not None
         return await self.readers.run(query)
+
+    def call_read(self, query: Callable[..., T]) -> T:
+        """A read from any thread, blocking it until answered."""
+        assert self.readers is not None
+        return self.readers.call(query)
 
     async def get_task(self, task_id: str) -> TaskRecord:
         return await self.read(lambda conn: tasks.get_task(conn, task_id))

@@ -10,9 +10,9 @@ import sys
 
 import click
 
-from .config import Limits, WriterConfig
+from .config import ConfigError, Limits, WriterConfig
 from .daemon import ServeConfig, serve
-from .listen import ConfigError, web_address
+from .listen import web_address
 from .overload.lanes import LaneConfig
 from .overload.pacing import PacingConfig
 from .statedir import StateDirError

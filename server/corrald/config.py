@@ -7,6 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 
+
+class ConfigError(Exception):
+    """The serve configuration cannot work; the message says why."""
+
+
 SECOND_MS = 1000
 MINUTE_MS = 60 * SECOND_MS
 HOUR_MS = 60 * MINUTE_MS

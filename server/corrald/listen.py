@@ -9,11 +9,9 @@ import ssl
 
 import grpc
 
+from .config import ConfigError
+
 UNIX_PATH_MAX = 107  # sun_path holds 108 bytes including the terminating NUL
-
-
-class ConfigError(Exception):
-    """The serve configuration cannot work; the message says why."""
 
 
 def _is_loopback(host: str) -> bool:

@@ -2,53 +2,56 @@
 
 Reads run on a small thread pool so they never block the event loop, and a
 cursor is never held across an `await` (a held read transaction would pin the
-WAL and stall checkpoints).
+WAL and stall checkpoints, or on PostgreSQL hold back vacuum). Each thread keeps
+one connection, opened by `open_reader`, and opens another when it breaks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import pathlib
-import sqlite3
 import threading
 from collections.abc import Callable
-from typing import TypeVar
-
-from .store.schema import open_reader
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
 class ReaderPool:
-    def __init__(self, path: pathlib.Path, *, size: int = 4) -> None:
-        self._path = path
+    def __init__(self, open_reader: Callable[[], Any], *, size: int = 4, begin: str = "BEGIN") -> None:
+        self._open_reader = open_reader
+        self._begin = begin  # the statement that opens one read's transaction
         self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
+        self._connections: list[Any] = []
         self._lock = threading.Lock()
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=size, thread_name_prefix="corral-reader")
 
-    def _connection(self) -> sqlite3.Connection:
+    def _connection(self) -> Any:
         conn = getattr(self._local, "conn", None)
+        if conn is not None and getattr(conn, "broken", False):  # a PostgreSQL connection lost
+            with self._lock:
+                self._connections.remove(conn)
+            conn = None
         if conn is None:
-            conn = open_reader(self._path)
+            conn = self._open_reader()
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)
         return conn
 
-    def _read(self, query: Callable[[sqlite3.Connection], T]) -> T:
+    def _read(self, query: Callable[[Any], T]) -> T:
         conn = self._connection()
-        conn.execute("BEGIN")
+        conn.execute(self._begin)
         try:
             return query(conn)
         finally:
-            conn.execute("COMMIT")
+            if conn.in_transaction:
+                conn.execute("COMMIT")
 
-    async def run(self, query: Callable[[sqlite3.Connection], T]) -> T:
+    async def run(self, query: Callable[[Any], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._read, query)
 
-    def call(self, query: Callable[[sqlite3.Connection], T]) -> T:
+    def call(self, query: Callable[[Any], T]) -> T:
         return self._executor.submit(self._read, query).result()
 
     def close(self) -> None:

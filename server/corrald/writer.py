@@ -28,11 +28,10 @@ import concurrent.futures
 import contextvars
 import dataclasses
 import logging
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import tenacity
 
@@ -94,8 +93,30 @@ def _percentile(samples: Sequence[float], q: float) -> float:
     return float(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
 
 
-def _is_busy(error: BaseException) -> bool:
-    return isinstance(error, sqlite3.OperationalError) and ("locked" in str(error) or "busy" in str(error))
+class Storage(Protocol):
+    """How the writer begins, ends and retries its transactions on one kind of database
+    (store/schema.py's SqliteStorage, pg/storage.py's PgStorage); the jobs are the same."""
+
+    # Whether this writer is the board's only one: what its jobs learn of the leases and
+    # time gates then holds across jobs (DeadlineWatch); with other writers it does not.
+    exclusive: bool
+
+    def begin(self, conn: Any) -> Any:
+        """Opens the batch's transaction on `conn`, or on a new connection if that one is
+        broken; returns the connection it opened it on."""
+
+    def commit(self, conn: Any) -> None: ...
+
+    def is_busy(self, error: BaseException) -> bool:
+        """Whether the whole transaction may run again (no job of it took effect)."""
+
+    def is_storage_error(self, error: BaseException) -> bool:
+        """Whether a job's error is the database's (a full disk, a lost connection), not the job's."""
+
+    def announce(self, conn: Any, wakes: Wakes) -> None:
+        """Last in the transaction: tells what it changed to whoever else serves the board."""
+
+    def close(self, conn: Any, checkpoint: bool) -> None: ...
 
 
 class Writer:
@@ -103,15 +124,19 @@ class Writer:
 
     def __init__(
         self,
-        connect: Callable[[], sqlite3.Connection],
+        connect: Callable[[], Any],
         clock: Clock,
         config: WriterConfig = WriterConfig(),
         on_commit: Callable[[Wakes], None] | None = None,
         on_batch: Callable[[float, int], None] | None = None,
-        epilogue: Callable[[sqlite3.Connection, int, bool, list[BaseException]], None] | None = None,
+        epilogue: Callable[[Any, int, bool, list[BaseException]], None] | None = None,
         timer: Callable[[], float] = time.perf_counter,
+        storage: Storage | None = None,
     ) -> None:
+        from .store.schema import SqliteStorage  # noqa: PLC0415 (the default: the writer of a SQLite board)
+
         self._connect = connect
+        self._storage: Storage = storage if storage is not None else SqliteStorage()
         self._clock = clock
         self._config = config
         # Told after each COMMIT, on the writer thread: what the batch's jobs changed
@@ -139,7 +164,7 @@ class Writer:
         self._accepting = False
         self._thread: threading.Thread | None = None
         self._thread_id: int | None = None
-        self._conn: sqlite3.Connection | None = None
+        self._conn: Any = None
         self._started = threading.Event()
         self._start_error: BaseException | None = None
         # Counters (written by the writer thread or under the condition lock).
@@ -151,7 +176,7 @@ class Writer:
         # Built once: a Retrying per batch left a reference cycle per batch for
         # the cyclic collector, whose full passes stall the whole daemon.
         self._retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(_is_busy),
+            retry=tenacity.retry_if_exception(self._storage.is_busy),
             stop=tenacity.stop_after_attempt(config.busy_retries),
             wait=tenacity.wait_exponential_jitter(multiplier=0.002, max=0.2),
             before_sleep=self._count_busy,
@@ -194,13 +219,7 @@ class Writer:
         every commit and the next start replays it."""
         self.settle()
         if self._conn is not None:
-            if checkpoint:
-                try:
-                    failpoints.hit("before_checkpoint")
-                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                except sqlite3.Error as error:
-                    log.warning("final checkpoint failed, the WAL is kept for the next start: %s", error)
-            self._conn.close()
+            self._storage.close(self._conn, checkpoint)
             self._conn = None
 
     # ------------------------------------------------------------ submitting
@@ -356,10 +375,9 @@ class Writer:
     def _transaction(
         self, batch: list[_Pending], owners: set[str], take_until: float | None
     ) -> list[tuple[bool, Any, Wakes | None]]:
-        conn = self._conn
-        assert conn is not None
+        conn = self._conn = self._storage.begin(self._conn)
         now = self._clock.now_ms()
-        conn.execute("BEGIN IMMEDIATE")
+        watches = self._watches if self._storage.exclusive else (DeadlineWatch(), DeadlineWatch())
         try:
             changes_before = conn.total_changes
             outcomes: list[tuple[bool, Any, Wakes | None]] = []
@@ -370,7 +388,7 @@ class Writer:
                 # job may have made long. `now` never goes back within a batch.
                 now = max(now, self._clock.now_ms())
                 job_started, cost_from = time.perf_counter(), self._timer()
-                outcomes.append(self._run_job(conn, pending, now, self._watches))
+                outcomes.append(self._run_job(conn, pending, now, watches, self._storage))
                 self._job_ms.append((time.perf_counter() - job_started) * 1000)
                 self._spent.append((pending.owner, self._timer() - cost_from))
                 if not conn.in_transaction:
@@ -380,8 +398,14 @@ class Writer:
             if self._epilogue is not None:
                 failures = [value for ok, value, _ in outcomes if not ok]
                 self._epilogue(conn, now, conn.total_changes != changes_before, failures)
+            if not self._storage.exclusive:
+                told = Wakes()
+                for ok, _, job_wakes in outcomes:
+                    if ok and job_wakes:
+                        told.merge(job_wakes)
+                self._storage.announce(conn, told)
             failpoints.hit("before_commit")
-            conn.execute("COMMIT")
+            self._storage.commit(conn)
         except BaseException:
             for watch in self._watches:
                 watch.forget()
@@ -393,7 +417,7 @@ class Writer:
 
     @staticmethod
     def _run_job(
-        conn: sqlite3.Connection, pending: _Pending, now: int, watches: tuple[DeadlineWatch, DeadlineWatch]
+        conn: Any, pending: _Pending, now: int, watches: tuple[DeadlineWatch, DeadlineWatch], storage: Storage
     ) -> tuple[bool, Any, Wakes | None]:
         tx = Txn(conn, now, leases=watches[0], gates=watches[1])
         conn.execute("SAVEPOINT job")
@@ -407,7 +431,7 @@ class Writer:
                 return False, error, None  # the whole batch fails, and is logged once
             conn.execute("ROLLBACK TO job")
             conn.execute("RELEASE job")
-            if isinstance(error, sqlite3.OperationalError):  # the storage (a full disk), not the job
+            if storage.is_storage_error(error):  # the storage (a full disk), not the job
                 log.error("a job could not write: %s", error)
                 return False, CommitFailed(f"the job did not commit: {error}"), None
             return False, error, None

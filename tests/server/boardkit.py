@@ -89,8 +89,14 @@ class SyncBoard:
     # ------------------------------------------------------------ lifecycle
 
     def open(self) -> SyncBoard:
+        where: Any = self.path
+        if not isinstance(where, pathlib.Path):  # a PostgreSQL schema (a PgTarget), on the test's clock
+            from corrald.board import token_hash
+            from corrald.pg.store import open_board
+
+            where = open_board(where, token_hash, database_clock=False, lead_token=LEAD_TOKEN)
         board = Board(
-            self.path, clock=self.clock, limits=self.limits, writer_config=self.writer_config, lead_token=LEAD_TOKEN
+            where, clock=self.clock, limits=self.limits, writer_config=self.writer_config, lead_token=LEAD_TOKEN
         )
         board.open()
         self.board = board
@@ -203,7 +209,11 @@ class SyncBoard:
         return self.task(task_id).state
 
     def rows(self, sql: str, params: Sequence = ()) -> list[tuple]:
-        return self.call(lambda tx: tx.conn.execute(sql, tuple(params)).fetchall())
+        def query(tx) -> list[tuple]:
+            cursor = tx.conn.execute(sql, tuple(params))
+            return cursor.fetchall() if cursor.description is not None else []  # a statement without rows
+
+        return self.call(query)
 
     def scalar(self, sql: str, params: Sequence = ()) -> Any:
         return self.rows(sql, params)[0][0]
@@ -218,10 +228,15 @@ class SyncBoard:
         return self.call(lambda tx: {n: tx.conn.execute(f"SELECT count(*) FROM {n}").fetchone()[0] for n in names})
 
     def dump(self) -> str:
+        if not isinstance(self.path, pathlib.Path):  # PostgreSQL: every row of every table, in order
+            return self.call(lambda tx: "\n".join(map(repr, _all_rows(tx.conn))))
         return self.call(lambda tx: "\n".join(tx.conn.iterdump()))
 
     def data_version(self) -> int:
-        """PRAGMA data_version seen by a separate connection: moves when anyone else commits a change."""
+        """PRAGMA data_version seen by a separate connection: moves when anyone else commits a change
+        (on PostgreSQL, the dump alone tells)."""
+        if not isinstance(self.path, pathlib.Path):
+            return 0
         if self._probe is None:
             self._probe = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None)
         return self._probe.execute("PRAGMA data_version").fetchone()[0]
@@ -229,6 +244,21 @@ class SyncBoard:
     def snapshot(self) -> tuple:
         """What moves when a transaction persists anything: data_version and the whole dump."""
         return self.data_version(), self.dump()
+
+
+def _all_rows(conn) -> list[tuple]:
+    tables = [
+        name
+        for (name,) in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY 1"
+        ).fetchall()
+    ]
+    return [
+        (table, *row)
+        for table in tables
+        if table != "daemons"  # each daemon's heartbeat, not the board
+        for row in conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()
+    ]
 
 
 class Blocker:

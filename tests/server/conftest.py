@@ -1,4 +1,5 @@
-"""Fixtures for the corrald server tests: a fake clock, a real SQLite file, a Board."""
+"""Fixtures for the corrald server tests: a fake clock, a real store (a SQLite file, or with
+`--store postgres` a schema of its own on PostgreSQL), a Board."""
 
 from __future__ import annotations
 
@@ -24,7 +25,13 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def db_path(tmp_path: pathlib.Path) -> pathlib.Path:
+def db_path(tmp_path: pathlib.Path, store_kind: str):
+    """Where the test's board lives: a SQLite file, or a fresh PostgreSQL schema (a PgTarget)."""
+    if store_kind == "postgres":
+        from corrald.pg.target import PgTarget
+        from tests.support.postgres import fresh_schema, test_database_dsn
+
+        return PgTarget.parse(test_database_dsn(), schema=fresh_schema())
     return tmp_path / "corral.sqlite3"
 
 

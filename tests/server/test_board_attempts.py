@@ -101,6 +101,7 @@ def test_a_final_failure_keeps_its_error_in_the_history(team):
     assert team.state("once") is TaskState.FAILED
 
 
+@pytest.mark.sqlite_only  # counts statements through SQLite's trace callback
 def test_a_first_claim_reads_no_history_and_a_later_one_does(team):
     team.create(spec("t", lease_ms=LEASE))
     statements: list[str] = []

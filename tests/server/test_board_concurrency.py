@@ -127,7 +127,7 @@ def test_fifty_threads_complete_a_dag_exactly_once_in_dependency_order(board):
     completed_ids = collections.Counter(task_id for _, task_id in completions)
     assert set(completed_ids) == ids and max(completed_ids.values()) == 1
     assert board.rows("SELECT outcome, count(*) FROM claims GROUP BY outcome") == [("completed", len(ids))]
-    assert board.scalar("SELECT max(n) FROM (SELECT count(*) AS n FROM claims GROUP BY task_seq)") == 1
+    assert board.scalar("SELECT max(n) FROM (SELECT count(*) AS n FROM claims GROUP BY task_seq) AS per_task") == 1
     # Each result was written by the teammate that held the claim.
     owners = {task_id: name for name, task_id in completions}
     results = dict(board.rows("SELECT id, result FROM tasks"))

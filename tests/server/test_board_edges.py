@@ -34,6 +34,7 @@ def test_a_claim_carries_its_dependencies_results_in_depends_on_order(team):
     assert grant.dependency_results_omitted == ()
 
 
+@pytest.mark.sqlite_only  # counts statements through SQLite's trace callback
 def test_a_task_without_dependencies_asks_nothing_more(team):
     team.create(spec("alone"))
     statements: list[str] = []

@@ -99,6 +99,7 @@ def test_a_delayed_task_canceled_while_it_waits_stays_canceled(team, clock):
     assert team.claim("w1") is None
 
 
+@pytest.mark.sqlite_only  # reads SQLite's query plan
 def test_many_delayed_tasks_leave_the_claim_query_on_its_index(team, clock):
     at = clock.now_ms() + 60 * SECOND
     team.create(*(spec(f"d{i}", not_before_ms=at) for i in range(200)), spec("ready", priority=-1))

@@ -71,6 +71,7 @@ def test_no_key_and_a_key_without_a_limit_have_no_limit(team):
     assert team.rows("SELECT key FROM concurrency_keys") == [("openai",)]  # nothing counted for the others
 
 
+@pytest.mark.sqlite_only  # counts statements through SQLite's trace callback
 def test_a_plain_claim_and_completion_ask_nothing_of_the_keys(team):
     team.set_limit("openai", 1)
     team.create(spec("plain"))
@@ -217,6 +218,7 @@ def test_bad_keys_and_limits_are_refused_before_anything_is_written(team):
     assert team.set_limit("k" * 200, 10_000).limit == 10_000
 
 
+@pytest.mark.sqlite_only  # reads SQLite's query plan
 def test_the_claim_query_stays_on_its_index_with_keys_present(team):
     for index in range(50):
         team.set_limit(f"key{index}", 1)

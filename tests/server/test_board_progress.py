@@ -138,6 +138,7 @@ def test_a_plain_renewal_after_the_second_sends_the_progress_held_back(board, cl
     assert sent_at == clock.now_ms()
 
 
+@pytest.mark.sqlite_only  # counts statements through SQLite's trace callback
 def test_a_plain_renewal_writes_no_event_and_runs_no_extra_statement(board, clock):
     grant = _claimed(board)
     board.renew("alice", "t1", grant.token)  # warms the path

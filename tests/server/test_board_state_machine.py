@@ -251,9 +251,13 @@ class BoardMachine(RuleBasedStateMachine):
         super().__init__()
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="corral-sm-"))
         self.clock = FakeClock()
-        self.board = SyncBoard(
-            self.dir / "corral.sqlite3", self.clock, writer_config=WriterConfig(synchronous="NORMAL")
-        ).open()
+        where: object = self.dir / "corral.sqlite3"
+        if _STORE["kind"] == "postgres":  # a fresh schema of the run's database per example
+            from corrald.pg.target import PgTarget
+            from tests.support.postgres import fresh_schema, test_database_dsn
+
+            where = PgTarget.parse(test_database_dsn(), schema=fresh_schema())
+        self.board = SyncBoard(where, self.clock, writer_config=WriterConfig(synchronous="NORMAL")).open()
         self.model = Model()
         self.cursors: dict[str, StreamState] = {}
         self.next_id = 0
@@ -721,6 +725,21 @@ BoardMachine.TestCase.settings = settings(
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
+
+
+# The store the machine's boards are on (`--store`); set for each test by `_on_the_store`.
+_STORE = {"kind": "sqlite"}
+# A PostgreSQL example costs several times a SQLite one: fewer of them.
+POSTGRES_EXAMPLES = 25
+
+
+@pytest.fixture(autouse=True)
+def _on_the_store(store_kind, monkeypatch):
+    monkeypatch.setitem(_STORE, "kind", store_kind)
+    if store_kind == "postgres":
+        monkeypatch.setattr(
+            BoardMachine.TestCase, "settings", settings(BoardMachine.TestCase.settings, max_examples=POSTGRES_EXAMPLES)
+        )
 
 
 @pytest.fixture(autouse=True)

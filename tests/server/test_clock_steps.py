@@ -15,7 +15,8 @@ from corrald.clock import FakeClock, SystemClock
 from corrald.model import TaskState
 from tests.support import SteppingHost
 
-pytestmark = pytest.mark.timeout(30)
+# SQLite's own machinery: its writer connection, its clock across restarts of one file.
+pytestmark = [pytest.mark.timeout(30), pytest.mark.sqlite_only]
 
 LEASE = 10_000
 HOUR = 3_600_000

@@ -22,7 +22,7 @@ SERVER_ROOT = pathlib.Path(__file__).resolve().parents[2] / "server" / "corrald"
 SERVER_LAYERS = (
     Layer("foundation", ("__init__", "errors", "config", "clock", "cpu", "failpoints", "looplag", "model", "statedir")),
     Layer("rules", ("validate",), ("foundation",)),
-    Layer("store", ("store",), ("foundation", "rules")),
+    Layer("store", ("store", "pg"), ("foundation", "rules")),
     Layer("overload", ("overload",), ("foundation",)),
     Layer("engine", ("writer", "readers", "stream", "delivery"), ("foundation", "rules", "store", "overload")),
     Layer("board", ("board", "wake"), ("foundation", "rules", "store", "engine")),
@@ -31,7 +31,7 @@ SERVER_LAYERS = (
     Layer(
         "daemon",
         ("daemon", "connections", "listen", "reaper", "metrics", "activity", "cli", "__main__"),
-        ("foundation", "overload", "board", "service", "web"),
+        ("foundation", "store", "overload", "board", "service", "web"),
     ),
 )
 

@@ -21,7 +21,8 @@ from corrald.store.schema import open_writer
 from corrald.writer import CommitFailed, Writer, job_owner
 from tests.support import wait_until, wait_until_async
 
-pytestmark = pytest.mark.timeout(30)
+# SQLite's own machinery: its writer connection, its clock across restarts of one file.
+pytestmark = [pytest.mark.timeout(30), pytest.mark.sqlite_only]
 WAIT = 10  # seconds for any single future
 
 

@@ -9,8 +9,9 @@ from ..model import Event, Txn
 
 
 def emit(tx: Txn, kind: str, data: dict) -> None:
-    if all(type(value) in _SQL_SCALARS for value in data.values()):
+    if isinstance(tx.conn, sqlite3.Connection) and all(type(value) in _SQL_SCALARS for value in data.values()):
         # SQLite writes the object (json_object): cheaper on the writer than json.dumps.
+        # (PostgreSQL's json_build_object cannot tell the type of a bare parameter.)
         pairs = ", ".join("?, ?" for _ in data)
         params = [item for pair in data.items() for item in pair]
         tx.conn.execute(

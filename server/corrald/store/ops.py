@@ -1,7 +1,7 @@
 """Session ops run once: each op's outcome is recorded, in its own transaction, by the
 op id its teammate chose, and an op sent again is answered from the record.
 
-The record goes in first (`INSERT OR IGNORE`), so the usual case (a new op id)
+The record goes in first (`ON CONFLICT DO NOTHING`), so the usual case (a new op id)
 costs one insert and no lookup; only an op whose outcome carries a value
 (a renewal's lease end) or an error updates it after. When the insert finds
 the op id taken, the body never runs and the record answers. A body that fails
@@ -39,13 +39,13 @@ def run_once(
     """
     conn = tx.conn
     inserted = conn.execute(
-        "INSERT OR IGNORE INTO session_ops (teammate, op_id, digest, done_ms) VALUES (?, ?, ?, ?)",
+        "INSERT INTO session_ops (teammate, op_id, digest, done_ms) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT DO NOTHING RETURNING seq",
         (teammate, op_id, digest, tx.now_ms),
-    )
-    if inserted.rowcount != 1:
+    ).fetchone()
+    if inserted is None:
         return _recorded(conn, teammate, op_id, digest), False
-    seq = inserted.lastrowid
-    assert seq is not None
+    (seq,) = inserted
     written = conn.total_changes
     try:
         outcome = body(tx)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sqlite3
 
 from ..model import TaskState
+from .tasks import DEPENDENCY_IDS
 
 ERROR_PREVIEW_CHARS = 1024
 _TERMINAL = (int(TaskState.COMPLETED), int(TaskState.FAILED), int(TaskState.CANCELED))
@@ -16,9 +17,8 @@ _TERMINAL = (int(TaskState.COMPLETED), int(TaskState.FAILED), int(TaskState.CANC
 # A task as the board draws it: no description, payload or result (the detail has them).
 _ROW = (
     "seq, id, title, state, owner, attempt, max_attempts, priority, required_role, unmet_deps,"
-    " lease_expire_ms, finish_ms, ready_ms, create_ms, substr(error, 1, 1024), progress, progress_fraction,"
-    " (SELECT group_concat(id, char(10)) FROM (SELECT dep.id FROM deps JOIN tasks AS dep ON dep.seq = deps.dep_seq"
-    " WHERE deps.task_seq = tasks.seq ORDER BY deps.position))"
+    " lease_expire_ms, finish_ms, ready_ms, create_ms, substr(error, 1, 1024), progress, progress_fraction, "
+    + DEPENDENCY_IDS
 )
 _KEYS = (
     "seq",
@@ -100,9 +100,9 @@ def last_activity(conn: sqlite3.Connection) -> dict[str, int]:
     """Each teammate's latest claim, claim end or progress report, in ms."""
     rows = conn.execute(
         "SELECT who, max(at) FROM ("
-        " SELECT teammate AS who, max(claim_ms, coalesce(end_ms, 0)) AS at FROM claims"
+        " SELECT teammate AS who, CASE WHEN end_ms > claim_ms THEN end_ms ELSE claim_ms END AS at FROM claims"
         " UNION ALL SELECT owner, progress_ms FROM tasks WHERE owner != '' AND progress_ms IS NOT NULL"
-        ") GROUP BY who"
+        ") AS activity GROUP BY who"
     )
     return dict(rows.fetchall())
 

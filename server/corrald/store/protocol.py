@@ -14,9 +14,9 @@ from .team import remove_teammate, teammate_row
 
 
 def submit_plan(tx: Txn, author: str, body: str) -> str:
-    plan_id = tx.conn.execute(
-        "INSERT INTO plans (author, body, submit_ms) VALUES (?, ?, ?)", (author, body, tx.now_ms)
-    ).lastrowid
+    (plan_id,) = tx.conn.execute(
+        "INSERT INTO plans (author, body, submit_ms) VALUES (?, ?, ?) RETURNING plan_id", (author, body, tx.now_ms)
+    ).fetchone()
     emit(tx, "plan_submitted", {"plan_id": str(plan_id), "author": author, "plan": body})
     refresh_status(tx, author)
     return str(plan_id)
@@ -55,10 +55,10 @@ def decide_plan(tx: Txn, plan_id: str, approve: bool, feedback: str) -> int:
 def request_shutdown(tx: Txn, name: str, reason: str, grace_ms: int) -> tuple[str, int]:
     teammate_row(tx.conn, name)
     deadline = tx.now_ms + grace_ms
-    request_id = tx.conn.execute(
-        "INSERT INTO shutdowns (teammate, reason, request_ms, deadline_ms) VALUES (?, ?, ?, ?)",
+    (request_id,) = tx.conn.execute(
+        "INSERT INTO shutdowns (teammate, reason, request_ms, deadline_ms) VALUES (?, ?, ?, ?) RETURNING request_id",
         (name, reason, tx.now_ms, deadline),
-    ).lastrowid
+    ).fetchone()
     enqueue(tx, name, "shutdown_request", 0, ref=str(request_id), body=reason, deadline_ms=deadline)
     tx.wakes.deadline(deadline)
     refresh_status(tx, name, reason="shutting_down")

@@ -7,8 +7,13 @@ issues BEGIN IMMEDIATE / SAVEPOINT / COMMIT itself.
 
 from __future__ import annotations
 
+import logging
 import pathlib
 import sqlite3
+
+from .. import failpoints
+
+log = logging.getLogger("corrald.writer")
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: the board.
@@ -317,3 +322,36 @@ def _statements(script: str) -> list[str]:
     if buffer.strip():
         raise RuntimeError(f"incomplete statement in migration: {buffer.strip()[:60]}")
     return statements
+
+
+class SqliteStorage:
+    """How the writer begins, ends and retries a transaction on SQLite (writer.Storage)."""
+
+    exclusive = True  # the board's one writer: nothing else changes the file
+
+    def begin(self, conn: sqlite3.Connection) -> sqlite3.Connection:
+        conn.execute("BEGIN IMMEDIATE")
+        return conn
+
+    def commit(self, conn: sqlite3.Connection) -> None:
+        conn.execute("COMMIT")
+
+    def is_busy(self, error: BaseException) -> bool:
+        return isinstance(error, sqlite3.OperationalError) and ("locked" in str(error) or "busy" in str(error))
+
+    def is_storage_error(self, error: BaseException) -> bool:
+        return isinstance(error, sqlite3.OperationalError)
+
+    def announce(self, conn: sqlite3.Connection, wakes: object) -> None:
+        """Nobody else serves a SQLite board."""
+
+    def close(self, conn: sqlite3.Connection, checkpoint: bool) -> None:
+        """Checkpoints (unless told not to), then closes. A checkpoint that fails (a full
+        disk) is logged and skipped: the WAL holds every commit and the next start replays it."""
+        if checkpoint:
+            try:
+                failpoints.hit("before_checkpoint")
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error as error:
+                log.warning("final checkpoint failed, the WAL is kept for the next start: %s", error)
+        conn.close()

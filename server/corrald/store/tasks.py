@@ -36,17 +36,20 @@ from . import usage as spending
 from .gates import protocol_pending
 from .status import mark_busy, refresh_status
 
-# A task's record in one statement, its dependencies' ids included (in spec
-# order, joined by newlines, which ids cannot hold): also in RETURNING, so a
-# claim or a completion reads no second statement for them.
+# A task's dependencies' ids, in spec order, joined by newlines (which ids cannot
+# hold), for a query whose row is `tasks`.
+DEPENDENCY_IDS = (
+    "(SELECT group_concat(id, char(10)) FROM (SELECT dep.id FROM deps JOIN tasks AS dep ON dep.seq = deps.dep_seq"
+    " WHERE deps.task_seq = tasks.seq ORDER BY deps.position) AS dep_ids)"
+)
+# A task's record in one statement, its dependencies' ids included: also in
+# RETURNING, so a claim or a completion reads no second statement for them.
 _COLUMNS = (
     "seq, id, title, description, payload, priority, required_role, max_attempts, lease_ms,"
     " state, owner, attempt, result, error, create_ms, lease_expire_ms, finish_ms,"
     " not_before_ms, retry_backoff_ms, retry_backoff_max_ms, ready_ms,"
     " progress, progress_fraction, progress_ms, trace_parent, concurrency_key,"
-    " input_tokens, output_tokens, cost_micros, model, attempt_timeout_ms,"
-    " (SELECT group_concat(id, char(10)) FROM (SELECT dep.id FROM deps JOIN tasks AS dep ON dep.seq = deps.dep_seq"
-    " WHERE deps.task_seq = tasks.seq ORDER BY deps.position))"
+    " input_tokens, output_tokens, cost_micros, model, attempt_timeout_ms, " + DEPENDENCY_IDS
 )
 PENDING, IN_PROGRESS, COMPLETED = int(TaskState.PENDING), int(TaskState.IN_PROGRESS), int(TaskState.COMPLETED)
 _STATES = {int(state): state for state in TaskState}  # a dict lookup, where TaskState(n) is a call
@@ -88,7 +91,8 @@ def records_by_seq(conn: sqlite3.Connection, seqs: Sequence[int]) -> list[TaskRe
         for record in map(
             _record,
             conn.execute(
-                f"SELECT {_COLUMNS} FROM tasks WHERE seq IN (SELECT value FROM json_each(?))", (json.dumps(list(seqs)),)
+                f"SELECT {_COLUMNS} FROM tasks WHERE seq IN (SELECT CAST(value AS BIGINT) FROM json_each(?))",
+                (json.dumps(list(seqs)),),
             ),
         )
     }
@@ -158,14 +162,15 @@ def waiting_for(conn: sqlite3.Connection, records: Sequence[TaskRecord]) -> dict
     seqs = json.dumps([record.seq for record in pending])
     unmet: dict[int, list[str]] = {}
     for seq, dep_id in conn.execute(
-        "SELECT d.task_seq, dep.id FROM json_each(?) AS w JOIN deps AS d ON d.task_seq = w.value"
+        "SELECT d.task_seq, dep.id FROM json_each(?) AS w JOIN deps AS d ON d.task_seq = CAST(w.value AS BIGINT)"
         " JOIN tasks AS dep ON dep.seq = d.dep_seq WHERE dep.state != 3 ORDER BY d.task_seq, d.position",
         (seqs,),
     ):
         unmet.setdefault(seq, []).append(dep_id)
     gates = dict(
         conn.execute(
-            "SELECT t.seq, t.ready_ms FROM json_each(?) AS w JOIN tasks AS t ON t.seq = w.value WHERE t.gate_shut = 1",
+            "SELECT t.seq, t.ready_ms FROM json_each(?) AS w JOIN tasks AS t ON t.seq = CAST(w.value AS BIGINT)"
+            " WHERE t.gate_shut = 1",
             (seqs,),
         ).fetchall()
     )
@@ -371,10 +376,7 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
             if gated:
                 assert spec.not_before_ms is not None
                 _gate_shut(tx, spec.not_before_ms)
-        # One writer, one transaction: AUTOINCREMENT gave the rows consecutive seqs.
-        (last,) = conn.execute("SELECT last_insert_rowid()").fetchone()
-        first = last - len(new_specs) + 1
-        seq_of.update((spec.id, first + offset) for offset, (_, spec) in enumerate(new_specs))
+        seq_of.update(_inserted_seqs(conn, [spec.id for _, spec in new_specs]))
         seq_of.update((task_id, row.seq) for task_id, row in outside.items())
         conn.executemany(
             "INSERT INTO deps (task_seq, dep_seq, position) VALUES (?, ?, ?)",
@@ -384,7 +386,7 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
                 for position, dep in enumerate(spec.depends_on)
             ],
         )
-        _task_events(tx, list(range(first, last + 1)))
+        _task_events(tx, [seq_of[spec.id] for _, spec in new_specs])
         for (_, spec), count in zip(new_specs, unmet, strict=True):
             if count == 0:
                 tx.wakes.ready_roles[spec.required_role] += 1
@@ -401,6 +403,15 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
         for spec in specs
     ]
     return CreatedBatch(created, unchanged)
+
+
+def _inserted_seqs(conn: sqlite3.Connection, ids: list[str]) -> Iterable[tuple[str, int]]:
+    """The seqs the tasks `ids`, just inserted in this order, were given."""
+    if isinstance(conn, sqlite3.Connection):
+        # SQLite's one writer: AUTOINCREMENT gave the rows consecutive seqs.
+        (last,) = conn.execute("SELECT last_insert_rowid()").fetchone()
+        return zip(ids, range(last - len(ids) + 1, last + 1), strict=True)
+    return ((task_id, row.seq) for task_id, row in _rows_by_id(conn, ids).items())
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -495,11 +506,10 @@ def claim_next(
     # its latest ended claim; a first claim asks nothing more.
     previous = _previous_attempt(tx.conn, seq) if last_attempt else None
     token = secrets.token_urlsafe(24)  # 192 bits; UNIQUE in claims makes reuse impossible
-    fence = tx.conn.execute(
-        "INSERT INTO claims (token, task_seq, teammate, attempt, claim_ms) VALUES (?, ?, ?, ?, ?)",
+    (fence,) = tx.conn.execute(
+        "INSERT INTO claims (token, task_seq, teammate, attempt, claim_ms) VALUES (?, ?, ?, ?, ?) RETURNING fence",
         (token, seq, teammate, attempt, tx.now_ms),
-    ).lastrowid
-    assert fence is not None  # an INSERT into a rowid table always sets it
+    ).fetchone()
     claimed = tx.conn.execute(
         # The progress notes belonged to the previous attempt.
         "UPDATE tasks SET state = 2, owner = ?, attempt = ?, live_fence = ?, lease_expire_ms = ?,"
@@ -689,11 +699,11 @@ def renew(
         spending.charge_teammate(tx, teammate, usage)
     sums, sum_params = spending.task_sums(usage)
     # Never past the attempt's time limit: the holder learns of it from the lease end.
-    lease = "lease_expire_ms = min(?1, coalesce(attempt_deadline_ms, ?1))"
+    lease = "lease_expire_ms = CASE WHEN attempt_deadline_ms < ?1 THEN attempt_deadline_ms ELSE ?1 END"
     if progress is None:
         due, lease_end = tx.conn.execute(
             f"UPDATE tasks SET {lease}{sums} WHERE seq = ?"
-            " RETURNING progress_unsent AND ? - progress_event_ms >= ?, lease_expire_ms",
+            " RETURNING progress_unsent = 1 AND ? - progress_event_ms >= ?, lease_expire_ms",
             (tx.now_ms + lease_ms, *sum_params, seq, tx.now_ms, PROGRESS_EVENT_SPACING_MS),
         ).fetchone()
         if due:
@@ -962,8 +972,8 @@ def cancel(tx: Txn, task_ids: Sequence[str]) -> list[CanceledTask]:
             raise errors.TaskNotFound(f"no task {task_id!r}", id=task_id)
     seqs = _cancel_seqs(tx, [(on_board[task_id].seq, "canceled by the lead") for task_id in task_ids])
     rows = tx.conn.execute(
-        "SELECT t.id, t.seq, t.error, t.finish_ms FROM json_each(?) AS w JOIN tasks AS t ON t.seq = w.value"
-        " ORDER BY w.key",
+        "SELECT t.id, t.seq, t.error, t.finish_ms FROM json_each(?) AS w"
+        " JOIN tasks AS t ON t.seq = CAST(w.value AS BIGINT) ORDER BY w.key",
         (json.dumps(seqs),),
     )
     return [CanceledTask(*row) for row in rows]
@@ -990,7 +1000,8 @@ def _cancel_seqs(tx: Txn, roots: list[tuple[int, str]]) -> list[int]:
         reasons.setdefault(seq, why)
     doomed = conn.execute(
         "WITH RECURSIVE doomed(seq) AS ("
-        " SELECT t.seq FROM json_each(?) AS r JOIN tasks AS t ON t.seq = r.value WHERE t.state IN (?, ?)"
+        " SELECT t.seq FROM json_each(?) AS r JOIN tasks AS t ON t.seq = CAST(r.value AS BIGINT)"
+        " WHERE t.state IN (?, ?)"
         " UNION SELECT d.task_seq FROM doomed JOIN deps AS d ON d.dep_seq = doomed.seq"
         " JOIN tasks AS t ON t.seq = d.task_seq WHERE t.state IN (?, ?))"
         " SELECT t.seq, t.live_fence, t.owner, t.id, c.token, t.concurrency_key FROM doomed"
@@ -1003,7 +1014,8 @@ def _cancel_seqs(tx: Txn, roots: list[tuple[int, str]]) -> list[int]:
     named = [seq for seq in reasons if seq in doomed_seqs]
     others = [seq for seq, *_ in doomed if seq not in reasons]
     edges = conn.execute(
-        "SELECT d.task_seq, d.dep_seq, p.id FROM json_each(?) AS w JOIN deps AS d ON d.task_seq = w.value"
+        "SELECT d.task_seq, d.dep_seq, p.id FROM json_each(?) AS w"
+        " JOIN deps AS d ON d.task_seq = CAST(w.value AS BIGINT)"
         " JOIN tasks AS p ON p.seq = d.dep_seq ORDER BY d.task_seq, d.position",
         (json.dumps(others),),
     )
@@ -1056,7 +1068,7 @@ def retry(tx: Txn, task_ids: Sequence[str], reset_attempts: bool) -> list[int]:
     roots = list(dict.fromkeys(on_board[task_id].seq for task_id in task_ids))
     # The canceled dependents, and every dependency of each (with its state).
     edges = tx.conn.execute(
-        "WITH RECURSIVE down(seq) AS (SELECT value FROM json_each(?)"
+        "WITH RECURSIVE down(seq) AS (SELECT CAST(value AS BIGINT) FROM json_each(?)"
         " UNION SELECT d.task_seq FROM down JOIN deps AS d ON d.dep_seq = down.seq"
         " JOIN tasks AS t ON t.seq = d.task_seq WHERE t.state = ? AND t.error != ?)"
         " SELECT down.seq, d.dep_seq, dep.state FROM down LEFT JOIN deps AS d ON d.task_seq = down.seq"
@@ -1099,8 +1111,8 @@ def _revive(tx: Txn, seq: int, *, unmet: int, reset_attempts: bool) -> None:
         "UPDATE tasks SET state = 1, owner = '', error = '', result = NULL, finish_ms = NULL, live_fence = NULL,"
         " lease_expire_ms = NULL, unmet_deps = ?, gate_shut = ?,"
         # A retry skips what is left of a backoff: a gate still ahead is dropped.
-        " ready_ms = CASE WHEN ? THEN ? WHEN ready_ms > ? THEN NULL ELSE ready_ms END,"
-        " failures = CASE WHEN ? THEN 0 ELSE failures END WHERE seq = ?",
+        " ready_ms = CASE WHEN ? = 1 THEN ? WHEN ready_ms > ? THEN NULL ELSE ready_ms END,"
+        " failures = CASE WHEN ? = 1 THEN 0 ELSE failures END WHERE seq = ?",
         (unmet + shut, int(shut), shut, not_before, tx.now_ms, reset_attempts, seq),
     )
     if shut:
@@ -1188,7 +1200,8 @@ def extend_live_leases(tx: Txn) -> int:
     reclaim_expired(Txn(tx.conn, clock_reached(tx.conn), tx.wakes))
     # An attempt's deadline is kept: downtime counts against its time limit.
     count = tx.conn.execute(
-        "UPDATE tasks SET lease_expire_ms = min(?1 + lease_ms, coalesce(attempt_deadline_ms, ?1 + lease_ms))"
+        "UPDATE tasks SET lease_expire_ms ="
+        " CASE WHEN attempt_deadline_ms < ?1 + lease_ms THEN attempt_deadline_ms ELSE ?1 + lease_ms END"
         " WHERE state = 2",
         (tx.now_ms,),
     ).rowcount
@@ -1217,7 +1230,7 @@ _PROGRESS_EVENT = _event_sql("task_progress")
 def _task_events(tx: Txn, seqs: list[int]) -> None:
     """The `task_changed` event of each task in `seqs`, in that order."""
     tx.conn.execute(
-        _TASK_EVENT + "json_each(?) AS w JOIN tasks AS t ON t.seq = w.value ORDER BY w.key",
+        _TASK_EVENT + "json_each(?) AS w JOIN tasks AS t ON t.seq = CAST(w.value AS BIGINT) ORDER BY w.key",
         (tx.now_ms, json.dumps(seqs)),
     )
     tx.wakes.events = True

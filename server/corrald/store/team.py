@@ -59,7 +59,8 @@ def get_teammate(conn: sqlite3.Connection, name: str) -> TeammateRecord:
 def list_teammates(conn: sqlite3.Connection, after: int = 0, limit: int = -1) -> list[tuple[int, TeammateRecord]]:
     """Teammates in the order they were added, after position `after`, each with its
     position (the page token's cursor); `limit` -1 means all."""
-    rows = conn.execute("SELECT rowid, name FROM teammates WHERE rowid > ? ORDER BY rowid LIMIT ?", (after, limit))
+    query = "SELECT rowid, name FROM teammates WHERE rowid > ? ORDER BY rowid"
+    rows = conn.execute(query + " LIMIT ?", (after, limit)) if limit >= 0 else conn.execute(query, (after,))
     return [(position, get_teammate(conn, name)) for position, name in rows.fetchall()]
 
 
@@ -92,6 +93,12 @@ def view_for_delivery(conn: sqlite3.Connection, name: str) -> TeammateView:
 def credentials(conn: sqlite3.Connection) -> list[tuple[bytes, str, bool]]:
     """(token hash, name, removed) for every teammate ever minted."""
     return [(h, n, bool(r)) for h, n, r in conn.execute("SELECT token_hash, name, removed FROM teammates")]
+
+
+def credential(conn: sqlite3.Connection, token_hash: bytes) -> str | None:
+    """The name of the teammate, not removed, whose token has this hash."""
+    row = conn.execute("SELECT name FROM teammates WHERE token_hash = ? AND removed = 0", (token_hash,)).fetchone()
+    return None if row is None else row[0]
 
 
 def remove_teammate(tx: Txn, name: str, why: str = "removed") -> TeammateRecord:

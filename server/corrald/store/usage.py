@@ -69,15 +69,17 @@ def charge_teammate(tx: Txn, teammate: str, usage: Usage) -> None:
 
 
 def _sum_params(usage: Usage) -> tuple:
-    return usage.input_tokens, usage.output_tokens, usage.cost_micros, usage.model, usage.model
+    counts = (usage.input_tokens, usage.output_tokens, usage.cost_micros)
+    return (*(count for count in counts for _ in range(2)), usage.model, usage.model)
 
 
-# A sum stops at the largest int64 (SQLite turns an overflowing sum into a REAL).
+# A sum stops at the largest int64 (SQLite turns an overflowing sum into a REAL,
+# PostgreSQL refuses it); an increment is never negative. Parameters: the increment, twice.
 INT64_MAX = 2**63 - 1
 
 
 def _saturated(column: str) -> str:
-    return f"min({column} + ?, {INT64_MAX})"
+    return f"CASE WHEN {column} > {INT64_MAX} - ? THEN {INT64_MAX} ELSE {column} + ? END"
 
 
 # A report added to a row's sums; the model named last is kept (parameters: `_sum_params`).

@@ -32,3 +32,9 @@ def list_viewers(conn: sqlite3.Connection) -> list[ViewerRecord]:
 def credentials(conn: sqlite3.Connection) -> list[tuple[bytes, str]]:
     """(token hash, name) for every viewer."""
     return [(digest, name) for digest, name in conn.execute("SELECT token_hash, name FROM viewers")]
+
+
+def credential(conn: sqlite3.Connection, token_hash: bytes) -> str | None:
+    """The name of the viewer whose token has this hash."""
+    row = conn.execute("SELECT name FROM viewers WHERE token_hash = ?", (token_hash,)).fetchone()
+    return None if row is None else row[0]

@@ -1,0 +1,194 @@
+"""What the writer, the readers and the clock need from a PostgreSQL board.
+
+One board, many daemons, one order. Every write transaction, from any daemon,
+takes the board's transaction-scoped advisory lock (`board_write` below) in the
+same round trip as its BEGIN and holds it until COMMIT. The writes of a board
+are therefore serial across daemons, exactly as under SQLite's one writer: a
+claim, a completion, a shutdown request and a new task's dependency check each
+see every write committed before them, and the event log's seqs commit in
+order (a reader resuming after seq N never misses a smaller seq committed
+later). Each daemon's writer still group-commits (many jobs, one transaction,
+one lock, one fsync), so the lock is taken once per batch, not once per job.
+
+That same round trip reads the database's clock (`clock_timestamp()`): the
+daemon's clock (`DatabaseClock`) is moved up to it, so every daemon of a board
+measures leases on the database's time, whatever its own host says.
+
+A transaction that fails before COMMIT had no effect and runs again (a
+serialization failure, a deadlock, a connection lost before COMMIT); a
+connection lost *during* COMMIT leaves the outcome unknown, and its jobs fail
+with UNAVAILABLE, never success (design invariant 6).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import socket
+from typing import Any
+
+import psycopg
+import tenacity
+from psycopg import errors as pg_errors
+
+from ..clock import SystemClock
+from ..errors import Unavailable
+from ..model import Wakes
+from .schema import lock_key
+from .sql import PgConnection
+from .target import PgTarget, scrub
+
+log = logging.getLogger("corrald.store")
+
+# Errors after which a transaction that did not commit may simply run again.
+_RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected, pg_errors.LockNotAvailable)
+# A NOTIFY payload must stay under 8,000 bytes; past this, "everything changed" is sent.
+NOTIFY_PAYLOAD_MAX = 7_000
+_CLOCK_SQL = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
+
+
+class CommitInDoubt(Unavailable):
+    """The connection was lost during COMMIT: the write may or may not have been applied."""
+
+    reason = "COMMIT_IN_DOUBT"
+
+
+class DatabaseClock(SystemClock):
+    """The daemon's clock on a PostgreSQL board: monotonic like SystemClock, labelled in the
+    database's time, and moved up to the database's clock whenever a transaction reads it."""
+
+    def __init__(self, database_now_ms: int) -> None:
+        super().__init__(wall=lambda: database_now_ms * 1_000_000)
+
+
+def connect(target: PgTarget, *, read_only: bool = False, patience_s: float = 0.0) -> psycopg.Connection:
+    """A connection to the board's schema (autocommit: the caller says BEGIN), tried again
+    with backoff for up to `patience_s` while the server cannot be reached."""
+    options = f"-c search_path={target.schema}"
+    if read_only:
+        options += " -c default_transaction_read_only=on"
+    attempt = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(_unreachable),
+        stop=tenacity.stop_after_delay(patience_s),
+        wait=tenacity.wait_exponential_jitter(multiplier=0.1, max=2.0),
+        reraise=True,
+    )
+    timeout = max(1, min(10, round(target.connect_timeout_s)))
+    return attempt(
+        lambda: psycopg.connect(
+            target.dsn, autocommit=True, options=options, application_name="corrald", connect_timeout=timeout
+        )
+    )
+
+
+def _unreachable(error: BaseException) -> bool:
+    """A connection attempt worth repeating: the server is not (yet) there. A refused
+    password or an unknown database is not."""
+    if not isinstance(error, psycopg.OperationalError):
+        return False
+    text = str(error)
+    return not any(fatal in text for fatal in ("authentication failed", "does not exist", "no pg_hba.conf", "password"))
+
+
+def describe(error: BaseException) -> str:
+    """One line for the operator, without the password."""
+    return scrub(" ".join(str(error).split())) or type(error).__name__
+
+
+class PgStorage:
+    """The writer's transactions on a PostgreSQL board (writer.Storage)."""
+
+    exclusive = False  # other daemons write the same board
+
+    def __init__(self, target: PgTarget, daemon_id: str, clock: DatabaseClock | None) -> None:
+        self._target = target
+        self._daemon_id = daemon_id
+        self._clock = clock  # None: the board runs on an injected clock (tests)
+        self._begin = f"BEGIN; SELECT pg_advisory_xact_lock({lock_key(target.schema, 'write')}), {_CLOCK_SQL}"
+        self.channel = notify_channel(target.schema)
+        self.notifies = 0
+
+    def open(self) -> PgConnection:
+        return PgConnection(connect(self._target))
+
+    def begin(self, conn: PgConnection | None) -> PgConnection:
+        if conn is None or conn.broken:
+            conn = self.open()  # raises while the server is away: the batch fails, UNAVAILABLE
+        cursor = conn.raw.execute(self._begin)
+        cursor.nextset()
+        row = cursor.fetchone()
+        if self._clock is not None and row is not None:
+            self._clock.not_before(row[1])
+        return conn
+
+    def commit(self, conn: PgConnection) -> None:
+        try:
+            conn.raw.execute("COMMIT")
+        except psycopg.OperationalError as error:
+            if conn.broken:
+                raise CommitInDoubt(f"the connection was lost during COMMIT: {describe(error)}") from None
+            raise
+
+    def is_busy(self, error: BaseException) -> bool:
+        return isinstance(error, _RETRYABLE)
+
+    def is_storage_error(self, error: BaseException) -> bool:
+        return isinstance(error, psycopg.OperationalError)
+
+    def announce(self, conn: PgConnection, wakes: Wakes) -> None:
+        payload = wake_payload(self._daemon_id, wakes)
+        if payload is not None:
+            conn.raw.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
+            self.notifies += 1
+
+    def close(self, conn: PgConnection, checkpoint: bool) -> None:
+        conn.close()
+
+
+def notify_channel(schema: str) -> str:
+    return f"corral_{schema}"
+
+
+def new_daemon_id() -> str:
+    """Unique among the board's daemons, and readable: host, pid, and a random part."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+# ---------------------------------------------------------------- wake-ups between daemons
+
+
+def wake_payload(daemon_id: str, wakes: Wakes) -> str | None:
+    """What another daemon must hear of a commit, as compact JSON; None when nothing.
+
+    Claims handed to a waiting stream, tallies and activity lines are this daemon's own.
+    """
+    told: dict[str, Any] = {}
+    if wakes.ready_roles:
+        told["r"] = sorted(role for role, count in wakes.ready_roles.items() if count > 0)
+    if wakes.teammates:
+        told["t"] = sorted(wakes.teammates)
+    if wakes.may_claim:
+        told["m"] = sorted(wakes.may_claim)
+    if wakes.everyone:
+        told["a"] = 1
+    if wakes.ended:
+        told["x"] = wakes.ended
+    if wakes.next_deadline_ms is not None:
+        told["n"] = wakes.next_deadline_ms
+    if wakes.events:
+        told["e"] = 1
+    if wakes.claims_ended:
+        told["c"] = {
+            name: [[end.task_id, end.token, int(end.reason), end.detail] for end in ends]
+            for name, ends in wakes.claims_ended.items()
+        }
+    if not told:
+        return None
+    told["d"] = daemon_id
+    payload = json.dumps(told, separators=(",", ":"))
+    if len(payload.encode()) > NOTIFY_PAYLOAD_MAX:
+        # Too much to say: the others wake every stream and look for themselves.
+        payload = json.dumps({"d": daemon_id, "a": 1, "e": 1, "n": wakes.next_deadline_ms}, separators=(",", ":"))
+    return payload

@@ -1,0 +1,113 @@
+"""Opening a PostgreSQL board, and the daemons that serve it.
+
+`open_board` connects (waiting up to `--pg-connect-timeout` for the server),
+migrates, and reads the board's identity and the database's clock. The
+`daemons` table lists who serves the board: each daemon registers when it
+starts, renews its row every `HEARTBEAT_MS`, and deletes it when it stops; a
+row not renewed for `DAEMON_GONE_MS` belongs to a daemon that died.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from collections.abc import Callable
+
+from ..model import Txn
+from .schema import BoardIdentity, migrate
+from .sql import PgConnection
+from .storage import DatabaseClock, PgStorage, connect, new_daemon_id
+from .target import PgTarget
+
+HEARTBEAT_MS = 5_000
+DAEMON_GONE_MS = 30_000
+# One read sees one snapshot, as a SQLite read transaction does; it never writes.
+READER_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+_CLOCK_SQL = "SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint"
+
+
+@dataclasses.dataclass(frozen=True)
+class PgBoard:
+    """A migrated PostgreSQL board, ready for this daemon's writer and readers."""
+
+    target: PgTarget
+    identity: BoardIdentity
+    daemon_id: str
+    storage: PgStorage
+    clock: DatabaseClock | None  # None: the daemon runs on an injected clock (tests)
+
+    def open_reader(self) -> PgConnection:
+        return PgConnection(connect(self.target, read_only=True))
+
+
+def open_board(
+    target: PgTarget,
+    lead_hash_of: Callable[[str], bytes],
+    *,
+    database_clock: bool = True,
+    lead_token: str | None = None,
+) -> PgBoard:
+    """Connects, migrates and identifies the board; raises psycopg's OperationalError when the
+    server stays out of reach for the target's connect timeout, SchemaError for a schema this
+    daemon cannot serve. A board created now takes `lead_token` (default: a new one)."""
+    raw = connect(target, patience_s=target.connect_timeout_s)
+    try:
+        identity = migrate(raw, target.schema, lead_hash_of, lead_token)
+        row = raw.execute(_CLOCK_SQL).fetchone()
+        assert row is not None
+        now_ms = row[0]
+    finally:
+        raw.close()
+    daemon_id = new_daemon_id()
+    clock = DatabaseClock(now_ms) if database_clock else None
+    return PgBoard(target, identity, daemon_id, PgStorage(target, daemon_id, clock), clock)
+
+
+# ---------------------------------------------------------------- the daemons table
+
+
+def register_daemon(tx: Txn, daemon_id: str) -> int:
+    """Records this daemon as serving the board; forgets daemons gone silent. Returns how many
+    other daemons serve it now (0: this start is the board's restart)."""
+    forget_silent_daemons(tx)
+    tx.conn.execute(
+        "INSERT INTO daemons (id, host, pid, started_ms, seen_ms) VALUES (?, ?, ?, ?, ?)",
+        (daemon_id, socket.gethostname(), os.getpid(), tx.now_ms, tx.now_ms),
+    )
+    (others,) = tx.conn.execute("SELECT count(*) FROM daemons WHERE id != ?", (daemon_id,)).fetchone()
+    return others
+
+
+def heartbeat(tx: Txn, daemon_id: str) -> None:
+    tx.conn.execute("UPDATE daemons SET seen_ms = ? WHERE id = ?", (tx.now_ms, daemon_id))
+    forget_silent_daemons(tx)
+
+
+def forget_silent_daemons(tx: Txn) -> None:
+    tx.conn.execute("DELETE FROM daemons WHERE seen_ms < ?", (tx.now_ms - DAEMON_GONE_MS,))
+
+
+def leave(tx: Txn, daemon_id: str) -> None:
+    tx.conn.execute("DELETE FROM daemons WHERE id = ?", (daemon_id,))
+
+
+def daemons(conn: PgConnection) -> list[tuple[str, str, int, int, int]]:
+    """(id, host, pid, started ms, last seen ms) of each daemon serving the board, oldest first."""
+    return conn.execute("SELECT id, host, pid, started_ms, seen_ms FROM daemons ORDER BY started_ms, id").fetchall()
+
+
+def health(conn: PgConnection) -> dict[str, float]:
+    """The server's side of GetStats: the oldest open transaction's age (it holds back
+    vacuum) and the task table's dead tuples (what vacuum has yet to clear)."""
+    row = conn.execute(
+        "SELECT coalesce(extract(epoch from (clock_timestamp() - min(xact_start))), 0)::float8"
+        " FROM pg_stat_activity WHERE xact_start IS NOT NULL AND pid != pg_backend_pid()"
+    ).fetchone()
+    oldest_s = row[0] if row is not None else 0.0
+    row = conn.execute(
+        "SELECT n_dead_tup, n_live_tup FROM pg_stat_user_tables WHERE schemaname = current_schema()"
+        " AND relname = 'tasks'"
+    ).fetchone()
+    dead, live = row if row is not None else (0, 0)
+    return {"oldest_transaction_s": float(oldest_s), "task_dead_tuples": float(dead), "task_live_tuples": float(live)}
