@@ -20,6 +20,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # The daemons the tests start (tests/support/daemons.py) take the store from here.
+    os.environ["CORRAL_TEST_STORE"] = config.getoption("--store")
     config.addinivalue_line("markers", "sqlite_only: tests of what only a SQLite board has (its file, WAL, pragmas)")
 
 
@@ -39,3 +41,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def store_kind(request: pytest.FixtureRequest) -> str:
     return request.config.getoption("--store")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _daemons_on_the_store(store_kind: str):
+    """With `--store postgres`, every daemon a test launches through the SDK serves a
+    PostgreSQL board of its own (tests/support/daemons.py's `launch_on_the_store`)."""
+    if store_kind != "postgres":
+        yield
+        return
+    import corral._launch
+    import corral._lead
+    import corral.aio._lead
+    from tests.support import daemons
+
+    with pytest.MonkeyPatch.context() as patch:
+        for module in (corral._launch, corral._lead, corral.aio._lead):
+            patch.setattr(module, "launch_daemon", daemons.launch_on_the_store)
+        yield

@@ -191,8 +191,12 @@ def launch_daemon(
     ready_timeout: float = 30.0,
     log_file: str | os.PathLike[str] | None = None,
     new_session: bool = False,
+    store: str | None = None,
 ) -> DaemonProcess:
     """Spawn `python -m corrald serve` and wait until it prints its ready line.
+
+    `store`, a `postgresql://` DSN, serves a board kept in PostgreSQL (`--store`);
+    by default the board is the state directory's SQLite file.
 
     `env` is laid over this process's environment; a None value removes that
     variable. `log_file`, when given, receives a copy of every line the daemon
@@ -207,6 +211,8 @@ def launch_daemon(
     command = [sys.executable, "-m", "corrald", "serve", "--state-dir", str(directory.absolute())]
     if listen:
         command += ["--listen", listen]
+    if store:
+        command += ["--store", store]
     command += list(extra_args)
     process = subprocess.Popen(
         command,

@@ -180,6 +180,7 @@ class Board:
             self._reader_begin = READER_BEGIN
         self._reader_count = readers
         self.readers: ReaderPool | None = None
+        self._left = False
 
     # ------------------------------------------------------------ lifecycle
 
@@ -230,15 +231,21 @@ class Board:
             for listener in self.viewer_removed:
                 listener(Identity(VIEWER_PREFIX + name, False, is_viewer=True))
 
-    def close(self) -> None:
-        if self.pg is not None:
-            from .pg.store import leave  # noqa: PLC0415
+    def leave(self) -> None:
+        """A PostgreSQL board: this daemon no longer serves it (its row in `daemons` goes)."""
+        if self.pg is None or self._left:
+            return
+        from .pg.store import leave  # noqa: PLC0415
 
-            daemon_id = self.pg.daemon_id
-            try:
-                self.writer.call(lambda tx: leave(tx, daemon_id), timeout=5)
-            except Exception as error:  # noqa: BLE001 (the row goes stale and is forgotten in time)
-                log.warning("could not remove this daemon from the board's daemons: %s", error)
+        daemon_id = self.pg.daemon_id
+        try:
+            self.writer.call(lambda tx: leave(tx, daemon_id), timeout=5)
+        except Exception as error:  # noqa: BLE001 (the row goes stale and is forgotten in time)
+            log.warning("could not remove this daemon from the board's daemons: %s", error)
+        self._left = True
+
+    def close(self) -> None:
+        self.leave()
         self.writer.close()
         if self.readers is not None:
             self.readers.close()

@@ -15,6 +15,9 @@ from .daemon import ServeConfig, serve
 from .listen import web_address
 from .overload.lanes import LaneConfig
 from .overload.pacing import PacingConfig
+from .pg.target import DEFAULT_CONNECT_TIMEOUT_S as PG_DEFAULT_CONNECT_TIMEOUT_S
+from .pg.target import DEFAULT_SCHEMA as PG_DEFAULT_SCHEMA
+from .pg.target import PgTarget
 from .statedir import StateDirError
 from .web.config import WebConfig
 
@@ -121,6 +124,32 @@ def main() -> None:
     is_flag=True,
     help="Let a lead session act from the web board (approve plans, cancel, revoke, budgets, shutdown).",
 )
+@click.option(
+    "--store",
+    envvar="CORRAL_STORE",
+    default=None,
+    metavar="DSN",
+    help="postgresql://USER@HOST[:PORT]/DB: serve a board kept in PostgreSQL, which several daemons "
+    "may serve at once (docs/postgres.md). Default: the SQLite file in the state directory.",
+)
+@click.option(
+    "--pg-schema",
+    default=PG_DEFAULT_SCHEMA,
+    show_default=True,
+    help="The PostgreSQL schema that holds the board (one board per schema).",
+)
+@click.option(
+    "--pg-connect-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=PG_DEFAULT_CONNECT_TIMEOUT_S,
+    show_default=True,
+    help="Seconds to keep trying an unreachable PostgreSQL server at start before giving up.",
+)
+@click.option(
+    "--pg-allow-insecure",
+    is_flag=True,
+    help="Allow a non-loopback PostgreSQL host without sslmode=require or verify-full in the DSN.",
+)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--log-level", default="info", show_default=True)
 def serve_command(
@@ -137,11 +166,27 @@ def serve_command(
     stream_send_timeout: float,
     web: str | None,
     web_actions: bool,
+    store: str | None,
+    pg_schema: str,
+    pg_connect_timeout: float,
+    pg_allow_insecure: bool,
     log_format: str,
     log_level: str,
 ) -> None:
     """Serve one board until SIGTERM."""
     _configure_logging(log_level, log_format)
+    target = None
+    if store:
+        try:
+            target = PgTarget.parse(
+                store, schema=pg_schema, connect_timeout_s=pg_connect_timeout, allow_insecure=pg_allow_insecure
+            )
+        except ImportError:
+            click.echo("corrald: --store postgresql:// needs psycopg: pip install 'corral[postgres]'", err=True)
+            sys.exit(2)
+        except ConfigError as error:
+            click.echo(f"corrald: {error}", err=True)
+            sys.exit(2)
     web_config = None
     if web is not None:
         try:
@@ -165,6 +210,7 @@ def serve_command(
             pacing=PacingConfig(slack=pacing_slack),
         ),
         web=web_config,
+        store=target,
     )
     try:
         code = serve(config)

@@ -11,6 +11,7 @@ import os
 import pathlib
 import signal
 import sys
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -23,13 +24,15 @@ from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
 from . import activity, failpoints
-from .board import Board
+from .board import Board, token_hash
 from .clock import Clock, SystemClock
-from .config import Limits, WriterConfig
+from .config import ConfigError, Limits, WriterConfig
+from .errors import CorralError
 from .connections import connection_options, raise_open_files_limit
 from .listen import bind
 from .looplag import LoopLag
 from .metrics import Metrics
+from .model import Wakes
 from .overload.lanes import CallLanes, LaneConfig
 from .overload.pacing import Pacer
 from .overload.reopen import ReopenSpacing
@@ -43,6 +46,9 @@ from .wake import WakeHub
 from .web.config import WebConfig
 
 if TYPE_CHECKING:
+    from .pg.listener import WakeListener
+    from .pg.store import PgBoard
+    from .pg.target import PgTarget
     from .web.app import WebBoard
 
 log = logging.getLogger("corrald")
@@ -90,6 +96,8 @@ class ServeConfig:
     lanes: LaneConfig = LaneConfig()
     stop_grace_s: float = 2.0
     web: WebConfig | None = None  # the web board, off unless `--web`
+    # A PostgreSQL board (`--store postgresql://…`); None: the state directory's SQLite file.
+    store: PgTarget | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,13 +114,14 @@ class Parts:
     lead: LeadServicer
     health: health_aio.HealthServicer
     server: grpc.aio.Server
+    listener: WakeListener | None = None  # a PostgreSQL board's wake-ups from its other daemons
 
 
 def assemble(
     config: ServeConfig,
     *,
-    database: pathlib.Path,
-    lead_token: str,
+    database: pathlib.Path | PgBoard,
+    lead_token: str | None,
     clock: Clock,
     loop: asyncio.AbstractEventLoop,
     draining: Callable[[], bool],
@@ -164,7 +173,33 @@ def assemble(
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, reflection.SERVICE_NAME, "grpc.health.v1.Health"), server)
-    return Parts(board, hub, reaper, lanes, loop_lag, metrics, teammates, lead, health, server)
+    listener = _listen_to_other_daemons(board, hub, health, clock) if board.pg is not None else None
+    return Parts(board, hub, reaper, lanes, loop_lag, metrics, teammates, lead, health, server, listener)
+
+
+def _listen_to_other_daemons(
+    board: Board, hub: WakeHub, health: health_aio.HealthServicer, clock: Clock
+) -> WakeListener:
+    """A PostgreSQL board's other daemons commit too: their wake-ups reach this daemon's hub
+    as its own commits' do. Health says NOT_SERVING while they cannot be heard."""
+    from .pg.listener import WakeListener  # noqa: PLC0415 (the SQLite path loads nothing of psycopg)
+
+    assert board.pg is not None
+
+    def deliver(wakes: Wakes) -> None:
+        for name in wakes.streams_opened:
+            hub.superseded_elsewhere(name)
+        if wakes.ended or wakes.credentials:  # a teammate or viewer removed there
+            board.reload_credentials()
+        hub.apply(wakes)
+
+    def on_state(up: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if up else health_pb2.HealthCheckResponse.NOT_SERVING
+        if not hub.closing:
+            for service in ("", *SERVICE_NAMES):
+                asyncio.get_running_loop().create_task(health.set(service, status))
+
+    return WakeListener(board.pg.target, board.pg.daemon_id, deliver, clock.now_ms, on_state)
 
 
 class Daemon:
@@ -172,8 +207,10 @@ class Daemon:
 
     def __init__(self, config: ServeConfig, *, clock: Clock | None = None) -> None:
         self.config = config
-        self.clock = clock or SystemClock()
+        self._clock_given = clock is not None
+        self.clock = clock or SystemClock(wall=_host_wall_clock())
         self.state = StateDir(config.state_dir)
+        self._heartbeat: asyncio.Task | None = None
         self.address: str | None = None
         self.metrics_address: str | None = None
         self.web: WebBoard | None = None
@@ -186,16 +223,25 @@ class Daemon:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.state.acquire()
+        database: pathlib.Path | PgBoard = self.state.paths.database
+        lead_token = None
+        if self.config.store is None:
+            lead_token = self.state.lead_token()
+        else:
+            database = await loop.run_in_executor(None, self._open_postgres, self.config.store)
         parts = self.parts = assemble(
             self.config,
-            database=self.state.paths.database,
-            lead_token=self.state.lead_token(),
+            database=database,
+            lead_token=lead_token,
             clock=self.clock,
             loop=loop,
             draining=lambda: self._draining,
             open_files_limit=raise_open_files_limit(),
         )
         await loop.run_in_executor(None, parts.board.open)
+        if parts.listener is not None:
+            parts.listener.start()
+            self._heartbeat = loop.create_task(self._beat(parts.board), name="corral-heartbeat")
         self.state.secure_files()
         if parts.metrics is not None and self.config.metrics is not None:
             self.metrics_address = parts.metrics.serve(self.config.metrics)
@@ -241,6 +287,12 @@ class Daemon:
             await self.web.stop()
             self.state.forget_web_address()
         loop = asyncio.get_running_loop()
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            await asyncio.gather(self._heartbeat, return_exceptions=True)
+        if parts.listener is not None:
+            await parts.listener.close()
+        await loop.run_in_executor(None, parts.board.leave)
         await loop.run_in_executor(None, parts.board.writer.settle)
         await parts.server.stop(self.config.stop_grace_s)
         await goaway
@@ -253,6 +305,47 @@ class Daemon:
         if self.address and self.address.startswith("unix:"):
             pathlib.Path(self.address.removeprefix("unix:")).unlink(missing_ok=True)
         self.state.release()
+
+    def _open_postgres(self, target: PgTarget) -> PgBoard:
+        """Connects to the board (waiting for the server up to --pg-connect-timeout), migrates it,
+        and binds this state directory to it; the daemon's clock becomes the database's."""
+        import psycopg  # noqa: PLC0415 (only a PostgreSQL board loads psycopg)
+
+        from .pg.schema import SchemaError  # noqa: PLC0415
+        from .pg.storage import describe  # noqa: PLC0415
+        from .pg.store import open_board  # noqa: PLC0415
+
+        try:
+            pg = open_board(
+                target,
+                token_hash,
+                database_clock=not self._clock_given,
+                expected_board_id=self.state.board_id(),
+            )
+        except SchemaError as error:
+            raise ConfigError(str(error)) from None
+        except psycopg.Error as error:
+            raise ConfigError(f"cannot open the PostgreSQL board ({target.shown()}): {describe(error)}") from None
+        self.state.bind_board(pg.identity.board_id)
+        if pg.identity.new_lead_token is not None:
+            self.state.write_lead_token(pg.identity.new_lead_token)
+        if pg.clock is not None:
+            self.clock = pg.clock
+        log.info("serving PostgreSQL board %s (%s) as daemon %s", pg.identity.board_id, target.shown(), pg.daemon_id)
+        return pg
+
+    async def _beat(self, board: Board) -> None:
+        """Keeps this daemon's row in the board's `daemons` table fresh."""
+        from .pg.store import HEARTBEAT_MS, heartbeat  # noqa: PLC0415
+
+        assert board.pg is not None
+        daemon_id = board.pg.daemon_id
+        while True:
+            await asyncio.sleep(HEARTBEAT_MS / 1000)
+            try:
+                await board.writer.run(lambda tx: heartbeat(tx, daemon_id))
+            except CorralError as error:  # the database is away: the next beat tries again
+                log.warning("heartbeat not recorded: %s", error)
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -290,6 +383,16 @@ def _quiet_the_collector() -> None:
     young_passes_per_full_pass = 30
     allocations, passes_per_middle_pass, _ = gc.get_threshold()
     gc.set_threshold(allocations, passes_per_middle_pass, young_passes_per_full_pass)
+
+
+# Test-only: shifts this daemon's reading of the host's wall clock (a host whose clock is
+# wrong). A SQLite board's time follows it; a PostgreSQL board's is the database's.
+LOCAL_CLOCK_OFFSET_ENV = "CORRAL_TEST_LOCAL_CLOCK_OFFSET_MS"
+
+
+def _host_wall_clock() -> Callable[[], int]:
+    offset_ns = int(os.environ.get(LOCAL_CLOCK_OFFSET_ENV, "0") or 0) * 1_000_000
+    return time.time_ns if not offset_ns else lambda: time.time_ns() + offset_ns
 
 
 def serve(config: ServeConfig) -> int:

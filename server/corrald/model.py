@@ -346,6 +346,10 @@ class Wakes:
     # Claims that died under their holders (expiry, cancel, removal, revocation,
     # attempt timeout): each holder's open stream is told once this commits.
     claims_ended: dict[str, list[ClaimEnd]] = dataclasses.field(default_factory=dict)
+    # Teammates whose stream opened (on a board other daemons serve too, their older
+    # stream there ends), and whether a credential was removed: for those daemons only.
+    streams_opened: set[str] = dataclasses.field(default_factory=set)
+    credentials: bool = False
 
     def note(self, event: str, **fields: object) -> None:
         """Record one thing that happened, to be logged once its transaction commits."""
@@ -374,6 +378,8 @@ class Wakes:
         self.exhausted.update(other.exhausted)
         for name, ends in other.claims_ended.items():
             self.claims_ended.setdefault(name, []).extend(ends)
+        self.streams_opened |= other.streams_opened
+        self.credentials = self.credentials or other.credentials
 
     def __bool__(self) -> bool:
         return bool(
@@ -388,6 +394,8 @@ class Wakes:
             or self.handed
             or self.exhausted
             or self.claims_ended
+            or self.streams_opened
+            or self.credentials
         )
 
 

@@ -35,6 +35,11 @@ class StatePaths:
         return self.root / "lead.token"
 
     @property
+    def board_id(self) -> pathlib.Path:
+        """The id of the PostgreSQL board this directory's daemon serves (absent for SQLite)."""
+        return self.root / "board.id"
+
+    @property
     def web_sessions(self) -> pathlib.Path:
         """The web board's sessions, by the hash of their cookie (see web/sessions.py)."""
         return self.root / "web.sessions"
@@ -94,6 +99,30 @@ class StateDir:
         with os.fdopen(fd, "w") as handle:
             handle.write(token)
         return token
+
+    def board_id(self) -> str | None:
+        """The PostgreSQL board this directory was bound to, if any."""
+        path = self.paths.board_id
+        return path.read_text().strip() if path.exists() else None
+
+    def bind_board(self, board_id: str) -> None:
+        """Records the PostgreSQL board this directory serves; it serves no other from now on."""
+        bound = self.board_id()
+        if bound == board_id:
+            return
+        if bound is not None:
+            raise StateDirError(f"state directory {self.paths.root} serves board {bound}, not {board_id}")
+        self._write_private(self.paths.board_id, board_id + "\n")
+
+    def write_lead_token(self, token: str) -> None:
+        """The lead token of a PostgreSQL board this daemon created (its hash is in the board)."""
+        self.paths.lead_token.unlink(missing_ok=True)
+        self._write_private(self.paths.lead_token, token)
+
+    def _write_private(self, path: pathlib.Path, text: str) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
 
     def write_web_address(self, url: str) -> None:
         path = self.paths.web_address

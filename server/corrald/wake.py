@@ -55,6 +55,12 @@ class WakeHub:
         self._streams[name] = stream
         return stream
 
+    def superseded_elsewhere(self, name: str) -> None:
+        """The teammate opened a stream on another daemon of the board: this one ends."""
+        stream = self._streams.get(name)
+        if stream is not None:
+            stream.end("superseded by a newer stream on another daemon", superseded=True)
+
     def unregister(self, stream: StreamState) -> None:
         self.parked.leave(stream)
         if self._streams.get(stream.name) is stream:

@@ -5,12 +5,16 @@
 are copied to a file of their own in `log_dir`. Failpoints reach the daemon
 only through `start(failpoints=...)`: a CORRAL_FAILPOINTS the developer's
 shell happens to export never does. `start_refused` is for the starts that
-must fail.
+must fail. With CORRAL_TEST_STORE=postgres (pytest's `--store postgres` sets it)
+every daemon serves a PostgreSQL board instead, in a schema of its own that
+follows its state directory across restarts.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import os
 import pathlib
 import signal
 import time
@@ -22,6 +26,28 @@ READY_TIMEOUT_S = 20.0  # generous: two cores, other suites may run alongside
 STOP_TIMEOUT_S = 5.0  # the contract: SIGTERM -> exit 0 within 5 s
 STOP_GRACE_S = 10.0  # teardown: how long SIGTERM gets before SIGKILL
 FAILPOINTS_ENV = "CORRAL_FAILPOINTS"
+STORE_ENV = "CORRAL_TEST_STORE"
+
+
+def store_args(state_dir: pathlib.Path | None, given: Sequence[str] = ()) -> list[str]:
+    """`serve` arguments for the store the tests run on: none for SQLite (the default) or
+    when the test chose a store itself (`given` has --store)."""
+    if os.environ.get(STORE_ENV, "sqlite") != "postgres" or "--store" in given:
+        return []
+    from tests.support.postgres import fresh_schema, test_database_dsn
+
+    schema = fresh_schema()
+    if state_dir is not None:  # the same board again when the test restarts the daemon
+        schema = "t_" + hashlib.sha256(str(pathlib.Path(state_dir).absolute()).encode()).hexdigest()[:16]
+    return ["--store", test_database_dsn(), "--pg-schema", schema]
+
+
+def launch_on_the_store(state_dir, *, extra_args: Sequence[str] = (), **kwargs) -> DaemonProcess:
+    """`launch_daemon`, on the store the tests run on (the suite puts it in the SDK's place)."""
+    return _launch_daemon(state_dir, extra_args=[*store_args(state_dir, extra_args), *extra_args], **kwargs)
+
+
+_launch_daemon = launch_daemon
 
 _log_numbers = itertools.count(1)  # unique log names when several daemons share a log_dir
 
@@ -62,7 +88,7 @@ class Daemon:
         log = self.log_dir / f"corrald-{next(_log_numbers)}.log"
         self._logs.append(log)
         self.started_at = time.time()
-        self._process = launch_daemon(
+        self._process = launch_on_the_store(
             self.state_dir,
             listen=self.listen,
             extra_args=self.extra_args,
@@ -162,7 +188,9 @@ def start_refused(
     that neither serves nor exits within `timeout` fails the test.
     """
     try:
-        process = launch_daemon(state_dir, extra_args=extra_args, ready_timeout=timeout, env={FAILPOINTS_ENV: None})
+        process = launch_on_the_store(
+            state_dir, extra_args=extra_args, ready_timeout=timeout, env={FAILPOINTS_ENV: None}
+        )
     except DaemonStartError as refused:
         if refused.returncode is None:
             raise AssertionError(f"corrald neither served nor exited within {timeout}s:\n{refused.stderr}") from None

@@ -75,15 +75,18 @@ class Lead(BoardClient):
         ready_timeout: float = 30.0,
         rpc_timeout: float | None = None,
         root_certificates: bytes | None = None,
+        store: str | None = None,
     ) -> Lead:
         """Start `corrald serve` on `state_dir` and connect to it as the Lead.
 
         `state_dir=None` uses a fresh temporary directory, removed when the
         daemon stops. `listen` is `unix:PATH` or `HOST:PORT` (default: a
-        socket in the state directory). Raises CorralError, with the daemon's
-        stderr, when it fails to start within `ready_timeout` seconds. For a
-        TLS listener (`extra_args=["--tls-cert", …, "--tls-key", …]`) pass the
-        CA certificate(s) as `root_certificates`.
+        socket in the state directory). `store`, a `postgresql://` DSN, keeps
+        the board in PostgreSQL, where more daemons may serve it (the lead
+        token is the one the board's first daemon wrote). Raises CorralError,
+        with the daemon's stderr, when it fails to start within `ready_timeout`
+        seconds. For a TLS listener (`extra_args=["--tls-cert", …, "--tls-key",
+        …]`) pass the CA certificate(s) as `root_certificates`.
         """
         daemon = await async_run_blocking(
             launch_daemon,
@@ -92,6 +95,7 @@ class Lead(BoardClient):
             extra_args=extra_args,
             env=env,
             ready_timeout=ready_timeout,
+            store=store,
         )
         try:
             token, address = daemon.read_lead_token(), daemon.address

@@ -242,11 +242,17 @@ def lock_key(schema: str, purpose: str) -> int:
 
 
 def migrate(
-    raw: psycopg.Connection, schema: str, lead_hash_of: Callable[[str], bytes], lead_token: str | None = None
+    raw: psycopg.Connection,
+    schema: str,
+    lead_hash_of: Callable[[str], bytes],
+    lead_token: str | None = None,
+    expected_board_id: str | None = None,
 ) -> BoardIdentity:
     """Brings `schema` to SCHEMA_VERSION (creating it, and the board, when absent) in one
     transaction under the migration lock; returns the board's identity. A board created
-    now gets `lead_token` as its lead credential, or a new one."""
+    now gets `lead_token` as its lead credential, or a new one. With `expected_board_id`
+    (the board a state directory served) any other board is refused, and nothing is
+    written."""
     with raw.transaction():
         raw.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(schema, "migrate"),))
         raw.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
@@ -263,6 +269,12 @@ def migrate(
         elif version != SCHEMA_VERSION:
             raw.execute("UPDATE schema_version SET version = %s", (SCHEMA_VERSION,))
         board = raw.execute("SELECT board_id, lead_hash FROM board").fetchone()
+        found = None if board is None else str(board[0])
+        if expected_board_id is not None and found != expected_board_id:
+            raise SchemaError(  # raised inside the transaction: it rolls back whole
+                f"this state directory serves board {expected_board_id};"
+                f" schema {schema!r} holds {'board ' + found if found else 'no board'}"
+            )
         if board is not None:
             return BoardIdentity(str(board[0]), bytes(board[1]), None)
         token = lead_token or "corral-lead-" + secrets.token_urlsafe(32)

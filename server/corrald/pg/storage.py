@@ -166,7 +166,7 @@ def wake_payload(daemon_id: str, wakes: Wakes) -> str | None:
     """
     told: dict[str, Any] = {}
     if wakes.ready_roles:
-        told["r"] = sorted(role for role, count in wakes.ready_roles.items() if count > 0)
+        told["r"] = {role: count for role, count in wakes.ready_roles.items() if count > 0}
     if wakes.teammates:
         told["t"] = sorted(wakes.teammates)
     if wakes.may_claim:
@@ -184,6 +184,10 @@ def wake_payload(daemon_id: str, wakes: Wakes) -> str | None:
             name: [[end.task_id, end.token, int(end.reason), end.detail] for end in ends]
             for name, ends in wakes.claims_ended.items()
         }
+    if wakes.streams_opened:
+        told["o"] = sorted(wakes.streams_opened)
+    if wakes.credentials:
+        told["k"] = 1
     if not told:
         return None
     told["d"] = daemon_id

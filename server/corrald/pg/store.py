@@ -47,13 +47,14 @@ def open_board(
     *,
     database_clock: bool = True,
     lead_token: str | None = None,
+    expected_board_id: str | None = None,
 ) -> PgBoard:
     """Connects, migrates and identifies the board; raises psycopg's OperationalError when the
     server stays out of reach for the target's connect timeout, SchemaError for a schema this
     daemon cannot serve. A board created now takes `lead_token` (default: a new one)."""
     raw = connect(target, patience_s=target.connect_timeout_s)
     try:
-        identity = migrate(raw, target.schema, lead_hash_of, lead_token)
+        identity = migrate(raw, target.schema, lead_hash_of, lead_token, expected_board_id)
         row = raw.execute(_CLOCK_SQL).fetchone()
         assert row is not None
         now_ms = row[0]

@@ -118,6 +118,8 @@ def remove_teammate(tx: Txn, name: str, why: str = "removed") -> TeammateRecord:
 def set_online(tx: Txn, name: str, online: bool, reason: str | None = None) -> None:
     tx.conn.execute("UPDATE teammates SET online = ? WHERE name = ?", (int(online), name))
     why = reason or ("joined" if online else "left")
+    if online:
+        tx.wakes.streams_opened.add(name)
     refresh_status(tx, name, reason=why, force=reason is not None)
     tx.wakes.note("joined" if online else "left", teammate=name, why=why)
 

@@ -21,6 +21,7 @@ def add_viewer(tx: Txn, name: str, token_hash: bytes) -> ViewerRecord:
 def remove_viewer(tx: Txn, name: str) -> None:
     if tx.conn.execute("DELETE FROM viewers WHERE name = ?", (name,)).rowcount == 0:
         raise errors.NotFound(f"no viewer {name!r}")
+    tx.wakes.credentials = True
     tx.wakes.note("viewer_removed", viewer=name)
 
 
