@@ -180,7 +180,6 @@ class Board:
             self._reader_begin = READER_BEGIN
         self._reader_count = readers
         self.readers: ReaderPool | None = None
-        self._left = False
 
     # ------------------------------------------------------------ lifecycle
 
@@ -209,7 +208,7 @@ class Board:
             if pg is not None:
                 from .pg.store import register_daemon  # noqa: PLC0415
 
-                restart = register_daemon(tx, pg.daemon_id) == 0
+                restart = register_daemon(tx, pg.daemon_id, pg.state_dir) == 0
             if restart:
                 tasks.extend_live_leases(tx)
                 keys.recount(tx)
@@ -231,22 +230,12 @@ class Board:
             for listener in self.viewer_removed:
                 listener(Identity(VIEWER_PREFIX + name, False, is_viewer=True))
 
-    def leave(self) -> None:
-        """A PostgreSQL board: this daemon no longer serves it (its row in `daemons` goes)."""
-        if self.pg is None or self._left:
-            return
-        from .pg.store import leave  # noqa: PLC0415
-
-        daemon_id = self.pg.daemon_id
-        try:
-            self.writer.call(lambda tx: leave(tx, daemon_id), timeout=5)
-        except Exception as error:  # noqa: BLE001 (the row goes stale and is forgotten in time)
-            log.warning("could not remove this daemon from the board's daemons: %s", error)
-        self._left = True
-
     def close(self) -> None:
-        self.leave()
         self.writer.close()
+        if self.pg is not None:  # it serves the board no more: its row in `daemons` goes
+            from .pg.store import leave  # noqa: PLC0415
+
+            leave(self.pg)
         if self.readers is not None:
             self.readers.close()
 

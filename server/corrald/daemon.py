@@ -27,8 +27,8 @@ from . import activity, failpoints
 from .board import Board, token_hash
 from .clock import Clock, SystemClock
 from .config import ConfigError, Limits, WriterConfig
-from .errors import CorralError
 from .connections import connection_options, raise_open_files_limit
+from .errors import CorralError
 from .listen import bind
 from .looplag import LoopLag
 from .metrics import Metrics
@@ -292,7 +292,6 @@ class Daemon:
             await asyncio.gather(self._heartbeat, return_exceptions=True)
         if parts.listener is not None:
             await parts.listener.close()
-        await loop.run_in_executor(None, parts.board.leave)
         await loop.run_in_executor(None, parts.board.writer.settle)
         await parts.server.stop(self.config.stop_grace_s)
         await goaway
@@ -321,6 +320,7 @@ class Daemon:
                 token_hash,
                 database_clock=not self._clock_given,
                 expected_board_id=self.state.board_id(),
+                state_dir=str(self.state.paths.root),
             )
         except SchemaError as error:
             raise ConfigError(str(error)) from None

@@ -16,6 +16,8 @@ from tests.support import STOP_TIMEOUT_S, wait_until
 
 from .wire import assert_status, rpc_error, spec
 
+pytestmark = pytest.mark.sqlite_only  # SQLite's disk and checkpoint failures
+
 COMMITS_FAIL_AFTER_START = "before_commit=error:3+"
 COMMITS_AT_START = 2
 

@@ -21,6 +21,7 @@ import pytest
 
 from corral.v1 import corral_pb2 as pb
 from tests.support import wait_until
+from tests.support.daemons import store_args
 
 from .wire import Client, Daemon, assert_status, module_daemon, spec
 
@@ -75,7 +76,8 @@ def serve_copy(corrald, big_board: pathlib.Path, tmp_path: pathlib.Path, *extra_
     """A fresh daemon on a copy of the big board, so each test measures a process of its own."""
     state_dir = tmp_path / "state"
     shutil.copytree(big_board, state_dir, ignore=shutil.ignore_patterns("*.sock", "*.lock"))
-    return corrald(state_dir, extra_args=list(extra_args))
+    # On PostgreSQL the board is not in the directory: the copy serves the same schema.
+    return corrald(state_dir, extra_args=[*store_args(big_board), *extra_args])
 
 
 @pytest.mark.timeout(90)

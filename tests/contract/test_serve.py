@@ -16,6 +16,7 @@ def _mode(path) -> int:
     return stat.S_IMODE(path.lstat().st_mode)
 
 
+@pytest.mark.sqlite_only  # checks the SQLite file's permissions
 @pytest.mark.timeout(30)
 def test_state_dir_and_its_files_are_private(daemon):
     daemon.create_tasks(spec("x"))

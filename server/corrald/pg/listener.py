@@ -127,7 +127,9 @@ class WakeListener:
         unanswered = 0
         while True:
             ping = f"{time.monotonic_ns()}"
-            await conn.execute("SELECT pg_notify(%s, %s)", (self._channel, json.dumps({"d": self._daemon_id, "p": ping})))
+            await conn.execute(
+                "SELECT pg_notify(%s, %s)", (self._channel, json.dumps({"d": self._daemon_id, "p": ping}))
+            )
             answered = False
             async for notice in conn.notifies(timeout=PING_S):
                 payload = json.loads(notice.payload)

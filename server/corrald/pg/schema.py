@@ -214,6 +214,7 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TABLE daemons (
         id         TEXT COLLATE "C" PRIMARY KEY,
         host       TEXT   NOT NULL,
+        state_dir  TEXT   NOT NULL,
         pid        BIGINT NOT NULL,
         started_ms BIGINT NOT NULL,
         seen_ms    BIGINT NOT NULL

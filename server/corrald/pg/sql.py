@@ -136,7 +136,8 @@ class PgConnection:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor:
         text, order = translate(sql)
-        cursor = self.raw.execute(text, _parameters(params, order))
+        # Results in binary: a blob arrives as its bytes, not as hex text of twice the size.
+        cursor = self.raw.execute(text, _parameters(params, order), binary=True)
         status = cursor.statusmessage or ""
         if status.startswith(_CHANGES) and cursor.rowcount > 0:
             self.total_changes += cursor.rowcount

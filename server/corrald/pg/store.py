@@ -10,15 +10,20 @@ row not renewed for `DAEMON_GONE_MS` belongs to a daemon that died.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import socket
 from collections.abc import Callable
 
+import psycopg
+
 from ..model import Txn
 from .schema import BoardIdentity, migrate
 from .sql import PgConnection
-from .storage import DatabaseClock, PgStorage, connect, new_daemon_id
+from .storage import DatabaseClock, PgStorage, connect, describe, new_daemon_id
 from .target import PgTarget
+
+log = logging.getLogger("corrald.store")
 
 HEARTBEAT_MS = 5_000
 DAEMON_GONE_MS = 30_000
@@ -36,6 +41,7 @@ class PgBoard:
     daemon_id: str
     storage: PgStorage
     clock: DatabaseClock | None  # None: the daemon runs on an injected clock (tests)
+    state_dir: str = ""  # the serving daemon's state directory ("" for none)
 
     def open_reader(self) -> PgConnection:
         return PgConnection(connect(self.target, read_only=True))
@@ -48,6 +54,7 @@ def open_board(
     database_clock: bool = True,
     lead_token: str | None = None,
     expected_board_id: str | None = None,
+    state_dir: str = "",
 ) -> PgBoard:
     """Connects, migrates and identifies the board; raises psycopg's OperationalError when the
     server stays out of reach for the target's connect timeout, SchemaError for a schema this
@@ -62,19 +69,23 @@ def open_board(
         raw.close()
     daemon_id = new_daemon_id()
     clock = DatabaseClock(now_ms) if database_clock else None
-    return PgBoard(target, identity, daemon_id, PgStorage(target, daemon_id, clock), clock)
+    return PgBoard(target, identity, daemon_id, PgStorage(target, daemon_id, clock), clock, state_dir)
 
 
 # ---------------------------------------------------------------- the daemons table
 
 
-def register_daemon(tx: Txn, daemon_id: str) -> int:
-    """Records this daemon as serving the board; forgets daemons gone silent. Returns how many
-    other daemons serve it now (0: this start is the board's restart)."""
+def register_daemon(tx: Txn, daemon_id: str, state_dir: str) -> int:
+    """Records this daemon as serving the board; forgets daemons gone silent, and the previous
+    daemon of this state directory (it is gone: this one holds the directory's lock). Returns
+    how many other daemons serve the board now (0: this start is the board's restart)."""
     forget_silent_daemons(tx)
+    host = socket.gethostname()
+    if state_dir:
+        tx.conn.execute("DELETE FROM daemons WHERE host = ? AND state_dir = ?", (host, state_dir))
     tx.conn.execute(
-        "INSERT INTO daemons (id, host, pid, started_ms, seen_ms) VALUES (?, ?, ?, ?, ?)",
-        (daemon_id, socket.gethostname(), os.getpid(), tx.now_ms, tx.now_ms),
+        "INSERT INTO daemons (id, host, state_dir, pid, started_ms, seen_ms) VALUES (?, ?, ?, ?, ?, ?)",
+        (daemon_id, host, state_dir, os.getpid(), tx.now_ms, tx.now_ms),
     )
     (others,) = tx.conn.execute("SELECT count(*) FROM daemons WHERE id != ?", (daemon_id,)).fetchone()
     return others
@@ -89,8 +100,14 @@ def forget_silent_daemons(tx: Txn) -> None:
     tx.conn.execute("DELETE FROM daemons WHERE seen_ms < ?", (tx.now_ms - DAEMON_GONE_MS,))
 
 
-def leave(tx: Txn, daemon_id: str) -> None:
-    tx.conn.execute("DELETE FROM daemons WHERE id = ?", (daemon_id,))
+def leave(board: PgBoard) -> None:
+    """Removes this daemon's row, on a connection of its own (the writer has stopped); a row
+    left behind (the database away) is forgotten after DAEMON_GONE_MS."""
+    try:
+        with connect(board.target) as raw:
+            raw.execute("DELETE FROM daemons WHERE id = %s", (board.daemon_id,))
+    except psycopg.Error as error:
+        log.warning("could not remove this daemon from the board's daemons: %s", describe(error))
 
 
 def daemons(conn: PgConnection) -> list[tuple[str, str, int, int, int]]:
