@@ -75,9 +75,12 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX tasks_gate ON tasks (ready_ms) WHERE gate_shut = 1;
     CREATE INDEX tasks_key ON tasks (concurrency_key, state) WHERE concurrency_key != '';
 
+    -- No foreign keys here: a batch's edges go in by COPY, and a check per edge (two
+    -- trigger lookups each) tripled its time; create_batch resolves every edge's seqs
+    -- from the tasks it just read or inserted, in the same transaction.
     CREATE TABLE deps (
-        task_seq BIGINT NOT NULL REFERENCES tasks (seq),
-        dep_seq  BIGINT NOT NULL REFERENCES tasks (seq),
+        task_seq BIGINT NOT NULL,
+        dep_seq  BIGINT NOT NULL,
         position BIGINT NOT NULL,
         PRIMARY KEY (task_seq, dep_seq)
     );
