@@ -9,6 +9,7 @@ within back-to-back rounds.
 python -m bench                  # everything, 3 runs per figure (takes a while)
 python -m bench --quick          # tiny sizes, for the smoke test
 python -m bench --only latency   # one section (repeatable; comma-separated works too)
+python -m bench --only postgres  # PostgreSQL boards (CORRAL_BENCH_PG_DSN, default 127.0.0.1:5432)
 python -m bench --runs 5
 python -m bench --report-only    # rebuild docs/benchmarks.md from bench/results/*.json
 """
@@ -33,6 +34,7 @@ from . import (
     latency,
     mcp,
     paired,
+    postgres,
     report,
     scale,
     semantics,
@@ -55,6 +57,7 @@ SECTIONS = {
     "semantics": semantics.run,
     "web": web.run,
     "mcp": mcp.run,
+    "postgres": postgres.run,
 }
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent

@@ -52,6 +52,13 @@ class Sizes:
     web_update_samples: int = 200
     web_render_sizes: tuple[int, ...] = (1_000, 10_000)
     mcp_cycles: int = 1_000  # next_item + complete_task cycles per variant per round (bench/mcp.py)
+    # PostgreSQL boards (bench/postgres.py): Session cycles at these teammate counts on SQLite, on one
+    # PostgreSQL daemon and on two sharing the board; cross-daemon ready -> claim samples per round;
+    # claim latency on boards of these sizes (built with CreateTasks of 10,000) with this many claims.
+    pg_teammates: tuple[int, ...] = (8, 32)
+    pg_latency_samples: int = 300
+    pg_board_sizes: tuple[int, ...] = (1_000, 100_000)
+    pg_claim_samples: int = 200
 
     def tasks(self, teammates: int) -> int:
         table = dict(self.tasks_for)
@@ -96,4 +103,8 @@ QUICK = Sizes(
     web_tasks=512,
     web_update_samples=30,
     mcp_cycles=30,
+    pg_teammates=(4,),
+    pg_latency_samples=20,
+    pg_board_sizes=(200, 2_000),
+    pg_claim_samples=20,
 )

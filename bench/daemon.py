@@ -85,8 +85,11 @@ class Daemon(support.Daemon):
         state_dir: pathlib.Path | None = None,
         pythonpath: str | None = None,
         extra_args: tuple[str, ...] = (),
+        lead_token: str | None = None,
     ) -> None:
-        """`pythonpath`: run the corrald found there (an older commit's, bench.baseline) instead of ours."""
+        """`pythonpath`: run the corrald found there (an older commit's, bench.baseline) instead of ours.
+        `lead_token`: the board's Lead token when another daemon wrote it (a second daemon on a shared
+        PostgreSQL board writes no lead.token of its own)."""
         # `root` holds the log (and the state dir, unless one is given); it is removed on stop.
         self.root = scratch_dir("d")
         super().__init__(
@@ -97,6 +100,7 @@ class Daemon(support.Daemon):
             env={"PYTHONPATH": pythonpath} if pythonpath else None,
         )
         self.token = ""
+        self._lead_token = lead_token
 
     def start(self) -> Daemon:
         try:
@@ -104,7 +108,7 @@ class Daemon(support.Daemon):
         except BaseException:
             shutil.rmtree(self.root, ignore_errors=True)
             raise
-        self.token = self.read_lead_token()
+        self.token = self._lead_token or self.read_lead_token()
         return self
 
     def rss_mib(self) -> float:

@@ -33,6 +33,7 @@ import os
 import random
 import secrets
 import time
+from collections.abc import Sequence
 
 import grpc
 import grpc.aio
@@ -387,7 +388,7 @@ _TEAMMATES = {
 
 def run_clients(
     kind: str,
-    address: str,
+    address: str | Sequence[str],
     members: list[tuple[str, str]],
     *,
     target: int,
@@ -395,9 +396,14 @@ def run_clients(
     processes: int = 2,
     transport: str = "",
 ) -> dict:
-    """Runs `members` as teammates spread over `processes` client processes; returns the merged tally."""
+    """Runs `members` as teammates spread over `processes` client processes; returns the merged tally.
+
+    With several addresses (daemons serving one PostgreSQL board), client process i talks to
+    address i mod their number: `processes` a multiple of it splits the teammates evenly.
+    """
     if kind not in KINDS:
         raise ValueError(f"unknown load {kind!r}; choose from {', '.join(KINDS)}")
+    addresses = [address] if isinstance(address, str) else list(address)
     ctx = mp.get_context("spawn")
     ready, results = ctx.Queue(), ctx.Queue()
     go, counter = ctx.Event(), ctx.Value("q", 0)
@@ -407,9 +413,15 @@ def run_clients(
         ctx.Process(
             target=client_main,
             daemon=True,
-            args=(ClientJob(kind, address, group, target, deadline_s, transport), ready, go, counter, results),
+            args=(
+                ClientJob(kind, addresses[i % len(addresses)], group, target, deadline_s, transport),
+                ready,
+                go,
+                counter,
+                results,
+            ),
         )
-        for group in groups
+        for i, group in enumerate(groups)
     ]
     for proc in procs:
         proc.start()

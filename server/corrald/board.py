@@ -48,6 +48,7 @@ from .stream import ParkedStreams, StreamItem, StreamState
 from .writer import CommitFailed, Writer, WriterStats
 
 if TYPE_CHECKING:
+    from .pg.listener import WakeListener
     from .pg.store import PgBoard
 
 
@@ -123,11 +124,27 @@ class BoardOverview:
 
 
 @dataclasses.dataclass(frozen=True)
+class PostgresHealth:
+    """A PostgreSQL board's side of GetStats (see pg/store.py's `health`)."""
+
+    listener_connected: bool
+    listener_reconnects: int
+    daemons: int
+    oldest_transaction_s: float
+    task_dead_tuples: int
+    task_live_tuples: int
+    notifies_sent: int
+    notifies_heard: int
+
+
+@dataclasses.dataclass(frozen=True)
 class BoardStats:
     tasks_by_state: dict[TaskState, int]
     teammates_by_status: dict[TeammateStatus, int]
     writer: WriterStats
     usage: Usage = Usage()
+    store: str = "sqlite"
+    postgres: PostgresHealth | None = None
 
 
 class Board:
@@ -180,6 +197,13 @@ class Board:
             self._reader_begin = READER_BEGIN
         self._reader_count = readers
         self.readers: ReaderPool | None = None
+        # A PostgreSQL board's wake-ups from its other daemons (set by the daemon's wiring).
+        self.listener: WakeListener | None = None
+
+    @property
+    def daemon_id(self) -> str:
+        """This daemon among those serving a PostgreSQL board ('' on a SQLite board)."""
+        return self.pg.daemon_id if self.pg is not None else ""
 
     # ------------------------------------------------------------ lifecycle
 
@@ -417,7 +441,7 @@ class Board:
 
             def decide(tx: Txn) -> delivery.Delivery:
                 if joining:  # its opening could not record it online (a full disk): now, with the check
-                    team.set_online(tx, name, True)
+                    team.set_online(tx, name, True, served_by=self.daemon_id)
                 return delivery.next_for_teammate(tx, name, stream)
 
             try:
@@ -432,7 +456,7 @@ class Board:
         return found.items
 
     async def set_online(self, name: str, online: bool, reason: str | None = None) -> None:
-        await self.writer.run(lambda tx: team.set_online(tx, name, online, reason))
+        await self.writer.run(lambda tx: team.set_online(tx, name, online, reason, served_by=self.daemon_id))
 
     async def ack(self, name: str, through_seq: int) -> int:
         return await self.writer.run(lambda tx: inbox.ack(tx, name, through_seq))
@@ -726,8 +750,26 @@ class Board:
         return await self.read(overview.last_event_seq)
 
     def _stats(self, conn) -> BoardStats:
+        counts = tasks.count_by_state(conn), status.count_by_status(conn), self.writer.stats(), usage.board_total(conn)
+        if self.pg is None:
+            return BoardStats(*counts)
+        from .pg.store import daemons, health  # noqa: PLC0415
+
+        server = health(conn)
+        listener = self.listener
         return BoardStats(
-            tasks.count_by_state(conn), status.count_by_status(conn), self.writer.stats(), usage.board_total(conn)
+            *counts,
+            store="postgresql",
+            postgres=PostgresHealth(
+                listener_connected=bool(listener is not None and listener.listening),
+                listener_reconnects=listener.reconnects if listener is not None else 0,
+                daemons=len(daemons(conn)),
+                oldest_transaction_s=server["oldest_transaction_s"],
+                task_dead_tuples=int(server["task_dead_tuples"]),
+                task_live_tuples=int(server["task_live_tuples"]),
+                notifies_sent=self.pg.storage.notifies,
+                notifies_heard=listener.heard if listener is not None else 0,
+            ),
         )
 
     async def stats(self) -> BoardStats:

@@ -174,6 +174,7 @@ def assemble(
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, reflection.SERVICE_NAME, "grpc.health.v1.Health"), server)
     listener = _listen_to_other_daemons(board, hub, health, clock) if board.pg is not None else None
+    board.listener = listener
     return Parts(board, hub, reaper, lanes, loop_lag, metrics, teammates, lead, health, server, listener)
 
 

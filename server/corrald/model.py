@@ -280,6 +280,7 @@ class TeammateRecord:
     waiting_for_task_ids: tuple[str, ...] = ()
     usage: Usage = NO_USAGE
     budget: Budget = Budget()  # the effective one: its own, else the "*" default
+    daemon: str = ""  # the daemon whose stream serves it, on a PostgreSQL board ('' while offline)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -273,7 +273,7 @@ class TaskAttempt(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., owner: _Optional[str] = ..., fence: _Optional[int] = ..., claim_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., error: _Optional[str] = ...) -> None: ...
 
 class Teammate(_message.Message):
-    __slots__ = ("name", "roles", "status", "require_plan_approval", "held_task_ids", "waiting_for_task_ids", "usage", "budget")
+    __slots__ = ("name", "roles", "status", "require_plan_approval", "held_task_ids", "waiting_for_task_ids", "usage", "budget", "daemon")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ROLES_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -282,6 +282,7 @@ class Teammate(_message.Message):
     WAITING_FOR_TASK_IDS_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
+    DAEMON_FIELD_NUMBER: _ClassVar[int]
     name: str
     roles: _containers.RepeatedScalarFieldContainer[str]
     status: TeammateStatus
@@ -290,7 +291,8 @@ class Teammate(_message.Message):
     waiting_for_task_ids: _containers.RepeatedScalarFieldContainer[str]
     usage: Usage
     budget: Budget
-    def __init__(self, name: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., status: _Optional[_Union[TeammateStatus, str]] = ..., require_plan_approval: _Optional[bool] = ..., held_task_ids: _Optional[_Iterable[str]] = ..., waiting_for_task_ids: _Optional[_Iterable[str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ...) -> None: ...
+    daemon: str
+    def __init__(self, name: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., status: _Optional[_Union[TeammateStatus, str]] = ..., require_plan_approval: _Optional[bool] = ..., held_task_ids: _Optional[_Iterable[str]] = ..., waiting_for_task_ids: _Optional[_Iterable[str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., daemon: _Optional[str] = ...) -> None: ...
 
 class Message(_message.Message):
     __slots__ = ("seq", "send_time", "sender", "body")
@@ -973,8 +975,28 @@ class WriterStats(_message.Message):
     job_time_max_ms: float
     def __init__(self, queue_depth: _Optional[int] = ..., queue_depth_p50: _Optional[float] = ..., queue_depth_p99: _Optional[float] = ..., commits: _Optional[int] = ..., mean_batch_size: _Optional[float] = ..., busy_retries: _Optional[int] = ..., jobs: _Optional[int] = ..., failed_commits: _Optional[int] = ..., refused_jobs: _Optional[int] = ..., commit_latency_p50_ms: _Optional[float] = ..., commit_latency_p99_ms: _Optional[float] = ..., job_time_p99_ms: _Optional[float] = ..., job_time_max_ms: _Optional[float] = ...) -> None: ...
 
+class PostgresStats(_message.Message):
+    __slots__ = ("listener_connected", "listener_reconnects", "daemons", "oldest_transaction_age", "task_dead_tuples", "task_live_tuples", "notifies_sent", "notifies_heard")
+    LISTENER_CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    LISTENER_RECONNECTS_FIELD_NUMBER: _ClassVar[int]
+    DAEMONS_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_TRANSACTION_AGE_FIELD_NUMBER: _ClassVar[int]
+    TASK_DEAD_TUPLES_FIELD_NUMBER: _ClassVar[int]
+    TASK_LIVE_TUPLES_FIELD_NUMBER: _ClassVar[int]
+    NOTIFIES_SENT_FIELD_NUMBER: _ClassVar[int]
+    NOTIFIES_HEARD_FIELD_NUMBER: _ClassVar[int]
+    listener_connected: bool
+    listener_reconnects: int
+    daemons: int
+    oldest_transaction_age: _duration_pb2.Duration
+    task_dead_tuples: int
+    task_live_tuples: int
+    notifies_sent: int
+    notifies_heard: int
+    def __init__(self, listener_connected: _Optional[bool] = ..., listener_reconnects: _Optional[int] = ..., daemons: _Optional[int] = ..., oldest_transaction_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., task_dead_tuples: _Optional[int] = ..., task_live_tuples: _Optional[int] = ..., notifies_sent: _Optional[int] = ..., notifies_heard: _Optional[int] = ...) -> None: ...
+
 class GetStatsResponse(_message.Message):
-    __slots__ = ("tasks_by_state", "teammates_by_status", "writer", "open_streams", "refused_calls", "loop_lag_p99_ms", "loop_lag_max_ms", "claims", "claims_handed_off", "usage")
+    __slots__ = ("tasks_by_state", "teammates_by_status", "writer", "open_streams", "refused_calls", "loop_lag_p99_ms", "loop_lag_max_ms", "claims", "claims_handed_off", "usage", "store", "postgres")
     class TasksByStateEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -999,6 +1021,8 @@ class GetStatsResponse(_message.Message):
     CLAIMS_FIELD_NUMBER: _ClassVar[int]
     CLAIMS_HANDED_OFF_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    POSTGRES_FIELD_NUMBER: _ClassVar[int]
     tasks_by_state: _containers.ScalarMap[str, int]
     teammates_by_status: _containers.ScalarMap[str, int]
     writer: WriterStats
@@ -1009,4 +1033,6 @@ class GetStatsResponse(_message.Message):
     claims: int
     claims_handed_off: int
     usage: Usage
-    def __init__(self, tasks_by_state: _Optional[_Mapping[str, int]] = ..., teammates_by_status: _Optional[_Mapping[str, int]] = ..., writer: _Optional[_Union[WriterStats, _Mapping]] = ..., open_streams: _Optional[int] = ..., refused_calls: _Optional[int] = ..., loop_lag_p99_ms: _Optional[float] = ..., loop_lag_max_ms: _Optional[float] = ..., claims: _Optional[int] = ..., claims_handed_off: _Optional[int] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+    store: str
+    postgres: PostgresStats
+    def __init__(self, tasks_by_state: _Optional[_Mapping[str, int]] = ..., teammates_by_status: _Optional[_Mapping[str, int]] = ..., writer: _Optional[_Union[WriterStats, _Mapping]] = ..., open_streams: _Optional[int] = ..., refused_calls: _Optional[int] = ..., loop_lag_p99_ms: _Optional[float] = ..., loop_lag_max_ms: _Optional[float] = ..., claims: _Optional[int] = ..., claims_handed_off: _Optional[int] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., store: _Optional[str] = ..., postgres: _Optional[_Union[PostgresStats, _Mapping]] = ...) -> None: ...

@@ -35,6 +35,11 @@ PING_S = 5.0
 RECONNECT_MAX_S = 5.0
 
 
+def listener_name(daemon_id: str) -> str:
+    """The listening connection's application_name: which daemon it belongs to, for operators."""
+    return f"corrald-listen {daemon_id}"[:63]
+
+
 def wakes_from(payload: dict, now_ms: int) -> Wakes:
     """The Wakes another daemon's commit told of (see storage.wake_payload)."""
     ready = payload.get("r", {})
@@ -117,7 +122,10 @@ class WakeListener:
 
     async def _listen(self, first: bool) -> None:
         conn = self._conn = await psycopg.AsyncConnection.connect(
-            self._target.dsn, autocommit=True, application_name="corrald-listen", connect_timeout=5
+            self._target.dsn,
+            autocommit=True,
+            application_name=listener_name(self._daemon_id),
+            connect_timeout=5,
         )
         await conn.execute(f"LISTEN {self._channel}")
         self._set_listening(True)

@@ -123,7 +123,8 @@ MIGRATIONS: tuple[str, ...] = (
         cost_micros        BIGINT NOT NULL DEFAULT 0,
         model              TEXT   NOT NULL DEFAULT '',
         budget_cost_micros BIGINT,
-        budget_tokens      BIGINT
+        budget_tokens      BIGINT,
+        served_by          TEXT   NOT NULL DEFAULT ''
     );
 
     CREATE TABLE inbox (

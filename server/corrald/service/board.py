@@ -99,6 +99,8 @@ class BoardServicer(pb_grpc.BoardServiceServicer):
             loop_lag_max_ms=self._loop_lag.max_ms(),
             claims=self._hub.claims,
             claims_handed_off=self._hub.claims_handed_off,
+            store=stats.store,
+            postgres=convert.postgres_health(stats.postgres),
         )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from google.protobuf import duration_pb2, timestamp_pb2
 from google.protobuf import message as pb_message
@@ -30,6 +30,9 @@ from ..model import (
     WaitingFor,
 )
 from ..stream import StreamItem
+
+if TYPE_CHECKING:
+    from ..board import PostgresHealth
 
 TEAMMATE_REASONS: dict[str, pb.TeammateChangeReason] = {
     "added": pb.TEAMMATE_CHANGE_REASON_ADDED,
@@ -272,6 +275,22 @@ def renew_progress(request: pb.RenewLeaseRequest) -> tuple[str, float | None]:
     return request.progress, fraction
 
 
+def postgres_health(health: PostgresHealth | None) -> pb.PostgresStats | None:
+    if health is None:
+        return None
+    message = pb.PostgresStats(
+        listener_connected=health.listener_connected,
+        listener_reconnects=health.listener_reconnects,
+        daemons=health.daemons,
+        task_dead_tuples=health.task_dead_tuples,
+        task_live_tuples=health.task_live_tuples,
+        notifies_sent=health.notifies_sent,
+        notifies_heard=health.notifies_heard,
+    )
+    message.oldest_transaction_age.FromMilliseconds(round(health.oldest_transaction_s * 1000))
+    return message
+
+
 def teammate(record: TeammateRecord) -> pb.Teammate:
     return pb.Teammate(
         name=record.name,
@@ -282,6 +301,7 @@ def teammate(record: TeammateRecord) -> pb.Teammate:
         waiting_for_task_ids=record.waiting_for_task_ids,
         usage=usage(record.usage),
         budget=budget(record.budget),
+        daemon=record.daemon,
     )
 
 

@@ -250,6 +250,12 @@ MIGRATIONS: tuple[str, ...] = (
         created_ms INTEGER NOT NULL
     );
     """,
+    # 13: which daemon's stream serves each online teammate ('' while offline). Only
+    # a PostgreSQL board, which several daemons serve, names one; a SQLite board's
+    # one daemon leaves it empty.
+    """
+    ALTER TABLE teammates ADD COLUMN served_by TEXT NOT NULL DEFAULT '';
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

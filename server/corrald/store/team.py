@@ -47,12 +47,21 @@ def teammate_row(conn: sqlite3.Connection, name: str) -> tuple:
 
 def get_teammate(conn: sqlite3.Connection, name: str) -> TeammateRecord:
     roles, require_plan, _, _, status, _, _ = teammate_row(conn, name)
+    (served_by,) = conn.execute("SELECT served_by FROM teammates WHERE name = ?", (name,)).fetchone()
     held = tuple(r[0] for r in conn.execute("SELECT id FROM tasks WHERE owner = ? AND state = 2 ORDER BY seq", (name,)))
     role_list = _roles(roles)
     waiting_for = tuple(work_waited_for(conn, name, role_list)) if status == TeammateStatus.WAITING else ()
     spent, budget = usage.of_teammate(conn, name)
     return TeammateRecord(
-        name, role_list, bool(require_plan), TeammateStatus(status), held, waiting_for, usage=spent, budget=budget
+        name,
+        role_list,
+        bool(require_plan),
+        TeammateStatus(status),
+        held,
+        waiting_for,
+        usage=spent,
+        budget=budget,
+        daemon=served_by,
     )
 
 
@@ -115,8 +124,13 @@ def remove_teammate(tx: Txn, name: str, why: str = "removed") -> TeammateRecord:
     return get_teammate(tx.conn, name)
 
 
-def set_online(tx: Txn, name: str, online: bool, reason: str | None = None) -> None:
-    tx.conn.execute("UPDATE teammates SET online = ? WHERE name = ?", (int(online), name))
+def set_online(tx: Txn, name: str, online: bool, reason: str | None = None, *, served_by: str = "") -> None:
+    """Records the teammate's stream opened (`served_by`: the daemon serving it, on a board
+    several daemons serve) or gone."""
+    tx.conn.execute(
+        "UPDATE teammates SET online = ?, served_by = ? WHERE name = ?",
+        (int(online), served_by if online else "", name),
+    )
     why = reason or ("joined" if online else "left")
     if online:
         tx.wakes.streams_opened.add(name)

@@ -1,0 +1,442 @@
+"""Section 8: the board in PostgreSQL (`corrald serve --store postgresql://… --pg-schema S`).
+
+The PostgreSQL server runs on this same machine: it shares the cores with the
+daemons and the client processes, so every figure here has the server's own
+work on the same CPUs (SHARED says so in the results and on every line).
+
+* Cycles: Session claim → complete cycles/s (raw stubs, as in bench/paired.py)
+  at each of `pg_teammates` teammates, for the SQLite store on one daemon, a
+  PostgreSQL board on one daemon, and a PostgreSQL board served by two daemons
+  with the teammates split evenly between them (each client process talks to
+  one daemon). Each round measures the three back to back at each count (their
+  order rotates from round to round), each on fresh daemons and a fresh
+  schema; the ratios PG-1 / SQLite and PG-2 / PG-1 are taken within the round.
+  CPU per cycle is the daemons' user+system time over the run, and beside it
+  that of the PostgreSQL backends serving the bench's database.
+* Cross-daemon ready → claim: a teammate waits on a Session stream of daemon B
+  (30 s poll interval, so only a wake-up brings the claim in time), the Lead
+  creates one task for it through daemon A; measured from just before the
+  CreateTasks call (so A's commit is inside the sample) to B's claim arriving,
+  and also from the call's return. Interleaved with the same through one
+  daemon (a teammate waiting on A), for what crossing daemons adds.
+* Claim latency with `pg_board_sizes` tasks on the board, one daemon: boards
+  built with CreateTasks of 10,000 tasks, then the measure of section 4 (one
+  teammate on Idle + unary: CompleteTask returned → next claim); rounds
+  alternate the boards (one daemon each, the other idle).
+
+A database corral_bench_<random> is created on the server at the start (the
+server: CORRAL_BENCH_PG_DSN, default postgresql://postgres@127.0.0.1:5432/postgres)
+and dropped WITH (FORCE) at the end; every configuration has a schema of its
+own in it. Without a server that answers, the section is recorded as
+unavailable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import time
+import urllib.parse
+
+import grpc.aio
+
+from corral.v1 import corral_pb2 as pb
+
+from . import e2e, latency, scale, teamworker
+from .daemon import CHANNEL_OPTIONS, Daemon, Lead, cpu_seconds, run_async
+from .stats import latency_fields, summarize, summary
+
+SERVER_ENV = "CORRAL_BENCH_PG_DSN"
+LOCAL_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
+CONFIGS = ("sqlite", "pg1", "pg2")
+LABELS = {
+    "sqlite": "SQLite, one daemon",
+    "pg1": "PostgreSQL, one daemon",
+    "pg2": "PostgreSQL, two daemons on one board",
+}
+RATIOS = {"pg1_vs_sqlite": ("pg1", "sqlite"), "pg2_vs_pg1": ("pg2", "pg1")}
+FIELDS = {
+    "throughput": "cycles/s",
+    "p50_ms": "ms",
+    "p99_ms": "ms",
+    "cpu_ms": "daemon CPU ms/cycle (all daemons)",
+    "pg_cpu_ms": "PostgreSQL backend CPU ms/cycle",
+    "jobs_per_cycle": "writer jobs/cycle (all daemons)",
+    "mean_batch": "jobs/commit",
+    "errors": "count",
+}
+LATENCY_FIELDS = {"p50_ms": "ms", "p99_ms": "ms", "max_ms": "ms"}
+BUILD_BATCH = 10_000  # the most tasks one CreateTasks may carry
+SETTLE_S = latency.SETTLE_S
+CLAIM_TIMEOUT_S = 10.0  # a wake-up that never comes fails the sample (the poll interval is 30 s)
+
+
+def shared(nproc: int | None = None) -> str:
+    """The note every figure of this section carries."""
+    return f"PostgreSQL shares the {nproc or os.cpu_count()} cores with the daemons and the clients"
+
+
+# ---------------------------------------------------------------- the server and the bench's database
+
+
+def _is_local(dsn: str) -> bool:
+    """Whether the server runs on this machine (then its backends' CPU can be read from /proc)."""
+    from psycopg import conninfo  # noqa: PLC0415
+
+    host = str(conninfo.conninfo_to_dict(dsn).get("host") or "")
+    return host in ("", "localhost", "127.0.0.1", "::1") or host.startswith("/")
+
+
+class Store:
+    """A database of the bench's own on the PostgreSQL server: created on enter, dropped WITH (FORCE) on exit."""
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self.name = f"corral_bench_{secrets.token_hex(6)}"
+        self.dsn = urllib.parse.urlsplit(server)._replace(path=f"/{self.name}").geturl()
+        self.local = _is_local(server)
+        self._conn = None
+
+    def __enter__(self) -> Store:
+        import psycopg  # noqa: PLC0415 (only this section needs it)
+
+        with psycopg.connect(self.server, autocommit=True, connect_timeout=10) as admin:
+            admin.execute(f"CREATE DATABASE {self.name}")
+        try:
+            self._conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+        except BaseException:
+            self._drop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        self._drop()
+
+    def _drop(self) -> None:
+        import psycopg  # noqa: PLC0415
+
+        with psycopg.connect(self.server, autocommit=True, connect_timeout=10) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)")
+
+    def args(self, schema: str) -> tuple[str, ...]:
+        return ("--store", self.dsn, "--pg-schema", schema)
+
+    def settings(self) -> dict:
+        assert self._conn is not None
+        names = ("server_version", "fsync", "synchronous_commit", "shared_buffers", "max_connections")
+        return {name: self._conn.execute(f"SHOW {name}").fetchone()[0] for name in names}
+
+    def backend_cpu(self) -> dict[int, float] | None:
+        """CPU seconds so far of each backend serving this database (not this connection's); None
+        when the server is not on this machine."""
+        if not self.local or self._conn is None:
+            return None
+        rows = self._conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+        return {pid: cpu_seconds(pid) for (pid,) in rows}
+
+
+def _cpu_spent(before: dict[int, float] | None, after: dict[int, float] | None) -> float | None:
+    """CPU seconds the backends used in between (those that ended in between are not counted)."""
+    if before is None or after is None:
+        return None
+    return sum(now - before.get(pid, 0.0) for pid, now in after.items())
+
+
+def _server() -> tuple[str | None, str]:
+    """The server's DSN, or None and why not."""
+    import psycopg  # noqa: PLC0415
+
+    server = os.environ.get(SERVER_ENV, LOCAL_SERVER)
+    try:
+        with psycopg.connect(server, autocommit=True, connect_timeout=5) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as error:
+        detail = " ".join(str(error).split())[:120]
+        return None, f"no PostgreSQL server answers at {SERVER_ENV} or {LOCAL_SERVER} ({detail})"
+    return server, ""
+
+
+@contextlib.contextmanager
+def _daemons(store: Store, config: str, schema: str):
+    """The config's daemons, started (the first creates the board), stopped on exit."""
+    with contextlib.ExitStack() as stack:
+        if config == "sqlite":
+            yield [stack.enter_context(Daemon())]
+            return
+        first = stack.enter_context(Daemon(extra_args=store.args(schema)))
+        daemons = [first]
+        if config == "pg2":
+            daemons.append(stack.enter_context(Daemon(extra_args=store.args(schema), lead_token=first.token)))
+        yield daemons
+
+
+# ---------------------------------------------------------------- cycles
+
+
+def _writer(daemons: list[Daemon]) -> dict:
+    stats = [e2e._writer_stats(daemon) for daemon in daemons]
+    return {key: sum(s[key] for s in stats) for key in ("jobs", "commits")}
+
+
+def _cycles(store: Store, config: str, count: int, tasks: int, schema: str, sizes) -> dict:
+    with _daemons(store, config, schema) as daemons:
+        members, refusal = e2e._setup(daemons[0], count, session=True)
+        if refusal:
+            return {"unavailable": refusal}
+        e2e._create(daemons[0], "independent", tasks, prefix="t-")
+        before, cpu = _writer(daemons), sum(d.cpu_seconds() for d in daemons)
+        pg_before = store.backend_cpu() if config != "sqlite" else None
+        # As many client processes for every config; with two daemons, each process talks to one.
+        processes = len(daemons) * -(-sizes.client_processes // len(daemons))
+        tally = teamworker.run_clients(
+            "session",
+            [d.address for d in daemons],
+            members,
+            target=tasks,
+            deadline_s=sizes.run_deadline_s,
+            processes=processes,
+        )
+        cpu = sum(d.cpu_seconds() for d in daemons) - cpu
+        pg_cpu = _cpu_spent(pg_before, store.backend_cpu()) if config != "sqlite" else None
+        after = _writer(daemons)
+    done = max(tally["completed"], 1)
+    commits = after["commits"] - before["commits"]
+    return {
+        "throughput": tally["throughput"],
+        **latency_fields(tally["latencies"]),
+        "cpu_ms": 1000 * cpu / done,
+        "pg_cpu_ms": None if pg_cpu is None else 1000 * pg_cpu / done,
+        "jobs_per_cycle": (after["jobs"] - before["jobs"]) / done,
+        "mean_batch": (after["jobs"] - before["jobs"]) / commits if commits else 0.0,
+        "daemons": len(daemons),
+        "client_processes": processes,
+        "completed": tally["completed"],
+        "errors": tally["errors"],
+        "refused": tally["refused"],
+        "timed_out": tally["timed_out"],
+        "error_samples": tally["error_samples"],
+        **teamworker.spread(tally["per_teammate"]),
+    }
+
+
+def _round_ratios(measured: dict) -> dict:
+    rate = {config: measured[config].get("throughput") for config in CONFIGS}
+    return {
+        name: rate[top] / rate[bottom] if rate[top] and rate[bottom] else None for name, (top, bottom) in RATIOS.items()
+    }
+
+
+def _figure(values: list, unit: str) -> dict | None:
+    """The median round, or None when some round lacks the figure."""
+    if not values or any(v is None for v in values):
+        return None
+    return summary(values, unit)
+
+
+def cycles(store: Store, sizes, runs: int, log) -> dict:
+    rounds: list[dict] = []
+    for run in range(runs):
+        order = CONFIGS[run % len(CONFIGS) :] + CONFIGS[: run % len(CONFIGS)]
+        measured: dict = {}
+        for count in sizes.pg_teammates:
+            tasks = sizes.tasks(count)
+            at = {config: _cycles(store, config, count, tasks, f"r{run}_{config}_{count}", sizes) for config in order}
+            at["ratios"] = _round_ratios(at)
+            measured[str(count)] = at
+            log(_line(count, at))
+        rounds.append(measured)
+    by_count: dict = {}
+    for count in sizes.pg_teammates:
+        key = str(count)
+        table: dict = {}
+        for config in CONFIGS:
+            runs_of = [r[key][config] for r in rounds]
+            missing = [f["unavailable"] for f in runs_of if "unavailable" in f]
+            if missing:
+                table[config] = {"unavailable": missing[0]}
+                continue
+            table[config] = {field: _figure([f[field] for f in runs_of], unit) for field, unit in FIELDS.items()}
+            table[config]["max_over_min"] = _figure([f["max_over_min"] for f in runs_of], "max/min")
+            table[config]["per_teammate_min_max"] = [[f["min_completions"], f["max_completions"]] for f in runs_of]
+            table[config]["timed_out"] = any(f["timed_out"] for f in runs_of)
+            table[config]["error_samples"] = [s for f in runs_of for s in f["error_samples"]][:3]
+        table["ratios"] = {name: _figure([r[key]["ratios"][name] for r in rounds], "ratio") for name in RATIOS}
+        by_count[key] = table
+    return {
+        "teammates": list(sizes.pg_teammates),
+        "tasks": {str(count): sizes.tasks(count) for count in sizes.pg_teammates},
+        "client_processes": sizes.client_processes,
+        "rounds": rounds,
+        "by_count": by_count,
+    }
+
+
+def _line(count: int, at: dict) -> str:
+    def rate(config: str) -> str:
+        value = at[config].get("throughput")
+        return f"{value:6.0f}" if value else "   n/a"
+
+    def cpu(config: str) -> str:
+        pg = at[config].get("pg_cpu_ms")
+        daemon = at[config].get("cpu_ms")
+        if daemon is None:
+            return ""
+        return f" ({daemon:.2f}" + ("" if pg is None else f" + PG {pg:.2f}") + " ms CPU/cycle)"
+
+    ratios = ", ".join(f"{name} {value:.2f}" for name, value in at["ratios"].items() if value is not None)
+    return (
+        f"postgres    {count:>3} teammates, Session: SQLite {rate('sqlite')}{cpu('sqlite')}, PG 1 daemon"
+        f" {rate('pg1')}{cpu('pg1')}, PG 2 daemons {rate('pg2')}{cpu('pg2')} cycles/s -> {ratios} [{shared()}]"
+    )
+
+
+# ---------------------------------------------------------------- cross-daemon ready -> claim
+
+
+async def _ready_samples(a: Daemon, b: Daemon, samples: int, prefix: str) -> dict[str, list[float]]:
+    lead = Lead(a.address, a.token)
+    channel_b = grpc.aio.insecure_channel(b.address, options=CHANNEL_OPTIONS)
+    stream = latency.STREAMS["session"]
+    out: dict[str, list[float]] = {"cross": [], "cross_after_return": [], "same": [], "create_rtt": []}
+    try:
+        tokens = await lead.add_teammates([f"{prefix}far"], roles=("far",))
+        tokens |= await lead.add_teammates([f"{prefix}near"], roles=("near",))
+        waiting = {
+            "far": stream(channel_b, tokens[f"{prefix}far"]),
+            "near": stream(lead.channel, tokens[f"{prefix}near"]),
+        }
+        try:
+            await asyncio.sleep(0.2)  # both streams open and parked
+            for i in range(samples):
+                for role in ("far", "near") if i % 2 == 0 else ("near", "far"):
+                    await asyncio.sleep(SETTLE_S)
+                    one = pb.TaskSpec(id=f"{prefix}{role}{i}", title=role, required_role=role)
+                    started = time.monotonic()
+                    await lead.lead.CreateTasks(pb.CreateTasksRequest(tasks=[one]), metadata=lead.md, timeout=30)
+                    returned = time.monotonic()
+                    arrived, event = await waiting[role].next("claim", CLAIM_TIMEOUT_S)
+                    if role == "far":
+                        out["cross"].append(arrived - started)
+                        out["cross_after_return"].append(arrived - returned)
+                    else:
+                        out["same"].append(arrived - started)
+                    out["create_rtt"].append(returned - started)
+                    await waiting[role].complete(event.claim)
+        finally:
+            for opened in waiting.values():
+                opened.close()
+    finally:
+        await channel_b.close()
+        await lead.close()
+    return out
+
+
+def ready_to_claim(store: Store, sizes, runs: int, log) -> dict:
+    results = []
+    with _daemons(store, "pg2", "ready") as (a, b):
+        for run in range(runs):
+            got = run_async(_ready_samples(a, b, sizes.pg_latency_samples, f"r{run}"))
+            results.append(
+                {
+                    f"{key}_{field}": value
+                    for key, values in got.items()
+                    for field, value in latency_fields(values).items()
+                }
+            )
+            log(
+                f"postgres    ready -> claim across daemons (Session, B waits, the Lead creates through A):"
+                f" p50 {results[-1]['cross_p50_ms']:.2f} ms p99 {results[-1]['cross_p99_ms']:.2f} ms; one daemon"
+                f" p50 {results[-1]['same_p50_ms']:.2f} ms p99 {results[-1]['same_p99_ms']:.2f} ms [{shared()}]"
+            )
+    fields = {
+        f"{key}_{field}": unit
+        for key in ("cross", "cross_after_return", "same", "create_rtt")
+        for field, unit in LATENCY_FIELDS.items()
+    }
+    out = summarize(results, fields)
+    out["samples_per_run"] = sizes.pg_latency_samples
+    return out
+
+
+# ---------------------------------------------------------------- claim latency by board size
+
+
+async def _build(daemon: Daemon, size: int) -> tuple[str, float]:
+    """The teammate's token and the seconds CreateTasks took for `size` tasks, in batches of 10,000."""
+    lead = Lead(daemon.address, daemon.token)
+    try:
+        token = (await lead.add_teammates(["solo"]))["solo"]
+        specs = [pb.TaskSpec(id=f"b{i}", title=f"bench b{i}", payload=b"x" * 32) for i in range(size)]
+        return token, await lead.create(specs, batch=BUILD_BATCH)
+    finally:
+        await lead.close()
+
+
+def board_size(store: Store, sizes, runs: int, log) -> dict:
+    boards = sizes.pg_board_sizes
+    with contextlib.ExitStack() as stack:
+        daemons, tokens, build_s = {}, {}, {}
+        for size in boards:
+            (daemons[size],) = stack.enter_context(_daemons(store, "pg1", f"board_{size}"))
+            tokens[size], build_s[size] = run_async(_build(daemons[size], size))
+            log(f"postgres    board of {size:,} tasks built with CreateTasks in {build_s[size]:.1f} s [{shared()}]")
+        rounds = []
+        for run in range(runs):
+            order = boards if run % 2 == 0 else tuple(reversed(boards))
+            measured = {}
+            for size in order:
+                latencies = run_async(scale._claim_latencies(daemons[size], tokens[size], sizes.pg_claim_samples))
+                measured[str(size)] = latency_fields(latencies)
+            small, large = str(min(boards)), str(max(boards))
+            measured["ratio_p50"] = measured[large]["p50_ms"] / measured[small]["p50_ms"]
+            rounds.append(measured)
+            log(
+                "postgres    claim p50 "
+                + ", ".join(f"{int(size):,} tasks {measured[size]['p50_ms']:.2f} ms" for size in map(str, boards))
+                + f" -> ratio {measured['ratio_p50']:.2f} [{shared()}]"
+            )
+    return {
+        "build": "CreateTasks through the daemon, 10,000 tasks per call",
+        "claims_per_round": sizes.pg_claim_samples,
+        "rounds": rounds,
+        "sizes": {
+            str(size): {
+                **summarize([r[str(size)] for r in rounds], LATENCY_FIELDS),
+                "build_s": build_s[size],
+            }
+            for size in boards
+        },
+        "ratio_p50": summary([r["ratio_p50"] for r in rounds], "ratio"),
+    }
+
+
+# ---------------------------------------------------------------- the section
+
+
+def run(sizes, runs: int, log) -> dict:
+    server, why = _server()
+    if server is None:
+        log(f"postgres    not measured: {why}")
+        return {"unavailable": why, "shared_cores": shared()}
+    with Store(server) as store:
+        settings = store.settings()
+        log(
+            f"postgres    PostgreSQL {settings['server_version']} (fsync {settings['fsync']}, synchronous_commit"
+            f" {settings['synchronous_commit']}), database {store.name} [{shared()}]"
+        )
+        out = {
+            "shared_cores": shared(),
+            "server": settings,
+            "server_local": store.local,
+            "database": store.name,
+            "cycles": cycles(store, sizes, runs, log),
+            "ready_to_claim": ready_to_claim(store, sizes, runs, log),
+            "board_size": board_size(store, sizes, runs, log),
+        }
+    return out

@@ -1,0 +1,89 @@
+"""Several corrald daemons serving one PostgreSQL board (tests/support/postgres.py says
+which server): each test gets a schema of its own and starts daemons on it.
+
+These tests need PostgreSQL whatever `--store` says; they never fall back to SQLite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from corrald.pg.sql import PgConnection
+from corrald.pg.storage import connect
+from corrald.pg.target import PgTarget
+from tests.contract.wire import Daemon
+from tests.support.postgres import fresh_schema, test_database_dsn
+
+
+class BoardDaemon(Daemon):
+    """A daemon of the test's board: the Lead's token is the one the board's first daemon wrote."""
+
+    def __init__(self, board: SharedBoard, state_dir: pathlib.Path, **options: Any) -> None:
+        super().__init__(state_dir, **options)
+        self.board = board
+
+    def read_lead_token(self) -> str:
+        return self.board.lead_token()
+
+
+class SharedBoard:
+    """One PostgreSQL board (a schema of the run's database) and the daemons serving it."""
+
+    def __init__(self, root: pathlib.Path) -> None:
+        self.root = root
+        self.dsn = test_database_dsn()
+        self.schema = fresh_schema()
+        self.daemons: list[BoardDaemon] = []
+
+    def store_args(self) -> list[str]:
+        return ["--store", self.dsn, "--pg-schema", self.schema]
+
+    def daemon(self, label: str | None = None, *, extra_args: tuple[str, ...] = (), **options: Any) -> BoardDaemon:
+        """A new daemon of the board, with a state directory of its own; started."""
+        label = label or f"d{len(self.daemons) + 1}"
+        made = BoardDaemon(self, self.root / label / "state", extra_args=[*self.store_args(), *extra_args], **options)
+        self.daemons.append(made)
+        return made.start()
+
+    def lead_token(self) -> str:
+        for daemon in self.daemons:
+            path = daemon.state_dir / "lead.token"
+            if path.exists():
+                return path.read_text().strip()
+        raise AssertionError("no daemon of this board wrote the lead token")
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[PgConnection]:
+        """The board read through the connection the store uses (it speaks the store's SQL)."""
+        conn = PgConnection(connect(PgTarget.parse(self.dsn, schema=self.schema), read_only=True))
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    def sql(self, query: str, params: tuple = ()) -> list[tuple]:
+        """A statement on the board's schema, autocommitted (for checks and for breaking things)."""
+        with psycopg.connect(self.dsn, autocommit=True, options=f"-c search_path={self.schema}") as conn:
+            cursor = conn.execute(query, params)
+            return cursor.fetchall() if cursor.description is not None else []
+
+
+@pytest.fixture
+def shared_board(tmp_path) -> Iterator[SharedBoard]:
+    board = SharedBoard(tmp_path)
+    yield board
+    failures = []
+    for daemon in reversed(board.daemons):
+        try:
+            if daemon.alive():
+                daemon.stop_and_check()
+        except BaseException as error:  # noqa: BLE001 (report every daemon, then fail)
+            failures.append(str(error))
+    if failures:
+        pytest.fail("\n".join(failures))

@@ -1,0 +1,100 @@
+"""Teammates in threads for the multi-daemon tests: each works through one daemon of the
+board and, when that daemon goes away, goes on through the next one it knows.
+
+Every claim received and every completion answered is recorded in the reliability
+suite's history (tests/reliability/rel_history.py), whose checker then judges the
+merged history of all daemons against the final board.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+import grpc
+
+from corral.v1 import corral_pb2 as pb
+from tests.contract.wire import Client, Daemon
+from tests.reliability.rel_history import Recorder
+
+# Lost connections, a daemon stopping, a stream ended for a newer one: go on through the next daemon.
+_GONE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED}
+
+
+class Worker(threading.Thread):
+    """Claims and completes through `daemons[0]`, then the next one, until `stop` is set or
+    `deadline` (time.monotonic) passes; records into `recorder`."""
+
+    def __init__(
+        self,
+        name: str,
+        token: str,
+        daemons: Sequence[Daemon],
+        recorder: Recorder,
+        stop: threading.Event,
+        deadline: float,
+    ) -> None:
+        super().__init__(name=f"worker-{name}", daemon=True)
+        self.mate, self.token = name, token
+        self._daemons = list(daemons)
+        self._recorder = recorder
+        self._halt = stop
+        self._deadline = deadline
+        self.completed = 0
+        self.failovers = 0
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        turn = 0
+        while not self._halt.is_set() and time.monotonic() < self._deadline:
+            daemon = self._daemons[turn % len(self._daemons)]
+            try:
+                self._work(daemon)
+            except grpc.RpcError as error:
+                if error.code() not in _GONE:
+                    self.errors.append(f"{self.mate} on {daemon.state_dir.parent.name}: {error.code().name} {error}")
+                    return
+            except RuntimeError as error:
+                self.errors.append(str(error))
+                return
+            turn += 1
+            self.failovers += 1
+            self._halt.wait(0.05)  # a pause before the next daemon, not a wait for anything
+
+    def _work(self, daemon: Daemon) -> None:
+        if not daemon.alive():
+            return
+        channel = grpc.insecure_channel(daemon.address)  # a connection of its own, as a real teammate has
+        client = Client(channel, self.token, self.mate)
+        stream = client.idle(poll_interval=0.5, timeout=max(1.0, self._deadline - time.monotonic()))
+        try:
+            while not self._halt.is_set():
+                try:
+                    response = stream.try_next(0.2)
+                except AssertionError:  # the stream ended: why decides what comes next
+                    code, details = stream.end_status or (None, "")
+                    if code in _GONE:
+                        return
+                    raise RuntimeError(f"{self.mate}: stream ended with {code}: {details}") from None
+                if response is None:
+                    continue
+                which = response.WhichOneof("event")
+                if which != "claim":
+                    continue
+                claim = response.claim
+                self._recorder.claim(self.mate, claim, stream=1)
+                record = self._recorder.begin("complete", self.mate, claim.task.id, claim.claim_token)
+                request = pb.CompleteTaskRequest(
+                    task_id=claim.task.id, claim_token=claim.claim_token, result=claim.task.id.encode()
+                )
+                try:
+                    done = client.teammate.CompleteTask(request, timeout=10)
+                except grpc.RpcError as error:
+                    self._recorder.end(record, "error", code=error.code().name)
+                    raise
+                self._recorder.end(record, "ok", result=done.task.result.hex())
+                self.completed += 1
+        finally:
+            stream.cancel()
+            channel.close()
