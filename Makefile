@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NODE_DIR := tests/polyglot/node
 
-.PHONY: all test lint demo bench dist protos check-protos unasync check-unasync node-deps lint-proto browser vendor-web check-vendor-web clean
+.PHONY: all test lint demo demo-postgres postgres bench dist protos check-protos unasync check-unasync node-deps lint-proto browser vendor-web check-vendor-web clean
 
 all: test
 
@@ -75,14 +75,30 @@ PARALLEL_TESTS := tests/server tests/client tests/cli tests/e2e
 TIMED_TESTS := tests/e2e/test_sdk_claim_ended.py
 ALONE_TESTS := $(filter-out $(addsuffix /,$(PARALLEL_TESTS)),$(sort $(wildcard tests/*/))) $(TIMED_TESTS)
 
-test: $(STAMP) check-protos check-unasync check-vendor-web lint-proto lint browser
+# The board's tests and the gRPC end-to-end suite run again on PostgreSQL (`--store
+# postgres`); tests/postgres (several daemons, one board) runs alone with the others.
+POSTGRES_TESTS := tests/server tests/e2e
+
+test: $(STAMP) check-protos check-unasync check-vendor-web lint-proto lint browser postgres
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=10 \
 		$(addprefix --ignore=,$(TIMED_TESTS)) $(PARALLEL_TESTS)
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=10 --store postgres \
+		$(addprefix --ignore=,$(TIMED_TESTS)) $(POSTGRES_TESTS)
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(ALONE_TESTS)
+
+# The PostgreSQL server the tests will use: CORRAL_TEST_PG_DSN, else 127.0.0.1:5432, else
+# a throwaway one from the machine's PostgreSQL binaries; with none of these, say what to install.
+postgres: $(STAMP)
+	$(PY) -m tests.support.postgres
 
 # The demo serves the web board too: open the printed one-time link to watch the DAG fill in.
 demo: $(STAMP)
 	$(VENV)/bin/corral demo --web 127.0.0.1:0
+
+# The same demo on a PostgreSQL board served by two daemons (a new schema of PG_DSN's database).
+PG_DSN ?= postgresql://postgres@127.0.0.1:5432/postgres
+demo-postgres: $(STAMP)
+	$(VENV)/bin/corral demo --store $(PG_DSN)
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -r bench/requirements.txt

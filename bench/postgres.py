@@ -20,9 +20,12 @@ work on the same CPUs (SHARED says so in the results and on every line).
   and also from the call's return. Interleaved with the same through one
   daemon (a teammate waiting on A), for what crossing daemons adds.
 * Claim latency with `pg_board_sizes` tasks on the board, one daemon: boards
-  built with CreateTasks of 10,000 tasks, then the measure of section 4 (one
-  teammate on Idle + unary: CompleteTask returned → next claim); rounds
-  alternate the boards (one daemon each, the other idle).
+  built with CreateTasks of 10,000 tasks, then section 4's loop (one teammate
+  on Idle + unary) timing the next claim from just before CompleteTask is sent
+  (the next claim is handed off inside the completion's transaction, so this
+  is the figure with the claim's query in it) and, as section 4 does, from
+  CompleteTask's return; rounds alternate the boards (one daemon each, the
+  other idle).
 
 A database corral_bench_<random> is created on the server at the start (the
 server: CORRAL_BENCH_PG_DSN, default postgresql://postgres@127.0.0.1:5432/postgres)
@@ -35,18 +38,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import secrets
 import time
 import urllib.parse
+from typing import TYPE_CHECKING
 
 import grpc.aio
 
 from corral.v1 import corral_pb2 as pb
+from corral.v1 import corral_pb2_grpc as pb_grpc
 
-from . import e2e, latency, scale, teamworker
-from .daemon import CHANNEL_OPTIONS, Daemon, Lead, cpu_seconds, run_async
+from . import e2e, latency, teamworker
+from .daemon import CHANNEL_OPTIONS, Daemon, Lead, bearer, cpu_seconds, duration, run_async
 from .stats import latency_fields, summarize, summary
+
+if TYPE_CHECKING:
+    import psycopg
 
 SERVER_ENV = "CORRAL_BENCH_PG_DSN"
 LOCAL_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -68,9 +77,18 @@ FIELDS = {
     "errors": "count",
 }
 LATENCY_FIELDS = {"p50_ms": "ms", "p99_ms": "ms", "max_ms": "ms"}
+RETURNED_FIELDS = {f"returned_{field}": unit for field, unit in LATENCY_FIELDS.items()}
+# The cross-daemon samples, each from just before CreateTasks is sent unless said: the claim on B (the
+# target's figure); the claim on B from CreateTasks' return; the claim on B from the moment the bench's
+# own LISTEN heard A's notification of the ready task (about A's commit); that notification from the send;
+# the claim through one daemon; CreateTasks' round trip.
+LATENCIES = ("cross", "cross_after_return", "cross_after_notify", "notify_after_send", "same", "create_rtt")
+# unheard: cross samples whose notification the bench did not hear; missed: claims not received within
+# CLAIM_TIMEOUT_S (each counted at that bound, and its run's sampling ends there).
+SAMPLES = (*LATENCIES, "unheard", "missed")
 BUILD_BATCH = 10_000  # the most tasks one CreateTasks may carry
 SETTLE_S = latency.SETTLE_S
-CLAIM_TIMEOUT_S = 10.0  # a wake-up that never comes fails the sample (the poll interval is 30 s)
+CLAIM_TIMEOUT_S = 10.0  # the longest wait for one claim (a waiting stream's poll interval is 30 s)
 
 
 def shared(nproc: int | None = None) -> str:
@@ -97,7 +115,7 @@ class Store:
         self.name = f"corral_bench_{secrets.token_hex(6)}"
         self.dsn = urllib.parse.urlsplit(server)._replace(path=f"/{self.name}").geturl()
         self.local = _is_local(server)
-        self._conn = None
+        self._conn: psycopg.Connection | None = None
 
     def __enter__(self) -> Store:
         import psycopg  # noqa: PLC0415 (only this section needs it)
@@ -128,7 +146,7 @@ class Store:
     def settings(self) -> dict:
         assert self._conn is not None
         names = ("server_version", "fsync", "synchronous_commit", "shared_buffers", "max_connections")
-        return {name: self._conn.execute(f"SHOW {name}").fetchone()[0] for name in names}
+        return {name: (self._conn.execute(f"SHOW {name}").fetchone() or ("?",))[0] for name in names}
 
     def backend_cpu(self) -> dict[int, float] | None:
         """CPU seconds so far of each backend serving this database (not this connection's); None
@@ -150,8 +168,10 @@ def _cpu_spent(before: dict[int, float] | None, after: dict[int, float] | None) 
 
 def _server() -> tuple[str | None, str]:
     """The server's DSN, or None and why not."""
-    import psycopg  # noqa: PLC0415
-
+    try:
+        import psycopg  # noqa: PLC0415
+    except ImportError:
+        return None, "psycopg is not installed (pip install -e '.[postgres]')"
     server = os.environ.get(SERVER_ENV, LOCAL_SERVER)
     try:
         with psycopg.connect(server, autocommit=True, connect_timeout=5) as conn:
@@ -299,11 +319,50 @@ def _line(count: int, at: dict) -> str:
 # ---------------------------------------------------------------- cross-daemon ready -> claim
 
 
-async def _ready_samples(a: Daemon, b: Daemon, samples: int, prefix: str) -> dict[str, list[float]]:
+class _Heard:
+    """The board's wake-up notifications as a listener of the bench's own hears them (LISTEN on the
+    board's channel, as the daemons do): when a creation's commit reached the listeners."""
+
+    def __init__(self, dsn: str, schema: str) -> None:
+        from corrald.pg.storage import notify_channel  # noqa: PLC0415 (the channel the daemons LISTEN on)
+
+        self.dsn, self.channel = dsn, notify_channel(schema)
+        self.heard: list[tuple[float, dict]] = []
+        self._conn: psycopg.AsyncConnection | None = None
+        self._reader: asyncio.Task | None = None
+
+    async def __aenter__(self) -> _Heard:
+        import psycopg  # noqa: PLC0415
+
+        self._conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, connect_timeout=10)
+        await self._conn.execute(f"LISTEN {self.channel}")
+        self._reader = asyncio.create_task(self._read())
+        return self
+
+    async def _read(self) -> None:
+        assert self._conn is not None
+        async for notice in self._conn.notifies():
+            self.heard.append((time.monotonic(), json.loads(notice.payload)))
+
+    def ready(self, role: str, since: float) -> float | None:
+        """When the first notification since `since` telling of a task ready for `role` arrived."""
+        return next((at for at, told in self.heard if at >= since and told.get("r", {}).get(role)), None)
+
+    async def __aexit__(self, *exc) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+        if self._conn is not None:
+            await self._conn.close()
+
+
+async def _ready_samples(
+    a: Daemon, b: Daemon, store: Store, schema: str, samples: int, prefix: str
+) -> dict[str, list[float]]:
     lead = Lead(a.address, a.token)
     channel_b = grpc.aio.insecure_channel(b.address, options=CHANNEL_OPTIONS)
     stream = latency.STREAMS["session"]
-    out: dict[str, list[float]] = {"cross": [], "cross_after_return": [], "same": [], "create_rtt": []}
+    out: dict[str, list[float]] = {key: [] for key in SAMPLES}
     try:
         tokens = await lead.add_teammates([f"{prefix}far"], roles=("far",))
         tokens |= await lead.add_teammates([f"{prefix}near"], roles=("near",))
@@ -313,21 +372,8 @@ async def _ready_samples(a: Daemon, b: Daemon, samples: int, prefix: str) -> dic
         }
         try:
             await asyncio.sleep(0.2)  # both streams open and parked
-            for i in range(samples):
-                for role in ("far", "near") if i % 2 == 0 else ("near", "far"):
-                    await asyncio.sleep(SETTLE_S)
-                    one = pb.TaskSpec(id=f"{prefix}{role}{i}", title=role, required_role=role)
-                    started = time.monotonic()
-                    await lead.lead.CreateTasks(pb.CreateTasksRequest(tasks=[one]), metadata=lead.md, timeout=30)
-                    returned = time.monotonic()
-                    arrived, event = await waiting[role].next("claim", CLAIM_TIMEOUT_S)
-                    if role == "far":
-                        out["cross"].append(arrived - started)
-                        out["cross_after_return"].append(arrived - returned)
-                    else:
-                        out["same"].append(arrived - started)
-                    out["create_rtt"].append(returned - started)
-                    await waiting[role].complete(event.claim)
+            async with _Heard(store.dsn, schema) as heard:
+                await _sample_pairs(lead, waiting, heard, samples, prefix, out)
         finally:
             for opened in waiting.values():
                 opened.close()
@@ -337,29 +383,64 @@ async def _ready_samples(a: Daemon, b: Daemon, samples: int, prefix: str) -> dic
     return out
 
 
+async def _sample_pairs(lead: Lead, waiting: dict, heard: _Heard, samples: int, prefix: str, out: dict) -> None:
+    """One task at a time, for the teammate waiting on B ("far") and on A ("near") in turn."""
+    for i in range(samples):
+        for role in ("far", "near") if i % 2 == 0 else ("near", "far"):
+            await asyncio.sleep(SETTLE_S)
+            one = pb.TaskSpec(id=f"{prefix}{role}{i}", title=role, required_role=role)
+            started = time.monotonic()
+            await lead.lead.CreateTasks(pb.CreateTasksRequest(tasks=[one]), metadata=lead.md, timeout=30)
+            returned = time.monotonic()
+            try:
+                arrived, event = await waiting[role].next("claim", CLAIM_TIMEOUT_S)
+            except TimeoutError:
+                # No claim within the bound: counted at the bound, and this run's sampling ends (the task
+                # still pending would be the next sample's claim).
+                out["cross" if role == "far" else "same"].append(CLAIM_TIMEOUT_S)
+                out["missed"].append(1.0)
+                return
+            await waiting[role].complete(event.claim)
+            out["create_rtt"].append(returned - started)
+            if role == "near":
+                out["same"].append(arrived - started)
+                continue
+            out["cross"].append(arrived - started)
+            out["cross_after_return"].append(arrived - returned)
+            told = heard.ready(role, started)
+            if told is None:
+                out["unheard"].append(1.0)
+            else:
+                out["cross_after_notify"].append(arrived - told)
+                out["notify_after_send"].append(told - started)
+
+
 def ready_to_claim(store: Store, sizes, runs: int, log) -> dict:
     results = []
     with _daemons(store, "pg2", "ready") as (a, b):
         for run in range(runs):
-            got = run_async(_ready_samples(a, b, sizes.pg_latency_samples, f"r{run}"))
+            got = run_async(_ready_samples(a, b, store, "ready", sizes.pg_latency_samples, f"r{run}"))
+            unheard, missed = len(got.pop("unheard")), len(got.pop("missed"))
             results.append(
                 {
-                    f"{key}_{field}": value
-                    for key, values in got.items()
-                    for field, value in latency_fields(values).items()
+                    **{
+                        f"{key}_{field}": value
+                        for key, values in got.items()
+                        for field, value in latency_fields(values).items()
+                    },
+                    "unheard": unheard,
+                    "missed": missed,
                 }
             )
             log(
                 f"postgres    ready -> claim across daemons (Session, B waits, the Lead creates through A):"
                 f" p50 {results[-1]['cross_p50_ms']:.2f} ms p99 {results[-1]['cross_p99_ms']:.2f} ms; one daemon"
-                f" p50 {results[-1]['same_p50_ms']:.2f} ms p99 {results[-1]['same_p99_ms']:.2f} ms [{shared()}]"
+                f" p50 {results[-1]['same_p50_ms']:.2f} ms p99 {results[-1]['same_p99_ms']:.2f} ms; across, from the"
+                f" notification heard: p50 {results[-1]['cross_after_notify_p50_ms']:.2f} ms p99"
+                f" {results[-1]['cross_after_notify_p99_ms']:.2f} ms ({unheard} unheard, {missed} missed) [{shared()}]"
             )
-    fields = {
-        f"{key}_{field}": unit
-        for key in ("cross", "cross_after_return", "same", "create_rtt")
-        for field, unit in LATENCY_FIELDS.items()
-    }
-    out = summarize(results, fields)
+    fields = {f"{key}_{field}": unit for key in LATENCIES for field, unit in LATENCY_FIELDS.items()}
+    out = summarize(results, {**fields, "unheard": "samples", "missed": "claims"})
     out["samples_per_run"] = sizes.pg_latency_samples
     return out
 
@@ -378,6 +459,45 @@ async def _build(daemon: Daemon, size: int) -> tuple[str, float]:
         await lead.close()
 
 
+async def _claim_latencies(daemon: Daemon, token: str, cycles: int) -> tuple[list[float], list[float]]:
+    """One teammate cycling on Idle + unary (section 4's loop): the next claim's arrival from CompleteTask's
+    return (section 4's figure) and from just before CompleteTask was sent.
+
+    The next claim is handed off inside the completion's transaction, so its query runs before CompleteTask
+    returns: only the second figure has the claim's own cost in it.
+    """
+    channel = grpc.aio.insecure_channel(daemon.address, options=CHANNEL_OPTIONS)
+    stub, md = pb_grpc.TeammateServiceStub(channel), bearer(token)
+    call = stub.Idle(pb.IdleRequest(max_idle_polls=10_000, poll_interval=duration(5)), metadata=md)
+    after_return: list[float] = []
+    after_send: list[float] = []
+    sent = returned = None
+    try:
+        while len(after_send) < cycles:
+            # Bounded: a board out of ready tasks (or a claim that never comes) ends the run short.
+            response = await asyncio.wait_for(call.read(), CLAIM_TIMEOUT_S)
+            if response is grpc.aio.EOF:
+                break
+            if response.WhichOneof("event") != "claim":
+                continue
+            arrived = time.monotonic()
+            if sent is not None and returned is not None:
+                after_return.append(arrived - returned)
+                after_send.append(arrived - sent)
+            if len(after_send) >= cycles:
+                break
+            claim = response.claim
+            sent = time.monotonic()
+            await stub.CompleteTask(
+                pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token), metadata=md, timeout=60
+            )
+            returned = time.monotonic()
+    finally:
+        call.cancel()
+        await channel.close()
+    return after_return, after_send
+
+
 def board_size(store: Store, sizes, runs: int, log) -> dict:
     boards = sizes.pg_board_sizes
     with contextlib.ExitStack() as stack:
@@ -389,17 +509,21 @@ def board_size(store: Store, sizes, runs: int, log) -> dict:
         rounds = []
         for run in range(runs):
             order = boards if run % 2 == 0 else tuple(reversed(boards))
-            measured = {}
+            measured: dict = {}
             for size in order:
-                latencies = run_async(scale._claim_latencies(daemons[size], tokens[size], sizes.pg_claim_samples))
-                measured[str(size)] = latency_fields(latencies)
+                after_return, after_send = run_async(
+                    _claim_latencies(daemons[size], tokens[size], sizes.pg_claim_samples)
+                )
+                measured[str(size)] = {**latency_fields(after_send), **latency_fields(after_return, "returned_")}
             small, large = str(min(boards)), str(max(boards))
             measured["ratio_p50"] = measured[large]["p50_ms"] / measured[small]["p50_ms"]
+            measured["returned_ratio_p50"] = measured[large]["returned_p50_ms"] / measured[small]["returned_p50_ms"]
             rounds.append(measured)
             log(
-                "postgres    claim p50 "
+                "postgres    CompleteTask sent -> next claim p50 "
                 + ", ".join(f"{int(size):,} tasks {measured[size]['p50_ms']:.2f} ms" for size in map(str, boards))
-                + f" -> ratio {measured['ratio_p50']:.2f} [{shared()}]"
+                + f" -> ratio {measured['ratio_p50']:.2f}; from its return (section 4's measure)"
+                f" {measured['returned_ratio_p50']:.2f} [{shared()}]"
             )
     return {
         "build": "CreateTasks through the daemon, 10,000 tasks per call",
@@ -407,12 +531,13 @@ def board_size(store: Store, sizes, runs: int, log) -> dict:
         "rounds": rounds,
         "sizes": {
             str(size): {
-                **summarize([r[str(size)] for r in rounds], LATENCY_FIELDS),
+                **summarize([r[str(size)] for r in rounds], {**LATENCY_FIELDS, **RETURNED_FIELDS}),
                 "build_s": build_s[size],
             }
             for size in boards
         },
         "ratio_p50": summary([r["ratio_p50"] for r in rounds], "ratio"),
+        "returned_ratio_p50": summary([r["returned_ratio_p50"] for r in rounds], "ratio"),
     }
 
 

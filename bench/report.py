@@ -382,7 +382,107 @@ def targets(sections: dict) -> list[dict]:
     board = _r(sections, "web")
     if board:
         out += _web_targets(board)
+    pg = _r(sections, "postgres")
+    if pg:
+        out += _postgres_targets(pg)
     return out
+
+
+def _postgres_targets(pg: dict) -> list[dict]:
+    """The PostgreSQL board's targets: throughput against SQLite and across two daemons, cross-daemon wake-up
+    latency, and claim latency as the board grows. The server shares the machine's cores (every basis says so)."""
+    note = pg["shared_cores"]
+    if "unavailable" in pg:
+        return [
+            _missing(tid, what, unit, goal, f"{pg['unavailable']}; {note}")
+            for tid, what, unit, goal in (
+                ("8a", "PostgreSQL one daemon / SQLite, Session cycles/s", "cycles/s", "≥ 0.5×"),
+                ("8b", "PostgreSQL two daemons / one daemon, Session cycles/s", "cycles/s", "≥ 0.9×"),
+                ("8c", "ready → claim across daemons p99", "ms", "≤ 20 ms"),
+                ("8d", "claim p50 on the larger / the smaller PostgreSQL board", "ms", "≤ 1.5×"),
+            )
+        ]
+    out = []
+    cycles = pg["cycles"]
+    count, table = _at(cycles["by_count"], 32) or ("?", {})
+    others = [n for n in cycles["by_count"] if n != count]
+    rounds = len(cycles["rounds"])
+    for tid, name, top, bottom, goal, what in (
+        ("8a", "pg1_vs_sqlite", "pg1", "sqlite", 0.5, "PostgreSQL one daemon / SQLite one daemon"),
+        ("8b", "pg2_vs_pg1", "pg2", "pg1", 0.9, "PostgreSQL two daemons on one board / one daemon"),
+    ):
+        label = f"{what}, Session cycles/s, {count} teammates"
+        figure = table.get("ratios", {}).get(name)
+        if figure is None:
+            why = table.get(top, {}).get("unavailable") or table.get(bottom, {}).get("unavailable") or "no ratio"
+            out.append(_missing(tid, label, "cycles/s", f"≥ {goal:g}×", f"{why}; {note}"))
+            continue
+        elsewhere = "".join(
+            f"; at {n} teammates {_ratio(cycles['by_count'][n]['ratios'][name]['median'])}×"
+            for n in others
+            if cycles["by_count"][n]["ratios"].get(name)
+        )
+        out.append(
+            _target(
+                tid,
+                label,
+                table[top]["throughput"]["median"],
+                "cycles/s",
+                f"≥ {goal:g}×",
+                figure["median"],
+                figure["median"] >= goal,
+                f"median of {rounds} round(s) (ratios {_span(figure)}); {LABELS_PG[bottom]}"
+                f" {table[bottom]['throughput']['median']:,.0f} cycles/s{elsewhere}; {note}",
+            )
+        )
+    ready = pg["ready_to_claim"]
+    p99 = ready["cross_p99_ms"]["median"]
+    out.append(
+        _target(
+            "8c",
+            "ready → claim across daemons p99: the Lead creates through daemon A, a teammate waits on B (Session)",
+            p99,
+            "ms",
+            "≤ 20 ms",
+            p99 / 20,
+            p99 <= 20,
+            f"from just before CreateTasks is sent (A's commit inside) to the claim on B; {ready['samples_per_run']}"
+            f" samples per round, median of {len(ready['cross_p99_ms']['runs'])} round(s)"
+            f" (p99 {_span(ready['cross_p99_ms'])}); p50 {ready['cross_p50_ms']['median']:.2f} ms; from A's"
+            f" notification as a listener heard it: p50 {ready['cross_after_notify_p50_ms']['median']:.2f} ms,"
+            f" p99 {ready['cross_after_notify_p99_ms']['median']:.2f} ms; through one daemon:"
+            f" p99 {ready['same_p99_ms']['median']:.2f} ms; claims not received within 10 s:"
+            f" {int(sum(ready['missed']['runs']))}; {note}",
+        )
+    )
+    board = pg["board_size"]
+    sizes = board["sizes"]
+    small, large = min(sizes, key=int), max(sizes, key=int)
+    ratio = board["ratio_p50"]["median"]
+    out.append(
+        _target(
+            "8d",
+            f"claim p50 on a PostgreSQL board of {int(large):,} / of {int(small):,} tasks, one daemon",
+            sizes[large]["p50_ms"]["median"],
+            "ms",
+            "≤ 1.5×",
+            ratio,
+            ratio <= 1.5,
+            f"CompleteTask sent → next claim (the claim is handed off inside the completion), median of"
+            f" {len(board['rounds'])} alternating round(s) of {board['claims_per_round']}"
+            f" (ratios {_span(board['ratio_p50'])}); {sizes[small]['p50_ms']['median']:.2f} ms at {int(small):,};"
+            " from CompleteTask's return (section 4's"
+            f" measure) the ratio is {board['returned_ratio_p50']['median']:.2f}; {note}",
+        )
+    )
+    return out
+
+
+LABELS_PG = {
+    "sqlite": "SQLite, one daemon",
+    "pg1": "PostgreSQL, one daemon",
+    "pg2": "PostgreSQL, two daemons on one board",
+}
 
 
 def _web_targets(board: dict) -> list[dict]:
@@ -680,6 +780,7 @@ def markdown(sections: dict, items: list[dict], context: dict) -> str:
     parts += _semantics(_r(sections, "semantics"))
     parts += _mcp(_r(sections, "mcp"))
     parts += _web(_r(sections, "web"))
+    parts += _postgres(_r(sections, "postgres"))
     if ANALYSIS.exists():
         parts += ["\n", ANALYSIS.read_text()]
     return "".join(parts)
@@ -1209,4 +1310,132 @@ def _web(board: dict | None) -> list[str]:
         " open boards are SSE clients logged in as the lead reading every event; browser figures in the"
         " machine's Chromium through Playwright.\n\n",
         _table(["", "measured"], rows),
+    ]
+
+
+def _postgres(pg: dict | None) -> list[str]:
+    if not pg:
+        return []
+    note = pg["shared_cores"]
+    if "unavailable" in pg:
+        return [f"\n## 8. PostgreSQL boards\n\nNot measured: {pg['unavailable']} ({note}).\n"]
+    server, cycles, ready, board = pg["server"], pg["cycles"], pg["ready_to_claim"], pg["board_size"]
+    rows = []
+    for count, table in cycles["by_count"].items():
+        for config in ("sqlite", "pg1", "pg2"):
+            figure = table[config]
+            if "unavailable" in figure:
+                rows.append(
+                    [count, LABELS_PG[config], f"not measured: {figure['unavailable']}", "", "", "", "", "", ""]
+                )
+                continue
+            rows.append(
+                [
+                    count,
+                    LABELS_PG[config],
+                    _cell(figure["throughput"]),
+                    _cell(figure["p50_ms"], 2),
+                    _cell(figure["p99_ms"], 2),
+                    _cell(figure["cpu_ms"], 2),
+                    _cell(figure["pg_cpu_ms"], 2) or "n/a",
+                    _cell(figure["mean_batch"], 1),
+                    _spread(figure),
+                ]
+            )
+        ratios = table["ratios"]
+        rows.append(
+            [
+                count,
+                "ratios (per round, median): PG one daemon / SQLite; PG two daemons / one",
+                f"{_cell(ratios['pg1_vs_sqlite'], 2)}; {_cell(ratios['pg2_vs_pg1'], 2)}",
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+            ]
+        )
+    latency_rows = [
+        [label, _cell(ready[f"{key}_p50_ms"], 2), _cell(ready[f"{key}_p99_ms"], 2), _cell(ready[f"{key}_max_ms"], 1)]
+        for key, label in (
+            ("cross", "across daemons: CreateTasks sent (Lead on A) → claim on B's waiting Session"),
+            ("cross_after_notify", "across daemons: A's notification heard by a listener → claim on B"),
+            ("notify_after_send", "across daemons: CreateTasks sent → A's notification heard"),
+            ("cross_after_return", "across daemons: CreateTasks returned → claim on B"),
+            ("same", "one daemon: CreateTasks sent → claim on A's waiting Session"),
+            ("create_rtt", "CreateTasks of one task, round trip (through A)"),
+        )
+    ]
+    board_rows = [
+        [
+            f"{int(n):,}",
+            _cell(f["p50_ms"], 2),
+            _cell(f["p99_ms"], 2),
+            _cell(f["returned_p50_ms"], 2),
+            _cell(f["returned_p99_ms"], 2),
+            f"{f['build_s']:.1f}",
+        ]
+        for n, f in board["sizes"].items()
+    ]
+    board_rows.append(
+        [
+            "ratio, largest / smallest (per round, median)",
+            _cell(board["ratio_p50"], 2),
+            "",
+            _cell(board["returned_ratio_p50"], 2),
+            "",
+            "",
+        ]
+    )
+    unheard, missed = int(sum(ready["unheard"]["runs"])), int(sum(ready["missed"]["runs"]))
+    return [
+        "\n## 8. PostgreSQL boards\n\n",
+        f"**{note}**: PostgreSQL {server['server_version']} (fsync {server['fsync']}, synchronous_commit"
+        f" {server['synchronous_commit']}, shared_buffers {server['shared_buffers']}) runs on this machine, so"
+        " its work competes with the daemons and the client processes for the same CPUs. A database of the"
+        " bench's own is created for the run and dropped at its end; every configuration has a fresh schema"
+        " (and fresh daemons) in it.\n\n",
+        "Session cycles (raw stubs, slots=1, as in the back-to-back rounds), independent tasks; each round"
+        " measures the three configurations back to back at each teammate count, their order rotating, and"
+        " the ratios are taken within the round. Two daemons: both serve one board (one schema), the teammates"
+        f" are split evenly, each of the {max(cycles['client_processes'], 2)} client processes talking to one"
+        " daemon. Daemon CPU is the daemons' user+system time over the run per cycle; PostgreSQL CPU that of the"
+        " server's backends serving the bench's database.\n\n",
+        _table(
+            [
+                "teammates",
+                "store",
+                "cycles/s",
+                "cycle p50 ms",
+                "cycle p99 ms",
+                "daemon CPU ms/cycle",
+                "PostgreSQL CPU ms/cycle",
+                "jobs/commit",
+                "per-teammate max/min",
+            ],
+            rows,
+        ),
+        f"\nReady → claim, {ready['samples_per_run']} samples per round: one task at a time, for a teammate"
+        " waiting on daemon B and one waiting on daemon A in turn (Session streams with a 30 s poll interval, so"
+        " only a wake-up brings the claim in time); the Lead creates through A. A's notification is the moment"
+        " a LISTEN connection of the bench's own heard it, about when A's commit reached the listeners"
+        f" ({unheard} cross sample(s) without one). Claims not received within 10 s: {missed} (each counted"
+        f" as 10 s, ending its round's sampling) ({note}).\n\n",
+        _table(["path", "p50 ms", "p99 ms", "max ms"], latency_rows),
+        f"\nClaim latency by board size, one daemon, {board['claims_per_round']} claims per round ({board['build']};"
+        " rounds alternate the boards). One teammate on Idle + unary; the next claim is handed off inside the"
+        " completion's transaction, so the time from CompleteTask sent has the claim's query in it, the time from"
+        f" its return (section 4's measure) does not ({note}).\n\n",
+        _table(
+            [
+                "tasks on the board",
+                "sent → claim p50 ms",
+                "sent → claim p99 ms",
+                "returned → claim p50 ms",
+                "returned → claim p99 ms",
+                "build s",
+            ],
+            board_rows,
+        ),
     ]

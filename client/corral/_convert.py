@@ -34,6 +34,7 @@ from corral._types import (
     PlanDecided,
     PlanDecision,
     PlanSubmitted,
+    PostgresStats,
     ShutdownAnswered,
     ShutdownRequest,
     Stats,
@@ -326,6 +327,7 @@ def teammate_from_pb(message: pb.Teammate) -> TeammateInfo:
         waiting_for_task_ids=tuple(message.waiting_for_task_ids),
         usage=usage_from_pb(message.usage),
         budget=budget_from_pb(message.budget),
+        daemon=message.daemon,
     )
 
 
@@ -345,6 +347,21 @@ def stats_from_pb(response: pb.GetStatsResponse) -> Stats:
         loop_lag_p99_ms=response.loop_lag_p99_ms,
         loop_lag_max_ms=response.loop_lag_max_ms,
         usage=usage_from_pb(response.usage),
+        store=response.store or "sqlite",
+        postgres=_postgres_from_pb(response.postgres) if response.HasField("postgres") else None,
+    )
+
+
+def _postgres_from_pb(message: pb.PostgresStats) -> PostgresStats:
+    return PostgresStats(
+        listener_connected=message.listener_connected,
+        listener_reconnects=message.listener_reconnects,
+        daemons=message.daemons,
+        oldest_transaction_age_s=message.oldest_transaction_age.ToMilliseconds() / 1000,
+        task_dead_tuples=message.task_dead_tuples,
+        task_live_tuples=message.task_live_tuples,
+        notifies_sent=message.notifies_sent,
+        notifies_heard=message.notifies_heard,
     )
 
 

@@ -78,14 +78,17 @@ class Lead(BoardClient):
         rpc_timeout: float | None = None,
         root_certificates: bytes | None = None,
         store: str | None = None,
+        lead_token: str | None = None,
     ) -> Lead:
         """Start `corrald serve` on `state_dir` and connect to it as the Lead.
 
         `state_dir=None` uses a fresh temporary directory, removed when the
         daemon stops. `listen` is `unix:PATH` or `HOST:PORT` (default: a
         socket in the state directory). `store`, a `postgresql://` DSN, keeps
-        the board in PostgreSQL, where more daemons may serve it (the lead
-        token is the one the board's first daemon wrote). Raises CorralError,
+        the board in PostgreSQL, where more daemons may serve it: a daemon
+        joining a board another one created has no lead token in its state
+        directory, so pass the one the first daemon wrote as `lead_token`.
+        Raises CorralError,
         with the daemon's stderr, when it fails to start within `ready_timeout`
         seconds. For a TLS listener (`extra_args=["--tls-cert", …, "--tls-key",
         …]`) pass the CA certificate(s) as `root_certificates`.
@@ -100,7 +103,7 @@ class Lead(BoardClient):
             store=store,
         )
         try:
-            token, address = daemon.read_lead_token(), daemon.address
+            token, address = lead_token or daemon.read_lead_token(), daemon.address
             channel = open_channel(address, root_certificates=root_certificates)
             return cls(channel, address, token, daemon=daemon, rpc_timeout=rpc_timeout)
         except BaseException:

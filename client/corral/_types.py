@@ -278,6 +278,8 @@ class TeammateInfo:
     waiting_for_task_ids: tuple[str, ...] = ()
     usage: Usage = Usage()  # what it reported spending, summed
     budget: Budget = Budget()  # its own, else the "*" default
+    # On a board several daemons serve (PostgreSQL): the daemon serving its stream ('' offline).
+    daemon: str = ""
 
 
 @dataclass(frozen=True)
@@ -435,6 +437,20 @@ class WriterStats:
 
 
 @dataclass(frozen=True)
+class PostgresStats:
+    """A PostgreSQL board's health as one daemon sees it (docs/postgres.md)."""
+
+    listener_connected: bool  # it hears the other daemons' wake-ups
+    listener_reconnects: int
+    daemons: int  # daemons serving the board
+    oldest_transaction_age_s: float  # on the server: one held open stops vacuum
+    task_dead_tuples: int
+    task_live_tuples: int
+    notifies_sent: int
+    notifies_heard: int
+
+
+@dataclass(frozen=True)
 class Stats:
     """A snapshot of the board. States absent from the maps count zero."""
 
@@ -449,6 +465,8 @@ class Stats:
     loop_lag_max_ms: float = 0.0
     # What every teammate reported spending, summed over the board's life.
     usage: Usage = Usage()
+    store: str = "sqlite"  # where the board is kept: "sqlite" or "postgresql"
+    postgres: PostgresStats | None = None  # a PostgreSQL board's health
 
     def count(self, *states: TaskState) -> int:
         """How many tasks are in any of `states`."""

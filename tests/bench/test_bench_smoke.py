@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -45,6 +46,7 @@ EXPECTED = {
     "scale": ["board_size", "streams", "busy_writer", "submissions"],
     "semantics": ["claims", "cycles"],
     "mcp": ["sdk", "in_process", "stdio", "ready_to_return", "bridge_rss_mib"],
+    "postgres": ["shared_cores", "server", "database", "cycles", "ready_to_claim", "board_size"],
 }
 FIGURE_KEYS = {"median", "min", "max", "runs", "unit"}
 TARGETS = {
@@ -143,3 +145,61 @@ def _check_figures(results: pathlib.Path) -> None:
     assert "unavailable" not in cycles, cycles
     assert cycles["plain"]["errors"] == 0 and cycles["semantics"]["errors"] == 0, cycles
     assert FIGURE_KEYS <= cycles["ratio"].keys() and FIGURE_KEYS <= semantics["claims"]["ratio_p50"].keys()
+
+
+@pytest.mark.timeout(240)
+def test_quick_postgres_section(tmp_path: pathlib.Path) -> None:
+    """`--only postgres` on the server the PostgreSQL tests use (tests/support/postgres.py: never a silent
+    skip); the bench's own database is gone afterwards."""
+    import psycopg
+
+    from tests.support.postgres import server_dsn
+
+    server = server_dsn()
+    results, docs = tmp_path / "results", tmp_path / "benchmarks.md"
+    # The SQLite configuration must be SQLite whatever store this test run's daemons use.
+    env = {**os.environ, "CORRAL_BENCH_PG_DSN": server, "CORRAL_TEST_STORE": "sqlite"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--only",
+            "postgres",
+            "--results-dir",
+            str(results),
+            "--docs",
+            str(docs),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=220,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    document = json.loads((results / "postgres.json").read_text())
+    assert document["section"] == "postgres"
+    pg = document["results"]
+    assert "unavailable" not in pg, pg
+    for key in EXPECTED["postgres"]:
+        assert key in pg, key
+    assert "shares the" in pg["shared_cores"]
+    for table in pg["cycles"]["by_count"].values():
+        for config in ("sqlite", "pg1", "pg2"):
+            assert FIGURE_KEYS <= table[config]["throughput"].keys(), (config, table[config])
+            assert table[config]["errors"]["max"] == 0, (config, table[config])
+        assert table["pg1"]["pg_cpu_ms"] is not None or not pg["server_local"]
+        assert FIGURE_KEYS <= table["ratios"]["pg2_vs_pg1"].keys()
+    ready = pg["ready_to_claim"]
+    assert FIGURE_KEYS <= ready["cross_p99_ms"].keys() and ready["cross_p50_ms"]["median"] > 0
+    assert len(pg["board_size"]["sizes"]) == 2 and FIGURE_KEYS <= pg["board_size"]["ratio_p50"].keys()
+    summary = json.loads((results / "summary.json").read_text())
+    targets = {target["id"]: target for target in summary["targets"]}
+    assert {"8a", "8b", "8c", "8d"} <= targets.keys()
+    assert all("shares the" in targets[tid]["basis"] for tid in ("8a", "8b", "8c", "8d"))
+    assert "## 8. PostgreSQL boards" in docs.read_text()
+    with psycopg.connect(server, autocommit=True) as conn:
+        left = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (pg["database"],)).fetchall()
+    assert not left, f"the bench left its database {pg['database']} behind"

@@ -43,6 +43,7 @@ EXPECTED_CORRAL = [
     "PlanDecided",
     "PlanDecision",
     "PlanSubmitted",
+    "PostgresStats",
     "RunSummary",
     "ShutdownAnswered",
     "ShutdownRequest",

@@ -25,6 +25,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 
 import psycopg
@@ -149,3 +150,25 @@ def test_database_dsn() -> str:
 def fresh_schema() -> str:
     """A schema name no test has used."""
     return f"t_{secrets.token_hex(6)}"
+
+
+def main() -> int:
+    """`make test`'s first look: which server the PostgreSQL tests will use, or why there is none."""
+    given = os.environ.get("CORRAL_TEST_PG_DSN")
+    if given:
+        if not _answers(given):
+            print(f"postgres: CORRAL_TEST_PG_DSN does not answer: {given}", file=sys.stderr)
+            return 1
+        print(f"postgres: {given} (CORRAL_TEST_PG_DSN)")
+    elif _answers(LOCAL_DSN):
+        print(f"postgres: {LOCAL_DSN}")
+    elif sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb")) or shutil.which("initdb"):
+        print("postgres: none answers on 127.0.0.1:5432; each test process starts a throwaway server")
+    else:
+        print(f"postgres: {_INSTALL_HINT}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -162,6 +162,7 @@ def teammate_json(mate: corral.TeammateInfo) -> dict[str, Any]:
         "waiting_for_task_ids": list(mate.waiting_for_task_ids),
         "usage": usage_json(mate.usage),
         "budget": budget_json(mate.budget),
+        **({"daemon": mate.daemon} if mate.daemon else {}),
     }
 
 
@@ -173,6 +174,8 @@ def stats_json(stats: corral.Stats) -> dict[str, Any]:
         "writer": dataclasses.asdict(stats.writer),
         "open_streams": stats.open_streams,
         "usage": usage_json(stats.usage),
+        "store": stats.store,
+        **({"postgres": dataclasses.asdict(stats.postgres)} if stats.postgres is not None else {}),
     }
 
 

@@ -120,14 +120,29 @@ def serve_command(args: tuple[str, ...]) -> None:
     default=None,
     help="Serve the web board here too (e.g. 127.0.0.1:0) and print its address with a one-time login link.",
 )
+@click.option(
+    "--store",
+    metavar="DSN",
+    default=None,
+    help="postgresql://USER@HOST[:PORT]/DB: keep the board in PostgreSQL (a new schema) and serve it "
+    "with two daemons, the teammates split between them.",
+)
 def demo_command(
-    timeout: float, work_ms: int, dag_file: Path | None, base_dir: Path | None, plain: bool, web: str | None
+    timeout: float,
+    work_ms: int,
+    dag_file: Path | None,
+    base_dir: Path | None,
+    plain: bool,
+    web: str | None,
+    store: str | None,
 ) -> None:
     """Launch a daemon, a sample DAG and a team of teammate processes, and show the board."""
     from corral.demo import DemoFailed, run_demo
 
     try:
-        run_demo(timeout=timeout, work_ms=work_ms, dag_file=dag_file, base_dir=base_dir, plain=plain, web=web)
+        run_demo(
+            timeout=timeout, work_ms=work_ms, dag_file=dag_file, base_dir=base_dir, plain=plain, web=web, store=store
+        )
     except DemoFailed as exc:
         raise CliError(f"demo failed: {exc}") from None
 

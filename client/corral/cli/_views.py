@@ -167,6 +167,18 @@ def stats_command(ctx: click.Context, as_json: bool) -> None:
         f"busy retries {writer.busy_retries}, failed commits {writer.failed_commits}, "
         f"refused jobs {writer.refused_jobs}",
     )
+    pg = stats.postgres
+    if pg is not None:
+        grid.add_row(
+            "postgresql",
+            f"{pg.daemons} daemon(s); wake-ups {'heard' if pg.listener_connected else 'NOT HEARD'} "
+            f"({pg.notifies_sent} sent, {pg.notifies_heard} heard, {pg.listener_reconnects} reconnects)",
+        )
+        grid.add_row(
+            "vacuum",
+            f"oldest open transaction {pg.oldest_transaction_age_s:.1f} s, "
+            f"task rows {pg.task_live_tuples} live, {pg.task_dead_tuples} dead",
+        )
     console().print(grid)
 
 

@@ -8,7 +8,10 @@ Every wait is bounded by the run's deadline.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import importlib.resources
+import os
 import sys
 import tempfile
 import time
@@ -153,8 +156,12 @@ def run_demo(
     plain: bool = False,
     out: IO[str] | None = None,
     web: str | None = None,
+    store: str | None = None,
 ) -> DemoReport:
-    """Run the whole demo; returns its report, raises DemoFailed (run directory kept)."""
+    """Run the whole demo; returns its report, raises DemoFailed (run directory kept).
+
+    With `store` (a postgresql:// DSN) the board is kept in PostgreSQL, in a new schema
+    of its own, and two daemons serve it: the teammates are split between them."""
     out = out or sys.stdout
     started = time.monotonic()
     deadline = Deadline(timeout)
@@ -168,8 +175,11 @@ def run_demo(
     say = _printer(out)
     say(f"corral demo: {len(dag.specs)} tasks from {dag.name}; teammates {', '.join(m.blurb for m in TEAM)}")
     say(f"  run directory {run_dir} (state/ and logs/ are kept)")
+    board = PostgresBoard(store, f"demo_{stamp.replace('-', '_')}_{os.getpid()}") if store else None
+    if board is not None:
+        say(f"  PostgreSQL board in schema {board.schema}, served by two daemons (the schema is kept)")
     try:
-        return _run(dag, run_dir, deadline, started, work_ms=work_ms, plain=plain, out=out, web=web)
+        return _run(dag, run_dir, deadline, started, work_ms=work_ms, plain=plain, out=out, web=web, board=board)
     except corral.CorralError as exc:
         raise DemoFailed(f"{exc} (run directory {run_dir})") from None
     except DemoFailed as exc:
@@ -186,15 +196,21 @@ def _run(
     plain: bool,
     out: IO[str],
     web: str | None = None,
+    board: PostgresBoard | None = None,
 ) -> DemoReport:
     say = _printer(out)
-    with _launch(run_dir, deadline, web) as lead:
+    with _launch(run_dir, deadline, web, board) as lead, contextlib.ExitStack() as others:
         say(f"  corrald pid {lead.pid} listening on {lead.address}")
+        addresses: tuple[str, ...] = (lead.address,)
+        if board is not None:
+            second = others.enter_context(_second_daemon(run_dir, deadline, board))
+            say(f"  corrald pid {second.pid} listening on {second.address} (the same board)")
+            addresses = (lead.address, second.address)
         if web is not None:
             _announce_board(lead, run_dir / "state", say)
             _pause("press Enter to start the team (the board fills in live)")
         lead.create_tasks(dag.specs)
-        team = Team(lead, run_dir / "logs", work_ms=work_ms)
+        team = Team(lead, run_dir / "logs", work_ms=work_ms, addresses=addresses)
         try:
             team.start()
             conductor = Conductor(
@@ -256,7 +272,34 @@ def _pause(prompt: str) -> None:
             pass
 
 
-def _launch(run_dir: Path, deadline: Deadline, web: str | None = None) -> corral.Lead:
+@dataclasses.dataclass(frozen=True)
+class PostgresBoard:
+    """Where a demo on PostgreSQL keeps its board: the DSN and a schema of its own."""
+
+    dsn: str
+    schema: str
+
+    def serve_args(self) -> list[str]:
+        return ["--store", self.dsn, "--pg-schema", self.schema]
+
+
+def _second_daemon(run_dir: Path, deadline: Deadline, board: PostgresBoard) -> corral.Lead:
+    """Another daemon of the same PostgreSQL board, on a state directory of its own (the board's
+    lead token is the one the first daemon wrote)."""
+    try:
+        return corral.Lead.launch(
+            run_dir / "state-2",
+            extra_args=board.serve_args(),
+            ready_timeout=max(min(30.0, deadline.left()), 1.0),
+            lead_token=(run_dir / "state" / "lead.token").read_text().strip(),
+        )
+    except corral.CorralError as exc:
+        raise DemoFailed(f"the second daemon did not start: {exc}") from None
+
+
+def _launch(
+    run_dir: Path, deadline: Deadline, web: str | None = None, board: PostgresBoard | None = None
+) -> corral.Lead:
     """Start corrald on run_dir/state; a failure keeps the daemon's stderr in a file."""
     state_dir = run_dir / "state"
     socket_path = state_dir / "corral.sock"
@@ -267,6 +310,8 @@ def _launch(run_dir: Path, deadline: Deadline, web: str | None = None) -> corral
         )
     try:
         extra = ["--web", web] if web is not None else []
+        if board is not None:
+            extra += board.serve_args()
         return corral.Lead.launch(state_dir, extra_args=extra, ready_timeout=max(min(30.0, deadline.left()), 1.0))
     except corral.CorralError as exc:
         log = run_dir / "corrald-start.log"

@@ -83,19 +83,30 @@ class Process:
 class Team:
     """Mints the teammates' credentials and runs their processes."""
 
-    def __init__(self, lead: corral.Lead, log_dir: Path, *, work_ms: int, members: tuple[Member, ...] = TEAM):
+    def __init__(
+        self,
+        lead: corral.Lead,
+        log_dir: Path,
+        *,
+        work_ms: int,
+        members: tuple[Member, ...] = TEAM,
+        addresses: tuple[str, ...] = (),
+    ):
         self._lead = lead
         self._log_dir = log_dir
         self._work_ms = work_ms
         self.members = members
+        # The daemons the teammates connect to, taken in turn (default: the Lead's).
+        self._addresses = addresses or (lead.address,)
         self.processes: dict[str, Process] = {}
 
     def start(self) -> None:
         self._log_dir.mkdir(parents=True, exist_ok=True)
-        for member in self.members:
+        for index, member in enumerate(self.members):
             plan_first = member.plan is not None
             new = self._lead.add_teammate(member.name, roles=member.roles, require_plan_approval=plan_first)
-            self.processes[member.name] = self._spawn(member, self._lead.teammate_env(new))
+            address = self._addresses[index % len(self._addresses)]
+            self.processes[member.name] = self._spawn(member, self._lead.teammate_env(new, address=address))
 
     def _spawn(self, member: Member, env: dict[str, str]) -> Process:
         command = [sys.executable, "-m", "corral.demo.worker", "--name", member.name, "--work-ms", str(self._work_ms)]

@@ -109,13 +109,16 @@ class PgStorage:
         self._begin = f"BEGIN; SELECT pg_advisory_xact_lock({lock_key(target.schema, 'write')}), {_CLOCK_SQL}"
         self.channel = notify_channel(target.schema)
         self.notifies = 0
+        self._conn: PgConnection | None = None  # the writer's, as of its last BEGIN
 
     def open(self) -> PgConnection:
         return PgConnection(connect(self._target))
 
     def begin(self, conn: PgConnection | None) -> PgConnection:
         if conn is None or conn.broken:
-            conn = self.open()  # raises while the server is away: the batch fails, UNAVAILABLE
+            self._conn = None
+            conn = self.open()  # raises while the server is away (retried, then UNAVAILABLE)
+        self._conn = conn
         cursor = conn.raw.execute(self._begin)
         cursor.nextset()
         row = cursor.fetchone()
@@ -132,7 +135,13 @@ class PgStorage:
             raise
 
     def is_busy(self, error: BaseException) -> bool:
-        return isinstance(error, _RETRYABLE)
+        if isinstance(error, _RETRYABLE):
+            return True
+        if isinstance(error, CommitInDoubt):
+            return False  # it may have committed: running it again could apply it twice
+        # The connection was lost (or could not be made) before COMMIT: nothing was applied.
+        lost = self._conn is None or self._conn.broken
+        return lost and isinstance(error, (psycopg.OperationalError, Unavailable))
 
     def is_storage_error(self, error: BaseException) -> bool:
         return isinstance(error, psycopg.OperationalError)
