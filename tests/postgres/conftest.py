@@ -18,7 +18,7 @@ from corrald.pg.sql import PgConnection
 from corrald.pg.storage import connect
 from corrald.pg.target import PgTarget
 from tests.contract.wire import Daemon
-from tests.support.postgres import fresh_schema, test_database_dsn
+from tests.support.postgres import fresh_schema, run_database_dsn
 
 
 class BoardDaemon(Daemon):
@@ -37,7 +37,7 @@ class SharedBoard:
 
     def __init__(self, root: pathlib.Path) -> None:
         self.root = root
-        self.dsn = test_database_dsn()
+        self.dsn = run_database_dsn()
         self.schema = fresh_schema()
         self.daemons: list[BoardDaemon] = []
 

@@ -254,9 +254,9 @@ class BoardMachine(RuleBasedStateMachine):
         where: object = self.dir / "corral.sqlite3"
         if _STORE["kind"] == "postgres":  # a fresh schema of the run's database per example
             from corrald.pg.target import PgTarget
-            from tests.support.postgres import fresh_schema, test_database_dsn
+            from tests.support.postgres import fresh_schema, run_database_dsn
 
-            where = PgTarget.parse(test_database_dsn(), schema=fresh_schema())
+            where = PgTarget.parse(run_database_dsn(), schema=fresh_schema())
         self.board = SyncBoard(where, self.clock, writer_config=WriterConfig(synchronous="NORMAL")).open()
         self.model = Model()
         self.cursors: dict[str, StreamState] = {}

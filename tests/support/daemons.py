@@ -34,12 +34,12 @@ def store_args(state_dir: pathlib.Path | None, given: Sequence[str] = ()) -> lis
     when the test chose a store itself (`given` has --store)."""
     if os.environ.get(STORE_ENV, "sqlite") != "postgres" or "--store" in given:
         return []
-    from tests.support.postgres import fresh_schema, test_database_dsn
+    from tests.support.postgres import fresh_schema, run_database_dsn
 
     schema = fresh_schema()
     if state_dir is not None:  # the same board again when the test restarts the daemon
         schema = "t_" + hashlib.sha256(str(pathlib.Path(state_dir).absolute()).encode()).hexdigest()[:16]
-    return ["--store", test_database_dsn(), "--pg-schema", schema]
+    return ["--store", run_database_dsn(), "--pg-schema", schema]
 
 
 def launch_on_the_store(state_dir, *, extra_args: Sequence[str] = (), **kwargs) -> DaemonProcess:

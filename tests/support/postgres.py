@@ -129,7 +129,7 @@ def _as_url(conninfo: str) -> str:
 _database: str | None = None
 
 
-def test_database_dsn() -> str:
+def run_database_dsn() -> str:
     """This test process's own database (created on first use, dropped at exit), as a URL."""
     global _database
     if _database is None:

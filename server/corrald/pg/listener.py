@@ -131,7 +131,7 @@ class WakeListener:
         self._set_listening(True)
         if not first:  # what was sent while nobody listened is lost: everyone looks again
             log.info("wake-up listener reconnected")
-            self._deliver(Wakes(everyone=True, events=True))
+            self._deliver(wakes_from({"a": 1, "e": 1}, self._now_ms()))
         unanswered = 0
         while True:
             ping = f"{time.monotonic_ns()}"

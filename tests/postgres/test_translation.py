@@ -1,0 +1,127 @@
+"""The store's SQLite spellings as PostgreSQL reads them (pg/sql.py), and the DSN checks
+(pg/target.py): each rule on its own, then run against the server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from corrald.config import ConfigError
+from corrald.pg.sql import PgConnection, translate
+from corrald.pg.storage import connect
+from corrald.pg.target import PgTarget, scrub
+from tests.support.postgres import fresh_schema, run_database_dsn
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.mark.parametrize(
+    ("sqlite", "postgres", "order"),
+    [
+        ("SELECT a FROM t WHERE b = ? AND c = ?", "SELECT a FROM t WHERE b = %s AND c = %s", None),
+        # SQLite numbers a bare ? after the largest number so far.
+        (
+            "UPDATE t SET a = min(?1, b), c = ? WHERE d = ?1",
+            "UPDATE t SET a = LEAST(%s, b), c = %s WHERE d = %s",
+            (0, 1, 0),
+        ),
+        ("SELECT max(a) FROM t", "SELECT max(a) FROM t", None),
+        ("SELECT max(a, coalesce(b, 0)) FROM t", "SELECT GREATEST(a, coalesce(b, 0)) FROM t", None),
+        ("SELECT 1 FROM t INDEXED BY t_index WHERE a = ?", "SELECT 1 FROM t WHERE a = %s", None),
+        ("SELECT length(CAST(t.id AS BLOB)) FROM t", "SELECT octet_length(t.id) FROM t", None),
+        ("SELECT coalesce(r, x'') FROM t", "SELECT coalesce(r, '\\x'::bytea) FROM t", None),
+        ("SELECT json_object('a', t.a) FROM t", "SELECT json_build_object('a', t.a) FROM t", None),
+        (
+            "SELECT w.value FROM json_each(?) AS w ORDER BY w.key",
+            "SELECT w.value FROM json_array_elements_text(%s::json) WITH ORDINALITY AS w(value, key) ORDER BY w.key",
+            None,
+        ),
+        ("SELECT a FROM t WHERE n = :name OR m = :name", "SELECT a FROM t WHERE n = %(name)s OR m = %(name)s", None),
+        # Inside a literal nothing is a parameter; every % is psycopg's to escape.
+        ("SELECT 'a?b:c', a % 2 FROM t WHERE b = ?", "SELECT 'a?b:c', a %% 2 FROM t WHERE b = %s", None),
+        ("SELECT a::text FROM t", "SELECT a::text FROM t", None),
+    ],
+)
+def test_each_sqlite_spelling_becomes_postgresql(sqlite, postgres, order):
+    assert translate(sqlite) == (postgres, order)
+
+
+@pytest.fixture
+def conn():
+    target = PgTarget.parse(run_database_dsn(), schema=fresh_schema())
+    raw = connect(target)
+    raw.execute(f"CREATE SCHEMA {target.schema}")
+    raw.execute(f"SET search_path TO {target.schema}")
+    pg = PgConnection(raw)
+    yield pg
+    raw.execute(f"DROP SCHEMA {target.schema} CASCADE")
+    pg.close()
+
+
+def test_the_translations_run_and_answer_as_sqlite_does(conn):
+    conn.execute("CREATE TABLE t (seq BIGINT PRIMARY KEY, id TEXT NOT NULL, r BYTEA, flag BIGINT NOT NULL)")
+    conn.executemany(
+        "INSERT INTO t (seq, id, r, flag) VALUES (?, ?, ?, ?)", [(1, "é", None, True), (2, "b", b"\x00\x01", False)]
+    )
+    assert conn.total_changes == 2
+    rows = conn.execute(
+        "SELECT t.seq, length(CAST(t.id AS BLOB)), coalesce(t.r, x''), t.flag FROM json_each(?) AS w"
+        " JOIN t ON t.seq = CAST(w.value AS BIGINT) ORDER BY w.key",
+        (json.dumps([2, 1]),),
+    ).fetchall()
+    assert rows == [(2, 1, b"\x00\x01", 0), (1, 2, b"", 1)]  # bytes of UTF-8; True stored as 1
+    assert conn.execute("SELECT min(?1, 5), max(?1, 5) + ?", (3, 10)).fetchone() == (3, 15)
+
+
+def test_many_rows_go_in_by_copy_and_count_as_changes(conn):
+    conn.execute("CREATE TABLE e (a BIGINT NOT NULL, b TEXT NOT NULL)")
+    rows = [(i, f"r{i}") for i in range(500)]
+    conn.executemany("INSERT INTO e (a, b) VALUES (?, ?)", rows)
+    assert conn.total_changes == 500
+    assert conn.execute("SELECT count(*), sum(a) FROM e").fetchone() == (500, sum(range(500)))
+
+
+@pytest.mark.parametrize(
+    ("dsn", "allowed"),
+    [
+        ("postgresql://u@127.0.0.1/db", True),
+        ("postgresql://u@localhost:5433/db", True),
+        ("postgresql://u@[::1]/db", True),
+        ("postgresql://u@/db?host=/var/run/postgresql", True),
+        ("postgresql://u@db.example.com/db", False),
+        ("postgresql://u@db.example.com/db?sslmode=prefer", False),
+        ("postgresql://u@db.example.com/db?sslmode=require", True),
+        ("postgresql://u@10.0.0.5/db?sslmode=verify-full", True),
+    ],
+)
+def test_a_remote_host_needs_tls(dsn, allowed):
+    if allowed:
+        assert PgTarget.parse(dsn).dsn == dsn
+    else:
+        with pytest.raises(ConfigError, match="sslmode=require"):
+            PgTarget.parse(dsn)
+        assert PgTarget.parse(dsn, allow_insecure=True).dsn == dsn
+
+
+@pytest.mark.parametrize(
+    ("dsn", "schema", "says"),
+    [
+        ("mysql://u@h/db", "corral", "starts with postgresql://"),
+        ("postgresql://u:pw@[bad", "corral", "malformed"),
+        ("postgresql://u@127.0.0.1", "corral", "name a database"),
+        ("postgresql://u@127.0.0.1/db", "Bad-Name", "--pg-schema"),
+        ("postgresql://u@127.0.0.1/db", "x" * 64, "--pg-schema"),
+    ],
+)
+def test_what_cannot_name_a_board_is_refused(dsn, schema, says):
+    with pytest.raises(ConfigError, match=says):
+        PgTarget.parse(dsn, schema=schema)
+
+
+def test_a_password_is_never_shown():
+    target = PgTarget.parse("postgresql://me:hunter2@127.0.0.1:5432/db")
+    assert "hunter2" not in target.shown() and "hunter2" not in repr(target)
+    assert scrub("failed for postgresql://me:hunter2@h/db and password=hunter2 x") == (
+        "failed for postgresql://me:***@h/db and password=*** x"
+    )
