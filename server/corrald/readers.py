@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .errors import Unavailable
+
 T = TypeVar("T")
 
 
@@ -40,13 +42,24 @@ class ReaderPool:
         return conn
 
     def _read(self, query: Callable[[Any], T]) -> T:
-        conn = self._connection()
-        conn.execute(self._begin)
-        try:
-            return query(conn)
-        finally:
-            if conn.in_transaction:
-                conn.execute("COMMIT")
+        # A PostgreSQL connection may be cut under a read (a server restart): a read
+        # changes nothing, so it runs once more on a new connection, and past that the
+        # caller hears UNAVAILABLE. (A SQLite connection never breaks this way.)
+        for attempt in (1, 2):
+            conn = self._connection()
+            try:
+                conn.execute(self._begin)
+                try:
+                    return query(conn)
+                finally:
+                    if conn.in_transaction:
+                        conn.execute("COMMIT")
+            except Exception as error:
+                if not getattr(conn, "broken", False):
+                    raise
+                if attempt == 2:
+                    raise Unavailable(f"the board's database cannot be read now: {error}") from None
+        raise AssertionError("unreachable")
 
     async def run(self, query: Callable[[Any], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._read, query)

@@ -275,3 +275,37 @@ def test_list_teammates_and_stats_say_who_serves_and_how_the_store_is(shared_boa
     assert stats.postgres.listener_connected and stats.postgres.daemons == 2
     assert stats.postgres.oldest_transaction_age.ToMilliseconds() >= 0
     stream.cancel()
+
+
+@pytest.mark.timeout(150)
+def test_connections_cut_mid_run_are_made_again_and_no_acknowledged_write_is_lost(shared_board):
+    """Every connection of both daemons to the server is ended twice while teammates work (as a
+    server restart would end them): writes in flight fail UNAVAILABLE and are sent again, the
+    daemons reconnect by themselves, and the history checker finds every invariant kept."""
+    a, b = shared_board.daemon("a"), shared_board.daemon("b")
+    recorder = Recorder()
+    stop = threading.Event()
+    deadline = time.monotonic() + 100
+    workers = []
+    for index in range(8):
+        mate = a.add_teammate(f"c{index}")
+        workers.append(Worker(mate.name, mate.token, [a, b] if index % 2 else [b, a], recorder, stop, deadline))
+    for worker in workers:
+        worker.start()
+    a.create_tasks(*(spec(f"c{i}", lease=20) for i in range(400)))
+    for cut in (60, 200):
+        wait_until(lambda cut=cut: sum(w.completed for w in workers) >= cut, 60, f"{cut} tasks completed")
+        ended = shared_board.sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name LIKE 'corrald%%' AND pid != pg_backend_pid()"
+        )
+        assert len(ended) >= 4, "both daemons' writer and listener connections were ended"
+    wait_until(lambda: a.stats().tasks_by_state.get("TASK_STATE_COMPLETED", 0) == 400, 80, "all 400 tasks completed")
+    stop.set()
+    for worker in workers:
+        worker.join(15)
+    with shared_board.connection() as conn:
+        _, violations = check(recorder.events, conn)
+    assert violations == [], violations[:10]
+    for daemon in (a, b):
+        wait_until(lambda daemon=daemon: daemon.stats().postgres.listener_connected, 15, "the listener back")
