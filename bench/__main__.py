@@ -114,7 +114,8 @@ def _code_version() -> dict:
         except OSError:
             return ""
 
-    dirty = [line[3:] for line in git("status", "--porcelain", "--", "server", "client", "proto").splitlines()]
+    # line[2:].strip(): git() strips its output, so the first line has lost the leading blank of " M path".
+    dirty = [line[2:].strip() for line in git("status", "--porcelain", "--", "server", "client", "proto").splitlines()]
     return {"commit": git("rev-parse", "--short", "HEAD") or "unknown", "uncommitted": dirty}
 
 

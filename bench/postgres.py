@@ -2,7 +2,8 @@
 
 The PostgreSQL server runs on this same machine: it shares the cores with the
 daemons and the client processes, so every figure here has the server's own
-work on the same CPUs (SHARED says so in the results and on every line).
+work on the same CPUs (`shared()` says so in the results, on every log line and
+in every target).
 
 * Cycles: Session claim → complete cycles/s (raw stubs, as in bench/paired.py)
   at each of `pg_teammates` teammates, for the SQLite store on one daemon, a
@@ -17,8 +18,10 @@ work on the same CPUs (SHARED says so in the results and on every line).
   (30 s poll interval, so only a wake-up brings the claim in time), the Lead
   creates one task for it through daemon A; measured from just before the
   CreateTasks call (so A's commit is inside the sample) to B's claim arriving,
-  and also from the call's return. Interleaved with the same through one
-  daemon (a teammate waiting on A), for what crossing daemons adds.
+  and also from the call's return and from the moment a LISTEN connection of
+  the bench's own heard A's notification. Interleaved with the same through
+  one PostgreSQL daemon (a teammate waiting on A) and through a SQLite daemon,
+  for what crossing daemons and what the store add.
 * Claim latency with `pg_board_sizes` tasks on the board, one daemon: boards
   built with CreateTasks of 10,000 tasks, then section 4's loop (one teammate
   on Idle + unary) timing the next claim from just before CompleteTask is sent
@@ -26,6 +29,9 @@ work on the same CPUs (SHARED says so in the results and on every line).
   is the figure with the claim's query in it) and, as section 4 does, from
   CompleteTask's return; rounds alternate the boards (one daemon each, the
   other idle).
+
+Beside them, the server's commit floor: a one-row INSERT in a transaction of
+its own from psycopg, round trip.
 
 A database corral_bench_<random> is created on the server at the start (the
 server: CORRAL_BENCH_PG_DSN, default postgresql://postgres@127.0.0.1:5432/postgres)
@@ -60,11 +66,6 @@ if TYPE_CHECKING:
 SERVER_ENV = "CORRAL_BENCH_PG_DSN"
 LOCAL_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 CONFIGS = ("sqlite", "pg1", "pg2")
-LABELS = {
-    "sqlite": "SQLite, one daemon",
-    "pg1": "PostgreSQL, one daemon",
-    "pg2": "PostgreSQL, two daemons on one board",
-}
 RATIOS = {"pg1_vs_sqlite": ("pg1", "sqlite"), "pg2_vs_pg1": ("pg2", "pg1")}
 FIELDS = {
     "throughput": "cycles/s",
@@ -78,11 +79,18 @@ FIELDS = {
 }
 LATENCY_FIELDS = {"p50_ms": "ms", "p99_ms": "ms", "max_ms": "ms"}
 RETURNED_FIELDS = {f"returned_{field}": unit for field, unit in LATENCY_FIELDS.items()}
-# The cross-daemon samples, each from just before CreateTasks is sent unless said: the claim on B (the
-# target's figure); the claim on B from CreateTasks' return; the claim on B from the moment the bench's
-# own LISTEN heard A's notification of the ready task (about A's commit); that notification from the send;
-# the claim through one daemon; CreateTasks' round trip.
-LATENCIES = ("cross", "cross_after_return", "cross_after_notify", "notify_after_send", "same", "create_rtt")
+# The ready -> claim paths: the Lead on daemon A, the teammate waiting on B; both on A; both on a SQLite
+# daemon. Each sample is timed from just before CreateTasks is sent; beside them, across daemons, the claim
+# from CreateTasks' return and from the moment the bench's own LISTEN heard A's notification of the ready
+# task (about A's commit), that notification from the send, and each path's CreateTasks round trip.
+PATHS = ("cross", "same", "sqlite")
+LATENCIES = (
+    *PATHS,
+    "cross_after_return",
+    "cross_after_notify",
+    "notify_after_send",
+    *(f"{path}_create_rtt" for path in PATHS),
+)
 # unheard: cross samples whose notification the bench did not hear; missed: claims not received within
 # CLAIM_TIMEOUT_S (each counted at that bound, and its run's sampling ends there).
 SAMPLES = (*LATENCIES, "unheard", "missed")
@@ -147,6 +155,18 @@ class Store:
         assert self._conn is not None
         names = ("server_version", "fsync", "synchronous_commit", "shared_buffers", "max_connections")
         return {name: (self._conn.execute(f"SHOW {name}").fetchone() or ("?",))[0] for name in names}
+
+    def commit_floor(self, samples: int) -> dict:
+        """A bare commit from Python: a one-row INSERT in a transaction of its own (autocommit), timed
+        round trip; what any write of the board pays at least (WAL flush included)."""
+        assert self._conn is not None
+        self._conn.execute("CREATE TABLE bench_commit_floor (id bigserial PRIMARY KEY, at double precision)")
+        took = []
+        for _ in range(samples):
+            started = time.perf_counter()
+            self._conn.execute("INSERT INTO bench_commit_floor (at) VALUES (%s)", (started,))
+            took.append(time.perf_counter() - started)
+        return latency_fields(took)
 
     def backend_cpu(self) -> dict[int, float] | None:
         """CPU seconds so far of each backend serving this database (not this connection's); None
@@ -357,69 +377,75 @@ class _Heard:
 
 
 async def _ready_samples(
-    a: Daemon, b: Daemon, store: Store, schema: str, samples: int, prefix: str
+    a: Daemon, b: Daemon, lite: Daemon, store: Store, schema: str, samples: int, prefix: str
 ) -> dict[str, list[float]]:
-    lead = Lead(a.address, a.token)
+    """The three paths, one task at a time, in an order that rotates: the Lead on A and a teammate waiting
+    on B ("cross"), both on A ("same"), and both on a SQLite daemon ("sqlite")."""
+    lead, lite_lead = Lead(a.address, a.token), Lead(lite.address, lite.token)
     channel_b = grpc.aio.insecure_channel(b.address, options=CHANNEL_OPTIONS)
     stream = latency.STREAMS["session"]
     out: dict[str, list[float]] = {key: [] for key in SAMPLES}
+    waiting = {}
     try:
         tokens = await lead.add_teammates([f"{prefix}far"], roles=("far",))
         tokens |= await lead.add_teammates([f"{prefix}near"], roles=("near",))
+        lite_token = (await lite_lead.add_teammates([f"{prefix}lite"], roles=("lite",)))[f"{prefix}lite"]
         waiting = {
-            "far": stream(channel_b, tokens[f"{prefix}far"]),
-            "near": stream(lead.channel, tokens[f"{prefix}near"]),
+            "cross": stream(channel_b, tokens[f"{prefix}far"]),
+            "same": stream(lead.channel, tokens[f"{prefix}near"]),
+            "sqlite": stream(lite_lead.channel, lite_token),
         }
-        try:
-            await asyncio.sleep(0.2)  # both streams open and parked
-            async with _Heard(store.dsn, schema) as heard:
-                await _sample_pairs(lead, waiting, heard, samples, prefix, out)
-        finally:
-            for opened in waiting.values():
-                opened.close()
+        paths = {"cross": (lead, "far"), "same": (lead, "near"), "sqlite": (lite_lead, "lite")}
+        await asyncio.sleep(0.2)  # the streams are open and parked
+        async with _Heard(store.dsn, schema) as heard:
+            for i in range(samples):
+                names = PATHS[i % len(PATHS) :] + PATHS[: i % len(PATHS)]
+                for name in names:
+                    creator, role = paths[name]
+                    if not await _one_sample(creator, waiting[name], name, role, f"{prefix}{name}{i}", heard, out):
+                        return out
     finally:
+        for opened in waiting.values():
+            opened.close()
         await channel_b.close()
         await lead.close()
+        await lite_lead.close()
     return out
 
 
-async def _sample_pairs(lead: Lead, waiting: dict, heard: _Heard, samples: int, prefix: str, out: dict) -> None:
-    """One task at a time, for the teammate waiting on B ("far") and on A ("near") in turn."""
-    for i in range(samples):
-        for role in ("far", "near") if i % 2 == 0 else ("near", "far"):
-            await asyncio.sleep(SETTLE_S)
-            one = pb.TaskSpec(id=f"{prefix}{role}{i}", title=role, required_role=role)
-            started = time.monotonic()
-            await lead.lead.CreateTasks(pb.CreateTasksRequest(tasks=[one]), metadata=lead.md, timeout=30)
-            returned = time.monotonic()
-            try:
-                arrived, event = await waiting[role].next("claim", CLAIM_TIMEOUT_S)
-            except TimeoutError:
-                # No claim within the bound: counted at the bound, and this run's sampling ends (the task
-                # still pending would be the next sample's claim).
-                out["cross" if role == "far" else "same"].append(CLAIM_TIMEOUT_S)
-                out["missed"].append(1.0)
-                return
-            await waiting[role].complete(event.claim)
-            out["create_rtt"].append(returned - started)
-            if role == "near":
-                out["same"].append(arrived - started)
-                continue
-            out["cross"].append(arrived - started)
-            out["cross_after_return"].append(arrived - returned)
-            told = heard.ready(role, started)
-            if told is None:
-                out["unheard"].append(1.0)
-            else:
-                out["cross_after_notify"].append(arrived - told)
-                out["notify_after_send"].append(told - started)
+async def _one_sample(lead: Lead, waiting, name: str, role: str, task_id: str, heard: _Heard, out: dict) -> bool:
+    """One task created for `role`, timed to its claim at the waiting stream; False when no claim came."""
+    await asyncio.sleep(SETTLE_S)
+    one = pb.TaskSpec(id=task_id, title=name, required_role=role)
+    started = time.monotonic()
+    await lead.lead.CreateTasks(pb.CreateTasksRequest(tasks=[one]), metadata=lead.md, timeout=30)
+    returned = time.monotonic()
+    try:
+        arrived, event = await waiting.next("claim", CLAIM_TIMEOUT_S)
+    except TimeoutError:
+        # Counted at the bound, and this run's sampling ends (the task still pending would be the next claim).
+        out[name].append(CLAIM_TIMEOUT_S)
+        out["missed"].append(1.0)
+        return False
+    await waiting.complete(event.claim)
+    out[name].append(arrived - started)
+    out[f"{name}_create_rtt"].append(returned - started)
+    if name == "cross":
+        out["cross_after_return"].append(arrived - returned)
+        told = heard.ready(role, started)
+        if told is None:
+            out["unheard"].append(1.0)
+        else:
+            out["cross_after_notify"].append(arrived - told)
+            out["notify_after_send"].append(told - started)
+    return True
 
 
 def ready_to_claim(store: Store, sizes, runs: int, log) -> dict:
     results = []
-    with _daemons(store, "pg2", "ready") as (a, b):
+    with _daemons(store, "pg2", "ready") as (a, b), _daemons(store, "sqlite", "") as (lite,):
         for run in range(runs):
-            got = run_async(_ready_samples(a, b, store, "ready", sizes.pg_latency_samples, f"r{run}"))
+            got = run_async(_ready_samples(a, b, lite, store, "ready", sizes.pg_latency_samples, f"r{run}"))
             unheard, missed = len(got.pop("unheard")), len(got.pop("missed"))
             results.append(
                 {
@@ -432,12 +458,13 @@ def ready_to_claim(store: Store, sizes, runs: int, log) -> dict:
                     "missed": missed,
                 }
             )
+            r = results[-1]
             log(
-                f"postgres    ready -> claim across daemons (Session, B waits, the Lead creates through A):"
-                f" p50 {results[-1]['cross_p50_ms']:.2f} ms p99 {results[-1]['cross_p99_ms']:.2f} ms; one daemon"
-                f" p50 {results[-1]['same_p50_ms']:.2f} ms p99 {results[-1]['same_p99_ms']:.2f} ms; across, from the"
-                f" notification heard: p50 {results[-1]['cross_after_notify_p50_ms']:.2f} ms p99"
-                f" {results[-1]['cross_after_notify_p99_ms']:.2f} ms ({unheard} unheard, {missed} missed) [{shared()}]"
+                f"postgres    ready -> claim (Session waits, CreateTasks of one task): across PG daemons p50"
+                f" {r['cross_p50_ms']:.2f} ms p99 {r['cross_p99_ms']:.2f} ms (from the notification heard p50"
+                f" {r['cross_after_notify_p50_ms']:.2f} p99 {r['cross_after_notify_p99_ms']:.2f}); one PG daemon p50"
+                f" {r['same_p50_ms']:.2f} p99 {r['same_p99_ms']:.2f}; SQLite p50 {r['sqlite_p50_ms']:.2f} p99"
+                f" {r['sqlite_p99_ms']:.2f} ms ({unheard} unheard, {missed} missed) [{shared()}]"
             )
     fields = {f"{key}_{field}": unit for key in LATENCIES for field, unit in LATENCY_FIELDS.items()}
     out = summarize(results, {**fields, "unheard": "samples", "missed": "claims"})
@@ -555,9 +582,15 @@ def run(sizes, runs: int, log) -> dict:
             f"postgres    PostgreSQL {settings['server_version']} (fsync {settings['fsync']}, synchronous_commit"
             f" {settings['synchronous_commit']}), database {store.name} [{shared()}]"
         )
+        floor = store.commit_floor(sizes.pg_latency_samples)
+        log(
+            f"postgres    commit floor (one-row INSERT, autocommit, psycopg): p50 {floor['p50_ms']:.2f} ms"
+            f" p99 {floor['p99_ms']:.2f} ms [{shared()}]"
+        )
         out = {
             "shared_cores": shared(),
             "server": settings,
+            "commit_floor": floor,
             "server_local": store.local,
             "database": store.name,
             "cycles": cycles(store, sizes, runs, log),

@@ -451,7 +451,8 @@ def _postgres_targets(pg: dict) -> list[dict]:
             f" (p99 {_span(ready['cross_p99_ms'])}); p50 {ready['cross_p50_ms']['median']:.2f} ms; from A's"
             f" notification as a listener heard it: p50 {ready['cross_after_notify_p50_ms']['median']:.2f} ms,"
             f" p99 {ready['cross_after_notify_p99_ms']['median']:.2f} ms; through one daemon:"
-            f" p99 {ready['same_p99_ms']['median']:.2f} ms; claims not received within 10 s:"
+            f" p99 {ready['same_p99_ms']['median']:.2f} ms; through a SQLite daemon:"
+            f" p99 {ready['sqlite_p99_ms']['median']:.2f} ms; claims not received within 10 s:"
             f" {int(sum(ready['missed']['runs']))}; {note}",
         )
     )
@@ -731,7 +732,7 @@ def _header(sections: dict, items: list[dict], context: dict) -> list[str]:
         "\n## Targets\n\n",
         f"Each row says met, missed or not measured; the command that measured them is `{context['command']}`"
         " (`make bench` runs `python -m bench`). Rows 1a–2c come from the back-to-back rounds below, 3x from"
-        " section 3, 4x from section 4.\n\n",
+        " section 3, 4x from section 4, 8x from section 8 (PostgreSQL, its server on the same cores).\n\n",
         _table(
             ["#", "what", "measured", "target", "ratio", "met", "basis"],
             [
@@ -1363,10 +1364,23 @@ def _postgres(pg: dict | None) -> list[str]:
             ("cross_after_notify", "across daemons: A's notification heard by a listener → claim on B"),
             ("notify_after_send", "across daemons: CreateTasks sent → A's notification heard"),
             ("cross_after_return", "across daemons: CreateTasks returned → claim on B"),
-            ("same", "one daemon: CreateTasks sent → claim on A's waiting Session"),
-            ("create_rtt", "CreateTasks of one task, round trip (through A)"),
+            ("same", "one PostgreSQL daemon: CreateTasks sent → claim on A's waiting Session"),
+            ("sqlite", "one SQLite daemon: CreateTasks sent → claim on its waiting Session"),
+            ("cross_create_rtt", "CreateTasks of one task, round trip, PostgreSQL (across daemons' samples)"),
+            ("same_create_rtt", "CreateTasks of one task, round trip, PostgreSQL (one daemon's samples)"),
+            ("sqlite_create_rtt", "CreateTasks of one task, round trip, SQLite"),
         )
     ]
+    floor = pg.get("commit_floor")
+    if floor:  # one run's samples, not a median of rounds
+        latency_rows.append(
+            [
+                "PostgreSQL floor: one-row INSERT in its own transaction from psycopg, round trip",
+                f"{floor['p50_ms']:.2f}",
+                f"{floor['p99_ms']:.2f}",
+                f"{floor['max_ms']:.1f}",
+            ]
+        )
     board_rows = [
         [
             f"{int(n):,}",
@@ -1416,9 +1430,10 @@ def _postgres(pg: dict | None) -> list[str]:
             ],
             rows,
         ),
-        f"\nReady → claim, {ready['samples_per_run']} samples per round: one task at a time, for a teammate"
-        " waiting on daemon B and one waiting on daemon A in turn (Session streams with a 30 s poll interval, so"
-        " only a wake-up brings the claim in time); the Lead creates through A. A's notification is the moment"
+        f"\nReady → claim, {ready['samples_per_run']} samples per path per round: one task at a time, for a"
+        " teammate waiting on PostgreSQL daemon B, one waiting on daemon A and one waiting on a SQLite daemon, in"
+        " rotating order (Session streams with a 30 s poll interval, so only a wake-up brings the claim in time);"
+        " the Lead creates through A (through the SQLite daemon for its teammate). A's notification is the moment"
         " a LISTEN connection of the bench's own heard it, about when A's commit reached the listeners"
         f" ({unheard} cross sample(s) without one). Claims not received within 10 s: {missed} (each counted"
         f" as 10 s, ending its round's sampling) ({note}).\n\n",

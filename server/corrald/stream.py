@@ -91,6 +91,12 @@ class StreamState:
         # when it first waits after its last claim, and kept across wake-ups that
         # brought it nothing, so a stream woken in vain does not lose its turn.
         self.waiting_since: int | None = None
+        # A task became ready while this stream waited with no free slot, so nothing woke
+        # it. A completion's handoff that frees its slot was decided in its own job, which
+        # may have committed before that task became ready (on a board several daemons
+        # serve, their wake-ups can overtake this daemon's own): it checks once more.
+        # A check of its own sees everything committed, and clears it.
+        self.missed_ready = False
         # The budget notice this stream sent last: a check that finds the gate closed
         # tells a stream that has not heard, and a handed copy of it is not sent twice.
         self.budget_notice: BudgetExhausted | None = None
@@ -116,6 +122,9 @@ class StreamState:
         self.handed.extend(delivery.items)
         if delivery.can_claim is not None:
             self.can_claim = delivery.can_claim
+            if delivery.can_claim and self.missed_ready:
+                self.missed_ready = False
+                self.nudge(claim_likely=True)
         if delivery.claims_paused is not None:
             self.claims_paused = delivery.claims_paused
         self.event.set()
@@ -149,6 +158,7 @@ class StreamState:
 
     def learned(self, delivery: Delivery) -> None:
         """Takes in what a check found (before its items are sent)."""
+        self.missed_ready = False
         self.sent_tokens &= delivery.live_tokens
         if delivery.can_claim is not None:
             self.can_claim = delivery.can_claim

@@ -155,3 +155,5 @@ class WakeHub:
             elif stream.can_claim and count > 0:
                 stream.nudge(claim_likely=True)
                 count -= 1
+            elif not stream.can_claim:
+                stream.missed_ready = True

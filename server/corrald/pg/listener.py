@@ -141,10 +141,13 @@ class WakeListener:
             answered = False
             async for notice in conn.notifies(timeout=PING_S):
                 payload = json.loads(notice.payload)
+                if "p" in payload:  # a daemon's ping to itself
+                    answered = answered or (payload.get("d") == self._daemon_id and payload["p"] == ping)
+                    continue
                 if payload.get("d") == self._daemon_id:
-                    answered = answered or payload.get("p") == ping
                     continue
                 self.heard += 1
+                log.debug("wake-up from daemon %s: %s", payload.get("d"), notice.payload)
                 self._deliver(wakes_from(payload, self._now_ms()))
             unanswered = 0 if answered else unanswered + 1
             if unanswered >= 2:
