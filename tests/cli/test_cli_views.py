@@ -38,7 +38,16 @@ def worked_board(lead, start_teammate):
 @pytest.mark.timeout(60)
 def test_stats_json_shape(cli, worked_board):
     stats = cli.json("stats")
-    assert set(stats) == {"tasks_by_state", "teammates_by_status", "active_tasks", "writer", "open_streams", "usage"}
+    assert set(stats) == {
+        "tasks_by_state",
+        "teammates_by_status",
+        "active_tasks",
+        "writer",
+        "open_streams",
+        "usage",
+        "store",
+    }
+    assert stats["store"] == "sqlite"  # a PostgreSQL board adds "postgres" (tests/postgres)
     assert stats["tasks_by_state"] == {"pending": 0, "in_progress": 0, "completed": 4, "failed": 0, "canceled": 0}
     assert set(stats["teammates_by_status"]) == {s.name.lower() for s in corral.TeammateStatus}
     assert stats["active_tasks"] == 0
