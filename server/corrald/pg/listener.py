@@ -85,7 +85,6 @@ class WakeListener:
         self.listening = False
         self.heard = 0  # notifications from other daemons
         self.reconnects = 0
-        self.connected = asyncio.Event()  # set while LISTEN is in place (tests wait on it)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="corral-listener")
@@ -96,10 +95,6 @@ class WakeListener:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self._drop()
-
-    def backend_pid(self) -> int | None:
-        """The server process of the listening connection (tests end it to see a reconnection)."""
-        return self._conn.info.backend_pid if self._conn is not None and not self._conn.closed else None
 
     async def _run(self) -> None:
         backoff = 0.1
@@ -157,10 +152,6 @@ class WakeListener:
         if up != self.listening:
             self.listening = up
             self._on_state(up)
-        if up:
-            self.connected.set()
-        else:
-            self.connected.clear()
 
     async def _drop(self) -> None:
         conn, self._conn = self._conn, None
