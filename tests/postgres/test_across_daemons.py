@@ -165,8 +165,9 @@ def test_three_daemons_starting_together_on_an_empty_schema_migrate_once(shared_
     ids = {(d.state_dir / "board.id").read_text().strip() for d in started}
     assert ids == {str(shared_board.sql("SELECT board_id FROM board")[0][0])}
     assert len(shared_board.sql("SELECT id FROM daemons")) == 3
-    for daemon in started:  # every daemon serves, with the one lead token
-        assert daemon.lead.board.GetStats(pb.GetStatsRequest()).writer is not None
+    for daemon in started:  # every daemon serves, with the one lead token, and sees the other two
+        stats = daemon.lead.board.GetStats(pb.GetStatsRequest())
+        assert (stats.store, stats.postgres.daemons) == ("postgresql", 3)
 
 
 def test_a_daemon_whose_host_clock_is_an_hour_off_keeps_the_databases_time(shared_board):
