@@ -146,9 +146,12 @@ class WakeHub:
         # ready: no thundering herd. A stream in the middle of a check is
         # always nudged, whatever its last check said, because that check may
         # have run just before this commit; over-waking is only a spare check.
+        # A stream already nudged checks after this commit anyway; one woken only to
+        # send what it was handed (a completion's handoff that found nothing, a claim
+        # that ended) would not check, and is nudged like the rest.
         # The longest-waiting first, as a completion serves them (ParkedStreams).
         for stream in self.parked.in_line(self._streams.values()):
-            if not stream.may_take(role) or stream.event.is_set():
+            if not stream.may_take(role) or stream.nudged:
                 continue
             if not stream.waiting:
                 stream.nudge(claim_likely=True)

@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from corrald.model import ClaimEnd, ClaimEndReason, ClaimGrant, TaskRecord, TaskState, Wakes
+from corrald.stream import Delivery
 from corrald.wake import WakeHub
 
 pytestmark = pytest.mark.timeout(15)
@@ -93,6 +94,21 @@ def test_stream_mid_check_is_always_nudged():
         hub.post(ready(count=1))
         await settle()
         assert busy.event.is_set() and idle.event.is_set()
+
+    run(test)
+
+
+def test_a_stream_woken_only_to_send_what_it_was_handed_still_checks_for_a_task_made_ready():
+    async def test(hub, _):
+        # Its completion's handoff found nothing and freed its slot (the stream sends what it
+        # was handed, without checking); then a commit (another daemon's) makes a task ready.
+        stream = hub.register("finisher", ())
+        stream.waiting, stream.can_claim = True, False
+        stream.hand(Delivery([], frozenset(), can_claim=True))
+        assert stream.event.is_set() and not stream.nudged
+        hub.post(ready(count=1))
+        await settle()
+        assert stream.nudged and stream.claim_likely, "the task made ready would wait for the poll interval"
 
     run(test)
 
