@@ -31,6 +31,9 @@ class ReaderPool:
     def _connection(self) -> Any:
         conn = getattr(self._local, "conn", None)
         if conn is not None and getattr(conn, "broken", False):  # a PostgreSQL connection lost
+            # Forgotten before another is opened: that fails while the server is away, and
+            # the next read on this thread must try again, not find the lost one.
+            self._local.conn = None
             with self._lock:
                 self._connections.remove(conn)
             conn = None

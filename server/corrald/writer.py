@@ -8,6 +8,13 @@ batch holds `max_batch` jobs or the queue is empty; once the batch has run for
 resolve only after COMMIT returns; if COMMIT fails, every job of that batch
 fails (nothing is reported successful that is not durable).
 
+Where a savepoint costs round trips to a server (PostgreSQL), jobs run without
+one: a job that fails before it wrote anything needs no rollback, and one that
+fails having written (or whose statement failed) makes the batch run again,
+then with a savepoint per job. Jobs are whole transaction bodies, so running
+them again is safe; most failures (a stale token, a missing task) are found
+before the first write.
+
 Jobs are taken from the queue by owner, the least-served owner first
 (`overload/fairqueue.py`), and the budget keeps one caller's backlog from
 stretching a batch: so a caller with an occasional cheap job goes ahead of the
@@ -51,6 +58,10 @@ Job = Callable[[Txn], T]
 # Whose turn a submitted job takes in the queue: the calling identity's name, or
 # "" for the daemon's own work (recovery, the reaper).
 job_owner: contextvars.ContextVar[str] = contextvars.ContextVar("corral_job_owner", default="")
+
+
+class _NeedsSavepoints(Exception):
+    """A job run without a savepoint failed after it wrote: the batch runs again, guarded."""
 
 
 class CommitFailed(Unavailable):
@@ -115,6 +126,14 @@ class Storage(Protocol):
 
     def announce(self, conn: Any, wakes: Wakes) -> None:
         """Last in the transaction: tells what it changed to whoever else serves the board."""
+
+    # Whether every job runs inside a savepoint of its own; if not, see `untouched`.
+    savepoint_each_job: bool
+
+    def untouched(self, conn: Any, changes_before: int) -> bool:
+        """Whether the transaction is as it was when a job began (`changes_before` is
+        `conn.total_changes` then): nothing written and no statement failed, so a job
+        that raised needs no rollback."""
 
     def close(self, conn: Any, checkpoint: bool) -> None: ...
 
@@ -320,12 +339,18 @@ class Writer:
         batch, owners = [first], {first.owner}
         take_until: float | None = self._timer() + self._config.batch_budget_ms / 1000
 
+        guarded = self._storage.savepoint_each_job
+
         def attempt() -> list[tuple[bool, Any, Wakes | None]]:
             # Only the first attempt takes more jobs; a retry after SQLITE_BUSY
             # runs exactly the jobs the failed attempt held.
-            nonlocal take_until
+            nonlocal take_until, guarded
             try:
-                return self._transaction(batch, owners, take_until)
+                try:
+                    return self._transaction(batch, owners, take_until, guarded)
+                except _NeedsSavepoints:
+                    guarded = True  # and the batch may still grow: no job of it took effect
+                    return self._transaction(batch, owners, take_until, guarded)
             finally:
                 take_until = None
 
@@ -373,7 +398,7 @@ class Writer:
         self._busy_retries += 1
 
     def _transaction(
-        self, batch: list[_Pending], owners: set[str], take_until: float | None
+        self, batch: list[_Pending], owners: set[str], take_until: float | None, guarded: bool
     ) -> list[tuple[bool, Any, Wakes | None]]:
         conn = self._conn = self._storage.begin(self._conn)
         now = self._clock.now_ms()
@@ -388,7 +413,7 @@ class Writer:
                 # job may have made long. `now` never goes back within a batch.
                 now = max(now, self._clock.now_ms())
                 job_started, cost_from = time.perf_counter(), self._timer()
-                outcomes.append(self._run_job(conn, pending, now, watches, self._storage))
+                outcomes.append(self._run_job(conn, pending, now, watches, self._storage, guarded))
                 self._job_ms.append((time.perf_counter() - job_started) * 1000)
                 self._spent.append((pending.owner, self._timer() - cost_from))
                 if not conn.in_transaction:
@@ -417,10 +442,17 @@ class Writer:
 
     @staticmethod
     def _run_job(
-        conn: Any, pending: _Pending, now: int, watches: tuple[DeadlineWatch, DeadlineWatch], storage: Storage
+        conn: Any,
+        pending: _Pending,
+        now: int,
+        watches: tuple[DeadlineWatch, DeadlineWatch],
+        storage: Storage,
+        guarded: bool,
     ) -> tuple[bool, Any, Wakes | None]:
         tx = Txn(conn, now, leases=watches[0], gates=watches[1])
-        conn.execute("SAVEPOINT job")
+        if guarded:
+            conn.execute("SAVEPOINT job")
+        changes_before = conn.total_changes
         try:
             failpoints.hit("job:" + pending.owner)
             value = pending.job(tx)
@@ -429,13 +461,17 @@ class Writer:
                 watch.forget()  # what the job taught it is rolled back with the job
             if not conn.in_transaction:
                 return False, error, None  # the whole batch fails, and is logged once
-            conn.execute("ROLLBACK TO job")
-            conn.execute("RELEASE job")
+            if guarded:
+                conn.execute("ROLLBACK TO job")
+                conn.execute("RELEASE job")
+            elif not storage.untouched(conn, changes_before):
+                raise _NeedsSavepoints from error
             if storage.is_storage_error(error):  # the storage (a full disk), not the job
                 log.error("a job could not write: %s", error)
                 return False, CommitFailed(f"the job did not commit: {error}"), None
             return False, error, None
-        conn.execute("RELEASE job")
+        if guarded:
+            conn.execute("RELEASE job")
         return True, value, tx.wakes
 
     @staticmethod

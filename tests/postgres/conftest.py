@@ -33,11 +33,12 @@ class BoardDaemon(Daemon):
 
 
 class SharedBoard:
-    """One PostgreSQL board (a schema of the run's database) and the daemons serving it."""
+    """One PostgreSQL board (a schema of the run's database, or of the database `dsn` names)
+    and the daemons serving it."""
 
-    def __init__(self, root: pathlib.Path) -> None:
+    def __init__(self, root: pathlib.Path, dsn: str | None = None) -> None:
         self.root = root
-        self.dsn = run_database_dsn()
+        self.dsn = dsn or run_database_dsn()
         self.schema = fresh_schema()
         self.daemons: list[BoardDaemon] = []
 
@@ -73,17 +74,21 @@ class SharedBoard:
             cursor = conn.execute(query, params)
             return cursor.fetchall() if cursor.description is not None else []
 
+    def stop_daemons(self) -> None:
+        """Teardown: SIGTERM to every daemon still running, each must exit 0 within 5 s."""
+        failures = []
+        for daemon in reversed(self.daemons):
+            try:
+                if daemon.alive():
+                    daemon.stop_and_check()
+            except BaseException as error:  # noqa: BLE001 (report every daemon, then fail)
+                failures.append(str(error))
+        if failures:
+            pytest.fail("\n".join(failures))
+
 
 @pytest.fixture
 def shared_board(tmp_path) -> Iterator[SharedBoard]:
     board = SharedBoard(tmp_path)
     yield board
-    failures = []
-    for daemon in reversed(board.daemons):
-        try:
-            if daemon.alive():
-                daemon.stop_and_check()
-        except BaseException as error:  # noqa: BLE001 (report every daemon, then fail)
-            failures.append(str(error))
-    if failures:
-        pytest.fail("\n".join(failures))
+    board.stop_daemons()

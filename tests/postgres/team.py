@@ -24,7 +24,12 @@ _GONE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode
 
 class Worker(threading.Thread):
     """Claims and completes through `daemons[0]`, then the next one, until `stop` is set or
-    `deadline` (time.monotonic) passes; records into `recorder`."""
+    `deadline` (time.monotonic) passes; records into `recorder`.
+
+    A completion answered UNAVAILABLE was in flight when the daemon or its database went
+    away, and may or may not have been applied. By default the worker leaves it to the
+    lease's end; with `resend` it sends the same request (the same claim token) again,
+    through the next daemon, before it asks for new work, until it gets an answer."""
 
     def __init__(
         self,
@@ -34,6 +39,8 @@ class Worker(threading.Thread):
         recorder: Recorder,
         stop: threading.Event,
         deadline: float,
+        *,
+        resend: bool = False,
     ) -> None:
         super().__init__(name=f"worker-{name}", daemon=True)
         self.mate, self.token = name, token
@@ -41,6 +48,8 @@ class Worker(threading.Thread):
         self._recorder = recorder
         self._halt = stop
         self._deadline = deadline
+        self._resend = resend
+        self.unanswered: pb.CompleteTaskRequest | None = None  # a completion answered UNAVAILABLE
         self.completed = 0
         self.failovers = 0
         self.errors: list[str] = []
@@ -67,6 +76,14 @@ class Worker(threading.Thread):
             return
         channel = grpc.insecure_channel(daemon.address)  # a connection of its own, as a real teammate has
         client = Client(channel, self.token, self.mate)
+        try:
+            if self.unanswered is not None:
+                self._complete(client, self.unanswered)
+            self._claim_and_complete(client)
+        finally:
+            channel.close()
+
+    def _claim_and_complete(self, client: Client) -> None:
         stream = client.idle(poll_interval=0.5, timeout=max(1.0, self._deadline - time.monotonic()))
         try:
             while not self._halt.is_set():
@@ -84,17 +101,22 @@ class Worker(threading.Thread):
                     continue
                 claim = response.claim
                 self._recorder.claim(self.mate, claim, stream=1)
-                record = self._recorder.begin("complete", self.mate, claim.task.id, claim.claim_token)
                 request = pb.CompleteTaskRequest(
                     task_id=claim.task.id, claim_token=claim.claim_token, result=claim.task.id.encode()
                 )
-                try:
-                    done = client.teammate.CompleteTask(request, timeout=10)
-                except grpc.RpcError as error:
-                    self._recorder.end(record, "error", code=error.code().name)
-                    raise
-                self._recorder.end(record, "ok", result=done.task.result.hex())
-                self.completed += 1
+                self._complete(client, request)
         finally:
             stream.cancel()
-            channel.close()
+
+    def _complete(self, client: Client, request: pb.CompleteTaskRequest) -> None:
+        record = self._recorder.begin("complete", self.mate, request.task_id, request.claim_token)
+        try:
+            done = client.teammate.CompleteTask(request, timeout=10)
+        except grpc.RpcError as error:
+            self._recorder.end(record, "error", code=error.code().name)
+            if self._resend and error.code() == grpc.StatusCode.UNAVAILABLE:
+                self.unanswered = request
+            raise
+        self._recorder.end(record, "ok", result=done.task.result.hex())
+        self.unanswered = None
+        self.completed += 1

@@ -11,6 +11,9 @@ Where the server comes from, first that works:
 
 Each test process makes one database `corral_test_<random>` and drops it at the
 end; each test takes a schema of its own in it (`fresh_schema`).
+
+`ThrowawayServer` is the cluster of 3., for a test that must stop and start its
+server: such a test starts one of its own and never touches the shared one.
 """
 
 from __future__ import annotations
@@ -56,32 +59,64 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _throwaway() -> str:
-    """Starts a cluster of our own; returns its DSN. It is stopped and deleted at exit."""
+def _binaries() -> pathlib.Path:
+    """The directory of the newest PostgreSQL server binaries on the machine."""
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb")) or [shutil.which("initdb") or ""]
-    initdb = found[-1]
-    if not initdb or not os.path.exists(initdb):
+    if not found[-1] or not os.path.exists(found[-1]):
         raise NoPostgres(_INSTALL_HINT)
-    bin_dir = pathlib.Path(initdb).parent
-    root = pathlib.Path(tempfile.mkdtemp(prefix="corral-pg-"))
-    data, port = root / "data", _free_port()
-    as_user: list[str] = []
-    if os.geteuid() == 0:
-        owner = pwd.getpwnam("postgres")
-        os.chown(root, owner.pw_uid, owner.pw_gid)
-        as_user = ["runuser", "-u", "postgres", "--"]
-    run = lambda *args: subprocess.run([*as_user, *args], check=True, capture_output=True, timeout=120)  # noqa: E731
-    run(str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync")
-    options = f"-c listen_addresses='' -k {root} -p {port} -c fsync=off"
-    run(str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-w", "-l", str(root / "log"), "start")
+    return pathlib.Path(found[-1]).parent
 
-    def stop() -> None:
-        with contextlib.suppress(Exception):
-            run(str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop")
-        shutil.rmtree(root, ignore_errors=True)
 
-    atexit.register(stop)
-    return f"postgresql://postgres@/postgres?host={root}&port={port}"
+class ThrowawayServer:
+    """A cluster of our own in a temporary directory, on a Unix socket only (no TCP),
+    with fsync off; run as user `postgres` when the tests run as root (initdb refuses
+    root). `start` makes it on first use; `stop` and `start` again take it down and
+    bring it back on the same socket with the same data (a server restart, for the
+    tests of what the daemons do meanwhile); `close` stops it and deletes it, as
+    happens at exit to one never closed."""
+
+    def __init__(self) -> None:
+        self._bin = _binaries()
+        self._root = pathlib.Path(tempfile.mkdtemp(prefix="corral-pg-"))
+        self._data = self._root / "data"
+        self._port = _free_port()
+        self._as_user: list[str] = []
+        if os.geteuid() == 0:
+            owner = pwd.getpwnam("postgres")
+            os.chown(self._root, owner.pw_uid, owner.pw_gid)
+            self._as_user = ["runuser", "-u", "postgres", "--"]
+        self._closed = False
+        atexit.register(self.close)
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://postgres@/postgres?host={self._root}&port={self._port}"
+
+    def start(self) -> ThrowawayServer:
+        """Starts the server (made on the first start); returns once it takes connections."""
+        if not self._data.exists():
+            self._run("initdb", "-D", str(self._data), "-A", "trust", "-U", "postgres", "--no-sync")
+        options = f"-c listen_addresses='' -k {self._root} -p {self._port} -c fsync=off"
+        self._run("pg_ctl", "-D", str(self._data), "-o", options, "-w", "-l", str(self._root / "log"), "start")
+        return self
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stops the server (`pg_ctl stop -m mode`: fast ends every session, immediate
+        also skips the shutdown checkpoint); returns once it is down."""
+        self._run("pg_ctl", "-D", str(self._data), "-m", mode, "-w", "stop")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if (self._data / "postmaster.pid").exists():
+            with contextlib.suppress(Exception):
+                self.stop("immediate")
+        shutil.rmtree(self._root, ignore_errors=True)
+
+    def _run(self, program: str, *args: str) -> None:
+        command = [*self._as_user, str(self._bin / program), *args]
+        subprocess.run(command, check=True, capture_output=True, timeout=120)
 
 
 _server: str | None = None
@@ -99,7 +134,7 @@ def server_dsn() -> str:
         elif _answers(LOCAL_DSN):
             _server = LOCAL_DSN
         else:
-            _server = _throwaway()
+            _server = ThrowawayServer().start().dsn
     return _server
 
 
@@ -129,21 +164,25 @@ def _as_url(conninfo: str) -> str:
 _database: str | None = None
 
 
+def new_database(server: str) -> str:
+    """A database `corral_test_<random>` made on `server` (dropped at exit), as a URL."""
+    name = f"corral_test_{secrets.token_hex(6)}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+
+    def drop() -> None:
+        with contextlib.suppress(psycopg.Error), psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+    atexit.register(drop)
+    return _as_url(_with_database(server, name))
+
+
 def run_database_dsn() -> str:
     """This test process's own database (created on first use, dropped at exit), as a URL."""
     global _database
     if _database is None:
-        server = server_dsn()
-        name = f"corral_test_{secrets.token_hex(6)}"
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {name}")
-
-        def drop() -> None:
-            with contextlib.suppress(psycopg.Error), psycopg.connect(server, autocommit=True) as conn:
-                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-
-        atexit.register(drop)
-        _database = _as_url(_with_database(server, name))
+        _database = new_database(server_dsn())
     return _database
 
 

@@ -113,7 +113,6 @@ class WakeListener:
             await self._drop()
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, RECONNECT_MAX_S)
-            self.reconnects += 1
 
     async def _listen(self, first: bool) -> None:
         conn = self._conn = await psycopg.AsyncConnection.connect(
@@ -125,6 +124,7 @@ class WakeListener:
         await conn.execute(f"LISTEN {self._channel}")
         self._set_listening(True)
         if not first:  # what was sent while nobody listened is lost: everyone looks again
+            self.reconnects += 1
             log.info("wake-up listener reconnected")
             self._deliver(wakes_from({"a": 1, "e": 1}, self._now_ms()))
         unanswered = 0

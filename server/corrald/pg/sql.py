@@ -168,6 +168,11 @@ class PgConnection:
         return self.raw.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
     @property
+    def failed(self) -> bool:
+        """A statement failed: the transaction can only be rolled back (PostgreSQL's rule)."""
+        return self.raw.info.transaction_status == TransactionStatus.INERROR
+
+    @property
     def broken(self) -> bool:
         return self.raw.broken or self.raw.closed
 

@@ -34,6 +34,7 @@ import tenacity
 from psycopg import errors as pg_errors
 
 from ..clock import SystemClock
+from ..config import ConfigError
 from ..errors import Unavailable
 from ..model import Wakes
 from .schema import lock_key
@@ -53,6 +54,12 @@ class CommitInDoubt(Unavailable):
     """The connection was lost during COMMIT: the write may or may not have been applied."""
 
     reason = "COMMIT_IN_DOUBT"
+
+
+class DatabaseUnreachable(Unavailable):
+    """No connection to the server could be made: nothing was applied (the caller may retry)."""
+
+    reason = "DATABASE_UNREACHABLE"
 
 
 class DatabaseClock(SystemClock):
@@ -92,6 +99,14 @@ def _unreachable(error: BaseException) -> bool:
     return not any(fatal in text for fatal in ("authentication failed", "does not exist", "no pg_hba.conf", "password"))
 
 
+def reach(target: PgTarget, *, read_only: bool = False) -> PgConnection:
+    """A connection for a running daemon: the server away is UNAVAILABLE, not an error of ours."""
+    try:
+        return PgConnection(connect(target, read_only=read_only))
+    except psycopg.OperationalError as error:
+        raise DatabaseUnreachable(f"the board's database cannot be reached: {describe(error)}") from None
+
+
 def describe(error: BaseException) -> str:
     """One line for the operator, without the password."""
     return scrub(" ".join(str(error).split())) or type(error).__name__
@@ -106,24 +121,27 @@ class PgStorage:
         self._target = target
         self._daemon_id = daemon_id
         self._clock = clock  # None: the board runs on an injected clock (tests)
-        self._begin = f"BEGIN; SELECT pg_advisory_xact_lock({lock_key(target.schema, 'write')}), {_CLOCK_SQL}"
+        switched_off = bench_switches_off()
+        lock = "" if "lock" in switched_off else f"pg_advisory_xact_lock({lock_key(target.schema, 'write')}), "
+        self._begin = f"BEGIN; SELECT {lock}{_CLOCK_SQL}"
+        self._notify = "notify" not in switched_off
         self.channel = notify_channel(target.schema)
         self.notifies = 0
         self._conn: PgConnection | None = None  # the writer's, as of its last BEGIN
 
     def open(self) -> PgConnection:
-        return PgConnection(connect(self._target))
+        return reach(self._target)
 
     def begin(self, conn: PgConnection | None) -> PgConnection:
         if conn is None or conn.broken:
             self._conn = None
-            conn = self.open()  # raises while the server is away (retried, then UNAVAILABLE)
+            conn = self.open()  # while the server is away: UNAVAILABLE, and the batch is not retried
         self._conn = conn
         cursor = conn.raw.execute(self._begin)
         cursor.nextset()
         row = cursor.fetchone()
         if self._clock is not None and row is not None:
-            self._clock.not_before(row[1])
+            self._clock.not_before(row[-1])  # the clock is last (the lock, when taken, first)
         return conn
 
     def commit(self, conn: PgConnection) -> None:
@@ -139,6 +157,8 @@ class PgStorage:
             return True
         if isinstance(error, CommitInDoubt):
             return False  # it may have committed: running it again could apply it twice
+        if isinstance(error, DatabaseUnreachable):
+            return False  # the server is away: the callers learn it now, not after every retry
         # The connection was lost (or could not be made) before COMMIT: nothing was applied.
         lost = self._conn is None or self._conn.broken
         return lost and isinstance(error, (psycopg.OperationalError, Unavailable))
@@ -147,13 +167,34 @@ class PgStorage:
         return isinstance(error, psycopg.OperationalError)
 
     def announce(self, conn: PgConnection, wakes: Wakes) -> None:
-        payload = wake_payload(self._daemon_id, wakes)
+        payload = wake_payload(self._daemon_id, wakes) if self._notify else None
         if payload is not None:
             conn.raw.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
             self.notifies += 1
 
+    # Two round trips per job; a job that fails after writing is rare (writer.py's docstring).
+    savepoint_each_job = False
+
+    def untouched(self, conn: PgConnection, changes_before: int) -> bool:
+        return conn.total_changes == changes_before and not conn.failed
+
     def close(self, conn: PgConnection, checkpoint: bool) -> None:
         conn.close()
+
+
+# Benchmark-only: what the board lock and NOTIFY cost, measured by switching them off
+# ("lock", "notify", comma-separated). Either one off breaks a board served by several
+# daemons; the lock off is sound with one daemon only, since its writer is then alone.
+BENCH_SWITCHES_ENV = "CORRAL_BENCH_PG_OFF"
+
+
+def bench_switches_off() -> frozenset[str]:
+    named = frozenset(filter(None, os.environ.get(BENCH_SWITCHES_ENV, "").split(",")))
+    if named - {"lock", "notify"}:
+        raise ConfigError(f"{BENCH_SWITCHES_ENV}: unknown switch in {sorted(named)} (known: lock, notify)")
+    if named:
+        log.warning("benchmark switches off: %s; this daemon must be its board's only one", ", ".join(sorted(named)))
+    return named
 
 
 def notify_channel(schema: str) -> str:

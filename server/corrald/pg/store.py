@@ -20,7 +20,7 @@ import psycopg
 from ..model import Txn
 from .schema import BoardIdentity, migrate
 from .sql import PgConnection
-from .storage import DatabaseClock, PgStorage, connect, describe, new_daemon_id
+from .storage import DatabaseClock, PgStorage, connect, describe, new_daemon_id, reach
 from .target import PgTarget
 
 log = logging.getLogger("corrald.store")
@@ -44,7 +44,7 @@ class PgBoard:
     state_dir: str = ""  # the serving daemon's state directory ("" for none)
 
     def open_reader(self) -> PgConnection:
-        return PgConnection(connect(self.target, read_only=True))
+        return reach(self.target, read_only=True)
 
 
 def open_board(
