@@ -12,6 +12,7 @@ and any writer job may decide for a stream without reaching into the loop.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import itertools
 import threading
@@ -23,6 +24,11 @@ from .model import BudgetExhausted, ClaimEnd, ClaimGrant, InboxItem
 # commit that closed the gate; a stream opened behind a closed gate finds it in
 # its first check. Either way a stream sends one notice per closing.
 StreamItem = ClaimGrant | InboxItem | BudgetExhausted
+
+
+# How many claims told ended a stream remembers (see StreamState._ended_tokens): a
+# handoff overtaken by a notice arrives within a turn or two of the event loop.
+ENDED_TOKENS_KEPT = 64
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -87,6 +93,10 @@ class StreamState:
         # Claims that died under the teammate, committed: told before anything else
         # (event loop only; never stored, so a later stream does not hear of them).
         self.claims_ended: list[ClaimEnd] = []
+        # The tokens of the last claims told ended: a handoff of one of them that arrives
+        # after its notice (the job that made it committed first, but another daemon's
+        # notice overtook its reply) is never sent.
+        self._ended_tokens: collections.deque[str] = collections.deque(maxlen=ENDED_TOKENS_KEPT)
         # Its place in the line of streams waiting for work (`ParkedStreams`): taken
         # when it first waits after its last claim, and kept across wake-ups that
         # brought it nothing, so a stream woken in vain does not lose its turn.
@@ -119,7 +129,12 @@ class StreamState:
         """What another job decided for this stream (a completion's handoff): sent at its
         next turn, before anything is checked. Unlike a check's answer it says nothing
         of which claims are live: this stream may have sent newer ones since."""
-        self.handed.extend(delivery.items)
+        items = [item for item in delivery.items if not _ended(item, self._ended_tokens)]
+        if len(items) < len(delivery.items):
+            # Its claim is dead already: what it said of the slots is stale; look again.
+            self.nudge(claim_likely=True)
+            delivery = dataclasses.replace(delivery, can_claim=None)
+        self.handed.extend(items)
         if delivery.can_claim is not None:
             self.can_claim = delivery.can_claim
             if delivery.can_claim and self.missed_ready:
@@ -141,6 +156,7 @@ class StreamState:
             return []  # the stream loop asks on every turn: almost always nothing
         ended, self.claims_ended = self.claims_ended, []
         dead = {end.token for end in ended}
+        self._ended_tokens.extend(dead)
         self.sent_tokens -= dead
         self.handed = [item for item in self.handed if not (isinstance(item, ClaimGrant) and item.token in dead)]
         return ended
@@ -206,6 +222,10 @@ class StreamState:
         stream. Skipping that empty re-check saves a writer job per claim.
         """
         return len(sent) == 1 and isinstance(sent[0], ClaimGrant) and not self.can_claim
+
+
+def _ended(item: StreamItem, ended_tokens: Iterable[str]) -> bool:
+    return isinstance(item, ClaimGrant) and item.token in ended_tokens
 
 
 class ParkedStreams:

@@ -151,6 +151,24 @@ def test_an_expired_lease_is_told_when_it_is_reclaimed(daemon, transport):
 
 
 @pytest.mark.parametrize("transport", ["idle", "session"])
+def test_a_teammate_that_shows_life_after_its_lease_expired_gets_the_next_task_at_once(daemon, transport):
+    """Told its lease ended, the stream looks again: its slot is free, and claims wait only until
+    the teammate shows life (a call of its own), not until the poll interval (30 s here)."""
+    mate = daemon.add_teammate("ann")
+    daemon.create_tasks(spec("t1", lease=1.0))
+    stream = mate.session(poll_interval=30) if transport == "session" else mate.idle(poll_interval=30)
+    claim = stream.next_event("claim")
+    stream.next_event("claim_ended", timeout=5.0)
+    refused = rpc_error(mate.complete, claim)  # its own call: it is alive, if late
+    assert_status(refused, grpc.StatusCode.FAILED_PRECONDITION)
+    daemon.create_tasks(spec("t2"))
+    # The task it let expire is ready again too: whichever comes first, within seconds.
+    again = stream.next_event("claim", timeout=5.0)
+    assert again.task.id in {"t1", "t2"} and again.claim_token != claim.claim_token
+    stream.cancel()
+
+
+@pytest.mark.parametrize("transport", ["idle", "session"])
 def test_renewing_does_not_outlast_the_attempt_timeout(daemon, transport):
     mate = daemon.add_teammate("ann")
     # A renewal lands after 0.5 s (a whole new lease would outlast the limit) and before the

@@ -10,7 +10,7 @@ import pytest
 from boardkit import spec
 
 from corrald import delivery
-from corrald.model import Budget, BudgetExhausted, Usage
+from corrald.model import Budget, BudgetExhausted, ClaimEnd, ClaimEndReason, Usage
 from corrald.stream import StreamState
 
 pytestmark = pytest.mark.timeout(30)
@@ -70,3 +70,20 @@ def test_a_budget_notice_goes_out_once_however_it_reaches_the_stream() -> None:
     # The gate closed again later (the budget was raised, then spent): a new notice.
     again = BudgetExhausted("w1", Usage(cost_micros=30), Budget(max_cost_micros=30))
     assert stream.unsent([again]) == [again]
+
+
+def test_a_handoff_overtaken_by_its_claims_end_is_never_sent(board, clock) -> None:
+    # A completion's job handed w1 task "a"; before its reply resumed the caller, a
+    # commit elsewhere (a cancel through another daemon) ended that claim, and the
+    # stream sent the notice. The late handoff must not send the dead claim.
+    board.add("w1")
+    board.create(spec("a"))
+    stream = StreamState("w1", slots=1, opened_ms=clock.now_ms())
+    (grant,) = board.next_for("w1", stream)
+    stream.claim_ended(ClaimEnd("a", grant.token, ClaimEndReason.TASK_CANCELED))
+    assert [end.token for end in stream.take_claims_ended()] == [grant.token]
+    stream.nudged, stream.can_claim = False, True  # as the check after the notice found
+    stream.hand(delivery.Delivery([grant], frozenset(), can_claim=False))
+    assert stream.take_handed() == []
+    assert stream.can_claim, "the dead claim's slot is free: the stale handoff does not fill it"
+    assert stream.nudged and stream.claim_likely, "what the handoff said of the slots is stale: it looks again"

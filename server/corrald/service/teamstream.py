@@ -138,6 +138,9 @@ class TeammateStream:
             if ended:  # first: the holder stops work it no longer holds before anything new
                 for end in ended:
                     yield None, end
+                # A freed slot: look again before waiting (a claim that expired may also
+                # pause claims until the teammate shows life; only a check learns either).
+                must_check = True
                 continue
             if self._ops is not None and self._ops.arrived:
                 result, found = await self._ops.answer(stream)
