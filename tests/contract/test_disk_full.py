@@ -79,6 +79,8 @@ def test_a_storage_error_inside_a_job_is_one_line_and_unavailable(corrald):
     daemon = corrald(failpoints="job:lead=error")
     error = rpc_error(daemon.lead.lead.CreateTasks, pb.CreateTasksRequest(tasks=[spec("a")]))
     assert_status(error, grpc.StatusCode.UNAVAILABLE, reason="COMMIT_FAILED")
+    # The reply can overtake the log line's write to the file.
+    wait_until(lambda: lines_with("injected failure", daemon.latest_log()), 10, "the failure in the log")
     log = daemon.latest_log()
     assert len(lines_with("injected failure", log)) == 1, log
     assert "Traceback" not in log, log
