@@ -59,6 +59,13 @@ class Sizes:
     pg_latency_samples: int = 300
     pg_board_sizes: tuple[int, ...] = (1_000, 100_000)
     pg_claim_samples: int = 200
+    # ... reclaims of a lease whose daemon was SIGKILLed, through the other daemon; a REPEATABLE READ
+    # snapshot held this long while this many Session cycles churn (claim latency before, held, after);
+    # Session cycles at this many teammates with the board lock or NOTIFY switched off.
+    pg_reclaim_samples: int = 20
+    pg_mvcc_hold_s: float = 60.0
+    pg_mvcc_churn: int = 20_000
+    pg_switch_teammates: int = 32
 
     def tasks(self, teammates: int) -> int:
         table = dict(self.tasks_for)
@@ -107,4 +114,8 @@ QUICK = Sizes(
     pg_latency_samples=20,
     pg_board_sizes=(200, 2_000),
     pg_claim_samples=20,
+    pg_reclaim_samples=3,
+    pg_mvcc_hold_s=3.0,
+    pg_mvcc_churn=300,
+    pg_switch_teammates=4,
 )

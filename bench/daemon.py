@@ -8,6 +8,7 @@ import pathlib
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
 
 import grpc
 import grpc.aio
@@ -86,21 +87,25 @@ class Daemon(support.Daemon):
         pythonpath: str | None = None,
         extra_args: tuple[str, ...] = (),
         lead_token: str | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         """`pythonpath`: run the corrald found there (an older commit's, bench.baseline) instead of ours.
         `lead_token`: the board's Lead token when another daemon wrote it (a second daemon on a shared
-        PostgreSQL board writes no lead.token of its own)."""
+        PostgreSQL board writes no lead.token of its own). `env`: variables for the daemon process
+        alone, laid over this process's environment (the bench's own stays as it is)."""
         # `root` holds the log (and the state dir, unless one is given); it is removed on stop.
         self.root = scratch_dir("d")
+        overlay = {**({"PYTHONPATH": pythonpath} if pythonpath else {}), **(env or {})}
         super().__init__(
             state_dir or self.root / "state",
             log_dir=self.root,
             log_level="warning",
             extra_args=["--synchronous", synchronous, *extra_args],
-            env={"PYTHONPATH": pythonpath} if pythonpath else None,
+            env=overlay or None,
         )
         self.token = ""
         self._lead_token = lead_token
+        self._killed = False
 
     def start(self) -> Daemon:
         try:
@@ -117,8 +122,15 @@ class Daemon(support.Daemon):
     def cpu_seconds(self) -> float:
         return cpu_seconds(self.pid)
 
+    def kill(self) -> int:
+        """SIGKILL (the crash path) and reap; `stop` then only removes what it left."""
+        self._killed = True
+        return super().kill()
+
     def stop(self, grace: float = STOP_GRACE_S) -> None:
-        super().stop(grace)
+        # A daemon killed on purpose is not stopped again: that would log its -9 as a failure.
+        if not self._killed or self.alive():
+            super().stop(grace)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> Daemon:

@@ -390,7 +390,8 @@ def targets(sections: dict) -> list[dict]:
 
 def _postgres_targets(pg: dict) -> list[dict]:
     """The PostgreSQL board's targets: throughput against SQLite and across two daemons, cross-daemon wake-up
-    latency, and claim latency as the board grows. The server shares the machine's cores (every basis says so)."""
+    latency, claim latency as the board grows, and reclaim after a daemon's SIGKILL. The server shares the
+    machine's cores (every basis says so)."""
     note = pg["shared_cores"]
     if "unavailable" in pg:
         return [
@@ -400,6 +401,7 @@ def _postgres_targets(pg: dict) -> list[dict]:
                 ("8b", "PostgreSQL two daemons / one daemon, Session cycles/s", "cycles/s", "≥ 0.9×"),
                 ("8c", "ready → claim across daemons p99", "ms", "≤ 20 ms"),
                 ("8d", "claim p50 on the larger / the smaller PostgreSQL board", "ms", "≤ 1.5×"),
+                ("8e", RECLAIM_WHAT, "ms", RECLAIM_GOAL),
             )
         ]
     out = []
@@ -476,7 +478,36 @@ def _postgres_targets(pg: dict) -> list[dict]:
             f" measure) the ratio is {board['returned_ratio_p50']['median']:.2f}; {note}",
         )
     )
+    out.append(_reclaim_target(pg.get("reclaim"), note))
     return out
+
+
+RECLAIM_WHAT = "reclaim after SIGKILL of the holder's daemon: the lease's end → the claim through the other daemon, p99"
+RECLAIM_GOAL = "< 1,000 ms"
+
+
+def _reclaim_target(reclaim: dict | None, note: str) -> dict:
+    """8e: one run's samples (each a daemon killed), not a median of rounds."""
+    if not reclaim:  # results written before the measure existed
+        return _missing("8e", RECLAIM_WHAT, "ms", RECLAIM_GOAL, f"no reclaim figures in these results; {note}")
+    if not reclaim["samples"]:
+        why = f"no reclaimed task came ({reclaim['missed']} missed)"
+        return _missing("8e", RECLAIM_WHAT, "ms", RECLAIM_GOAL, f"{why}; {note}")
+    p99 = reclaim["p99_ms"]
+    return _target(
+        "8e",
+        RECLAIM_WHAT,
+        p99,
+        "ms",
+        RECLAIM_GOAL,
+        p99 / reclaim["target_p99_ms"],
+        reclaim["met"],
+        f"{reclaim['samples']} sample(s), each a fresh daemon SIGKILLed at least"
+        f" {reclaim['kill_before_end_min_ms'] / 1000:.1f} s before the end of its claim's {reclaim['lease_s']:g} s"
+        f" lease, the other daemon's reaper finding the expiry on its own; p50 {reclaim['p50_ms']:.1f} ms, max"
+        f" {reclaim['max_ms']:.1f} ms; from the kill p50 {reclaim['after_kill_p50_ms']:.0f} ms; claims not"
+        f" received: {reclaim['missed']}; {note}",
+    )
 
 
 LABELS_PG = {
@@ -1403,7 +1434,7 @@ def _postgres(pg: dict | None) -> list[str]:
         ]
     )
     unheard, missed = int(sum(ready["unheard"]["runs"])), int(sum(ready["missed"]["runs"]))
-    return [
+    parts = [
         "\n## 8. PostgreSQL boards\n\n",
         f"**{note}**: PostgreSQL {server['server_version']} (fsync {server['fsync']}, synchronous_commit"
         f" {server['synchronous_commit']}, shared_buffers {server['shared_buffers']}) runs on this machine, so"
@@ -1452,5 +1483,137 @@ def _postgres(pg: dict | None) -> list[str]:
                 "build s",
             ],
             board_rows,
+        ),
+    ]
+    # Older results files have none of these three measures.
+    parts += _pg_reclaim(pg.get("reclaim"), note)
+    parts += _pg_mvcc(pg.get("mvcc"), note)
+    parts += _pg_switches(pg.get("switches"), note)
+    return parts
+
+
+def _pg_reclaim(reclaim: dict | None, note: str) -> list[str]:
+    if not reclaim:
+        return []
+    rows = [
+        [
+            f"{label} → the claim on the other daemon's waiting Session",
+            f"{reclaim[f'{key}p50_ms']:,.1f}",
+            f"{reclaim[f'{key}p99_ms']:,.1f}",
+            f"{reclaim[f'{key}max_ms']:,.1f}",
+        ]
+        for key, label in (("", "the lease's end"), ("after_kill_", "SIGKILL of the holder's daemon"))
+    ]
+    verdict = "met" if reclaim["met"] else "**not met**"
+    attempts = ", ".join(map(str, reclaim["attempts"])) or "none"
+    return [
+        f"\nReclaim after SIGKILL, {reclaim['samples']} sample(s) in one run (target p99 < 1 s: {verdict}): daemon B"
+        " serves the board; for each sample a fresh daemon A joins it, a teammate on A claims a task with a"
+        f" {reclaim['lease_s']:g} s lease (retry backoff 0), another waits on a Session stream of B, and A is"
+        f" SIGKILLed (at least {reclaim['kill_before_end_min_ms'] / 1000:.1f} s before the lease's end, so nothing"
+        " renews it). B's reaper must find the expiry by itself (its timer, armed by A's notification of the"
+        " claim); lateness runs from the lease's end (the claim's lease_expire_time, the host's wall clock) to"
+        f" the waiting teammate's claim. Attempt of the reclaimed claims: {attempts}; claims not"
+        f" received: {reclaim['missed']} ({note}).\n\n",
+        _table(["", "p50 ms", "p99 ms", "max ms"], rows),
+    ]
+
+
+def _count(value: int | None) -> str:
+    return "n/a" if value is None else f"{value:,}"
+
+
+def _pg_mvcc(mvcc: dict | None, note: str) -> list[str]:
+    if not mvcc:
+        return []
+    phases, churn, ratios = mvcc["phases"], mvcc["churn"], mvcc["ratio_p50"]
+    labels = {
+        "before": "before",
+        "held": "snapshot held, cycles churning",
+        "released": "after the snapshot's release",
+        "vacuumed": "after VACUUM of the tasks table",
+    }
+    rows = [
+        [
+            labels.get(name, name),
+            f"{p['p50_ms']:.2f}",
+            f"{p['p99_ms']:.2f}",
+            "1.00" if name == "before" else _ratio(ratios.get(name)),
+            f"{p['returned_p50_ms']:.2f}",
+            _count(p["n_dead_tup"]),
+            f"{p['query_ms']:.2f}",
+            str(p["query_buffers"]),
+        ]
+        for name, p in phases.items()
+    ]
+    timed_out = ", timed out" if churn["timed_out"] else ""
+    return [
+        f"\nThe MVCC trap, one daemon, one run: {mvcc['claims_per_phase']} claims per phase (the board-size loop"
+        f" above, on a board of {mvcc['board_tasks']:,} tasks) before, while a REPEATABLE READ transaction of the"
+        f" bench's holds a snapshot (its first SELECT read the board's tasks) for {mvcc['hold_s']:.0f} s as"
+        f" {churn['completed']:,} Session cycles churn ({churn['teammates']} teammates,"
+        f" {churn['throughput']:,.0f} cycles/s{timed_out}, {churn['errors']} errors; GetStats' oldest transaction"
+        f" {mvcc['oldest_transaction_s']:.1f} s), after its release, and after a VACUUM of the tasks table."
+        " Dead rows are the tasks table's n_dead_tup (pg_stat_user_tables, up to a second late); the claim query"
+        f" is the daemon's own under EXPLAIN ANALYZE. autovacuum {mvcc['autovacuum']} ({note}).\n\n",
+        _table(
+            [
+                "phase",
+                "sent → claim p50 ms",
+                "sent → claim p99 ms",
+                "p50 / before",
+                "returned → claim p50 ms",
+                "dead rows",
+                "claim query ms",
+                "claim query buffers",
+            ],
+            rows,
+        ),
+    ]
+
+
+SWITCH_LABELS = {"none": "nothing off", "notify": "NOTIFY off", "lock": "board lock off"}
+
+
+def _pg_switches(switches: dict | None, note: str) -> list[str]:
+    if not switches:
+        return []
+    ratios = switches["ratios"]
+    rows = []
+    for name, label in SWITCH_LABELS.items():
+        figure = switches[name]
+        if "unavailable" in figure:
+            rows.append([label, f"not measured: {figure['unavailable']}", "", "", "", "", "", ""])
+            continue
+        rows.append(
+            [
+                label,
+                _cell(figure["throughput"]),
+                "1.00" if name == "none" else _cell(ratios.get(f"{name}_off_vs_on"), 2) or "n/a",
+                _cell(figure["p50_ms"], 2),
+                _cell(figure["p99_ms"], 2),
+                _cell(figure["cpu_ms"], 2),
+                _cell(figure["pg_cpu_ms"], 2) or "n/a",
+                _cell(figure["notifies_per_cycle"], 2),
+            ]
+        )
+    return [
+        f"\nThe board lock and NOTIFY: Session cycles at {switches['teammates']} teammates on one PostgreSQL daemon,"
+        f" {switches['tasks']:,} tasks a run, with nothing, NOTIFY, or the board lock switched off"
+        " (CORRAL_BENCH_PG_OFF, in the daemon's environment only; the lock off is sound with one daemon only);"
+        " each on a fresh daemon and schema, the order rotating from round to round, ratios to nothing off taken"
+        f" within the round, median of {len(switches['rounds'])} round(s) ({note}).\n\n",
+        _table(
+            [
+                "switched off",
+                "cycles/s",
+                "/ nothing off",
+                "cycle p50 ms",
+                "cycle p99 ms",
+                "daemon CPU ms/cycle",
+                "PostgreSQL CPU ms/cycle",
+                "NOTIFY/cycle",
+            ],
+            rows,
         ),
     ]

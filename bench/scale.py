@@ -75,21 +75,39 @@ def _grow(database, start: int, stop: int) -> float:
     return time.perf_counter() - started
 
 
-async def _claim_latencies(daemon: Daemon, token: str, cycles: int) -> list[float]:
-    """One teammate cycling: CompleteTask returned → next claim arrives on the stream."""
+async def claim_latencies(
+    daemon: Daemon, token: str, cycles: int, timeout_s: float | None = None
+) -> tuple[list[float], list[float]]:
+    """One teammate cycling on Idle + unary: the next claim's arrival from CompleteTask's return (this
+    section's figure) and from just before CompleteTask was sent. `timeout_s` bounds each wait for the
+    stream (None: no bound).
+
+    The next claim is handed off inside the completion's transaction, so its query runs before CompleteTask
+    returns: only the second figure has the claim's own cost in it.
+    """
     channel = grpc.aio.insecure_channel(daemon.address, options=CHANNEL_OPTIONS)
     stub, md = pb_grpc.TeammateServiceStub(channel), bearer(token)
     call = stub.Idle(pb.IdleRequest(max_idle_polls=10_000, poll_interval=duration(5)), metadata=md)
-    latencies, returned = [], None
+    after_return: list[float] = []
+    after_send: list[float] = []
+    sent = returned = None
     try:
-        async for response in call:
+        while len(after_send) < cycles:
+            # With a bound, a board out of ready tasks (or a claim that never comes) raises TimeoutError
+            # instead of hanging.
+            response = await asyncio.wait_for(call.read(), timeout_s)
+            if response is grpc.aio.EOF:
+                break
             if response.WhichOneof("event") != "claim":
                 continue
-            if returned is not None:
-                latencies.append(time.monotonic() - returned)
-            if len(latencies) >= cycles:
+            arrived = time.monotonic()
+            if sent is not None and returned is not None:
+                after_return.append(arrived - returned)
+                after_send.append(arrived - sent)
+            if len(after_send) >= cycles:
                 break
             claim = response.claim
+            sent = time.monotonic()
             await stub.CompleteTask(
                 pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token), metadata=md, timeout=60
             )
@@ -97,7 +115,7 @@ async def _claim_latencies(daemon: Daemon, token: str, cycles: int) -> list[floa
     finally:
         call.cancel()
         await channel.close()
-    return latencies
+    return after_return, after_send
 
 
 def board_size(sizes, runs: int, log) -> dict:
@@ -114,7 +132,7 @@ def board_size(sizes, runs: int, log) -> dict:
             with Daemon(state_dir=state) as daemon:
                 results = []
                 for _ in range(runs):
-                    latencies = run_async(_claim_latencies(daemon, token, sizes.claim_samples))
+                    latencies, _ = run_async(claim_latencies(daemon, token, sizes.claim_samples))
                     results.append({**latency_fields(latencies), "rss_mib": daemon.rss_mib()})
             figure = summarize(results, {"p50_ms": "ms", "p99_ms": "ms", "rss_mib": "MiB"})
             figure["build_s"] = build_s

@@ -46,7 +46,17 @@ EXPECTED = {
     "scale": ["board_size", "streams", "busy_writer", "submissions"],
     "semantics": ["claims", "cycles"],
     "mcp": ["sdk", "in_process", "stdio", "ready_to_return", "bridge_rss_mib"],
-    "postgres": ["shared_cores", "server", "database", "cycles", "ready_to_claim", "board_size"],
+    "postgres": [
+        "shared_cores",
+        "server",
+        "database",
+        "cycles",
+        "ready_to_claim",
+        "board_size",
+        "reclaim",
+        "mvcc",
+        "switches",
+    ],
 }
 FIGURE_KEYS = {"median", "min", "max", "runs", "unit"}
 TARGETS = {
