@@ -114,8 +114,8 @@ QUICK = Sizes(
     pg_latency_samples=20,
     pg_board_sizes=(200, 2_000),
     pg_claim_samples=20,
-    pg_reclaim_samples=3,
-    pg_mvcc_hold_s=3.0,
-    pg_mvcc_churn=300,
+    pg_reclaim_samples=1,
+    pg_mvcc_hold_s=1.0,
+    pg_mvcc_churn=100,
     pg_switch_teammates=4,
 )
