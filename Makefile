@@ -68,12 +68,16 @@ lint: $(STAMP)
 
 # pytest exits 5 when it collected no test: that fails here like any other failure.
 # Tests that time nothing run two at a time (pytest-xdist, one module per worker);
-# those that measure latency, fairness, memory or load run alone afterwards, as
-# does every directory not named here. The slowest tests are listed, to keep the
-# suite within its time budget.
-PARALLEL_TESTS := tests/server tests/client tests/cli tests/e2e
-TIMED_TESTS := tests/e2e/test_sdk_claim_ended.py
-ALONE_TESTS := $(filter-out $(addsuffix /,$(PARALLEL_TESTS)),$(sort $(wildcard tests/*/))) $(TIMED_TESTS)
+# those that measure latency, fairness, memory, load or real lease time (TIMED_TESTS)
+# run alone afterwards, as does every directory not named here (the reliability
+# suite, the benchmark's smoke test, several daemons on PostgreSQL). The slowest
+# tests are listed, to keep the suite within its time budget.
+PARALLEL_TESTS := tests/server tests/client tests/cli tests/e2e tests/contract tests/mcp tests/polyglot tests/web
+TIMED_CONTRACT := admission big_batches big_cancels call_burst claim_ended idle_timeout leases memory \
+	overload session_races session_waiters sigterm silent_connections
+TIMED_TESTS := tests/e2e/test_sdk_claim_ended.py $(patsubst %,tests/contract/test_%.py,$(TIMED_CONTRACT)) \
+	tests/mcp/test_mcp_teammate.py tests/web/test_web_http.py
+ALONE_TESTS := $(filter-out $(addsuffix /,$(PARALLEL_TESTS)) tests/artifacts/,$(sort $(wildcard tests/*/))) $(TIMED_TESTS)
 
 # The board's tests and the gRPC end-to-end suite run again on PostgreSQL (`--store
 # postgres`); tests/postgres (several daemons, one board) runs alone with the others.
