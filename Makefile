@@ -82,15 +82,17 @@ TIMED_TESTS := tests/e2e/test_sdk_claim_ended.py $(patsubst %,tests/contract/tes
 ALONE_TESTS := $(filter-out $(addsuffix /,$(PARALLEL_TESTS)) tests/artifacts/,$(sort $(wildcard tests/*/))) $(TIMED_TESTS)
 
 # The board's tests and the gRPC end-to-end suite run again on PostgreSQL (`--store
-# postgres`); tests/postgres (several daemons, one board) runs alone with the others.
-POSTGRES_TESTS := tests/server tests/e2e
+# postgres`), with the files of tests/postgres (several daemons, one board) that time
+# nothing; the rest of tests/postgres, which bounds wake-ups across daemons, runs alone.
+POSTGRES_UNTIMED := $(patsubst %,tests/postgres/test_%.py,server_restart translation two_daemons writer_jobs)
+POSTGRES_TESTS := tests/server tests/e2e $(POSTGRES_UNTIMED)
 
 test: $(STAMP) check-protos check-unasync check-vendor-web lint-proto lint browser postgres
 	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=10 \
 		$(addprefix --ignore=,$(TIMED_TESTS)) $(PARALLEL_TESTS)
 	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=10 --store postgres \
 		$(addprefix --ignore=,$(TIMED_TESTS)) $(POSTGRES_TESTS)
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(ALONE_TESTS)
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(addprefix --ignore=,$(POSTGRES_UNTIMED)) $(ALONE_TESTS)
 
 # The PostgreSQL server the tests will use: CORRAL_TEST_PG_DSN, else 127.0.0.1:5432, else
 # a throwaway one from the machine's PostgreSQL binaries; with none of these, say what to install.
