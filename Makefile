@@ -69,15 +69,16 @@ lint: $(STAMP)
 # pytest exits 5 when it collected no test: that fails here like any other failure.
 # Tests that time nothing run three at a time (pytest-xdist, one module per worker:
 # most of a test's time is spent waiting on daemons, not on the two cores); those
-# that measure latency, fairness, memory, load or real lease time (TIMED_TESTS)
-# run alone afterwards, as does every directory not named here (several daemons
-# on PostgreSQL). The slowest tests are listed, to keep the suite within its time budget.
+# that measure latency, fairness, memory, load, real lease time or what a page's
+# frames showed (TIMED_TESTS) run alone afterwards, as does every directory not
+# named here (several daemons on PostgreSQL). The slowest tests are listed, to keep
+# the suite within its time budget.
 PARALLEL_TESTS := tests/server tests/client tests/cli tests/e2e tests/contract tests/mcp tests/polyglot tests/web \
 	tests/bench tests/reliability
 TIMED_CONTRACT := admission big_batches big_cancels call_burst claim_ended idle_timeout leases memory \
 	overload session_races session_waiters sigterm silent_connections
 TIMED_TESTS := tests/e2e/test_sdk_claim_ended.py $(patsubst %,tests/contract/test_%.py,$(TIMED_CONTRACT)) \
-	tests/mcp/test_mcp_teammate.py tests/web/test_web_http.py \
+	tests/mcp/test_mcp_teammate.py tests/web/test_web_http.py tests/web/test_web_live.py \
 	$(patsubst %,tests/reliability/test_rel_%.py,chaos crash load)
 ALONE_TESTS := $(filter-out $(addsuffix /,$(PARALLEL_TESTS)) tests/artifacts/,$(sort $(wildcard tests/*/))) $(TIMED_TESTS)
 
