@@ -152,13 +152,17 @@ def test_a_long_watch_page_stops_within_the_text_cap_and_resumes_from_its_cursor
 
     async def scenario() -> None:
         async with bridge_agent(board.address, board.token, secrets) as lead:
-            first = await lead.call("watch_events", after_seq=0, wait_seconds=2, limit=1000)
-            assert not first.is_error and first.data["truncated"] is True
-            assert len(first.text.encode()) <= 32 * 1024
-            seqs = [event["seq"] for event in first.data["events"]]
-            assert seqs == sorted(seqs) and first.data["next_after_seq"] == seqs[-1]
-            more = await lead.ok("watch_events", after_seq=first.data["next_after_seq"], wait_seconds=2, limit=1000)
-            assert more["events"][0]["seq"] > seqs[-1]
+            pages, seqs, created = [], [], set()
+            while len(created) < 400 and len(pages) < 50:
+                page = await lead.call("watch_events", after_seq=seqs[-1] if seqs else 0, wait_seconds=2, limit=1000)
+                assert not page.is_error and len(page.text.encode()) <= 32 * 1024
+                pages.append(page.data)
+                seqs += [event["seq"] for event in page.data["events"]]
+                assert page.data["next_after_seq"] == seqs[-1]
+                created |= {e["task_id"] for e in page.data["events"] if e.get("task_id", "").startswith("many-")}
+            assert seqs == list(range(1, len(seqs) + 1))  # each event once, in order, across the pages
+            assert len(created) == 400
+            assert any(page["truncated"] for page in pages)  # 400 events do not fit one page of text
 
     asyncio.run(scenario())
 

@@ -36,6 +36,11 @@ _PLANS_KEPT = 1000
 _PROGRESS_EVERY = 10.0
 # A result's share of the 32 KiB of model-visible text that listings may fill.
 _EVENTS_MAX_BYTES = 24 * 1024
+# How long a watch_events call that has found events waits for the next one. The
+# daemon sends a backlog in pages with a database read between them, and on a
+# busy host that read takes well over 50 ms: a shorter wait cut long backlogs
+# into short pages.
+_NEXT_EVENT_WAIT = 0.25
 
 
 class TaskArgument(Arguments):
@@ -165,7 +170,7 @@ class LeadLink:
         try:
             while len(found) < limit:
                 left = deadline - time.monotonic()
-                wait = 0.05 if found else min(left, _PROGRESS_EVERY)
+                wait = _NEXT_EVENT_WAIT if found else min(left, _PROGRESS_EVERY)
                 if wait <= 0:
                     break
                 try:
