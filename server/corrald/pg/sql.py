@@ -125,9 +125,19 @@ _PLAIN_INSERT = re.compile(r"INSERT INTO (\w+) \(([\w\s,]+)\) VALUES \(\s*\?(?:\
 COPY_FROM_ROWS = 64
 
 
+@functools.lru_cache(maxsize=256)
+def _writes_within(text: str) -> bool:
+    """Whether a statement of WITH clauses writes in one of them."""
+    return text.startswith("WITH") and re.search(r"\b(INSERT|UPDATE|DELETE)\b", text) is not None
+
+
 class PgConnection:
     """A psycopg connection (autocommit: the writer and the readers say BEGIN themselves)
     with the part of `sqlite3.Connection`'s interface the store uses."""
+
+    # The store sends a claim or a completion as one statement of data-modifying
+    # WITH clauses (store/tasks.py, `fuses_statements`).
+    fuses_statements = True
 
     def __init__(self, raw: psycopg.Connection) -> None:
         self.raw = raw
@@ -140,6 +150,10 @@ class PgConnection:
         cursor = self.raw.execute(text, _parameters(params, order), binary=True)
         status = cursor.statusmessage or ""
         if status.startswith(_CHANGES) and cursor.rowcount > 0:
+            self.total_changes += cursor.rowcount
+        elif cursor.rowcount > 0 and _writes_within(text):
+            # Its status says SELECT: a row returned means its writes happened (the
+            # store's fused statements return nothing when they write nothing).
             self.total_changes += cursor.rowcount
         return cursor
 

@@ -55,6 +55,13 @@ PENDING, IN_PROGRESS, COMPLETED = int(TaskState.PENDING), int(TaskState.IN_PROGR
 _STATES = {int(state): state for state in TaskState}  # a dict lookup, where TaskState(n) is a call
 
 
+def fuses_statements(conn: sqlite3.Connection) -> bool:
+    """Whether the connection's database runs writes inside WITH (PostgreSQL: `PgConnection`).
+    A claim and a completion are then one statement each instead of three or four: over a
+    network each statement is a round trip, while SQLite's cost nothing but their own work."""
+    return getattr(conn, "fuses_statements", False)
+
+
 # ---------------------------------------------------------------- reads
 
 
@@ -493,40 +500,21 @@ def claim_next(
     if not reclaimed:
         reclaim_expired(tx)
     open_due_gates(tx)
-    row = _first_ready(tx.conn, roles)
-    if row is None:
+    token = secrets.token_urlsafe(24)  # 192 bits; UNIQUE in claims makes reuse impossible
+    taken = _take_first_ready(tx, teammate, roles, token)
+    if taken is None:
         return None
-    seq, failures, lease_ms, last_attempt, attempt_timeout_ms = row
-    attempt, lease_end = failures + 1, tx.now_ms + lease_ms
-    # The lease never outlives the attempt: its end is where the time limit bites.
-    attempt_deadline = None if attempt_timeout_ms is None else tx.now_ms + attempt_timeout_ms
-    if attempt_deadline is not None:
-        lease_end = min(lease_end, attempt_deadline)
+    task, fence, last_attempt = taken
+    seq, attempt, lease_end = task.seq, task.attempt, task.lease_expire_ms
+    assert lease_end is not None
     # A task claimed before (tasks.attempt is 0 until its first claim) carries
     # its latest ended claim; a first claim asks nothing more.
-    previous = _previous_attempt(tx.conn, seq) if last_attempt else None
-    token = secrets.token_urlsafe(24)  # 192 bits; UNIQUE in claims makes reuse impossible
-    (fence,) = tx.conn.execute(
-        "INSERT INTO claims (token, task_seq, teammate, attempt, claim_ms) VALUES (?, ?, ?, ?, ?) RETURNING fence",
-        (token, seq, teammate, attempt, tx.now_ms),
-    ).fetchone()
-    claimed = tx.conn.execute(
-        # The progress notes belonged to the previous attempt.
-        "UPDATE tasks SET state = 2, owner = ?, attempt = ?, live_fence = ?, lease_expire_ms = ?,"
-        " progress = '', progress_fraction = NULL, progress_ms = NULL, progress_unsent = 0,"
-        " attempt_deadline_ms = ?"
-        f" WHERE seq = ? AND state = 1 AND unmet_deps = 0 RETURNING {_COLUMNS}",
-        (teammate, attempt, fence, lease_end, attempt_deadline, seq),
-    ).fetchall()
-    if len(claimed) != 1:
-        raise RuntimeError(f"claim of task seq {seq} changed {len(claimed)} rows")
+    previous = _previous_attempt(tx.conn, seq, fence) if last_attempt else None
     tx.wakes.deadline(lease_end)
     tx.leases.lowered_to(lease_end)
     tx.wakes.tally["claims"] += 1
-    task = _record(claimed[0])
     if task.concurrency_key:
         keys.taken(tx, task.concurrency_key)
-    task_changed(tx, seq)
     if not busy:
         mark_busy(tx, teammate)
     tx.wakes.note("claimed", task=task.id, teammate=teammate, attempt=attempt, fence=fence)
@@ -543,6 +531,61 @@ class ClaimRef:
     lease_expire_ms: int
     attempt: int
     fence: int
+
+
+# Claiming the first ready task: the task's new state, from the row as it was (the
+# lease never outlives the attempt: its end is where the time limit bites, and
+# the progress notes belonged to the previous attempt).
+_CLAIMED_SET = (
+    "state = 2, owner = ?, attempt = failures + 1, live_fence = ?,"
+    " lease_expire_ms = CASE WHEN attempt_timeout_ms < lease_ms THEN ? + attempt_timeout_ms ELSE ? + lease_ms END,"
+    " progress = '', progress_fraction = NULL, progress_ms = NULL, progress_unsent = 0,"
+    " attempt_deadline_ms = ? + attempt_timeout_ms"
+)
+
+
+def _take_first_ready(tx: Txn, teammate: str, roles: Iterable[str], token: str) -> tuple[TaskRecord, int, int] | None:
+    """Claims the first ready task for `teammate` under `token`: (the task as claimed, the
+    claim's fence, the task's attempt before), or None when no task is ready for it. Writes
+    the claim's row, the task's and its `task_changed` event."""
+    allowed = ["", *roles]
+    ready = (
+        "SELECT seq, failures, attempt FROM tasks WHERE state = 1 AND unmet_deps = 0"
+        f" AND required_role IN ({','.join('?' * len(allowed))}){keys.FULL_KEYS} ORDER BY priority DESC, seq LIMIT 1"
+    )
+    now = tx.now_ms
+    if fuses_statements(tx.conn):
+        # One round trip: the pick, the claim's row, the task's and its event.
+        row = tx.conn.execute(
+            f"WITH pick AS ({ready}),"
+            " made AS (INSERT INTO claims (token, task_seq, teammate, attempt, claim_ms)"
+            " SELECT ?, seq, ?, failures + 1, ? FROM pick RETURNING fence AS claim_fence, task_seq AS claim_seq),"
+            f" claimed AS (UPDATE tasks SET {_CLAIMED_SET.replace('live_fence = ?', 'live_fence = made.claim_fence')}"
+            f" FROM made WHERE seq = made.claim_seq RETURNING {_COLUMNS}),"
+            f" logged AS ({_TASK_EVENT} claimed AS t)"
+            " SELECT claimed.*, made.claim_fence, pick.attempt FROM claimed, made, pick",
+            (*allowed, token, teammate, now, teammate, now, now, now, now),
+        ).fetchone()
+        if row is None:
+            return None
+        tx.wakes.events = True
+        return _record(row[:-2]), row[-2], row[-1]
+    picked = tx.conn.execute(ready, allowed).fetchone()
+    if picked is None:
+        return None
+    seq, failures, last_attempt = picked
+    (fence,) = tx.conn.execute(
+        "INSERT INTO claims (token, task_seq, teammate, attempt, claim_ms) VALUES (?, ?, ?, ?, ?) RETURNING fence",
+        (token, seq, teammate, failures + 1, tx.now_ms),
+    ).fetchone()
+    claimed = tx.conn.execute(
+        f"UPDATE tasks SET {_CLAIMED_SET} WHERE seq = ? AND state = 1 AND unmet_deps = 0 RETURNING {_COLUMNS}",
+        (teammate, fence, now, now, now, seq),
+    ).fetchall()
+    if len(claimed) != 1:
+        raise RuntimeError(f"claim of task seq {seq} changed {len(claimed)} rows")
+    task_changed(tx, seq)
+    return _record(claimed[0]), fence, last_attempt
 
 
 def _first_ready(conn: sqlite3.Connection, roles: Iterable[str]) -> tuple[int, int, int, int, int | None] | None:
@@ -669,11 +712,12 @@ def _live_claim(
     raise errors.ClaimTokenMismatch(f"claim on task {task_id!r} already ended ({outcome})", id=task_id)
 
 
+_END_CLAIM = "UPDATE claims SET outcome = ?, end_ms = ?, error = ? WHERE fence = ?"
+
+
 def _end_claim(tx: Txn, fence: int, outcome: ClaimOutcome, error: str = "", *, key: str) -> None:
     """Ends the live claim `fence` of a task whose concurrency key is `key` ('' for none)."""
-    tx.conn.execute(
-        "UPDATE claims SET outcome = ?, end_ms = ?, error = ? WHERE fence = ?", (outcome.value, tx.now_ms, error, fence)
-    )
+    tx.conn.execute(_END_CLAIM, (outcome.value, tx.now_ms, error, fence))
     if key:
         keys.freed(tx, key)
 
@@ -765,23 +809,35 @@ def complete_claim(
     if usage is not None:
         spending.charge_teammate(tx, teammate, usage)
     sums, sum_params = spending.task_sums(usage)
-    _end_claim(tx, fence, ClaimOutcome.COMPLETED, key=key)
-    (row,) = tx.conn.execute(
-        f"UPDATE tasks SET state = 3, result = ?, finish_ms = ?, live_fence = NULL, lease_expire_ms = NULL{sums}"
-        f" WHERE seq = ? RETURNING {_COLUMNS}",
-        (result, tx.now_ms, *sum_params, seq),
-    ).fetchall()
-    task = _record(row)
-    dependents = tx.conn.execute(
+    done = f"UPDATE tasks SET state = 3, result = ?, finish_ms = ?, live_fence = NULL, lease_expire_ms = NULL{sums}"
+    done_params = (result, tx.now_ms, *sum_params, seq)
+    decrement = (
         "UPDATE tasks SET unmet_deps = unmet_deps - 1 WHERE seq IN (SELECT task_seq FROM deps WHERE dep_seq = ?)"
-        " RETURNING seq, required_role, unmet_deps, state",
-        (seq,),
-    ).fetchall()
+        " RETURNING seq, required_role, unmet_deps, state"
+    )
+    if fuses_statements(tx.conn):
+        # One round trip: the claim's end, the task's row, its dependents' counts and its event.
+        row = tx.conn.execute(
+            f"WITH ended AS ({_END_CLAIM}), done AS ({done} WHERE seq = ? RETURNING {_COLUMNS}),"
+            f" freed AS ({decrement}), logged AS ({_TASK_EVENT} done AS t)"
+            " SELECT done.*, (SELECT json_agg(json_build_array(seq, required_role, unmet_deps, state)) FROM freed)"
+            " FROM done",
+            (ClaimOutcome.COMPLETED.value, tx.now_ms, "", fence, *done_params, seq, tx.now_ms),
+        ).fetchone()
+        tx.wakes.events = True
+        if key:
+            keys.freed(tx, key)
+        task, dependents = _record(row[:-1]), [tuple(freed) for freed in row[-1] or ()]
+    else:
+        _end_claim(tx, fence, ClaimOutcome.COMPLETED, key=key)
+        (row,) = tx.conn.execute(f"{done} WHERE seq = ? RETURNING {_COLUMNS}", done_params).fetchall()
+        task = _record(row)
+        dependents = tx.conn.execute(decrement, (seq,)).fetchall()
+        task_changed(tx, seq)
     ready = [(dependent, role) for dependent, role, unmet, state in dependents if unmet == 0 and state == PENDING]
     tx.wakes.ready_roles.update(role for _, role in ready)
     tx.made_ready.update(dependent for dependent, _ in ready)
     tx.wakes.tally["completions"] += 1
-    task_changed(tx, seq)
     _slot_freed(tx, teammate, status_after=status_after)
     tx.wakes.note("completed", task=task_id, teammate=teammate)
     return task, True
