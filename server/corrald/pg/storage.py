@@ -32,6 +32,7 @@ from typing import Any
 import psycopg
 import tenacity
 from psycopg import errors as pg_errors
+from psycopg import sql
 
 from ..clock import SystemClock
 from ..config import ConfigError
@@ -128,6 +129,7 @@ class PgStorage:
         self.channel = notify_channel(target.schema)
         self.notifies = 0
         self._conn: PgConnection | None = None  # the writer's, as of its last BEGIN
+        self._notify_payload: str | None = None  # what `announce` left for `commit` to send
 
     def open(self) -> PgConnection:
         return reach(self._target)
@@ -137,6 +139,7 @@ class PgStorage:
             self._conn = None
             conn = self.open()  # while the server is away: UNAVAILABLE, and the batch is not retried
         self._conn = conn
+        self._notify_payload = None  # a batch rolled back before its COMMIT told nobody
         cursor = conn.raw.execute(self._begin)
         cursor.nextset()
         row = cursor.fetchone()
@@ -145,12 +148,19 @@ class PgStorage:
         return conn
 
     def commit(self, conn: PgConnection) -> None:
+        # The batch's NOTIFY goes with its COMMIT: one round trip, sent as one simple
+        # query (no parameters), so the payload is quoted here.
+        notify, self._notify_payload = self._notify_payload, None
+        statement = "COMMIT"
+        if notify is not None:
+            statement = sql.SQL("SELECT pg_notify({}, {}); COMMIT").format(self.channel, notify).as_string(conn.raw)
         try:
-            conn.raw.execute("COMMIT")
+            conn.raw.execute(statement)
         except psycopg.OperationalError as error:
             if conn.broken:
                 raise CommitInDoubt(f"the connection was lost during COMMIT: {describe(error)}") from None
             raise
+        self.notifies += notify is not None
 
     def is_busy(self, error: BaseException) -> bool:
         if isinstance(error, _RETRYABLE):
@@ -167,10 +177,8 @@ class PgStorage:
         return isinstance(error, psycopg.OperationalError)
 
     def announce(self, conn: PgConnection, wakes: Wakes) -> None:
-        payload = wake_payload(self._daemon_id, wakes) if self._notify else None
-        if payload is not None:
-            conn.raw.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
-            self.notifies += 1
+        """Keeps the batch's notification for `commit`, which sends it with the COMMIT."""
+        self._notify_payload = wake_payload(self._daemon_id, wakes) if self._notify else None
 
     # Two round trips per job; a job that fails after writing is rare (writer.py's docstring).
     savepoint_each_job = False
