@@ -64,6 +64,19 @@ class Jobs:
 
         return job
 
+    def insert_within(self, key: str, *, then_raise: bool = False) -> Callable:
+        """As `insert`, by a statement of WITH clauses (as the store's fused claim and
+        completion): its status says SELECT, not INSERT."""
+
+        def job(tx):
+            self.runs[key] += 1
+            tx.conn.execute("WITH w AS (INSERT INTO t (k) VALUES (?) RETURNING k) SELECT k FROM w", (key,)).fetchall()
+            if then_raise:
+                raise ValueError(f"{key} fails after writing")
+            return key
+
+        return job
+
     def refuse(self, key: str) -> Callable:
         def job(tx):
             self.runs[key] += 1
@@ -131,3 +144,11 @@ def test_a_job_failing_after_it_wrote_rolls_back_alone_when_its_batch_runs_again
     assert committed(schema) == {"a", "c", "d"}
     # The first run stopped at b; the second ran every job once, each in its savepoint.
     assert jobs.runs == {"a": 3, "b": 2, "c": 1, "e": 1, "d": 1}
+
+
+def test_a_job_failing_after_a_write_within_a_with_statement_rolls_back_alone(writer, schema):
+    jobs = Jobs()
+    outcomes = one_batch(writer, [jobs.insert_within("a"), jobs.insert_within("b", then_raise=True), jobs.insert("c")])
+    assert [kind for kind, _ in outcomes] == ["ok", "error", "ok"]
+    assert committed(schema) == {"a", "c"}, "the failed job's write was committed"
+    assert jobs.runs == {"a": 2, "b": 2, "c": 1}
