@@ -142,8 +142,7 @@ class _Checked:
 
 def _before_claim(conn: sqlite3.Connection, name: str, stream: StreamState, now_ms: int) -> _Checked:
     """Steps 1–3."""
-    teammate = team.view_for_delivery(conn, name)
-    held = tasks.held_claim_refs(conn, name, now_ms)
+    teammate, held = team.view_for_delivery(conn, name, now_ms)
     live = frozenset(ref.token for ref in held)
     sent = stream.sent_tokens & live  # a claim that ended is forgotten (see StreamState.learned)
     # 1. Claims this teammate holds but this stream has not sent (a new stream re-sends all).

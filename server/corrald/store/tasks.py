@@ -633,14 +633,20 @@ def _any(conn: sqlite3.Connection, index_and_condition: str, now_ms: int) -> boo
     return row is not None
 
 
+_HELD_CLAIMS = (
+    "SELECT t.seq, c.token, t.lease_expire_ms, c.attempt, c.fence FROM tasks t"
+    " JOIN claims c ON c.fence = t.live_fence WHERE t.owner = ? AND t.state = 2 AND t.lease_expire_ms > ?"
+)
+# The same as a column of another query (PostgreSQL): a JSON list of ClaimRef fields, or NULL for none.
+HELD_CLAIMS_JSON = (
+    "(SELECT json_agg(json_build_array(h.seq, h.token, h.lease_expire_ms, h.attempt, h.fence) ORDER BY h.fence)"
+    f" FROM ({_HELD_CLAIMS}) AS h)"
+)
+
+
 def held_claim_refs(conn: sqlite3.Connection, teammate: str, now_ms: int) -> list[ClaimRef]:
     """The teammate's claims whose lease has not ended (a dead one awaits the reaper)."""
-    rows = conn.execute(
-        "SELECT t.seq, c.token, t.lease_expire_ms, c.attempt, c.fence FROM tasks t"
-        " JOIN claims c ON c.fence = t.live_fence WHERE t.owner = ? AND t.state = 2 AND t.lease_expire_ms > ?"
-        " ORDER BY c.fence",
-        (teammate, now_ms),
-    ).fetchall()
+    rows = conn.execute(f"{_HELD_CLAIMS} ORDER BY c.fence", (teammate, now_ms)).fetchall()
     return [ClaimRef(*row) for row in rows]
 
 

@@ -11,7 +11,7 @@ from ..model import ClaimEndReason, ClaimOutcome, TeammateRecord, TeammateStatus
 from . import usage
 from .events import emit
 from .status import refresh_status
-from .tasks import release_all, work_waited_for
+from .tasks import HELD_CLAIMS_JSON, ClaimRef, fuses_statements, held_claim_refs, release_all, work_waited_for
 
 
 def add_teammate(tx: Txn, name: str, roles: tuple[str, ...], require_plan: bool, token_hash: bytes) -> TeammateRecord:
@@ -77,17 +77,31 @@ def roles_of(conn: sqlite3.Connection, name: str) -> tuple[str, ...]:
     return _roles(teammate_row(conn, name)[0])
 
 
-def view_for_delivery(conn: sqlite3.Connection, name: str) -> TeammateView:
-    """What the delivery decision needs of a teammate; Unauthenticated once it is removed."""
+_VIEW_FOR_DELIVERY = (
+    "SELECT roles, require_plan, removed, acked_seq, last_seq, last_expiry_ms,"
+    " EXISTS (SELECT 1 FROM shutdowns WHERE teammate = t.name AND answered = 0),"
+    f" {usage.GATE_CLOSED_SQL}"
+)
+
+
+def view_for_delivery(conn: sqlite3.Connection, name: str, now_ms: int) -> tuple[TeammateView, list[ClaimRef]]:
+    """What the delivery decision needs of a teammate, and its live claims (`held_claim_refs`);
+    Unauthenticated once it is removed. One statement where each is a round trip."""
+    if not fuses_statements(conn):
+        row = conn.execute(f"{_VIEW_FOR_DELIVERY} FROM teammates AS t WHERE name = ?", (name,)).fetchone()
+        return _delivery_view(name, row), held_claim_refs(conn, name, now_ms)
     row = conn.execute(
-        "SELECT roles, require_plan, removed, acked_seq, last_seq, last_expiry_ms,"
-        " EXISTS (SELECT 1 FROM shutdowns WHERE teammate = t.name AND answered = 0),"
-        f" {usage.GATE_CLOSED_SQL} FROM teammates AS t WHERE name = ?",
-        (name,),
+        f"{_VIEW_FOR_DELIVERY}, {HELD_CLAIMS_JSON} FROM teammates AS t WHERE name = ?", (name, now_ms, name)
     ).fetchone()
+    view = _delivery_view(name, row)  # raises for a teammate that is not there
+    assert row is not None
+    return view, [ClaimRef(*held) for held in row[-1] or ()]
+
+
+def _delivery_view(name: str, row: tuple | None) -> TeammateView:
     if row is None or row[2]:
         raise errors.Unauthenticated(f"teammate {name!r} was removed")
-    roles, require_plan, _, acked, last, last_expiry, shutdown_pending, budget_spent = row
+    roles, require_plan, _, acked, last, last_expiry, shutdown_pending, budget_spent = row[:8]
     return TeammateView(
         _roles(roles),
         bool(require_plan),
