@@ -68,19 +68,22 @@ lint: $(STAMP)
 
 # pytest exits 5 when it collected no test: that fails here like any other failure.
 # Tests that time nothing run three at a time (pytest-xdist, one module per worker:
-# most of a test's time is spent waiting on daemons, not on the two cores); those
-# that measure latency, fairness, memory, load, real lease time or what a page's
-# frames showed (TIMED_TESTS) run alone afterwards, as does every directory not
-# named here (several daemons on PostgreSQL). The slowest tests are listed, to keep
-# the suite within its time budget.
+# most of a test's time is spent waiting on daemons, not on the two cores). Those
+# that measure latency, fairness, memory, real lease time or what a page's frames
+# showed (TIMED_TESTS), and every directory not named here (several daemons on
+# PostgreSQL), run afterwards two files at a time: alone they kept a third of the
+# two cores busy. The load tests, which flood the daemon from processes of their
+# own, run alone last. The slowest tests are listed, to keep the suite within its
+# time budget.
 PARALLEL_TESTS := tests/server tests/client tests/cli tests/e2e tests/contract tests/mcp tests/polyglot tests/web \
 	tests/bench tests/reliability
 TIMED_CONTRACT := admission big_batches big_cancels call_burst claim_ended idle_timeout leases memory \
 	overload session_races session_waiters sigterm silent_connections
 TIMED_TESTS := tests/e2e/test_sdk_claim_ended.py $(patsubst %,tests/contract/test_%.py,$(TIMED_CONTRACT)) \
 	tests/mcp/test_mcp_teammate.py tests/web/test_web_http.py tests/web/test_web_live.py \
-	$(patsubst %,tests/reliability/test_rel_%.py,chaos crash load)
-ALONE_TESTS := $(filter-out $(addsuffix /,$(PARALLEL_TESTS)) tests/artifacts/,$(sort $(wildcard tests/*/))) $(TIMED_TESTS)
+	$(patsubst %,tests/reliability/test_rel_%.py,chaos crash)
+LOAD_TESTS := tests/reliability/test_rel_load.py
+PAIRED_TESTS := $(filter-out $(addsuffix /,$(PARALLEL_TESTS)) tests/artifacts/,$(sort $(wildcard tests/*/))) $(TIMED_TESTS)
 
 # The board's tests and the gRPC end-to-end suite run again on PostgreSQL (`--store
 # postgres`), with the files of tests/postgres (several daemons, one board) that time
@@ -90,10 +93,12 @@ POSTGRES_TESTS := tests/server tests/e2e $(POSTGRES_UNTIMED)
 
 test: $(STAMP) check-protos check-unasync check-vendor-web lint-proto lint browser postgres
 	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=10 \
-		$(addprefix --ignore=,$(TIMED_TESTS)) $(PARALLEL_TESTS)
+		$(addprefix --ignore=,$(TIMED_TESTS) $(LOAD_TESTS)) $(PARALLEL_TESTS)
 	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=10 --store postgres \
 		$(addprefix --ignore=,$(TIMED_TESTS)) $(POSTGRES_TESTS)
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(addprefix --ignore=,$(POSTGRES_UNTIMED)) $(ALONE_TESTS)
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=25 \
+		$(addprefix --ignore=,$(POSTGRES_UNTIMED)) $(PAIRED_TESTS)
+	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(LOAD_TESTS)
 
 # The PostgreSQL server the tests will use: CORRAL_TEST_PG_DSN, else 127.0.0.1:5432, else
 # a throwaway one from the machine's PostgreSQL binaries; with none of these, say what to install.
