@@ -441,7 +441,7 @@ class Board:
 
             def decide(tx: Txn) -> delivery.Delivery:
                 if joining:  # its opening could not record it online (a full disk): now, with the check
-                    team.set_online(tx, name, True, served_by=self.daemon_id)
+                    stream.epoch = team.set_online(tx, name, True, served_by=self.daemon_id)
                 return delivery.next_for_teammate(tx, name, stream)
 
             try:
@@ -455,8 +455,9 @@ class Board:
         stream.learned(found)
         return found.items
 
-    async def set_online(self, name: str, online: bool, reason: str | None = None) -> None:
-        await self.writer.run(lambda tx: team.set_online(tx, name, online, reason, served_by=self.daemon_id))
+    async def set_online(self, name: str, online: bool, reason: str | None = None) -> int:
+        """Records the teammate online or offline; returns its stream epoch (see team.set_online)."""
+        return await self.writer.run(lambda tx: team.set_online(tx, name, online, reason, served_by=self.daemon_id))
 
     async def ack(self, name: str, through_seq: int) -> int:
         return await self.writer.run(lambda tx: inbox.ack(tx, name, through_seq))

@@ -144,6 +144,10 @@ def _before_claim(conn: sqlite3.Connection, name: str, stream: StreamState, now_
     """Steps 1–3."""
     teammate, held = team.view_for_delivery(conn, name, now_ms)
     live = frozenset(ref.token for ref in held)
+    if stream.epoch is not None and teammate.stream_epoch != stream.epoch:
+        # A newer stream opened, perhaps on another daemon that has not told this one
+        # yet: everything goes to that stream, so none of it can reach the old one.
+        return _Checked(Delivery([], live, can_claim=False, superseded=True), teammate, held, live)
     sent = stream.sent_tokens & live  # a claim that ended is forgotten (see StreamState.learned)
     # 1. Claims this teammate holds but this stream has not sent (a new stream re-sends all).
     resend = [ref for ref in held if ref.token not in sent]

@@ -300,6 +300,7 @@ class TeammateView:
     last_expiry_ms: int  # the latest lease end reclaimed from it
     shutdown_pending: bool  # a shutdown request it has not answered
     budget_spent: bool = False  # its spending reached its budget: the budget gate is closed
+    stream_epoch: int = 0  # its newest stream's (team.set_online)
 
 
 # The event kinds about one task, whose data is the task's mutable part (the

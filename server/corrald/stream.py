@@ -46,6 +46,8 @@ class Delivery:
     # The stream's `last_alive_ms` as the check read it: a call of the teammate's own
     # that arrived after that read was not seen by the check.
     alive_ms: int | None = None
+    # A newer stream of the teammate opened (on any daemon): this one gets nothing more and ends.
+    superseded: bool = False
 
 
 class StreamState:
@@ -75,6 +77,9 @@ class StreamState:
         # Opening could not record the teammate online (the commit failed, e.g. a
         # full disk): the stream serves anyway, and the next check that commits records it.
         self.online_pending = False
+        # The teammate's stream epoch its opening recorded (None until recorded): a check
+        # that reads a later one delivers nothing, and the stream ends superseded.
+        self.epoch: int | None = None
         # Wake-ups (event loop only).
         self.event = asyncio.Event()
         self.waiting = False  # between checks, waiting for `event` or the poll interval
@@ -129,6 +134,9 @@ class StreamState:
         """What another job decided for this stream (a completion's handoff): sent at its
         next turn, before anything is checked. Unlike a check's answer it says nothing
         of which claims are live: this stream may have sent newer ones since."""
+        if delivery.superseded:
+            self.end("superseded by a newer stream", superseded=True)
+            return
         items = [item for item in delivery.items if not _ended(item, self._ended_tokens)]
         if len(items) < len(delivery.items):
             # Its claim is dead already: what it said of the slots is stale; look again.
@@ -174,6 +182,9 @@ class StreamState:
 
     def learned(self, delivery: Delivery) -> None:
         """Takes in what a check found (before its items are sent)."""
+        if delivery.superseded:
+            self.end("superseded by a newer stream", superseded=True)
+            return
         self.missed_ready = False
         self.sent_tokens &= delivery.live_tokens
         if delivery.can_claim is not None:

@@ -354,3 +354,48 @@ def test_looking_first_with_nothing_ready_leaves_the_stream_wakeable(board):
     assert board.next_for("w1", cursor, look_first=True) == []
     assert writer_jobs(board) == jobs
     assert cursor.can_claim  # a task becoming ready must wake this stream
+
+
+# ---------------------------------------------------------------- a superseded stream
+
+
+def open_stream(board, name: str, slots: int = 1) -> StreamState:
+    """A stream as an opening records it: online, with the stream epoch that opening advanced to."""
+    stream = StreamState(slots=slots)
+    stream.epoch = board.run(board.board.set_online(name, True))
+    return stream
+
+
+@pytest.mark.parametrize("look_first", [False, True])
+def test_a_stream_superseded_by_a_newer_opening_gets_nothing_and_ends(board, look_first):
+    """Another daemon may open the newer stream and not have told this one yet: the older
+    stream's check (a write's or a read's) must deliver nothing, however much waits for it."""
+    board.add("w1")
+    board.create(spec("a"), spec("b"))
+    older = open_stream(board, "w1", slots=2)
+    (held,) = board.next_for("w1", older)
+    newer = open_stream(board, "w1", slots=2)
+    assert newer.epoch == older.epoch + 1
+    board.send("lead", "w1", "hello")
+    claims = board.scalar("SELECT count(*) FROM claims")
+
+    assert board.next_for("w1", older, look_first=look_first) == []  # no re-send, no message, no claim
+    assert older.ended is not None and older.superseded
+    assert board.scalar("SELECT count(*) FROM claims") == claims
+
+    sent = board.next_for("w1", newer)
+    assert [getattr(item, "token", None) for item in sent] == [held.token]  # the held claim goes to the newer
+    assert kinds(board.next_for("w1", newer)) == ["message"]
+    assert kinds(board.next_for("w1", newer)) == ["claim"]
+
+
+def test_a_completion_handing_off_to_a_superseded_stream_completes_and_hands_nothing(board):
+    board.add("w1")
+    board.create(spec("a"), spec("b"))
+    older = open_stream(board, "w1")
+    (grant,) = board.next_for("w1", older)
+    open_stream(board, "w1")
+    task = board.run(board.board.complete("w1", grant.task.id, grant.token, b"ok", stream=older))
+    assert task.state.name == "COMPLETED"
+    assert older.handed == [] and older.ended is not None and older.superseded
+    assert board.scalar("SELECT count(*) FROM claims") == 1  # b was not claimed for the old stream

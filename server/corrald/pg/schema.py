@@ -224,6 +224,10 @@ MIGRATIONS: tuple[str, ...] = (
         seen_ms    BIGINT NOT NULL
     );
     """,
+    # 2: each opening of a teammate's stream, counted (store/schema.py's migration 14).
+    """
+    ALTER TABLE teammates ADD COLUMN stream_epoch BIGINT NOT NULL DEFAULT 0;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

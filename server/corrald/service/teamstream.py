@@ -115,7 +115,7 @@ class TeammateStream:
         stream = self._hub.register(self.name, roles, self._options.slots)
         self.stream = stream
         try:
-            await self._board.set_online(self.name, True)
+            stream.epoch = await self._board.set_online(self.name, True)
         except CommitFailed:  # logged by the writer; what is stored is still delivered
             stream.online_pending = True
         return stream

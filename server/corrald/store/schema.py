@@ -256,6 +256,11 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE teammates ADD COLUMN served_by TEXT NOT NULL DEFAULT '';
     """,
+    # 14: each opening of a teammate's stream, counted: a check for an older stream
+    # (one superseded on another daemon, which has not heard of it yet) delivers nothing.
+    """
+    ALTER TABLE teammates ADD COLUMN stream_epoch INTEGER NOT NULL DEFAULT 0;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -80,7 +80,7 @@ def roles_of(conn: sqlite3.Connection, name: str) -> tuple[str, ...]:
 _VIEW_FOR_DELIVERY = (
     "SELECT roles, require_plan, removed, acked_seq, last_seq, last_expiry_ms,"
     " EXISTS (SELECT 1 FROM shutdowns WHERE teammate = t.name AND answered = 0),"
-    f" {usage.GATE_CLOSED_SQL}"
+    f" {usage.GATE_CLOSED_SQL}, stream_epoch"
 )
 
 
@@ -101,7 +101,7 @@ def view_for_delivery(conn: sqlite3.Connection, name: str, now_ms: int) -> tuple
 def _delivery_view(name: str, row: tuple | None) -> TeammateView:
     if row is None or row[2]:
         raise errors.Unauthenticated(f"teammate {name!r} was removed")
-    roles, require_plan, _, acked, last, last_expiry, shutdown_pending, budget_spent = row[:8]
+    roles, require_plan, _, acked, last, last_expiry, shutdown_pending, budget_spent, epoch = row[:9]
     return TeammateView(
         _roles(roles),
         bool(require_plan),
@@ -110,6 +110,7 @@ def _delivery_view(name: str, row: tuple | None) -> TeammateView:
         last_expiry,
         bool(shutdown_pending),
         bool(budget_spent),
+        epoch,
     )
 
 
@@ -138,18 +139,21 @@ def remove_teammate(tx: Txn, name: str, why: str = "removed") -> TeammateRecord:
     return get_teammate(tx.conn, name)
 
 
-def set_online(tx: Txn, name: str, online: bool, reason: str | None = None, *, served_by: str = "") -> None:
+def set_online(tx: Txn, name: str, online: bool, reason: str | None = None, *, served_by: str = "") -> int:
     """Records the teammate's stream opened (`served_by`: the daemon serving it, on a board
-    several daemons serve) or gone."""
-    tx.conn.execute(
-        "UPDATE teammates SET online = ?, served_by = ? WHERE name = ?",
-        (int(online), served_by if online else "", name),
-    )
+    several daemons serve) or gone. Returns the teammate's stream epoch, which an opening
+    advances: the new stream's, against which every check of a stream is made."""
+    (epoch,) = tx.conn.execute(
+        "UPDATE teammates SET online = ?, served_by = ?, stream_epoch = stream_epoch + ? WHERE name = ?"
+        " RETURNING stream_epoch",
+        (int(online), served_by if online else "", int(online), name),
+    ).fetchone()
     why = reason or ("joined" if online else "left")
     if online:
         tx.wakes.streams_opened.add(name)
     refresh_status(tx, name, reason=why, force=reason is not None)
     tx.wakes.note("joined" if online else "left", teammate=name, why=why)
+    return epoch
 
 
 def mark_all_offline(tx: Txn) -> None:
