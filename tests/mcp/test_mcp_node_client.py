@@ -27,13 +27,24 @@ def test_the_typescript_sdk_lists_waits_with_progress_and_completes(board, secre
         pytest.fail("the Node test dependencies are missing: run `make node-deps`")
     name, token = mint(roles=["node"])
     task_id = f"{name}-later"
-    # Ready only in 5 s: the client is by then waiting in next_item, receiving progress.
-    later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=5)
-    board.create_tasks([corral.TaskSpec(task_id, required_role="node", not_before=later)])
     env = {**bridge_env(board.address, token), "CORRAL_PYTHON": sys.executable, "CORRAL_REPO": str(REPO_ROOT)}
-    run = subprocess.run(
-        [node, str(NODE_DIR / "mcp_client.js")], cwd=NODE_DIR, env=env, capture_output=True, timeout=50
+    client = subprocess.Popen(
+        [node, str(NODE_DIR / "mcp_client.js")], cwd=NODE_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
+    try:
+        # The task is created once the client has listed the tools (next_item, waiting, comes
+        # next) and is ready 3 s later: however slow the start, the client waits that long,
+        # receiving progress every 500 ms. (The test's timeout bounds the read.)
+        assert client.stdout is not None
+        first_lines = [client.stdout.readline() for _ in range(2)]  # "connected", then "tools"
+        later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=3)
+        board.create_tasks([corral.TaskSpec(task_id, required_role="node", not_before=later)])
+        stdout, stderr = client.communicate(timeout=40)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.communicate()
+    run = subprocess.CompletedProcess(client.args, client.returncode, b"".join(first_lines) + stdout, stderr)
     out, err = run.stdout.decode(), run.stderr.decode()
     secrets.assert_absent(out, "the Node client's output")
     secrets.assert_absent(err, "the bridge's stderr")
