@@ -439,18 +439,21 @@ class Board:
         if found is None:
             joining = stream.online_pending
 
-            def decide(tx: Txn) -> delivery.Delivery:
-                if joining:  # its opening could not record it online (a full disk): now, with the check
-                    stream.epoch = team.set_online(tx, name, True, served_by=self.daemon_id)
-                return delivery.next_for_teammate(tx, name, stream)
+            def decide(tx: Txn) -> tuple[int | None, delivery.Delivery]:
+                # Its opening could not record it online (a full disk): now, with the check.
+                epoch = team.set_online(tx, name, True, served_by=self.daemon_id) if joining else None
+                return epoch, delivery.next_for_teammate(tx, name, stream)
 
             try:
-                found = await self.writer.run(decide)
+                epoch, decided = await self.writer.run(decide)
             except CommitFailed:
                 # What is stored still reaches the teammate; a new claim waits for a commit.
                 now_ms = self.clock.now_ms()
                 found = await self.read(lambda conn: delivery.readable(conn, name, stream, now_ms))
             else:
+                found = decided
+                if joining:  # the epoch it recorded is the stream's once committed, not before
+                    stream.epoch = epoch
                 stream.online_pending = False
         stream.learned(found)
         return found.items
