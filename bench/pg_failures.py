@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any, cast
 
 import grpc.aio
 
@@ -138,19 +137,8 @@ def _snapshot_held(store: Store, schema: str):
             conn.execute("ROLLBACK")
 
 
-class _Recorder:
-    """Stands in for the store's connection to catch the statement a store function sends."""
-
-    def execute(self, statement: str, params=()) -> _Recorder:
-        self.statement, self.params = statement, list(params)
-        return self
-
-    def fetchone(self) -> None:
-        return None
-
-
 def _claim_query(store: Store, schema: str) -> dict:
-    """The daemon's own query for the next claim (the store's `_first_ready`, no roles) under EXPLAIN
+    """The daemon's own query for the next claim (the store's `_ready_query`, no roles) under EXPLAIN
     ANALYZE on a connection of the bench's: its time and the buffers it touched, apart from the rest of
     a claim's path."""
     import psycopg  # noqa: PLC0415
@@ -158,12 +146,11 @@ def _claim_query(store: Store, schema: str) -> dict:
     from corrald.pg.sql import translate  # noqa: PLC0415 (the store's SQL, as the daemon sends it)
     from corrald.store import tasks  # noqa: PLC0415
 
-    caught = _Recorder()
-    tasks._first_ready(cast(Any, caught), ())  # a stand-in for the connection: only the statement is wanted
-    statement, _ = translate(caught.statement)
+    query, params = tasks._ready_query(())
+    statement, _ = translate(query)
     explain = f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {statement}"
     with psycopg.connect(store.dsn, autocommit=True, options=f"-c search_path={schema}") as conn:
-        ((plans,),) = psycopg.ClientCursor(conn).execute(explain, caught.params).fetchall()
+        ((plans,),) = psycopg.ClientCursor(conn).execute(explain, params).fetchall()
     top = plans[0]
     blocks = top["Plan"].get("Shared Hit Blocks", 0) + top["Plan"].get("Shared Read Blocks", 0)
     return {"query_ms": top["Execution Time"], "query_buffers": blocks}

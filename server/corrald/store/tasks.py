@@ -548,11 +548,7 @@ def _take_first_ready(tx: Txn, teammate: str, roles: Iterable[str], token: str) 
     """Claims the first ready task for `teammate` under `token`: (the task as claimed, the
     claim's fence, the task's attempt before), or None when no task is ready for it. Writes
     the claim's row, the task's and its `task_changed` event."""
-    allowed = ["", *roles]
-    ready = (
-        "SELECT seq, failures, attempt FROM tasks WHERE state = 1 AND unmet_deps = 0"
-        f" AND required_role IN ({','.join('?' * len(allowed))}){keys.FULL_KEYS} ORDER BY priority DESC, seq LIMIT 1"
-    )
+    ready, allowed = _ready_query(roles)
     now = tx.now_ms
     if fuses_statements(tx.conn):
         # One round trip: the pick, the claim's row, the task's and its event.
@@ -588,16 +584,19 @@ def _take_first_ready(tx: Txn, teammate: str, roles: Iterable[str], token: str) 
     return _record(claimed[0]), fence, last_attempt
 
 
-def _first_ready(conn: sqlite3.Connection, roles: Iterable[str]) -> tuple[int, int, int, int, int | None] | None:
-    """(seq, failures, lease ms, last claim's attempt, attempt timeout ms) of the first ready
-    task a teammate with `roles` may take: in board order, passing over the tasks whose
-    concurrency key is at its limit."""
+def _ready_query(roles: Iterable[str]) -> tuple[str, list[str]]:
+    """The query, and its parameters, for (seq, failures, last claim's attempt) of the first
+    ready task a teammate with `roles` may take: in board order, passing over the tasks
+    whose concurrency key is at its limit."""
     allowed = ["", *roles]
-    return conn.execute(
-        "SELECT seq, failures, lease_ms, attempt, attempt_timeout_ms FROM tasks WHERE state = 1 AND unmet_deps = 0"
-        f" AND required_role IN ({','.join('?' * len(allowed))}){keys.FULL_KEYS} ORDER BY priority DESC, seq LIMIT 1",
-        allowed,
-    ).fetchone()
+    return (
+        "SELECT seq, failures, attempt FROM tasks WHERE state = 1 AND unmet_deps = 0"
+        f" AND required_role IN ({','.join('?' * len(allowed))}){keys.FULL_KEYS} ORDER BY priority DESC, seq LIMIT 1"
+    ), allowed
+
+
+def _first_ready(conn: sqlite3.Connection, roles: Iterable[str]) -> tuple[int, int, int] | None:
+    return conn.execute(*_ready_query(roles)).fetchone()
 
 
 def any_ready(conn: sqlite3.Connection, roles: Iterable[str]) -> bool:
