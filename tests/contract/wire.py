@@ -371,6 +371,12 @@ class SessionStream(Stream):
 
 # ---------------------------------------------------------------- the daemon process
 
+# A daemon restarted on the same socket gets subchannels of its own: gRPC
+# otherwise shares them process-wide per address, and a channel to the new
+# daemon would inherit the old one's failed connection and its reconnect
+# backoff, and fail its first call with the old "No such file" error.
+_CHANNEL_OPTIONS = (("grpc.use_local_subchannel_pool", 1),)
+
 
 class Daemon(support.Daemon):
     """One `corrald serve` (started by tests.support, through the SDK's launcher) and helpers to talk to it."""
@@ -383,7 +389,7 @@ class Daemon(support.Daemon):
     def start(self, failpoints: str | None = None, timeout: float = support.READY_TIMEOUT_S) -> Daemon:
         super().start(failpoints, timeout)
         self.lead_token = self.read_lead_token()
-        self.channel = grpc.insecure_channel(self.address)
+        self.channel = grpc.insecure_channel(self.address, options=_CHANNEL_OPTIONS)
         self.lead = Client(self.channel, self.lead_token, "lead")
         return self
 
