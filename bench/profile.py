@@ -11,6 +11,7 @@ permission on the server (root, or kernel.yama.ptrace_scope=0).
     python -m bench.profile --tool strace             # system calls per cycle (needs strace)
     python -m bench.profile --server echo --tool strace   # the same for the gRPC echo floor
     python -m bench.profile --transport session       # corrald's Session stream (echo: the bidi floor)
+    python -m bench.profile --transport session --store postgres   # a PostgreSQL board (see bench.pg_server)
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import subprocess
 import sys
 import time
 
-from . import config, dags, e2e, grpc_floor, teamworker
+from . import config, dags, e2e, grpc_floor, pg_server, teamworker
 from .daemon import Daemon
 
 LOADS = {  # (--server, --transport) -> bench.teamworker load
@@ -111,6 +112,13 @@ def main(argv: list[str] | None = None) -> int:
         default="py-spy",
         help="py-spy: hottest functions; strace -c: system calls per cycle",
     )
+    parser.add_argument(
+        "--store",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="corrald's store; postgres: a board in a database of its own on the server section 8 uses"
+        f" ({pg_server.SERVER_ENV}, else {pg_server.LOCAL_SERVER}), dropped afterwards",
+    )
     parser.add_argument("--teammates", type=int, default=32)
     parser.add_argument("--tasks", type=int, default=4096)
     parser.add_argument("--dag", choices=dags.DAGS, default="independent")
@@ -122,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     raw = args.out.with_suffix(".raw")
     with contextlib.ExitStack() as stack:
         if args.server == "corral":
-            server = stack.enter_context(Daemon())
+            server = stack.enter_context(_corrald(stack, args.store))
             members, _ = e2e._setup(server, args.teammates, session=False)  # noqa: SLF001 (same package)
             e2e._create(server, args.dag, args.tasks, prefix="p-")  # noqa: SLF001
         else:
@@ -139,14 +147,25 @@ def main(argv: list[str] | None = None) -> int:
     if not raw.exists():
         print(f"{args.tool} wrote nothing: {err.decode(errors='replace')[-2000:]}", file=sys.stderr)
         return 1
+    store = f", {args.store}" if args.server == "corral" else ""
     body = top(raw) if args.tool == "py-spy" else syscalls(raw, tally["completed"])
     summary = (
-        f"{args.server} ({load}): {args.teammates} teammates, {tally['completed']} cycles ({args.dag}),"
+        f"{args.server} ({load}{store}): {args.teammates} teammates, {tally['completed']} cycles ({args.dag}),"
         f" {tally['throughput']:.0f} cycles/s under the profiler\n" + body
     )
     args.out.write_text(summary + "\n")
     print(summary)
     return 0
+
+
+def _corrald(stack: contextlib.ExitStack, store: str) -> Daemon:
+    """The daemon to profile, not started; a PostgreSQL board gets a database of its own."""
+    if store == "sqlite":
+        return Daemon()
+    dsn, why_not = pg_server.find_server()
+    if dsn is None:
+        raise SystemExit(f"--store postgres: {why_not}")
+    return pg_server.pg_daemon(stack.enter_context(pg_server.Store(dsn)), "corral")
 
 
 def _recorder(args, pid: int, raw: pathlib.Path) -> list[str]:

@@ -55,6 +55,23 @@ PENDING, IN_PROGRESS, COMPLETED = int(TaskState.PENDING), int(TaskState.IN_PROGR
 _STATES = {int(state): state for state in TaskState}  # a dict lookup, where TaskState(n) is a call
 
 
+def _event_sql(kind: str) -> str:
+    """The start of an INSERT of task events of `kind` (the mutable part of each
+    task), built by SQL from the task's row: no Python round trip (a record, a
+    dict, json.dumps) per event. A `task_progress` event has the same data."""
+    return (
+        f"INSERT INTO events (time_ms, kind, data) SELECT ?, '{kind}', json_object('id', t.id, 'state', t.state,"
+        " 'owner', t.owner, 'attempt', t.attempt, 'error', t.error, 'lease_expire_ms', t.lease_expire_ms,"
+        " 'finish_ms', t.finish_ms, 'progress', t.progress, 'progress_fraction', t.progress_fraction,"
+        " 'progress_ms', t.progress_ms, 'ready_ms', t.ready_ms, 'input_tokens', t.input_tokens,"
+        " 'output_tokens', t.output_tokens, 'cost_micros', t.cost_micros, 'model', t.model) FROM "
+    )
+
+
+_TASK_EVENT = _event_sql("task_changed")
+_PROGRESS_EVENT = _event_sql("task_progress")
+
+
 def fuses_statements(conn: sqlite3.Connection) -> bool:
     """Whether the connection's database runs writes inside WITH (PostgreSQL: `PgConnection`).
     A claim and a completion are then one statement each instead of three or four: over a
@@ -808,44 +825,84 @@ def complete_claim(
     returned, its usage already counted). Without `status_after` the teammate's
     status is left to the caller, which decides its next claim in the same job (a
     handoff keeps it busy, unless the usage closed its budget gate)."""
+    if usage is None and fuses_statements(tx.conn):
+        # One round trip in the usual case: the check that the token holds a live
+        # claim is part of the statement that completes the task; when it finds
+        # none, the check below says why (or finds the task completed by this token).
+        row = tx.conn.execute(_COMPLETE_IF_LIVE, (task_id, token, teammate, tx.now_ms, *_completion_params(tx, result)))
+        completed = row.fetchone()
+        if completed is not None:
+            task, key, dependents = _record(completed[:-2]), completed[-2], completed[-1]
+            tx.wakes.events = True
+            if key:
+                keys.freed(tx, key)
+            return _completed(tx, teammate, task_id, task, dependents or (), status_after), True
     seq, fence, _, key = _live_claim(tx, teammate, task_id, token, completed_ok=True)
     if not fence:
         return task_by_seq(tx.conn, seq), False  # completed once: the stored result
     if usage is not None:
         spending.charge_teammate(tx, teammate, usage)
     sums, sum_params = spending.task_sums(usage)
-    done = f"UPDATE tasks SET state = 3, result = ?, finish_ms = ?, live_fence = NULL, lease_expire_ms = NULL{sums}"
+    done = f"{_DONE}{sums} WHERE seq = ?"
     done_params = (result, tx.now_ms, *sum_params, seq)
-    decrement = (
-        "UPDATE tasks SET unmet_deps = unmet_deps - 1 WHERE seq IN (SELECT task_seq FROM deps WHERE dep_seq = ?)"
-        " RETURNING seq, required_role, unmet_deps, state"
-    )
     if fuses_statements(tx.conn):
         # One round trip: the claim's end, the task's row, its dependents' counts and its event.
         row = tx.conn.execute(
-            f"WITH ended AS ({_END_CLAIM}), done AS ({done} WHERE seq = ? RETURNING {_COLUMNS}),"
-            f" freed AS ({decrement}), logged AS ({_TASK_EVENT} done AS t)"
-            " SELECT done.*, (SELECT json_agg(json_build_array(seq, required_role, unmet_deps, state)) FROM freed)"
-            " FROM done",
+            f"WITH ended AS ({_END_CLAIM}), done AS ({done} RETURNING {_COLUMNS}),"
+            f" freed AS ({_DECREMENT.format(dep_seq='?')}), logged AS ({_TASK_EVENT} done AS t)"
+            f" SELECT done.*, {_FREED_JSON} FROM done",
             (ClaimOutcome.COMPLETED.value, tx.now_ms, "", fence, *done_params, seq, tx.now_ms),
         ).fetchone()
         tx.wakes.events = True
         if key:
             keys.freed(tx, key)
-        task, dependents = _record(row[:-1]), [tuple(freed) for freed in row[-1] or ()]
+        task, dependents = _record(row[:-1]), row[-1] or ()
     else:
         _end_claim(tx, fence, ClaimOutcome.COMPLETED, key=key)
-        (row,) = tx.conn.execute(f"{done} WHERE seq = ? RETURNING {_COLUMNS}", done_params).fetchall()
+        (row,) = tx.conn.execute(f"{done} RETURNING {_COLUMNS}", done_params).fetchall()
         task = _record(row)
-        dependents = tx.conn.execute(decrement, (seq,)).fetchall()
+        dependents = tx.conn.execute(_DECREMENT.format(dep_seq="?"), (seq,)).fetchall()
         task_changed(tx, seq)
+    return _completed(tx, teammate, task_id, task, dependents, status_after), True
+
+
+_DONE = "UPDATE tasks SET state = 3, result = ?, finish_ms = ?, live_fence = NULL, lease_expire_ms = NULL"
+_DECREMENT = (
+    "UPDATE tasks SET unmet_deps = unmet_deps - 1 WHERE seq IN (SELECT task_seq FROM deps WHERE dep_seq = {dep_seq})"
+    " RETURNING seq, required_role, unmet_deps, state"
+)
+_FREED_JSON = "(SELECT json_agg(json_build_array(seq, required_role, unmet_deps, state)) FROM freed)"
+# A completion without usage, checked and done in one statement of data-modifying
+# WITH clauses (PostgreSQL): `live` is the token's claim if it is the task's live
+# one, held by the caller and within its lease (what `_live_claim` accepts);
+# without it every clause finds nothing and the statement returns no row.
+_COMPLETE_IF_LIVE = (
+    "WITH live AS (SELECT t.seq, t.live_fence AS fence, t.concurrency_key AS key FROM tasks AS t"
+    " JOIN claims AS c ON c.fence = t.live_fence WHERE t.id = ? AND c.token = ? AND c.teammate = ?"
+    " AND c.outcome IS NULL AND t.lease_expire_ms > ?),"
+    f" ended AS ({_END_CLAIM.replace('fence = ?', 'fence = (SELECT fence FROM live)')}),"
+    f" done AS ({_DONE} WHERE seq = (SELECT seq FROM live) RETURNING {_COLUMNS}),"
+    f" freed AS ({_DECREMENT.format(dep_seq='(SELECT seq FROM live)')}), logged AS ({_TASK_EVENT} done AS t)"
+    f" SELECT done.*, (SELECT key FROM live), {_FREED_JSON} FROM done"
+)
+
+
+def _completion_params(tx: Txn, result: bytes) -> tuple:
+    """The parameters of `_COMPLETE_IF_LIVE` after the check's."""
+    return (ClaimOutcome.COMPLETED.value, tx.now_ms, "", result, tx.now_ms, tx.now_ms)
+
+
+def _completed(
+    tx: Txn, teammate: str, task_id: str, task: TaskRecord, dependents: Iterable[Sequence], status_after: bool
+) -> TaskRecord:
+    """What a completion tells: the dependents it made ready, the freed slot, the note."""
     ready = [(dependent, role) for dependent, role, unmet, state in dependents if unmet == 0 and state == PENDING]
     tx.wakes.ready_roles.update(role for _, role in ready)
     tx.made_ready.update(dependent for dependent, _ in ready)
     tx.wakes.tally["completions"] += 1
     _slot_freed(tx, teammate, status_after=status_after)
     tx.wakes.note("completed", task=task_id, teammate=teammate)
-    return task, True
+    return task
 
 
 def fail(
@@ -1269,23 +1326,6 @@ def extend_live_leases(tx: Txn) -> int:
     tx.leases.forget()
     tx.wakes.deadline(tx.now_ms)
     return count
-
-
-def _event_sql(kind: str) -> str:
-    """The start of an INSERT of task events of `kind` (the mutable part of each
-    task), built by SQL from the task's row: no Python round trip (a record, a
-    dict, json.dumps) per event. A `task_progress` event has the same data."""
-    return (
-        f"INSERT INTO events (time_ms, kind, data) SELECT ?, '{kind}', json_object('id', t.id, 'state', t.state,"
-        " 'owner', t.owner, 'attempt', t.attempt, 'error', t.error, 'lease_expire_ms', t.lease_expire_ms,"
-        " 'finish_ms', t.finish_ms, 'progress', t.progress, 'progress_fraction', t.progress_fraction,"
-        " 'progress_ms', t.progress_ms, 'ready_ms', t.ready_ms, 'input_tokens', t.input_tokens,"
-        " 'output_tokens', t.output_tokens, 'cost_micros', t.cost_micros, 'model', t.model) FROM "
-    )
-
-
-_TASK_EVENT = _event_sql("task_changed")
-_PROGRESS_EVENT = _event_sql("task_progress")
 
 
 def _task_events(tx: Txn, seqs: list[int]) -> None:
