@@ -93,9 +93,14 @@ def _complete_and_next(
     sees them when it runs, on the writer thread) first, then the teammate's next item.
     Its usage is counted first, so a completion that spends the budget hands off nothing."""
     task_id, token, result = request
-    task, ended = tasks.complete_claim(tx, name, task_id, token, result, status_after=False, usage=spent)
+    # Where the completion is one statement, it reads the teammate's delivery view too.
+    beside = team.view_beside_completion(name, tx.now_ms)
+    task, ended, read = tasks.complete_claim(
+        tx, name, task_id, token, result, status_after=False, usage=spent, beside=beside
+    )
     waiting = waiters.snapshot() if waiters is not None else []
-    return task, delivery.after_completion(tx, name, stream, waiting, ended_claim=ended)
+    view = team.view_from_beside(name, read)
+    return task, delivery.after_completion(tx, name, stream, waiting, ended_claim=ended, view=view)
 
 
 def _stamp_clock(conn, now_ms: int, changed: bool, failures: list[BaseException]) -> None:

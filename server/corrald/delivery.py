@@ -29,10 +29,13 @@ from .store import gates, inbox, status, tasks, team, usage
 from .stream import Delivery, StreamItem, StreamState
 
 
-def next_for_teammate(tx: Txn, name: str, stream: StreamState, *, busy: bool = False) -> Delivery:
+def next_for_teammate(
+    tx: Txn, name: str, stream: StreamState, *, busy: bool = False, view: team.DeliveryView | None = None
+) -> Delivery:
     """What to send now, in order; no items means "wait". `busy`: its status is stored
-    busy already (see `tasks.claim_next`)."""
-    checked = _before_claim(tx.conn, name, stream, tx.now_ms)
+    busy already (see `tasks.claim_next`). `view`: the teammate's delivery view as the
+    board holds it now, when the job has read it already."""
+    checked = _before_claim(tx.conn, name, stream, tx.now_ms, view)
     if checked.found is not None:
         return checked.found
     # 4. Claim while this teammate holds fewer claims than its slots.
@@ -45,20 +48,23 @@ def next_for_teammate(tx: Txn, name: str, stream: StreamState, *, busy: bool = F
     return Delivery([grant] if grant else [], checked.live, can_claim=can_claim, claims_paused=False)
 
 
-def serve_waiters(tx: Txn, waiters: Sequence[StreamState], *, besides: str = "") -> None:
+def serve_waiters(tx: Txn, waiters: Sequence[StreamState], *, besides: str = "") -> bool:
     """Claims, for each stream waiting for work (in the order they began to wait), the
     first ready task it may take, inside this job; each claim goes out on its stream
     (`Wakes.handed`). Every claim is decided by `next_for_teammate` from what is
     committed: a waiter whose gates shut, whose slots filled, or that has inbox
     items or held claims still to send since it parked gets nothing here, and its
     own check (it was woken by that change) decides. `besides` is skipped (the
-    completing teammate, served last)."""
+    completing teammate, served last). Says whether it checked any waiter (a check
+    may reclaim expired leases, anyone's)."""
     waiters = [stream for stream in waiters if stream.name != besides and stream.ended is None]
     if not waiters or not tasks.any_ready(tx.conn, {role for stream in waiters for role in stream.roles}):
-        return
+        return False
+    checked = False
     for stream in waiters:
         if not tasks.any_ready(tx.conn, stream.roles):
             continue
+        checked = True
         found = next_for_teammate(tx, stream.name, stream)
         if found.can_claim is None or not found.items:
             continue  # steps 1-2 had something to send first, or the gates or slots said no
@@ -66,19 +72,29 @@ def serve_waiters(tx: Txn, waiters: Sequence[StreamState], *, besides: str = "")
         assert isinstance(grant, ClaimGrant)
         tx.wakes.handed.setdefault(stream.name, []).append(HandedClaim(grant, bool(found.can_claim)))
         _handed_off(tx, grant)
+    return checked
 
 
 def after_completion(
-    tx: Txn, name: str, stream: StreamState, waiters: Sequence[StreamState], *, ended_claim: bool
+    tx: Txn,
+    name: str,
+    stream: StreamState,
+    waiters: Sequence[StreamState],
+    *,
+    ended_claim: bool,
+    view: team.DeliveryView | None = None,
 ) -> Delivery:
     """The completing teammate's next item, decided in its completion's job (which ran
     `tasks.complete_claim` with `status_after=False`; `ended_claim` is what it
     returned: the teammate is stored busy, and a claim that follows keeps it so)
     once the waiters took what they may (waiters first, so a busy teammate never
     starves one that waits). The answer is a whole check: its stream sends it,
-    and needs no wake-up for the slot the completion freed."""
-    serve_waiters(tx, waiters, besides=name)
-    found = next_for_teammate(tx, name, stream, busy=ended_claim)
+    and needs no wake-up for the slot the completion freed. `view`: the teammate's
+    delivery view as the completion left it, read in the completion's statement;
+    it is read again if a waiter's check came between."""
+    if serve_waiters(tx, waiters, besides=name):
+        view = None
+    found = next_for_teammate(tx, name, stream, busy=ended_claim, view=view)
     tx.wakes.may_claim.discard(name)
     tx.wakes.teammates.discard(name)
     grant = found.items[0] if found.can_claim is not None and found.items else None
@@ -140,9 +156,11 @@ class _Checked:
     live: frozenset[str]  # their tokens
 
 
-def _before_claim(conn: sqlite3.Connection, name: str, stream: StreamState, now_ms: int) -> _Checked:
-    """Steps 1–3."""
-    teammate, held = team.view_for_delivery(conn, name, now_ms)
+def _before_claim(
+    conn: sqlite3.Connection, name: str, stream: StreamState, now_ms: int, view: team.DeliveryView | None = None
+) -> _Checked:
+    """Steps 1–3, on `view` if the caller read it already."""
+    teammate, held = view if view is not None else team.view_for_delivery(conn, name, now_ms)
     live = frozenset(ref.token for ref in held)
     if stream.epoch is not None and teammate.stream_epoch != stream.epoch:
         # A newer stream opened, perhaps on another daemon that has not told this one

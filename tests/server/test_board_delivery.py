@@ -294,6 +294,24 @@ def test_slots_are_respected(board, slots):
     assert board.scalar("SELECT count(*) FROM tasks WHERE owner = 'w1' AND state = 2") == slots
 
 
+@pytest.mark.parametrize("slots", [1, 2])
+def test_a_completion_hands_its_stream_the_next_task_from_the_board_as_it_left_it(board, slots):
+    """The completing stream's next item is decided in the completion's own job: the slot it
+    freed is free, a claim it still holds is held (not re-sent, and it fills a slot)."""
+    board.add("w1")
+    board.create(*[spec(f"t{i}") for i in range(4)])
+    stream = open_stream(board, "w1", slots=slots)
+    grants = [board.next_for("w1", stream)[0] for _ in range(slots)]
+    jobs = writer_jobs(board)
+    task = board.run(board.board.complete("w1", grants[0].task.id, grants[0].token, b"ok", stream=stream))
+    assert task.state.name == "COMPLETED"
+    assert writer_jobs(board) == jobs + 1  # completed and claimed in one job
+    (handed,) = stream.handed
+    assert isinstance(handed, ClaimGrant) and handed.task.id not in {grant.task.id for grant in grants}
+    assert stream.can_claim is False  # its slots are full again
+    assert board.scalar("SELECT count(*) FROM tasks WHERE owner = 'w1' AND state = 2") == slots
+
+
 def test_required_role_through_delivery(board):
     board.add("plain")
     board.add("builder", roles=["build"])

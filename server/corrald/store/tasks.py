@@ -658,6 +658,9 @@ HELD_CLAIMS_JSON = (
     "(SELECT json_agg(json_build_array(h.seq, h.token, h.lease_expire_ms, h.attempt, h.fence) ORDER BY h.fence)"
     f" FROM ({_HELD_CLAIMS}) AS h)"
 )
+# The same beside a completion (`complete_claim`'s `beside`), which reads the board before
+# it: the claim the completion ends is left out.
+HELD_CLAIMS_BESIDE_COMPLETION_JSON = HELD_CLAIMS_JSON[:-1] + " WHERE h.fence <> (SELECT fence FROM live))"
 
 
 def held_claim_refs(conn: sqlite3.Connection, teammate: str, now_ms: int) -> list[ClaimRef]:
@@ -819,27 +822,38 @@ def complete_claim(
     *,
     status_after: bool = True,
     usage: Usage | None = None,
-) -> tuple[TaskRecord, bool]:
+    beside: tuple[str, tuple] | None = None,
+) -> tuple[TaskRecord, bool, tuple | None]:
     """Completes the task, adding `usage` to the sums; says whether this call ended
     the claim (False: it was completed before, by this token, and the stored task is
     returned, its usage already counted). Without `status_after` the teammate's
     status is left to the caller, which decides its next claim in the same job (a
-    handoff keeps it busy, unless the usage closed its budget gate)."""
+    handoff keeps it busy, unless the usage closed its budget gate).
+
+    `beside` is a query (SQL, parameters) read in the same statement when the
+    completion is one (PostgreSQL, no usage, a live claim): its row is returned
+    third, else None. It sees the board as it was before the completion, and
+    `live.fence` names the claim the completion ends."""
     if usage is None and fuses_statements(tx.conn):
         # One round trip in the usual case: the check that the token holds a live
         # claim is part of the statement that completes the task; when it finds
         # none, the check below says why (or finds the task completed by this token).
-        row = tx.conn.execute(_COMPLETE_IF_LIVE, (task_id, token, teammate, tx.now_ms, *_completion_params(tx, result)))
-        completed = row.fetchone()
+        sql, params = _COMPLETE_IF_LIVE, (task_id, token, teammate, tx.now_ms, *_completion_params(tx, result))
+        if beside is not None:
+            sql = _COMPLETE_IF_LIVE_AND_READ.format(beside=beside[0])
+            params += beside[1]
+        completed = tx.conn.execute(sql, params).fetchone()
         if completed is not None:
-            task, key, dependents = _record(completed[:-2]), completed[-2], completed[-1]
+            mine, read_beside = completed[:_COMPLETE_IF_LIVE_WIDTH], completed[_COMPLETE_IF_LIVE_WIDTH:]
+            task, key, dependents = _record(mine[:-2]), mine[-2], mine[-1]
             tx.wakes.events = True
             if key:
                 keys.freed(tx, key)
-            return _completed(tx, teammate, task_id, task, dependents or (), status_after), True
+            completion = _completed(tx, teammate, task_id, task, dependents or (), status_after)
+            return completion, True, read_beside if beside is not None else None
     seq, fence, _, key = _live_claim(tx, teammate, task_id, token, completed_ok=True)
     if not fence:
-        return task_by_seq(tx.conn, seq), False  # completed once: the stored result
+        return task_by_seq(tx.conn, seq), False, None  # completed once: the stored result
     if usage is not None:
         spending.charge_teammate(tx, teammate, usage)
     sums, sum_params = spending.task_sums(usage)
@@ -863,7 +877,7 @@ def complete_claim(
         task = _record(row)
         dependents = tx.conn.execute(_DECREMENT.format(dep_seq="?"), (seq,)).fetchall()
         task_changed(tx, seq)
-    return _completed(tx, teammate, task_id, task, dependents, status_after), True
+    return _completed(tx, teammate, task_id, task, dependents, status_after), True, None
 
 
 _DONE = "UPDATE tasks SET state = 3, result = ?, finish_ms = ?, live_fence = NULL, lease_expire_ms = NULL"
@@ -885,6 +899,12 @@ _COMPLETE_IF_LIVE = (
     f" freed AS ({_DECREMENT.format(dep_seq='(SELECT seq FROM live)')}), logged AS ({_TASK_EVENT} done AS t)"
     f" SELECT done.*, (SELECT key FROM live), {_FREED_JSON} FROM done"
 )
+_COMPLETE_IF_LIVE_AND_READ = (
+    _COMPLETE_IF_LIVE.replace("{", "{{").replace("}", "}}").replace(" FROM done", ", beside.* FROM done", 1)
+    + " LEFT JOIN LATERAL ({beside}) AS beside ON true"
+)
+# Its columns: the task's (one of them the dependency list), its key, its freed dependents.
+_COMPLETE_IF_LIVE_WIDTH = len(_COLUMNS.replace(DEPENDENCY_IDS, "dependency_ids").split(",")) + 2
 
 
 def _completion_params(tx: Txn, result: bytes) -> tuple:

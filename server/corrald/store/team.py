@@ -11,7 +11,15 @@ from ..model import ClaimEndReason, ClaimOutcome, TeammateRecord, TeammateStatus
 from . import usage
 from .events import emit
 from .status import refresh_status
-from .tasks import HELD_CLAIMS_JSON, ClaimRef, fuses_statements, held_claim_refs, release_all, work_waited_for
+from .tasks import (
+    HELD_CLAIMS_BESIDE_COMPLETION_JSON,
+    HELD_CLAIMS_JSON,
+    ClaimRef,
+    fuses_statements,
+    held_claim_refs,
+    release_all,
+    work_waited_for,
+)
 
 
 def add_teammate(tx: Txn, name: str, roles: tuple[str, ...], require_plan: bool, token_hash: bytes) -> TeammateRecord:
@@ -84,7 +92,10 @@ _VIEW_FOR_DELIVERY = (
 )
 
 
-def view_for_delivery(conn: sqlite3.Connection, name: str, now_ms: int) -> tuple[TeammateView, list[ClaimRef]]:
+DeliveryView = tuple[TeammateView, list[ClaimRef]]
+
+
+def view_for_delivery(conn: sqlite3.Connection, name: str, now_ms: int) -> DeliveryView:
     """What the delivery decision needs of a teammate, and its live claims (`held_claim_refs`);
     Unauthenticated once it is removed. One statement where each is a round trip."""
     if not fuses_statements(conn):
@@ -93,6 +104,29 @@ def view_for_delivery(conn: sqlite3.Connection, name: str, now_ms: int) -> tuple
     row = conn.execute(
         f"{_VIEW_FOR_DELIVERY}, {HELD_CLAIMS_JSON} FROM teammates AS t WHERE name = ?", (name, now_ms, name)
     ).fetchone()
+    return _delivery_view_with_claims(name, row)
+
+
+def view_beside_completion(name: str, now_ms: int) -> tuple[str, tuple]:
+    """`view_for_delivery` as a query read in the statement that completes one of the
+    teammate's claims (`tasks.complete_claim`'s `beside`): the completion changes
+    nothing of the view but that claim, which it leaves out."""
+    return _VIEW_BESIDE_COMPLETION, (name, now_ms, name)
+
+
+_VIEW_BESIDE_COMPLETION = (
+    f"{_VIEW_FOR_DELIVERY}, {HELD_CLAIMS_BESIDE_COMPLETION_JSON} FROM teammates AS t WHERE name = ?"
+)
+
+
+def view_from_beside(name: str, row: tuple | None) -> DeliveryView | None:
+    """The view `view_beside_completion` read, or None if it was not read (or found no row)."""
+    if row is None or all(value is None for value in row):
+        return None
+    return _delivery_view_with_claims(name, row)
+
+
+def _delivery_view_with_claims(name: str, row: tuple | None) -> DeliveryView:
     view = _delivery_view(name, row)  # raises for a teammate that is not there
     assert row is not None
     return view, [ClaimRef(*held) for held in row[-1] or ()]
