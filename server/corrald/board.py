@@ -552,6 +552,8 @@ class Board:
         digest: bytes,
         body: Callable[[Txn], tuple[OpOutcome, T]],
         replay: Callable[[Txn], T] | None = None,
+        *,
+        record_in_body: bool = False,
     ) -> tuple[OpOutcome, T | None]:
         def job(tx: Txn) -> tuple[OpOutcome, T | None]:
             live: list[T] = []
@@ -561,7 +563,7 @@ class Board:
                 live.append(value)
                 return outcome
 
-            outcome, ran = ops.run_once(tx, name, op_id, digest, run)
+            outcome, ran = ops.run_once(tx, name, op_id, digest, run, record_in_body=record_in_body)
             if ran:
                 return outcome, live[0] if live else None
             return outcome, replay(tx) if replay is not None and outcome.error is None else None
@@ -618,7 +620,10 @@ class Board:
         def body(tx: Txn) -> tuple[OpOutcome, tuple[TaskRecord, delivery.Delivery]]:
             return OpOutcome(), _complete_and_next(tx, name, (task_id, token, result), stream, waiters, spent)
 
-        outcome, found = await self._op(name, op_id, digest, body, lambda tx: (tasks.get_task(tx.conn, task_id), None))
+        # The completion's statement writes the op's record (store/ops.py).
+        outcome, found = await self._op(
+            name, op_id, digest, body, lambda tx: (tasks.get_task(tx.conn, task_id), None), record_in_body=True
+        )
         if found is None:
             return outcome, None, None
         return outcome, found[0], found[1]

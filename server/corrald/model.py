@@ -460,6 +460,20 @@ class Txn:
     # Tasks this job's completions made ready (by seq): a claim of one of them in
     # the same job wakes no other stream for it.
     made_ready: set[int] = dataclasses.field(default_factory=set)
+    # A Session op's record that the op's first statement is to write (store/ops.py).
+    op_record: PendingOpRecord | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class PendingOpRecord:
+    """A Session op's record, written by the first statement of the op's body instead of
+    a statement of its own (store/ops.py `run_once`): `params` go to `ops.RECORD_CLAUSE`.
+    `seq` is the record's once written, and `changes` the connection's count of rows
+    changed then (what the body wrote after it is what `run_once` must not lose)."""
+
+    params: tuple[str, str, bytes, int]
+    seq: int | None = None
+    changes: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

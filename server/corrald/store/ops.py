@@ -9,6 +9,14 @@ with a domain error has written nothing (every store function checks before it
 writes), so its error is recorded as its outcome; one that wrote and then
 failed is undone whole, record and all, like any failed job.
 
+Where statements are round trips (PostgreSQL), a body may write the record in its
+own first statement instead (`record_in_body`): a WITH clause `RECORD_CLAUSE`
+that every other write of that statement depends on. Until that statement runs,
+the body has written nothing; if the op id is taken, the statement writes
+nothing at all and the body raises `OpAlreadyRan`, and the record answers as
+before. A body path without such a statement writes the record first
+(`write_pending_record`).
+
 Records are kept for 24 hours and for the last 10,000 ops of each teammate,
 whichever is fewer; every 512th op prunes (`PRUNE_EVERY`).
 """
@@ -19,11 +27,21 @@ import json
 from collections.abc import Callable
 
 from .. import errors
-from ..model import OpOutcome, Txn
+from ..model import OpOutcome, PendingOpRecord, Txn
+from .schema import fuses_statements
 
 KEEP_MS = 24 * 3600 * 1000
 KEEP_PER_TEAMMATE = 10_000
 PRUNE_EVERY = 512
+
+
+_INSERT = "INSERT INTO session_ops (teammate, op_id, digest, done_ms) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"
+# The record as the first WITH clause of a body's statement: `op` has a row if it was written.
+RECORD_CLAUSE = f"op AS ({_INSERT} RETURNING seq)"
+
+
+class OpAlreadyRan(Exception):
+    """The body's first statement found the op id taken, and wrote nothing."""
 
 
 def run_once(
@@ -32,32 +50,65 @@ def run_once(
     op_id: str,
     digest: bytes,
     body: Callable[[Txn], OpOutcome],
+    *,
+    record_in_body: bool = False,
 ) -> tuple[OpOutcome, bool]:
     """Runs `body` unless `op_id` already ran; returns the outcome and whether it ran now.
+    With `record_in_body`, the body writes the record (see the module's doc).
 
     The same op id with another `digest` (a different op) is INVALID_ARGUMENT.
     """
     conn = tx.conn
-    inserted = conn.execute(
-        "INSERT INTO session_ops (teammate, op_id, digest, done_ms) VALUES (?, ?, ?, ?)"
-        " ON CONFLICT DO NOTHING RETURNING seq",
-        (teammate, op_id, digest, tx.now_ms),
-    ).fetchone()
-    if inserted is None:
+    record = PendingOpRecord((teammate, op_id, digest, tx.now_ms))
+    if record_in_body and fuses_statements(conn):
+        tx.op_record = record
+    elif not _write(tx, record):
         return _recorded(conn, teammate, op_id, digest), False
-    (seq,) = inserted
-    written = conn.total_changes
     try:
         outcome = body(tx)
+    except OpAlreadyRan:
+        return _recorded(conn, teammate, op_id, digest), False
     except errors.CorralError as error:
-        if conn.total_changes != written:
+        if record.seq is None and not _write(tx, record):  # it failed before its first statement
+            return _recorded(conn, teammate, op_id, digest), False
+        if conn.total_changes != record.changes:
             raise  # it wrote before it failed: the job is undone whole
         outcome = OpOutcome(error=error)
+    finally:
+        tx.op_record = None
+    if record.seq is None:
+        raise AssertionError(f"the body of op {op_id!r} wrote no record")
     if outcome.value is not None or outcome.flag or outcome.error is not None:
-        _store_outcome(conn, seq, outcome)
-    if seq % PRUNE_EVERY == 0:
+        _store_outcome(conn, record.seq, outcome)
+    if record.seq % PRUNE_EVERY == 0:
         _prune(tx, teammate)
     return outcome, True
+
+
+def write_pending_record(tx: Txn) -> None:
+    """Writes the record a body was to write in its first statement, before the body's
+    first write of another kind; raises OpAlreadyRan if the op id is taken."""
+    record = tx.op_record
+    if record is not None and record.seq is None and not _write(tx, record):
+        raise OpAlreadyRan
+
+
+def written(tx: Txn, seq: int | None) -> None:
+    """What the body's statement with `RECORD_CLAUSE` returned of `op`: the record's seq,
+    or None when it found the op id taken (and so wrote nothing)."""
+    assert tx.op_record is not None
+    if seq is None:
+        raise OpAlreadyRan
+    tx.op_record.seq, tx.op_record.changes = seq, tx.conn.total_changes
+
+
+def _write(tx: Txn, record: PendingOpRecord) -> bool:
+    """Writes the record; False if the op id is taken."""
+    inserted = tx.conn.execute(f"{_INSERT} RETURNING seq", record.params).fetchone()
+    if inserted is None:
+        return False
+    record.seq, record.changes = inserted[0], tx.conn.total_changes
+    return True
 
 
 def _store_outcome(conn, seq: int, outcome: OpOutcome) -> None:

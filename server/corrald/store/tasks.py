@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import random
 import secrets
@@ -31,9 +32,10 @@ from ..model import (
     WaitingFor,
 )
 from ..validate import PreparedBatch
-from . import keys
+from . import keys, ops
 from . import usage as spending
 from .gates import protocol_pending
+from .schema import fuses_statements
 from .status import mark_busy, refresh_status
 
 # A task's dependencies' ids, in spec order, joined by newlines (which ids cannot
@@ -70,13 +72,6 @@ def _event_sql(kind: str) -> str:
 
 _TASK_EVENT = _event_sql("task_changed")
 _PROGRESS_EVENT = _event_sql("task_progress")
-
-
-def fuses_statements(conn: sqlite3.Connection) -> bool:
-    """Whether the connection's database runs writes inside WITH (PostgreSQL: `PgConnection`).
-    A claim and a completion are then one statement each instead of three or four: over a
-    network each statement is a round trip, while SQLite's cost nothing but their own work."""
-    return getattr(conn, "fuses_statements", False)
 
 
 # ---------------------------------------------------------------- reads
@@ -838,19 +833,14 @@ def complete_claim(
         # One round trip in the usual case: the check that the token holds a live
         # claim is part of the statement that completes the task; when it finds
         # none, the check below says why (or finds the task completed by this token).
-        sql, params = _COMPLETE_IF_LIVE, (task_id, token, teammate, tx.now_ms, *_completion_params(tx, result))
-        if beside is not None:
-            sql = _COMPLETE_IF_LIVE_AND_READ.format(beside=beside[0])
-            params += beside[1]
-        completed = tx.conn.execute(sql, params).fetchone()
+        completed = _complete_if_live(tx, teammate, (task_id, token, result), beside)
         if completed is not None:
-            mine, read_beside = completed[:_COMPLETE_IF_LIVE_WIDTH], completed[_COMPLETE_IF_LIVE_WIDTH:]
-            task, key, dependents = _record(mine[:-2]), mine[-2], mine[-1]
+            task, key, dependents, read_beside = completed
             tx.wakes.events = True
             if key:
                 keys.freed(tx, key)
-            completion = _completed(tx, teammate, task_id, task, dependents or (), status_after)
-            return completion, True, read_beside if beside is not None else None
+            return _completed(tx, teammate, task_id, task, dependents, status_after), True, read_beside
+    ops.write_pending_record(tx)
     seq, fence, _, key = _live_claim(tx, teammate, task_id, token, completed_ok=True)
     if not fence:
         return task_by_seq(tx.conn, seq), False, None  # completed once: the stored result
@@ -870,7 +860,7 @@ def complete_claim(
         tx.wakes.events = True
         if key:
             keys.freed(tx, key)
-        task, dependents = _record(row[:-1]), row[-1] or ()
+        task, dependents = _record(row[:-1]), row[-1] or []
     else:
         _end_claim(tx, fence, ClaimOutcome.COMPLETED, key=key)
         (row,) = tx.conn.execute(f"{done} RETURNING {_COLUMNS}", done_params).fetchall()
@@ -886,30 +876,65 @@ _DECREMENT = (
     " RETURNING seq, required_role, unmet_deps, state"
 )
 _FREED_JSON = "(SELECT json_agg(json_build_array(seq, required_role, unmet_deps, state)) FROM freed)"
-# A completion without usage, checked and done in one statement of data-modifying
-# WITH clauses (PostgreSQL): `live` is the token's claim if it is the task's live
-# one, held by the caller and within its lease (what `_live_claim` accepts);
-# without it every clause finds nothing and the statement returns no row.
-_COMPLETE_IF_LIVE = (
-    "WITH live AS (SELECT t.seq, t.live_fence AS fence, t.concurrency_key AS key FROM tasks AS t"
-    " JOIN claims AS c ON c.fence = t.live_fence WHERE t.id = ? AND c.token = ? AND c.teammate = ?"
-    " AND c.outcome IS NULL AND t.lease_expire_ms > ?),"
-    f" ended AS ({_END_CLAIM.replace('fence = ?', 'fence = (SELECT fence FROM live)')}),"
-    f" done AS ({_DONE} WHERE seq = (SELECT seq FROM live) RETURNING {_COLUMNS}),"
-    f" freed AS ({_DECREMENT.format(dep_seq='(SELECT seq FROM live)')}), logged AS ({_TASK_EVENT} done AS t)"
-    f" SELECT done.*, (SELECT key FROM live), {_FREED_JSON} FROM done"
-)
-_COMPLETE_IF_LIVE_AND_READ = (
-    _COMPLETE_IF_LIVE.replace("{", "{{").replace("}", "}}").replace(" FROM done", ", beside.* FROM done", 1)
-    + " LEFT JOIN LATERAL ({beside}) AS beside ON true"
-)
-# Its columns: the task's (one of them the dependency list), its key, its freed dependents.
-_COMPLETE_IF_LIVE_WIDTH = len(_COLUMNS.replace(DEPENDENCY_IDS, "dependency_ids").split(",")) + 2
 
 
-def _completion_params(tx: Txn, result: bytes) -> tuple:
-    """The parameters of `_COMPLETE_IF_LIVE` after the check's."""
-    return (ClaimOutcome.COMPLETED.value, tx.now_ms, "", result, tx.now_ms, tx.now_ms)
+def _complete_if_live(
+    tx: Txn, teammate: str, request: tuple[str, str, bytes], beside: tuple[str, tuple] | None
+) -> tuple[TaskRecord, str, list, tuple | None] | None:
+    """A completion without usage, checked and done in one statement (PostgreSQL): the
+    task, its concurrency key, its dependents' new counts and what `beside` read; None
+    if the token holds no live claim of the task (then nothing but a Session op's
+    record is written). A Session op's record not written yet is written by the same
+    statement, and the op is found to have run before if it is taken."""
+    task_id, token, result = request
+    record = tx.op_record if tx.op_record is not None and tx.op_record.seq is None else None
+    sql = _complete_if_live_sql(record is not None, beside[0] if beside is not None else None)
+    now = tx.now_ms
+    params = (
+        *(record.params if record is not None else ()),
+        *(task_id, token, teammate, now),  # live
+        *(ClaimOutcome.COMPLETED.value, now, ""),  # ended
+        *(result, now),  # done
+        now,  # logged
+        *(beside[1] if beside is not None else ()),
+    )
+    row = tx.conn.execute(sql, params).fetchone()
+    if record is not None:
+        ops.written(tx, row[0] if row is not None else None)  # raises if the op ran before
+    if row is None or row[1] is None:
+        return None
+    mine = row[1 : 1 + _COMPLETED_WIDTH]
+    read = row[1 + _COMPLETED_WIDTH :] if beside is not None else None
+    return _record(mine[:-2]), mine[-2], mine[-1] or [], read
+
+
+# The statement's columns after the op record's seq: the task's (one of them the
+# dependency list), its key, its freed dependents.
+_COMPLETED_WIDTH = len(_COLUMNS.replace(DEPENDENCY_IDS, "dependency_ids").split(",")) + 2
+
+
+@functools.cache
+def _complete_if_live_sql(recording: bool, beside: str | None) -> str:
+    """`_complete_if_live`'s statement of data-modifying WITH clauses. `live` is the
+    token's claim if it is the task's live one, held by the caller and within its
+    lease (what `_live_claim` accepts); every write needs it. With `recording`, the
+    first clause writes the op's record (`ops.RECORD_CLAUSE`) and `live` needs that
+    too. `beside` is read laterally. It returns a row only if it wrote something."""
+    record, needs_record, record_seq, wrote = "", "", "NULL", "EXISTS (SELECT 1 FROM done)"
+    if recording:
+        record, needs_record = f"{ops.RECORD_CLAUSE}, ", " AND EXISTS (SELECT 1 FROM op)"
+        record_seq, wrote = "(SELECT seq FROM op)", f"EXISTS (SELECT 1 FROM op) OR {wrote}"
+    read, join = (", beside.*", f" LEFT JOIN LATERAL ({beside}) AS beside ON true") if beside else ("", "")
+    return (
+        f"WITH {record}live AS (SELECT t.seq, t.live_fence AS fence, t.concurrency_key AS key FROM tasks AS t"
+        " JOIN claims AS c ON c.fence = t.live_fence WHERE t.id = ? AND c.token = ? AND c.teammate = ?"
+        f" AND c.outcome IS NULL AND t.lease_expire_ms > ?{needs_record}),"
+        f" ended AS ({_END_CLAIM.replace('fence = ?', 'fence = (SELECT fence FROM live)')}),"
+        f" done AS ({_DONE} WHERE seq = (SELECT seq FROM live) RETURNING {_COLUMNS}),"
+        f" freed AS ({_DECREMENT.format(dep_seq='(SELECT seq FROM live)')}), logged AS ({_TASK_EVENT} done AS t)"
+        f" SELECT {record_seq}, done.*, (SELECT key FROM live), {_FREED_JSON}{read}"
+        f" FROM (SELECT 1) AS one LEFT JOIN done ON true{join} WHERE {wrote}"
+    )
 
 
 def _completed(

@@ -10,12 +10,12 @@ from .. import errors
 from ..model import ClaimEndReason, ClaimOutcome, TeammateRecord, TeammateStatus, TeammateView, Txn
 from . import usage
 from .events import emit
+from .schema import fuses_statements
 from .status import refresh_status
 from .tasks import (
     HELD_CLAIMS_BESIDE_COMPLETION_JSON,
     HELD_CLAIMS_JSON,
     ClaimRef,
-    fuses_statements,
     held_claim_refs,
     release_all,
     work_waited_for,
