@@ -31,7 +31,8 @@ def test_the_lead_and_teammate_examples_run_as_written_and_again(tmp_path: Path)
         )
         assert done.returncode == 0, (run, done.stderr[-3000:])
         summaries = [line for line in done.stdout.splitlines() if line.startswith("RunSummary(")]
-        assert len(summaries) == 2, done.stdout  # each teammate printed how its run ended
+        # Each teammate printed how its run ended (what they wrote to stderr says why not).
+        assert len(summaries) == 2, (run, done.stdout, done.stderr[-3000:])
         assert all("exit_reason=<ExitReason.SHUTDOWN" in line for line in summaries), summaries
         completed = sorted(int(re.search(r"completed=(\d+)", line).group(1)) for line in summaries)
         assert sum(completed) == 3, summaries  # fetch, index and review, each once

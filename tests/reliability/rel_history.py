@@ -4,6 +4,9 @@ and a checker for design §2 invariants over a recorded history plus the final d
 Every record carries monotonic call/reply times (`t_call`, `t_reply`; CLOCK_MONOTONIC is
 system-wide, so records from several processes compare) and wall-clock milliseconds
 (`w_call`, `w_reply`), which compare with the daemon's own clock (lease ends, claim times).
+Those are kept as the daemon keeps its clock (corrald.clock.SystemClock): the wall clock
+read once, then advanced by the monotonic clock, so a step of the host's wall clock
+during a run moves neither side and cannot pass for two live claims.
 """
 
 from __future__ import annotations
@@ -22,8 +25,11 @@ OPS = ("renew", *ENDING)
 SLACK_MS = 3  # ms rounding between the daemon's clock (floor to ms) and ours
 
 
+_WALL_AT_MONOTONIC_ZERO_NS = time.time_ns() - time.monotonic_ns()
+
+
 def _wall_ms() -> float:
-    return time.time_ns() / 1_000_000
+    return (_WALL_AT_MONOTONIC_ZERO_NS + time.monotonic_ns()) / 1_000_000
 
 
 class Recorder:
