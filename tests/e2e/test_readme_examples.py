@@ -30,8 +30,10 @@ def test_the_lead_and_teammate_examples_run_as_written_and_again(tmp_path: Path)
             [sys.executable, "lead.py"], cwd=tmp_path, capture_output=True, text=True, timeout=100, check=False
         )
         assert done.returncode == 0, (run, done.stderr[-3000:])
-        summaries = [line for line in done.stdout.splitlines() if line.startswith("RunSummary(")]
-        # Each teammate printed how its run ended (what they wrote to stderr says why not).
+        # Each teammate printed how its run ended (what they wrote to stderr says why not). The
+        # two share the Lead's stdout, and print() may write a line and its newline apart, so
+        # one's line can end up glued to the other's: each summary starts at its own name.
+        summaries = ["RunSummary(" + part.strip() for part in done.stdout.split("RunSummary(")[1:]]
         assert len(summaries) == 2, (run, done.stdout, done.stderr[-3000:])
         assert all("exit_reason=<ExitReason.SHUTDOWN" in line for line in summaries), summaries
         completed = sorted(int(re.search(r"completed=(\d+)", line).group(1)) for line in summaries)

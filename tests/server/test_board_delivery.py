@@ -89,6 +89,24 @@ def test_a_new_stream_is_not_given_a_claim_whose_lease_ended(board, clock):
     assert board.rows("SELECT outcome FROM claims ORDER BY fence") == [("expired",), (None,)]
 
 
+def test_leases_ending_one_after_the_other_are_each_reclaimed_by_the_next_check(board, clock):
+    """The writer asks for ended leases only once the earliest one it knows of is due: after
+    reclaiming one it must know the next, or that one waits for the reaper's timer. (The
+    checking teammate takes nothing, so no new lease tells the writer of a later end.)"""
+    board.add("w1", roles=["r"])
+    board.add("w2", roles=["r"])
+    board.add("w3")
+    board.create(spec("a", lease_ms=1000, required_role="r"), spec("b", lease_ms=2000, required_role="r"))
+    assert [board.next_for(name, StreamState(slots=1))[0].task.id for name in ("w1", "w2")] == ["a", "b"]
+    checker = StreamState(slots=1)
+    clock.advance(1000)  # a's lease is over
+    assert board.next_for("w3", checker) == []
+    assert board.rows("SELECT outcome FROM claims ORDER BY fence") == [("expired",), (None,)]
+    clock.advance(1000)  # and now b's
+    assert board.next_for("w3", checker) == []
+    assert board.rows("SELECT outcome FROM claims ORDER BY fence") == [("expired",), ("expired",)]
+
+
 def test_a_dead_claim_is_not_resent_to_a_gated_stream(board, clock):
     board.add("w1")
     board.create(spec("a", lease_ms=1000))

@@ -1091,11 +1091,18 @@ def open_due_gates(tx: Txn) -> None:
     knows of."""
     if tx.gates.none_due(tx.now_ms):
         return
-    opened = tx.conn.execute(
-        "UPDATE tasks SET gate_shut = 0, unmet_deps = unmet_deps - 1 WHERE gate_shut = 1 AND ready_ms <= ?"
-        " RETURNING seq, required_role, unmet_deps, state",
-        (tx.now_ms,),
-    ).fetchall()
+    if fuses_statements(tx.conn):
+        # One round trip: the gates opened, and the earliest gate left (every row carries it).
+        rows = tx.conn.execute(
+            f"WITH opened AS ({_OPEN_GATES}) SELECT opened.*, ({_EARLIEST_GATE} AND ready_ms > ?)"
+            " FROM (SELECT 1) AS one LEFT JOIN opened ON true",
+            (tx.now_ms, tx.now_ms),
+        ).fetchall()
+        opened = [row[:4] for row in rows if row[0] is not None]
+        earliest = rows[0][4]
+    else:
+        opened = tx.conn.execute(_OPEN_GATES, (tx.now_ms,)).fetchall()
+        earliest = None
     for seq, role, unmet, state in opened:
         if state != PENDING:
             continue  # canceled while it waited
@@ -1103,7 +1110,14 @@ def open_due_gates(tx: Txn) -> None:
             tx.wakes.ready_roles[role] += 1
             tx.made_ready.add(seq)
         task_changed(tx, seq)
-    tx.gates.learned(_earliest_gate(tx.conn))
+    tx.gates.learned(earliest if fuses_statements(tx.conn) else _earliest_gate(tx.conn))
+
+
+_OPEN_GATES = (
+    "UPDATE tasks SET gate_shut = 0, unmet_deps = unmet_deps - 1 WHERE gate_shut = 1 AND ready_ms <= ?"
+    " RETURNING seq, required_role, unmet_deps, state"
+)
+_EARLIEST_GATE = "SELECT min(ready_ms) FROM tasks INDEXED BY tasks_gate WHERE gate_shut = 1"
 
 
 def any_gate_due(conn: sqlite3.Connection, now_ms: int) -> bool:
@@ -1112,7 +1126,7 @@ def any_gate_due(conn: sqlite3.Connection, now_ms: int) -> bool:
 
 
 def _earliest_gate(conn: sqlite3.Connection) -> int | None:
-    return conn.execute("SELECT min(ready_ms) FROM tasks INDEXED BY tasks_gate WHERE gate_shut = 1").fetchone()[0]
+    return conn.execute(_EARLIEST_GATE).fetchone()[0]
 
 
 def _finish(tx: Txn, seq: int, state: TaskState) -> None:
@@ -1297,14 +1311,21 @@ def reclaim_expired(tx: Txn) -> dict[str, int]:
     """
     if tx.leases.none_due(tx.now_ms):
         return {}
+    # One statement for the leases that ended and the earliest left once they are
+    # reclaimed (every row carries it; one row of NULLs but for it when none ended).
     rows = tx.conn.execute(
-        "SELECT t.seq, t.live_fence, t.owner, t.attempt, t.lease_expire_ms, t.id, c.token, t.concurrency_key,"
-        " t.attempt_deadline_ms IS NOT NULL AND t.lease_expire_ms >= t.attempt_deadline_ms, t.attempt_timeout_ms"
-        " FROM tasks AS t JOIN claims AS c ON c.fence = t.live_fence WHERE t.state = 2 AND t.lease_expire_ms <= ?",
-        (tx.now_ms,),
+        "SELECT e.*, (SELECT min(lease_expire_ms) FROM tasks INDEXED BY tasks_lease WHERE state = 2"
+        " AND lease_expire_ms > ?) FROM (SELECT 1) AS one LEFT JOIN (SELECT t.seq, t.live_fence, t.owner,"
+        " t.attempt, t.lease_expire_ms, t.id, c.token, t.concurrency_key, t.attempt_deadline_ms IS NOT NULL"
+        " AND t.lease_expire_ms >= t.attempt_deadline_ms, t.attempt_timeout_ms FROM tasks AS t JOIN claims AS c"
+        " ON c.fence = t.live_fence WHERE t.state = 2 AND t.lease_expire_ms <= ?) AS e ON 1 = 1",
+        (tx.now_ms, tx.now_ms),
     ).fetchall()
+    earliest_left = rows[0][-1]
     expired: dict[str, int] = {}
-    for seq, fence, owner, attempt, lease_end, task_id, token, key, timed_out, timeout_ms in rows:
+    for seq, fence, owner, attempt, lease_end, task_id, token, key, timed_out, timeout_ms, _ in rows:
+        if seq is None:
+            continue  # none ended
         if timed_out:
             why = f"attempt timed out after {_seconds(timeout_ms)}"
             _end_claim(tx, fence, ClaimOutcome.TIMED_OUT, why, key=key)
@@ -1327,16 +1348,13 @@ def reclaim_expired(tx: Txn) -> dict[str, int]:
         )
         refresh_status(tx, owner)
         expired[owner] = max(expired.get(owner, 0), lease_end)
-    tx.leases.learned(_earliest_lease_end(tx.conn))
+    # Each lease that ended left state 2, and reclaiming grants none.
+    tx.leases.learned(earliest_left)
     return expired
 
 
 def _seconds(ms: int) -> str:
     return f"{ms / 1000:g} s"
-
-
-def _earliest_lease_end(conn: sqlite3.Connection) -> int | None:
-    return conn.execute("SELECT min(lease_expire_ms) FROM tasks INDEXED BY tasks_lease WHERE state = 2").fetchone()[0]
 
 
 def note_clock(conn: sqlite3.Connection, now_ms: int) -> None:
