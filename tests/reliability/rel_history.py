@@ -32,6 +32,16 @@ def _wall_ms() -> float:
     return (_WALL_AT_MONOTONIC_ZERO_NS + time.monotonic_ns()) / 1_000_000
 
 
+def _told(first: dict, deliveries: list[dict], ops: list[dict], stored: dict | None) -> str:
+    """What the history and the board say of one claim, for a violation's message."""
+    seen = ", ".join(
+        f"{d['tm']} stream {d['stream']} at {d['w_recv']:.0f} lease end {d['lease_end']}" for d in deliveries
+    )
+    calls = ", ".join(f"{o['kind']} {o['outcome']} {o.get('code', '')} {o['w_call']:.0f}" for o in ops) or "none"
+    board = "not stored" if stored is None else f"stored {stored}"
+    return f"fence {first['fence']}: delivered to {seen}; calls: {calls}; {board}"
+
+
 class Recorder:
     """Thread- and task-safe; optionally appends each finished record to a JSON-lines file."""
 
@@ -254,6 +264,8 @@ def check(events: list[dict], conn: sqlite3.Connection) -> tuple[dict, list[str]
                 v(
                     f"two live claims on {task}: fence {b['fence']} claimed at {b_claim_ms} while fence "
                     f"{a['fence']} was live until at least {bound:.0f}"
+                    f" ({_told(a, deliv_tok[a['token']], a_ops, db_claims.get(a['token']))};"
+                    f" {_told(b, deliv_tok[b['token']], by_token.get(b['token'], []), db_claims.get(b['token']))})"
                 )
             for o in a_ops:
                 if o["outcome"] == "ok" and o["t_call"] > b["t_recv"]:

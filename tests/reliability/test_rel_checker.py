@@ -124,6 +124,12 @@ ANOMALIES = {
         None,
         "before claim",
     ),
+    "a claim delivered while another of its task was live": (
+        {},
+        lambda h: h.insert(1, {**h[0], "tm": "z", "token": "tZ", "fence": 3, "t_recv": 1.1, "w_recv": 1100}),
+        "two live claims on A: fence 3 claimed at 1000 while fence 1 was live until at least 1492"
+        " (fence 1: delivered to x stream 1 at 1000",
+    ),
     "foreign token accepted": (
         {},
         lambda h: h.append({**h[1], "kind": "foreign_renew", "tm": "y"}),
