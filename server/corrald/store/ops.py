@@ -93,7 +93,7 @@ def write_pending_record(tx: Txn) -> None:
         raise OpAlreadyRan
 
 
-def written(tx: Txn, seq: int | None) -> None:
+def record_written(tx: Txn, seq: int | None) -> None:
     """What the body's statement with `RECORD_CLAUSE` returned of `op`: the record's seq,
     or None when it found the op id taken (and so wrote nothing)."""
     assert tx.op_record is not None

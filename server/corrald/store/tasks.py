@@ -900,7 +900,7 @@ def _complete_if_live(
     )
     row = tx.conn.execute(sql, params).fetchone()
     if record is not None:
-        ops.written(tx, row[0] if row is not None else None)  # raises if the op ran before
+        ops.record_written(tx, row[0] if row is not None else None)  # raises if the op ran before
     if row is None or row[1] is None:
         return None
     mine = row[1 : 1 + _COMPLETED_WIDTH]
