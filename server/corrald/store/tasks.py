@@ -1102,7 +1102,7 @@ def open_due_gates(tx: Txn) -> None:
         earliest = rows[0][4]
     else:
         opened = tx.conn.execute(_OPEN_GATES, (tx.now_ms,)).fetchall()
-        earliest = None
+        earliest = _earliest_gate(tx.conn)  # what follows writes events only
     for seq, role, unmet, state in opened:
         if state != PENDING:
             continue  # canceled while it waited
@@ -1110,7 +1110,7 @@ def open_due_gates(tx: Txn) -> None:
             tx.wakes.ready_roles[role] += 1
             tx.made_ready.add(seq)
         task_changed(tx, seq)
-    tx.gates.learned(earliest if fuses_statements(tx.conn) else _earliest_gate(tx.conn))
+    tx.gates.learned(earliest)
 
 
 _OPEN_GATES = (
