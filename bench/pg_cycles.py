@@ -9,11 +9,12 @@
   schema; the ratios PG-1 / SQLite and PG-2 / PG-1 are taken within the round.
   CPU per cycle is the daemons' user+system time over the run, and beside it
   that of the PostgreSQL backends serving the bench's database.
-* The board lock and NOTIFY: Session cycles/s at `pg_switch_teammates` on one
-  PostgreSQL daemon with nothing, NOTIFY, or the board lock switched off
-  (CORRAL_BENCH_PG_OFF, in the daemon's environment only; the lock off is
-  sound with one daemon only); the order rotates from round to round, ratios to "nothing
-  off" within the round.
+* The board lock, NOTIFY and the writer pool: Session cycles/s at
+  `pg_switch_teammates` on one PostgreSQL daemon with nothing, NOTIFY, or the
+  board lock switched off (CORRAL_BENCH_PG_OFF, in the daemon's environment
+  only; the lock off is sound with one daemon only), or with one writer thread
+  in place of the default pool (`--pg-writers 1`); the order rotates from round
+  to round, ratios to "nothing off" within the round.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ FIELDS = {
     "notifies_per_cycle": "NOTIFY/cycle (all daemons)",
     "errors": "count",
 }
-SWITCHES = ("none", "notify", "lock")  # what each configuration of `switches` turns off
+SWITCHES = ("none", "notify", "lock", "pool")  # what each configuration of `switches` turns off
+# What the daemon is started with for a switch: CORRAL_BENCH_PG_OFF, and arguments.
+SWITCHED = {"none": ("", ()), "notify": ("notify", ()), "lock": ("lock", ()), "pool": ("", ("--pg-writers", "1"))}
 
 
 # ---------------------------------------------------------------- cycles
@@ -60,8 +63,10 @@ def _notifies(daemons: list[Daemon]) -> int:
     return sum(run_async(sent(daemon)) for daemon in daemons)
 
 
-def _cycles(store: Store, config: str, count: int, tasks: int, schema: str, sizes, off: str = "") -> dict:
-    with daemons_for(store, config, schema, off) as daemons:
+def _cycles(
+    store: Store, config: str, count: int, tasks: int, schema: str, sizes, off: str = "", extra: tuple[str, ...] = ()
+) -> dict:
+    with daemons_for(store, config, schema, off, extra) as daemons:
         members, refusal = e2e._setup(daemons[0], count, session=True)
         if refusal:
             return {"unavailable": refusal}
@@ -184,17 +189,15 @@ def _line(count: int, at: dict) -> str:
 
 def switches(store: Store, sizes, runs: int, log) -> dict:
     """Session cycles on one PostgreSQL daemon with nothing, NOTIFY, or the board lock switched off
-    (CORRAL_BENCH_PG_OFF; the lock off is sound with one daemon only); in an order that rotates from
-    round to round, each on a fresh daemon and schema, ratios to "nothing off" within the round."""
+    (CORRAL_BENCH_PG_OFF; the lock off is sound with one daemon only), or one writer in place of the
+    pool; in an order that rotates from round to round, each on a fresh daemon and schema, ratios to
+    "nothing off" within the round."""
     count = sizes.pg_switch_teammates
     tasks = sizes.tasks(count)
     rounds = []
     for run in range(runs):
         order = SWITCHES[run % len(SWITCHES) :] + SWITCHES[: run % len(SWITCHES)]
-        at = {
-            name: _cycles(store, "pg1", count, tasks, f"off{run}_{name}", sizes, "" if name == "none" else name)
-            for name in order
-        }
+        at = {name: _cycles(store, "pg1", count, tasks, f"off{run}_{name}", sizes, *SWITCHED[name]) for name in order}
         rate = {name: at[name].get("throughput") for name in SWITCHES}
         at["ratios"] = {
             f"{name}_off_vs_on": rate[name] / rate["none"] if rate[name] and rate["none"] else None
@@ -222,5 +225,6 @@ def _switches_line(count: int, at: dict) -> str:
     ratios = ", ".join(f"{name} {value:.2f}" for name, value in at["ratios"].items() if value is not None)
     return (
         f"postgres    {count:>3} teammates, Session, one PG daemon: all on {rate('none')}, NOTIFY off"
-        f" {rate('notify')}, board lock off {rate('lock')} cycles/s -> {ratios} [{shared()}]"
+        f" {rate('notify')}, board lock off {rate('lock')}, one writer {rate('pool')} cycles/s -> {ratios}"
+        f" [{shared()}]"
     )

@@ -151,21 +151,23 @@ def find_server() -> tuple[str | None, str]:
     return server, ""
 
 
-def pg_daemon(store: Store, schema: str, lead_token: str | None = None, off: str = "") -> Daemon:
+def pg_daemon(
+    store: Store, schema: str, lead_token: str | None = None, off: str = "", extra: tuple[str, ...] = ()
+) -> Daemon:
     """A daemon on the board in `schema` (not started); `off`: what CORRAL_BENCH_PG_OFF switches off in it
-    alone ("" for nothing, whatever the bench's own environment says)."""
-    return Daemon(extra_args=store.args(schema), lead_token=lead_token, env={SWITCHES_ENV: off})
+    alone ("" for nothing, whatever the bench's own environment says); `extra`: more arguments."""
+    return Daemon(extra_args=(*store.args(schema), *extra), lead_token=lead_token, env={SWITCHES_ENV: off})
 
 
 @contextlib.contextmanager
-def daemons_for(store: Store, config: str, schema: str, off: str = ""):
+def daemons_for(store: Store, config: str, schema: str, off: str = "", extra: tuple[str, ...] = ()):
     """The config's daemons, started (the first creates the board), stopped on exit."""
     with contextlib.ExitStack() as stack:
         if config == "sqlite":
             yield [stack.enter_context(Daemon())]
             return
-        first = stack.enter_context(pg_daemon(store, schema, off=off))
+        first = stack.enter_context(pg_daemon(store, schema, off=off, extra=extra))
         daemons = [first]
         if config == "pg2":
-            daemons.append(stack.enter_context(pg_daemon(store, schema, first.token, off)))
+            daemons.append(stack.enter_context(pg_daemon(store, schema, first.token, off, extra)))
         yield daemons

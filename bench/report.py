@@ -1572,7 +1572,7 @@ def _pg_mvcc(mvcc: dict | None, note: str) -> list[str]:
     ]
 
 
-SWITCH_LABELS = {"none": "nothing off", "notify": "NOTIFY off", "lock": "board lock off"}
+SWITCH_LABELS = {"none": "nothing off", "notify": "NOTIFY off", "lock": "board lock off", "pool": "one writer"}
 
 
 def _pg_switches(switches: dict | None, note: str) -> list[str]:
@@ -1581,7 +1581,9 @@ def _pg_switches(switches: dict | None, note: str) -> list[str]:
     ratios = switches["ratios"]
     rows = []
     for name, label in SWITCH_LABELS.items():
-        figure = switches[name]
+        figure = switches.get(name)
+        if figure is None:
+            continue  # a run from before this switch was measured
         if "unavailable" in figure:
             rows.append([label, f"not measured: {figure['unavailable']}", "", "", "", "", "", ""])
             continue
@@ -1598,9 +1600,10 @@ def _pg_switches(switches: dict | None, note: str) -> list[str]:
             ]
         )
     return [
-        f"\nThe board lock and NOTIFY: Session cycles at {switches['teammates']} teammates on one PostgreSQL daemon,"
-        f" {switches['tasks']:,} tasks a run, with nothing, NOTIFY, or the board lock switched off"
-        " (CORRAL_BENCH_PG_OFF, in the daemon's environment only; the lock off is sound with one daemon only);"
+        f"\nThe board lock, NOTIFY and the writer pool: Session cycles at {switches['teammates']} teammates on one"
+        f" PostgreSQL daemon, {switches['tasks']:,} tasks a run, with nothing, NOTIFY, or the board lock switched off"
+        " (CORRAL_BENCH_PG_OFF, in the daemon's environment only; the lock off is sound with one daemon only), or"
+        " with one writer thread in place of the default pool (`--pg-writers 1`);"
         " each on a fresh daemon and schema, the order rotating from round to round, ratios to nothing off taken"
         f" within the round, median of {len(switches['rounds'])} round(s) ({note}).\n\n",
         _table(

@@ -140,6 +140,12 @@ class PostgresHealth:
     task_live_tuples: int
     notifies_sent: int
     notifies_heard: int
+    # Pool use: the writer threads (each a connection) and how many are in a transaction
+    # now; the reader connections and how many are reading now (this read among them).
+    writers: int = 0
+    writers_in_transaction: int = 0
+    readers: int = 0
+    readers_in_use: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -771,6 +777,7 @@ class Board:
 
         server = health(conn)
         listener = self.listener
+        writing, readers = counts[2], self.readers
         return BoardStats(
             *counts,
             store="postgresql",
@@ -783,6 +790,10 @@ class Board:
                 task_live_tuples=int(server["task_live_tuples"]),
                 notifies_sent=self.pg.storage.notifies,
                 notifies_heard=listener.heard if listener is not None else 0,
+                writers=writing.writers,
+                writers_in_transaction=writing.writers_in_transaction,
+                readers=readers.size if readers is not None else 0,
+                readers_in_use=readers.in_use if readers is not None else 0,
             ),
         )
 

@@ -17,6 +17,8 @@ from .overload.lanes import LaneConfig
 from .overload.pacing import PacingConfig
 from .pg.target import DEFAULT_CONNECT_TIMEOUT_S as PG_DEFAULT_CONNECT_TIMEOUT_S
 from .pg.target import DEFAULT_SCHEMA as PG_DEFAULT_SCHEMA
+from .pg.target import DEFAULT_WRITERS as PG_DEFAULT_WRITERS
+from .pg.target import MAX_WRITERS as PG_MAX_WRITERS
 from .pg.target import PgTarget
 from .statedir import StateDirError
 from .web.config import WebConfig
@@ -139,6 +141,12 @@ def main() -> None:
     help="The PostgreSQL schema that holds the board (one board per schema).",
 )
 @click.option(
+    "--pg-writers",
+    type=click.IntRange(1, PG_MAX_WRITERS),
+    default=None,
+    help=f"Writer threads, each with its own PostgreSQL connection [default: {PG_DEFAULT_WRITERS}].",
+)
+@click.option(
     "--pg-connect-timeout",
     type=click.FloatRange(min=0, min_open=True),
     default=PG_DEFAULT_CONNECT_TIMEOUT_S,
@@ -168,6 +176,7 @@ def serve_command(
     web_actions: bool,
     store: str | None,
     pg_schema: str,
+    pg_writers: int | None,
     pg_connect_timeout: float,
     pg_allow_insecure: bool,
     log_format: str,
@@ -176,6 +185,9 @@ def serve_command(
     """Serve one board until SIGTERM."""
     _configure_logging(log_level, log_format)
     target = None
+    if pg_writers is not None and not store:
+        click.echo("corrald: --pg-writers needs --store postgresql://…", err=True)
+        sys.exit(2)
     if store:
         try:
             target = PgTarget.parse(
@@ -202,7 +214,9 @@ def serve_command(
         tls_cert=tls_cert,
         tls_key=tls_key,
         limits=Limits(stream_send_timeout_ms=round(stream_send_timeout * 1000)),
-        writer=WriterConfig(synchronous=synchronous.upper()),
+        writer=WriterConfig(
+            synchronous=synchronous.upper(), writers=(pg_writers or PG_DEFAULT_WRITERS) if target is not None else 1
+        ),
         lanes=LaneConfig(
             calls_per_identity=calls_per_identity,
             streams_per_identity=streams_per_identity,

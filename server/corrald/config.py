@@ -95,3 +95,6 @@ class WriterConfig:
     # before it is refused: a burst is absorbed, a sustained overload is not
     # (overload/queue_bound.py).
     room_wait_ms: int = 2000
+    # Writer threads, each with its own connection: one on SQLite (the file has one
+    # writer); on PostgreSQL `--pg-writers` (see writer.py).
+    writers: int = 1

@@ -27,6 +27,8 @@ class ReaderPool:
         self._connections: list[Any] = []
         self._lock = threading.Lock()
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=size, thread_name_prefix="corral-reader")
+        self.size = size
+        self.in_use = 0  # reads running now (GetStats)
 
     def _connection(self) -> Any:
         conn = getattr(self._local, "conn", None)
@@ -48,21 +50,27 @@ class ReaderPool:
         # A PostgreSQL connection may be cut under a read (a server restart): a read
         # changes nothing, so it runs once more on a new connection, and past that the
         # caller hears UNAVAILABLE. (A SQLite connection never breaks this way.)
-        for attempt in (1, 2):
-            conn = self._connection()
-            try:
-                conn.execute(self._begin)
+        with self._lock:
+            self.in_use += 1
+        try:
+            for attempt in (1, 2):
+                conn = self._connection()
                 try:
-                    return query(conn)
-                finally:
-                    if conn.in_transaction:
-                        conn.execute("COMMIT")
-            except Exception as error:
-                if not getattr(conn, "broken", False):
-                    raise
-                if attempt == 2:
-                    raise Unavailable(f"the board's database cannot be read now: {error}") from None
-        raise AssertionError("unreachable")
+                    conn.execute(self._begin)
+                    try:
+                        return query(conn)
+                    finally:
+                        if conn.in_transaction:
+                            conn.execute("COMMIT")
+                except Exception as error:
+                    if not getattr(conn, "broken", False):
+                        raise
+                    if attempt == 2:
+                        raise Unavailable(f"the board's database cannot be read now: {error}") from None
+            raise AssertionError("unreachable")
+        finally:
+            with self._lock:
+                self.in_use -= 1
 
     async def run(self, query: Callable[[Any], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._read, query)

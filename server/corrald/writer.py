@@ -1,4 +1,4 @@
-"""The single writer: one thread, the only read-write connection, group commit.
+"""The writer: the board's read-write connections, group commit.
 
 Callers submit *jobs*: whole transaction bodies `job(tx) -> value`, never
 single statements. The writer runs queued jobs in one `BEGIN IMMEDIATE … COMMIT`,
@@ -25,6 +25,18 @@ owner's jobs took, not how many there were; after each batch the writer tells
 the queue, and `costs` (`overload/costs.py`) for pacing, what each job took.
 The queue is bounded, and a caller that finds it full waits a little for a
 place (`overload/queue_bound.py`).
+
+A SQLite board has one writer thread. A PostgreSQL board may have a pool of
+them (`WriterConfig.writers`), each with its own connection, draining the same
+queue. The board's write lock (pg/storage.py) still orders their transactions,
+so the pool pipelines them: while one writer's batch runs, the next writer has
+its BEGIN waiting for the lock on the server, and it takes its first job only
+once the lock is its own, so each batch takes the jobs queued while the one
+before it ran, and one owner's jobs run in the order they were queued. One
+writer at a time waits for work and opens a transaction (`_turn`), so batches
+are not split among idle writers. Each batch answers its callers and tells its
+wake-ups in the order the batches committed (`_answer_in_order`), so a stream
+never learns of a later commit before an earlier one.
 """
 
 from __future__ import annotations
@@ -32,12 +44,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import contextvars
 import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
 import tenacity
@@ -79,6 +92,17 @@ class _Pending:
     owner: str
 
 
+@dataclasses.dataclass(slots=True)
+class _Seat:
+    """One writer thread's own: its connection, its retrier, and what its jobs took
+    (owner, seconds) since its last batch's report."""
+
+    retrying: tenacity.Retrying
+    conn: Any = None
+    ticket: int = -1  # the place of its batch's commit, once committed (see `_answering`)
+    spent: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+
+
 @dataclasses.dataclass(frozen=True)
 class WriterStats:
     queue_depth: int
@@ -95,6 +119,8 @@ class WriterStats:
     commit_latency_p99_ms: float
     job_time_p99_ms: float
     job_time_max_ms: float
+    writers: int = 1
+    writers_in_transaction: int = 0
 
 
 def _percentile(samples: Sequence[float], q: float) -> float:
@@ -139,7 +165,7 @@ class Storage(Protocol):
 
 
 class Writer:
-    """Owns the read-write connection; see the module docstring."""
+    """Owns the read-write connections; see the module docstring."""
 
     def __init__(
         self,
@@ -156,6 +182,8 @@ class Writer:
 
         self._connect = connect
         self._storage: Storage = storage if storage is not None else SqliteStorage()
+        if config.writers < 1 or (self._storage.exclusive and config.writers != 1):
+            raise ValueError(f"{config.writers} writers: a SQLite board has one writer, a PostgreSQL board 1 or more")
         self._clock = clock
         self._config = config
         # Told after each COMMIT, on the writer thread: what the batch's jobs changed
@@ -174,26 +202,33 @@ class Writer:
         # batch rolls back.
         self._watches = (DeadlineWatch(), DeadlineWatch())
         self._queue: FairQueue[_Pending] = FairQueue()
-        # What each job took, (owner, seconds), since the last batch's report
-        # (writer thread only); reported to the queue and to `costs`.
-        self._spent: list[tuple[str, float]] = []
         self.costs = CostLedger()
         self._bound = QueueBound(config.levels, config.room_wait_ms)
         self._cond = threading.Condition()
         self._accepting = False
-        self._thread: threading.Thread | None = None
-        self._thread_id: int | None = None
-        self._conn: Any = None
-        self._started = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._thread_ids: set[int] = set()
+        self._seats: list[_Seat] = []
+        # One writer at a time waits for work and opens its transaction (module docstring).
+        self._turn = threading.Lock()
+        # Batches answer their callers in the order they committed: a ticket is taken with
+        # the COMMIT, under `_committing`, and `_answered` counts the tickets answered.
+        self._committing = threading.Lock()
+        self._order = threading.Condition()
+        self._tickets = self._answered = 0
+        self._in_transaction = 0
+        self._connected = threading.Barrier(config.writers + 1)  # each writer has connected, or failed to
+        self._go = threading.Event()
         self._start_error: BaseException | None = None
         # Counters (written by the writer thread or under the condition lock).
         self._depth_samples: collections.deque[int] = collections.deque(maxlen=4096)
         self._latency_ms: collections.deque[float] = collections.deque(maxlen=4096)
         self._job_ms: collections.deque[float] = collections.deque(maxlen=4096)
+        self._counting = threading.Lock()
         self._commits = self._jobs = self._busy_retries = self._failed_commits = 0
         self._last_warn = 0.0
-        # Built once: a Retrying per batch left a reference cycle per batch for
-        # the cyclic collector, whose full passes stall the whole daemon.
+        # Built once per writer thread: a Retrying per batch left a reference cycle per
+        # batch for the cyclic collector, whose full passes stall the whole daemon.
         self._retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(self._storage.is_busy),
             stop=tenacity.stop_after_attempt(config.busy_retries),
@@ -205,10 +240,21 @@ class Writer:
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._main, name="corral-writer", daemon=True)
-        self._thread.start()
-        self._started.wait()
+        for number in range(self._config.writers):
+            seat = _Seat(self._retrying.copy())
+            name = "corral-writer" if self._config.writers == 1 else f"corral-writer-{number}"
+            thread = threading.Thread(target=self._main, args=(seat,), name=name, daemon=True)
+            self._seats.append(seat)
+            self._threads.append(thread)
+            thread.start()
+        self._connected.wait()
+        if self._start_error is None:
+            with self._cond:
+                self._accepting = True
+        self._go.set()
         if self._start_error is not None:
+            for thread in self._threads:
+                thread.join()
             raise self._start_error
 
     def stop_taking(self) -> None:
@@ -228,8 +274,8 @@ class Writer:
     def settle(self) -> None:
         """`stop_taking`, then waits for the running batch to commit and be answered."""
         self.stop_taking()
-        if self._thread is not None:
-            self._thread.join()
+        for thread in self._threads:
+            thread.join()
 
     def close(self, *, checkpoint: bool = True) -> None:
         """`settle`, then checkpoints and closes.
@@ -237,9 +283,10 @@ class Writer:
         A checkpoint that fails (a full disk) is logged and skipped: the WAL holds
         every commit and the next start replays it."""
         self.settle()
-        if self._conn is not None:
-            self._storage.close(self._conn, checkpoint)
-            self._conn = None
+        for seat in self._seats:
+            if seat.conn is not None:
+                self._storage.close(seat.conn, checkpoint)
+                seat.conn = None
 
     # ------------------------------------------------------------ submitting
 
@@ -270,7 +317,7 @@ class Writer:
         return self.submit(job).result(timeout)
 
     def _enqueue(self, pending: _Pending, *, count_refusal: bool = True) -> None:
-        if threading.get_ident() == self._thread_id:
+        if threading.get_ident() in self._thread_ids:
             raise ReentrantSubmit("a writer job may not submit another job: it would wait on itself")
         with self._cond:
             if not self._accepting:
@@ -286,26 +333,28 @@ class Writer:
 
     # ------------------------------------------------------------ the thread
 
-    def _main(self) -> None:
-        self._thread_id = threading.get_ident()
+    def _main(self, seat: _Seat) -> None:
+        self._thread_ids.add(threading.get_ident())
         try:
-            self._conn = self._connect()
+            seat.conn = self._connect()
         except BaseException as error:  # reported to start()
             self._start_error = error
-            self._started.set()
+        self._connected.wait()
+        self._go.wait()
+        if self._start_error is not None:
+            if seat.conn is not None:
+                self._storage.close(seat.conn, False)
+                seat.conn = None
             return
-        with self._cond:
-            self._accepting = True
-        self._started.set()
         while True:
+            self._turn.acquire()  # released by _run_batch once it has taken its first job
             with self._cond:
                 while not self._queue and self._accepting:
                     self._cond.wait()
                 if not self._queue:
+                    self._turn.release()
                     return  # closed and drained
-            first = self._take()
-            if first is not None:
-                self._run_batch(first)
+            self._run_batch(seat)
 
     def _take(self, unless_owner_in: Collection[str] = ()) -> _Pending | None:
         """The next job to run; None when the queue is empty or the next job's
@@ -334,40 +383,89 @@ class Writer:
         owners.add(pending.owner)
         return True
 
-    def _run_batch(self, first: _Pending) -> None:
+    def _run_batch(self, seat: _Seat) -> None:
+        """Runs one batch; called holding `_turn`, which it passes on once the batch
+        has its first job (or has failed to open a transaction)."""
         started, batch_from = time.perf_counter(), self._timer()
-        batch, owners = [first], {first.owner}
-        take_until: float | None = self._timer() + self._config.batch_budget_ms / 1000
-
+        batch: list[_Pending] = []
+        owners: set[str] = set()
+        take_until: float | None = None  # set when the first job is taken
         guarded = self._storage.savepoint_each_job
+        holding_turn = True
 
-        def attempt() -> list[tuple[bool, Any, Wakes | None]]:
-            # Only the first attempt takes more jobs; a retry after SQLITE_BUSY
-            # runs exactly the jobs the failed attempt held.
+        def take_first() -> bool:
+            # The first job is taken once the transaction is open (its lock, on a shared
+            # board, held): whatever was queued until then joins this batch, in order.
+            nonlocal take_until, holding_turn
+            first = self._take()
+            if first is not None:
+                batch.append(first)
+                owners.add(first.owner)
+                take_until = self._timer() + self._config.batch_budget_ms / 1000
+            holding_turn = False
+            self._turn.release()
+            return first is not None
+
+        def attempt() -> tuple[list[tuple[bool, Any, Wakes | None]], int]:
+            # Only the attempt that took the first job takes more; a retry after
+            # SQLITE_BUSY runs exactly the jobs the failed attempt held.
             nonlocal take_until, guarded
+            conn = seat.conn = self._storage.begin(seat.conn)
+            if holding_turn and not take_first():
+                conn.execute("ROLLBACK")
+                return [], -1
             try:
                 try:
-                    return self._transaction(batch, owners, take_until, guarded)
+                    return self._transaction(seat, conn, batch, owners, take_until, guarded)
                 except _NeedsSavepoints:
                     guarded = True  # and the batch may still grow: no job of it took effect
-                    return self._transaction(batch, owners, take_until, guarded)
+                    conn = seat.conn = self._storage.begin(seat.conn)
+                    return self._transaction(seat, conn, batch, owners, take_until, guarded)
             finally:
                 take_until = None
 
+        seat.ticket = -1
         try:
-            outcomes = self._retrying(attempt)
-        except BaseException as error:  # the whole batch failed to commit
-            self._failed_commits += 1
+            outcomes, _ = seat.retrying(attempt)
+        except BaseException as error:  # the whole batch failed (after its COMMIT, if it has a ticket)
+            if holding_turn:  # its transaction never opened: the job it was opened for fails
+                take_first()
+            with self._counting:
+                self._failed_commits += 1
             log.error("commit of %d jobs failed: %s", len(batch), error)
             failure = CommitFailed(f"transaction did not commit: {error}")
             outcomes = [(False, failure, None)] * len(batch)
         else:
-            self._commits += 1
-            self._jobs += len(batch)
+            if not batch:
+                return  # the jobs it opened for were taken by the batch before it
+            with self._counting:
+                self._commits += 1
+                self._jobs += len(batch)
             latency = time.perf_counter() - started
             self._latency_ms.append(latency * 1000)
             if self.on_batch is not None:
                 self.on_batch(latency, len(batch))
+        with self._answering(seat.ticket):
+            self._answer(batch, outcomes)
+        self._report_costs(seat, self._timer() - batch_from)  # after the replies are on their way
+
+    @contextlib.contextmanager
+    def _answering(self, ticket: int) -> Iterator[None]:
+        """Answers a committed batch after every batch that committed before it (a batch
+        that did not commit told nothing, and needs no turn)."""
+        if ticket < 0:
+            yield
+            return
+        with self._order:
+            self._order.wait_for(lambda: self._answered == ticket)
+        try:
+            yield
+        finally:
+            with self._order:
+                self._answered += 1
+                self._order.notify_all()
+
+    def _answer(self, batch: list[_Pending], outcomes: list[tuple[bool, Any, Wakes | None]]) -> None:
         wakes = Wakes()
         for ok, _, job_wakes in outcomes:
             if ok and job_wakes:
@@ -377,15 +475,13 @@ class Writer:
                 self.on_commit(wakes)
             except Exception:  # a broken listener must not stop the writer
                 log.exception("wake-up listener failed")
-        batch_s = self._timer() - batch_from
         self._resolve(batch, outcomes, (self.on_commit_in_loop, wakes) if wakes else None)
-        self._report_costs(batch_s)  # after the replies are on their way
 
-    def _report_costs(self, batch_s: float) -> None:
+    def _report_costs(self, seat: _Seat, batch_s: float) -> None:
         """Charges each job of the batch its share of the batch's time, in proportion to its own
         time: BEGIN, COMMIT and its fsync are paid for by the jobs whose writes made them, and a
         job run twice (a retry after SQLITE_BUSY) costs twice."""
-        spent, self._spent = self._spent, []
+        spent, seat.spent = seat.spent, []
         jobs_s = sum(seconds for _, seconds in spent)
         if jobs_s > 0:
             spent = [(owner, seconds * batch_s / jobs_s) for owner, seconds in spent]
@@ -395,12 +491,22 @@ class Writer:
         self.costs.add(spent)
 
     def _count_busy(self, state: tenacity.RetryCallState) -> None:
-        self._busy_retries += 1
+        with self._counting:
+            self._busy_retries += 1
 
     def _transaction(
-        self, batch: list[_Pending], owners: set[str], take_until: float | None, guarded: bool
-    ) -> list[tuple[bool, Any, Wakes | None]]:
-        conn = self._conn = self._storage.begin(self._conn)
+        self,
+        seat: _Seat,
+        conn: Any,
+        batch: list[_Pending],
+        owners: set[str],
+        take_until: float | None,
+        guarded: bool,
+    ) -> tuple[list[tuple[bool, Any, Wakes | None]], int]:
+        """Runs the batch in the transaction open on `conn` and commits it; returns its
+        outcomes and its commit's place in the order of this writer's commits."""
+        with self._counting:
+            self._in_transaction += 1
         now = self._clock.now_ms()
         watches = self._watches if self._storage.exclusive else (DeadlineWatch(), DeadlineWatch())
         try:
@@ -415,7 +521,7 @@ class Writer:
                 job_started, cost_from = time.perf_counter(), self._timer()
                 outcomes.append(self._run_job(conn, pending, now, watches, self._storage, guarded))
                 self._job_ms.append((time.perf_counter() - job_started) * 1000)
-                self._spent.append((pending.owner, self._timer() - cost_from))
+                seat.spent.append((pending.owner, self._timer() - cost_from))
                 if not conn.in_transaction:
                     # SQLite rolled the whole transaction back (e.g. disk full):
                     # the earlier jobs of this batch are gone too.
@@ -430,15 +536,20 @@ class Writer:
                         told.merge(job_wakes)
                 self._storage.announce(conn, told)
             failpoints.hit("before_commit")
-            self._storage.commit(conn)
+            with self._committing:
+                self._storage.commit(conn)
+                seat.ticket, self._tickets = self._tickets, self._tickets + 1
         except BaseException:
             for watch in self._watches:
                 watch.forget()
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        finally:
+            with self._counting:
+                self._in_transaction -= 1
         failpoints.hit("after_commit")
-        return outcomes
+        return outcomes, seat.ticket
 
     @staticmethod
     def _run_job(
@@ -527,6 +638,8 @@ class Writer:
             commit_latency_p99_ms=_percentile(latencies, 0.99),
             job_time_p99_ms=_percentile(job_times, 0.99),
             job_time_max_ms=max(job_times, default=0.0),
+            writers=self._config.writers,
+            writers_in_transaction=self._in_transaction,
         )
 
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -15,6 +18,7 @@ import pytest
 from corral.v1 import corral_pb2 as pb
 from corrald.daemon import LOCAL_CLOCK_OFFSET_ENV
 from corrald.pg.schema import SCHEMA_VERSION
+from corrald.pg.target import DEFAULT_WRITERS as PG_DEFAULT_WRITERS
 from tests.contract.wire import spec, ts_seconds
 from tests.reliability.rel_history import Recorder, check
 from tests.support import wait_until
@@ -259,6 +263,20 @@ def test_a_store_it_cannot_use_stops_the_daemon_with_one_line_and_no_password(tm
     assert time.monotonic() - started < 20
 
 
+def test_writers_without_a_postgresql_store_are_refused_and_nothing_is_written(tmp_path):
+    state = tmp_path / "state"
+    environment = {key: value for key, value in os.environ.items() if key != "CORRAL_STORE"}
+    command = [sys.executable, "-m", "corrald", "serve", "--state-dir", str(state), "--pg-writers", "2"]
+    done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--pg-writers needs --store" in done.stderr, (done.returncode, done.stderr)
+    assert not state.exists() or not any(state.iterdir())
+
+
+def test_a_pool_of_no_writers_is_refused(tmp_path):
+    code, stderr = _refused(tmp_path, ["--store", "postgresql://postgres@127.0.0.1/postgres", "--pg-writers", "0"])
+    assert code == 2 and "Invalid value for '--pg-writers'" in stderr, (code, stderr)
+
+
 def _refused(root, args) -> tuple[int, str]:
     from tests.support import start_refused
 
@@ -266,7 +284,7 @@ def _refused(root, args) -> tuple[int, str]:
 
 
 def test_list_teammates_and_stats_say_who_serves_and_how_the_store_is(shared_board):
-    a, b = shared_board.daemon("a"), shared_board.daemon("b")
+    a, b = shared_board.daemon("a"), shared_board.daemon("b", extra_args=("--pg-writers", "2"))
     mate = a.add_teammate("served")
     stream = b.client(mate.token, "served").idle(poll_interval=SLOW_POLL_S)
     b.wait_open_streams(1)
@@ -277,6 +295,10 @@ def test_list_teammates_and_stats_say_who_serves_and_how_the_store_is(shared_boa
     assert stats.store == "postgresql"
     assert stats.postgres.listener_connected and stats.postgres.daemons == 2
     assert stats.postgres.oldest_transaction_age.ToMilliseconds() >= 0
+    # Pool use: a's writers by default, b's as asked; the reader answering is in use.
+    assert (stats.postgres.writers, b.stats().postgres.writers) == (PG_DEFAULT_WRITERS, 2)
+    assert 0 <= stats.postgres.writers_in_transaction <= stats.postgres.writers
+    assert stats.postgres.readers >= 1 and 1 <= stats.postgres.readers_in_use <= stats.postgres.readers
     stream.cancel()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import pathlib
 import sqlite3
 import threading
@@ -21,6 +22,7 @@ from corrald.board import Board
 from corrald.clock import Clock
 from corrald.config import Limits, WriterConfig
 from corrald.model import ClaimGrant, TaskRecord, TaskSpec, TaskState, Usage
+from corrald.pg.target import DEFAULT_WRITERS as PG_DEFAULT_WRITERS
 from corrald.store import tasks, team
 from corrald.stream import StreamState
 from tests.support import SecondsClock  # noqa: F401 (the writer and pacing tests import it from here)
@@ -95,6 +97,8 @@ class SyncBoard:
             from corrald.pg.store import open_board
 
             where = open_board(where, token_hash, database_clock=False, lead_token=LEAD_TOKEN)
+            if self.writer_config.writers == 1:  # as a daemon serves it: a pool of writers
+                self.writer_config = dataclasses.replace(self.writer_config, writers=PG_DEFAULT_WRITERS)
         board = Board(
             where, clock=self.clock, limits=self.limits, writer_config=self.writer_config, lead_token=LEAD_TOKEN
         )

@@ -27,6 +27,7 @@ import logging
 import os
 import secrets
 import socket
+import threading
 from typing import Any
 
 import psycopg
@@ -113,8 +114,16 @@ def describe(error: BaseException) -> str:
     return scrub(" ".join(str(error).split())) or type(error).__name__
 
 
+class _WriterThreadState(threading.local):
+    """What one writer thread's batch keeps between BEGIN and COMMIT."""
+
+    conn: PgConnection | None = None  # its connection, as of its last BEGIN
+    notify_payload: str | None = None  # what `announce` left for `commit` to send
+
+
 class PgStorage:
-    """The writer's transactions on a PostgreSQL board (writer.Storage)."""
+    """The writer's transactions on a PostgreSQL board (writer.Storage), for each of the
+    daemon's writer threads."""
 
     exclusive = False  # other daemons write the same board
 
@@ -127,19 +136,20 @@ class PgStorage:
         self._begin = f"BEGIN; SELECT {lock}{_CLOCK_SQL}"
         self._notify = "notify" not in switched_off
         self.channel = notify_channel(target.schema)
+        self._notified = threading.Lock()
         self.notifies = 0
-        self._conn: PgConnection | None = None  # the writer's, as of its last BEGIN
-        self._notify_payload: str | None = None  # what `announce` left for `commit` to send
+        self._batch = _WriterThreadState()
 
     def open(self) -> PgConnection:
         return reach(self._target)
 
     def begin(self, conn: PgConnection | None) -> PgConnection:
+        batch = self._batch
         if conn is None or conn.broken:
-            self._conn = None
+            batch.conn = None
             conn = self.open()  # while the server is away: UNAVAILABLE, and the batch is not retried
-        self._conn = conn
-        self._notify_payload = None  # a batch rolled back before its COMMIT told nobody
+        batch.conn = conn
+        batch.notify_payload = None  # a batch rolled back before its COMMIT told nobody
         cursor = conn.raw.execute(self._begin)
         cursor.nextset()
         row = cursor.fetchone()
@@ -150,7 +160,7 @@ class PgStorage:
     def commit(self, conn: PgConnection) -> None:
         # The batch's NOTIFY goes with its COMMIT: one round trip, sent as one simple
         # query (no parameters), so the payload is quoted here.
-        notify, self._notify_payload = self._notify_payload, None
+        notify, self._batch.notify_payload = self._batch.notify_payload, None
         statement = "COMMIT"
         if notify is not None:
             statement = sql.SQL("SELECT pg_notify({}, {}); COMMIT").format(self.channel, notify).as_string(conn.raw)
@@ -160,7 +170,9 @@ class PgStorage:
             if conn.broken:
                 raise CommitInDoubt(f"the connection was lost during COMMIT: {describe(error)}") from None
             raise
-        self.notifies += notify is not None
+        if notify is not None:
+            with self._notified:
+                self.notifies += 1
 
     def is_busy(self, error: BaseException) -> bool:
         if isinstance(error, _RETRYABLE):
@@ -170,7 +182,8 @@ class PgStorage:
         if isinstance(error, DatabaseUnreachable):
             return False  # the server is away: the callers learn it now, not after every retry
         # The connection was lost (or could not be made) before COMMIT: nothing was applied.
-        lost = self._conn is None or self._conn.broken
+        conn = self._batch.conn
+        lost = conn is None or conn.broken
         return lost and isinstance(error, (psycopg.OperationalError, Unavailable))
 
     def is_storage_error(self, error: BaseException) -> bool:
@@ -178,7 +191,7 @@ class PgStorage:
 
     def announce(self, conn: PgConnection, wakes: Wakes) -> None:
         """Keeps the batch's notification for `commit`, which sends it with the COMMIT."""
-        self._notify_payload = wake_payload(self._daemon_id, wakes) if self._notify else None
+        self._batch.notify_payload = wake_payload(self._daemon_id, wakes) if self._notify else None
 
     # Two round trips per job; a job that fails after writing is rare (writer.py's docstring).
     savepoint_each_job = False

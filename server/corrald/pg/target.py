@@ -14,6 +14,8 @@ from ..config import ConfigError
 
 DEFAULT_SCHEMA = "corral"
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
+DEFAULT_WRITERS = 4  # writer threads, each with a connection (writer.py)
+MAX_WRITERS = 64
 SCHEMES = ("postgresql://", "postgres://")
 # A schema name corrald creates and quotes nowhere: lower case, as PostgreSQL folds it.
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")

@@ -286,6 +286,10 @@ def postgres_health(health: PostgresHealth | None) -> pb.PostgresStats | None:
         task_live_tuples=health.task_live_tuples,
         notifies_sent=health.notifies_sent,
         notifies_heard=health.notifies_heard,
+        writers=health.writers,
+        writers_in_transaction=health.writers_in_transaction,
+        readers=health.readers,
+        readers_in_use=health.readers_in_use,
     )
     message.oldest_transaction_age.FromMilliseconds(round(health.oldest_transaction_s * 1000))
     return message

@@ -1,0 +1,181 @@
+"""A PostgreSQL board's pool of writer threads (`--pg-writers`): each with its own
+connection, draining one queue. The board's write lock orders their transactions, one
+owner's jobs run in the order they were queued, and callers learn their outcomes in
+the order the batches committed.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from corrald.clock import FakeClock
+from corrald.config import WriterConfig
+from corrald.pg.storage import DatabaseUnreachable, PgStorage
+from corrald.pg.target import PgTarget
+from corrald.writer import Writer, job_owner
+from tests.support.postgres import fresh_schema, run_database_dsn
+
+pytestmark = pytest.mark.timeout(90)
+WAIT = 15  # seconds for any single future or condition
+WRITERS = 4
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    name = fresh_schema()
+    with psycopg.connect(run_database_dsn(), autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {name}")
+        conn.execute(f"CREATE TABLE {name}.runs (seq BIGSERIAL PRIMARY KEY, owner TEXT NOT NULL, n INT NOT NULL)")
+    yield name
+    with psycopg.connect(run_database_dsn(), autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {name} CASCADE")
+
+
+def pool(schema: str, writers: int = WRITERS, **options) -> Writer:
+    storage = PgStorage(PgTarget.parse(run_database_dsn(), schema=schema), "test-daemon", clock=None)
+    return Writer(storage.open, FakeClock(), WriterConfig(writers=writers), storage=storage, **options)
+
+
+def run(owner: str, n: int):
+    def job(tx) -> int:
+        (seq,) = tx.conn.execute("INSERT INTO runs (owner, n) VALUES (?, ?) RETURNING seq", (owner, n)).fetchone()
+        return seq
+
+    return job
+
+
+def stored(schema: str) -> list[tuple[int, str, int]]:
+    with psycopg.connect(run_database_dsn(), autocommit=True) as conn:
+        return conn.execute(f"SELECT seq, owner, n FROM {schema}.runs ORDER BY seq").fetchall()
+
+
+def test_every_writer_holds_a_connection_of_its_own(schema):
+    writer = pool(schema)
+    writer.start()
+    try:
+        with psycopg.connect(run_database_dsn(), autocommit=True) as conn:
+            (connections,) = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'corrald'"
+                " AND datname = current_database() AND pid != pg_backend_pid()"
+            ).fetchone()
+        assert connections >= WRITERS
+        assert writer.stats().writers == WRITERS
+    finally:
+        writer.close()
+
+
+def test_one_owners_jobs_run_in_the_order_they_were_queued(schema):
+    """Eight owners each queue 50 jobs without waiting for any: the four writers run
+    them all, and each owner's jobs ran (their rows' sequence numbers) in queue order."""
+    writer = pool(schema)
+    writer.start()
+    owners = [f"owner-{number}" for number in range(8)]
+    futures: dict[str, list[concurrent.futures.Future]] = {owner: [] for owner in owners}
+
+    def queue(owner: str) -> None:
+        job_owner.set(owner)
+        for n in range(50):
+            futures[owner].append(writer.submit(run(owner, n)))
+
+    try:
+        threads = [threading.Thread(target=queue, args=(owner,)) for owner in owners]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(WAIT)
+        for owner in owners:
+            [future.result(WAIT) for future in futures[owner]]
+        stats = writer.stats()
+    finally:
+        writer.close()
+    rows = stored(schema)
+    assert len(rows) == 8 * 50
+    for owner in owners:
+        assert [n for _, who, n in rows if who == owner] == list(range(50)), f"{owner}'s jobs ran out of order"
+    assert stats.commits > 1 and stats.jobs == 8 * 50
+
+
+def test_callers_learn_their_outcomes_in_the_order_the_batches_committed(schema):
+    """The first batch's writer is held after its COMMIT, before it answers, until a
+    second batch has committed on another writer: the second batch's caller still
+    hears only after the first's."""
+    heard: list[str] = []
+    first_committed = threading.Event()
+    batches = 0
+
+    def on_batch(seconds: float, jobs: int) -> None:
+        nonlocal batches
+        batches += 1
+        if batches == 1:
+            first_committed.set()
+            deadline = time.monotonic() + WAIT
+            while not any(owner == "second" for _, owner, _ in stored(schema)):
+                assert time.monotonic() < deadline, "the second batch never committed while the first was held"
+                time.sleep(0.01)
+
+    writer = pool(schema, on_batch=on_batch)
+    writer.start()
+    try:
+        first = writer.submit(run("first", 0))
+        first.add_done_callback(lambda _: heard.append("first"))
+        assert first_committed.wait(WAIT)
+        second = writer.submit(run("second", 0))
+        second.add_done_callback(lambda _: heard.append("second"))
+        assert first.result(WAIT) < second.result(WAIT)
+    finally:
+        writer.close()
+    assert heard == ["first", "second"]
+
+
+def test_jobs_queued_while_a_batch_runs_join_the_next_batch_whole(schema):
+    """While one writer's batch is held open, 40 jobs are queued; the next batch takes
+    all of them (idle writers do not take one each while they wait for the lock), so
+    the pool does not split group commits."""
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(tx) -> None:
+        holding.set()
+        assert release.wait(WAIT)
+
+    writer = pool(schema, timer=lambda: 0.0)  # a batch budget that never runs out
+    writer.start()
+    try:
+        held = writer.submit(hold)
+        assert holding.wait(WAIT)
+        deadline = time.monotonic() + WAIT
+        while writer.stats().writers_in_transaction != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        commits = writer.stats().commits
+        futures = [writer.submit(run("burst", n)) for n in range(40)]
+        release.set()
+        held.result(WAIT)
+        for future in futures:
+            future.result(WAIT)
+        assert writer.stats().commits - commits <= 2, "the queued jobs were split over several batches"
+    finally:
+        writer.close()
+    assert [n for _, _, n in stored(schema)] == list(range(40))
+
+
+def test_a_pool_that_cannot_connect_fails_to_start_and_leaves_no_thread(schema):
+    storage = PgStorage(
+        PgTarget.parse("postgresql://postgres@127.0.0.1:1/postgres", schema=schema, connect_timeout_s=1),
+        "test-daemon",
+        clock=None,
+    )
+    writer = Writer(storage.open, FakeClock(), WriterConfig(writers=3), storage=storage)
+    with pytest.raises(DatabaseUnreachable):
+        writer.start()
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith("corral-writer")]
+
+
+def test_a_sqlite_board_refuses_more_than_one_writer(tmp_path):
+    with pytest.raises(ValueError, match="SQLite board has one writer"):
+        Writer(lambda: None, FakeClock(), WriterConfig(writers=2))
