@@ -412,7 +412,7 @@ class Writer:
             nonlocal take_until, guarded
             conn = seat.conn = self._storage.begin(seat.conn)
             if holding_turn and not take_first():
-                conn.execute("ROLLBACK")
+                self._abandon(conn)  # no retry: it has nothing to run
                 return [], -1
             try:
                 try:
@@ -425,29 +425,43 @@ class Writer:
                 take_until = None
 
         seat.ticket = -1
+        committed = True
         try:
             outcomes, _ = seat.retrying(attempt)
         except BaseException as error:  # the whole batch failed (after its COMMIT, if it has a ticket)
             if holding_turn:  # its transaction never opened: the job it was opened for fails
                 take_first()
-            with self._counting:
-                self._failed_commits += 1
-            log.error("commit of %d jobs failed: %s", len(batch), error)
+            committed = False
             failure = CommitFailed(f"transaction did not commit: {error}")
             outcomes = [(False, failure, None)] * len(batch)
-        else:
+            if batch:
+                with self._counting:
+                    self._failed_commits += 1
+                log.error("commit of %d jobs failed: %s", len(batch), error)
+        # A batch with a ticket answers in its turn whatever happened after its COMMIT:
+        # every batch committed after it waits for that.
+        with self._answering(seat.ticket):
             if not batch:
                 return  # the jobs it opened for were taken by the batch before it
-            with self._counting:
-                self._commits += 1
-                self._jobs += len(batch)
-            latency = time.perf_counter() - started
-            self._latency_ms.append(latency * 1000)
-            if self.on_batch is not None:
-                self.on_batch(latency, len(batch))
-        with self._answering(seat.ticket):
+            if committed:
+                with self._counting:
+                    self._commits += 1
+                    self._jobs += len(batch)
+                latency = time.perf_counter() - started
+                self._latency_ms.append(latency * 1000)
+                if self.on_batch is not None:
+                    self.on_batch(latency, len(batch))
             self._answer(batch, outcomes)
         self._report_costs(seat, self._timer() - batch_from)  # after the replies are on their way
+
+    def _abandon(self, conn: Any) -> None:
+        """Rolls back a transaction that ran nothing. On a connection lost meanwhile the rollback
+        fails, and the next BEGIN opens a new connection."""
+        try:
+            conn.execute("ROLLBACK")
+        except Exception as error:
+            if not self._storage.is_storage_error(error):
+                raise
 
     @contextlib.contextmanager
     def _answering(self, ticket: int) -> Iterator[None]:

@@ -37,8 +37,8 @@ def schema() -> Iterator[str]:
         conn.execute(f"DROP SCHEMA {name} CASCADE")
 
 
-def pool(schema: str, writers: int = WRITERS, **options) -> Writer:
-    storage = PgStorage(PgTarget.parse(run_database_dsn(), schema=schema), "test-daemon", clock=None)
+def pool(schema: str, writers: int = WRITERS, storage_class: type[PgStorage] = PgStorage, **options) -> Writer:
+    storage = storage_class(PgTarget.parse(run_database_dsn(), schema=schema), "test-daemon", clock=None)
     return Writer(storage.open, FakeClock(), WriterConfig(writers=writers), storage=storage, **options)
 
 
@@ -179,3 +179,81 @@ def test_a_pool_that_cannot_connect_fails_to_start_and_leaves_no_thread(schema):
 def test_a_sqlite_board_refuses_more_than_one_writer(tmp_path):
     with pytest.raises(ValueError, match="SQLite board has one writer"):
         Writer(lambda: None, FakeClock(), WriterConfig(writers=2))
+
+
+class LosesItsConnectionAfterBegin(PgStorage):
+    """Once armed, the next BEGIN to return finds its connection cut by the server;
+    `failed` is set once the writer has met the failure that follows."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.armed = False
+        self.cut, self.failed = threading.Event(), threading.Event()
+
+    def begin(self, conn):
+        conn = super().begin(conn)
+        if self.armed:
+            self.armed = False
+            pid = conn.raw.info.backend_pid
+            with psycopg.connect(run_database_dsn(), autocommit=True) as side:
+                side.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+            self.cut.set()
+        return conn
+
+    def is_busy(self, error: BaseException) -> bool:
+        self._noticed()
+        return super().is_busy(error)
+
+    def is_storage_error(self, error: BaseException) -> bool:
+        self._noticed()
+        return super().is_storage_error(error)
+
+    def _noticed(self) -> None:
+        if self.cut.is_set():
+            self.failed.set()
+
+
+def test_a_writer_that_opened_a_transaction_for_a_job_cancelled_meanwhile_goes_on_when_its_connection_is_cut(
+    schema,
+):
+    """Writer A's batch is held; a job is queued, so writer B opens a transaction for it
+    and waits for the board lock; the job's caller cancels it. Once A commits, B's BEGIN
+    returns to a connection the server has cut, with nothing to run. B gives that
+    transaction up and the pool goes on: the next job commits, and the pool stops."""
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(tx) -> None:
+        holding.set()
+        assert release.wait(WAIT)
+
+    writer = pool(schema, writers=2, storage_class=LosesItsConnectionAfterBegin)
+    storage = writer._storage
+    writer.start()
+    try:
+        held = writer.submit(hold)
+        assert holding.wait(WAIT)
+        storage.armed = True  # A is past its BEGIN: the next one to return is B's
+        cancelled = writer.submit(run("cancelled", 0))
+        deadline = time.monotonic() + WAIT
+        with psycopg.connect(run_database_dsn(), autocommit=True) as conn:
+            while not conn.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ).fetchone():
+                assert time.monotonic() < deadline, "no writer waited for the board lock"
+                time.sleep(0.005)
+        assert cancelled.cancel()
+        release.set()
+        held.result(WAIT)
+        assert storage.failed.wait(WAIT), "B's connection was not cut, or B never used it"
+        # Jobs one after the other for a second (past any retry's backoff): each commits.
+        until, after = time.monotonic() + 1.0, 0
+        while time.monotonic() < until and after < 1_000:
+            assert writer.submit(run("after", after)).result(5) > 0, f"job {after} after the cut hung"
+            after += 1
+        assert writer.stats().failed_commits == 0
+    finally:
+        stopping = threading.Thread(target=writer.close)
+        stopping.start()
+        stopping.join(WAIT)
+        assert not stopping.is_alive(), "the pool did not stop"
+    assert [(owner, n) for _, owner, n in stored(schema)] == [("after", n) for n in range(after)]
