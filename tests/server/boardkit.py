@@ -79,8 +79,11 @@ class SyncBoard:
         *,
         limits: Limits = Limits(),
         writer_config: WriterConfig = WriterConfig(),
+        pg_writers: int = PG_DEFAULT_WRITERS,
     ) -> None:
+        """`pg_writers`: on a PostgreSQL board, the writer threads (as `--pg-writers`)."""
         self.path = path
+        self.pg_writers = pg_writers
         self.clock = clock
         self.limits = limits
         self.writer_config = writer_config
@@ -97,8 +100,7 @@ class SyncBoard:
             from corrald.pg.store import open_board
 
             where = open_board(where, token_hash, database_clock=False, lead_token=LEAD_TOKEN)
-            if self.writer_config.writers == 1:  # as a daemon serves it: a pool of writers
-                self.writer_config = dataclasses.replace(self.writer_config, writers=PG_DEFAULT_WRITERS)
+            self.writer_config = dataclasses.replace(self.writer_config, writers=self.pg_writers)
         board = Board(
             where, clock=self.clock, limits=self.limits, writer_config=self.writer_config, lead_token=LEAD_TOKEN
         )

@@ -14,7 +14,7 @@ from .team import teammate_row
 def enqueue(tx: Txn, recipient: str, kind: str, limit: int, **fields) -> int:
     """Appends one item to a teammate's inbox and returns its sequence number. Only plain
     messages count against `limit`: a protocol message is never refused for a full inbox."""
-    _, _, removed, _, _, acked, last = teammate_row(tx.conn, recipient)
+    _, _, removed, _, _, acked, last = teammate_row(tx.conn, recipient, lock=True)
     if removed:
         raise errors.TeammateNotFound(f"teammate {recipient!r} was removed", name=recipient)
     if kind == "message" and last - acked >= limit:
@@ -84,7 +84,7 @@ def inbox_after(conn: sqlite3.Connection, name: str, after_seq: int, limit: int 
 
 
 def ack(tx: Txn, name: str, through_seq: int) -> int:
-    _, _, _, _, _, acked, last = teammate_row(tx.conn, name)
+    _, _, _, _, _, acked, last = teammate_row(tx.conn, name, lock=True)
     if through_seq < 0 or through_seq > last:
         raise errors.InvalidArgument(
             "through_seq", f"{through_seq} is not a delivered sequence number (last is {last})"

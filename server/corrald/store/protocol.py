@@ -53,7 +53,7 @@ def decide_plan(tx: Txn, plan_id: str, approve: bool, feedback: str) -> int:
 
 
 def request_shutdown(tx: Txn, name: str, reason: str, grace_ms: int) -> tuple[str, int]:
-    teammate_row(tx.conn, name)
+    teammate_row(tx.conn, name, lock=True)
     deadline = tx.now_ms + grace_ms
     (request_id,) = tx.conn.execute(
         "INSERT INTO shutdowns (teammate, reason, request_ms, deadline_ms) VALUES (?, ?, ?, ?) RETURNING request_id",
@@ -66,6 +66,7 @@ def request_shutdown(tx: Txn, name: str, reason: str, grace_ms: int) -> tuple[st
 
 
 def respond_shutdown(tx: Txn, name: str, request_id: str, approve: bool, reason: str) -> None:
+    teammate_row(tx.conn, name, lock=True)
     row = tx.conn.execute(
         "SELECT answered FROM shutdowns WHERE request_id = ? AND teammate = ?",
         (_row_id(request_id), name),

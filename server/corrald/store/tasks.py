@@ -35,7 +35,7 @@ from ..validate import PreparedBatch
 from . import keys, ops
 from . import usage as spending
 from .gates import protocol_pending
-from .schema import fuses_statements
+from .schema import fuses_statements, row_lock
 from .status import mark_busy, refresh_status
 
 # A task's dependencies' ids, in spec order, joined by newlines (which ids cannot
@@ -352,7 +352,11 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
     _refuse_changed_specs(specs, batch.spec_digests, on_board)
     new_specs = [(index, spec) for index, spec in enumerate(specs) if spec.id not in on_board]
     new_ids = {spec.id for _, spec in new_specs}
-    outside = _rows_by_id(conn, list({dep for _, spec in new_specs for dep in spec.depends_on if dep not in new_ids}))
+    # The dependencies' rows stay as read until this transaction ends: a completion of one
+    # waits for it, and then counts down the new tasks too (docs/postgres.md, ordering 2).
+    outside = _rows_by_id(
+        conn, list({dep for _, spec in new_specs for dep in spec.depends_on if dep not in new_ids}), lock="SHARE"
+    )
     # A gate still shut counts as one more unmet dependency (schema migration 6).
     shut = [spec.not_before_ms is not None and spec.not_before_ms > tx.now_ms for _, spec in new_specs]
     unmet = [
@@ -444,13 +448,15 @@ class _BoardRow:
     lease_ms: int
 
 
-def _rows_by_id(conn: sqlite3.Connection, ids: list[str]) -> dict[str, _BoardRow]:
-    """The tasks among `ids` that are on the board, in one statement."""
+def _rows_by_id(conn: sqlite3.Connection, ids: list[str], lock: str = "") -> dict[str, _BoardRow]:
+    """The tasks among `ids` that are on the board, in one statement; `lock`: held in this
+    mode (`schema.row_lock`), taken in seq order."""
     if not ids:
         return {}
+    locking = f" ORDER BY t.seq{row_lock(conn, f'{lock} OF t')}" if lock and fuses_statements(conn) else ""
     rows = conn.execute(
         "SELECT t.id, t.seq, t.spec_digest, t.state, t.create_ms, t.finish_ms, t.max_attempts, t.lease_ms"
-        " FROM json_each(?) AS wanted JOIN tasks AS t ON t.id = wanted.value",
+        f" FROM json_each(?) AS wanted JOIN tasks AS t ON t.id = wanted.value{locking}",
         (json.dumps(ids),),
     )
     return {
@@ -564,8 +570,10 @@ def _take_first_ready(tx: Txn, teammate: str, roles: Iterable[str], token: str) 
     now = tx.now_ms
     if fuses_statements(tx.conn):
         # One round trip: the pick, the claim's row, the task's and its event.
+        # The pick passes over a ready task another transaction has locked (claiming it),
+        # as the job queues on PostgreSQL do: two claims never wait for one row.
         row = tx.conn.execute(
-            f"WITH pick AS ({ready}),"
+            f"WITH pick AS ({ready} FOR UPDATE OF tasks SKIP LOCKED),"
             " made AS (INSERT INTO claims (token, task_seq, teammate, attempt, claim_ms)"
             " SELECT ?, seq, ?, failures + 1, ? FROM pick RETURNING fence AS claim_fence, task_seq AS claim_seq),"
             f" claimed AS (UPDATE tasks SET {_CLAIMED_SET.replace('live_fence = ?', 'live_fence = made.claim_fence')}"

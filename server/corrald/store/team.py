@@ -10,7 +10,7 @@ from .. import errors
 from ..model import ClaimEndReason, ClaimOutcome, TeammateRecord, TeammateStatus, TeammateView, Txn
 from . import usage
 from .events import emit
-from .schema import fuses_statements
+from .schema import fuses_statements, row_lock
 from .status import refresh_status
 from .tasks import (
     HELD_CLAIMS_BESIDE_COMPLETION_JSON,
@@ -42,10 +42,13 @@ def _roles(stored: str) -> tuple[str, ...]:
     return tuple(json.loads(stored))
 
 
-def teammate_row(conn: sqlite3.Connection, name: str) -> tuple:
-    """(roles, require_plan, removed, online, status, acked_seq, last_seq); TeammateNotFound if none."""
+def teammate_row(conn: sqlite3.Connection, name: str, *, lock: bool = False) -> tuple:
+    """(roles, require_plan, removed, online, status, acked_seq, last_seq); TeammateNotFound if none.
+    `lock`: the transaction is about to change what the teammate may receive (its inbox, its
+    shutdown, its removal), and holds the teammate's row until it ends (`schema.row_lock`)."""
     row = conn.execute(
-        "SELECT roles, require_plan, removed, online, status, acked_seq, last_seq FROM teammates WHERE name = ?",
+        "SELECT roles, require_plan, removed, online, status, acked_seq, last_seq FROM teammates WHERE name = ?"
+        + (row_lock(conn) if lock else ""),
         (name,),
     ).fetchone()
     if row is None:
@@ -160,7 +163,7 @@ def credential(conn: sqlite3.Connection, token_hash: bytes) -> str | None:
 
 
 def remove_teammate(tx: Txn, name: str, why: str = "removed") -> TeammateRecord:
-    if teammate_row(tx.conn, name)[2]:
+    if teammate_row(tx.conn, name, lock=True)[2]:
         return get_teammate(tx.conn, name)
     release_all(
         tx, name, ClaimOutcome.REVOKED, f"teammate {name!r} was removed", notice=ClaimEndReason.TEAMMATE_REMOVED
