@@ -12,7 +12,8 @@
 * The board lock, NOTIFY and the writer pool: Session cycles/s at
   `pg_switch_teammates` on one PostgreSQL daemon with nothing, NOTIFY, or the
   board lock switched off (CORRAL_BENCH_PG_OFF, in the daemon's environment
-  only; the lock off is sound with one daemon only), or with one writer thread
+  only; the lock off is sound with one daemon of one writer thread only, and
+  runs so), or with one writer thread
   in place of the default pool (`--pg-writers 1`); the order rotates from round
   to round, ratios to "nothing off" within the round.
 """
@@ -39,7 +40,8 @@ FIELDS = {
 }
 SWITCHES = ("none", "notify", "lock", "pool")  # what each configuration of `switches` turns off
 # What the daemon is started with for a switch: CORRAL_BENCH_PG_OFF, and arguments.
-SWITCHED = {"none": ("", ()), "notify": ("notify", ()), "lock": ("lock", ()), "pool": ("", ("--pg-writers", "1"))}
+ONE_WRITER = ("--pg-writers", "1")
+SWITCHED = {"none": ("", ()), "notify": ("notify", ()), "lock": ("lock", ONE_WRITER), "pool": ("", ONE_WRITER)}
 
 
 # ---------------------------------------------------------------- cycles
@@ -189,7 +191,7 @@ def _line(count: int, at: dict) -> str:
 
 def switches(store: Store, sizes, runs: int, log) -> dict:
     """Session cycles on one PostgreSQL daemon with nothing, NOTIFY, or the board lock switched off
-    (CORRAL_BENCH_PG_OFF; the lock off is sound with one daemon only), or one writer in place of the
+    (CORRAL_BENCH_PG_OFF; the lock off is sound with one daemon of one writer only), or one writer in place of the
     pool; in an order that rotates from round to round, each on a fresh daemon and schema, ratios to
     "nothing off" within the round."""
     count = sizes.pg_switch_teammates

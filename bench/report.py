@@ -1602,7 +1602,8 @@ def _pg_switches(switches: dict | None, note: str) -> list[str]:
     return [
         f"\nThe board lock, NOTIFY and the writer pool: Session cycles at {switches['teammates']} teammates on one"
         f" PostgreSQL daemon, {switches['tasks']:,} tasks a run, with nothing, NOTIFY, or the board lock switched off"
-        " (CORRAL_BENCH_PG_OFF, in the daemon's environment only; the lock off is sound with one daemon only), or"
+        " (CORRAL_BENCH_PG_OFF, in the daemon's environment only; the lock off is sound with one daemon of one writer"
+        " thread only, and runs so), or"
         " with one writer thread in place of the default pool (`--pg-writers 1`);"
         " each on a fresh daemon and schema, the order rotating from round to round, ratios to nothing off taken"
         f" within the round, median of {len(switches['rounds'])} round(s) ({note}).\n\n",

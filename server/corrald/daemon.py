@@ -312,9 +312,12 @@ class Daemon:
         import psycopg  # noqa: PLC0415 (only a PostgreSQL board loads psycopg)
 
         from .pg.schema import SchemaError  # noqa: PLC0415
-        from .pg.storage import describe  # noqa: PLC0415
+        from .pg.storage import BENCH_SWITCHES_ENV, bench_switches_off, describe  # noqa: PLC0415
         from .pg.store import open_board  # noqa: PLC0415
 
+        if "lock" in bench_switches_off() and self.config.writer.writers > 1:
+            # Without the board lock, writer threads would write the board at once.
+            raise ConfigError(f"{BENCH_SWITCHES_ENV}=lock needs --pg-writers 1")
         try:
             pg = open_board(
                 target,

@@ -18,10 +18,12 @@ import pytest
 from corral.v1 import corral_pb2 as pb
 from corrald.daemon import LOCAL_CLOCK_OFFSET_ENV
 from corrald.pg.schema import SCHEMA_VERSION
+from corrald.pg.storage import BENCH_SWITCHES_ENV
 from corrald.pg.target import DEFAULT_WRITERS as PG_DEFAULT_WRITERS
 from tests.contract.wire import spec, ts_seconds
 from tests.reliability.rel_history import Recorder, check
 from tests.support import wait_until
+from tests.support.postgres import run_database_dsn
 
 from .team import Worker
 
@@ -270,6 +272,15 @@ def test_writers_without_a_postgresql_store_are_refused_and_nothing_is_written(t
     done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--pg-writers needs --store" in done.stderr, (done.returncode, done.stderr)
     assert not state.exists() or not any(state.iterdir())
+
+
+def test_the_board_lock_switched_off_for_a_pool_of_writers_is_refused(tmp_path):
+    """The benchmark's switch that drops the board lock is sound only for one writer thread."""
+    state = tmp_path / "state"
+    environment = {**os.environ, BENCH_SWITCHES_ENV: "lock"}
+    command = [sys.executable, "-m", "corrald", "serve", "--state-dir", str(state), "--store", run_database_dsn()]
+    done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and f"{BENCH_SWITCHES_ENV}=lock needs --pg-writers 1" in done.stderr, done.stderr
 
 
 def test_a_pool_of_no_writers_is_refused(tmp_path):

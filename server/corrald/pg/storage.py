@@ -205,7 +205,8 @@ class PgStorage:
 
 # Benchmark-only: what the board lock and NOTIFY cost, measured by switching them off
 # ("lock", "notify", comma-separated). Either one off breaks a board served by several
-# daemons; the lock off is sound with one daemon only, since its writer is then alone.
+# daemons; the lock off is sound with one daemon of one writer thread only (the daemon
+# refuses it with more), since its writer is then alone.
 BENCH_SWITCHES_ENV = "CORRAL_BENCH_PG_OFF"
 
 
