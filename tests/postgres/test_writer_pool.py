@@ -102,48 +102,63 @@ def test_one_owners_jobs_run_in_the_order_they_were_queued(schema):
 
 
 def test_callers_learn_their_outcomes_in_the_order_the_batches_committed(schema):
-    """The first batch's writer is held after its COMMIT, before it answers, until a
-    second batch has committed on another writer: the second batch's caller still
-    hears only after the first's."""
+    """The first batch closes with a second job waiting (past its time budget), so another
+    writer runs that job in a batch of its own. The first writer is held after its COMMIT,
+    before it answers, until the second batch has committed: the second batch's caller
+    still hears only after the first's."""
     heard: list[str] = []
-    first_committed = threading.Event()
+    second_queued = threading.Event()
+    clock = {"now": 0.0}
     batches = 0
+
+    def first_job(tx) -> int:
+        assert second_queued.wait(WAIT)
+        clock["now"] += 1.0  # past the batch's budget: it takes no more of this caller's jobs
+        return run("first", 0)(tx)
 
     def on_batch(seconds: float, jobs: int) -> None:
         nonlocal batches
         batches += 1
         if batches == 1:
-            first_committed.set()
             deadline = time.monotonic() + WAIT
             while not any(owner == "second" for _, owner, _ in stored(schema)):
                 assert time.monotonic() < deadline, "the second batch never committed while the first was held"
                 time.sleep(0.01)
 
-    writer = pool(schema, on_batch=on_batch)
+    writer = pool(schema, on_batch=on_batch, timer=lambda: clock["now"])
     writer.start()
     try:
-        first = writer.submit(run("first", 0))
+        first = writer.submit(first_job)
         first.add_done_callback(lambda _: heard.append("first"))
-        assert first_committed.wait(WAIT)
         second = writer.submit(run("second", 0))
         second.add_done_callback(lambda _: heard.append("second"))
+        second_queued.set()
         assert first.result(WAIT) < second.result(WAIT)
     finally:
         writer.close()
     assert heard == ["first", "second"]
 
 
-def test_jobs_queued_while_a_batch_runs_join_the_next_batch_whole(schema):
-    """While one writer's batch is held open, 40 jobs are queued; the next batch takes
-    all of them (idle writers do not take one each while they wait for the lock), so
-    the pool does not split group commits."""
+class CountsBegins(PgStorage):
+    begins = 0
+
+    def begin(self, conn):
+        self.begins += 1
+        return super().begin(conn)
+
+
+def test_jobs_queued_while_a_batch_takes_jobs_join_it_and_no_other_writer_opens_a_transaction(schema):
+    """While one writer's batch is held open, still taking jobs, 40 jobs are queued: that
+    batch takes all of them, and no idle writer opens a transaction meanwhile (for jobs
+    it would not get), so the pool neither splits group commits nor wastes round trips."""
     holding, release = threading.Event(), threading.Event()
 
     def hold(tx) -> None:
         holding.set()
         assert release.wait(WAIT)
 
-    writer = pool(schema, timer=lambda: 0.0)  # a batch budget that never runs out
+    writer = pool(schema, storage_class=CountsBegins, timer=lambda: 0.0)  # a batch budget that never runs out
+    storage = writer._storage
     writer.start()
     try:
         held = writer.submit(hold)
@@ -158,7 +173,8 @@ def test_jobs_queued_while_a_batch_runs_join_the_next_batch_whole(schema):
         held.result(WAIT)
         for future in futures:
             future.result(WAIT)
-        assert writer.stats().commits - commits <= 2, "the queued jobs were split over several batches"
+        assert writer.stats().commits - commits == 1, "the queued jobs were split over several batches"
+        assert storage.begins == 1, f"{storage.begins - 1} transaction(s) opened for jobs another batch took"
     finally:
         writer.close()
     assert [n for _, _, n in stored(schema)] == list(range(40))
@@ -216,24 +232,39 @@ class LosesItsConnectionAfterBegin(PgStorage):
 def test_a_writer_that_opened_a_transaction_for_a_job_cancelled_meanwhile_goes_on_when_its_connection_is_cut(
     schema,
 ):
-    """Writer A's batch is held; a job is queued, so writer B opens a transaction for it
-    and waits for the board lock; the job's caller cancels it. Once A commits, B's BEGIN
-    returns to a connection the server has cut, with nothing to run. B gives that
-    transaction up and the pool goes on: the next job commits, and the pool stops."""
-    holding, release = threading.Event(), threading.Event()
+    """Writer A's batch closes with a job waiting (past its time budget) and is held before
+    its COMMIT, so writer B opens a transaction for that job and waits for the board lock;
+    the job's caller cancels it. Once A commits, B's BEGIN returns to a connection the
+    server has cut, with nothing to run. B gives that transaction up and the pool goes on:
+    the jobs after it commit, and the pool stops."""
+    before_commit, release, queued = threading.Event(), threading.Event(), threading.Event()
+    clock = {"now": 0.0}
 
-    def hold(tx) -> None:
-        holding.set()
-        assert release.wait(WAIT)
+    def first_job(tx) -> int:
+        assert queued.wait(WAIT)
+        clock["now"] += 1.0  # past the batch's budget: it takes no more of this caller's jobs
+        return run("first", 0)(tx)
 
-    writer = pool(schema, writers=2, storage_class=LosesItsConnectionAfterBegin)
+    def hold_the_first_batch(conn, now_ms, changed, failures) -> None:
+        if not before_commit.is_set():
+            before_commit.set()
+            assert release.wait(WAIT)
+
+    writer = pool(
+        schema,
+        writers=2,
+        storage_class=LosesItsConnectionAfterBegin,
+        epilogue=hold_the_first_batch,
+        timer=lambda: clock["now"],
+    )
     storage = writer._storage
     writer.start()
     try:
-        held = writer.submit(hold)
-        assert holding.wait(WAIT)
-        storage.armed = True  # A is past its BEGIN: the next one to return is B's
+        first = writer.submit(first_job)
         cancelled = writer.submit(run("cancelled", 0))
+        queued.set()
+        assert before_commit.wait(WAIT)
+        storage.armed = True  # A is past its BEGIN: the next one to return is B's
         deadline = time.monotonic() + WAIT
         with psycopg.connect(run_database_dsn(), autocommit=True) as conn:
             while not conn.execute(
@@ -243,7 +274,7 @@ def test_a_writer_that_opened_a_transaction_for_a_job_cancelled_meanwhile_goes_o
                 time.sleep(0.005)
         assert cancelled.cancel()
         release.set()
-        held.result(WAIT)
+        first.result(WAIT)
         assert storage.failed.wait(WAIT), "B's connection was not cut, or B never used it"
         # Jobs one after the other for a second (past any retry's backoff): each commits.
         until, after = time.monotonic() + 1.0, 0
@@ -256,4 +287,5 @@ def test_a_writer_that_opened_a_transaction_for_a_job_cancelled_meanwhile_goes_o
         stopping.start()
         stopping.join(WAIT)
         assert not stopping.is_alive(), "the pool did not stop"
-    assert [(owner, n) for _, owner, n in stored(schema)] == [("after", n) for n in range(after)]
+    expected = [("first", 0)] + [("after", n) for n in range(after)]
+    assert [(owner, n) for _, owner, n in stored(schema)] == expected
