@@ -54,7 +54,14 @@ def _corrald(tmp_path: pathlib.Path, open_files: tuple[int, int]) -> Iterator[_C
             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, open_files),
         )
     try:
-        line = wait_until(lambda: stdout.read_text().partition("\n")[1] and stdout.read_text(), 20, "the ready line")
+
+        def ready_line() -> str:
+            return stdout.read_text().partition("\n")[1] and stdout.read_text()
+
+        try:
+            line = wait_until(ready_line, 20, "the ready line")
+        except AssertionError as missing:
+            raise AssertionError(f"{missing}; exit status {process.poll()}; stderr:\n{stderr.read_text()}") from None
         ready = json.loads(str(line).splitlines()[0])
         yield _Corrald(process, ready["address"], stderr, (state / "lead.token").read_text().strip())
         process.send_signal(signal.SIGTERM)

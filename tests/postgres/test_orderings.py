@@ -113,37 +113,43 @@ def test_a_claim_waiting_for_a_shutdown_request_delivers_the_request_and_claims_
     assert here.state("t1") == TaskState.PENDING
 
 
-def test_a_task_created_while_its_dependency_completes_elsewhere_is_ready(two_daemons):
-    here, there = two_daemons
-    here.add("mate")
-    here.create(spec("d"))
-    grant = here.claim("mate")
+def claimed_dependency(board: SyncBoard) -> ClaimGrant:
+    """Task d, claimed by teammate mate."""
+    board.add("mate")
+    board.create(spec("d"))
+    grant = board.claim("mate")
     assert grant is not None
-    completion = Held(here, lambda tx: tasks.complete(tx, "mate", "d", grant.token, b"done"))
-    creation = in_thread(lambda: there.create(spec("n", "d")))
-    waiting_for_a_lock(creation)
-    completion.commit()
-    creation.result(WAIT)
+    return grant
+
+
+def ready_and_claimed_next(here: SyncBoard, there: SyncBoard) -> None:
+    """Task n waits for nothing, and is mate's next claim."""
     assert here.scalar("SELECT unmet_deps FROM tasks WHERE id = 'n'") == 0
     claimed = there.claim("mate")
     assert claimed is not None and claimed.task.id == "n"
 
 
+def test_a_task_created_while_its_dependency_completes_elsewhere_is_ready(two_daemons):
+    here, there = two_daemons
+    grant = claimed_dependency(here)
+    completion = Held(here, lambda tx: tasks.complete(tx, "mate", "d", grant.token, b"done"))
+    creation = in_thread(lambda: there.create(spec("n", "d")))
+    waiting_for_a_lock(creation)
+    completion.commit()
+    creation.result(WAIT)
+    ready_and_claimed_next(here, there)
+
+
 def test_a_dependency_completing_while_a_task_is_created_on_it_elsewhere_readies_that_task(two_daemons):
     here, there = two_daemons
-    here.add("mate")
-    here.create(spec("d"))
-    grant = here.claim("mate")
-    assert grant is not None
+    grant = claimed_dependency(here)
     batch = validate.prepare_batch([spec("n", "d")], Limits(), here.clock.now_ms())
     creation = Held(here, lambda tx: tasks.create_batch(tx, batch))
     completion = in_thread(lambda: there.complete("mate", "d", grant.token))
     waiting_for_a_lock(completion)
     creation.commit()
     assert completion.result(WAIT).state == TaskState.COMPLETED
-    assert here.scalar("SELECT unmet_deps FROM tasks WHERE id = 'n'") == 0
-    claimed = there.claim("mate")
-    assert claimed is not None and claimed.task.id == "n"
+    ready_and_claimed_next(here, there)
 
 
 def test_two_claims_at_once_on_two_daemons_take_two_tasks(two_daemons):

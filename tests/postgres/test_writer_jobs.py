@@ -16,7 +16,7 @@ from corrald.clock import FakeClock
 from corrald.pg.storage import PgStorage
 from corrald.pg.target import PgTarget
 from corrald.writer import Writer
-from tests.support.postgres import fresh_schema, run_database_dsn
+from tests.support.postgres import run_database_dsn, scratch_schema
 
 pytestmark = pytest.mark.timeout(60)
 WAIT = 10  # seconds for any single future
@@ -24,13 +24,8 @@ WAIT = 10  # seconds for any single future
 
 @pytest.fixture
 def schema() -> Iterator[str]:
-    name = fresh_schema()
-    with psycopg.connect(run_database_dsn(), autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {name}")
-        conn.execute(f"CREATE TABLE {name}.t (k TEXT PRIMARY KEY)")
-    yield name
-    with psycopg.connect(run_database_dsn(), autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {name} CASCADE")
+    with scratch_schema("t (k TEXT PRIMARY KEY)") as name:
+        yield name
 
 
 @pytest.fixture

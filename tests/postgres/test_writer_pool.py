@@ -19,7 +19,7 @@ from corrald.config import WriterConfig
 from corrald.pg.storage import DatabaseUnreachable, PgStorage
 from corrald.pg.target import PgTarget
 from corrald.writer import Writer, job_owner
-from tests.support.postgres import fresh_schema, run_database_dsn
+from tests.support.postgres import run_database_dsn, scratch_schema
 
 pytestmark = pytest.mark.timeout(90)
 WAIT = 15  # seconds for any single future or condition
@@ -28,13 +28,8 @@ WRITERS = 4
 
 @pytest.fixture
 def schema() -> Iterator[str]:
-    name = fresh_schema()
-    with psycopg.connect(run_database_dsn(), autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {name}")
-        conn.execute(f"CREATE TABLE {name}.runs (seq BIGSERIAL PRIMARY KEY, owner TEXT NOT NULL, n INT NOT NULL)")
-    yield name
-    with psycopg.connect(run_database_dsn(), autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {name} CASCADE")
+    with scratch_schema("runs (seq BIGSERIAL PRIMARY KEY, owner TEXT NOT NULL, n INT NOT NULL)") as name:
+        yield name
 
 
 def pool(schema: str, writers: int = WRITERS, storage_class: type[PgStorage] = PgStorage, **options) -> Writer:

@@ -191,6 +191,22 @@ def fresh_schema() -> str:
     return f"t_{secrets.token_hex(6)}"
 
 
+@contextlib.contextmanager
+def scratch_schema(*tables: str):
+    """A fresh schema in this process's database holding `tables` (CREATE TABLE bodies,
+    `name (columns…)`); its name, and the schema dropped afterwards."""
+    name = fresh_schema()
+    with psycopg.connect(run_database_dsn(), autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {name}")
+        for table in tables:
+            conn.execute(f"CREATE TABLE {name}.{table}")
+    try:
+        yield name
+    finally:
+        with psycopg.connect(run_database_dsn(), autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {name} CASCADE")
+
+
 def main() -> int:
     """`make test`'s first look: which server the PostgreSQL tests will use, or why there is none."""
     given = os.environ.get("CORRAL_TEST_PG_DSN")
