@@ -85,11 +85,16 @@ TIMED_TESTS := tests/e2e/test_sdk_claim_ended.py $(patsubst %,tests/contract/tes
 LOAD_TESTS := tests/reliability/test_rel_load.py
 PAIRED_TESTS := $(filter-out $(addsuffix /,$(PARALLEL_TESTS)) tests/artifacts/,$(sort $(wildcard tests/*/))) $(TIMED_TESTS)
 
-# The board's tests and the gRPC end-to-end suite run again on PostgreSQL (`--store
-# postgres`), with the files of tests/postgres (several daemons, one board) that time
-# nothing; the rest of tests/postgres, which bounds wake-ups across daemons, runs alone.
+# The board's tests, the gRPC end-to-end suite and the wire contract suite's files that
+# time nothing run again on PostgreSQL (`--store postgres`), with the files of
+# tests/postgres (several daemons, one board) that time nothing; the rest of
+# tests/postgres, which bounds wake-ups across daemons, runs alone. (All of the contract
+# suite on PostgreSQL: `pytest --store postgres tests/contract`.)
 POSTGRES_UNTIMED := $(patsubst %,tests/postgres/test_%.py,server_restart translation two_daemons writer_jobs)
-POSTGRES_TESTS := tests/server tests/e2e $(POSTGRES_UNTIMED)
+POSTGRES_CONTRACT := activity_log attempts auth bad_input concurrency_keys identity large_messages plan_gate \
+	progress protocol_first reconnect restart serve session session_failpoints team team_pages usage_budget watch
+POSTGRES_TESTS := tests/server tests/e2e $(patsubst %,tests/contract/test_%.py,$(POSTGRES_CONTRACT)) \
+	$(POSTGRES_UNTIMED)
 
 test: $(STAMP) check-protos check-unasync check-vendor-web lint-proto lint browser postgres
 	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=10 \
