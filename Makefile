@@ -86,10 +86,12 @@ LOAD_TESTS := tests/reliability/test_rel_load.py
 PAIRED_TESTS := $(filter-out $(addsuffix /,$(PARALLEL_TESTS)) tests/artifacts/,$(sort $(wildcard tests/*/))) $(TIMED_TESTS)
 
 # The board's tests, the gRPC end-to-end suite and the wire contract suite's files that
-# time nothing run again on PostgreSQL (`--store postgres`), with the files of
-# tests/postgres (several daemons, one board) that time nothing; the rest of
-# tests/postgres, which bounds wake-ups across daemons, runs alone. (All of the contract
-# suite on PostgreSQL: `pytest --store postgres tests/contract`.)
+# time nothing (but its 20 s hypothesis run, the full disk, which is SQLite's, and
+# undecodable bytes, health and reflection, which no store touches) run again on
+# PostgreSQL (`--store postgres`), with the files of tests/postgres (several daemons,
+# one board) that time nothing; the rest of tests/postgres, which bounds wake-ups
+# across daemons, runs alone. (All of the contract suite on PostgreSQL: `pytest --store
+# postgres tests/contract`.)
 POSTGRES_UNTIMED := $(patsubst %,tests/postgres/test_%.py,server_restart translation two_daemons writer_jobs)
 POSTGRES_CONTRACT := activity_log attempts auth bad_input concurrency_keys identity large_messages plan_gate \
 	progress protocol_first reconnect restart serve session session_failpoints team team_pages usage_budget watch
