@@ -279,6 +279,7 @@ def test_the_board_lock_switched_off_for_a_pool_of_writers_is_refused(tmp_path):
     state = tmp_path / "state"
     environment = {**os.environ, BENCH_SWITCHES_ENV: "lock"}
     command = [sys.executable, "-m", "corrald", "serve", "--state-dir", str(state), "--store", run_database_dsn()]
+    command += ["--pg-writers", "2"]
     done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and f"{BENCH_SWITCHES_ENV}=lock needs --pg-writers 1" in done.stderr, done.stderr
 
