@@ -371,6 +371,11 @@ def _reclaimed(board, race: _Race) -> str:
     claim, what = race.claim, race.what
     task_id = claim.task.id
     seen: dict = {}
+    # The reclaim may have come before the renewal was sent: the other's stream, read while
+    # waiting to send it, may hold the task's next claim already.
+    for item in race.waiting.received:
+        if item.WhichOneof("event") == "claim" and item.claim.task.id == task_id:
+            seen["claim"] = (race.other.name, item.claim)
     _read_with_evidence(board, race, seen, "claim")
     taker, fresh = seen["claim"]
     assert fresh.claim_token != claim.claim_token and fresh.attempt == 2, f"{what}: {short(fresh)}"
