@@ -36,6 +36,7 @@ import pytest
 from corral.v1 import corral_pb2 as pb
 from tests.contract.session_board import shutdown_gate_breaches
 from tests.contract.wire import Client, Stream, duration, short, spec, status_details, ts_seconds
+from tests.support.waiting import wait_until
 
 SOAK = os.environ.get("CORRAL_SOAK") == "1"
 SHUTDOWN_RACES = 1_000 if SOAK else 150
@@ -412,6 +413,10 @@ def _renew_race(board, race: _Race, offset_ms: int) -> str:
     return _kept(board, race, renewed)
 
 
+def _offline(daemon, name: str) -> bool:
+    return daemon.teammate(name).status == pb.TEAMMATE_STATUS_OFFLINE
+
+
 def _renew_lane(board, a, b, lane: int, rounds: int) -> collections.Counter[str]:
     """`rounds` races in one lane; its tasks need role lane<n>, which only its two teammates have."""
     role = f"lane{lane}"
@@ -435,6 +440,10 @@ def _renew_lane(board, a, b, lane: int, rounds: int) -> collections.Counter[str]
             stream.cancel()
             late = [short(item) for item in stream.received[judged[stream.label] :]]
             assert late == [], f"{what}: {stream.label} also sent {late}; {_evidence(board, task_id)}"
+        # A cancelled stream is still served until its daemon sees it close: a claim it makes
+        # meanwhile is never read, and the next round's task would sit out its lease with it.
+        for name in (holder.name, other.name):
+            wait_until(lambda name=name: _offline(a, name), 10, f"{what}: {name}'s streams closed")
     return tally
 
 
