@@ -13,8 +13,8 @@
   `pg_switch_teammates` on one PostgreSQL daemon with nothing, NOTIFY, or the
   board lock switched off (CORRAL_BENCH_PG_OFF, in the daemon's environment
   only; the lock off is sound with one daemon of one writer thread only, and
-  runs so), or with a pool of four writer threads
-  (`--pg-writers 4`) in place of one; the order rotates from round
+  runs so), or with one writer thread
+  in place of the default pool (`--pg-writers 1`); the order rotates from round
   to round, ratios to "nothing off" within the round.
 """
 
@@ -41,12 +41,7 @@ FIELDS = {
 SWITCHES = ("none", "notify", "lock", "pool")  # what each configuration of `switches` turns off
 # What the daemon is started with for a switch: CORRAL_BENCH_PG_OFF, and arguments.
 ONE_WRITER = ("--pg-writers", "1")
-SWITCHED = {
-    "none": ("", ONE_WRITER),
-    "notify": ("notify", ONE_WRITER),
-    "lock": ("lock", ONE_WRITER),
-    "pool": ("", ("--pg-writers", "4")),
-}
+SWITCHED = {"none": ("", ()), "notify": ("notify", ()), "lock": ("lock", ONE_WRITER), "pool": ("", ONE_WRITER)}
 
 
 # ---------------------------------------------------------------- cycles
@@ -196,8 +191,8 @@ def _line(count: int, at: dict) -> str:
 
 def switches(store: Store, sizes, runs: int, log) -> dict:
     """Session cycles on one PostgreSQL daemon with nothing, NOTIFY, or the board lock switched off
-    (CORRAL_BENCH_PG_OFF; the lock off is sound with one daemon of one writer only), or four writers in place
-    of one; in an order that rotates from round to round, each on a fresh daemon and schema, ratios to
+    (CORRAL_BENCH_PG_OFF; the lock off is sound with one daemon of one writer only), or one writer in place of the
+    pool; in an order that rotates from round to round, each on a fresh daemon and schema, ratios to
     "nothing off" within the round."""
     count = sizes.pg_switch_teammates
     tasks = sizes.tasks(count)
@@ -232,6 +227,6 @@ def _switches_line(count: int, at: dict) -> str:
     ratios = ", ".join(f"{name} {value:.2f}" for name, value in at["ratios"].items() if value is not None)
     return (
         f"postgres    {count:>3} teammates, Session, one PG daemon: all on {rate('none')}, NOTIFY off"
-        f" {rate('notify')}, board lock off {rate('lock')}, four writers {rate('pool')} cycles/s -> {ratios}"
+        f" {rate('notify')}, board lock off {rate('lock')}, one writer {rate('pool')} cycles/s -> {ratios}"
         f" [{shared()}]"
     )

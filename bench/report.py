@@ -1572,7 +1572,7 @@ def _pg_mvcc(mvcc: dict | None, note: str) -> list[str]:
     ]
 
 
-SWITCH_LABELS = {"none": "nothing off", "notify": "NOTIFY off", "lock": "board lock off", "pool": "four writers"}
+SWITCH_LABELS = {"none": "nothing off", "notify": "NOTIFY off", "lock": "board lock off", "pool": "one writer"}
 
 
 def _pg_switches(switches: dict | None, note: str) -> list[str]:
@@ -1604,7 +1604,7 @@ def _pg_switches(switches: dict | None, note: str) -> list[str]:
         f" PostgreSQL daemon, {switches['tasks']:,} tasks a run, with nothing, NOTIFY, or the board lock switched off"
         " (CORRAL_BENCH_PG_OFF, in the daemon's environment only; the lock off is sound with one daemon of one writer"
         " thread only, and runs so), or"
-        " with four writer threads in place of one (`--pg-writers 4`);"
+        " with one writer thread in place of the default pool (`--pg-writers 1`);"
         " each on a fresh daemon and schema, the order rotating from round to round, ratios to nothing off taken"
         f" within the round, median of {len(switches['rounds'])} round(s) ({note}).\n\n",
         _table(

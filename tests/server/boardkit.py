@@ -22,6 +22,7 @@ from corrald.board import Board
 from corrald.clock import Clock
 from corrald.config import Limits, WriterConfig
 from corrald.model import ClaimGrant, TaskRecord, TaskSpec, TaskState, Usage
+from corrald.pg.target import DEFAULT_WRITERS as PG_DEFAULT_WRITERS
 from corrald.store import tasks, team
 from corrald.stream import StreamState
 from tests.support import SecondsClock  # noqa: F401 (the writer and pacing tests import it from here)
@@ -78,10 +79,9 @@ class SyncBoard:
         *,
         limits: Limits = Limits(),
         writer_config: WriterConfig = WriterConfig(),
-        pg_writers: int = 4,
+        pg_writers: int = PG_DEFAULT_WRITERS,
     ) -> None:
-        """`pg_writers`: on a PostgreSQL board, the writer threads (as `--pg-writers`): a
-        pool by default, so the store's tests run on one."""
+        """`pg_writers`: on a PostgreSQL board, the writer threads (as `--pg-writers`)."""
         self.path = path
         self.pg_writers = pg_writers
         self.clock = clock

@@ -14,9 +14,7 @@ from ..config import ConfigError
 
 DEFAULT_SCHEMA = "corral"
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
-# Writer threads, each with a connection (writer.py). Under the board lock more than one
-# only pipelines a backlog's batches; it measured no gain at 32 Session teammates.
-DEFAULT_WRITERS = 1
+DEFAULT_WRITERS = 4  # writer threads, each with a connection (writer.py)
 MAX_WRITERS = 64
 SCHEMES = ("postgresql://", "postgres://")
 # A schema name corrald creates and quotes nowhere: lower case, as PostgreSQL folds it.
