@@ -127,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--native", action="store_true", help="py-spy: include native (C/Cython) frames")
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("corrald-profile.txt"))
     args = parser.parse_args(argv)
+    if _tool(args.tool) is None:  # before anything starts: a missing tool is found in a second, not a minute
+        parser.error(f"{args.tool} not found: {TOOL_INSTALL[args.tool]}")
     raw = args.out.with_suffix(".raw")
     with contextlib.ExitStack() as stack:
         if args.server == "corral":
@@ -168,13 +170,24 @@ def _corrald(stack: contextlib.ExitStack, store: str) -> Daemon:
     return pg_server.pg_daemon(stack.enter_context(pg_server.Store(dsn)), "corral")
 
 
+TOOL_INSTALL = {
+    "py-spy": "pip install py-spy (into this interpreter's environment)",
+    "strace": "apt-get install strace",
+}
+
+
+def _tool(name: str) -> str | None:
+    """The tool's path: on PATH, else beside this interpreter (a virtualenv's bin/)."""
+    beside = pathlib.Path(sys.executable).with_name(name)
+    return shutil.which(name) or (str(beside) if beside.exists() else None)
+
+
 def _recorder(args, pid: int, raw: pathlib.Path) -> list[str]:
     if args.tool == "strace":
-        return ["strace", "-c", "-f", "-p", str(pid), "-o", str(raw)]
-    spy = shutil.which("py-spy") or str(pathlib.Path(sys.executable).with_name("py-spy"))
+        return [str(_tool("strace")), "-c", "-f", "-p", str(pid), "-o", str(raw)]
     return (
         [
-            spy,
+            str(_tool("py-spy")),
             "record",
             "--pid",
             str(pid),
