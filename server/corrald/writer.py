@@ -102,6 +102,7 @@ class _Seat:
     retrying: tenacity.Retrying
     conn: Any = None
     ticket: int = -1  # the place of its batch's commit, once committed (see `_answering`)
+    has_turn: bool = False  # it holds `Writer._turn`: it alone takes jobs or waits for them
     spent: list[tuple[str, float]] = dataclasses.field(default_factory=list)
 
 
@@ -348,17 +349,22 @@ class Writer:
                 self._storage.close(seat.conn, False)
                 seat.conn = None
             return
-        holding_turn = False
         while True:
-            if not holding_turn:
+            if not seat.has_turn:
                 self._turn.acquire()
+                seat.has_turn = True
             with self._cond:
                 while not self._queue and self._accepting:
                     self._cond.wait()
                 if not self._queue:
-                    self._turn.release()
+                    self._pass_turn(seat)
                     return  # closed and drained
-            holding_turn = self._run_batch(seat)
+            try:
+                self._run_batch(seat)
+            except BaseException:
+                if seat.has_turn:
+                    self._pass_turn(seat)
+                raise
 
     def _take(self, unless_owner_in: Collection[str] = ()) -> _Pending | None:
         """The next job to run; None when the queue is empty or the next job's
@@ -387,19 +393,13 @@ class Writer:
         owners.add(pending.owner)
         return True
 
-    def _run_batch(self, seat: _Seat) -> bool:
-        """Runs one batch; called holding `_turn`, which it passes on once the batch takes no
-        more jobs if jobs are waiting then. Returns whether it holds the turn still."""
-        turn = [True]
-        try:
-            self._batch(seat, turn)
-        except BaseException:
-            if turn[0]:
-                self._turn.release()
-            raise
-        return turn[0]
+    def _pass_turn(self, seat: _Seat) -> None:
+        seat.has_turn = False
+        self._turn.release()
 
-    def _batch(self, seat: _Seat, turn: list[bool]) -> None:
+    def _run_batch(self, seat: _Seat) -> None:
+        """Runs one batch; called holding `_turn`, which it passes on once the batch takes no
+        more jobs if jobs are waiting then (else it keeps it: `seat.has_turn`)."""
         started, batch_from = time.perf_counter(), self._timer()
         batch: list[_Pending] = []
         owners: set[str] = set()
@@ -413,9 +413,8 @@ class Writer:
             # writer keeps the turn, and takes the next job itself once it has answered:
             # another would only add a thread's wake-up and a connection's cold caches
             # (measured: 0.9x the Session cycles of one writer when the turn went round).
-            if self._queue and turn[0]:
-                turn[0] = False
-                self._turn.release()
+            if self._queue and seat.has_turn:
+                self._pass_turn(seat)
 
         def take_first() -> bool:
             # The first job is taken once the transaction is open (its lock, on a shared

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -31,7 +30,8 @@ from corrald.pg.target import PgTarget
 from corrald.store import protocol, tasks, team
 from corrald.stream import StreamState
 from tests.server.boardkit import SyncBoard, spec
-from tests.support.postgres import fresh_schema, run_database_dsn
+from tests.support import wait_until
+from tests.support.postgres import backends_waiting_for_a_lock, fresh_schema, run_database_dsn
 
 pytestmark = pytest.mark.timeout(60)
 WAIT = 15  # seconds for any single step
@@ -75,20 +75,15 @@ class Held:
 def waiting_for_a_lock(started: concurrent.futures.Future, *, or_done: bool = False) -> None:
     """Returns once a backend of this database waits for a lock held by another; fails if
     `started` finishes first (it did not wait for the held transaction), unless `or_done`."""
-    deadline = time.monotonic() + WAIT
     with psycopg.connect(run_database_dsn(), autocommit=True) as conn:
-        while True:
+
+        def someone_waits() -> bool:
             if or_done and started.done():
-                return
+                return True
             assert not started.done(), f"it did not wait for the held transaction: {started.result()}"
-            (waiting,) = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                " AND wait_event_type = 'Lock' AND pid != pg_backend_pid()"
-            ).fetchone()
-            if waiting:
-                return
-            assert time.monotonic() < deadline, "nothing waited for the held transaction"
-            time.sleep(0.005)
+            return backends_waiting_for_a_lock(conn) > 0
+
+        wait_until(someone_waits, WAIT, "a backend waiting for the held transaction", interval=0.005)
 
 
 def in_thread(call: Callable[[], Any]) -> concurrent.futures.Future:

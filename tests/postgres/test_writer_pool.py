@@ -19,7 +19,8 @@ from corrald.config import WriterConfig
 from corrald.pg.storage import DatabaseUnreachable, PgStorage
 from corrald.pg.target import PgTarget
 from corrald.writer import Writer, job_owner
-from tests.support.postgres import run_database_dsn, scratch_schema
+from tests.support import wait_until
+from tests.support.postgres import backends_waiting_for_a_lock, run_database_dsn, scratch_schema
 
 pytestmark = pytest.mark.timeout(90)
 WAIT = 15  # seconds for any single future or condition
@@ -115,10 +116,11 @@ def test_callers_learn_their_outcomes_in_the_order_the_batches_committed(schema)
         nonlocal batches
         batches += 1
         if batches == 1:
-            deadline = time.monotonic() + WAIT
-            while not any(owner == "second" for _, owner, _ in stored(schema)):
-                assert time.monotonic() < deadline, "the second batch never committed while the first was held"
-                time.sleep(0.01)
+            wait_until(
+                lambda: any(owner == "second" for _, owner, _ in stored(schema)),
+                WAIT,
+                "the second batch to commit while the first was held",
+            )
 
     writer = pool(schema, on_batch=on_batch, timer=lambda: clock["now"])
     writer.start()
@@ -158,10 +160,7 @@ def test_jobs_queued_while_a_batch_takes_jobs_join_it_and_no_other_writer_opens_
     try:
         held = writer.submit(hold)
         assert holding.wait(WAIT)
-        deadline = time.monotonic() + WAIT
-        while writer.stats().writers_in_transaction != 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
+        wait_until(lambda: writer.stats().writers_in_transaction == 1, WAIT, "the held batch's transaction")
         commits = writer.stats().commits
         futures = [writer.submit(run("burst", n)) for n in range(40)]
         release.set()
@@ -260,13 +259,8 @@ def test_a_writer_that_opened_a_transaction_for_a_job_cancelled_meanwhile_goes_o
         queued.set()
         assert before_commit.wait(WAIT)
         storage.armed = True  # A is past its BEGIN: the next one to return is B's
-        deadline = time.monotonic() + WAIT
         with psycopg.connect(run_database_dsn(), autocommit=True) as conn:
-            while not conn.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            ).fetchone():
-                assert time.monotonic() < deadline, "no writer waited for the board lock"
-                time.sleep(0.005)
+            wait_until(lambda: backends_waiting_for_a_lock(conn) > 0, WAIT, "a writer waiting for the board lock")
         assert cancelled.cancel()
         release.set()
         first.result(WAIT)

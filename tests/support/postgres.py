@@ -207,6 +207,15 @@ def scratch_schema(*tables: str):
             conn.execute(f"DROP SCHEMA {name} CASCADE")
 
 
+def backends_waiting_for_a_lock(conn: psycopg.Connection) -> int:
+    """How many other backends of this database wait for a lock now."""
+    (waiting,) = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock' AND pid != pg_backend_pid()"
+    ).fetchone()
+    return waiting
+
+
 def main() -> int:
     """`make test`'s first look: which server the PostgreSQL tests will use, or why there is none."""
     given = os.environ.get("CORRAL_TEST_PG_DSN")

@@ -453,7 +453,8 @@ def _rows_by_id(conn: sqlite3.Connection, ids: list[str], lock: str = "") -> dic
     mode (`schema.row_lock`), taken in seq order."""
     if not ids:
         return {}
-    locking = f" ORDER BY t.seq{row_lock(conn, f'{lock} OF t')}" if lock and fuses_statements(conn) else ""
+    clause = row_lock(conn, f"{lock} OF t") if lock else ""  # '' on SQLite
+    locking = f" ORDER BY t.seq{clause}" if clause else ""
     rows = conn.execute(
         "SELECT t.id, t.seq, t.spec_digest, t.state, t.create_ms, t.finish_ms, t.max_attempts, t.lease_ms"
         f" FROM json_each(?) AS wanted JOIN tasks AS t ON t.id = wanted.value{locking}",
