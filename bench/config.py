@@ -61,7 +61,7 @@ class Sizes:
     pg_claim_samples: int = 200
     # ... reclaims of a lease whose daemon was SIGKILLed, through the other daemon; a REPEATABLE READ
     # snapshot held this long while this many Session cycles churn (claim latency before, held, after);
-    # Session cycles at this many teammates with the board lock or NOTIFY switched off.
+    # Session cycles at this many teammates with the board lock, NOTIFY or group commit switched off.
     pg_reclaim_samples: int = 20
     pg_mvcc_hold_s: float = 60.0
     pg_mvcc_churn: int = 20_000

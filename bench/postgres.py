@@ -8,7 +8,7 @@ in every target).
 The measures, each in a module of its own:
 
 * bench/pg_cycles.py: Session cycles/s on SQLite, one and two PostgreSQL
-  daemons; and with the board lock or NOTIFY switched off.
+  daemons; and with the board lock, NOTIFY or group commit switched off.
 * bench/pg_latency.py: ready → claim across daemons; claim latency by board size.
 * bench/pg_failures.py: reclaim after SIGKILL of a daemon; the MVCC trap.
 * bench/pg_server.py: the server, the bench's database on it, the daemons.

@@ -1572,7 +1572,13 @@ def _pg_mvcc(mvcc: dict | None, note: str) -> list[str]:
     ]
 
 
-SWITCH_LABELS = {"none": "nothing off", "notify": "NOTIFY off", "lock": "board lock off", "pool": "one writer"}
+SWITCH_LABELS = {
+    "none": "nothing off",
+    "notify": "NOTIFY off",
+    "lock": "board lock off",
+    "group": "board lock and group commit off",
+    "pool": "one writer",
+}
 
 
 def _pg_switches(switches: dict | None, note: str) -> list[str]:
@@ -1600,10 +1606,12 @@ def _pg_switches(switches: dict | None, note: str) -> list[str]:
             ]
         )
     return [
-        f"\nThe board lock, NOTIFY and the writer pool: Session cycles at {switches['teammates']} teammates on one"
-        f" PostgreSQL daemon, {switches['tasks']:,} tasks a run, with nothing, NOTIFY, or the board lock switched off"
-        " (CORRAL_BENCH_PG_OFF, in the daemon's environment only; the lock off is sound with one daemon of one writer"
-        " thread only, and runs so), or"
+        f"\nThe board lock, NOTIFY, group commit and the writer pool: Session cycles at {switches['teammates']}"
+        f" teammates on one PostgreSQL daemon, {switches['tasks']:,} tasks a run, with nothing, NOTIFY, or the board"
+        " lock switched off (CORRAL_BENCH_PG_OFF, in the daemon's environment only; the lock off is sound with one"
+        " daemon of one writer thread only, and runs so), with the board lock and group commit off (one job per"
+        " transaction, the default pool's writers in parallel: the writer of a board ordered by row locks alone,"
+        " without those locks' statements, so an upper bound of that design), or"
         " with one writer thread in place of the default pool (`--pg-writers 1`);"
         " each on a fresh daemon and schema, the order rotating from round to round, ratios to nothing off taken"
         f" within the round, median of {len(switches['rounds'])} round(s) ({note}).\n\n",

@@ -315,9 +315,14 @@ class Daemon:
         from .pg.storage import BENCH_SWITCHES_ENV, bench_switches_off, describe  # noqa: PLC0415
         from .pg.store import open_board  # noqa: PLC0415
 
-        if "lock" in bench_switches_off() and self.config.writer.writers > 1:
+        switched_off = bench_switches_off()
+        if "group" in switched_off:
+            # One job per transaction: how the writer would run without the board lock's serial
+            # order (row locks held across a group commit deadlock between daemons: docs/postgres.md).
+            self.config = dataclasses.replace(self.config, writer=dataclasses.replace(self.config.writer, max_batch=1))
+        if "lock" in switched_off and self.config.writer.writers > 1 and "group" not in switched_off:
             # Without the board lock, writer threads would write the board at once.
-            raise ConfigError(f"{BENCH_SWITCHES_ENV}=lock needs --pg-writers 1")
+            raise ConfigError(f"{BENCH_SWITCHES_ENV}=lock needs --pg-writers 1 (or group off as well)")
         try:
             pg = open_board(
                 target,

@@ -202,6 +202,10 @@ def test_quick_postgres_section(tmp_path: pathlib.Path) -> None:
             assert table[config]["errors"]["max"] == 0, (config, table[config])
         assert table["pg1"]["pg_cpu_ms"] is not None or not pg["server_local"]
         assert FIGURE_KEYS <= table["ratios"]["pg2_vs_pg1"].keys()
+    switches = pg["switches"]
+    for name in ("notify", "lock", "group", "pool"):
+        assert FIGURE_KEYS <= switches["ratios"][f"{name}_off_vs_on"].keys(), name
+        assert switches[name]["errors"]["max"] == 0, (name, switches[name])
     ready = pg["ready_to_claim"]
     assert FIGURE_KEYS <= ready["cross_p99_ms"].keys() and ready["cross_p50_ms"]["median"] > 0
     assert len(pg["board_size"]["sizes"]) == 2 and FIGURE_KEYS <= pg["board_size"]["ratio_p50"].keys()

@@ -284,6 +284,28 @@ def test_the_board_lock_switched_off_for_a_pool_of_writers_is_refused(tmp_path):
     assert done.returncode == 2 and f"{BENCH_SWITCHES_ENV}=lock needs --pg-writers 1" in done.stderr, done.stderr
 
 
+def test_group_commit_switched_off_runs_one_job_per_transaction_on_writers_in_parallel(shared_board):
+    """The benchmark's "lock,group" switch (the writer a board ordered by row locks alone would
+    need) is allowed with a pool, and does run every job in a transaction of its own."""
+    daemon = shared_board.daemon("a", env={BENCH_SWITCHES_ENV: "lock,group"}, extra_args=("--pg-writers", "2"))
+    before = daemon.stats().writer
+    # Calls at once, so that a group commit would take several of them (it does: see below).
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda n: daemon.create_tasks(spec(f"one-{n}")), range(96)))
+    after = daemon.stats().writer
+    assert after.jobs - before.jobs >= 96
+    assert after.commits - before.commits == after.jobs - before.jobs, (before, after)
+    assert daemon.stats().postgres.writers == 2
+
+
+def test_an_unknown_benchmark_switch_is_refused(tmp_path):
+    state = tmp_path / "state"
+    environment = {**os.environ, BENCH_SWITCHES_ENV: "lock,fsync"}
+    command = [sys.executable, "-m", "corrald", "serve", "--state-dir", str(state), "--store", run_database_dsn()]
+    done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "unknown switch" in done.stderr and "group" in done.stderr, done.stderr
+
+
 def test_a_pool_of_no_writers_is_refused(tmp_path):
     code, stderr = _refused(tmp_path, ["--store", "postgresql://postgres@127.0.0.1/postgres", "--pg-writers", "0"])
     assert code == 2 and "Invalid value for '--pg-writers'" in stderr, (code, stderr)
