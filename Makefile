@@ -97,6 +97,12 @@ POSTGRES_CONTRACT := activity_log attempts auth bad_input concurrency_keys ident
 	progress protocol_first reconnect restart serve session session_failpoints team team_pages usage_budget watch
 POSTGRES_TESTS := tests/server tests/e2e $(patsubst %,tests/contract/test_%.py,$(POSTGRES_CONTRACT)) \
 	$(POSTGRES_UNTIMED)
+# The contract suite's timed files that exercise the store (the Session races and
+# waiters, leases, attempt deadlines, the idle budget, big batches and cascades) run on
+# PostgreSQL too, two at a time after the paired ones; those that time the daemon's own
+# work (admission, bursts, memory, overload, SIGTERM, silent connections) run on SQLite.
+POSTGRES_TIMED := $(patsubst %,tests/contract/test_%.py,big_batches big_cancels claim_ended idle_timeout leases \
+	session_races session_waiters)
 
 test: $(STAMP) check-protos check-unasync check-vendor-web lint-proto lint browser postgres
 	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=10 \
@@ -105,6 +111,7 @@ test: $(STAMP) check-protos check-unasync check-vendor-web lint-proto lint brows
 		$(addprefix --ignore=,$(TIMED_TESTS)) $(POSTGRES_TESTS)
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=25 \
 		$(addprefix --ignore=,$(POSTGRES_UNTIMED)) $(PAIRED_TESTS)
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=10 --store postgres $(POSTGRES_TIMED)
 	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(LOAD_TESTS)
 
 # The PostgreSQL server the tests will use: CORRAL_TEST_PG_DSN, else 127.0.0.1:5432, else
