@@ -289,7 +289,8 @@ def test_group_commit_switched_off_runs_one_job_per_transaction_on_writers_in_pa
     need) is allowed with a pool, and does run every job in a transaction of its own."""
     daemon = shared_board.daemon("a", env={BENCH_SWITCHES_ENV: "lock,group"}, extra_args=("--pg-writers", "2"))
     before = daemon.stats().writer
-    # Calls at once, so that a group commit would take several of them (it does: see below).
+    # Calls at once, so that a group commit would take several of them (with it on, the
+    # commits below come out fewer than the jobs).
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda n: daemon.create_tasks(spec(f"one-{n}")), range(96)))
     after = daemon.stats().writer
@@ -304,6 +305,7 @@ def test_an_unknown_benchmark_switch_is_refused(tmp_path):
     command = [sys.executable, "-m", "corrald", "serve", "--state-dir", str(state), "--store", run_database_dsn()]
     done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "unknown switch" in done.stderr and "group" in done.stderr, done.stderr
+    assert not (state / "board.id").exists()  # it served no board
 
 
 def test_a_pool_of_no_writers_is_refused(tmp_path):
