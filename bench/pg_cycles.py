@@ -9,15 +9,17 @@
   schema; the ratios PG-1 / SQLite and PG-2 / PG-1 are taken within the round.
   CPU per cycle is the daemons' user+system time over the run, and beside it
   that of the PostgreSQL backends serving the bench's database.
-* The board lock, NOTIFY, group commit and the writer pool: Session cycles/s at
+* The board lock, NOTIFY, group commit, the writer pool and completions run together: Session cycles/s at
   `pg_switch_teammates` on one PostgreSQL daemon with nothing, NOTIFY, or the
   board lock switched off (CORRAL_BENCH_PG_OFF, in the daemon's environment
   only; the lock off is sound with one daemon of one writer thread only, and
   runs so), with the board lock and group commit off (one job per transaction,
   the default pool's writers in parallel: the writer of a board ordered by row
-  locks alone, without their extra statements), or with one writer thread
-  in place of the default pool (`--pg-writers 1`); the order rotates from round
-  to round, ratios to "nothing off" within the round.
+  locks alone, without their extra statements), with one writer thread
+  in place of the default pool (`--pg-writers 1`), or with each Session
+  completion in a statement of its own instead of a run of queued completions
+  in one (`merge`); the order rotates from round to round, ratios to "nothing
+  off" within the round.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ FIELDS = {
     "notifies_per_cycle": "NOTIFY/cycle (all daemons)",
     "errors": "count",
 }
-SWITCHES = ("none", "notify", "lock", "group", "pool")  # what each configuration of `switches` turns off
+SWITCHES = ("none", "notify", "lock", "group", "pool", "merge")  # what each configuration of `switches` turns off
 # What the daemon is started with for a switch: CORRAL_BENCH_PG_OFF, and arguments.
 ONE_WRITER = ("--pg-writers", "1")
 SWITCHED = {
@@ -49,6 +51,7 @@ SWITCHED = {
     "lock": ("lock", ONE_WRITER),
     "group": ("lock,group", ()),
     "pool": ("", ONE_WRITER),
+    "merge": ("merge", ()),
 }
 
 
@@ -200,8 +203,9 @@ def _line(count: int, at: dict) -> str:
 def switches(store: Store, sizes, runs: int, log) -> dict:
     """Session cycles on one PostgreSQL daemon with nothing, NOTIFY, or the board lock switched off
     (CORRAL_BENCH_PG_OFF; the lock off is sound with one daemon of one writer only), the lock and group commit off
-    (one job per transaction, the pool's writers in parallel), or one writer in place of the pool; in an order that
-    rotates from round to round, each on a fresh daemon and schema, ratios to "nothing off" within the round."""
+    (one job per transaction, the pool's writers in parallel), one writer in place of the pool, or each completion
+    in its own statement (no runs); in an order that rotates from round to round, each on a fresh daemon and schema,
+    ratios to "nothing off" within the round."""
     count = sizes.pg_switch_teammates
     tasks = sizes.tasks(count)
     rounds = []
@@ -236,6 +240,6 @@ def _switches_line(count: int, at: dict) -> str:
     return (
         f"postgres    {count:>3} teammates, Session, one PG daemon: all on {rate('none')}, NOTIFY off"
         f" {rate('notify')}, board lock off {rate('lock')}, one job per transaction {rate('group')}, one writer"
-        f" {rate('pool')} cycles/s -> {ratios}"
+        f" {rate('pool')}, each completion its own statement {rate('merge')} cycles/s -> {ratios}"
         f" [{shared()}]"
     )

@@ -1578,6 +1578,7 @@ SWITCH_LABELS = {
     "lock": "board lock off",
     "group": "board lock and group commit off",
     "pool": "one writer",
+    "merge": "completions not run together",
 }
 
 

@@ -29,6 +29,7 @@ from .model import (
     CreatedBatch,
     Event,
     FeedPage,
+    Mergeable,
     OpOutcome,
     TaskPage,
     TaskRecord,
@@ -101,6 +102,11 @@ def _complete_and_next(
     waiting = waiters.snapshot() if waiters is not None else []
     view = team.view_from_beside(name, read)
     return task, delivery.after_completion(tx, name, stream, waiting, ended_claim=ended, view=view)
+
+
+def _complete_many(conn, now_ms: int, requests: list[tuple]) -> list[tuple]:
+    """The first statement of a run of Session completions (`complete_op`'s `Mergeable`)."""
+    return tasks.complete_many(conn, now_ms, requests, team.VIEW_BESIDE_COMPLETIONS)
 
 
 def _stamp_clock(conn, now_ms: int, changed: bool, failures: list[BaseException]) -> None:
@@ -560,6 +566,7 @@ class Board:
         replay: Callable[[Txn], T] | None = None,
         *,
         record_in_body: bool = False,
+        merge: Mergeable | None = None,
     ) -> tuple[OpOutcome, T | None]:
         def job(tx: Txn) -> tuple[OpOutcome, T | None]:
             live: list[T] = []
@@ -574,7 +581,7 @@ class Board:
                 return outcome, live[0] if live else None
             return outcome, replay(tx) if replay is not None and outcome.error is None else None
 
-        return await self.writer.run(job)
+        return await self.writer.run(job, merge)
 
     async def ack_op(self, name: str, op_id: str, digest: bytes, through_seq: int) -> OpOutcome:
         def body(tx: Txn) -> tuple[OpOutcome, None]:
@@ -626,9 +633,19 @@ class Board:
         def body(tx: Txn) -> tuple[OpOutcome, tuple[TaskRecord, delivery.Delivery]]:
             return OpOutcome(), _complete_and_next(tx, name, (task_id, token, result), stream, waiters, spent)
 
-        # The completion's statement writes the op's record (store/ops.py).
+        # The completion's statement writes the op's record (store/ops.py); without usage
+        # to charge, it may run with the statements of the completions queued beside it.
+        merge = None
+        if spent is None:
+            merge = Mergeable(_complete_many, (name, op_id, digest, *request), name, delivery.views_touched)
         outcome, found = await self._op(
-            name, op_id, digest, body, lambda tx: (tasks.get_task(tx.conn, task_id), None), record_in_body=True
+            name,
+            op_id,
+            digest,
+            body,
+            lambda tx: (tasks.get_task(tx.conn, task_id), None),
+            record_in_body=True,
+            merge=merge,
         )
         if found is None:
             return outcome, None, None

@@ -24,7 +24,7 @@ import dataclasses
 import sqlite3
 from collections.abc import Sequence
 
-from .model import BudgetExhausted, ClaimGrant, HandedClaim, TeammateView, Txn
+from .model import BudgetExhausted, ClaimGrant, HandedClaim, TeammateView, Txn, Wakes
 from .store import gates, inbox, status, tasks, team, usage
 from .stream import Delivery, StreamItem, StreamState
 
@@ -103,6 +103,22 @@ def after_completion(
     else:
         status.refresh_status(tx, name)  # no claim followed: idle, waiting or gated now
     return found
+
+
+def views_touched(wakes: Wakes) -> set[str] | None:
+    """Whose delivery views (`team.view_for_delivery`) a job may have changed, as its
+    wake-ups show: their inbox, claims, gates or streams; None for anyone's."""
+    if wakes.everyone:
+        return None
+    return (
+        wakes.teammates
+        | wakes.may_claim
+        | wakes.handed.keys()
+        | wakes.claims_ended.keys()
+        | wakes.ended.keys()
+        | wakes.exhausted.keys()
+        | wakes.streams_opened
+    )
 
 
 def _handed_off(tx: Txn, grant: ClaimGrant) -> None:

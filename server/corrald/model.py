@@ -462,6 +462,37 @@ class Txn:
     made_ready: set[int] = dataclasses.field(default_factory=set)
     # A Session op's record that the op's first statement is to write (store/ops.py).
     op_record: PendingOpRecord | None = None
+    # The job's first statement, run already by the writer for a run of jobs (`Mergeable`);
+    # the job sets it back to None as it takes it (a job that did not fails: see writer.py).
+    ahead: RanAhead | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Mergeable:
+    """What a job's first statement needs, for a writer that runs that statement once for
+    a run of such jobs queued one after another (`run_many(conn, now_ms, requests)`: one
+    result per request, in order) and gives each job its result (`Txn.ahead`).
+
+    The jobs of a run act as if each had run its first statement when the run did,
+    before the rest of the jobs before it: so a run holds one job per `subject` (whose
+    job it is), and a job learns whether its result's reads are still the board's. They
+    are not once a job between changed its subject's rows; `touched` says whose rows a
+    job's wake-ups show it changed (None: anyone's may have)."""
+
+    run_many: typing.Callable[[typing.Any, int, list[typing.Any]], list[typing.Any]]
+    request: typing.Any
+    subject: str
+    touched: typing.Callable[[Wakes], typing.Collection[str] | None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RanAhead:
+    """A job's result of its first statement, run for its run of jobs (see `Mergeable`).
+    `fresh`: what it read of the job's subject is still what the board holds."""
+
+    request: typing.Any
+    row: typing.Any
+    fresh: bool
 
 
 @dataclasses.dataclass(slots=True)

@@ -15,6 +15,14 @@ then with a savepoint per job. Jobs are whole transaction bodies, so running
 them again is safe; most failures (a stale token, a missing task) are found
 before the first write.
 
+There too, a job may say what its first statement needs (`model.Mergeable`):
+the writer then runs that statement once for a run of such jobs queued one
+after another, of distinct subjects, before the first of them, and each job
+takes its share (`Txn.ahead`) as it runs. So a batch of Session completions
+completes in one statement, not one each. A job of a run that fails makes its
+batch run again with savepoints, and then without runs: its share was written
+before it ran.
+
 Jobs are taken from the queue by owner, the least-served owner first
 (`overload/fairqueue.py`), and the budget keeps one caller's backlog from
 stretching a batch: so a caller with an occasional cheap job goes ahead of the
@@ -61,7 +69,7 @@ from . import failpoints
 from .clock import Clock
 from .config import WriterConfig
 from .errors import Overloaded, ReentrantSubmit, Unavailable
-from .model import DeadlineWatch, Txn, Wakes
+from .model import DeadlineWatch, Mergeable, RanAhead, Txn, Wakes
 from .overload.costs import CostLedger
 from .overload.fairqueue import FairQueue
 from .overload.queue_bound import QueueBound, level
@@ -79,6 +87,60 @@ class _NeedsSavepoints(Exception):
     """A job run without a savepoint failed after it wrote: the batch runs again, guarded."""
 
 
+class _RunsAhead:
+    """The runs of mergeable jobs (`model.Mergeable`) one attempt of a batch has run
+    ahead: a run is the jobs queued one after another from its first, with the same
+    statement, of distinct subjects. Each job takes its result as it runs, and learns
+    whether the jobs run since the run's statement changed its subject's rows."""
+
+    def __init__(self) -> None:
+        self._until = 0  # the batch's jobs before this index are in a run, or not mergeable
+        self._results: dict[int, Any] = {}
+        self._touched: set[str] | None = set()  # None: anyone's rows may have changed
+        self.together = 0  # jobs that took a run's result
+
+    def may_start(self, batch: list[_Pending], index: int) -> bool:
+        return index >= self._until and batch[index].merge is not None
+
+    def start(self, conn: Any, now_ms: int, batch: list[_Pending], index: int) -> None:
+        first = batch[index].merge
+        assert first is not None
+        run, subjects = [index], {first.subject}
+        for later in range(index + 1, len(batch)):
+            merge = batch[later].merge
+            if merge is None or merge.run_many != first.run_many or merge.subject in subjects:
+                break
+            run.append(later)
+            subjects.add(merge.subject)
+        self._until = run[-1] + 1
+        if len(run) < 2:
+            return  # one job runs its own statement
+        requests = [merge.request for i in run if (merge := batch[i].merge) is not None]
+        results = first.run_many(conn, now_ms, requests)
+        self._results = dict(zip(run, results, strict=True))
+        self._touched = set()
+        self.together += len(run)
+
+    def take(self, batch: list[_Pending], index: int) -> RanAhead | None:
+        merge = batch[index].merge
+        if index not in self._results or merge is None:
+            return None
+        fresh = self._touched is not None and merge.subject not in self._touched
+        return RanAhead(merge.request, self._results.pop(index), fresh)
+
+    def ran(self, pending: _Pending, wakes: Wakes | None) -> None:
+        if not self._results or wakes is None or self._touched is None:
+            return
+        if pending.merge is None:
+            self._touched = None
+            return
+        touched = pending.merge.touched(wakes)
+        if touched is None:
+            self._touched = None
+        else:
+            self._touched.update(touched)
+
+
 class CommitFailed(Unavailable):
     """The batch this job belonged to did not commit; the job had no effect (the
     caller may retry). The writer logs the failure once, for the whole batch."""
@@ -92,6 +154,7 @@ class _Pending:
     future: concurrent.futures.Future | asyncio.Future
     loop: asyncio.AbstractEventLoop | None
     owner: str
+    merge: Mergeable | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -124,6 +187,8 @@ class WriterStats:
     job_time_max_ms: float
     writers: int = 1
     writers_in_transaction: int = 0
+    # Committed jobs whose first statement ran once for their run of jobs (`model.Mergeable`).
+    jobs_run_together: int = 0
 
 
 def _percentile(samples: Sequence[float], q: float) -> float:
@@ -158,6 +223,9 @@ class Storage(Protocol):
 
     # Whether every job runs inside a savepoint of its own; if not, see `untouched`.
     savepoint_each_job: bool
+    # Whether runs of mergeable jobs share their first statement (`model.Mergeable`):
+    # where each statement is a round trip and the server's work to start it.
+    merges_jobs: bool
 
     def untouched(self, conn: Any, changes_before: int) -> bool:
         """Whether the transaction is as it was when a job began (`changes_before` is
@@ -229,6 +297,7 @@ class Writer:
         self._job_ms: collections.deque[float] = collections.deque(maxlen=4096)
         self._counting = threading.Lock()
         self._commits = self._jobs = self._busy_retries = self._failed_commits = 0
+        self._jobs_run_together = 0
         self._last_warn = 0.0
         # Built once per writer thread: a Retrying per batch left a reference cycle per
         # batch for the cyclic collector, whose full passes stall the whole daemon.
@@ -293,14 +362,15 @@ class Writer:
 
     # ------------------------------------------------------------ submitting
 
-    def submit(self, job: Job[T]) -> concurrent.futures.Future[T]:
+    def submit(self, job: Job[T], merge: Mergeable | None = None) -> concurrent.futures.Future[T]:
         """Queues a job from any thread; the future resolves after COMMIT."""
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._enqueue(_Pending(job, future, None, job_owner.get()))
+        self._enqueue(_Pending(job, future, None, job_owner.get(), merge))
         return future
 
-    async def run(self, job: Job[T]) -> T:
-        """Queues a job from the event loop and awaits its committed result.
+    async def run(self, job: Job[T], merge: Mergeable | None = None) -> T:
+        """Queues a job from the event loop and awaits its committed result. With `merge`,
+        the writer may run the job's first statement together with other jobs' (`Mergeable`).
 
         A full queue makes the caller wait up to `room_wait_ms` for a place
         (back-pressure for bursts) before it is refused with Overloaded
@@ -308,7 +378,7 @@ class Writer:
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        pending = _Pending(job, future, loop, job_owner.get())
+        pending = _Pending(job, future, loop, job_owner.get(), merge)
         try:
             self._enqueue(pending, count_refusal=False)
         except Overloaded:
@@ -550,14 +620,30 @@ class Writer:
         try:
             changes_before = conn.total_changes
             outcomes: list[tuple[bool, Any, Wakes | None]] = []
+            # Where statements are round trips, runs of mergeable jobs share their first
+            # statement; never with savepoints, which a job's share would escape.
+            runs = _RunsAhead() if self._storage.merges_jobs and not guarded else None
             while len(outcomes) < len(batch) or self._grow(batch, owners, take_until):
-                pending = batch[len(outcomes)]
+                index = len(outcomes)
+                pending = batch[index]
                 # Each job acts at the instant it runs: a lease it renews or grants is
                 # measured from then, not from the start of a batch that an earlier
                 # job may have made long. `now` never goes back within a batch.
                 now = max(now, self._clock.now_ms())
+                if runs is not None and runs.may_start(batch, index):
+                    while self._grow(batch, owners, take_until):  # the queued jobs join the run
+                        pass
+                    try:
+                        runs.start(conn, now, batch, index)
+                    except Exception as error:
+                        if self._storage.is_storage_error(error):
+                            raise  # the database's, not the statement's: as for any job
+                        raise _NeedsSavepoints from error  # its jobs will each run their own
                 job_started, cost_from = time.perf_counter(), self._timer()
-                outcomes.append(self._run_job(conn, pending, now, watches, self._storage, guarded))
+                ahead = runs.take(batch, index) if runs is not None else None
+                outcomes.append(self._run_job(conn, pending, now, watches, self._storage, guarded, ahead))
+                if runs is not None:
+                    runs.ran(pending, outcomes[-1][2])
                 self._job_ms.append((time.perf_counter() - job_started) * 1000)
                 seat.spent.append((pending.owner, self._timer() - cost_from))
                 if not conn.in_transaction:
@@ -578,6 +664,9 @@ class Writer:
             with self._committing:
                 self._storage.commit(conn)
                 seat.ticket, self._tickets = self._tickets, self._tickets + 1
+            if runs is not None and runs.together:
+                with self._counting:
+                    self._jobs_run_together += runs.together
         except BaseException:
             for watch in self._watches:
                 watch.forget()
@@ -598,14 +687,17 @@ class Writer:
         watches: tuple[DeadlineWatch, DeadlineWatch],
         storage: Storage,
         guarded: bool,
+        ahead: RanAhead | None = None,
     ) -> tuple[bool, Any, Wakes | None]:
-        tx = Txn(conn, now, leases=watches[0], gates=watches[1])
+        tx = Txn(conn, now, leases=watches[0], gates=watches[1], ahead=ahead)
         if guarded:
             conn.execute("SAVEPOINT job")
         changes_before = conn.total_changes
         try:
             failpoints.hit("job:" + pending.owner)
             value = pending.job(tx)
+            if tx.ahead is not None:  # its share of the run was written, and it did not take it
+                raise RuntimeError("a job of a run did not take its result")
         except Exception as error:
             for watch in watches:
                 watch.forget()  # what the job taught it is rolled back with the job
@@ -614,8 +706,8 @@ class Writer:
             if guarded:
                 conn.execute("ROLLBACK TO job")
                 conn.execute("RELEASE job")
-            elif not storage.untouched(conn, changes_before):
-                raise _NeedsSavepoints from error
+            elif ahead is not None or not storage.untouched(conn, changes_before):
+                raise _NeedsSavepoints from error  # (its share of a run's statement may have written)
             if storage.is_storage_error(error):  # the storage (a full disk), not the job
                 log.error("a job could not write: %s", error)
                 return False, CommitFailed(f"the job did not commit: {error}"), None
@@ -679,6 +771,7 @@ class Writer:
             job_time_max_ms=max(job_times, default=0.0),
             writers=self._config.writers,
             writers_in_transaction=self._in_transaction,
+            jobs_run_together=self._jobs_run_together,
         )
 
 

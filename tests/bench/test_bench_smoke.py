@@ -203,7 +203,7 @@ def test_quick_postgres_section(tmp_path: pathlib.Path) -> None:
         assert table["pg1"]["pg_cpu_ms"] is not None or not pg["server_local"]
         assert FIGURE_KEYS <= table["ratios"]["pg2_vs_pg1"].keys()
     switches = pg["switches"]
-    for name in ("notify", "lock", "group", "pool"):
+    for name in ("notify", "lock", "group", "pool", "merge"):
         assert FIGURE_KEYS <= switches["ratios"][f"{name}_off_vs_on"].keys(), name
         assert switches[name]["errors"]["max"] == 0, (name, switches[name])
     ready = pg["ready_to_claim"]

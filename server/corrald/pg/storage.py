@@ -135,6 +135,7 @@ class PgStorage:
         lock = "" if "lock" in switched_off else f"pg_advisory_xact_lock({lock_key(target.schema, 'write')}), "
         self._begin = f"BEGIN; SELECT {lock}{_CLOCK_SQL}"
         self._notify = "notify" not in switched_off
+        self.merges_jobs = "merge" not in switched_off
         self.channel = notify_channel(target.schema)
         self._notified = threading.Lock()
         self.notifies = 0
@@ -195,6 +196,7 @@ class PgStorage:
 
     # Two round trips per job; a job that fails after writing is rare (writer.py's docstring).
     savepoint_each_job = False
+    merges_jobs = True  # unless the benchmark's "merge" switch is off (see __init__)
 
     def untouched(self, conn: PgConnection, changes_before: int) -> bool:
         return conn.total_changes == changes_before and not conn.failed
@@ -203,8 +205,9 @@ class PgStorage:
         conn.close()
 
 
-# Benchmark-only: what the board lock, NOTIFY and group commit cost, measured by switching
-# them off ("lock", "notify", "group", comma-separated). Either of the first two off breaks
+# Benchmark-only: what the board lock, NOTIFY, group commit and runs of completions in one
+# statement (writer.py's `Mergeable`) cost or save, measured by switching them off ("lock",
+# "notify", "group", "merge", comma-separated). Either of the first two off breaks
 # a board served by several daemons; the lock off is sound with one daemon of one writer
 # thread only (the daemon refuses it with more, unless group commit is off too). "lock,group"
 # with a pool of writers runs one job per transaction, the writers in parallel: the writer of
@@ -212,7 +215,7 @@ class PgStorage:
 # bounds that design's from above. Its writes are not ordered against each other: it serves
 # the benchmark's load (no gates, no Watch) and nothing else.
 BENCH_SWITCHES_ENV = "CORRAL_BENCH_PG_OFF"
-BENCH_SWITCHES = ("lock", "notify", "group")
+BENCH_SWITCHES = ("lock", "notify", "group", "merge")
 
 
 def bench_switches_off() -> frozenset[str]:

@@ -357,6 +357,7 @@ class SqliteStorage:
         """Nobody else serves a SQLite board."""
 
     savepoint_each_job = True  # in process: a savepoint costs next to nothing
+    merges_jobs = False  # nor does a statement
 
     def untouched(self, conn: sqlite3.Connection, changes_before: int) -> bool:
         return conn.total_changes == changes_before

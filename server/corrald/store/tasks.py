@@ -653,18 +653,30 @@ def _any(conn: sqlite3.Connection, index_and_condition: str, now_ms: int) -> boo
     return row is not None
 
 
-_HELD_CLAIMS = (
-    "SELECT t.seq, c.token, t.lease_expire_ms, c.attempt, c.fence FROM tasks t"
-    " JOIN claims c ON c.fence = t.live_fence WHERE t.owner = ? AND t.state = 2 AND t.lease_expire_ms > ?"
-)
-# The same as a column of another query (PostgreSQL): a JSON list of ClaimRef fields, or NULL for none.
-HELD_CLAIMS_JSON = (
-    "(SELECT json_agg(json_build_array(h.seq, h.token, h.lease_expire_ms, h.attempt, h.fence) ORDER BY h.fence)"
-    f" FROM ({_HELD_CLAIMS}) AS h)"
-)
+def _held_claims(owner: str = "?", now: str = "?") -> str:
+    return (
+        "SELECT t.seq, c.token, t.lease_expire_ms, c.attempt, c.fence FROM tasks t JOIN claims c"
+        f" ON c.fence = t.live_fence WHERE t.owner = {owner} AND t.state = 2 AND t.lease_expire_ms > {now}"
+    )
+
+
+def _held_claims_json(owner: str = "?", now: str = "?", leaving_out: str = "") -> str:
+    """The held claims as a column of another query (PostgreSQL): a JSON list of ClaimRef
+    fields, or NULL for none; without the claim `leaving_out` names, if it names one."""
+    besides = f" WHERE h.fence <> {leaving_out}" if leaving_out else ""
+    return (
+        "(SELECT json_agg(json_build_array(h.seq, h.token, h.lease_expire_ms, h.attempt, h.fence) ORDER BY h.fence)"
+        f" FROM ({_held_claims(owner, now)}) AS h{besides})"
+    )
+
+
+_HELD_CLAIMS = _held_claims()
+HELD_CLAIMS_JSON = _held_claims_json()
 # The same beside a completion (`complete_claim`'s `beside`), which reads the board before
 # it: the claim the completion ends is left out.
-HELD_CLAIMS_BESIDE_COMPLETION_JSON = HELD_CLAIMS_JSON[:-1] + " WHERE h.fence <> (SELECT fence FROM live))"
+HELD_CLAIMS_BESIDE_COMPLETION_JSON = _held_claims_json(leaving_out="(SELECT fence FROM live)")
+# The same beside each completion of `complete_many`: its request's teammate, its claim left out.
+HELD_CLAIMS_BESIDE_COMPLETIONS_JSON = _held_claims_json("r.r_teammate", ":now", "live.l_fence")
 
 
 def held_claim_refs(conn: sqlite3.Connection, teammate: str, now_ms: int) -> list[ClaimRef]:
@@ -897,23 +909,30 @@ def _complete_if_live(
     statement, and the op is found to have run before if it is taken."""
     task_id, token, result = request
     record = tx.op_record if tx.op_record is not None and tx.op_record.seq is None else None
-    sql = _complete_if_live_sql(record is not None, beside[0] if beside is not None else None)
-    now = tx.now_ms
-    params = (
-        *(record.params if record is not None else ()),
-        *(task_id, token, teammate, now),  # live
-        *(ClaimOutcome.COMPLETED.value, now, ""),  # ended
-        *(result, now),  # done
-        now,  # logged
-        *(beside[1] if beside is not None else ()),
-    )
-    row = tx.conn.execute(sql, params).fetchone()
+    if tx.ahead is not None:  # the writer ran this statement already, for a run of jobs (`complete_many`)
+        assert record is not None and tx.ahead.request == (*record.params[:3], *request), "not this job's"
+        row = tx.ahead.row
+        if beside is None or not tx.ahead.fresh:
+            row = row[: 1 + _COMPLETED_WIDTH]  # what it read beside is not the board's now
+        tx.ahead = None  # taken (the writer checks)
+    else:
+        sql = _complete_if_live_sql(record is not None, beside[0] if beside is not None else None)
+        now = tx.now_ms
+        params = (
+            *(record.params if record is not None else ()),
+            *(task_id, token, teammate, now),  # live
+            *(ClaimOutcome.COMPLETED.value, now, ""),  # ended
+            *(result, now),  # done
+            now,  # logged
+            *(beside[1] if beside is not None else ()),
+        )
+        row = tx.conn.execute(sql, params).fetchone()
     if record is not None:
         ops.record_written(tx, row[0] if row is not None else None)  # raises if the op ran before
     if row is None or row[1] is None:
         return None
     mine = row[1 : 1 + _COMPLETED_WIDTH]
-    read = row[1 + _COMPLETED_WIDTH :] if beside is not None else None
+    read = row[1 + _COMPLETED_WIDTH :] if beside is not None and len(row) > 1 + _COMPLETED_WIDTH else None
     return _record(mine[:-2]), mine[-2], mine[-1] or [], read
 
 
@@ -943,6 +962,76 @@ def _complete_if_live_sql(recording: bool, beside: str | None) -> str:
         f" freed AS ({_DECREMENT.format(dep_seq='(SELECT seq FROM live)')}), logged AS ({_TASK_EVENT} done AS t)"
         f" SELECT {record_seq}, done.*, (SELECT key FROM live), {_FREED_JSON}{read}"
         f" FROM (SELECT 1) AS one LEFT JOIN done ON true{join} WHERE {wrote}"
+    )
+
+
+# ---------------------------------------------------------------- completions run together
+#
+# A Session completion's statement (`_complete_if_live`) costs the server more to
+# start and finish than to run, and a group commit holds many of them. The writer
+# runs them together: one statement completes a run of queued completions, and
+# each job then finds its row there (`Txn.ahead`) and goes on as if it had run
+# its own statement. Its shape is that statement's, taken apart by `r_n`, the
+# request's place in the run.
+
+
+def complete_many(conn: sqlite3.Connection, now_ms: int, requests: Sequence[tuple], beside: str) -> list[tuple]:
+    """`_complete_if_live` for each of `requests` (teammate, op id, digest, task id, token,
+    result) at once, each writing its op's record: one row per request, in order, shaped
+    as that statement's with `beside` (a query over `teammates AS t` that may name the
+    request's teammate `r.r_teammate`, the claim it ends `live.l_fence`, and `:now`).
+    The requests' teammates are distinct. PostgreSQL only."""
+    columns = list(zip(*requests, strict=True))
+    rows = conn.execute(
+        _complete_many_sql(beside),
+        {
+            "teammates": list(columns[0]),
+            "op_ids": list(columns[1]),
+            "digests": list(columns[2]),
+            "task_ids": list(columns[3]),
+            "tokens": list(columns[4]),
+            "results": list(columns[5]),
+            "now": now_ms,
+            "completed": ClaimOutcome.COMPLETED.value,
+        },
+    ).fetchall()
+    assert [row[0] for row in rows] == list(range(1, len(requests) + 1)), "one row per request, in order"
+    return [(op_seq, *rest) for _, op_seq, _done_n, *rest in rows]
+
+
+@functools.cache
+def _complete_many_sql(beside: str) -> str:
+    # Each clause is `_complete_if_live_sql`'s over all the requests; the dependents two
+    # completions free together lose one unmet dependency for each, and say so in the
+    # row of the later one (in the serial order, it made them ready).
+    done = _DONE.replace("result = ?", "result = r_result").replace("finish_ms = ?", "finish_ms = :now")
+    assert done != _DONE and "?" not in done
+    event = _TASK_EVENT.replace("SELECT ?,", "SELECT :now,")
+    assert event != _TASK_EVENT
+    return (
+        "WITH r AS (SELECT * FROM unnest(:teammates::text[], :op_ids::text[], :digests::bytea[], :task_ids::text[],"
+        " :tokens::text[], :results::bytea[]) WITH ORDINALITY AS r(r_teammate, r_op_id, r_digest, r_task_id,"
+        " r_token, r_result, r_n)),"
+        " op AS (INSERT INTO session_ops (teammate, op_id, digest, done_ms)"
+        " SELECT r_teammate, r_op_id, r_digest, :now FROM r ORDER BY r_n ON CONFLICT DO NOTHING"
+        " RETURNING seq AS op_seq, teammate AS op_teammate),"
+        " live AS (SELECT r.r_n AS l_n, t.seq AS l_seq, t.live_fence AS l_fence, t.concurrency_key AS l_key"
+        " FROM r JOIN op ON op.op_teammate = r.r_teammate JOIN tasks AS t ON t.id = r.r_task_id"
+        " JOIN claims AS c ON c.fence = t.live_fence WHERE c.token = r.r_token AND c.teammate = r.r_teammate"
+        " AND c.outcome IS NULL AND t.lease_expire_ms > :now),"
+        " ended AS (UPDATE claims SET outcome = :completed, end_ms = :now, error = ''"
+        " WHERE fence IN (SELECT l_fence FROM live)),"
+        f" done AS ({done} FROM live JOIN r ON r.r_n = live.l_n WHERE seq = live.l_seq"
+        f" RETURNING live.l_n AS done_n, {_COLUMNS}),"
+        " met AS (SELECT deps.task_seq AS met_seq, count(*) AS met_count, max(live.l_n) AS met_n FROM deps"
+        " JOIN live ON deps.dep_seq = live.l_seq GROUP BY deps.task_seq),"
+        " freed AS (UPDATE tasks SET unmet_deps = unmet_deps - met.met_count FROM met WHERE seq = met.met_seq"
+        " RETURNING met.met_n AS freed_n, seq, required_role, unmet_deps, state),"
+        f" logged AS ({event} done AS t ORDER BY t.done_n)"
+        f" SELECT r.r_n, op.op_seq, done.*, live.l_key, (SELECT json_agg(json_build_array(f.seq, f.required_role,"
+        " f.unmet_deps, f.state)) FROM freed AS f WHERE f.freed_n = r.r_n), beside.*"
+        " FROM r LEFT JOIN op ON op.op_teammate = r.r_teammate LEFT JOIN live ON live.l_n = r.r_n"
+        f" LEFT JOIN done ON done.done_n = r.r_n LEFT JOIN LATERAL ({beside}) AS beside ON true ORDER BY r.r_n"
     )
 
 

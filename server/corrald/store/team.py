@@ -14,6 +14,7 @@ from .schema import fuses_statements, row_lock
 from .status import refresh_status
 from .tasks import (
     HELD_CLAIMS_BESIDE_COMPLETION_JSON,
+    HELD_CLAIMS_BESIDE_COMPLETIONS_JSON,
     HELD_CLAIMS_JSON,
     ClaimRef,
     held_claim_refs,
@@ -119,6 +120,10 @@ def view_beside_completion(name: str, now_ms: int) -> tuple[str, tuple]:
 
 _VIEW_BESIDE_COMPLETION = (
     f"{_VIEW_FOR_DELIVERY}, {HELD_CLAIMS_BESIDE_COMPLETION_JSON} FROM teammates AS t WHERE name = ?"
+)
+# The same beside each completion of `tasks.complete_many`, for its request's teammate.
+VIEW_BESIDE_COMPLETIONS = (
+    f"{_VIEW_FOR_DELIVERY}, {HELD_CLAIMS_BESIDE_COMPLETIONS_JSON} FROM teammates AS t WHERE name = r.r_teammate"
 )
 
 
