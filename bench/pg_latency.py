@@ -7,7 +7,10 @@
   and also from the call's return and from the moment a LISTEN connection of
   the bench's own heard A's notification. Interleaved with the same through
   one PostgreSQL daemon (a teammate waiting on A) and through a SQLite daemon,
-  for what crossing daemons and what the store add.
+  for what crossing daemons and what the store add. Beside each, shutdown
+  delivery: the Lead's RequestShutdown through A → the shutdown_request on the
+  teammate's stream, on B ("shutdown_cross") and on A ("shutdown_same"); the
+  teammate declines and acknowledges it before the next sample.
 * Claim latency with `pg_board_sizes` tasks on the board, one daemon: boards
   built with CreateTasks of 10,000 tasks, then section 4's loop (one teammate
   on Idle + unary) timing the next claim from just before CompleteTask is sent
@@ -45,15 +48,18 @@ RETURNED_FIELDS = {f"returned_{field}": unit for field, unit in LATENCY_FIELDS.i
 # from CreateTasks' return and from the moment the bench's own LISTEN heard A's notification of the ready
 # task (about A's commit), that notification from the send, and each path's CreateTasks round trip.
 PATHS = ("cross", "same", "sqlite")
+# RequestShutdown sent through A → the teammate's stream (B's, or A's) delivers it.
+SHUTDOWNS = {"shutdown_cross": "cross", "shutdown_same": "same"}
 LATENCIES = (
     *PATHS,
+    *SHUTDOWNS,
     "cross_after_return",
     "cross_after_notify",
     "notify_after_send",
     *(f"{path}_create_rtt" for path in PATHS),
 )
-# unheard: cross samples whose notification the bench did not hear; missed: claims not received within
-# CLAIM_TIMEOUT_S (each counted at that bound, and its run's sampling ends there).
+# unheard: cross samples whose notification the bench did not hear; missed: claims or shutdown requests not
+# received within CLAIM_TIMEOUT_S (each counted at that bound, and its run's sampling ends there).
 SAMPLES = (*LATENCIES, "unheard", "missed")
 BUILD_BATCH = 10_000  # the most tasks one CreateTasks may carry
 SETTLE_S = latency.SETTLE_S
@@ -128,6 +134,10 @@ async def _ready_samples(
                     creator, role = paths[name]
                     if not await _one_sample(creator, waiting[name], name, role, f"{prefix}{name}{i}", heard, out):
                         return out
+                for kind, path in sorted(SHUTDOWNS.items(), reverse=bool(i % 2)):
+                    teammate = f"{prefix}{paths[path][1]}"
+                    if not await _one_shutdown(lead, waiting[path], teammate, out[kind], out):
+                        return out
     finally:
         for opened in waiting.values():
             opened.close()
@@ -165,6 +175,28 @@ async def _one_sample(lead: Lead, waiting, name: str, role: str, task_id: str, h
     return True
 
 
+async def _one_shutdown(lead: Lead, waiting, teammate: str, samples: list[float], out: dict) -> bool:
+    """One RequestShutdown through the Lead's daemon, timed to its arrival on the teammate's stream,
+    then declined and acknowledged (a pending one would hold back the next claims); False when it
+    did not arrive."""
+    await asyncio.sleep(SETTLE_S)
+    started = time.monotonic()
+    ask = pb.RequestShutdownRequest(name=teammate, reason="bench", grace=duration(600))
+    await lead.lead.RequestShutdown(ask, metadata=lead.md, timeout=30)
+    try:
+        arrived, event = await waiting.next("shutdown_request", CLAIM_TIMEOUT_S)
+    except TimeoutError:
+        samples.append(CLAIM_TIMEOUT_S)
+        out["missed"].append(1.0)
+        return False
+    samples.append(arrived - started)
+    request = event.shutdown_request
+    answer = pb.RespondShutdownRequest(request_id=request.request_id, approve=False, reason="keep working")
+    await waiting.stub.RespondShutdown(answer, metadata=waiting.md, timeout=30)
+    await waiting.ack(request.seq)
+    return True
+
+
 def ready_to_claim(store: Store, sizes, runs: int, log) -> dict:
     results = []
     with daemons_for(store, "pg2", "ready") as (a, b), daemons_for(store, "sqlite", "") as (lite,):
@@ -188,7 +220,10 @@ def ready_to_claim(store: Store, sizes, runs: int, log) -> dict:
                 f" {r['cross_p50_ms']:.2f} ms p99 {r['cross_p99_ms']:.2f} ms (from the notification heard p50"
                 f" {r['cross_after_notify_p50_ms']:.2f} p99 {r['cross_after_notify_p99_ms']:.2f}); one PG daemon p50"
                 f" {r['same_p50_ms']:.2f} p99 {r['same_p99_ms']:.2f}; SQLite p50 {r['sqlite_p50_ms']:.2f} p99"
-                f" {r['sqlite_p99_ms']:.2f} ms ({unheard} unheard, {missed} missed) [{shared()}]"
+                f" {r['sqlite_p99_ms']:.2f} ms; RequestShutdown -> its teammate across PG daemons p50"
+                f" {r['shutdown_cross_p50_ms']:.2f} p99 {r['shutdown_cross_p99_ms']:.2f}, one PG daemon p50"
+                f" {r['shutdown_same_p50_ms']:.2f} p99 {r['shutdown_same_p99_ms']:.2f} ms"
+                f" ({unheard} unheard, {missed} missed) [{shared()}]"
             )
     fields = {f"{key}_{field}": unit for key in LATENCIES for field, unit in LATENCY_FIELDS.items()}
     out = summarize(results, {**fields, "unheard": "samples", "missed": "claims"})

@@ -400,6 +400,7 @@ def _postgres_targets(pg: dict) -> list[dict]:
                 ("8a", "PostgreSQL one daemon / SQLite, Session cycles/s", "cycles/s", "≥ 0.5×"),
                 ("8b", "PostgreSQL two daemons / one daemon, Session cycles/s", "cycles/s", "≥ 0.9×"),
                 ("8c", "ready → claim across daemons p99", "ms", "≤ 20 ms"),
+                ("8f", SHUTDOWN_WHAT, "ms", "≤ 20 ms"),
                 ("8d", "claim p50 on the larger / the smaller PostgreSQL board", "ms", "≤ 1.5×"),
                 ("8e", RECLAIM_WHAT, "ms", RECLAIM_GOAL),
             )
@@ -458,6 +459,7 @@ def _postgres_targets(pg: dict) -> list[dict]:
             f" {int(sum(ready['missed']['runs']))}; {note}",
         )
     )
+    out.append(_shutdown_target(ready, note))
     board = pg["board_size"]
     sizes = board["sizes"]
     small, large = min(sizes, key=int), max(sizes, key=int)
@@ -1397,10 +1399,13 @@ def _postgres(pg: dict | None) -> list[str]:
             ("cross_after_return", "across daemons: CreateTasks returned → claim on B"),
             ("same", "one PostgreSQL daemon: CreateTasks sent → claim on A's waiting Session"),
             ("sqlite", "one SQLite daemon: CreateTasks sent → claim on its waiting Session"),
+            ("shutdown_cross", "across daemons: RequestShutdown sent (Lead on A) → shutdown_request on B's Session"),
+            ("shutdown_same", "one PostgreSQL daemon: RequestShutdown sent → shutdown_request on A's Session"),
             ("cross_create_rtt", "CreateTasks of one task, round trip, PostgreSQL (across daemons' samples)"),
             ("same_create_rtt", "CreateTasks of one task, round trip, PostgreSQL (one daemon's samples)"),
             ("sqlite_create_rtt", "CreateTasks of one task, round trip, SQLite"),
         )
+        if f"{key}_p50_ms" in ready  # the shutdown samples are missing from results made before them
     ]
     floor = pg.get("commit_floor")
     if floor:  # one run's samples, not a median of rounds
@@ -1570,6 +1575,30 @@ def _pg_mvcc(mvcc: dict | None, note: str) -> list[str]:
             rows,
         ),
     ]
+
+
+SHUTDOWN_WHAT = "RequestShutdown across daemons → its teammate, p99: the Lead on daemon A, the teammate's Session on B"
+
+
+def _shutdown_target(ready: dict, note: str) -> dict:
+    """8f, from the ready → claim runs (a results file from before it was measured has none)."""
+    figure = ready.get("shutdown_cross_p99_ms")
+    if figure is None:
+        return _missing("8f", SHUTDOWN_WHAT, "ms", "≤ 20 ms", f"not in these results; {note}")
+    p99 = figure["median"]
+    return _target(
+        "8f",
+        SHUTDOWN_WHAT,
+        p99,
+        "ms",
+        "≤ 20 ms",
+        p99 / 20,
+        p99 <= 20,
+        f"from just before RequestShutdown is sent to the shutdown_request on B's stream; {ready['samples_per_run']}"
+        f" samples per round, median of {len(figure['runs'])} round(s) (p99 {_span(figure)});"
+        f" p50 {ready['shutdown_cross_p50_ms']['median']:.2f} ms; through one daemon:"
+        f" p99 {ready['shutdown_same_p99_ms']['median']:.2f} ms; {note}",
+    )
 
 
 SWITCH_LABELS = {

@@ -208,11 +208,14 @@ def test_quick_postgres_section(tmp_path: pathlib.Path) -> None:
         assert switches[name]["errors"]["max"] == 0, (name, switches[name])
     ready = pg["ready_to_claim"]
     assert FIGURE_KEYS <= ready["cross_p99_ms"].keys() and ready["cross_p50_ms"]["median"] > 0
+    assert ready["shutdown_cross_p50_ms"]["median"] > 0 and ready["shutdown_same_p50_ms"]["median"] > 0
+    assert sum(ready["missed"]["runs"]) == 0, "a claim or a shutdown request never arrived"
     assert len(pg["board_size"]["sizes"]) == 2 and FIGURE_KEYS <= pg["board_size"]["ratio_p50"].keys()
     summary = json.loads((results / "summary.json").read_text())
     targets = {target["id"]: target for target in summary["targets"]}
-    assert {"8a", "8b", "8c", "8d"} <= targets.keys()
-    assert all("shares the" in targets[tid]["basis"] for tid in ("8a", "8b", "8c", "8d"))
+    assert {"8a", "8b", "8c", "8d", "8f"} <= targets.keys()
+    assert all("shares the" in targets[tid]["basis"] for tid in ("8a", "8b", "8c", "8d", "8f"))
+    assert targets["8f"]["measured"] is not None, targets["8f"]
     assert "## 8. PostgreSQL boards" in docs.read_text()
     with psycopg.connect(server, autocommit=True) as conn:
         left = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (pg["database"],)).fetchall()
