@@ -83,8 +83,9 @@ class Jobs:
         return job
 
 
-def one_batch(writer: Writer, jobs: list[Callable]) -> list[tuple[str, object]]:
-    """Runs `jobs` in one batch (queued while a first job holds the writer); their outcomes."""
+def one_batch(writer: Writer, jobs: list[Callable | tuple[Callable, Mergeable]]) -> list[tuple[str, object]]:
+    """Runs `jobs` in one batch (queued while a first job holds the writer), each a job or a
+    mergeable job with its `Mergeable`; their outcomes."""
     holding, release = threading.Event(), threading.Event()
 
     def hold(tx):
@@ -94,7 +95,7 @@ def one_batch(writer: Writer, jobs: list[Callable]) -> list[tuple[str, object]]:
     held = writer.submit(hold)
     assert holding.wait(WAIT)
     commits = writer.stats().commits
-    futures = [writer.submit(job) for job in jobs]
+    futures = [writer.submit(*job) if isinstance(job, tuple) else writer.submit(job) for job in jobs]
     release.set()
     held.result(WAIT)
     outcomes = []
@@ -189,39 +190,15 @@ class Merged:
         return job, Mergeable(self.run_many, key, subject, delivery.views_touched)
 
 
-def one_batch_merging(writer: Writer, jobs: list[tuple[Callable, Mergeable | None]]) -> list[tuple[str, object]]:
-    """As `one_batch`, for jobs that may be mergeable."""
-    holding, release = threading.Event(), threading.Event()
-
-    def hold(tx):
-        holding.set()
-        assert release.wait(WAIT)
-
-    held = writer.submit(hold)
-    assert holding.wait(WAIT)
-    commits = writer.stats().commits
-    futures = [writer.submit(job, merge) for job, merge in jobs]
-    release.set()
-    held.result(WAIT)
-    outcomes = []
-    for future in futures:
-        try:
-            outcomes.append(("ok", future.result(WAIT)))
-        except Exception as error:  # noqa: BLE001 (the test looks at which)
-            outcomes.append(("error", error))
-    assert writer.stats().commits - commits == 1, "the jobs were not one batch"
-    return outcomes
-
-
 def test_queued_mergeable_jobs_run_their_first_statement_once_per_run(writer, schema):
     merged = Merged()
     together = writer.stats().jobs_run_together
-    outcomes = one_batch_merging(
+    outcomes = one_batch(
         writer,
         [
             merged.job("a", "ann"),
             merged.job("b", "bob"),
-            (Jobs().insert("x"), None),  # not mergeable: the run ends before it
+            Jobs().insert("x"),  # not mergeable: the run ends before it
             merged.job("c", "cat"),
             merged.job("d", "dan"),
             merged.job("e", "cat"),  # cat has a job in this run already: a new run begins
@@ -238,14 +215,14 @@ def test_queued_mergeable_jobs_run_their_first_statement_once_per_run(writer, sc
 
 def test_a_lone_mergeable_job_runs_its_own_statement(writer, schema):
     merged = Merged()
-    assert one_batch_merging(writer, [merged.job("a", "ann"), (Jobs().insert("x"), None)]) == [("ok", "a"), ("ok", "x")]
+    assert one_batch(writer, [merged.job("a", "ann"), Jobs().insert("x")]) == [("ok", "a"), ("ok", "x")]
     assert merged.runs == [] and merged.ahead == {"a": None}
     assert committed(schema) == {"a", "x"}
 
 
 def test_a_job_learns_that_a_job_before_it_in_its_run_changed_its_subject(writer, schema):
     merged = Merged()
-    one_batch_merging(
+    one_batch(
         writer,
         [merged.job("a", "ann", touches="cat"), merged.job("b", "bob"), merged.job("c", "cat"), merged.job("d", "dan")],
     )
@@ -256,7 +233,7 @@ def test_a_job_failing_after_its_runs_statement_rolls_back_alone(writer, schema)
     """Its share of the run's statement is written before it runs: the batch runs again,
     with a savepoint per job and no run, so the failed job leaves nothing behind."""
     merged = Merged()
-    outcomes = one_batch_merging(
+    outcomes = one_batch(
         writer, [merged.job("a", "ann"), merged.job("b", "bob", then_raise=True), merged.job("c", "cat")]
     )
     assert [kind for kind, _ in outcomes] == ["ok", "error", "ok"]
@@ -268,7 +245,7 @@ def test_a_job_failing_after_its_runs_statement_rolls_back_alone(writer, schema)
 
 def test_a_job_that_does_not_take_its_share_of_a_run_makes_the_batch_run_again_without_runs(writer, schema):
     merged = Merged()
-    outcomes = one_batch_merging(writer, [merged.job("a", "ann"), merged.job("b", "bob", takes=False)])
+    outcomes = one_batch(writer, [merged.job("a", "ann"), merged.job("b", "bob", takes=False)])
     assert outcomes == [("ok", "a"), ("ok", "b")]
     assert committed(schema) == {"a", "b"}
     assert merged.runs == [["a", "b"]] and merged.ahead == {"a": None, "b": None}
@@ -277,7 +254,7 @@ def test_a_job_that_does_not_take_its_share_of_a_run_makes_the_batch_run_again_w
 def test_a_failing_run_statement_leaves_each_job_to_run_its_own(writer, schema):
     merged = Merged()
     merged.fail_statement = True
-    outcomes = one_batch_merging(writer, [merged.job("a", "ann"), merged.job("b", "bob")])
+    outcomes = one_batch(writer, [merged.job("a", "ann"), merged.job("b", "bob")])
     assert outcomes == [("ok", "a"), ("ok", "b")]
     assert committed(schema) == {"a", "b"}
     assert merged.ahead == {"a": None, "b": None}
