@@ -32,20 +32,28 @@ def digest(op_id: str) -> bytes:
     return hashlib.sha256(op_id.encode()).digest()
 
 
-def complete_together(board, ops: list[tuple[str, str, str, str]]) -> list:
+def complete_together(
+    board,
+    ops: list[tuple[str, str, str, str]],
+    streams: dict[str, StreamState] | None = None,
+    waiters: ParkedStreams | None = None,
+) -> list:
     """Sends the Session completions `ops` (teammate, op id, task id, token) while the
     writer is held, so they run in one batch, in this order; each one's
-    (outcome, task, delivery), or the exception its call raised."""
+    (outcome, task, delivery), or the exception its call raised. Each teammate's
+    stream is its own of `streams` (default: a new one of one slot), and `waiters`
+    are the streams parked for work (default: none)."""
     writer = board.board.writer
     blocker = Blocker()
     held = blocker.hold(writer)
+    streams = streams or {}
+    waiters = waiters or ParkedStreams()
 
     async def one(name: str, op_id: str, task_id: str, token: str):
         job_owner.set(name)  # each op is its teammate's call, as the RPC layer says
         request = (task_id, token, f"result of {task_id}".encode())
-        return await board.board.complete_op(
-            name, op_id, digest(op_id), request, StreamState(name, slots=1), ParkedStreams()
-        )
+        stream = streams.get(name) or StreamState(name, slots=1)
+        return await board.board.complete_op(name, op_id, digest(op_id), request, stream, waiters)
 
     async def all_queued_then_released():
         calls = [asyncio.ensure_future(one(*op)) for op in ops]
@@ -162,3 +170,26 @@ def test_a_completion_failing_after_its_share_of_the_run_leaves_nothing_behind(b
     failpoints.disable()
     ((outcome, task, _),) = complete_together(board, [(m2, "op-b", b, b_token)])
     assert outcome.error is None and task.state == TaskState.COMPLETED
+
+
+def test_a_completion_reads_its_teammate_again_when_a_completion_before_it_handed_that_teammate_a_claim(board):
+    """m2 (two slots) waits for work with one slot free while its completion is queued
+    behind m1's. m1's completion makes "d" ready and hands it to the waiting m2. m2's
+    completion then finds "d" among m2's claims (and sends it again on m2's stream) and
+    claims nothing more: what the run read of m2 before "d" was handed no longer holds."""
+    board.create(spec("a", priority=9), spec("b", priority=9), spec("d", "a", priority=5), spec("e"), spec("f"))
+    (m1, a, a_token), (m2, b, b_token) = team_holding(board, 2)
+    m2_stream = StreamState(m2, slots=2)
+    m2_stream.sent_tokens.add(b_token)  # the stream sent its claim on "b"
+    waiting = ParkedStreams()
+    waiting.park(m2_stream)
+
+    first, second = complete_together(
+        board, [(m1, "op-a", a, a_token), (m2, "op-b", b, b_token)], streams={m2: m2_stream}, waiters=waiting
+    )
+
+    assert first[0].error is None and second[0].error is None
+    assert handed(first[2]) == ["e"], "m1 claims the next ready task once d went to the waiting m2"
+    assert handed(second[2]) == ["d"], "m2's completion did not see the claim handed to it"
+    assert board.rows("SELECT id, owner FROM tasks WHERE state = 2 ORDER BY id") == [("d", m2), ("e", m1)]
+    assert board.state("f") == TaskState.PENDING, "m2 claimed past what it was handed"
