@@ -102,7 +102,8 @@ class _RunsAhead:
     def may_start(self, batch: list[_Pending], index: int) -> bool:
         return index >= self._until and batch[index].merge is not None
 
-    def start(self, conn: Any, now_ms: int, batch: list[_Pending], index: int) -> None:
+    def start(self, conn: Any, now_ms: int, batch: list[_Pending], index: int) -> list[int]:
+        """Runs the run that begins at `index`, if it has more than one job; its jobs' indexes."""
         first = batch[index].merge
         assert first is not None
         run, subjects = [index], {first.subject}
@@ -114,12 +115,13 @@ class _RunsAhead:
             subjects.add(merge.subject)
         self._until = run[-1] + 1
         if len(run) < 2:
-            return  # one job runs its own statement
+            return []  # one job runs its own statement
         requests = [merge.request for i in run if (merge := batch[i].merge) is not None]
         results = first.run_many(conn, now_ms, requests)
         self._results = dict(zip(run, results, strict=True))
         self._touched = set()
         self.together += len(run)
+        return run
 
     def take(self, batch: list[_Pending], index: int) -> RanAhead | None:
         merge = batch[index].merge
@@ -623,6 +625,7 @@ class Writer:
             # Where statements are round trips, runs of mergeable jobs share their first
             # statement; never with savepoints, which a job's share would escape.
             runs = _RunsAhead() if self._storage.merges_jobs and not guarded else None
+            run_shares: dict[int, float] = {}  # by job index: its share of its run's statement
             while len(outcomes) < len(batch) or self._grow(batch, owners, take_until):
                 index = len(outcomes)
                 pending = batch[index]
@@ -633,19 +636,23 @@ class Writer:
                 if runs is not None and runs.may_start(batch, index):
                     while self._grow(batch, owners, take_until):  # the queued jobs join the run
                         pass
+                    run_from = self._timer()
                     try:
-                        runs.start(conn, now, batch, index)
+                        run = runs.start(conn, now, batch, index)
                     except Exception as error:
                         if self._storage.is_storage_error(error):
                             raise  # the database's, not the statement's: as for any job
                         raise _NeedsSavepoints from error  # its jobs will each run their own
+                    # The run's statement is its jobs' writer time, in equal shares (fair queue, pacing).
+                    share = (self._timer() - run_from) / max(len(run), 1)
+                    run_shares.update(dict.fromkeys(run, share))
                 job_started, cost_from = time.perf_counter(), self._timer()
                 ahead = runs.take(batch, index) if runs is not None else None
                 outcomes.append(self._run_job(conn, pending, now, watches, self._storage, guarded, ahead))
                 if runs is not None:
                     runs.ran(pending, outcomes[-1][2])
                 self._job_ms.append((time.perf_counter() - job_started) * 1000)
-                seat.spent.append((pending.owner, self._timer() - cost_from))
+                seat.spent.append((pending.owner, self._timer() - cost_from + run_shares.pop(index, 0.0)))
                 if not conn.in_transaction:
                     # SQLite rolled the whole transaction back (e.g. disk full):
                     # the earlier jobs of this batch are gone too.
