@@ -473,10 +473,10 @@ class Mergeable:
     a run of such jobs queued one after another (`run_many(conn, now_ms, requests)`: one
     result per request, in order) and gives each job its result (`Txn.ahead`).
 
-    The jobs of a run act as if each had run its first statement when the run did,
-    before the rest of the jobs before it: so a run holds one job per `subject` (whose
+    The jobs of a run act as if each had run its first statement when the run did, ahead
+    of the rest of the jobs queued before it: so a run holds one job per `subject` (whose
     job it is), and a job learns whether its result's reads are still the board's. They
-    are not once a job between changed its subject's rows; `touched` says whose rows a
+    are not once a job run since changed its subject's rows; `touched` says whose rows a
     job's wake-ups show it changed (None: anyone's may have)."""
 
     run_many: typing.Callable[[typing.Any, int, list[typing.Any]], list[typing.Any]]

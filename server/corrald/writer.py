@@ -131,11 +131,11 @@ class _RunsAhead:
         return RanAhead(merge.request, self._results.pop(index), fresh)
 
     def ran(self, pending: _Pending, wakes: Wakes | None) -> None:
+        """Notes whose rows the job just run changed, while jobs of its run are still to run
+        (all of them mergeable: a run is never broken by another job)."""
         if not self._results or wakes is None or self._touched is None:
             return
-        if pending.merge is None:
-            self._touched = None
-            return
+        assert pending.merge is not None
         touched = pending.merge.touched(wakes)
         if touched is None:
             self._touched = None
