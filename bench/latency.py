@@ -136,25 +136,29 @@ async def _dependency_samples(lead: Lead, tokens: dict, samples: int, prefix: st
     return out
 
 
+async def shutdown_sample(lead: Lead, stream: _Stream, name: str, timeout: float = 10.0) -> float:
+    """Seconds from just before the Lead's RequestShutdown for `name` is sent to the
+    shutdown_request on `name`'s open `stream`, which then declines and acknowledges it
+    (a pending one would hold back its claims); TimeoutError past `timeout`."""
+    await asyncio.sleep(SETTLE_S)
+    started = time.monotonic()
+    ask = pb.RequestShutdownRequest(name=name, reason="bench", grace=duration(600))
+    await lead.lead.RequestShutdown(ask, metadata=lead.md, timeout=30)
+    arrived, event = await stream.next("shutdown_request", timeout)
+    request = event.shutdown_request
+    answer = pb.RespondShutdownRequest(request_id=request.request_id, approve=False, reason="keep working")
+    await stream.stub.RespondShutdown(answer, metadata=stream.md, timeout=30)
+    await stream.ack(request.seq)
+    return arrived - started
+
+
 async def _shutdown_samples(lead: Lead, tokens: dict, samples: int, stream) -> list[float]:
     c = stream(lead.channel, tokens["gamma"])
-    out = []
     try:
         await asyncio.sleep(0.2)  # the stream is open and parked
-        for _ in range(samples):
-            await asyncio.sleep(SETTLE_S)
-            started = time.monotonic()
-            ask = pb.RequestShutdownRequest(name="gamma", reason="bench", grace=duration(600))
-            await lead.lead.RequestShutdown(ask, metadata=lead.md, timeout=30)
-            arrived, event = await c.next("shutdown_request")
-            out.append(arrived - started)
-            request = event.shutdown_request
-            answer = pb.RespondShutdownRequest(request_id=request.request_id, approve=False, reason="keep working")
-            await c.stub.RespondShutdown(answer, metadata=c.md, timeout=30)
-            await c.ack(request.seq)
+        return [await shutdown_sample(lead, c, "gamma") for _ in range(samples)]
     finally:
         c.close()
-    return out
 
 
 async def _corral(daemon: Daemon, samples: int, runs: int, transport: str = "idle") -> list[dict] | str:

@@ -135,8 +135,12 @@ async def _ready_samples(
                     if not await _one_sample(creator, waiting[name], name, role, f"{prefix}{name}{i}", heard, out):
                         return out
                 for kind, path in sorted(SHUTDOWNS.items(), reverse=bool(i % 2)):
-                    teammate = f"{prefix}{paths[path][1]}"
-                    if not await _one_shutdown(lead, waiting[path], teammate, out[kind], out):
+                    try:
+                        teammate = f"{prefix}{paths[path][1]}"
+                        out[kind].append(await latency.shutdown_sample(lead, waiting[path], teammate, CLAIM_TIMEOUT_S))
+                    except TimeoutError:  # counted as for a claim
+                        out[kind].append(CLAIM_TIMEOUT_S)
+                        out["missed"].append(1.0)
                         return out
     finally:
         for opened in waiting.values():
@@ -175,28 +179,6 @@ async def _one_sample(lead: Lead, waiting, name: str, role: str, task_id: str, h
     return True
 
 
-async def _one_shutdown(lead: Lead, waiting, teammate: str, samples: list[float], out: dict) -> bool:
-    """One RequestShutdown through the Lead's daemon, timed to its arrival on the teammate's stream,
-    then declined and acknowledged (a pending one would hold back the next claims); False when it
-    did not arrive."""
-    await asyncio.sleep(SETTLE_S)
-    started = time.monotonic()
-    ask = pb.RequestShutdownRequest(name=teammate, reason="bench", grace=duration(600))
-    await lead.lead.RequestShutdown(ask, metadata=lead.md, timeout=30)
-    try:
-        arrived, event = await waiting.next("shutdown_request", CLAIM_TIMEOUT_S)
-    except TimeoutError:
-        samples.append(CLAIM_TIMEOUT_S)
-        out["missed"].append(1.0)
-        return False
-    samples.append(arrived - started)
-    request = event.shutdown_request
-    answer = pb.RespondShutdownRequest(request_id=request.request_id, approve=False, reason="keep working")
-    await waiting.stub.RespondShutdown(answer, metadata=waiting.md, timeout=30)
-    await waiting.ack(request.seq)
-    return True
-
-
 def ready_to_claim(store: Store, sizes, runs: int, log) -> dict:
     results = []
     with daemons_for(store, "pg2", "ready") as (a, b), daemons_for(store, "sqlite", "") as (lite,):
@@ -226,7 +208,7 @@ def ready_to_claim(store: Store, sizes, runs: int, log) -> dict:
                 f" ({unheard} unheard, {missed} missed) [{shared()}]"
             )
     fields = {f"{key}_{field}": unit for key in LATENCIES for field, unit in LATENCY_FIELDS.items()}
-    out = summarize(results, {**fields, "unheard": "samples", "missed": "claims"})
+    out = summarize(results, {**fields, "unheard": "samples", "missed": "claims or shutdown requests"})
     out["samples_per_run"] = sizes.pg_latency_samples
     return out
 
