@@ -152,6 +152,9 @@ class PostgresHealth:
     writers_in_transaction: int = 0
     readers: int = 0
     readers_in_use: int = 0
+    writable: bool = True
+    commit_outcomes_asked: int = 0
+    connections_cut: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -791,6 +794,7 @@ class Board:
         if self.pg is None:
             return BoardStats(*counts)
         from .pg.store import daemons, health  # noqa: PLC0415
+        from .pg.watchdog import WATCHDOG  # noqa: PLC0415
 
         server = health(conn)
         listener = self.listener
@@ -811,6 +815,9 @@ class Board:
                 writers_in_transaction=writing.writers_in_transaction,
                 readers=readers.size if readers is not None else 0,
                 readers_in_use=readers.in_use if readers is not None else 0,
+                writable=self.pg.storage.writable,
+                commit_outcomes_asked=self.pg.storage.outcomes_asked,
+                connections_cut=WATCHDOG.cut,
             ),
         )
 

@@ -17,6 +17,7 @@ from .overload.lanes import LaneConfig
 from .overload.pacing import PacingConfig
 from .pg.target import DEFAULT_CONNECT_TIMEOUT_S as PG_DEFAULT_CONNECT_TIMEOUT_S
 from .pg.target import DEFAULT_SCHEMA as PG_DEFAULT_SCHEMA
+from .pg.target import DEFAULT_STALL_TIMEOUT_S as PG_DEFAULT_STALL_TIMEOUT_S
 from .pg.target import DEFAULT_WRITERS as PG_DEFAULT_WRITERS
 from .pg.target import MAX_WRITERS as PG_MAX_WRITERS
 from .pg.target import PgTarget
@@ -154,6 +155,14 @@ def main() -> None:
     help="Seconds to keep trying an unreachable PostgreSQL server at start before giving up.",
 )
 @click.option(
+    "--pg-stall-timeout",
+    type=click.FloatRange(0.1, 3600),
+    default=PG_DEFAULT_STALL_TIMEOUT_S,
+    show_default=True,
+    help="Seconds a write transaction (this daemon's or another's) may stop making progress before it "
+    "loses the board's write lock; a round trip unanswered for twice this long has its connection cut.",
+)
+@click.option(
     "--pg-allow-insecure",
     is_flag=True,
     help="Allow a non-loopback PostgreSQL host without sslmode=require or verify-full in the DSN.",
@@ -178,6 +187,7 @@ def serve_command(
     pg_schema: str,
     pg_writers: int | None,
     pg_connect_timeout: float,
+    pg_stall_timeout: float,
     pg_allow_insecure: bool,
     log_format: str,
     log_level: str,
@@ -191,7 +201,11 @@ def serve_command(
     if store:
         try:
             target = PgTarget.parse(
-                store, schema=pg_schema, connect_timeout_s=pg_connect_timeout, allow_insecure=pg_allow_insecure
+                store,
+                schema=pg_schema,
+                connect_timeout_s=pg_connect_timeout,
+                stall_timeout_s=pg_stall_timeout,
+                allow_insecure=pg_allow_insecure,
             )
         except ImportError:
             click.echo("corrald: --store postgresql:// needs psycopg: pip install 'corral[postgres]'", err=True)

@@ -173,19 +173,23 @@ def assemble(
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, reflection.SERVICE_NAME, "grpc.health.v1.Health"), server)
-    listener = _listen_to_other_daemons(board, hub, health, clock) if board.pg is not None else None
+    listener = _listen_to_other_daemons(board, hub, health, clock, loop) if board.pg is not None else None
     board.listener = listener
     return Parts(board, hub, reaper, lanes, loop_lag, metrics, teammates, lead, health, server, listener)
 
 
 def _listen_to_other_daemons(
-    board: Board, hub: WakeHub, health: health_aio.HealthServicer, clock: Clock
+    board: Board, hub: WakeHub, health: health_aio.HealthServicer, clock: Clock, loop: asyncio.AbstractEventLoop
 ) -> WakeListener:
     """A PostgreSQL board's other daemons commit too: their wake-ups reach this daemon's hub
-    as its own commits' do. Health says NOT_SERVING while they cannot be heard."""
+    as its own commits' do. Health says NOT_SERVING while they cannot be heard, or while
+    this daemon cannot write the board (its connection lost or cut, the server away), and
+    SERVING again once both are back."""
     from .pg.listener import WakeListener  # noqa: PLC0415 (the SQLite path loads nothing of psycopg)
 
     assert board.pg is not None
+    storage = board.pg.storage
+    hearing = [False]  # the listener reports itself up once it listens
 
     def deliver(wakes: Wakes) -> None:
         for name in wakes.streams_opened:
@@ -194,12 +198,21 @@ def _listen_to_other_daemons(
             board.reload_credentials()
         hub.apply(wakes)
 
-    def on_state(up: bool) -> None:
+    def tell() -> None:
+        up = hearing[0] and storage.writable
         status = health_pb2.HealthCheckResponse.SERVING if up else health_pb2.HealthCheckResponse.NOT_SERVING
         if not hub.closing:
             for service in ("", *SERVICE_NAMES):
-                asyncio.get_running_loop().create_task(health.set(service, status))
+                loop.create_task(health.set(service, status))
 
+    def on_state(up: bool) -> None:
+        hearing[0] = up
+        tell()
+
+    def on_writable(writable: bool) -> None:  # on a writer thread, or the watchdog's
+        loop.call_soon_threadsafe(tell)
+
+    storage.on_writable = on_writable
     return WakeListener(board.pg.target, board.pg.daemon_id, deliver, clock.now_ms, on_state)
 
 

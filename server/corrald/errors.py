@@ -99,6 +99,14 @@ class Unavailable(CorralError):
     reason = "UNAVAILABLE"
 
 
+class CommitInDoubt(Unavailable):
+    """The write's COMMIT was sent and no answer came back, and the daemon could not learn
+    within its bound whether it took effect: it may have. Retrying is safe only with the
+    call's request id (or claim token), which makes a second call return the first's outcome."""
+
+    reason = "COMMIT_IN_DOUBT"
+
+
 class SlowConsumer(Unavailable):
     """A stream's client stopped taking messages; it is ended so that it holds nothing."""
 

@@ -68,7 +68,7 @@ import tenacity
 from . import failpoints
 from .clock import Clock
 from .config import WriterConfig
-from .errors import Overloaded, ReentrantSubmit, Unavailable
+from .errors import CommitInDoubt, Overloaded, ReentrantSubmit, Unavailable
 from .model import DeadlineWatch, Mergeable, RanAhead, Txn, Wakes
 from .overload.costs import CostLedger
 from .overload.fairqueue import FairQueue
@@ -526,7 +526,11 @@ class Writer:
             if not first_taken:  # its transaction never opened: the job it was opened for fails
                 take_first()
             committed = False
-            failure = CommitFailed(f"transaction did not commit: {error}")
+            # A COMMIT whose outcome the storage could not learn is reported as such: telling
+            # the callers "not applied" could make them apply it twice.
+            failure: BaseException = (
+                error if isinstance(error, CommitInDoubt) else CommitFailed(f"transaction did not commit: {error}")
+            )
             outcomes = [(False, failure, None)] * len(batch)
             if batch:
                 with self._counting:

@@ -976,7 +976,7 @@ class WriterStats(_message.Message):
     def __init__(self, queue_depth: _Optional[int] = ..., queue_depth_p50: _Optional[float] = ..., queue_depth_p99: _Optional[float] = ..., commits: _Optional[int] = ..., mean_batch_size: _Optional[float] = ..., busy_retries: _Optional[int] = ..., jobs: _Optional[int] = ..., failed_commits: _Optional[int] = ..., refused_jobs: _Optional[int] = ..., commit_latency_p50_ms: _Optional[float] = ..., commit_latency_p99_ms: _Optional[float] = ..., job_time_p99_ms: _Optional[float] = ..., job_time_max_ms: _Optional[float] = ...) -> None: ...
 
 class PostgresStats(_message.Message):
-    __slots__ = ("listener_connected", "listener_reconnects", "daemons", "oldest_transaction_age", "task_dead_tuples", "task_live_tuples", "notifies_sent", "notifies_heard", "writers", "writers_in_transaction", "readers", "readers_in_use")
+    __slots__ = ("listener_connected", "listener_reconnects", "daemons", "oldest_transaction_age", "task_dead_tuples", "task_live_tuples", "notifies_sent", "notifies_heard", "writers", "writers_in_transaction", "readers", "readers_in_use", "writable", "commit_outcomes_asked", "connections_cut")
     LISTENER_CONNECTED_FIELD_NUMBER: _ClassVar[int]
     LISTENER_RECONNECTS_FIELD_NUMBER: _ClassVar[int]
     DAEMONS_FIELD_NUMBER: _ClassVar[int]
@@ -989,6 +989,9 @@ class PostgresStats(_message.Message):
     WRITERS_IN_TRANSACTION_FIELD_NUMBER: _ClassVar[int]
     READERS_FIELD_NUMBER: _ClassVar[int]
     READERS_IN_USE_FIELD_NUMBER: _ClassVar[int]
+    WRITABLE_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_OUTCOMES_ASKED_FIELD_NUMBER: _ClassVar[int]
+    CONNECTIONS_CUT_FIELD_NUMBER: _ClassVar[int]
     listener_connected: bool
     listener_reconnects: int
     daemons: int
@@ -1001,7 +1004,10 @@ class PostgresStats(_message.Message):
     writers_in_transaction: int
     readers: int
     readers_in_use: int
-    def __init__(self, listener_connected: _Optional[bool] = ..., listener_reconnects: _Optional[int] = ..., daemons: _Optional[int] = ..., oldest_transaction_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., task_dead_tuples: _Optional[int] = ..., task_live_tuples: _Optional[int] = ..., notifies_sent: _Optional[int] = ..., notifies_heard: _Optional[int] = ..., writers: _Optional[int] = ..., writers_in_transaction: _Optional[int] = ..., readers: _Optional[int] = ..., readers_in_use: _Optional[int] = ...) -> None: ...
+    writable: bool
+    commit_outcomes_asked: int
+    connections_cut: int
+    def __init__(self, listener_connected: _Optional[bool] = ..., listener_reconnects: _Optional[int] = ..., daemons: _Optional[int] = ..., oldest_transaction_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., task_dead_tuples: _Optional[int] = ..., task_live_tuples: _Optional[int] = ..., notifies_sent: _Optional[int] = ..., notifies_heard: _Optional[int] = ..., writers: _Optional[int] = ..., writers_in_transaction: _Optional[int] = ..., readers: _Optional[int] = ..., readers_in_use: _Optional[int] = ..., writable: _Optional[bool] = ..., commit_outcomes_asked: _Optional[int] = ..., connections_cut: _Optional[int] = ...) -> None: ...
 
 class GetStatsResponse(_message.Message):
     __slots__ = ("tasks_by_state", "teammates_by_status", "writer", "open_streams", "refused_calls", "loop_lag_p99_ms", "loop_lag_max_ms", "claims", "claims_handed_off", "usage", "store", "postgres")

@@ -13,15 +13,18 @@ Everything else in a statement is sent as it is written.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg.pq import PipelineStatus, TransactionStatus
 
 from ..store.tasks import DEPENDENCY_IDS
+from .watchdog import WATCHDOG
 
 # Whole fragments PostgreSQL says differently, replaced before the rules below.
 _FRAGMENTS = {
@@ -133,21 +136,51 @@ def _writes_within(text: str) -> bool:
 
 class PgConnection:
     """A psycopg connection (autocommit: the writer and the readers say BEGIN themselves)
-    with the part of `sqlite3.Connection`'s interface the store uses."""
+    with the part of `sqlite3.Connection`'s interface the store uses.
+
+    With `reply_bound_s`, a round trip still unanswered after that long has its socket cut
+    (pg/watchdog.py) and fails as a lost connection; `on_severed` is then told."""
 
     # The store sends a claim or a completion as one statement of data-modifying
     # WITH clauses (store/tasks.py, `fuses_statements`).
     fuses_statements = True
 
-    def __init__(self, raw: psycopg.Connection) -> None:
+    def __init__(
+        self,
+        raw: psycopg.Connection,
+        reply_bound_s: float | None = None,
+        on_severed: Callable[[], None] | None = None,
+    ) -> None:
         self.raw = raw
         # Rows changed by INSERT, UPDATE and DELETE on this connection, as SQLite counts them.
         self.total_changes = 0
+        self.reply_bound_s = reply_bound_s
+        self.waiting_since: float | None = None
+        self._on_severed = on_severed
+        if reply_bound_s is not None:
+            WATCHDOG.watch(self)
+
+    @contextlib.contextmanager
+    def round_trip(self) -> Iterator[None]:
+        """Marks a call to the server, for the watchdog."""
+        self.waiting_since = time.monotonic()
+        try:
+            yield
+        finally:
+            self.waiting_since = None
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    def severed(self) -> None:
+        if self._on_severed is not None:
+            self._on_severed()
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor:
         text, order = translate(sql)
         # Results in binary: a blob arrives as its bytes, not as hex text of twice the size.
-        cursor = self.raw.execute(text, _parameters(params, order), binary=True)
+        with self.round_trip():
+            cursor = self.raw.execute(text, _parameters(params, order), binary=True)
         status = cursor.statusmessage or ""
         if status.startswith(_CHANGES) and cursor.rowcount > 0:
             self.total_changes += cursor.rowcount
@@ -164,14 +197,15 @@ class PgConnection:
             return self._copy(plain.group(1), plain.group(2), rows)
         text, order = translate(sql)
         cursor = self.raw.cursor()
-        cursor.executemany(text, [_parameters(row, order) for row in rows])
+        with self.round_trip():
+            cursor.executemany(text, [_parameters(row, order) for row in rows])
         if cursor.rowcount > 0:
             self.total_changes += cursor.rowcount
         return cursor
 
     def _copy(self, table: str, columns: str, rows: list[Sequence[Any]]) -> psycopg.Cursor:
         cursor = self.raw.cursor()
-        with cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+        with self.round_trip(), cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row(_parameters(row, None))
         self.total_changes += len(rows)
@@ -189,6 +223,18 @@ class PgConnection:
     @property
     def broken(self) -> bool:
         return self.raw.broken or self.raw.closed
+
+    @property
+    def reusable(self) -> bool:
+        """Open, outside any transaction, and out of pipeline mode: as a new connection is. A
+        connection that failed mid-batch may be none of these without being marked broken
+        (psycopg leaves an `executemany` interrupted by a lost backend in pipeline mode, and
+        every later statement fails), so the writer replaces it rather than reuse it."""
+        return (
+            not self.broken
+            and self.raw.info.transaction_status == TransactionStatus.IDLE
+            and self.raw.pgconn.pipeline_status == PipelineStatus.OFF
+        )
 
     def close(self) -> None:
         self.raw.close()

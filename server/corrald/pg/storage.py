@@ -15,19 +15,36 @@ daemon's clock (`DatabaseClock`) is moved up to it, so every daemon of a board
 measures leases on the database's time, whatever its own host says.
 
 A transaction that fails before COMMIT had no effect and runs again (a
-serialization failure, a deadlock, a connection lost before COMMIT); a
-connection lost *during* COMMIT leaves the outcome unknown, and its jobs fail
-with UNAVAILABLE, never success (design invariant 6).
+serialization failure, a deadlock, a connection lost before COMMIT). A
+connection lost *during* COMMIT leaves the outcome unknown to this side, so
+the daemon asks the server: each transaction's id is read with its BEGIN, and
+`pg_xact_status` on a new connection says whether it committed (its jobs are
+then answered as committed), aborted (the batch runs again: nothing of it was
+applied) or is still in progress (its old backend is terminated, which settles
+it). Only when the server cannot be asked within the stall bound are the jobs
+answered COMMIT_IN_DOUBT, never success and never "not applied" (design
+invariant 6).
+
+No transaction may hold the board's lock for long without making progress: a
+daemon that is paused, or cut off by a network that stops forwarding, would
+stall every daemon's writes. Each connection carries the target's stall bound
+(`PgTarget.stall_timeout_s`, docs/postgres.md): the server ends a session
+idle inside a transaction for that long, a writer waits that long for the
+lock before it tries again, and a round trip unanswered for twice that long
+has its socket cut (pg/watchdog.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import secrets
 import socket
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -37,7 +54,7 @@ from psycopg import sql
 
 from ..clock import SystemClock
 from ..config import ConfigError
-from ..errors import Unavailable
+from ..errors import CommitInDoubt, Unavailable
 from ..model import Wakes
 from .schema import lock_key
 from .sql import PgConnection
@@ -52,10 +69,11 @@ NOTIFY_PAYLOAD_MAX = 7_000
 _CLOCK_SQL = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
 
 
-class CommitInDoubt(Unavailable):
-    """The connection was lost during COMMIT: the write may or may not have been applied."""
+class CommitLost(Unavailable):
+    """The connection was lost during COMMIT, and the server says the transaction did not
+    commit: nothing of it was applied, and it may run again."""
 
-    reason = "COMMIT_IN_DOUBT"
+    reason = "COMMIT_FAILED"
 
 
 class DatabaseUnreachable(Unavailable):
@@ -72,10 +90,20 @@ class DatabaseClock(SystemClock):
         super().__init__(wall=lambda: database_now_ms * 1_000_000)
 
 
-def connect(target: PgTarget, *, read_only: bool = False, patience_s: float = 0.0) -> psycopg.Connection:
+def connect(
+    target: PgTarget, *, read_only: bool = False, patience_s: float = 0.0, lock_wait_s: float | None = None
+) -> psycopg.Connection:
     """A connection to the board's schema (autocommit: the caller says BEGIN), tried again
-    with backoff for up to `patience_s` while the server cannot be reached."""
-    options = f"-c search_path={target.schema}"
+    with backoff for up to `patience_s` while the server cannot be reached.
+
+    The server ends its session once it sits idle inside a transaction for the target's
+    stall bound, so a paused client cannot hold a lock for longer; with `lock_wait_s`, a
+    statement waits at most that long for a lock. TCP keepalives and a user timeout find a
+    peer whose host or network is gone within a few seconds more."""
+    stall_ms = max(1, round(target.stall_timeout_s * 1000))
+    options = f"-c search_path={target.schema} -c idle_in_transaction_session_timeout={stall_ms}"
+    if lock_wait_s is not None:
+        options += f" -c lock_timeout={max(1, round(lock_wait_s * 1000))}"
     if read_only:
         options += " -c default_transaction_read_only=on"
     attempt = tenacity.Retrying(
@@ -85,9 +113,19 @@ def connect(target: PgTarget, *, read_only: bool = False, patience_s: float = 0.
         reraise=True,
     )
     timeout = max(1, min(10, round(target.connect_timeout_s)))
+    probe_s = max(1, round(target.stall_timeout_s / 3))
     return attempt(
         lambda: psycopg.connect(
-            target.dsn, autocommit=True, options=options, application_name="corrald", connect_timeout=timeout
+            target.dsn,
+            autocommit=True,
+            options=options,
+            application_name="corrald",
+            connect_timeout=timeout,
+            keepalives=1,
+            keepalives_idle=probe_s,
+            keepalives_interval=probe_s,
+            keepalives_count=3,
+            tcp_user_timeout=stall_ms,
         )
     )
 
@@ -101,10 +139,18 @@ def _unreachable(error: BaseException) -> bool:
     return not any(fatal in text for fatal in ("authentication failed", "does not exist", "no pg_hba.conf", "password"))
 
 
-def reach(target: PgTarget, *, read_only: bool = False) -> PgConnection:
-    """A connection for a running daemon: the server away is UNAVAILABLE, not an error of ours."""
+def reach(
+    target: PgTarget,
+    *,
+    read_only: bool = False,
+    lock_wait_s: float | None = None,
+    on_severed: Callable[[], None] | None = None,
+) -> PgConnection:
+    """A connection for a running daemon, its round trips bounded (pg/watchdog.py): the
+    server away is UNAVAILABLE, not an error of ours."""
     try:
-        return PgConnection(connect(target, read_only=read_only))
+        raw = connect(target, read_only=read_only, lock_wait_s=lock_wait_s)
+        return PgConnection(raw, reply_bound_s=2 * target.stall_timeout_s, on_severed=on_severed)
     except psycopg.OperationalError as error:
         raise DatabaseUnreachable(f"the board's database cannot be reached: {describe(error)}") from None
 
@@ -119,6 +165,7 @@ class _WriterThreadState(threading.local):
 
     conn: PgConnection | None = None  # its connection, as of its last BEGIN
     notify_payload: str | None = None  # what `announce` left for `commit` to send
+    xid: str = ""  # its transaction's id (pg_current_xact_id), to ask after a lost COMMIT
 
 
 class PgStorage:
@@ -133,28 +180,52 @@ class PgStorage:
         self._clock = clock  # None: the board runs on an injected clock (tests)
         switched_off = bench_switches_off()
         lock = "" if "lock" in switched_off else f"pg_advisory_xact_lock({lock_key(target.schema, 'write')}), "
-        self._begin = f"BEGIN; SELECT {lock}{_CLOCK_SQL}"
+        # The transaction's id comes with its BEGIN: after a lost COMMIT it is too late to ask.
+        self._begin = f"BEGIN; SELECT {lock}pg_current_xact_id()::text, {_CLOCK_SQL}"
         self._notify = "notify" not in switched_off
         self.merges_jobs = "merge" not in switched_off
         self.channel = notify_channel(target.schema)
         self._notified = threading.Lock()
         self.notifies = 0
         self._batch = _WriterThreadState()
+        # Whether the last transaction's fate says this daemon can write the board: false from a
+        # lost or cut connection, or a server out of reach, until a COMMIT succeeds again.
+        self.writable = True
+        self.on_writable: Callable[[bool], None] = lambda writable: None
+        self.outcomes_asked = 0  # COMMITs in doubt whose outcome the server was asked for
 
     def open(self) -> PgConnection:
-        return reach(self._target)
+        try:
+            return reach(self._target, lock_wait_s=self._target.stall_timeout_s, on_severed=self._cut_off)
+        except DatabaseUnreachable:
+            self._set_writable(False)
+            raise
+
+    def _cut_off(self) -> None:
+        self._set_writable(False)
+
+    def _set_writable(self, writable: bool) -> None:
+        if writable != self.writable:
+            self.writable = writable
+            self.on_writable(writable)
 
     def begin(self, conn: PgConnection | None) -> PgConnection:
         batch = self._batch
+        if conn is not None and not conn.broken and not conn.reusable:
+            log.warning("a writer connection left mid-transaction by a failure is replaced")
+            conn.close()
         if conn is None or conn.broken:
             batch.conn = None
             conn = self.open()  # while the server is away: UNAVAILABLE, and the batch is not retried
         batch.conn = conn
         batch.notify_payload = None  # a batch rolled back before its COMMIT told nobody
-        cursor = conn.raw.execute(self._begin)
-        cursor.nextset()
-        row = cursor.fetchone()
-        if self._clock is not None and row is not None:
+        with conn.round_trip():
+            cursor = conn.raw.execute(self._begin)
+            cursor.nextset()
+            row = cursor.fetchone()
+        assert row is not None
+        batch.xid = row[-2]
+        if self._clock is not None:
             self._clock.not_before(row[-1])  # the clock is last (the lock, when taken, first)
         return conn
 
@@ -166,18 +237,61 @@ class PgStorage:
         if notify is not None:
             statement = sql.SQL("SELECT pg_notify({}, {}); COMMIT").format(self.channel, notify).as_string(conn.raw)
         try:
-            conn.raw.execute(statement)
+            with conn.round_trip():
+                conn.raw.execute(statement)
         except psycopg.OperationalError as error:
-            if conn.broken:
-                raise CommitInDoubt(f"the connection was lost during COMMIT: {describe(error)}") from None
-            raise
+            if not conn.broken:
+                raise
+            self._set_writable(False)
+            lost = describe(error)
+            if not self._committed(self._batch.xid, conn.raw.info.backend_pid, lost):
+                raise CommitLost(f"the connection was lost during COMMIT, which did not commit: {lost}") from None
+            log.warning("the connection was lost during COMMIT, which the server says committed: %s", lost)
+        self._set_writable(True)
         if notify is not None:
             with self._notified:
                 self.notifies += 1
 
+    def _committed(self, xid: str, backend_pid: int, lost: str) -> bool:
+        """Whether transaction `xid`, whose COMMIT was sent on the connection of `backend_pid`
+        before it was lost, committed: asked of the server on new connections until the
+        stall bound runs out. A transaction still in progress (its backend has not yet seen
+        the connection go) is settled by terminating that backend: it then either committed
+        or never will. Raises CommitInDoubt when the server cannot tell in time."""
+        with self._notified:
+            self.outcomes_asked += 1
+        deadline = time.monotonic() + self._target.stall_timeout_s
+        last = lost
+        while True:
+            # A connection attempt that hangs must not outlast the bound either.
+            patience = dataclasses.replace(self._target, connect_timeout_s=max(1.0, deadline - time.monotonic()))
+            try:
+                with connect(patience) as raw:
+                    row = raw.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
+                    status = row[0] if row is not None else None
+                    if status == "committed":
+                        return True
+                    if status == "aborted":
+                        return False
+                    if status == "in progress":
+                        # Its backend still holds it: once terminated, the status is final.
+                        raw.execute("SELECT pg_terminate_backend(%s, 1000)", (backend_pid,))
+                        last = f"transaction {xid} was still in progress"
+                    else:
+                        last = f"the server has no status for transaction {xid}"
+            except psycopg.Error as error:
+                last = describe(error)
+            if time.monotonic() >= deadline:
+                raise CommitInDoubt(
+                    f"the connection was lost during COMMIT, and whether it committed could not be learned: {last}"
+                )
+            time.sleep(0.1)  # the server may be restarting: ask again shortly
+
     def is_busy(self, error: BaseException) -> bool:
         if isinstance(error, _RETRYABLE):
             return True
+        if isinstance(error, CommitLost):
+            return True  # the server says nothing of it was applied
         if isinstance(error, CommitInDoubt):
             return False  # it may have committed: running it again could apply it twice
         if isinstance(error, DatabaseUnreachable):
@@ -185,6 +299,8 @@ class PgStorage:
         # The connection was lost (or could not be made) before COMMIT: nothing was applied.
         conn = self._batch.conn
         lost = conn is None or conn.broken
+        if lost:
+            self._set_writable(False)
         return lost and isinstance(error, (psycopg.OperationalError, Unavailable))
 
     def is_storage_error(self, error: BaseException) -> bool:

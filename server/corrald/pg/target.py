@@ -14,6 +14,11 @@ from ..config import ConfigError
 
 DEFAULT_SCHEMA = "corral"
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
+# How long a transaction may stop making progress before it loses the board's write lock
+# (docs/postgres.md, "When a daemon stops"): the server ends a session idle inside a
+# transaction after this long, a writer waits this long for the lock before it tries
+# again, and a round trip unanswered for twice this long has its connection cut.
+DEFAULT_STALL_TIMEOUT_S = 5.0
 DEFAULT_WRITERS = 4  # writer threads, each with a connection (writer.py)
 MAX_WRITERS = 64
 SCHEMES = ("postgresql://", "postgres://")
@@ -41,6 +46,7 @@ class PgTarget:
     dsn: str = dataclasses.field(repr=False)
     schema: str = DEFAULT_SCHEMA
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
 
     @classmethod
     def parse(
@@ -49,6 +55,7 @@ class PgTarget:
         *,
         schema: str = DEFAULT_SCHEMA,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
         allow_insecure: bool = False,
     ) -> PgTarget:
         from psycopg import conninfo  # noqa: PLC0415 (the SQLite path imports nothing of psycopg)
@@ -65,6 +72,8 @@ class PgTarget:
             raise ConfigError(f"--pg-schema: {schema!r} is not a plain lower-case name (a-z, 0-9, _; 63 at most)")
         if not connect_timeout_s > 0:
             raise ConfigError("--pg-connect-timeout must be more than 0 seconds")
+        if not 0.1 <= stall_timeout_s <= 3600:
+            raise ConfigError("--pg-stall-timeout must be from 0.1 to 3600 seconds")
         hosts = [host for host in str(params.get("host") or "").split(",") if host]
         remote = [host for host in hosts if not _is_local(host)]
         if remote and params.get("sslmode") not in _SECURE_SSLMODES and not allow_insecure:
@@ -72,7 +81,7 @@ class PgTarget:
                 f"--store: host {remote[0]} is not loopback: add sslmode=require or sslmode=verify-full to the DSN"
                 " (or pass --pg-allow-insecure)"
             )
-        return cls(dsn, schema, connect_timeout_s)
+        return cls(dsn, schema, connect_timeout_s, stall_timeout_s)
 
     def shown(self) -> str:
         """The DSN as logs and errors may show it: without its password."""

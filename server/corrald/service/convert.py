@@ -290,6 +290,9 @@ def postgres_health(health: PostgresHealth | None) -> pb.PostgresStats | None:
         writers_in_transaction=health.writers_in_transaction,
         readers=health.readers,
         readers_in_use=health.readers_in_use,
+        writable=health.writable,
+        commit_outcomes_asked=health.commit_outcomes_asked,
+        connections_cut=health.connections_cut,
     )
     message.oldest_transaction_age.FromMilliseconds(round(health.oldest_transaction_s * 1000))
     return message
