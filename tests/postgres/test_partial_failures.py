@@ -13,6 +13,7 @@ and SERVING once it writes again; nothing acknowledged is lost.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import os
 import signal
 import time
@@ -45,6 +46,10 @@ def proxy(shared_board: SharedBoard) -> Iterator[tuple[TcpProxy, str]]:
 
 def _health(daemon: Daemon) -> int:
     return health_pb2_grpc.HealthStub(daemon.channel).Check(health_pb2.HealthCheckRequest(), timeout=5).status
+
+
+def _serving(daemon: Daemon) -> bool:
+    return _health(daemon) == SERVING
 
 
 def _count(board: SharedBoard, query: str, *params: object) -> int:
@@ -169,3 +174,78 @@ def test_a_daemon_cut_off_mid_transaction_stalls_the_others_for_the_bound_only(s
     _writes_through(b, "through-b")
     wait_until(lambda: _health(b) == SERVING, 15, "B SERVING again")
     assert b.stats().postgres.connections_cut >= 1, b.latest_log()
+
+
+# ---------------------------------------------------------------- backends terminated under load
+
+FAULT_S = 4.0  # how long the daemons' backends keep being terminated
+CHAIN = 60  # tasks in a batch, each but the first depending on the one before: rows sent in a pipeline
+
+
+def _batch(label: str) -> list[pb.TaskSpec]:
+    """A chain of tasks: their rows, and their dependencies', go in as statements of many rows."""
+    return [spec(f"{label}-0"), *(spec(f"{label}-{i}", f"{label}-{i - 1}") for i in range(1, CHAIN))]
+
+
+def _load(daemon: Daemon, name: str, until: float) -> list[str]:
+    """Creates batches through `daemon` until `until`; the request ids of those answered OK."""
+    answered = []
+    number = 0
+    while time.monotonic() < until:
+        label = f"{name}{number}"
+        number += 1
+        try:
+            daemon.create_tasks(*_batch(label), request_id=label)
+            answered.append(label)
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.UNAVAILABLE, error.details()
+    return [*answered, *(f"{name}{n}" for n in range(number) if f"{name}{n}" not in answered)]
+
+
+def _terminate_backends(board: SharedBoard, until: float) -> int:
+    terminated = 0
+    while time.monotonic() < until:
+        terminated += len(
+            board.sql(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND application_name = 'corrald' AND pid != pg_backend_pid()"
+            )
+        )
+        time.sleep(0.02)  # the fault's rhythm, not a wait for something
+    return terminated
+
+
+def test_backends_terminated_mid_transaction_under_load_leave_no_daemon_wedged(shared_board):
+    """The daemons' backends are terminated again and again while both write batches with
+    dependency rows: each call is answered OK or UNAVAILABLE, and within 10 s of the last
+    termination both daemons write again, SERVING; every batch, sent again with its
+    request id, is stored exactly once."""
+    a = shared_board.daemon("a", extra_args=STALL)
+    b = shared_board.daemon("b", extra_args=STALL)
+    until = time.monotonic() + FAULT_S
+    with concurrent.futures.ThreadPoolExecutor(5) as pool:
+        loads = [
+            pool.submit(_load, daemon, f"{daemon_label}{n}-", until)
+            for n in range(2)
+            for daemon_label, daemon in (("a", a), ("b", b))
+        ]
+        terminated = pool.submit(_terminate_backends, shared_board, until)
+        sent = [label for load in loads for label in load.result(timeout=60)]
+        assert terminated.result(timeout=60) > 0
+    for daemon, label in ((a, "after-a"), (b, "after-b")):
+        wait_until(functools.partial(_writes_again, daemon, label), 10, f"{label}: the daemon writes again")
+        wait_until(functools.partial(_serving, daemon), 10, f"{label}: SERVING again")
+    for label in sent:  # what was answered UNAVAILABLE, sent again; what was answered OK, answered again
+        a.create_tasks(*_batch(label), request_id=label)
+    stored = _count(shared_board, "SELECT count(*) FROM tasks")
+    assert stored == CHAIN * len(sent) + 2
+    assert _count(shared_board, "SELECT count(*) FROM deps") == (CHAIN - 1) * len(sent)
+
+
+def _writes_again(daemon: Daemon, label: str) -> bool:
+    try:
+        daemon.create_tasks(spec(label), request_id=label)
+    except grpc.RpcError as error:
+        assert error.code() == grpc.StatusCode.UNAVAILABLE, error.details()
+        return False
+    return True

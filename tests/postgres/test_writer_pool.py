@@ -18,7 +18,7 @@ from corrald.clock import FakeClock
 from corrald.config import WriterConfig
 from corrald.pg.storage import DatabaseUnreachable, PgStorage
 from corrald.pg.target import PgTarget
-from corrald.writer import Writer, job_owner
+from corrald.writer import CommitFailed, Writer, job_owner
 from tests.support import wait_until
 from tests.support.postgres import backends_waiting_for_a_lock, run_database_dsn, scratch_schema
 
@@ -278,3 +278,29 @@ def test_a_writer_that_opened_a_transaction_for_a_job_cancelled_meanwhile_goes_o
         assert not stopping.is_alive(), "the pool did not stop"
     expected = [("first", 0)] + [("after", n) for n in range(after)]
     assert [(owner, n) for _, owner, n in stored(schema)] == expected
+
+
+def test_a_connection_left_in_pipeline_mode_by_a_failed_job_is_replaced(schema):
+    """A job's statement fails the way psycopg's `executemany` fails when its backend goes
+    mid-pipeline: the connection is left in libpq's pipeline mode with a query in flight,
+    not marked broken, and every statement on it fails. The writer must not reuse it: the
+    next batch runs on a new connection and commits."""
+    writer = pool(schema, writers=1)
+    writer.start()
+    try:
+        writer.call(run("before", 0), timeout=WAIT)
+
+        def wedge(tx) -> None:
+            tx.conn.execute("INSERT INTO runs (owner, n) VALUES ('wedged', 0)")
+            pgconn = tx.conn.raw.pgconn
+            pgconn.enter_pipeline_mode()
+            pgconn.send_query_params(b"SELECT 1", None)
+            raise psycopg.OperationalError("cannot exit pipeline mode while busy")
+
+        with pytest.raises(CommitFailed):
+            writer.call(wedge, timeout=WAIT)
+        for n in range(3):
+            writer.call(run("after", n), timeout=WAIT)
+    finally:
+        writer.close()
+    assert [(owner, n) for _, owner, n in stored(schema)] == [("before", 0), ("after", 0), ("after", 1), ("after", 2)]
