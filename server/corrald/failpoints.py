@@ -1,6 +1,7 @@
 """Named failpoints for crash and fault tests; inert unless enabled.
 
-Points: `before_commit`, `after_commit` (writer), `before_checkpoint` (the
+Points: `before_commit`, `after_commit` (writer), `sqlite_commit_returned` (SQLite's
+COMMIT has returned, inside the writer's check of its outcome), `before_checkpoint` (the
 writer's last checkpoint, when the daemon stops), `job:<owner>` (writer, before
 each job submitted by that caller, e.g. `job:lead`), `after_claim_sent` (an Idle
 or Session stream sent a claim), `before_op_result` (a Session op committed and
@@ -8,7 +9,8 @@ its result is not sent yet), `web_event_sent:<identity>` (a web board stream of 
 caller sent an event, e.g. `web_event_sent:viewer:ann`).
 
 Actions: `kill` (SIGKILL the process), `error` (raise sqlite3.OperationalError,
-as a full disk would), `sleep:<ms>` (block the thread that reached the point,
+as a full disk would), `ioerror` (raise the sqlite3.OperationalError of a failed
+fsync, SQLITE_IOERR_FSYNC), `sleep:<ms>` (block the thread that reached the point,
 logging one line first, so a test can tell a long job is running).
 
 Enabled programmatically (`enable`) or, for a daemon under test, with the
@@ -54,7 +56,17 @@ def _sleep(ms: int) -> Action:
     return sleep
 
 
-_ACTIONS: dict[str, Action] = {"kill": _kill, "error": _error}
+SQLITE_IOERR_FSYNC = 1034  # (4 << 8) | SQLITE_IOERR
+
+
+def _io_error() -> None:
+    error = sqlite3.OperationalError("disk I/O error (injected)")
+    error.sqlite_errorcode = SQLITE_IOERR_FSYNC
+    error.sqlite_errorname = "SQLITE_IOERR_FSYNC"
+    raise error
+
+
+_ACTIONS: dict[str, Action] = {"kill": _kill, "error": _error, "ioerror": _io_error}
 
 
 def enable(name: str, action: Action | str, *, after: int = 0, and_after: bool = False) -> None:

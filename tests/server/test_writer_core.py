@@ -16,7 +16,7 @@ from boardkit import Blocker, SecondsClock
 from corrald import failpoints
 from corrald.clock import FakeClock
 from corrald.config import WriterConfig, WriterLevels
-from corrald.errors import Overloaded, ReentrantSubmit, Unavailable
+from corrald.errors import CommitInDoubt, Overloaded, ReentrantSubmit, Unavailable
 from corrald.store.schema import open_writer
 from corrald.writer import CommitFailed, Writer, job_owner
 from tests.support import wait_until, wait_until_async
@@ -412,6 +412,19 @@ def test_failed_commit_fails_every_job_and_leaves_nothing(writer, db_path, timer
     # The writer keeps working afterwards.
     assert writer.call(insert("after"), WAIT) == "after"
     assert keys(db_path) == {"after"}
+
+
+def test_an_io_error_from_commit_is_in_doubt_never_not_applied(writer, db_path):
+    """SQLite's COMMIT fails with an I/O error (a failed fsync) after its frames reached the
+    WAL: the write may be there after a restart, so its callers hear COMMIT_IN_DOUBT, not
+    COMMIT_FAILED, and here it is indeed stored. The writer goes on."""
+    failpoints.enable("sqlite_commit_returned", "ioerror", after=1)
+    kind, error = outcome(writer.submit(insert("maybe")))
+    assert kind == "error"
+    assert isinstance(error, CommitInDoubt), error
+    assert not isinstance(error, CommitFailed)
+    assert keys(db_path) == {"maybe"}
+    assert writer.call(insert("after"), WAIT) == "after"
 
 
 def test_commit_failure_on_every_batch_never_reports_success(writer, db_path):

@@ -12,8 +12,10 @@ import pathlib
 import sqlite3
 
 from .. import failpoints
+from ..errors import CommitInDoubt
 
 log = logging.getLogger("corrald.writer")
+_SQLITE_IOERR = 10  # the primary result code of every SQLITE_IOERR_* extended code
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: the board.
@@ -345,7 +347,20 @@ class SqliteStorage:
         return conn
 
     def commit(self, conn: sqlite3.Connection) -> None:
-        conn.execute("COMMIT")
+        """COMMIT, and what its failure means (server/DESIGN.md, "Success only after COMMIT").
+
+        Most errors leave nothing written: SQLITE_BUSY keeps the transaction open for the
+        writer to roll back, and SQLITE_FULL fails before the commit frame is written.
+        An I/O error is different: the commit frame may already be in the WAL, where the
+        next start's recovery would find it, though this process rolled the transaction
+        back. So an I/O error is answered as in doubt, never as "not written"."""
+        try:
+            conn.execute("COMMIT")
+            failpoints.hit("sqlite_commit_returned")
+        except sqlite3.OperationalError as error:
+            if getattr(error, "sqlite_errorcode", 0) & 0xFF == _SQLITE_IOERR:
+                raise CommitInDoubt(f"SQLite's COMMIT failed with an I/O error; it may be applied: {error}") from None
+            raise
 
     def is_busy(self, error: BaseException) -> bool:
         return isinstance(error, sqlite3.OperationalError) and ("locked" in str(error) or "busy" in str(error))
