@@ -94,7 +94,7 @@ PAIRED_TESTS := $(filter-out $(addsuffix /,$(PARALLEL_TESTS)) tests/artifacts/,$
 # postgres tests/contract`.)
 POSTGRES_UNTIMED := $(patsubst %,tests/postgres/test_%.py,server_restart translation two_daemons writer_jobs)
 POSTGRES_CONTRACT := activity_log attempts auth bad_input concurrency_keys identity large_messages plan_gate \
-	progress protocol_first reconnect restart serve session session_failpoints team team_pages usage_budget watch
+	progress protocol_first reconnect request_ids restart serve session session_failpoints team team_pages usage_budget watch
 POSTGRES_TESTS := tests/server tests/e2e $(patsubst %,tests/contract/test_%.py,$(POSTGRES_CONTRACT)) \
 	$(POSTGRES_UNTIMED)
 # The contract suite's timed files that exercise the store (the Session races and

@@ -51,6 +51,12 @@ class Lead(BoardClient):
     `lead.close()` or when the `with lead:` block ends) or
     `Lead.connect(address, token)` (joins a running daemon; `close()`
     only closes the channel).
+
+    Every write is sent with a request id and, while its outcome is unknown
+    (the daemon unreachable or restarting, overloaded, or its commit in
+    doubt), sent again with the same id for up to 15 s: the daemon applies it
+    once. Pass `request_id` to `create_tasks` to make a retry of your own
+    (after a crash, say) safe too.
     """
 
     def __init__(
@@ -172,7 +178,7 @@ class Lead(BoardClient):
         """`create_tasks`, also returning the ids that were on the board already
         with the same spec (for the CLI's report of what a file added)."""
         request = _convert.create_tasks_request(specs, request_id)
-        response = self._unary(self._lead.CreateTasks, request)
+        response = self._write(self._lead.CreateTasks, request)
         return _convert.created_tasks_from_pb(request, response), tuple(response.unchanged_task_ids)
 
     def cancel_tasks(self, ids: Iterable[str]) -> list[Task]:
@@ -181,7 +187,7 @@ class Lead(BoardClient):
         and finish time. A reply holds at most 3 MiB of them (tens of thousands
         with short ids); `list_tasks(states=[TaskState.CANCELED])` lists them all."""
         request = pb.CancelTasksRequest(ids=list(ids))
-        response = self._unary(self._lead.CancelTasks, request)
+        response = self._write(self._lead.CancelTasks, request)
         return _convert.tasks_from_pb(response.tasks)
 
     def retry_tasks(self, ids: Iterable[str], *, reset_attempts: bool = False) -> list[Task]:
@@ -192,7 +198,7 @@ class Lead(BoardClient):
         each has one attempt more. A name not on the board raises NotFound, one not
         FAILED or CANCELED raises FailedPrecondition, and nothing changes."""
         request = pb.RetryTasksRequest(ids=list(ids), reset_attempts=reset_attempts)
-        response = self._unary(self._lead.RetryTasks, request)
+        response = self._write(self._lead.RetryTasks, request)
         return _convert.tasks_from_pb(response.tasks)
 
     def revoke_claim(self, task_id: str, reason: str = "") -> Task:
@@ -201,7 +207,7 @@ class Lead(BoardClient):
         its token is dead (ClaimRevoked). Raises FailedPrecondition when no claim is live,
         NotFound for an unknown task."""
         request = pb.RevokeClaimRequest(task_id=task_id, reason=reason)
-        response = self._unary(self._lead.RevokeClaim, request)
+        response = self._write(self._lead.RevokeClaim, request)
         return _convert.task_from_pb(response.task)
 
     # ------------------------------------------------------------ teammates
@@ -215,24 +221,24 @@ class Lead(BoardClient):
     ) -> NewTeammate:
         """Mint a teammate credential. Its token is shown only in the result."""
         request = pb.AddTeammateRequest(name=name, roles=list(roles), require_plan_approval=require_plan_approval)
-        response = self._unary(self._lead.AddTeammate, request)
+        response = self._write(self._lead.AddTeammate, request)
         return _convert.new_teammate_from_pb(response)
 
     def remove_teammate(self, name: str) -> TeammateInfo:
         """Revoke a teammate: its streams end and its claims return to PENDING."""
         request = pb.RemoveTeammateRequest(name=name)
-        response = self._unary(self._lead.RemoveTeammate, request)
+        response = self._write(self._lead.RemoveTeammate, request)
         return _convert.teammate_from_pb(response.teammate)
 
     def add_viewer(self, name: str) -> str:
         """Mint a read-only viewer credential (the web board and the board's reads);
         returns its token, shown only this once."""
-        response: pb.AddViewerResponse = self._unary(self._lead.AddViewer, pb.AddViewerRequest(name=name))
+        response: pb.AddViewerResponse = self._write(self._lead.AddViewer, pb.AddViewerRequest(name=name))
         return response.token
 
     def remove_viewer(self, name: str) -> None:
         """Revoke a viewer: its web sessions and open event streams end."""
-        self._unary(self._lead.RemoveViewer, pb.RemoveViewerRequest(name=name))
+        self._write(self._lead.RemoveViewer, pb.RemoveViewerRequest(name=name))
 
     def list_viewers(self) -> list[ViewerInfo]:
         """Every viewer, in the order they were added."""
@@ -252,7 +258,7 @@ class Lead(BoardClient):
         the daemon removes it.
         """
         request = _convert.request_shutdown_request(name, reason, grace)
-        response: pb.RequestShutdownResponse = self._unary(self._lead.RequestShutdown, request)
+        response: pb.RequestShutdownResponse = self._write(self._lead.RequestShutdown, request)
         return response.request_id
 
     def decide_plan(
@@ -264,13 +270,13 @@ class Lead(BoardClient):
     ) -> None:
         """Approve or reject a submitted plan; the author receives a plan_decision."""
         request = pb.DecidePlanRequest(plan_id=plan_id, approve=approve, feedback=feedback)
-        self._unary(self._lead.DecidePlan, request)
+        self._write(self._lead.DecidePlan, request)
 
     def set_concurrency_limit(self, key: str, limit: int) -> ConcurrencyLimit:
         """At most `limit` tasks with this `concurrency_key` IN_PROGRESS at once
         (1 to 10,000); 0 removes the key's limit. Returns the limit as stored."""
         request = pb.SetConcurrencyLimitRequest(key=key, limit=limit)
-        response: pb.SetConcurrencyLimitResponse = self._unary(self._lead.SetConcurrencyLimit, request)
+        response: pb.SetConcurrencyLimitResponse = self._write(self._lead.SetConcurrencyLimit, request)
         return _convert.concurrency_limit_from_pb(response.limit)
 
     def list_concurrency_limits(self) -> list[ConcurrencyLimit]:
@@ -286,7 +292,7 @@ class Lead(BoardClient):
         its budget gets no new claim until it is raised (held claims stay).
         Returns the budget set."""
         request = pb.SetBudgetRequest(teammate=teammate, max_cost_micros=max_cost_micros, max_tokens=max_tokens)
-        response: pb.SetBudgetResponse = self._unary(self._lead.SetBudget, request)
+        response: pb.SetBudgetResponse = self._write(self._lead.SetBudget, request)
         return _convert.budget_from_pb(response.budget)
 
     def teammate_env(self, new_teammate: NewTeammate, *, address: str | None = None) -> dict[str, str]:

@@ -17,7 +17,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-from . import cpu, delivery, errors, validate
+from . import cpu, delivery, errors, requestids, validate
 from .clock import Clock
 from .config import Limits, WriterConfig
 from .model import (
@@ -43,6 +43,7 @@ from .model import (
     WaitingFor,
 )
 from .readers import ReaderPool
+from .requestids import RequestKey
 from .store import events, inbox, keys, ops, overview, protocol, status, tasks, team, usage, viewers
 from .store.schema import open_reader, open_writer
 from .stream import ParkedStreams, StreamItem, StreamState
@@ -334,14 +335,25 @@ class Board:
         )
         return await self.writer.run(lambda tx: tasks.create_batch(tx, batch, request_id))
 
-    async def cancel_tasks(self, task_ids: Sequence[str]) -> list[CanceledTask]:
+    async def _write(
+        self, job: Callable[[Txn], T], key: RequestKey | None, replay: Callable[[Txn], None] | None = None
+    ) -> T:
+        """Runs a write's job; with a request id, once (requestids.py): a call answered before
+        raises AnsweredBefore, after `replay` ran in its transaction."""
+        if key is None:
+            return await self.writer.run(job)
+        return requestids.settle(await self.writer.run(requestids.job(job, key, replay)))
+
+    async def cancel_tasks(self, task_ids: Sequence[str], key: RequestKey | None = None) -> list[CanceledTask]:
         if not task_ids:
             raise errors.InvalidArgument("ids", "must not be empty")
         if len(task_ids) > self.limits.batch_max:
             raise errors.InvalidArgument("ids", f"more than {self.limits.batch_max} ids in one call")
-        return await self.writer.run(lambda tx: tasks.cancel(tx, list(task_ids)))
+        return await self._write(lambda tx: tasks.cancel(tx, list(task_ids)), key)
 
-    async def retry_tasks(self, task_ids: Sequence[str], reset_attempts: bool) -> tuple[list[TaskRecord], int]:
+    async def retry_tasks(
+        self, task_ids: Sequence[str], reset_attempts: bool, key: RequestKey | None = None
+    ) -> tuple[list[TaskRecord], int]:
         """Sends FAILED or CANCELED tasks back to PENDING (with the dependents canceled
         because of them); returns the first of them, named ones first, and how many
         changed in all."""
@@ -349,19 +361,28 @@ class Board:
             raise errors.InvalidArgument("ids", "must not be empty")
         if len(task_ids) > self.limits.batch_max:
             raise errors.InvalidArgument("ids", f"more than {self.limits.batch_max} ids in one call")
-        seqs = await self.writer.run(lambda tx: tasks.retry(tx, list(task_ids), reset_attempts))
-        # The reply holds a few MiB of them at most: read no more than could fit.
-        shown = seqs[: self.limits.page_size_max]
-        return await self.read(lambda conn: tasks.records_by_seq(conn, shown)), len(seqs)
+        shown_max = self.limits.page_size_max
 
-    async def revoke_claim(self, task_id: str, reason: str) -> TaskRecord:
+        def job(tx: Txn) -> tuple[list[TaskRecord], int]:
+            seqs = tasks.retry(tx, list(task_ids), reset_attempts)
+            # The reply holds a few MiB of them at most: read no more than could fit, as they
+            # stand when this commits (a request id keeps this answer).
+            return tasks.records_by_seq(tx.conn, seqs[:shown_max]), len(seqs)
+
+        return await self._write(job, key)
+
+    async def revoke_claim(self, task_id: str, reason: str, key: RequestKey | None = None) -> TaskRecord:
         """Takes the task's live claim from its holder (see `tasks.revoke`)."""
         if not task_id:
             raise errors.InvalidArgument("task_id", "must not be empty")
         validate.check_text("reason", reason, self.limits.text_max_bytes)
-        return await self.writer.run(lambda tx: tasks.revoke(tx, task_id, reason))
+        return await self._write(lambda tx: tasks.revoke(tx, task_id, reason), key)
 
-    async def add_teammate(self, name: str, roles: Sequence[str], require_plan: bool) -> tuple[TeammateRecord, str]:
+    async def add_teammate(
+        self, name: str, roles: Sequence[str], require_plan: bool, key: RequestKey | None = None
+    ) -> tuple[TeammateRecord, str]:
+        """Mints a teammate credential; only its hash is stored. Sent again with its request
+        id, the call gives the teammate a new credential (AnsweredBefore carries it)."""
         validate.check_id("name", name, self.limits)
         if name.casefold() in validate.RESERVED_NAMES:  # "Lead" would read as the lead
             raise errors.InvalidArgument("name", f"{name!r} is reserved")
@@ -371,12 +392,21 @@ class Board:
             validate.check_id("roles", role, self.limits)
         token = "corral-tm-" + secrets.token_urlsafe(32)
         digest = token_hash(token)
-        record = await self.writer.run(lambda tx: team.add_teammate(tx, name, tuple(roles), require_plan, digest))
+        try:
+            added = await self._write(
+                lambda tx: (team.add_teammate(tx, name, tuple(roles), require_plan, digest), token),
+                key,
+                replay=lambda tx: team.rotate_token(tx, name, digest),
+            )
+        except requestids.AnsweredBefore as before:
+            self._forget(name)
+            self._teammate_hashes[digest] = name
+            raise requestids.AnsweredBefore(before.response, token) from None
         self._teammate_hashes[digest] = name
-        return record, token
+        return added
 
-    async def remove_teammate(self, name: str) -> TeammateRecord:
-        record = await self.writer.run(lambda tx: team.remove_teammate(tx, name))
+    async def remove_teammate(self, name: str, key: RequestKey | None = None) -> TeammateRecord:
+        record = await self._write(lambda tx: team.remove_teammate(tx, name), key)
         self._forget(name)
         return record
 
@@ -385,47 +415,66 @@ class Board:
             if owner == name:
                 del self._teammate_hashes[digest]
 
-    async def add_viewer(self, name: str) -> tuple[ViewerRecord, str]:
-        """Mints a read-only credential; only its hash is stored."""
+    async def add_viewer(self, name: str, key: RequestKey | None = None) -> tuple[ViewerRecord, str]:
+        """Mints a read-only credential; only its hash is stored. Sent again with its request
+        id, the call gives the viewer a new credential (AnsweredBefore carries it)."""
         validate.check_id("name", name, self.limits)
         token = "corral-view-" + secrets.token_urlsafe(32)
         digest = token_hash(token)
-        record = await self.writer.run(lambda tx: viewers.add_viewer(tx, name, digest))
+        try:
+            added = await self._write(
+                lambda tx: (viewers.add_viewer(tx, name, digest), token),
+                key,
+                replay=lambda tx: viewers.rotate_token(tx, name, digest),
+            )
+        except requestids.AnsweredBefore as before:
+            self._forget_viewer(name)
+            self._viewer_hashes[digest] = name
+            raise requestids.AnsweredBefore(before.response, token) from None
         self._viewer_hashes[digest] = name
-        return record, token
+        return added
 
-    async def remove_viewer(self, name: str) -> None:
-        await self.writer.run(lambda tx: viewers.remove_viewer(tx, name))
+    async def remove_viewer(self, name: str, key: RequestKey | None = None) -> None:
+        await self._write(lambda tx: viewers.remove_viewer(tx, name), key)
+        self._forget_viewer(name)
+        for listener in self.viewer_removed:
+            listener(Identity(VIEWER_PREFIX + name, False, is_viewer=True))
+
+    def _forget_viewer(self, name: str) -> None:
         for digest, owner in list(self._viewer_hashes.items()):
             if owner == name:
                 del self._viewer_hashes[digest]
-        for listener in self.viewer_removed:
-            listener(Identity(VIEWER_PREFIX + name, False, is_viewer=True))
 
     async def list_viewers(self) -> list[ViewerRecord]:
         return await self.read(viewers.list_viewers)
 
-    async def request_shutdown(self, name: str, reason: str, grace_ms: int) -> tuple[str, int]:
+    async def request_shutdown(
+        self, name: str, reason: str, grace_ms: int, key: RequestKey | None = None
+    ) -> tuple[str, int]:
         validate.check_text("reason", reason, self.limits.text_max_bytes)
         grace = validate.defaulted(
             "grace", grace_ms, self.limits.grace_default_ms, self.limits.grace_min_ms, self.limits.grace_max_ms, "ms"
         )
-        return await self.writer.run(lambda tx: protocol.request_shutdown(tx, name, reason, grace))
+        return await self._write(lambda tx: protocol.request_shutdown(tx, name, reason, grace), key)
 
-    async def set_budget(self, name: str, max_cost_micros: int, max_tokens: int) -> Budget:
+    async def set_budget(
+        self, name: str, max_cost_micros: int, max_tokens: int, key: RequestKey | None = None
+    ) -> Budget:
         """Sets a teammate's budget, or with "*" the default of every teammate without its own."""
         if not name:
             raise errors.InvalidArgument("teammate", 'must name a teammate or "*"')
         budget = validate.budget(max_cost_micros, max_tokens)
-        return await self.writer.run(lambda tx: usage.set_budget(tx, name, budget))
+        return await self._write(lambda tx: usage.set_budget(tx, name, budget), key)
 
-    async def decide_plan(self, plan_id: str, approve: bool, feedback: str) -> int:
+    async def decide_plan(self, plan_id: str, approve: bool, feedback: str, key: RequestKey | None = None) -> int:
         validate.check_text("feedback", feedback, self.limits.text_max_bytes)
-        return await self.writer.run(lambda tx: protocol.decide_plan(tx, plan_id, approve, feedback))
+        return await self._write(lambda tx: protocol.decide_plan(tx, plan_id, approve, feedback), key)
 
-    async def set_concurrency_limit(self, key: str, limit: int) -> ConcurrencyLimit:
-        validate.concurrency_limit(key, limit, self.limits)
-        return await self.writer.run(lambda tx: keys.set_limit(tx, key, limit))
+    async def set_concurrency_limit(
+        self, concurrency_key: str, limit: int, key: RequestKey | None = None
+    ) -> ConcurrencyLimit:
+        validate.concurrency_limit(concurrency_key, limit, self.limits)
+        return await self._write(lambda tx: keys.set_limit(tx, concurrency_key, limit), key)
 
     async def concurrency_limits(self) -> list[ConcurrencyLimit]:
         """Every key with a limit, by key (a read)."""
@@ -689,12 +738,12 @@ class Board:
 
     # ------------------------------------------------------------ both
 
-    async def send_message(self, sender: str, to: str, body: str) -> list[str]:
+    async def send_message(self, sender: str, to: str, body: str, key: RequestKey | None = None) -> list[str]:
         if not to:
             raise errors.InvalidArgument("to", "must not be empty")
         validate.check_text("body", body, self.limits.text_max_bytes)
         limit = self.limits.unacked_inbox_max
-        return await self.writer.run(lambda tx: inbox.send_message(tx, sender, to, body, inbox_limit=limit))
+        return await self._write(lambda tx: inbox.send_message(tx, sender, to, body, inbox_limit=limit), key)
 
     async def read(self, query: Callable):
         assert self.readers is not None

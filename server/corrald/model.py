@@ -409,6 +409,7 @@ class OpOutcome:
     value: int | None = None
     flag: bool = False
     error: CorralError | None = None
+    response: bytes | None = None  # a unary write's answer, as sent (a request id's record)
 
 
 class DeadlineWatch:

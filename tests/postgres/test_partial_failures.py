@@ -16,6 +16,7 @@ import concurrent.futures
 import functools
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 
@@ -23,6 +24,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+import corral
 from corral.v1 import corral_pb2 as pb
 from tests.contract.wire import Daemon, assert_status, rpc_error, spec
 from tests.support import wait_until
@@ -107,6 +109,26 @@ def test_a_lost_commit_reply_with_the_server_out_of_reach_is_in_doubt_not_failed
     daemon.lead.board.SendMessage(pb.SendMessageRequest(to=mate.name, body="after"), timeout=20)
     wait_until(lambda: _health(daemon) == SERVING, 10, "health SERVING once a write committed again")
     assert daemon.stats().postgres.writable
+
+
+def test_the_sdk_sends_a_write_in_doubt_again_and_it_is_applied_once(shared_board, proxy):
+    """The Lead's SDK sends each write with a request id: answered COMMIT_IN_DOUBT, then
+    COMMIT_FAILED while the server is out of reach, it sends the write again with the
+    same id until the daemon can answer, which is then the first call's outcome."""
+    tcp, via_proxy = proxy
+    daemon = shared_board.daemon("a", dsn=via_proxy, extra_args=(*STALL, "--pg-writers", "1"))
+    daemon.add_teammate("ann")
+    with corral.Lead.connect(daemon.address, daemon.lead_token) as lead:
+        tcp.drop_commit_reply()
+        tcp.refuse_new(True)
+        back = threading.Timer(3 * STALL_S, tcp.refuse_new, args=(False,))  # the outage's length
+        back.start()
+        try:
+            assert lead.send_message("ann", "exactly once") == ["ann"]
+        finally:
+            back.cancel()
+    assert _count(shared_board, "SELECT count(*) FROM inbox WHERE body = 'exactly once'") == 1
+    assert tcp.dropped_commits == 1
 
 
 # ---------------------------------------------------------------- a daemon stopped holding the lock

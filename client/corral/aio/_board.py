@@ -3,6 +3,7 @@ both the Lead and teammates may make."""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Any
 
@@ -12,9 +13,15 @@ from corral import _convert
 from corral._channel import DEFAULT_RPC_TIMEOUT, bearer_metadata
 from corral._errors import error_from_rpc
 from corral._primitives import async_next_message
+from corral._retry import async_retrying
 from corral._types import Identity, Stats, Task, TaskState, TeammateInfo
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
+
+# How long a write is sent again, with its request id, while the daemon cannot say whether
+# it was applied: unreachable or restarting, draining, overloaded, or its commit in doubt.
+# The board applies a request id once, so every retry is safe.
+WRITE_RETRY_S = 15.0
 
 
 class BoardClient:
@@ -47,6 +54,13 @@ class BoardClient:
             # `from None`: the CorralError carries the status, and a chained
             # gRPC error would only add the SDK's internals to the traceback.
             raise error_from_rpc(exc) from None
+
+    async def _write(self, method: Callable[..., Any], request: Any) -> Any:
+        """A unary write, sent with a request id (a new one unless the caller chose it) and sent
+        again with that id while its outcome is unknown (WRITE_RETRY_S), then the last error."""
+        if not request.request_id:
+            request.request_id = secrets.token_hex(16)
+        return await async_retrying(WRITE_RETRY_S)(self._unary, method, request)
 
     async def _stream(
         self, method: Callable[..., Any], request: Any, *, timeout: float | None = None
@@ -129,7 +143,7 @@ class BoardClient:
         Returns the names it was queued for.
         """
         request = pb.SendMessageRequest(to=to, body=body)
-        response = await self._unary(self._board.SendMessage, request)
+        response = await self._write(self._board.SendMessage, request)
         return list(response.recipients)
 
     async def get_identity(self) -> Identity:

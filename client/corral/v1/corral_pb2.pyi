@@ -438,18 +438,22 @@ class CreateTasksResponse(_message.Message):
     def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., unchanged_task_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CancelTasksRequest(_message.Message):
-    __slots__ = ("ids",)
+    __slots__ = ("ids", "request_id")
     IDS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    request_id: str
+    def __init__(self, ids: _Optional[_Iterable[str]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class RetryTasksRequest(_message.Message):
-    __slots__ = ("ids", "reset_attempts")
+    __slots__ = ("ids", "reset_attempts", "request_id")
     IDS_FIELD_NUMBER: _ClassVar[int]
     RESET_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ids: _containers.RepeatedScalarFieldContainer[str]
     reset_attempts: bool
-    def __init__(self, ids: _Optional[_Iterable[str]] = ..., reset_attempts: _Optional[bool] = ...) -> None: ...
+    request_id: str
+    def __init__(self, ids: _Optional[_Iterable[str]] = ..., reset_attempts: _Optional[bool] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class RetryTasksResponse(_message.Message):
     __slots__ = ("tasks", "omitted_count")
@@ -468,14 +472,16 @@ class CancelTasksResponse(_message.Message):
     def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., omitted_count: _Optional[int] = ...) -> None: ...
 
 class AddTeammateRequest(_message.Message):
-    __slots__ = ("name", "roles", "require_plan_approval")
+    __slots__ = ("name", "roles", "require_plan_approval", "request_id")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ROLES_FIELD_NUMBER: _ClassVar[int]
     REQUIRE_PLAN_APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     roles: _containers.RepeatedScalarFieldContainer[str]
     require_plan_approval: bool
-    def __init__(self, name: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., require_plan_approval: _Optional[bool] = ...) -> None: ...
+    request_id: str
+    def __init__(self, name: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., require_plan_approval: _Optional[bool] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class AddTeammateResponse(_message.Message):
     __slots__ = ("teammate", "token")
@@ -486,10 +492,12 @@ class AddTeammateResponse(_message.Message):
     def __init__(self, teammate: _Optional[_Union[Teammate, _Mapping]] = ..., token: _Optional[str] = ...) -> None: ...
 
 class RemoveTeammateRequest(_message.Message):
-    __slots__ = ("name",)
+    __slots__ = ("name", "request_id")
     NAME_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
+    request_id: str
+    def __init__(self, name: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class RemoveTeammateResponse(_message.Message):
     __slots__ = ("teammate",)
@@ -498,12 +506,14 @@ class RemoveTeammateResponse(_message.Message):
     def __init__(self, teammate: _Optional[_Union[Teammate, _Mapping]] = ...) -> None: ...
 
 class RevokeClaimRequest(_message.Message):
-    __slots__ = ("task_id", "reason")
+    __slots__ = ("task_id", "reason", "request_id")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     reason: str
-    def __init__(self, task_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    request_id: str
+    def __init__(self, task_id: _Optional[str] = ..., reason: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class RevokeClaimResponse(_message.Message):
     __slots__ = ("task",)
@@ -512,14 +522,16 @@ class RevokeClaimResponse(_message.Message):
     def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
 
 class RequestShutdownRequest(_message.Message):
-    __slots__ = ("name", "reason", "grace")
+    __slots__ = ("name", "reason", "grace", "request_id")
     NAME_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     GRACE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     reason: str
     grace: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., reason: _Optional[str] = ..., grace: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    request_id: str
+    def __init__(self, name: _Optional[str] = ..., reason: _Optional[str] = ..., grace: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class RequestShutdownResponse(_message.Message):
     __slots__ = ("request_id", "deadline_time")
@@ -530,14 +542,16 @@ class RequestShutdownResponse(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., deadline_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class DecidePlanRequest(_message.Message):
-    __slots__ = ("plan_id", "approve", "feedback")
+    __slots__ = ("plan_id", "approve", "feedback", "request_id")
     PLAN_ID_FIELD_NUMBER: _ClassVar[int]
     APPROVE_FIELD_NUMBER: _ClassVar[int]
     FEEDBACK_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     plan_id: str
     approve: bool
     feedback: str
-    def __init__(self, plan_id: _Optional[str] = ..., approve: _Optional[bool] = ..., feedback: _Optional[str] = ...) -> None: ...
+    request_id: str
+    def __init__(self, plan_id: _Optional[str] = ..., approve: _Optional[bool] = ..., feedback: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class DecidePlanResponse(_message.Message):
     __slots__ = ("seq",)
@@ -546,12 +560,14 @@ class DecidePlanResponse(_message.Message):
     def __init__(self, seq: _Optional[int] = ...) -> None: ...
 
 class SetConcurrencyLimitRequest(_message.Message):
-    __slots__ = ("key", "limit")
+    __slots__ = ("key", "limit", "request_id")
     KEY_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     key: str
     limit: int
-    def __init__(self, key: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+    request_id: str
+    def __init__(self, key: _Optional[str] = ..., limit: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ConcurrencyLimit(_message.Message):
     __slots__ = ("key", "limit", "in_progress")
@@ -580,14 +596,16 @@ class ListConcurrencyLimitsResponse(_message.Message):
     def __init__(self, limits: _Optional[_Iterable[_Union[ConcurrencyLimit, _Mapping]]] = ...) -> None: ...
 
 class SetBudgetRequest(_message.Message):
-    __slots__ = ("teammate", "max_cost_micros", "max_tokens")
+    __slots__ = ("teammate", "max_cost_micros", "max_tokens", "request_id")
     TEAMMATE_FIELD_NUMBER: _ClassVar[int]
     MAX_COST_MICROS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     teammate: str
     max_cost_micros: int
     max_tokens: int
-    def __init__(self, teammate: _Optional[str] = ..., max_cost_micros: _Optional[int] = ..., max_tokens: _Optional[int] = ...) -> None: ...
+    request_id: str
+    def __init__(self, teammate: _Optional[str] = ..., max_cost_micros: _Optional[int] = ..., max_tokens: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class SetBudgetResponse(_message.Message):
     __slots__ = ("budget",)
@@ -604,10 +622,12 @@ class Viewer(_message.Message):
     def __init__(self, name: _Optional[str] = ..., created_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class AddViewerRequest(_message.Message):
-    __slots__ = ("name",)
+    __slots__ = ("name", "request_id")
     NAME_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
+    request_id: str
+    def __init__(self, name: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class AddViewerResponse(_message.Message):
     __slots__ = ("name", "token")
@@ -618,10 +638,12 @@ class AddViewerResponse(_message.Message):
     def __init__(self, name: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
 
 class RemoveViewerRequest(_message.Message):
-    __slots__ = ("name",)
+    __slots__ = ("name", "request_id")
     NAME_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
+    request_id: str
+    def __init__(self, name: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class RemoveViewerResponse(_message.Message):
     __slots__ = ()
@@ -914,12 +936,14 @@ class ListTeammatesResponse(_message.Message):
     def __init__(self, teammates: _Optional[_Iterable[_Union[Teammate, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class SendMessageRequest(_message.Message):
-    __slots__ = ("to", "body")
+    __slots__ = ("to", "body", "request_id")
     TO_FIELD_NUMBER: _ClassVar[int]
     BODY_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     to: str
     body: str
-    def __init__(self, to: _Optional[str] = ..., body: _Optional[str] = ...) -> None: ...
+    request_id: str
+    def __init__(self, to: _Optional[str] = ..., body: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class SendMessageResponse(_message.Message):
     __slots__ = ("recipients",)

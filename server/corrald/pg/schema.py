@@ -228,6 +228,10 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE teammates ADD COLUMN stream_epoch BIGINT NOT NULL DEFAULT 0;
     """,
+    # 3: a request id's first outcome, as its response (store/schema.py's migration 15).
+    """
+    ALTER TABLE session_ops ADD COLUMN response BYTEA;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

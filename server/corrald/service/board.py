@@ -13,7 +13,7 @@ from ..looplag import LoopLag
 from ..model import TaskState
 from ..overload.lanes import CallLanes
 from ..wake import WakeHub
-from . import convert
+from . import convert, once
 
 
 class BoardServicer(pb_grpc.BoardServiceServicer):
@@ -63,8 +63,13 @@ class BoardServicer(pb_grpc.BoardServiceServicer):
         return pb.ListTeammatesResponse(teammates=kept, next_page_token=token)
 
     async def SendMessage(self, request: pb.SendMessageRequest, context, identity: Identity) -> pb.SendMessageResponse:
-        recipients = await self._board.send_message(identity.name, request.to, request.body)
-        return pb.SendMessageResponse(recipients=recipients)
+        return await once.answer(
+            identity,
+            request,
+            self._board.limits.name_max_chars,
+            lambda key: self._board.send_message(identity.name, request.to, request.body, key),
+            lambda recipients: pb.SendMessageResponse(recipients=recipients),
+        )
 
     async def GetIdentity(self, request, context, identity: Identity) -> pb.GetIdentityResponse:
         # The interceptor has checked the credential: a revoked one never gets here.

@@ -7,9 +7,9 @@ from corral.v1 import corral_pb2_grpc as pb_grpc
 
 from .. import cpu, errors, validate
 from ..board import Board, Identity
-from ..model import CanceledTask
+from ..model import CanceledTask, TaskRecord
 from ..wake import WakeHub
-from . import convert
+from . import convert, once
 
 FEED_PAGE = 256
 # What one Watch stream holds read and not yet sent: a few tasks with their
@@ -43,45 +43,85 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
             inline=len(batch.tasks) <= cpu.INLINE_ITEMS,
         )
 
+    # Every unary write below is answered once per request id (service/once.py).
+
     async def CancelTasks(self, request: pb.CancelTasksRequest, context, identity: Identity) -> pb.CancelTasksResponse:
-        canceled = await self._board.cancel_tasks(list(request.ids))
-        return await cpu.run(lambda: _cancel_reply(canceled), inline=len(canceled) <= cpu.INLINE_ITEMS)
+        return await self._answer(
+            identity,
+            request,
+            lambda key: self._board.cancel_tasks(list(request.ids), key),
+            _cancel_reply,
+            inline=lambda canceled: len(canceled) <= cpu.INLINE_ITEMS,
+        )
 
     async def RetryTasks(self, request: pb.RetryTasksRequest, context, identity: Identity) -> pb.RetryTasksResponse:
-        retried, count = await self._board.retry_tasks(list(request.ids), request.reset_attempts)
-        kept = convert.fitting(convert.task(record) for record in retried)
-        return pb.RetryTasksResponse(tasks=kept, omitted_count=count - len(kept))
+        def reply(retried: tuple[list[TaskRecord], int]) -> pb.RetryTasksResponse:
+            records, count = retried
+            kept = convert.fitting(convert.task(record) for record in records)
+            return pb.RetryTasksResponse(tasks=kept, omitted_count=count - len(kept))
+
+        return await self._answer(
+            identity,
+            request,
+            lambda key: self._board.retry_tasks(list(request.ids), request.reset_attempts, key),
+            reply,
+        )
 
     async def AddTeammate(self, request: pb.AddTeammateRequest, context, identity: Identity) -> pb.AddTeammateResponse:
-        record, token = await self._board.add_teammate(request.name, list(request.roles), request.require_plan_approval)
-        return pb.AddTeammateResponse(teammate=convert.teammate(record), token=token)
+        return await self._answer(
+            identity,
+            request,
+            lambda key: self._board.add_teammate(request.name, list(request.roles), request.require_plan_approval, key),
+            lambda added: pb.AddTeammateResponse(teammate=convert.teammate(added[0]), token=added[1]),
+            credential_field="token",
+        )
 
     async def RemoveTeammate(
         self, request: pb.RemoveTeammateRequest, context, identity: Identity
     ) -> pb.RemoveTeammateResponse:
-        record = await self._board.remove_teammate(request.name)
-        return pb.RemoveTeammateResponse(teammate=convert.teammate(record))
+        return await self._answer(
+            identity,
+            request,
+            lambda key: self._board.remove_teammate(request.name, key),
+            lambda record: pb.RemoveTeammateResponse(teammate=convert.teammate(record)),
+        )
 
     async def RevokeClaim(self, request: pb.RevokeClaimRequest, context, identity: Identity) -> pb.RevokeClaimResponse:
-        record = await self._board.revoke_claim(request.task_id, request.reason)
-        return pb.RevokeClaimResponse(task=convert.task(record))
+        return await self._answer(
+            identity,
+            request,
+            lambda key: self._board.revoke_claim(request.task_id, request.reason, key),
+            lambda record: pb.RevokeClaimResponse(task=convert.task(record)),
+        )
 
     async def RequestShutdown(
         self, request: pb.RequestShutdownRequest, context, identity: Identity
     ) -> pb.RequestShutdownResponse:
         grace = convert.duration_ms(request, "grace")
-        request_id, deadline = await self._board.request_shutdown(request.name, request.reason, grace)
-        return pb.RequestShutdownResponse(request_id=request_id, deadline_time=convert.timestamp(deadline))
+        return await self._answer(
+            identity,
+            request,
+            lambda key: self._board.request_shutdown(request.name, request.reason, grace, key),
+            lambda asked: pb.RequestShutdownResponse(request_id=asked[0], deadline_time=convert.timestamp(asked[1])),
+        )
 
     async def DecidePlan(self, request: pb.DecidePlanRequest, context, identity: Identity) -> pb.DecidePlanResponse:
-        seq = await self._board.decide_plan(request.plan_id, request.approve, request.feedback)
-        return pb.DecidePlanResponse(seq=seq)
+        return await self._answer(
+            identity,
+            request,
+            lambda key: self._board.decide_plan(request.plan_id, request.approve, request.feedback, key),
+            lambda seq: pb.DecidePlanResponse(seq=seq),
+        )
 
     async def SetConcurrencyLimit(
         self, request: pb.SetConcurrencyLimitRequest, context, identity: Identity
     ) -> pb.SetConcurrencyLimitResponse:
-        stored = await self._board.set_concurrency_limit(request.key, request.limit)
-        return pb.SetConcurrencyLimitResponse(limit=convert.concurrency_limit(stored))
+        return await self._answer(
+            identity,
+            request,
+            lambda key: self._board.set_concurrency_limit(request.key, request.limit, key),
+            lambda stored: pb.SetConcurrencyLimitResponse(limit=convert.concurrency_limit(stored)),
+        )
 
     async def ListConcurrencyLimits(
         self, request: pb.ListConcurrencyLimitsRequest, context, identity: Identity
@@ -90,18 +130,35 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
         return pb.ListConcurrencyLimitsResponse(limits=[convert.concurrency_limit(limit) for limit in limits])
 
     async def SetBudget(self, request: pb.SetBudgetRequest, context, identity: Identity) -> pb.SetBudgetResponse:
-        budget = await self._board.set_budget(request.teammate, request.max_cost_micros, request.max_tokens)
-        return pb.SetBudgetResponse(budget=convert.budget(budget))
+        return await self._answer(
+            identity,
+            request,
+            lambda key: self._board.set_budget(request.teammate, request.max_cost_micros, request.max_tokens, key),
+            lambda budget: pb.SetBudgetResponse(budget=convert.budget(budget)),
+        )
 
     async def AddViewer(self, request: pb.AddViewerRequest, context, identity: Identity) -> pb.AddViewerResponse:
-        record, token = await self._board.add_viewer(request.name)
-        return pb.AddViewerResponse(name=record.name, token=token)
+        return await self._answer(
+            identity,
+            request,
+            lambda key: self._board.add_viewer(request.name, key),
+            lambda added: pb.AddViewerResponse(name=added[0].name, token=added[1]),
+            credential_field="token",
+        )
 
     async def RemoveViewer(
         self, request: pb.RemoveViewerRequest, context, identity: Identity
     ) -> pb.RemoveViewerResponse:
-        await self._board.remove_viewer(request.name)
-        return pb.RemoveViewerResponse()
+        return await self._answer(
+            identity,
+            request,
+            lambda key: self._board.remove_viewer(request.name, key),
+            lambda _: pb.RemoveViewerResponse(),
+        )
+
+    def _answer(self, identity: Identity, request, call, reply, **options):
+        """`once.answer` with this board's limit on a request id's length."""
+        return once.answer(identity, request, self._board.limits.name_max_chars, call, reply, **options)
 
     async def ListViewers(self, request: pb.ListViewersRequest, context, identity: Identity) -> pb.ListViewersResponse:
         found = await self._board.list_viewers()

@@ -40,6 +40,16 @@ _INSERT = "INSERT INTO session_ops (teammate, op_id, digest, done_ms) VALUES (?,
 RECORD_CLAUSE = f"op AS ({_INSERT} RETURNING seq)"
 
 
+# A unary write's request id is kept as an op of its caller, named after its RPC.
+REQUEST_ID_SEPARATOR = "\x1f"
+
+
+def request_op_id(rpc: str, request_id: str) -> str:
+    """The op id under which a unary write's request id is recorded: one per RPC, so the
+    same id sent to two RPCs names two calls, and never a Session op's id."""
+    return f"{rpc}{REQUEST_ID_SEPARATOR}{request_id}"
+
+
 class OpAlreadyRan(Exception):
     """The body's first statement found the op id taken, and wrote nothing."""
 
@@ -78,7 +88,7 @@ def run_once(
         tx.op_record = None
     if record.seq is None:
         raise AssertionError(f"the body of op {op_id!r} wrote no record")
-    if outcome.value is not None or outcome.flag or outcome.error is not None:
+    if outcome.value is not None or outcome.flag or outcome.error is not None or outcome.response is not None:
         _store_outcome(conn, record.seq, outcome)
     if record.seq % PRUNE_EVERY == 0:
         _prune(tx, teammate)
@@ -119,22 +129,25 @@ def _store_outcome(conn, seq: int, outcome: OpOutcome) -> None:
         described = {"description": error.description} if isinstance(error, errors.InvalidArgument) else {}
         metadata = json.dumps({**error.metadata, **described}) if error.metadata or described else None
     conn.execute(
-        "UPDATE session_ops SET value = ?, flag = ?, error_kind = ?, error_message = ?, error_metadata = ?"
-        " WHERE seq = ?",
-        (outcome.value, int(outcome.flag), kind, message, metadata, seq),
+        "UPDATE session_ops SET value = ?, flag = ?, error_kind = ?, error_message = ?, error_metadata = ?,"
+        " response = ? WHERE seq = ?",
+        (outcome.value, int(outcome.flag), kind, message, metadata, outcome.response, seq),
     )
 
 
 def _recorded(conn, teammate: str, op_id: str, digest: bytes) -> OpOutcome:
-    stored_digest, value, flag, kind, message, metadata = conn.execute(
-        "SELECT digest, value, flag, error_kind, error_message, error_metadata FROM session_ops"
+    stored_digest, value, flag, kind, message, metadata, response = conn.execute(
+        "SELECT digest, value, flag, error_kind, error_message, error_metadata, response FROM session_ops"
         " WHERE teammate = ? AND op_id = ?",
         (teammate, op_id),
     ).fetchone()
-    if stored_digest != digest:
+    if bytes(stored_digest) != digest:
+        field, _, request_id = op_id.rpartition(REQUEST_ID_SEPARATOR)
+        if field:  # a unary write's request id (`request_op_id`)
+            raise errors.InvalidArgument("request_id", f"{request_id!r} was already used for a different call")
         raise errors.InvalidArgument("op_id", f"{op_id!r} was already used for a different op")
     if kind is None:
-        return OpOutcome(value, bool(flag))
+        return OpOutcome(value, bool(flag), response=bytes(response) if response is not None else None)
     return OpOutcome(error=errors.replay(kind, message, json.loads(metadata) if metadata else {}))
 
 

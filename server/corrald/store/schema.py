@@ -263,6 +263,11 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE teammates ADD COLUMN stream_epoch INTEGER NOT NULL DEFAULT 0;
     """,
+    # 15: the first outcome of a unary write sent with a request id, as its response's
+    # bytes (store/ops.py): a retry with the same id is answered with them.
+    """
+    ALTER TABLE session_ops ADD COLUMN response BLOB;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

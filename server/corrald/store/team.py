@@ -36,6 +36,18 @@ def add_teammate(tx: Txn, name: str, roles: tuple[str, ...], require_plan: bool,
     return teammate
 
 
+def rotate_token(tx: Txn, name: str, token_hash: bytes) -> None:
+    """Gives a teammate a new credential, the old one dead from this commit on (a retried
+    AddTeammate: the first answer, which carried the old one, was lost)."""
+    changed = tx.conn.execute(
+        "UPDATE teammates SET token_hash = ? WHERE name = ? AND removed = 0", (token_hash, name)
+    ).rowcount
+    if not changed:
+        raise errors.FailedPrecondition(f"teammate {name!r} was removed since this request added it", name=name)
+    tx.wakes.credentials = True  # the other daemons forget the old credential
+    tx.wakes.note("credential_replaced", teammate=name)
+
+
 @functools.lru_cache(maxsize=1024)
 def _roles(stored: str) -> tuple[str, ...]:
     """A teammate's roles from their stored JSON: every delivery check reads them, and

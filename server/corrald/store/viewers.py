@@ -18,6 +18,14 @@ def add_viewer(tx: Txn, name: str, token_hash: bytes) -> ViewerRecord:
     return ViewerRecord(name, tx.now_ms)
 
 
+def rotate_token(tx: Txn, name: str, token_hash: bytes) -> None:
+    """Gives a viewer a new credential, the old one dead from this commit on (a retried AddViewer)."""
+    if tx.conn.execute("UPDATE viewers SET token_hash = ? WHERE name = ?", (token_hash, name)).rowcount == 0:
+        raise errors.FailedPrecondition(f"viewer {name!r} was removed since this request added it")
+    tx.wakes.credentials = True
+    tx.wakes.note("viewer_credential_replaced", viewer=name)
+
+
 def remove_viewer(tx: Txn, name: str) -> None:
     if tx.conn.execute("DELETE FROM viewers WHERE name = ?", (name,)).rowcount == 0:
         raise errors.NotFound(f"no viewer {name!r}")
