@@ -101,13 +101,14 @@ class WakeListener:
         first = True
         while True:
             try:
-                await self._listen(first)
-                backoff = 0.1
+                await self._listen(first)  # returns only by raising
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # noqa: BLE001 (any failure: reconnect)
                 if self.listening or first:
                     log.warning("wake-up listener lost its connection: %s", describe(error))
+                if self.listening:  # a connection that had worked: the backoff starts again
+                    backoff = 0.1
             first = False
             self._set_listening(False)
             await self._drop()
