@@ -45,12 +45,19 @@ class SharedBoard:
     def store_args(self) -> list[str]:
         return ["--store", self.dsn, "--pg-schema", self.schema]
 
-    def daemon(self, label: str | None = None, *, extra_args: tuple[str, ...] = (), **options: Any) -> BoardDaemon:
-        """A new daemon of the board, with a state directory of its own; started."""
+    def daemon(
+        self,
+        label: str | None = None,
+        *,
+        extra_args: tuple[str, ...] = (),
+        failpoints: str | None = None,
+        **options: Any,
+    ) -> BoardDaemon:
+        """A new daemon of the board, with a state directory of its own; started (with `failpoints`)."""
         label = label or f"d{len(self.daemons) + 1}"
         made = BoardDaemon(self, self.root / label / "state", extra_args=[*self.store_args(), *extra_args], **options)
         self.daemons.append(made)
-        return made.start()
+        return made.start(failpoints)
 
     def lead_token(self) -> str:
         for daemon in self.daemons:
