@@ -13,6 +13,7 @@ from corrald.reconcile import Reconciler
 from corrald.store import tasks, team
 from corrald.stream import Delivery
 from corrald.wake import WakeHub
+from tests.support.waiting import wait_until_async
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -82,3 +83,25 @@ def test_a_handed_claim_that_ended_unheard_is_never_sent(board, clock):
     assert stream.take_handed() == []
     stream.hand(Delivery([grant], frozenset()))  # the same handoff arriving late
     assert stream.take_handed() == []
+
+
+def test_the_audit_tells_what_nobody_asked_about(board, clock):
+    # A commit of this daemon answered in doubt that did commit: nothing asks for a pass.
+    board.add("w1")
+    board.create(spec("t"))
+    grant = board.claim("w1")
+    hub = _hub(board, clock)
+    stream = hub.register("w1", ())
+    stream.mark_sent([grant])
+    board.call(lambda tx: tasks.revoke(tx, "t", "in doubt"))
+
+    async def audited() -> list[ClaimEnd]:
+        reconciler = Reconciler(board.board, hub, audit_s=0.05)
+        reconciler.start()
+        try:
+            await wait_until_async(lambda: stream.claims_ended, 10, "the audit's notice")
+        finally:
+            await reconciler.close()
+        return stream.take_claims_ended()
+
+    assert board.run(audited()) == [ClaimEnd("t", grant.token, ClaimEndReason.REVOKED, "in doubt")]
