@@ -37,6 +37,7 @@ from .overload.lanes import CallLanes, LaneConfig
 from .overload.pacing import Pacer
 from .overload.reopen import ReopenSpacing
 from .reaper import Reaper
+from .reconcile import Reconciler
 from .service.board import BoardServicer
 from .service.interceptor import CorralInterceptor
 from .service.lead import LeadServicer
@@ -115,6 +116,8 @@ class Parts:
     health: health_aio.HealthServicer
     server: grpc.aio.Server
     listener: WakeListener | None = None  # a PostgreSQL board's wake-ups from its other daemons
+    # Claim-ended notices a PostgreSQL board's daemon may have missed, told from the history.
+    reconciler: Reconciler | None = None
 
 
 def assemble(
@@ -173,13 +176,21 @@ def assemble(
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, reflection.SERVICE_NAME, "grpc.health.v1.Health"), server)
-    listener = _listen_to_other_daemons(board, hub, health, clock, loop) if board.pg is not None else None
+    # Notices live in the claim history too: after any gap in what this daemon heard of
+    # the others (the listener says when), each open stream's claims are checked there.
+    reconciler = Reconciler(board, hub) if board.pg is not None else None
+    listener = _listen_to_other_daemons(board, hub, health, clock, loop, reconciler) if reconciler is not None else None
     board.listener = listener
-    return Parts(board, hub, reaper, lanes, loop_lag, metrics, teammates, lead, health, server, listener)
+    return Parts(board, hub, reaper, lanes, loop_lag, metrics, teammates, lead, health, server, listener, reconciler)
 
 
 def _listen_to_other_daemons(
-    board: Board, hub: WakeHub, health: health_aio.HealthServicer, clock: Clock, loop: asyncio.AbstractEventLoop
+    board: Board,
+    hub: WakeHub,
+    health: health_aio.HealthServicer,
+    clock: Clock,
+    loop: asyncio.AbstractEventLoop,
+    reconciler: Reconciler,
 ) -> WakeListener:
     """A PostgreSQL board's other daemons commit too: their wake-ups reach this daemon's hub
     as its own commits' do. Health says NOT_SERVING while they cannot be heard, or while
@@ -213,7 +224,9 @@ def _listen_to_other_daemons(
         loop.call_soon_threadsafe(tell)
 
     storage.on_writable = on_writable
-    return WakeListener(board.pg.target, board.pg.daemon_id, deliver, clock.now_ms, on_state)
+    return WakeListener(
+        board.pg.target, board.pg.daemon_id, deliver, clock.now_ms, on_state, on_gap=reconciler.after_gap
+    )
 
 
 class Daemon:
@@ -255,6 +268,8 @@ class Daemon:
         await loop.run_in_executor(None, parts.board.open)
         if parts.listener is not None:
             parts.listener.start()
+        if parts.reconciler is not None:
+            parts.reconciler.start()
             self._heartbeat = loop.create_task(self._beat(parts.board), name="corral-heartbeat")
         self.state.secure_files()
         if parts.metrics is not None and self.config.metrics is not None:
@@ -306,6 +321,8 @@ class Daemon:
             await asyncio.gather(self._heartbeat, return_exceptions=True)
         if parts.listener is not None:
             await parts.listener.close()
+        if parts.reconciler is not None:
+            await parts.reconciler.close()
         await loop.run_in_executor(None, parts.board.writer.settle)
         await parts.server.stop(self.config.stop_grace_s)
         await goaway

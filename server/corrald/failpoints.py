@@ -6,7 +6,9 @@ writer's last checkpoint, when the daemon stops), `job:<owner>` (writer, before
 each job submitted by that caller, e.g. `job:lead`), `after_claim_sent` (an Idle
 or Session stream sent a claim), `before_op_result` (a Session op committed and
 its result is not sent yet), `web_event_sent:<identity>` (a web board stream of that
-caller sent an event, e.g. `web_event_sent:viewer:ann`).
+caller sent an event, e.g. `web_event_sent:viewer:ann`), `listener_reconnect` (a
+PostgreSQL board's listener is about to connect again: a delay holds open a gap in
+what the daemon hears of the others; it runs in a thread, so the daemon serves on).
 
 Actions: `kill` (SIGKILL the process), `error` (raise sqlite3.OperationalError,
 as a full disk would), `ioerror` (raise the sqlite3.OperationalError of a failed

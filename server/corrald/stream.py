@@ -102,6 +102,11 @@ class StreamState:
         # after its notice (the job that made it committed first, but another daemon's
         # notice overtook its reply) is never sent.
         self._ended_tokens: collections.deque[str] = collections.deque(maxlen=ENDED_TOKENS_KEPT)
+        # Claims this stream sent that a check found no longer live, with no notice heard
+        # (insertion-ordered, at most ENDED_TOKENS_KEPT): most were ended by the teammate
+        # itself, but one ended under it while this daemon heard nothing is told only when
+        # the claim history is asked (`reconcile.Reconciler`), which these are kept for.
+        self._vanished: dict[str, None] = {}
         # Its place in the line of streams waiting for work (`ParkedStreams`): taken
         # when it first waits after its last claim, and kept across wake-ups that
         # brought it nothing, so a stream woken in vain does not lose its turn.
@@ -153,9 +158,33 @@ class StreamState:
         self.event.set()
 
     def claim_ended(self, end: ClaimEnd) -> None:
-        """A claim of this teammate ended without its doing (after the commit that ended it)."""
+        """A claim of this teammate ended without its doing (after the commit that ended it).
+        Told once: the commit's notice and the claim history's (`heard_late`) may both come."""
+        if end.token in self._ended_tokens or any(told.token == end.token for told in self.claims_ended):
+            return
         self.claims_ended.append(end)
         self.event.set()
+
+    def held_tokens(self) -> set[str]:
+        """The claims whose ending this stream would have to tell: those it sent (live as far
+        as it knows, or found gone without a notice) and those handed to it, not sent yet."""
+        handed = {item.token for item in self.handed if isinstance(item, ClaimGrant)}
+        return self.sent_tokens | self._vanished.keys() | handed
+
+    def heard_late(self, ends: dict[str, ClaimEnd | None]) -> None:
+        """How some of `held_tokens` ended, read from the claim history: a claim that ended
+        under the teammate is told (once), a handed claim not sent yet never goes out, and
+        one the teammate ended itself (None) needs nothing."""
+        for token, end in ends.items():
+            sent = token in self.sent_tokens or token in self._vanished
+            self._vanished.pop(token, None)
+            if end is None:
+                self.sent_tokens.discard(token)  # as the next check would
+            elif sent:
+                self.claim_ended(end)
+            elif token not in self._ended_tokens:
+                self._ended_tokens.append(token)  # a handoff of it arriving later is not sent either
+                self.handed = [item for item in self.handed if not _ended(item, (token,))]
 
     def take_claims_ended(self) -> list[ClaimEnd]:
         """The notices to send now; the claims they name are forgotten, and a handed one
@@ -165,6 +194,8 @@ class StreamState:
         ended, self.claims_ended = self.claims_ended, []
         dead = {end.token for end in ended}
         self._ended_tokens.extend(dead)
+        for token in dead:
+            self._vanished.pop(token, None)
         self.sent_tokens -= dead
         self.handed = [item for item in self.handed if not (isinstance(item, ClaimGrant) and item.token in dead)]
         return ended
@@ -186,6 +217,7 @@ class StreamState:
             self.end("superseded by a newer stream", superseded=True)
             return
         self.missed_ready = False
+        self._forget_gone(self.sent_tokens - delivery.live_tokens)
         self.sent_tokens &= delivery.live_tokens
         if delivery.can_claim is not None:
             self.can_claim = delivery.can_claim
@@ -196,6 +228,16 @@ class StreamState:
             # yet and woke nobody, so wake the stream here, or its claims would
             # wait for the next poll.
             self.nudge(claim_likely=True)
+
+    def _forget_gone(self, gone: set[str]) -> None:
+        """Sent claims a check found no longer live: kept aside until the history says how
+        they ended, unless their notice came already."""
+        for token in gone:
+            if token in self._ended_tokens or any(told.token == token for told in self.claims_ended):
+                continue
+            self._vanished[token] = None
+            if len(self._vanished) > ENDED_TOKENS_KEPT:
+                del self._vanished[next(iter(self._vanished))]  # the oldest
 
     def unsent(self, items: list[StreamItem]) -> list[StreamItem]:
         """`items` without what this stream sent already: a claim handed to it may also

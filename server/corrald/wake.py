@@ -76,6 +76,10 @@ class WakeHub:
         if stream is not None:
             stream.showed_life(self._clock.now_ms())
 
+    def streams(self) -> list[StreamState]:
+        """The open streams, one per teammate."""
+        return list(self._streams.values())
+
     def end_streams(self, why: str) -> None:
         for stream in list(self._streams.values()):
             stream.end(why)

@@ -13,7 +13,7 @@ from boardkit import spec
 from corrald import activity, errors, validate
 from corrald.config import Limits
 from corrald.model import ClaimEnd, ClaimEndReason, ClaimOutcome, TaskState, Txn
-from corrald.store import tasks, team
+from corrald.store import claim_ends, tasks, team
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -66,6 +66,48 @@ def test_a_holder_ending_its_own_claim_gets_no_notice(board, clock):
     assert _ended_by(board, lambda tx: tasks.complete(tx, "w1", "a", ga.token, b"")) == {}
     assert _ended_by(board, lambda tx: tasks.fail(tx, "w1", "b", gb.token, "no", True)) == {}
     assert _ended_by(board, lambda tx: tasks.release(tx, "w1", "c", gc.token)) == {}
+
+
+def test_the_claim_history_gives_back_each_notice_its_commit_gave(board, clock):
+    # What a daemon that may have missed a notice reads instead (store.claim_ends).
+    board.add("w1")
+    board.add("w2")
+    board.create(
+        spec("exp", lease_ms=LEASE),
+        _timed("out", LEASE),
+        *(spec(task_id, lease_ms=3 * LEASE) for task_id in ("can", "rev", "rem", "done", "live")),
+    )
+    held = {task_id: board.claim("w1").token for task_id in ("exp", "out", "can", "rev", "rem")}
+    held |= {task_id: board.claim("w2").token for task_id in ("done", "live")}
+    clock.advance(LEASE)
+    notices: dict[str, list[ClaimEnd]] = {}
+    for job in (
+        tasks.reclaim_expired,
+        lambda tx: tasks.cancel(tx, ["can"]),
+        lambda tx: tasks.revoke(tx, "rev", "not this way"),
+        lambda tx: team.remove_teammate(tx, "w1"),
+        lambda tx: tasks.complete(tx, "w2", "done", held["done"], b""),
+    ):
+        for holder, ends in _ended_by(board, job).items():
+            notices.setdefault(holder, []).extend(ends)
+    assert [end.reason for end in notices["w1"]] == [
+        ClaimEndReason.LEASE_EXPIRED,
+        ClaimEndReason.ATTEMPT_TIMEOUT,
+        ClaimEndReason.TASK_CANCELED,
+        ClaimEndReason.REVOKED,
+        ClaimEndReason.TEAMMATE_REMOVED,
+    ]
+
+    found = board.run(
+        board.board.read(lambda conn: claim_ends.ended_claims(conn, {*held.values(), "nope"}, {"w1", "w2", "ghost"}))
+    )
+    # In claim order; the completion was its holder's own doing; the live claim has not ended.
+    assert found.ends == {end.token: end for end in notices["w1"]} | {held["done"]: None}
+    assert list(found.ends) == [held[task_id] for task_id in ("exp", "out", "can", "rev", "rem", "done")]
+    assert found.removed == {"w1"}
+    assert board.run(board.board.read(lambda conn: claim_ends.ended_claims(conn, (), ()))) == (
+        claim_ends.EndedClaims({}, frozenset())
+    )
 
 
 # ---------------------------------------------------------------- RevokeClaim

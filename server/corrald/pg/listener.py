@@ -5,7 +5,10 @@ NOTIFY (`storage.wake_payload`); here it becomes the same `Wakes` a local
 commit gives the wake hub. Notifications are not stored: while the listening
 connection is down nothing is heard, so after every (re)connection the daemon
 wakes all its streams and re-arms its reaper ("everything changed"), and the
-Idle poll interval stays the backstop. A silently dead connection is found by
+Idle poll interval stays the backstop. Such a gap, and a notification too big
+to say what changed, may also hide a claim that ended under a holder here: the
+daemon's `on_gap` (`reconcile.Reconciler.after_gap`) tells those from the claim
+history before the streams are woken. A silently dead connection is found by
 a notification this daemon sends itself every `PING_S` seconds: one not back
 within two rounds means the connection is replaced.
 
@@ -21,10 +24,11 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import psycopg
 
+from .. import failpoints
 from ..model import ClaimEnd, ClaimEndReason, Wakes
 from .storage import describe, notify_channel
 from .target import PgTarget
@@ -51,7 +55,8 @@ def wakes_from(payload: dict, now_ms: int) -> Wakes:
         ended=dict(payload.get("x", {})),
         events=bool(payload.get("e")),
         streams_opened=set(payload.get("o", ())),
-        credentials=bool(payload.get("k")),
+        # "Everything changed" (a gap, or too much to say) may hide a removed credential.
+        credentials=bool(payload.get("k") or payload.get("a")),
     )
     if payload.get("n") is not None:
         wakes.deadline(int(payload["n"]))
@@ -73,12 +78,14 @@ class WakeListener:
         deliver: Callable[[Wakes], None],
         now_ms: Callable[[], int],
         on_state: Callable[[bool], None] = lambda up: None,
+        on_gap: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._target = target
         self._daemon_id = daemon_id
         self._deliver = deliver
         self._now_ms = now_ms
         self._on_state = on_state
+        self._on_gap = on_gap
         self._channel = notify_channel(target.schema)
         self._task: asyncio.Task | None = None
         self._conn: psycopg.AsyncConnection | None = None
@@ -101,13 +108,14 @@ class WakeListener:
         first = True
         while True:
             try:
-                await self._listen(first)
-                backoff = 0.1
+                await self._listen(first)  # returns only by raising
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # noqa: BLE001 (any failure: reconnect)
                 if self.listening or first:
                     log.warning("wake-up listener lost its connection: %s", describe(error))
+                if self.listening:  # a connection that had worked: the backoff starts again
+                    backoff = 0.1
             first = False
             self._set_listening(False)
             await self._drop()
@@ -115,6 +123,8 @@ class WakeListener:
             backoff = min(backoff * 2, RECONNECT_MAX_S)
 
     async def _listen(self, first: bool) -> None:
+        if not first:  # in a thread: a test's delay holds the gap open, not the loop
+            await asyncio.to_thread(failpoints.hit, "listener_reconnect")
         conn = self._conn = await psycopg.AsyncConnection.connect(
             self._target.dsn,
             autocommit=True,
@@ -126,6 +136,7 @@ class WakeListener:
         if not first:  # what was sent while nobody listened is lost: everyone looks again
             self.reconnects += 1
             log.info("wake-up listener reconnected")
+            await self._gap()  # LISTEN runs first: what the history lacks, a NOTIFY brings
             self._deliver(wakes_from({"a": 1, "e": 1}, self._now_ms()))
         unanswered = 0
         while True:
@@ -143,10 +154,17 @@ class WakeListener:
                     continue
                 self.heard += 1
                 log.debug("wake-up from daemon %s: %s", payload.get("d"), notice.payload)
+                if payload.get("a"):  # too much to say (storage.wake_payload): its notices are not here
+                    await self._gap()
                 self._deliver(wakes_from(payload, self._now_ms()))
             unanswered = 0 if answered else unanswered + 1
             if unanswered >= 2:
                 raise ConnectionError(f"no notification came back in {2 * PING_S:.0f} s")
+
+    async def _gap(self) -> None:
+        """Something was not heard: claims that ended meanwhile are told from the history."""
+        if self._on_gap is not None:
+            await self._on_gap()
 
     def _set_listening(self, up: bool) -> None:
         if up != self.listening:

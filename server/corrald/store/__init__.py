@@ -6,7 +6,8 @@ Reads take a plain connection and run inside the reader's short transaction.
 
 Modules, each importing only those listed before it: `schema` (tables,
 pragmas, connections), `events` (the Watch log), `gates` (the reads that hold
-a claim back), `status` (a teammate's status), `ops` (Session ops run once),
+a claim back), `status` (a teammate's status), `ops` (Session ops run once), `claim_ends` (how claims ended, from
+the history),
 `tasks` (the task life cycle),
 `team` (the roster and credentials), `inbox` (messages and acknowledgements),
 `protocol` (plans and shutdown requests).

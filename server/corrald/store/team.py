@@ -9,6 +9,7 @@ import sqlite3
 from .. import errors
 from ..model import ClaimEndReason, ClaimOutcome, TeammateRecord, TeammateStatus, TeammateView, Txn
 from . import usage
+from .claim_ends import removal_note
 from .events import emit
 from .schema import fuses_statements, row_lock
 from .status import refresh_status
@@ -182,9 +183,7 @@ def credential(conn: sqlite3.Connection, token_hash: bytes) -> str | None:
 def remove_teammate(tx: Txn, name: str, why: str = "removed") -> TeammateRecord:
     if teammate_row(tx.conn, name, lock=True)[2]:
         return get_teammate(tx.conn, name)
-    release_all(
-        tx, name, ClaimOutcome.REVOKED, f"teammate {name!r} was removed", notice=ClaimEndReason.TEAMMATE_REMOVED
-    )
+    release_all(tx, name, ClaimOutcome.REVOKED, removal_note(name), notice=ClaimEndReason.TEAMMATE_REMOVED)
     tx.conn.execute("UPDATE teammates SET removed = 1, online = 0 WHERE name = ?", (name,))
     tx.conn.execute("UPDATE shutdowns SET answered = 1 WHERE teammate = ? AND answered = 0", (name,))
     tx.wakes.ended[name] = why
