@@ -286,8 +286,8 @@ class TeammateInfo:
 class Identity:
     """Who a credential is, as the daemon sees it (`get_identity`)."""
 
-    name: str  # "lead", or the teammate's name
-    role: str  # what it may do: "lead" or "teammate"
+    name: str  # "lead", or the teammate's or the viewer's name
+    role: str  # what it may do: "lead", "teammate" or "viewer" (read the board)
     roles: tuple[str, ...] = ()  # a teammate's task roles
 
     @property

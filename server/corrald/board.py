@@ -66,7 +66,7 @@ class Identity:
         return ROLE_LEAD if self.is_lead else ROLE_VIEWER if self.is_viewer else ROLE_TEAMMATE
 
 
-# The roles a credential can have (GetIdentityResponse.role; a viewer is refused GetIdentity).
+# The roles a credential can have (GetIdentityResponse.role).
 ROLE_LEAD = "lead"
 ROLE_TEAMMATE = "teammate"
 ROLE_VIEWER = "viewer"

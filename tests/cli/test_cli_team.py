@@ -22,6 +22,10 @@ def is_plan(event: corral.WatchEvent) -> bool:
     return isinstance(event, corral.PlanSubmitted)
 
 
+def listed_budget(cli, name: str) -> dict:
+    return {t["name"]: t for t in cli.json("teammates", "list")}[name]["budget"]
+
+
 @pytest.mark.timeout(60)
 def test_teammates_add_prints_the_token_once_and_it_works(cli, lead):
     result = cli("teammates", "add", "ann", "--role", "reviewer", "--role", "builder")
@@ -163,3 +167,7 @@ def test_teammates_budget_sets_it_and_list_and_stats_show_usage(cli, lead, error
     missing = cli("teammates", "budget", "nobody", "--tokens", "1")
     assert missing.exit_code == 1 and "not found" in error_line(missing)
     assert cli("teammates", "budget", "ann", "--tokens", "-1").exit_code == 2
+    for option in ("--tokens", "--cost-micros"):  # past int64, which the wire holds: a usage error naming it
+        refused = cli("teammates", "budget", "ann", option, str(2**63))
+        assert refused.exit_code == 2 and option in refused.stderr, refused.stderr
+    assert listed_budget(cli, "ann") == {"max_cost_micros": 100, "max_tokens": 50}  # nothing written

@@ -196,6 +196,52 @@ def test_bad_input_is_refused_with_a_field_violation_and_nothing_written(world, 
     assert snapshot(world.daemon) == before, "a refused request changed the board"
 
 
+def _with_duration(task_id: str, field: str, value: duration_pb2.Duration) -> pb.TaskSpec:
+    message = spec(task_id)
+    getattr(message, field).CopyFrom(value)
+    return message
+
+
+# name -> (call, the field, the value the error must report: the one sent, in whole ms,
+# rounded away from zero so that a sliver below zero is not taken for 0, "the default")
+NEGATIVE_DURATIONS = {
+    "lease_duration": (create(_with_lease("neg-5s", _raw_duration(-5))), "tasks[0].lease_duration", "-5000ms"),
+    "lease_duration_fraction": (
+        create(_with_lease("neg-2.5s", _raw_duration(-2, -500_000_000))),
+        "tasks[0].lease_duration",
+        "-2500ms",
+    ),
+    "lease_duration_one_nano": (
+        create(_with_lease("neg-1ns", _raw_duration(0, -1))),
+        "tasks[0].lease_duration",
+        "-1ms",
+    ),
+    "retry_backoff": (
+        create(spec("fine"), _with_duration("neg-backoff", "retry_backoff", _raw_duration(-3))),
+        "tasks[1].retry_backoff",
+        "-3000ms",
+    ),
+    "attempt_timeout": (
+        create(_with_duration("neg-timeout", "attempt_timeout", _raw_duration(-7, -1_000_000))),
+        "tasks[0].attempt_timeout",
+        "-7001ms",
+    ),
+    "poll_interval": (idle(poll_interval=_raw_duration(-1, -250_000_000)), "poll_interval", "-1250ms"),
+    "grace": (shutdown(_raw_duration(-60)), "grace", "-60000ms"),
+}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("case", list(NEGATIVE_DURATIONS))
+def test_a_negative_duration_is_refused_reporting_its_value(world, case):
+    call, field, value = NEGATIVE_DURATIONS[case]
+    before = snapshot(world.daemon)
+    error = rpc_error(call, world)
+    assert_status(error, grpc.StatusCode.INVALID_ARGUMENT, field=field)
+    assert error.details().startswith(f"{field}: {value} is outside ["), error.details()
+    assert snapshot(world.daemon) == before, "a refused request changed the board"
+
+
 @pytest.mark.timeout(30)
 def test_same_id_with_a_different_spec_is_already_exists_and_nothing_written(world):
     world.daemon.create_tasks(spec("taken", title="original"))

@@ -37,3 +37,13 @@ def test_a_revoked_or_unknown_credential_is_unauthenticated(shared):
     assert_status(rpc_error(mate.board.GetIdentity, pb.GetIdentityRequest()), grpc.StatusCode.UNAUTHENTICATED)
     stranger = shared.client("not-a-token", "stranger")
     assert_status(rpc_error(stranger.board.GetIdentity, pb.GetIdentityRequest()), grpc.StatusCode.UNAUTHENTICATED)
+
+
+@pytest.mark.timeout(30)
+def test_a_viewer_gets_its_name_and_the_viewer_role_until_removed(shared):
+    token = shared.lead.lead.AddViewer(pb.AddViewerRequest(name="eve")).token
+    viewer = shared.client(token, "eve")
+    answer = viewer.board.GetIdentity(pb.GetIdentityRequest())
+    assert (answer.identity, answer.role, list(answer.roles)) == ("eve", "viewer", [])
+    shared.lead.lead.RemoveViewer(pb.RemoveViewerRequest(name="eve"))
+    assert_status(rpc_error(viewer.board.GetIdentity, pb.GetIdentityRequest()), grpc.StatusCode.UNAUTHENTICATED)

@@ -113,6 +113,34 @@ def test_the_session_completion_that_spends_the_budget_hands_off_nothing(daemon)
     session.cancel()
 
 
+MOST = 2**63 - 1  # the largest int64: Usage's fields and the stores' columns
+
+
+def test_sums_near_the_largest_int64_stop_there_and_the_gate_still_closes_and_opens(daemon):
+    """input_tokens + output_tokens past int64 would overflow the gate's SQL (PostgreSQL
+    refuses it): the completion, its handoff and every SetBudget after it must still work."""
+    daemon.create_tasks(spec("a"), spec("b"))
+    bob = daemon.add_teammate("bob")
+    _set_budget(daemon, "*", tokens=1000)
+    session = bob.session()
+    claim = session.next_event("claim")
+    assert session.op(renew=_renew(claim, _usage(MOST - 1, MOST - 1))).op_result.status.code == code_pb2.OK
+    done = session.op(complete=_complete(claim, _usage(MOST, MOST, MOST)))
+    assert done.op_result.status.code == code_pb2.OK, done.op_result.status
+    assert done.WhichOneof("event") != "claim"  # the gate is closed: no handoff of b
+    assert done.op_result.task.state == pb.TASK_STATE_COMPLETED
+    assert done.op_result.task.usage == _usage(MOST, MOST, MOST)
+    assert daemon.teammate("bob").usage == _usage(MOST, MOST, MOST)
+    assert daemon.stats().usage == _usage(MOST, MOST, MOST)
+    daemon.add_teammate("ann")
+    for name, tokens in (("ann", 5), ("*", 2000), ("bob", MOST)):  # MOST: still spent, the sum stops there
+        assert _set_budget(daemon, name, tokens=tokens).budget == pb.Budget(max_tokens=tokens)
+    assert daemon.get_task("b").state == pb.TASK_STATE_PENDING
+    _set_budget(daemon, "bob")  # no limit of its own: the gate opens
+    assert session.next_matching(lambda r: r.WhichOneof("event") == "claim", what="a claim").claim.task.id == "b"
+    session.cancel()
+
+
 def test_held_claims_stay_when_the_budget_is_spent(daemon):
     daemon.create_tasks(spec("a"), spec("b"), spec("c"))
     ann = daemon.add_teammate("ann")

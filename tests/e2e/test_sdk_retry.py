@@ -60,6 +60,19 @@ def test_retry_on_asyncio_and_its_refusals(lead: corral.Lead) -> None:
     assert lead.get_task("p").state is corral.TaskState.PENDING
 
 
+def test_a_task_whose_dependency_was_canceled_is_not_retried_alone(lead: corral.Lead) -> None:
+    lead.create_tasks([corral.TaskSpec("up"), corral.TaskSpec("down", depends_on=("up",))])
+    lead.cancel_tasks(["up"])  # down is canceled along
+    before = [lead.get_task(t) for t in ("up", "down")]
+    with pytest.raises(corral.FailedPrecondition, match="'down' depends on 'up', which is CANCELED") as refused:
+        lead.retry_tasks(["down"])
+    assert refused.value.code is grpc.StatusCode.FAILED_PRECONDITION
+    assert refused.value.metadata == {"id": "down", "dependency": "up"}
+    assert [lead.get_task(t) for t in ("up", "down")] == before  # nothing written
+    retried = lead.retry_tasks(["up", "down"])
+    assert [(t.id, t.state) for t in retried] == [("up", corral.TaskState.PENDING), ("down", corral.TaskState.PENDING)]
+
+
 def test_a_teammate_may_not_retry(lead: corral.Lead) -> None:
     ann = lead.add_teammate("ann")
     with grpc.insecure_channel(lead.address) as channel:

@@ -10,6 +10,8 @@ import corral
 
 from .mcpkit import bridge_agent
 
+FAIL = {"error": "x", "retryable": True}
+
 
 @pytest.mark.timeout(30)
 def test_bad_arguments_are_refused_naming_the_field(board, secrets, mint) -> None:
@@ -43,6 +45,11 @@ def test_bad_arguments_are_refused_naming_the_field(board, secrets, mint) -> Non
                 assert text.startswith(reason) and mentions in text, (tool, arguments, text)
             claim = await agent.ok("next_item", wait_seconds=5)
             assert claim["claim"]["task_id"] == task_id
+            for tool, more in (("renew_lease", {}), ("complete_task", {"result": "x"}), ("fail_task", FAIL)):
+                for field in ("input_tokens", "output_tokens", "cost_micros"):
+                    # Past int64, which the wire's fields hold: refused here, naming the field.
+                    text = await agent.error(tool, task_id=task_id, usage={field: 2**70}, **more)
+                    assert text.startswith("INVALID_ARGUMENT:") and f"usage.{field}" in text, (tool, field, text)
             forged = await agent.error("complete_task", task_id=task_id, result="x", claim_token="guess")
             assert "claim_token: not an argument" in forged
             huge = await agent.error("complete_task", task_id=task_id, result="x" * (1024 * 1024 + 1))
@@ -52,7 +59,8 @@ def test_bad_arguments_are_refused_naming_the_field(board, secrets, mint) -> Non
             await agent.ok("complete_task", task_id=task_id, result="fine")
 
     asyncio.run(scenario())
-    assert board.get_task(task_id).result == b"fine"
+    done = board.get_task(task_id)
+    assert done.result == b"fine" and done.usage == corral.Usage()  # no refused report was counted
 
 
 @pytest.mark.timeout(30)
@@ -67,6 +75,13 @@ def test_lead_tool_inputs_are_checked_before_and_by_the_daemon(board, secrets) -
             assert "colour: not an argument" in text
             text = await lead.error("watch_events", after_seq=-1)
             assert "after_seq" in text
+            for tool, arguments, field in (
+                ("watch_events", {"after_seq": 2**70}, "after_seq"),
+                ("set_budget", {"teammate": "anyone", "max_tokens": 2**70}, "max_tokens"),
+                ("set_budget", {"teammate": "anyone", "max_cost_micros": 2**63}, "max_cost_micros"),
+            ):
+                text = await lead.error(tool, **arguments)  # past int64: refused here, naming the field
+                assert text.startswith("INVALID_ARGUMENT:") and field in text, (tool, text)
             text = await lead.error("request_shutdown", name="nobody-here", reason="x")
             assert text.startswith("NOT_FOUND:")
 

@@ -81,8 +81,10 @@ def test_a_missing_invalid_or_revoked_credential_exits_1_with_one_line_on_stderr
     # (and a daemon that cannot be reached exits 3, the CLI's status for it)
     name, revoked = mint()
     board.remove_teammate(name)
+    viewer = board.add_viewer("mcp-viewer")  # a valid credential whose role has no tools
     children = {
-        kind: _bridge(board.address, token) for kind, token in [("missing", ""), ("invalid", "x"), ("revoked", revoked)]
+        kind: _bridge(board.address, token)
+        for kind, token in [("missing", ""), ("invalid", "x"), ("revoked", revoked), ("viewer", viewer)]
     }
     children["unreachable"] = _bridge(f"unix:{tmp}/no-daemon.sock", revoked)
     for kind, child in children.items():
@@ -90,8 +92,10 @@ def test_a_missing_invalid_or_revoked_credential_exits_1_with_one_line_on_stderr
         assert out == b"", kind
         lines = err.decode().strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("corral: "), (kind, lines)
-        assert revoked not in lines[0]
+        assert revoked not in lines[0] and viewer not in lines[0]
         assert child.returncode == (3 if kind == "unreachable" else 1), (kind, lines)
+        if kind == "viewer":
+            assert "role 'viewer' has no MCP tools" in lines[0], lines
 
 
 @pytest.mark.timeout(30)

@@ -235,3 +235,46 @@ def test_sums_stop_at_the_largest_int64(board):
     assert board.task("a").usage == Usage(most, most, most)
     assert teammate(board, "w2").usage == Usage(most, most, most)
     assert board.run(board.board.stats()).usage == Usage(most, most, most)
+
+
+def test_a_token_budget_gates_sums_past_the_largest_int64(board):
+    """input_tokens + output_tokens near 2**63 each: the gate's sum stops at the largest
+    int64 instead of overflowing (PostgreSQL refuses a bigint past it), on every path that
+    asks the gate: the completion's handoff, a stream's check and SetBudget's."""
+    most = 2**63 - 1
+    board.add("w1")
+    board.add("w2")
+    set_budget(board, "*", max_tokens=1000)
+    board.create(spec("a"), spec("b"))
+    cursor = StreamState("w1", slots=1)
+    grant = claim_next(board, "w1", cursor)
+    board.run(board.board.renew("w1", "a", grant.token, reported=Usage(most - 1, most - 1)))
+    board.run(
+        board.board.complete(
+            "w1", "a", grant.token, b"ok", stream=cursor, waiters=ParkedStreams(), reported=Usage(most, most)
+        )
+    )
+    assert board.state("a").name == "COMPLETED" and board.state("b").name == "PENDING"
+    assert teammate(board, "w1").usage == Usage(most, most)
+    assert len(exhausted_events(board)) == 1  # the renewal closed the gate; the completion at the cap did not again
+    assert_gate_closed(board, "w1", cursor)
+    assert set_budget(board, "w2", max_tokens=5) == Budget(0, 5)
+    assert set_budget(board, "w1", max_tokens=most) == Budget(0, most)  # reached: the capped sum is `most`
+    assert_gate_closed(board, "w1", StreamState(slots=1))
+    set_budget(board, "w1")  # no limit of its own: the gate opens
+    assert claim_next(board, "w1", StreamState(slots=1)).task.id == "b"
+
+
+def test_the_first_report_past_the_largest_int64_closes_the_gate_and_says_so_once(board):
+    most = 2**63 - 1
+    board.add("w1")
+    set_budget(board, "w1", max_tokens=10, max_cost_micros=most)
+    board.create(spec("a"), spec("b"))
+    grant = board.claim("w1")
+    for _ in range(2):  # the second report finds every sum at the cap already: no second notice
+        board.run(board.board.renew("w1", "a", grant.token, reported=Usage(most, most, most)))
+    assert teammate(board, "w1").usage == Usage(most, most, most)
+    (event,) = exhausted_events(board)
+    assert (event["input_tokens"], event["output_tokens"], event["cost_micros"]) == (most, most, most)
+    board.complete("w1", "a", grant.token)
+    assert_gate_closed(board, "w1", StreamState(slots=1))

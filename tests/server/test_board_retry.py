@@ -149,6 +149,35 @@ def test_a_bad_name_refuses_the_whole_call_and_writes_nothing(team, names, error
     assert team.dump() == before
 
 
+@pytest.mark.parametrize("how", ["canceled by the lead", "canceled by a cascade", "failed"])
+def test_a_named_task_whose_dependency_stays_dead_is_refused_naming_it(team, how):
+    team.create(spec("root"), spec("c", "root"), spec("d", "c"))
+    if how == "canceled by the lead":
+        team.cancel("c")  # d is canceled along, because of c
+    elif how == "canceled by a cascade":
+        _fail_for_good(team, "root")  # c and d are canceled because of it
+    else:
+        team.complete("w1", "root", team.claim("w1").token)
+        _fail_for_good(team, "c")
+    dead = team.state("c").name
+    before = team.dump()
+    with pytest.raises(errors.FailedPrecondition, match=f"'d' depends on 'c', which is {dead}") as refused:
+        _retry(team, "d")
+    assert refused.value.metadata == {"id": "d", "dependency": "c"}
+    assert team.dump() == before, "a refused retry wrote something"
+    named = ["root", "d"] if how == "canceled by a cascade" else ["c", "d"]
+    assert set(_retry(team, *named)) >= set(named)  # brought back in the same call, it is not refused
+    assert team.state("c") is not CANCELED and team.state("c") is not FAILED
+    assert team.state("d") is PENDING
+
+
+def test_a_dependency_brought_back_along_by_the_same_call_is_no_refusal(team):
+    team.create(spec("a"), spec("b", "a"), spec("c", "b"))
+    _fail_for_good(team, "a")  # b and c canceled because of a
+    assert _retry(team, "c", "a") == ["c", "a", "b"]  # b comes back with a, so c's dependency lives
+    assert [team.state(t) for t in "abc"] == [PENDING] * 3
+
+
 def test_retry_survives_a_restart(team):
     team.create(spec("a"), spec("b", "a"))
     _fail_for_good(team, "a")

@@ -163,9 +163,30 @@ class Model:
                 self.end_claim(task, "expired")
                 self.count_failure(task, False, now, gate_of)
 
+    def strands(self, roots: list[str]) -> bool:
+        """Whether RetryTasks(roots) is refused: a root needs a FAILED or CANCELED task
+        that the call does not bring back, so it would wait forever."""
+        revived = self._revived(roots)
+        return any(
+            self.tasks[d].state in (FAILED, CANCELED) and d not in revived for r in roots for d in self.tasks[r].deps
+        )
+
     def retry(self, roots: list[str], reset: bool, now: int) -> list[str]:
         """RetryTasks: the roots, then their dependents canceled because of a dependency,
         each once nothing it needs is FAILED or CANCELED (in board order)."""
+        revived = self._revived(roots)
+        ordered = list(dict.fromkeys(roots)) + sorted(revived - set(roots), key=lambda t: self.tasks[t].order)
+        for task_id in ordered:
+            task = self.tasks[task_id]
+            task.state, task.owner, task.result, task.canceled_by_lead = PENDING, "", None, False
+            task.failures = 0 if reset else task.failures
+            if task.not_before is not None and task.not_before > now:
+                task.gate = task.not_before
+            elif task.gate is not None and task.gate > now:
+                task.gate = None  # what was left of a backoff is skipped
+        return ordered
+
+    def _revived(self, roots: list[str]) -> set[str]:
         reachable: set[str] = set()
         frontier = list(roots)
         while frontier:
@@ -186,16 +207,7 @@ class Model:
             }
             revived |= more
             grown = bool(more)
-        ordered = list(dict.fromkeys(roots)) + sorted(revived - set(roots), key=lambda t: self.tasks[t].order)
-        for task_id in ordered:
-            task = self.tasks[task_id]
-            task.state, task.owner, task.result, task.canceled_by_lead = PENDING, "", None, False
-            task.failures = 0 if reset else task.failures
-            if task.not_before is not None and task.not_before > now:
-                task.gate = task.not_before
-            elif task.gate is not None and task.gate > now:
-                task.gate = None  # what was left of a backoff is skipped
-        return ordered
+        return revived
 
     def shut_gates(self, now: int) -> list[int]:
         return [t.gate for t in self.tasks.values() if t.gate is not None and t.gate > now]
@@ -530,7 +542,7 @@ class BoardMachine(RuleBasedStateMachine):
         ended = sorted(t for t, task in self.model.tasks.items() if task.state in (FAILED, CANCELED))
         pool = ended if ended and data.draw(st.integers(0, 4), label="a wrong one") else sorted(self.model.tasks)
         ids = data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=2, unique=True), label="retry ids")
-        if any(self.model.tasks[t].state not in (FAILED, CANCELED) for t in ids):
+        if any(self.model.tasks[t].state not in (FAILED, CANCELED) for t in ids) or self.model.strands(ids):
             before = self.board.dump()
             with pytest.raises(errors.FailedPrecondition):
                 self.board.run(self.board.board.retry_tasks(ids, reset))

@@ -143,6 +143,40 @@ def test_every_write_in_read_only_mode_gets_405(web_daemon):
     run(body)
 
 
+def test_a_budget_past_int64_gets_400_naming_the_field_and_writes_nothing(tmp_path):
+    daemon = start_web_daemon(tmp_path / "state", ["--web-actions"])
+    try:
+        daemon.lead.add_teammate("spender")
+
+        def set_budget(*bodies: dict[str, int]) -> list[tuple[int, str]]:
+            async def body(http):
+                assert await log_in(http, daemon, daemon.token) == 200
+                csrf = json.loads((await fetch(http, "GET", f"{daemon.url}/api/board"))[2])["session"]["csrf"]
+                headers = {"Origin": daemon.url, "X-Corral-CSRF": csrf}
+                url = f"{daemon.url}/api/actions/set-budget"
+                answers = []
+                for sent in bodies:
+                    status, _, text = await fetch(
+                        http, "POST", url, json={"teammate": "spender", **sent}, headers=headers
+                    )
+                    answers.append((status, json.loads(text).get("error", "")))
+                return answers
+
+            return run(body)
+
+        events = watch_log(daemon.lead)
+        too_big = [{field: value} for field in ("max_tokens", "max_cost_micros") for value in (2**70, 2**63)]
+        for sent, (status, error) in zip(too_big, set_budget(*too_big), strict=True):
+            (field,) = sent
+            assert status == 400 and error.startswith(f"{field}:"), (sent, status, error)
+        assert watch_log(daemon.lead) == events  # nothing written
+        assert set_budget({"max_tokens": 2**63 - 1}) == [(200, "")]  # the largest int64 is a budget
+        spender = next(t for t in daemon.lead.list_teammates() if t.name == "spender")
+        assert spender.budget.max_tokens == 2**63 - 1
+    finally:
+        stop_web_daemon(daemon)
+
+
 def test_oversized_urls_and_headers_get_414_and_431(web_daemon):
     async def body(http):
         assert (await fetch(http, "GET", web_daemon.url + "/login?x=" + "a" * 5000))[0] == 414
@@ -392,7 +426,10 @@ def _every_rpc() -> list[tuple[str, Any, bool]]:
 def test_a_viewer_may_only_read_the_board_on_grpc(web_daemon):
     token = web_daemon.lead.add_viewer("reader")
     MINTED.append(token)
-    reads = {f"/corral.v1.BoardService/{name}" for name in ("GetTask", "ListTasks", "ListTeammates", "GetStats")}
+    reads = {
+        f"/corral.v1.BoardService/{name}"
+        for name in ("GetTask", "ListTasks", "ListTeammates", "GetStats", "GetIdentity")
+    }
     metadata = (("authorization", f"Bearer {token}"),)
     path = web_daemon.process.address
     with grpc.insecure_channel(path) as channel:
@@ -415,10 +452,11 @@ def test_a_viewer_may_only_read_the_board_on_grpc(web_daemon):
             else:
                 assert code == grpc.StatusCode.PERMISSION_DENIED, (name, code)
                 refused.append(name)
-        assert len(refused) == len(_every_rpc()) - 4
+        assert len(refused) == len(_every_rpc()) - len(reads)
     viewer = corral.Lead.connect(path, token)
     try:
         assert isinstance(list(viewer.list_tasks()), list)
+        assert viewer.get_identity() == corral.Identity("reader", "viewer")  # any credential may ask
         with pytest.raises(corral.PermissionDenied):
             viewer.send_message("lead", "hi")
     finally:

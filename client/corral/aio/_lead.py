@@ -195,8 +195,10 @@ class Lead(BoardClient):
         were canceled because of them (each once nothing else it needs has failed or
         been canceled); returns them, the named ones first (at most 3 MiB of them).
         With `reset_attempts` their attempt counts start again from zero; otherwise
-        each has one attempt more. A name not on the board raises NotFound, one not
-        FAILED or CANCELED raises FailedPrecondition, and nothing changes."""
+        each has one attempt more. A name not on the board raises NotFound; one not
+        FAILED or CANCELED, or one with a FAILED or CANCELED dependency that this call
+        does not bring back (name that dependency too), raises FailedPrecondition;
+        and nothing changes."""
         request = pb.RetryTasksRequest(ids=list(ids), reset_attempts=reset_attempts)
         response = await self._write(self._lead.RetryTasks, request)
         return _convert.tasks_from_pb(response.tasks)

@@ -107,13 +107,15 @@ def remove_command(ctx: click.Context, name: str, as_json: bool) -> None:
     click.echo(f"removed teammate {removed.name!r}")
 
 
+# A budget is an int64 on the wire: a larger one is a usage error here, not protobuf's ValueError.
+_BUDGET_RANGE = click.IntRange(min=0, max=2**63 - 1)
+
+
 @teammates_group.command("budget")
 @click.argument("name")
+@click.option("--cost-micros", type=_BUDGET_RANGE, default=0, show_default=True, help="Cost limit in micros (0: none).")
 @click.option(
-    "--cost-micros", type=click.IntRange(min=0), default=0, show_default=True, help="Cost limit in micros (0: none)."
-)
-@click.option(
-    "--tokens", type=click.IntRange(min=0), default=0, show_default=True, help="Input + output token limit (0: none)."
+    "--tokens", type=_BUDGET_RANGE, default=0, show_default=True, help="Input + output token limit (0: none)."
 )
 @json_option
 @connection_options

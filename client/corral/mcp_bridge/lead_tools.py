@@ -21,7 +21,7 @@ from corral._dagfile import DagError, DagFile, explain_create_error, parse_dag
 
 from . import views
 from .errors import ToolFailure
-from .registry import ANY_OBJECT, BOOLEAN, INTEGER, STRING, Arguments, Outcome, Progress, ToolSpec, array, obj
+from .registry import ANY_OBJECT, BOOLEAN, INTEGER, STRING, Arguments, Count, Outcome, Progress, ToolSpec, array, obj
 from .rendering import TextBudget
 from .snippets import mcp_config_snippet
 from .teammate_tools import TEAMMATES_LISTED, TEXT_MAX_CHARS, WAIT_MAX_SECONDS, WAIT_MIN_SECONDS, SendMessageArgs
@@ -78,8 +78,8 @@ class RevokeClaimArgs(Arguments):
 
 class SetBudgetArgs(Arguments):
     teammate: Name
-    max_cost_micros: Annotated[int, pydantic.Field(ge=0)] = 0
-    max_tokens: Annotated[int, pydantic.Field(ge=0)] = 0
+    max_cost_micros: Count = 0
+    max_tokens: Count = 0
 
 
 class SetConcurrencyLimitArgs(Arguments):
@@ -104,7 +104,7 @@ class NoArgs(Arguments):
 
 
 class WatchEventsArgs(Arguments):
-    after_seq: Annotated[int, pydantic.Field(ge=0)]
+    after_seq: Count
     wait_seconds: Annotated[int, pydantic.Field(ge=WAIT_MIN_SECONDS, le=WAIT_MAX_SECONDS)] = 20
     limit: Annotated[int, pydantic.Field(ge=1, le=1000)] = 100
 

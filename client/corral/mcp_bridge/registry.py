@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Annotated, Any
 
 import mcp_types as types
 import pydantic
@@ -24,6 +24,7 @@ __all__ = [
     "NUMBER",
     "STRING",
     "Arguments",
+    "Count",
     "Outcome",
     "Progress",
     "ToolSpec",
@@ -33,6 +34,11 @@ __all__ = [
     "parse_arguments",
     "success_result",
 ]
+
+
+# A count the wire carries in an int64 field: bounded here, so a larger one is refused
+# naming its field rather than failing as protobuf's ValueError when the request is built.
+Count = Annotated[int, pydantic.Field(ge=0, le=2**63 - 1)]
 
 
 class Arguments(pydantic.BaseModel):

@@ -16,6 +16,7 @@ from .registry import (
     INTEGER,
     STRING,
     Arguments,
+    Count,
     Outcome,
     Progress,
     ToolSpec,
@@ -42,9 +43,9 @@ BLOCKED_BY = ["shutdown_pending", "plan_required", "protocol_unacknowledged", "n
 class UsageArgument(Arguments):
     """What the work spent since the last report."""
 
-    input_tokens: Annotated[int, pydantic.Field(ge=0)] = 0
-    output_tokens: Annotated[int, pydantic.Field(ge=0)] = 0
-    cost_micros: Annotated[int, pydantic.Field(ge=0)] = 0
+    input_tokens: Count = 0
+    output_tokens: Count = 0
+    cost_micros: Count = 0
     model: Annotated[str, pydantic.Field(max_length=200)] = ""
 
     def value(self) -> corral.Usage:

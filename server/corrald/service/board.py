@@ -8,7 +8,7 @@ from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
 from .. import errors
-from ..board import Board, Identity
+from ..board import VIEWER_PREFIX, Board, Identity
 from ..looplag import LoopLag
 from ..model import TaskState
 from ..overload.lanes import CallLanes
@@ -73,7 +73,11 @@ class BoardServicer(pb_grpc.BoardServiceServicer):
 
     async def GetIdentity(self, request, context, identity: Identity) -> pb.GetIdentityResponse:
         # The interceptor has checked the credential: a revoked one never gets here.
-        roles = () if identity.is_lead else await self._board.teammate_roles(identity.name)
+        if identity.is_lead or identity.is_viewer:
+            # A viewer is named as the Lead named it (ListViewers); its role tells it from a teammate.
+            name = identity.name.removeprefix(VIEWER_PREFIX) if identity.is_viewer else identity.name
+            return pb.GetIdentityResponse(identity=name, role=identity.role)
+        roles = await self._board.teammate_roles(identity.name)
         return pb.GetIdentityResponse(identity=identity.name, role=identity.role, roles=roles)
 
     async def GetStats(self, request, context, identity: Identity) -> pb.GetStatsResponse:

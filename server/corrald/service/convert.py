@@ -79,10 +79,11 @@ def duration(ms: int) -> duration_pb2.Duration:
 
 
 def duration_ms(message: pb_message.Message, field: str, at: str = "") -> int:
-    """A Duration field in whole ms, rounded up; unset or zero means "default" (0).
+    """A Duration field in whole ms, rounded away from zero; unset or zero means "default" (0).
 
-    Rounding up keeps a set value from ever turning into 0 ("default"); a
-    negative value comes back as -1 so range checks refuse it.
+    Rounding away from zero keeps a set value from ever turning into 0
+    ("default"): a positive one is rounded up, a negative one down, so range
+    checks refuse it and report what was sent.
     """
     if not message.HasField(field):
         return 0
@@ -95,7 +96,7 @@ def duration_ms(message: pb_message.Message, field: str, at: str = "") -> int:
         raise InvalidArgument(path, f"not a valid Duration (seconds {value.seconds}, nanos {value.nanos})")
     nanos = value.seconds * 1_000_000_000 + value.nanos
     if nanos < 0:
-        return -1
+        return nanos // 1_000_000
     return -(-nanos // 1_000_000)
 
 

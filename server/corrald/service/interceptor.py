@@ -33,8 +33,9 @@ EITHER = "/corral.v1.BoardService/"
 OPEN = "/grpc.health.v1.Health/"  # load balancers probe without credentials
 # Unary calls that only read; every other unary call of ours submits a writer job.
 READS = frozenset(EITHER + name for name in ("GetTask", "ListTasks", "ListTeammates", "GetStats", "GetIdentity"))
-# What a viewer (a read-only credential) may call: the board's reads, nothing else.
-VIEWER_CALLS = frozenset(EITHER + name for name in ("GetTask", "ListTasks", "ListTeammates", "GetStats"))
+# What a viewer (a read-only credential) may call: the board's reads, nothing else
+# (GetIdentity among them: any credential may ask who it is).
+VIEWER_CALLS = READS
 
 
 def unknown_field_path(message: pb_message.Message, prefix: str = "") -> str | None:

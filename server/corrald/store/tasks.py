@@ -1330,7 +1330,8 @@ def retry(tx: Txn, task_ids: Sequence[str], reset_attempts: bool) -> list[int]:
     dependents that were canceled because of a dependency (not by the lead) once
     every other dependency of theirs is COMPLETED or unfinished; returns the seqs
     changed, the named ones first. Refuses, writing nothing, a name that is not on
-    the board or not FAILED or CANCELED."""
+    the board or not FAILED or CANCELED, and a named task with a FAILED or CANCELED
+    dependency that this call does not bring back (it would wait for it forever)."""
     on_board = _rows_by_id(tx.conn, list(task_ids))
     for task_id in task_ids:
         row = on_board.get(task_id)
@@ -1346,15 +1347,17 @@ def retry(tx: Txn, task_ids: Sequence[str], reset_attempts: bool) -> list[int]:
         "WITH RECURSIVE down(seq) AS (SELECT CAST(value AS BIGINT) FROM json_each(?)"
         " UNION SELECT d.task_seq FROM down JOIN deps AS d ON d.dep_seq = down.seq"
         " JOIN tasks AS t ON t.seq = d.task_seq WHERE t.state = ? AND t.error != ?)"
-        " SELECT down.seq, d.dep_seq, dep.state FROM down LEFT JOIN deps AS d ON d.task_seq = down.seq"
-        " LEFT JOIN tasks AS dep ON dep.seq = d.dep_seq",
+        " SELECT down.seq, d.dep_seq, dep.state, dep.id FROM down LEFT JOIN deps AS d ON d.task_seq = down.seq"
+        " LEFT JOIN tasks AS dep ON dep.seq = d.dep_seq ORDER BY down.seq, d.position",
         (json.dumps(roots), int(TaskState.CANCELED), _CANCELED_BY_THE_LEAD),
     ).fetchall()
     deps: dict[int, list[tuple[int, int]]] = {}
-    for seq, dep_seq, dep_state in edges:
+    dep_ids: dict[int, str] = {}
+    for seq, dep_seq, dep_state, dep_id in edges:
         deps.setdefault(seq, [])
         if dep_seq is not None:
             deps[seq].append((dep_seq, dep_state))
+            dep_ids[dep_seq] = dep_id
     revived = set(roots)
     # A dependent comes back once nothing it needs is dead for good (a DAG: this ends).
     while True:
@@ -1367,6 +1370,15 @@ def retry(tx: Txn, task_ids: Sequence[str], reset_attempts: bool) -> list[int]:
         if not more:
             break
         revived |= more
+    for task_id in task_ids:
+        for dep, state in deps[on_board[task_id].seq]:
+            if state in (TaskState.FAILED, TaskState.CANCELED) and dep not in revived:
+                raise errors.FailedPrecondition(
+                    f"task {task_id!r} depends on {dep_ids[dep]!r}, which is {TaskState(state).name}"
+                    " and would never complete: retry it in the same call",
+                    id=task_id,
+                    dependency=dep_ids[dep],
+                )
     ordered = roots + sorted(revived - set(roots))
     for seq in ordered:
         _revive(tx, seq, unmet=sum(state != COMPLETED for _, state in deps[seq]), reset_attempts=reset_attempts)

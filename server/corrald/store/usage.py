@@ -19,12 +19,25 @@ from .events import emit
 _EFFECTIVE_COST = "coalesce(t.budget_cost_micros, (SELECT value FROM meta WHERE key = 'budget_cost_micros'))"
 _EFFECTIVE_TOKENS = "coalesce(t.budget_tokens, (SELECT value FROM meta WHERE key = 'budget_tokens'))"
 
+# A sum of usage stops at the largest int64: SQLite would turn an overflowing
+# sum into a REAL, PostgreSQL refuses it (bigint out of range), and a report is
+# only checked to be non-negative, so any two counts may pass it. Every SQL
+# expression that adds usage adds through `_capped_sum`.
+INT64_MAX = 2**63 - 1
+
+
+def _capped_sum(left: str, right: str) -> str:
+    """`left + right`, or INT64_MAX where that would be larger (both non-negative)."""
+    return f"CASE WHEN {left} > {INT64_MAX} - {right} THEN {INT64_MAX} ELSE {left} + {right} END"
+
+
 # True when the teammate's spending reached its budget on either measure (a
 # limit of 0 is none): the budget gate is closed. One expression, so the
-# delivery check asks it within the statement that reads the teammate.
+# delivery check asks it within the statement that reads the teammate. A budget
+# is at most INT64_MAX, so the capped sum reaches it exactly when the true sum does.
 GATE_CLOSED_SQL = (
     f"({_EFFECTIVE_COST} BETWEEN 1 AND t.cost_micros"
-    f" OR {_EFFECTIVE_TOKENS} BETWEEN 1 AND t.input_tokens + t.output_tokens)"
+    f" OR {_EFFECTIVE_TOKENS} BETWEEN 1 AND {_capped_sum('t.input_tokens', 't.output_tokens')})"
 )
 
 _STANDING = f"t.name, t.input_tokens, t.output_tokens, t.cost_micros, t.model, {_EFFECTIVE_COST}, {_EFFECTIVE_TOKENS}"
@@ -55,15 +68,31 @@ def task_sums(usage: Usage | None) -> tuple[str, tuple]:
 def charge_teammate(tx: Txn, teammate: str, usage: Usage) -> None:
     """Adds a report to the teammate's sums; the report that makes its spending
     reach its budget closes the gate and says so (`_exhausted`)."""
+    counts = (usage.input_tokens, usage.output_tokens, usage.cost_micros)
+    # While no sum is cut at the cap, the sums before the report are the sums after
+    # it less the report, so one statement does. A sum cut at the cap no longer says
+    # what it was (the gate may have closed before this report), so then the sums
+    # are read first: a second statement only for a report that reaches the cap.
     row = tx.conn.execute(
-        f"UPDATE teammates SET {_SUMS} WHERE name = ? RETURNING {_STANDING_RETURNED}", (*_sum_params(usage), teammate)
+        f"UPDATE teammates SET {_SUMS} WHERE name = ? AND {_BELOW_CAP} RETURNING {_STANDING_RETURNED}",
+        (*_sum_params(usage), teammate, *counts),
     ).fetchone()
-    _, spent, budget = _standing(row)
-    before = Usage(
-        spent.input_tokens - usage.input_tokens,
-        spent.output_tokens - usage.output_tokens,
-        spent.cost_micros - usage.cost_micros,
-    )
+    if row is not None:
+        _, spent, budget = _standing(row)
+        before = Usage(
+            spent.input_tokens - usage.input_tokens,
+            spent.output_tokens - usage.output_tokens,
+            spent.cost_micros - usage.cost_micros,
+        )
+    else:
+        _, before, _ = _standing(
+            tx.conn.execute(f"SELECT {_STANDING} FROM teammates AS t WHERE t.name = ?", (teammate,)).fetchone()
+        )
+        row = tx.conn.execute(
+            f"UPDATE teammates SET {_SUMS} WHERE name = ? RETURNING {_STANDING_RETURNED}",
+            (*_sum_params(usage), teammate),
+        ).fetchone()
+        _, spent, budget = _standing(row)
     if budget.spent_by(spent) and not budget.spent_by(before):
         _exhausted(tx, BudgetExhausted(teammate, spent, budget))
 
@@ -73,18 +102,13 @@ def _sum_params(usage: Usage) -> tuple:
     return (*(count for count in counts for _ in range(2)), usage.model, usage.model)
 
 
-# A sum stops at the largest int64 (SQLite turns an overflowing sum into a REAL,
-# PostgreSQL refuses it); an increment is never negative. Parameters: the increment, twice.
-INT64_MAX = 2**63 - 1
+# True while adding a report (parameters: its three counts) cuts no sum at the cap.
+_BELOW_CAP = " AND ".join(f"{column} <= {INT64_MAX} - ?" for column in ("input_tokens", "output_tokens", "cost_micros"))
 
-
-def _saturated(column: str) -> str:
-    return f"CASE WHEN {column} > {INT64_MAX} - ? THEN {INT64_MAX} ELSE {column} + ? END"
-
-
-# A report added to a row's sums; the model named last is kept (parameters: `_sum_params`).
+# A report added to a row's sums, each capped (its increment is a parameter, twice);
+# the model named last is kept (parameters: `_sum_params`).
 _SUMS = (
-    ", ".join(f"{column} = {_saturated(column)}" for column in ("input_tokens", "output_tokens", "cost_micros"))
+    ", ".join(f"{column} = {_capped_sum(column, '?')}" for column in ("input_tokens", "output_tokens", "cost_micros"))
     + ", model = CASE WHEN ? = '' THEN model ELSE ? END"
 )
 

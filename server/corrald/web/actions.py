@@ -54,10 +54,15 @@ def _text(body: dict[str, Any], key: str) -> str:
     return value
 
 
+# The largest value of the requests' int64 fields: JSON's integers have no bound, and
+# protobuf refuses a larger one with a ValueError, which is no answer for a caller.
+_INT64_MAX = 2**63 - 1
+
+
 def _count(body: dict[str, Any], key: str) -> int:
     value = body.get(key, 0)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise errors.InvalidArgument(key, "must be a non-negative integer")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _INT64_MAX:
+        raise errors.InvalidArgument(key, f"must be an integer from 0 to {_INT64_MAX}")
     return value
 
 
