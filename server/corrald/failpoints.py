@@ -1,14 +1,18 @@
 """Named failpoints for crash and fault tests; inert unless enabled.
 
-Points: `before_commit`, `after_commit` (writer), `sqlite_commit_returned` (SQLite's
-COMMIT has returned, inside the writer's check of its outcome), `before_checkpoint` (the
-writer's last checkpoint, when the daemon stops), `job:<owner>` (writer, before
-each job submitted by that caller, e.g. `job:lead`), `after_claim_sent` (an Idle
-or Session stream sent a claim), `before_op_result` (a Session op committed and
-its result is not sent yet), `web_event_sent:<identity>` (a web board stream of that
-caller sent an event, e.g. `web_event_sent:viewer:ann`), `listener_reconnect` (a
-PostgreSQL board's listener is about to connect again: a delay holds open a gap in
-what the daemon hears of the others; it runs in a thread, so the daemon serves on).
+Points:
+- writer: `before_commit`, `after_commit`; `before_commit:<owner>` (before the COMMIT
+  of each batch with a job of that caller, e.g. `before_commit:lead`); `job:<owner>`
+  (before each job submitted by that caller, e.g. `job:lead`); `before_checkpoint`
+  (the writer's last checkpoint, when the daemon stops); `sqlite_commit_returned`
+  (SQLite's COMMIT has returned, inside the writer's check of its outcome).
+- streams: `after_claim_sent` (an Idle or Session stream sent a claim),
+  `before_op_result` (a Session op committed and its result is not sent yet),
+  `web_event_sent:<identity>` (a web board stream of that caller sent an event, e.g.
+  `web_event_sent:viewer:ann`).
+- PostgreSQL: `listener_reconnect` (a board's listener is about to connect again: a
+  delay holds open a gap in what the daemon hears of the others; it runs in a thread,
+  so the daemon serves on).
 
 Actions: `kill` (SIGKILL the process), `error` (raise sqlite3.OperationalError,
 as a full disk would), `ioerror` (raise the sqlite3.OperationalError of a failed
@@ -84,6 +88,11 @@ def disable(name: str | None = None) -> None:
             _points.clear()
         else:
             _points.pop(name, None)
+
+
+def armed() -> bool:
+    """Whether any failpoint is enabled (so a caller may skip building point names)."""
+    return bool(_points)
 
 
 def hit(name: str) -> None:

@@ -672,6 +672,9 @@ class Writer:
                         told.merge(job_wakes)
                 self._storage.announce(conn, told)
             failpoints.hit("before_commit")
+            if failpoints.armed():
+                for owner in owners:  # a delay or a failure for one caller's batches
+                    failpoints.hit("before_commit:" + owner)
             with self._committing:
                 self._storage.commit(conn)
                 seat.ticket, self._tickets = self._tickets, self._tickets + 1

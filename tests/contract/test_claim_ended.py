@@ -18,6 +18,7 @@ import grpc
 import pytest
 
 from corral.v1 import corral_pb2 as pb
+from tests.support import wait_until
 
 from .wire import assert_status, duration, rpc_error, spec, ts_seconds
 
@@ -241,3 +242,26 @@ def test_a_restart_keeps_the_attempt_deadline(corrald):
     assert time.time() >= deadline - CLOCK_SLACK
     assert after.get_task("t").state == pb.TASK_STATE_FAILED
     again.cancel()
+
+
+COMMIT_DELAY_MS = 1500
+
+
+@pytest.mark.parametrize("transport", ["idle", "session"])
+def test_claim_ended_waits_for_the_commit_that_ended_the_claim(corrald, transport):
+    """The revoke's batch waits COMMIT_DELAY_MS between its job and its COMMIT (a failpoint on
+    the Lead's third batch, after AddTeammate and CreateTasks): all that time the holder's
+    stream stays quiet, since the claim has not ended yet for anyone; claim_ended follows the
+    commit, and the revoke is answered after it too."""
+    daemon = corrald(failpoints=f"before_commit:lead=sleep:{COMMIT_DELAY_MS}:3")
+    mate = daemon.add_teammate("ann")
+    daemon.create_tasks(spec("t", lease=30.0))
+    stream = _open(mate, transport)
+    claim = stream.next_event("claim")
+    revoked = daemon.lead.lead.RevokeClaim.future(pb.RevokeClaimRequest(task_id="t", reason="now"))
+    wait_until(lambda: "failpoint: sleeping" in daemon.latest_log(), 5, "the revoke's batch waiting to commit")
+    stream.expect_quiet(COMMIT_DELAY_MS / 1000 * 0.6)
+    assert not revoked.done()
+    ended = stream.next_event("claim_ended", timeout=10)
+    assert (ended.task_id, ended.claim_token, ended.reason) == ("t", claim.claim_token, pb.CLAIM_END_REASON_REVOKED)
+    assert revoked.result(timeout=10).task.state == pb.TASK_STATE_PENDING
