@@ -15,19 +15,28 @@ from collections.abc import Sequence
 import grpc
 
 from corral.v1 import corral_pb2 as pb
-from tests.contract.wire import Client, Daemon
+from tests.contract.wire import Client, Daemon, status_details
 from tests.reliability.rel_history import Recorder
 
-# Lost connections, a daemon stopping, a stream ended for a newer one: go on through the next daemon.
-_GONE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED}
+# Lost connections, a daemon stopping or paused, a stream ended for a newer one: go on
+# through the next daemon.
+_GONE = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.ABORTED,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+# A completion answered so may or may not have been applied.
+_IN_DOUBT = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 
 class Worker(threading.Thread):
     """Claims and completes through `daemons[0]`, then the next one, until `stop` is set or
     `deadline` (time.monotonic) passes; records into `recorder`.
 
-    A completion answered UNAVAILABLE was in flight when the daemon or its database went
-    away, and may or may not have been applied. By default the worker leaves it to the
+    A completion answered UNAVAILABLE (or not at all, past its deadline) was in flight when
+    the daemon or its database went away, or the daemon was paused, and may or may not have
+    been applied. By default the worker leaves it to the
     lease's end; with `resend` it sends the same request (the same claim token) again,
     through the next daemon, before it asks for new work, until it gets an answer."""
 
@@ -113,10 +122,16 @@ class Worker(threading.Thread):
         try:
             done = client.teammate.CompleteTask(request, timeout=10)
         except grpc.RpcError as error:
-            self._recorder.end(record, "error", code=error.code().name)
-            if self._resend and error.code() == grpc.StatusCode.UNAVAILABLE:
+            self._recorder.end(record, "error", code=error.code().name, reason=reason_of(error))
+            if self._resend and error.code() in _IN_DOUBT:
                 self.unanswered = request
             raise
         self._recorder.end(record, "ok", result=done.task.result.hex())
         self.unanswered = None
         self.completed += 1
+
+
+def reason_of(error: grpc.RpcError) -> str:
+    """The ErrorInfo reason of a daemon's error ("" for gRPC's own)."""
+    info = status_details(error).get("error_info")
+    return info.reason if info is not None else ""
