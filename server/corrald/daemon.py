@@ -26,7 +26,7 @@ from corral.v1 import corral_pb2_grpc as pb_grpc
 from . import activity, failpoints
 from .board import Board, token_hash
 from .clock import Clock, SystemClock
-from .config import ConfigError, Limits, WriterConfig
+from .config import MESSAGE_MAX_BYTES, ConfigError, Limits, WriterConfig
 from .connections import connection_options, raise_open_files_limit
 from .errors import CorralError
 from .listen import bind
@@ -56,7 +56,8 @@ log = logging.getLogger("corrald")
 CALLS_HELD_BY_CORE = 8192
 SERVER_OPTIONS = (
     ("grpc.so_reuseport", 0),  # a second daemon must fail to bind, not share the port
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    # No request needs more (config.py says how it was set); one over it is refused unread.
+    ("grpc.max_receive_message_length", MESSAGE_MAX_BYTES),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     # Notice a dead or paused teammate's stream within seconds.
     ("grpc.keepalive_time_ms", 10_000),

@@ -72,8 +72,8 @@ def peak_rss(pid: int) -> Iterator[dict[str, float]]:
 def big_board(tmp_path_factory) -> pathlib.Path:
     """A state directory holding TASKS tasks of 1 MiB each, filled once for the module."""
     with module_daemon(tmp_path_factory, "big-board") as daemon:
-        for first in range(0, TASKS, 8):
-            daemon.create_tasks(*(spec(f"big-{i:03}", payload=bytes([i]) * MIB) for i in range(first, first + 8)))
+        for first in range(0, TASKS, 4):  # four 1 MiB payloads to a request, within the daemon's 6 MiB
+            daemon.create_tasks(*(spec(f"big-{i:03}", payload=bytes([i]) * MIB) for i in range(first, first + 4)))
         state_dir = daemon.state_dir
     return state_dir
 
