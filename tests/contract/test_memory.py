@@ -212,3 +212,74 @@ def test_an_idle_client_that_does_not_read_is_ended_and_gets_its_claim_on_reopen
     assert claim.task.id == "big" and claim.task.payload == b"\x07" * MIB
     again.cancel()
     reading.cancel()
+
+
+# ---------------------------------------------------------------- what clients send
+
+MESSAGE_MAX_BYTES = 6 * MIB  # the daemon's receive limit (corrald.config)
+COMPLETE_TASK = "/corral.v1.TeammateService/CompleteTask"
+SETTLE_S = 5.0  # how long the daemon may take to give memory back once the calls are answered
+
+
+def complete_task_bytes(size: int) -> bytes:
+    """A CompleteTask request of `size` bytes on the wire (its result too big for §7: refused)."""
+    request = pb.CompleteTaskRequest(task_id="t", claim_token="x" * 32)
+    request.result = b"\0" * (size - request.ByteSize() - 5)  # tag and length of a result that size
+    data = request.SerializeToString()
+    assert len(data) == size
+    return data
+
+
+class RawCaller:
+    """CompleteTask calls of prepared bytes, sent as they are (serialized once, not per call)."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.channel = grpc.insecure_channel(daemon.address, options=[("grpc.max_send_message_length", -1)])
+        self.call = self.channel.unary_unary(COMPLETE_TASK, request_serializer=None, response_deserializer=None)
+
+    def send(self, data: bytes, token: str) -> grpc.StatusCode:
+        try:
+            self.call(data, metadata=[("authorization", f"Bearer {token}")], timeout=60)
+        except grpc.RpcError as error:
+            return error.code()
+        return grpc.StatusCode.OK
+
+    def concurrently(self, data: bytes, token: str, calls: int) -> list[grpc.StatusCode]:
+        with concurrent.futures.ThreadPoolExecutor(calls) as pool:
+            return [f.result(timeout=60) for f in [pool.submit(self.send, data, token) for _ in range(calls)]]
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+def settles_near(pid: int, start: float, within: float) -> float:
+    """Waits until the process's RSS is within `within` MiB above `start`; returns it."""
+    try:
+        wait_until(lambda: rss_mib(pid) - start < within, SETTLE_S, f"RSS back within {within} MiB of {start:.0f}")
+    except AssertionError:
+        pass  # the caller's assertion says by how much
+    return rss_mib(pid)
+
+
+@pytest.mark.timeout(90)
+def test_sequential_refused_requests_just_under_the_limit_are_let_go_one_by_one(corrald):
+    """A refused call's request is freed when the call ends, not left in a reference cycle
+    for the cyclic collector (which runs a full pass only every few seconds of load)."""
+    daemon = corrald()
+    mate = daemon.add_teammate()
+    caller = RawCaller(daemon)
+    try:
+        data = complete_task_bytes(MESSAGE_MAX_BYTES - 1024)
+        assert caller.send(data, mate.token) == grpc.StatusCode.INVALID_ARGUMENT  # result over 1 MiB
+        assert caller.send(data, "bogus") == grpc.StatusCode.UNAUTHENTICATED
+        start = rss_mib(daemon.pid)
+        with peak_rss(daemon.pid) as memory:
+            for _ in range(12):
+                assert caller.send(data, mate.token) == grpc.StatusCode.INVALID_ARGUMENT
+                assert caller.send(data, "bogus") == grpc.StatusCode.UNAUTHENTICATED
+        after = settles_near(daemon.pid, start, GROWTH_LIMIT_MIB)
+    finally:
+        caller.close()
+    growth = memory["peak"] - start
+    assert growth < GROWTH_LIMIT_MIB, f"24 refused 6 MiB requests, one at a time, grew RSS by {growth:.0f} MiB"
+    assert after - start < GROWTH_LIMIT_MIB, f"RSS {start:.0f} -> {after:.0f} MiB after the calls"
