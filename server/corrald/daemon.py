@@ -33,6 +33,7 @@ from .listen import bind
 from .looplag import LoopLag
 from .metrics import Metrics
 from .model import Wakes
+from .overload import heap
 from .overload.lanes import CallLanes, LaneConfig
 from .overload.pacing import Pacer
 from .overload.reopen import ReopenSpacing
@@ -411,5 +412,7 @@ def serve(config: ServeConfig) -> int:
     # it back from the event loop; at the default 5 ms switch interval each
     # hand-back can stall a whole group commit. 1 ms measured ~20% more cycles/s.
     sys.setswitchinterval(0.001)
+    # Before the first big request: what one leaves is given back (overload/heap.py).
+    heap.fix_thresholds()
     os.umask(0o077)  # every file and socket we create is private
     return asyncio.run(Daemon(config).run())

@@ -19,6 +19,7 @@ from google.protobuf import unknown_fields
 
 from .. import cpu, errors
 from ..board import Board, Identity, token_hash
+from ..overload.heap import HeapTrim
 from ..overload.lanes import CallLanes, LaneKind
 from ..writer import job_owner
 from . import status
@@ -244,6 +245,8 @@ class RefusalLog:
 
 
 REFUSALS = RefusalLog()
+# What big requests leave in the heap goes back to the system once they are answered.
+HEAP = HeapTrim()
 
 
 def _wrap(
@@ -270,6 +273,7 @@ def _wrap(
 
         async def unary_unary(data, context):
             if not place.try_enter() and not await _waited_for_place(place, context):
+                HEAP.after_request(len(data))
                 return None
             try:
                 return await behavior(await request_of(data), context, identity)
@@ -280,6 +284,7 @@ def _wrap(
                 return None
             finally:
                 place.leave()
+                HEAP.after_request(len(data))
 
         return grpc.unary_unary_rpc_method_handler(unary_unary, None, handler.response_serializer)
     if handler.unary_stream:
@@ -316,15 +321,18 @@ def _wrap_session(
                 request = parse(data)
             else:
                 request = await cpu.run(lambda data=data: parse(data), inline=False)
+            size = len(data)
+            del data  # the parsed request is all that is kept of it from here
             if isinstance(request, _Undecodable):
                 yield None, errors.InvalidArgument("(request)", f"not a valid message: {request.why}")
-                continue
-            try:
-                _check_strict(request)
-            except errors.InvalidArgument as error:
-                yield request, error
-                continue
-            yield request, None
+            else:
+                try:
+                    _check_strict(request)
+                except errors.InvalidArgument as error:
+                    yield request, error
+                else:
+                    yield request, None
+            HEAP.after_request(size)  # its op is answered: the Session reads the next one only then
 
     async def stream_stream(request_iterator, context):
         job_owner.set(identity.name)  # each call runs in its own task: this marks only its jobs
@@ -386,6 +394,7 @@ def _parsing_here(handler: grpc.RpcMethodHandler, caller: str) -> grpc.RpcMethod
 
     def parsed(data, context):
         """The request, or None when it does not parse (the call's status is set: end it)."""
+        HEAP.after_request(len(data))
         try:
             return _decoded(parse, data)
         except errors.InvalidArgument as error:
@@ -438,9 +447,13 @@ def _refusing(handler: grpc.RpcMethodHandler, error: BaseException) -> grpc.RpcM
 
     async def refuse(request_or_iterator, context):
         _end_with(context, error)
+        if isinstance(request_or_iterator, bytes):
+            HEAP.after_request(len(request_or_iterator))
 
     async def refuse_stream(request_or_iterator, context):
         _end_with(context, error)
+        if isinstance(request_or_iterator, bytes):
+            HEAP.after_request(len(request_or_iterator))
         return
         yield  # pragma: no cover  (makes this an async generator)
 
