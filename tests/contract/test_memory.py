@@ -327,9 +327,10 @@ def test_concurrent_requests_over_the_limit_are_refused_unread(corrald):
 def test_concurrent_requests_just_under_the_limit_are_given_back_once_answered(corrald):
     """These are read: 24 of 6 MiB are 144 MiB, held by gRPC core as they arrive and then
     as the bytes each handler gets, and the teammate's, eight at a time (its lane), are
-    parsed too. That is their peak; once they are answered the heap is trimmed back
-    (glibc would keep the freed memory: the peak grew past 256 MiB, round after round)."""
+    parsed too: at most three copies of each (measured 150-300 MiB above the start, on
+    either store). Once they are answered the heap is trimmed back (glibc would keep the
+    freed memory: the peak grew past 256 MiB round after round, and stayed)."""
     daemon = corrald()
     data = complete_task_bytes(MESSAGE_MAX_BYTES - 1024)
     expected = {"mate": grpc.StatusCode.INVALID_ARGUMENT, "bogus": grpc.StatusCode.UNAUTHENTICATED}
-    assert_bounded(*refused_rounds(daemon, data, expected), peak_limit=2.5 * CONCURRENT * MESSAGE_MAX_BYTES / MIB)
+    assert_bounded(*refused_rounds(daemon, data, expected), peak_limit=3 * CONCURRENT * MESSAGE_MAX_BYTES / MIB)
