@@ -226,12 +226,18 @@ def error_from_status(status: status_pb2.Status) -> CorralError:
 
 
 _CODES_BY_NUMBER: dict[int, grpc.StatusCode] = {code.value[0]: code for code in grpc.StatusCode}
+# How gRPC words a message over a receive or send limit ("Received message larger than max (…)").
+_TOO_LARGE = "message larger than max"
 
 
 def _error(code: grpc.StatusCode, details: str, status: status_pb2.Status | None) -> CorralError:
     info = _unpack(status, error_details_pb2.ErrorInfo)
     reason = info.reason if info is not None and info.domain in ("", ERROR_DOMAIN) else ""
     cls = _BY_REASON.get(reason) if code is grpc.StatusCode.FAILED_PRECONDITION else None
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED and not reason and _TOO_LARGE in details:
+        # gRPC's own refusal of a message over the daemon's limit (or the channel's): not
+        # an overload, and not transient, since the same message is refused again.
+        cls = InvalidArgument
     cls = cls or _BY_CODE.get(code, CorralError)
     kwargs: dict[str, Any] = {
         "code": code,

@@ -19,6 +19,21 @@ KIB = 1024
 MIB = 1024 * KIB
 # How much of its dependencies' results a claim carries.
 DEPENDENCY_RESULTS_MAX_BYTES = 4 * MIB
+# The largest request message the daemon takes (gRPC's receive limit; each
+# message of a Session stream counts alone). It is set from the largest
+# request the limits below admit: a CancelTasks or RetryTasks of `batch_max`
+# (10,000) ids of `name_max_chars` (128) characters of four UTF-8 bytes each,
+# 10,000 x (512 + 3 bytes of field tag and length) = 5,150,000 bytes (4.9 MiB).
+# Next come one task spec at every limit (a 1 MiB payload, 64 KiB of
+# description, 1,000 dependencies of 515 bytes: 1.55 MiB) and a 1 MiB result
+# (CompleteTask, or a Session op: 1.0 MiB). 6 MiB holds the largest with room.
+# A CreateTasks batch may hold more than that (10,000 specs of up to 1.55 MiB
+# each), so a bigger batch is sent in parts, each depending only on itself and
+# the parts before it. A bigger message is refused by gRPC as it arrives, on
+# its length prefix alone, with RESOURCE_EXHAUSTED and nothing read or parsed;
+# at 64 MiB, 24 concurrent 40 MiB requests, all refused, took the daemon from
+# 51 MiB to 2.3 GiB. `tests/server/test_message_limit.py` builds each of these.
+MESSAGE_MAX_BYTES = 6 * MIB
 
 
 @dataclasses.dataclass(frozen=True)

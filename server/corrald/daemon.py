@@ -26,13 +26,14 @@ from corral.v1 import corral_pb2_grpc as pb_grpc
 from . import activity, failpoints
 from .board import Board, token_hash
 from .clock import Clock, SystemClock
-from .config import ConfigError, Limits, WriterConfig
+from .config import MESSAGE_MAX_BYTES, ConfigError, Limits, WriterConfig
 from .connections import connection_options, raise_open_files_limit
 from .errors import CorralError
 from .listen import bind
 from .looplag import LoopLag
 from .metrics import Metrics
 from .model import Wakes
+from .overload import heap
 from .overload.lanes import CallLanes, LaneConfig
 from .overload.pacing import Pacer
 from .overload.reopen import ReopenSpacing
@@ -57,7 +58,8 @@ log = logging.getLogger("corrald")
 CALLS_HELD_BY_CORE = 8192
 SERVER_OPTIONS = (
     ("grpc.so_reuseport", 0),  # a second daemon must fail to bind, not share the port
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    # No request needs more (config.py says how it was set); one over it is refused unread.
+    ("grpc.max_receive_message_length", MESSAGE_MAX_BYTES),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     # Notice a dead or paused teammate's stream within seconds.
     ("grpc.keepalive_time_ms", 10_000),
@@ -440,5 +442,7 @@ def serve(config: ServeConfig) -> int:
     # it back from the event loop; at the default 5 ms switch interval each
     # hand-back can stall a whole group commit. 1 ms measured ~20% more cycles/s.
     sys.setswitchinterval(0.001)
+    # Before the first big request: what one leaves is given back (overload/heap.py).
+    heap.fix_thresholds()
     os.umask(0o077)  # every file and socket we create is private
     return asyncio.run(Daemon(config).run())

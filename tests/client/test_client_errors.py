@@ -11,6 +11,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 import corral
 from corral._errors import error_from_rpc, error_from_status
+from corral._retry import is_transient
 
 
 class FakeRpcError(grpc.RpcError, grpc.Call):
@@ -150,6 +151,17 @@ def test_overloaded_carries_retry_after() -> None:
 def test_overloaded_without_retry_info_has_no_hint() -> None:
     mapped = error_from_rpc(error(grpc.StatusCode.RESOURCE_EXHAUSTED, "busy", info("OVERLOADED")))
     assert isinstance(mapped, corral.Overloaded) and mapped.retry_after is None
+
+
+def test_a_message_over_the_daemons_limit_is_invalid_not_an_overload() -> None:
+    """gRPC's own refusal (no ErrorInfo): the same message would be refused again, so the
+    SDK's retry policies must not take it for an overload and send it again."""
+    refused = FakeRpcError(
+        grpc.StatusCode.RESOURCE_EXHAUSTED, "SERVER: Received message larger than max (7340101 vs. 6291456)"
+    )
+    mapped = error_from_rpc(refused)
+    assert isinstance(mapped, corral.InvalidArgument) and not is_transient(mapped)
+    assert mapped.code is grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in str(mapped)
 
 
 def test_invalid_argument_carries_field_violations() -> None:

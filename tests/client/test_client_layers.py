@@ -34,6 +34,7 @@ CLIENT_LAYERS = (
             "_transport",
             "_opbook",
             "_tracing",
+            "_batches",
         ),
         ("wire", "values"),
     ),

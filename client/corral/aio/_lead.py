@@ -13,7 +13,7 @@ from typing import Self
 
 import grpc.aio
 
-from corral import _convert
+from corral import _batches, _convert
 from corral._channel import open_aio_channel, teammate_env
 from corral._errors import CorralError, TasksFailed, Unavailable
 from corral._launch import DaemonProcess, launch_daemon
@@ -168,6 +168,14 @@ class Lead(BoardClient):
         are the specs sent, with where each stands on the board (seq, state,
         times, the defaults applied); owner, attempt, result and error of a
         task that was there already come from `get_task`.
+
+        A batch bigger than one request may carry (6 MiB: a few specs with
+        megabyte payloads) is sent in parts, each task after the ones it
+        depends on, and each part is all or nothing: should a part be refused,
+        the parts before it stay created, and the error says so. Sending the
+        same batch again (with the same `request_id`, if any) is safe and
+        creates the rest. Such a batch with repeated ids or a dependency cycle
+        is refused before anything is sent.
         """
         created, _ = await self._create_batch(specs, request_id=request_id)
         return created
@@ -178,8 +186,23 @@ class Lead(BoardClient):
         """`create_tasks`, also returning the ids that were on the board already
         with the same spec (for the CLI's report of what a file added)."""
         request = _convert.create_tasks_request(specs, request_id)
-        response = await self._write(self._lead.CreateTasks, request)
-        return _convert.created_tasks_from_pb(request, response), tuple(response.unchanged_task_ids)
+        created: list[Task | None] = [None] * len(request.tasks)
+        unchanged: list[str] = []
+        parts = _batches.parts(request)  # one, unless the batch is too big for one request
+        sent: list[_batches.Part] = []
+        for part in parts:
+            try:
+                response = await self._write(self._lead.CreateTasks, part.request)
+            except CorralError as exc:
+                if len(parts) == 1:
+                    raise
+                raise _batches.part_refused(exc, part, sent) from None
+            tasks = _convert.created_tasks_from_pb(part.request, response)
+            for position, task in zip(part.positions, tasks, strict=True):
+                created[position] = task
+            unchanged += response.unchanged_task_ids
+            sent.append(part)
+        return [task for task in created if task is not None], tuple(unchanged)
 
     async def cancel_tasks(self, ids: Iterable[str]) -> list[Task]:
         """Cancel tasks and, transitively, their dependents; returns the tasks

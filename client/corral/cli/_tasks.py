@@ -39,7 +39,8 @@ def tasks_group() -> None:
 def add_command(ctx: click.Context, file: Path, fmt: str | None, request_id: str | None, as_json: bool) -> None:
     """Add every task of a DAG FILE (TOML, YAML or JSON) in one atomic batch.
 
-    See docs/dag-format.md for the schema. Nothing is written if any task is refused.
+    See docs/dag-format.md for the schema. Nothing is written if any task is refused
+    (a file too big for one request goes in parts, each all or nothing: see there).
     """
     try:
         dag = load_dag(file, fmt)

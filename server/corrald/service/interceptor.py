@@ -19,6 +19,7 @@ from google.protobuf import unknown_fields
 
 from .. import cpu, errors
 from ..board import Board, Identity, token_hash
+from ..overload.heap import HeapTrim
 from ..overload.lanes import CallLanes, LaneKind
 from ..writer import job_owner
 from . import status
@@ -143,16 +144,31 @@ def _check_strict(request) -> None:
             raise errors.InvalidArgument(path, "carries a field this server does not know")
 
 
-async def _abort(context: grpc.aio.ServicerContext, error: BaseException) -> None:
+def _end_with(context: grpc.aio.ServicerContext, error: BaseException) -> None:
+    """Sets the status `error` maps to; the call ends with it once its handler returns,
+    which it does next (a unary reply is dropped when the status is not OK).
+
+    Not `context.abort`: the AbortError it raises stays on the call's state with
+    a traceback through the handler's frames, which hold the call's context (so
+    the call's state again) and its request. Each refused call was then a
+    reference cycle, request and all, freed only by a full collection (rare in
+    the daemon, see server/DESIGN.md). A status set here raises nothing, and
+    the error (with its traceback) is let go when the handler's `except` ends.
+    """
     if not isinstance(error, errors.CorralError):
         log.exception("unexpected error", exc_info=error)
-    await context.abort_with_status(status.to_status(error))
+    ended = status.to_status(error)
+    context.set_code(ended.code)
+    context.set_details(ended.details)
+    context.set_trailing_metadata(ended.trailing_metadata)
 
 
 async def _end_slow_stream(context: grpc.aio.ServicerContext, identity: Identity, error: errors.SlowConsumer) -> None:
     log.info("ended a stream of %s: %s", identity.name, error)
     try:
-        await _abort(context, error)
+        # Aborted here, not ended by `_end_with`: the status must go out now, behind the
+        # write the client has not taken, and the handler learns from the abort whether it did.
+        await context.abort_with_status(status.to_status(error))
     except grpc.aio.AbortError:
         raise
     except Exception:  # noqa: BLE001 (gRPC's own batch error: the client left without reading the status)
@@ -184,14 +200,16 @@ def _decoded(parse, data: bytes):
     return request
 
 
-async def _wait_for_place(place: _LanePlace, context: grpc.aio.ServicerContext) -> None:
-    """The slow half of entering a lane (after `try_enter` said no): wait in line,
-    or end the call with the refusal."""
+async def _waited_for_place(place: _LanePlace, context: grpc.aio.ServicerContext) -> bool:
+    """The slow half of entering a lane (after `try_enter` said no): wait in line;
+    False when the call was refused instead (its status is set: return at once)."""
     try:
         await place.wait_to_enter(context.time_remaining())
     except Exception as error:
         REFUSALS.refused(place.identity, error)
-        await _abort(context, error)
+        _end_with(context, error)
+        return False
+    return True
 
 
 class RefusalLog:
@@ -228,6 +246,8 @@ class RefusalLog:
 
 
 REFUSALS = RefusalLog()
+# What big requests leave in the heap goes back to the system once they are answered.
+HEAP = HeapTrim()
 
 
 def _wrap(
@@ -253,16 +273,19 @@ def _wrap(
         behavior = handler.unary_unary
 
         async def unary_unary(data, context):
-            if not place.try_enter():
-                await _wait_for_place(place, context)
+            if not place.try_enter() and not await _waited_for_place(place, context):
+                HEAP.after_request(len(data))
+                return None
             try:
                 return await behavior(await request_of(data), context, identity)
             except Exception as error:
                 if isinstance(error, grpc.aio.AbortError):
                     raise
-                await _abort(context, error)
+                _end_with(context, error)
+                return None
             finally:
                 place.leave()
+                HEAP.after_request(len(data))
 
         return grpc.unary_unary_rpc_method_handler(unary_unary, None, handler.response_serializer)
     if handler.unary_stream:
@@ -299,15 +322,18 @@ def _wrap_session(
                 request = parse(data)
             else:
                 request = await cpu.run(lambda data=data: parse(data), inline=False)
+            size = len(data)
+            del data  # the parsed request is all that is kept of it from here
             if isinstance(request, _Undecodable):
                 yield None, errors.InvalidArgument("(request)", f"not a valid message: {request.why}")
-                continue
-            try:
-                _check_strict(request)
-            except errors.InvalidArgument as error:
-                yield request, error
-                continue
-            yield request, None
+            else:
+                try:
+                    _check_strict(request)
+                except errors.InvalidArgument as error:
+                    yield request, error
+                else:
+                    yield request, None
+            HEAP.after_request(size)  # its op is answered: the Session reads the next one only then
 
     async def stream_stream(request_iterator, context):
         job_owner.set(identity.name)  # each call runs in its own task: this marks only its jobs
@@ -338,8 +364,8 @@ async def _serve_stream(
     carrying them is pending).
     """
     await context.send_initial_metadata(())
-    if not place.try_enter():
-        await _wait_for_place(place, context)
+    if not place.try_enter() and not await _waited_for_place(place, context):
+        return
     in_lane = True
     try:
         sender = StreamSender(context, send_timeout_s)
@@ -355,7 +381,7 @@ async def _serve_stream(
     except Exception as error:
         if isinstance(error, grpc.aio.AbortError):
             raise
-        await _abort(context, error)
+        _end_with(context, error)
     finally:
         if in_lane:
             place.leave()
@@ -367,16 +393,23 @@ def _parsing_here(handler: grpc.RpcMethodHandler, caller: str) -> grpc.RpcMethod
     gRPC would answer UNKNOWN and log a traceback."""
     parse = _lenient(handler.request_deserializer)
 
-    async def parsed(data, context):
+    def parsed(data, context):
+        """The request, or None when it does not parse (the call's status is set: end it)."""
+        HEAP.after_request(len(data))
         try:
             return _decoded(parse, data)
         except errors.InvalidArgument as error:
             REFUSALS.refused(caller, error)
-            await context.abort_with_status(status.to_status(error))
+            _end_with(context, error)
+            return None
 
     async def each_parsed(request_iterator, context):
+        # Bytes that do not parse end the requests: the behavior then ends, and the call with our status.
         async for data in request_iterator:
-            yield await parsed(data, context)
+            request = parsed(data, context)
+            if request is None:
+                return
+            yield request
 
     async def respond(responses, context) -> None:
         # A streaming behavior either yields its responses or writes them itself.
@@ -387,10 +420,13 @@ def _parsing_here(handler: grpc.RpcMethodHandler, caller: str) -> grpc.RpcMethod
             await responses
 
     async def unary_unary(data, context):
-        return await handler.unary_unary(await parsed(data, context), context)
+        request = parsed(data, context)
+        return None if request is None else await handler.unary_unary(request, context)
 
     async def unary_stream(data, context):
-        await respond(handler.unary_stream(await parsed(data, context), context), context)
+        request = parsed(data, context)
+        if request is not None:
+            await respond(handler.unary_stream(request, context), context)
 
     async def stream_unary(request_iterator, context):
         return await handler.stream_unary(each_parsed(request_iterator, context), context)
@@ -408,11 +444,18 @@ def _parsing_here(handler: grpc.RpcMethodHandler, caller: str) -> grpc.RpcMethod
 
 
 def _refusing(handler: grpc.RpcMethodHandler, error: BaseException) -> grpc.RpcMethodHandler:
+    """A handler that ends the call with `error`, its request never parsed."""
+
     async def refuse(request_or_iterator, context):
-        await context.abort_with_status(status.to_status(error))
+        _end_with(context, error)
+        if isinstance(request_or_iterator, bytes):
+            HEAP.after_request(len(request_or_iterator))
 
     async def refuse_stream(request_or_iterator, context):
-        await context.abort_with_status(status.to_status(error))
+        _end_with(context, error)
+        if isinstance(request_or_iterator, bytes):
+            HEAP.after_request(len(request_or_iterator))
+        return
         yield  # pragma: no cover  (makes this an async generator)
 
     behaviors = {
@@ -421,7 +464,7 @@ def _refusing(handler: grpc.RpcMethodHandler, error: BaseException) -> grpc.RpcM
         "stream_unary": refuse,
         "stream_stream": refuse_stream,
     }
-    return _same_shape(handler, behaviors, handler.request_deserializer)
+    return _same_shape(handler, behaviors, None)
 
 
 _FACTORIES = (
