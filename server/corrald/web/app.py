@@ -148,6 +148,12 @@ class WebBoard:
             log.info("refused a web login from %s", peer)
             return json_error(401, "that token is not a lead or viewer credential of this board")
         session = self.sessions.open(identity)
+        if session is None:
+            return json_error(
+                503,
+                "every web session viewers may hold is taken (they end when they expire or their viewers"
+                " log out or are removed); the lead's own are kept apart",
+            )
         response = web.json_response({"ok": True})
         response.set_cookie(
             COOKIE,

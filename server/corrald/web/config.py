@@ -10,7 +10,13 @@ FEED_CLIENTS_MAX = 64
 # The graph draws at most this many tasks; past it, the frontier (see store/overview.py).
 GRAPH_NODES_MAX = 2000
 SESSION_TTL_S = 12 * 3600
+# Web sessions: the lead's own at most SESSIONS_LEAD_MAX, each viewer's at most
+# SESSIONS_PER_VIEWER (a login past its own bound ends that identity's oldest session,
+# never another's), all viewers' together at most SESSIONS_MAX - SESSIONS_LEAD_MAX
+# (a viewer's login past it is refused, 503).
 SESSIONS_MAX = 1024
+SESSIONS_LEAD_MAX = 256
+SESSIONS_PER_VIEWER = 32
 LOGIN_FAILURES_PER_MINUTE = 5
 TICKET_TTL_S = 120
 URL_BYTES_MAX = 4096
