@@ -1,6 +1,7 @@
 """The web board's bounds per identity, over real HTTP against a real daemon: no viewer,
-nor all of them, can keep the lead off its board. Sessions are bounded per identity
-(a login past its bound ends that identity's oldest, never another identity's)."""
+nor all of them, nor any local process's bad logins can keep the lead off its board.
+Sessions are bounded per identity (a login past its bound ends that identity's oldest),
+and failed logins are throttled without refusing a good credential."""
 
 from __future__ import annotations
 
@@ -127,3 +128,31 @@ def test_a_kept_table_is_read_back_within_the_bounds(tmp_path):
     names = [entry["name"] for entry in kept.values()]
     assert names == ["viewer:a"] * 3 + ["lead"] * 2  # the newest of each
     assert tight.viewer_count == 3
+
+
+# ---------------------------------------------------------------- failed logins
+
+
+def test_bad_logins_from_loopback_do_not_stop_the_leads_login(daemon):
+    token = daemon.lead.add_viewer("reader")
+
+    async def body(http):
+        refused = [await log_in(http, daemon, {"token": f"corral-lead-guess-{i}"}) for i in range(20)]
+        assert {status for status, _, _ in refused[:5]} == {401}
+        assert {status for status, _, _ in refused[5:]} == {429}  # every later bad one is throttled
+        async with http.post(f"{daemon.url}/login", json={"token": "wrong"}) as response:
+            assert response.status == 429 and 1 <= int(response.headers["Retry-After"]) <= 60
+        # From the same peer (every local process is one), good credentials still log in.
+        lead = await session_of(http, daemon, daemon.token)
+        assert await board_status(http, daemon, lead) == 200
+        assert await board_status(http, daemon, await session_of(http, daemon, token)) == 200
+        auth = {"Authorization": f"Bearer {daemon.token}"}
+        async with http.post(f"{daemon.url}/login/ticket", headers=auth) as response:
+            assert response.status == 200
+            ticket = (await response.json())["ticket"]
+        status, cookie, error = await log_in(http, daemon, {"ticket": ticket})
+        assert status == 200 and await board_status(http, daemon, cookie) == 200, error
+        async with http.post(f"{daemon.url}/login/ticket", headers={"Authorization": "Bearer x"}) as response:
+            assert response.status == 429
+
+    run(body)

@@ -208,8 +208,14 @@ class Tickets:
 
 
 class LoginLimiter:
-    """More than `per_minute` failed logins within a minute from one peer: refused (429)
-    until the oldest failure is a minute old."""
+    """More than `per_minute` failed logins within a minute from one peer: its next
+    failures are answered 429 until the oldest failure is a minute old.
+
+    It throttles failures only: a credential that proves the lead or a viewer logs in
+    whatever this peer sent before (on loopback every local process is one peer), so
+    nobody's bad logins can lock anyone out. While a peer is throttled its attempts
+    are checked against the credentials in memory only, no read of the store.
+    """
 
     def __init__(self, clock: Clock = time.monotonic, per_minute: int = LOGIN_FAILURES_PER_MINUTE) -> None:
         self._clock = clock
