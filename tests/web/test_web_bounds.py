@@ -1,7 +1,8 @@
 """The web board's bounds per identity, over real HTTP against a real daemon: no viewer,
 nor all of them, nor any local process's bad logins can keep the lead off its board.
 Sessions are bounded per identity (a login past its bound ends that identity's oldest),
-and failed logins are throttled without refusing a good credential."""
+failed logins are throttled without refusing a good credential, and event streams are
+bounded per viewer with a share kept for the lead."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ import pytest
 
 from corrald.board import Identity
 from corrald.web.config import (
+    FEED_CLIENTS_MAX,
+    FEED_LEAD_RESERVED,
+    FEED_PER_VIEWER,
     SESSIONS_LEAD_MAX,
     SESSIONS_MAX,
     SESSIONS_PER_VIEWER,
@@ -154,5 +158,48 @@ def test_bad_logins_from_loopback_do_not_stop_the_leads_login(daemon):
         assert status == 200 and await board_status(http, daemon, cookie) == 200, error
         async with http.post(f"{daemon.url}/login/ticket", headers={"Authorization": "Bearer x"}) as response:
             assert response.status == 429
+
+    run(body)
+
+
+# ---------------------------------------------------------------- event streams
+
+
+def test_a_viewer_at_its_stream_bound_gets_429_and_viewers_at_theirs_503_and_the_lead_still_streams(daemon):
+    viewers_share = FEED_CLIENTS_MAX - FEED_LEAD_RESERVED
+    tokens = [daemon.lead.add_viewer(f"w{i}") for i in range(viewers_share // FEED_PER_VIEWER + 1)]
+
+    async def body(http):
+        streams: list[aiohttp.ClientResponse] = []
+
+        async def open_stream(cookie: str) -> tuple[int, str]:
+            response = await http.get(f"{daemon.url}/api/events", headers={"Cookie": f"corral_session={cookie}"})
+            if response.status == 200:
+                streams.append(response)
+                return 200, ""
+            async with response:
+                return response.status, (await response.json())["error"]
+
+        try:
+            cookies = [await session_of(http, daemon, token) for token in tokens]
+            for _ in range(FEED_PER_VIEWER):
+                assert (await open_stream(cookies[0]))[0] == 200
+            status, error = await open_stream(cookies[0])
+            assert status == 429 and f"{FEED_PER_VIEWER} boards" in error, (status, error)
+            lead = await session_of(http, daemon, daemon.token)
+            assert (await open_stream(lead))[0] == 200  # a viewer at its bound blocks nobody
+            for cookie in cookies[1:-1]:
+                for _ in range(FEED_PER_VIEWER):
+                    assert (await open_stream(cookie))[0] == 200
+            status, error = await open_stream(cookies[-1])
+            assert status == 503 and "kept for the lead" in error, (status, error)
+            for _ in range(FEED_LEAD_RESERVED - 1):  # viewers hold all theirs: the lead's share is whole
+                assert (await open_stream(lead))[0] == 200
+            assert len(streams) == FEED_CLIENTS_MAX
+            status, error = await open_stream(lead)
+            assert status == 503 and "too many open boards" in error, (status, error)
+        finally:
+            for stream in streams:
+                stream.close()
 
     run(body)
