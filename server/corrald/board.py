@@ -286,11 +286,15 @@ class Board:
 
     # ------------------------------------------------------------ identity
 
-    def authenticate(self, token: str) -> Identity | None:
-        return self.identity_of(token_hash(token))
+    def authenticate(self, token: str, *, read_store: bool = True) -> Identity | None:
+        return self.identity_of(token_hash(token), read_store=read_store)
 
-    def identity_of(self, digest: bytes) -> Identity | None:
-        """Who the credential with this hash (`token_hash`) proves, if it is live."""
+    def identity_of(self, digest: bytes, *, read_store: bool = True) -> Identity | None:
+        """Who the credential with this hash (`token_hash`) proves, if it is live.
+
+        With `read_store` False, only the credentials this daemon holds in memory
+        count (the lead's always): no read for a credential minted elsewhere.
+        """
         if hmac.compare_digest(digest, self._lead_hash):
             return Identity(LEAD, True)
         name = self._teammate_hashes.get(digest)
@@ -299,7 +303,7 @@ class Board:
         viewer = self._viewer_hashes.get(digest)
         if viewer is not None:
             return Identity(VIEWER_PREFIX + viewer, False, is_viewer=True)
-        if self.pg is not None and self.readers is not None:
+        if read_store and self.pg is not None and self.readers is not None:
             # Minted by another daemon of the board a moment ago, perhaps: one indexed read.
             found = self.call_read(lambda conn: (team.credential(conn, digest), viewers.credential(conn, digest)))
             if found[0] is not None:

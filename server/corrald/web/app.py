@@ -128,26 +128,32 @@ class WebBoard:
         return web.FileResponse(STATIC / "index.html")
 
     async def _login(self, request: web.Request) -> web.Response:
-        peer = request.remote or ""
-        wait_s = self.limiter.retry_after_s(peer)
-        if wait_s is not None:
-            return json_error(429, "too many failed logins; try again later", {"Retry-After": str(wait_s)})
         if request.headers.get("Origin") is not None and not same_origin(request):
             return json_error(403, "log in from this board's own page")
+        peer = request.remote or ""
+        wait_s = self.limiter.retry_after_s(peer)
         body = await _json_body(request)
         token, ticket = body.get("token"), body.get("ticket")
         identity: Identity | None = None
         if isinstance(token, str) and token:
-            identity = self._board.authenticate(token)
+            identity = self._board.authenticate(token, read_store=wait_s is None)
             if identity is not None and not (identity.is_lead or identity.is_viewer):
                 identity = None  # a teammate's credential is for its work, not for the board
         elif isinstance(ticket, str) and ticket:
             identity = self.tickets.redeem(ticket)
         if identity is None:
+            if wait_s is not None:
+                return _too_many_failures(wait_s)
             self.limiter.failed(peer)
             log.info("refused a web login from %s", peer)
             return json_error(401, "that token is not a lead or viewer credential of this board")
         session = self.sessions.open(identity)
+        if session is None:
+            return json_error(
+                503,
+                "every web session viewers may hold is taken (they end when they expire or their viewers"
+                " log out or are removed); the lead's own are kept apart",
+            )
         response = web.json_response({"ok": True})
         response.set_cookie(
             COOKIE,
@@ -164,12 +170,14 @@ class WebBoard:
     async def _mint_ticket(self, request: web.Request) -> web.Response:
         """A one-time login link's ticket, for a caller holding the lead's bearer credential."""
         peer = request.remote or ""
-        wait_s = self.limiter.retry_after_s(peer)
-        if wait_s is not None:
-            return json_error(429, "too many failed logins; try again later", {"Retry-After": str(wait_s)})
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        identity = self._board.authenticate(token.strip()) if scheme.lower() == "bearer" and token.strip() else None
+        # Only the lead's credential mints, and the daemon holds it in memory: no read.
+        given = token.strip() if scheme.lower() == "bearer" else ""
+        identity = self._board.authenticate(given, read_store=False) if given else None
         if identity is None or not identity.is_lead:
+            wait_s = self.limiter.retry_after_s(peer)
+            if wait_s is not None:
+                return _too_many_failures(wait_s)
             self.limiter.failed(peer)
             return json_error(401, "a login ticket needs the lead's credential")
         return web.json_response({"ticket": self.tickets.mint(identity)})
@@ -265,6 +273,10 @@ class WebBoard:
         if isinstance(session, web.Response):
             return session
         return await self._actions.serve(request, session)
+
+
+def _too_many_failures(wait_s: int) -> web.Response:
+    return json_error(429, "too many failed logins from this address; try again later", {"Retry-After": str(wait_s)})
 
 
 async def _no_icon(request: web.Request) -> web.Response:

@@ -8,11 +8,16 @@ misses nothing. Stats go out once a second as a `stats` event, one read for
 all streams. What one stream holds unsent is bounded by the socket's buffer:
 a write that cannot drain within `SEND_TIMEOUT_S` ends the stream, and the
 page resumes from its last id.
+
+Streams are bounded per identity (see config): each viewer's, all viewers'
+together below the whole, so the lead's board always finds a free slot. A
+slot is taken before the stream's first await and given back in `finally`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -73,6 +78,7 @@ class Feed:
         self._hub = hub
         self._config = config
         self._clients: dict[EventSourceResponse, Identity] = {}
+        self._held: collections.Counter[Identity] = collections.Counter()  # slots taken, by identity
         self._stats = StatsTicker(board, hub, self._clients)
         self._recent = RecentEvents(board, hub)
 
@@ -99,12 +105,42 @@ class Feed:
             return json_error(400, "after is beyond the end of the event log")
         return after
 
+    def _refusal(self, identity: Identity) -> web.Response | None:
+        """Why `identity` may not open one more stream now, or None when it may."""
+        config = self._config
+        retry = {"Retry-After": str(RETRY_AFTER_S)}
+        if self._held.total() >= config.feed_clients_max:
+            return json_error(503, f"too many open boards (at most {config.feed_clients_max})", retry)
+        if identity.is_lead:
+            return None
+        if self._held[identity] >= config.feed_per_viewer:
+            return json_error(429, f"this viewer has {config.feed_per_viewer} boards open already; close one", retry)
+        viewers = sum(held for holder, held in self._held.items() if not holder.is_lead)
+        if viewers >= config.feed_clients_max - config.feed_lead_reserved:
+            return json_error(
+                503,
+                f"viewers have {viewers} boards open, all they may; the other"
+                f" {config.feed_lead_reserved} are kept for the lead",
+                retry,
+            )
+        return None
+
     async def serve(self, request: web.Request, identity: Identity) -> web.StreamResponse:
         after = await self._start_after(request)
         if isinstance(after, web.Response):
             return after
-        if len(self._clients) >= self._config.feed_clients_max:
-            return json_error(503, "too many open boards", {"Retry-After": str(RETRY_AFTER_S)})
+        refusal = self._refusal(identity)
+        if refusal is not None:
+            return refusal
+        self._held[identity] += 1
+        try:
+            return await self._stream(request, identity, after)
+        finally:
+            self._held[identity] -= 1
+            if not self._held[identity]:
+                del self._held[identity]
+
+    async def _stream(self, request: web.Request, identity: Identity, after: int) -> web.StreamResponse:
         stream = EventSourceResponse(ping_interval=self._config.heartbeat_s, send_timeout=SEND_TIMEOUT_S)
         await stream.prepare(request)
         self._clients[stream] = identity
