@@ -1,5 +1,10 @@
 """The single writer: savepoints per job, group commit, commit failures, re-entrancy,
 overload refusal, and its counters.
+
+On SQLite (the default) and, with `--store postgres`, on a PostgreSQL writer with a
+schema of its own: what the writer promises its callers (a job rolls back alone, nothing
+is reported that did not commit, futures after COMMIT) holds on both. The tests of
+SQLite's own machinery (a full disk, SQLITE_BUSY, its COMMIT's I/O errors) are marked so.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ import concurrent.futures
 import sqlite3
 import threading
 
+import psycopg
 import pytest
 from boardkit import Blocker, SecondsClock
 
@@ -17,12 +23,15 @@ from corrald import failpoints
 from corrald.clock import FakeClock
 from corrald.config import WriterConfig, WriterLevels
 from corrald.errors import CommitInDoubt, Overloaded, ReentrantSubmit, Unavailable
+from corrald.pg.storage import PgStorage
+from corrald.pg.target import PgTarget
 from corrald.store.schema import open_writer
 from corrald.writer import CommitFailed, Writer, job_owner
 from tests.support import wait_until, wait_until_async
+from tests.support.postgres import run_database_dsn
 
-# SQLite's own machinery: its writer connection, its clock across restarts of one file.
-pytestmark = [pytest.mark.timeout(30), pytest.mark.sqlite_only]
+pytestmark = pytest.mark.timeout(30)
+sqlite_only = pytest.mark.sqlite_only  # SQLite's own machinery: its writer connection and file
 WAIT = 10  # seconds for any single future
 
 
@@ -31,20 +40,33 @@ def timer() -> SecondsClock:
     return SecondsClock()
 
 
+def _writer_of(db_path, config: WriterConfig, clock, **options) -> Writer:
+    """A writer of the test's store: the SQLite file, or the PostgreSQL schema (with table t)."""
+    if isinstance(db_path, PgTarget):
+        with psycopg.connect(run_database_dsn(), autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {db_path.schema}")
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {db_path.schema}.t (k TEXT PRIMARY KEY, v BYTEA)")
+        storage = PgStorage(db_path, "test-daemon", clock=None)
+        return Writer(storage.open, clock, config, storage=storage, **options)
+
+    def connect():
+        return open_writer(db_path, synchronous=config.synchronous, busy_timeout_ms=config.busy_timeout_ms)
+
+    return Writer(connect, clock, config, **options)
+
+
 @pytest.fixture
 def make_writer(db_path, timer):
     made: list[Writer] = []
 
     def make(config: WriterConfig = WriterConfig(), on_commit=None, clock: FakeClock | None = None) -> Writer:
-        def connect():
-            return open_writer(db_path, synchronous=config.synchronous, busy_timeout_ms=config.busy_timeout_ms)
-
         # The batch budget's timer stands still unless a test moves it, so batches
         # are decided by the queue alone.
-        writer = Writer(connect, clock or FakeClock(), config, on_commit, timer=timer)
+        writer = _writer_of(db_path, config, clock or FakeClock(), on_commit=on_commit, timer=timer)
         writer.start()
         made.append(writer)
-        writer.call(lambda tx: tx.conn.execute("CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY, v BLOB)"), WAIT)
+        if not isinstance(db_path, PgTarget):
+            writer.call(lambda tx: tx.conn.execute("CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY, v BLOB)"), WAIT)
         return writer
 
     yield make
@@ -75,6 +97,9 @@ def insert_then_raise(key: str):
 
 def keys(db_path) -> set[str]:
     """What a fresh connection sees: only committed rows."""
+    if isinstance(db_path, PgTarget):
+        with psycopg.connect(run_database_dsn(), autocommit=True) as pg:
+            return {k for (k,) in pg.execute(f"SELECT k FROM {db_path.schema}.t")}
     conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     try:
         return {k for (k,) in conn.execute("SELECT k FROM t")}
@@ -108,9 +133,10 @@ def test_a_failing_job_rolls_back_alone(writer, db_path, timer):
     results = [outcome(f) for f in futures]
     assert results[0] == ("ok", "a") and results[2] == ("ok", "c") and results[4] == ("ok", "d")
     assert results[1][0] == "error" and isinstance(results[1][1], ValueError)
-    assert results[3][0] == "error" and isinstance(results[3][1], sqlite3.IntegrityError)
+    assert results[3][0] == "error" and isinstance(results[3][1], (sqlite3.IntegrityError, psycopg.IntegrityError))
     assert keys(db_path) == {"a", "c", "d"}
-    # The blocker's batch and one batch for all five jobs.
+    # The blocker's batch and one batch for all five jobs (on PostgreSQL run a second time
+    # with a savepoint per job, after a job failed having written: still one commit).
     assert writer.stats().commits - commits == 2
 
 
@@ -208,9 +234,6 @@ def test_a_batchs_own_time_is_shared_by_its_jobs_in_proportion_to_theirs(db_path
     """BEGIN, COMMIT, its fsync and the epilogue are paid for by the batch's jobs, each in
     proportion to its own time: a job that wrote three times as much pays three times as much."""
 
-    def connect():
-        return open_writer(db_path, synchronous="NORMAL", busy_timeout_ms=1000)
-
     def epilogue(conn, now, changed, failures):
         timer.now += 0.006  # the batch's own work, outside any job
 
@@ -221,7 +244,7 @@ def test_a_batchs_own_time_is_shared_by_its_jobs_in_proportion_to_theirs(db_path
 
         return job
 
-    writer = Writer(connect, FakeClock(), WriterConfig(), epilogue=epilogue, timer=timer)
+    writer = _writer_of(db_path, WriterConfig(), FakeClock(), epilogue=epilogue, timer=timer)
     writer.start()
     try:
         blocker = Blocker()  # leaves the timer alone: costs nothing, uses no budget
@@ -414,6 +437,7 @@ def test_failed_commit_fails_every_job_and_leaves_nothing(writer, db_path, timer
     assert keys(db_path) == {"after"}
 
 
+@sqlite_only
 def test_an_io_error_from_commit_is_in_doubt_never_not_applied(writer, db_path):
     """SQLite's COMMIT fails with an I/O error (a failed fsync) after its frames reached the
     WAL: the write may be there after a restart, so its callers hear COMMIT_IN_DOUBT, not
@@ -435,6 +459,7 @@ def test_commit_failure_on_every_batch_never_reports_success(writer, db_path):
     assert keys(db_path) == set()
 
 
+@sqlite_only
 def test_disk_full_is_consistent(writer, db_path, timer):
     """SQLITE_FULL mid-batch: whatever was reported successful is there, nothing else is."""
     pages = writer.call(lambda tx: tx.conn.execute("PRAGMA page_count").fetchone()[0], WAIT)
@@ -458,6 +483,7 @@ def test_disk_full_is_consistent(writer, db_path, timer):
     assert writer.call(insert("later", b"y" * 100_000), WAIT) == "later"
 
 
+@sqlite_only
 def test_a_job_that_ends_the_transaction_fails_its_whole_batch(writer, db_path, timer):
     blocker = Blocker(timer)
     held = blocker.hold(writer)
@@ -648,6 +674,7 @@ def test_a_cancelled_future_does_not_kill_the_writer(writer, db_path, timer):
     assert writer.stats().jobs >= 3
 
 
+@sqlite_only
 def test_start_failure_is_reported(tmp_path):
     def broken():
         raise sqlite3.OperationalError("cannot open")
@@ -666,6 +693,7 @@ def test_concurrent_futures_from_threads_and_loops_mix(writer):
     assert results == [f"p{i}" for i in range(40)]
 
 
+@sqlite_only
 def test_sqlite_busy_is_retried_counted_and_never_reported_as_success(make_writer, db_path):
     writer = make_writer(WriterConfig(busy_timeout_ms=1, busy_retries=3))
     intruder = sqlite3.connect(db_path, isolation_level=None)
