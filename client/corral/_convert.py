@@ -12,9 +12,10 @@ import datetime
 from collections.abc import Iterable
 from typing import Any
 
+import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from corral._errors import CorralError
+from corral._errors import CorralError, FieldViolation, InvalidArgument
 from corral._tracing import current_trace_parent
 from corral._types import (
     Attempt,
@@ -200,14 +201,30 @@ def usage_from_pb(message: pb.Usage) -> Usage:
     return Usage(message.input_tokens, message.output_tokens, message.cost_micros, message.model)
 
 
+_INT64 = range(-(2**63), 2**63)
+
+
+def int64(field: str, value: int) -> int:
+    """`value` for a wire int64 field, or InvalidArgument naming `field` (protobuf would
+    raise a bare ValueError)."""
+    if value not in _INT64:
+        description = f"{value} does not fit in 64 bits"
+        raise InvalidArgument(
+            f"{field}: {description}",
+            code=grpc.StatusCode.INVALID_ARGUMENT,
+            field_violations=[FieldViolation(field, description)],
+        )
+    return value
+
+
 def usage_to_pb(usage: Usage | None) -> pb.Usage | None:
     """A usage report for the wire; None (nothing to report) stays unset."""
     if usage is None:
         return None
     return pb.Usage(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        cost_micros=usage.cost_micros,
+        input_tokens=int64("usage.input_tokens", usage.input_tokens),
+        output_tokens=int64("usage.output_tokens", usage.output_tokens),
+        cost_micros=int64("usage.cost_micros", usage.cost_micros),
         model=usage.model,
     )
 

@@ -316,7 +316,11 @@ class Lead(BoardClient):
         its own; 0 is no limit on that measure. A teammate whose spending reached
         its budget gets no new claim until it is raised (held claims stay).
         Returns the budget set."""
-        request = pb.SetBudgetRequest(teammate=teammate, max_cost_micros=max_cost_micros, max_tokens=max_tokens)
+        request = pb.SetBudgetRequest(
+            teammate=teammate,
+            max_cost_micros=_convert.int64("max_cost_micros", max_cost_micros),
+            max_tokens=_convert.int64("max_tokens", max_tokens),
+        )
         response: pb.SetBudgetResponse = self._write(self._lead.SetBudget, request)
         return _convert.budget_from_pb(response.budget)
 

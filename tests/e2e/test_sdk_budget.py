@@ -11,6 +11,7 @@ import pytest
 
 import corral
 import corral.aio
+from corral import _convert
 from tests.support import FAST_POLL, watch_until
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("transport")]
@@ -55,6 +56,12 @@ def test_lead_set_budget_refuses_bad_input(lead: corral.Lead) -> None:
         lead.set_budget("nobody", max_tokens=1)
     with pytest.raises(corral.InvalidArgument):
         lead.set_budget("*", max_tokens=-1)
+    # Past what the wire carries: refused by the SDK, naming the field, not protobuf's ValueError.
+    with pytest.raises(corral.InvalidArgument, match="max_tokens") as refused:
+        lead.set_budget("*", max_tokens=2**70)
+    assert [v.field for v in refused.value.field_violations] == ["max_tokens"]
+    with pytest.raises(corral.InvalidArgument, match="usage.input_tokens"):
+        _convert.usage_to_pb(corral.Usage(input_tokens=2**63))  # what claim.complete and renew send
 
 
 def test_aio_usage_on_failures_and_the_default_budget(lead: corral.Lead) -> None:
