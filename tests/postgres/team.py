@@ -94,18 +94,20 @@ class Worker(threading.Thread):
 
     def _claim_and_complete(self, client: Client) -> None:
         stream = client.idle(poll_interval=0.5, timeout=max(1.0, self._deadline - time.monotonic()))
+        idle_timed_out = False
         try:
             while not self._halt.is_set():
                 try:
                     response = stream.try_next(0.2)
                 except AssertionError:  # the stream ended: why decides what comes next
                     code, details = stream.end_status or (None, "")
-                    if code in _GONE:
-                        return
+                    if code in _GONE or (code == grpc.StatusCode.OK and idle_timed_out):
+                        return  # (an Idle stream with nothing to hand out ends OK: open another)
                     raise RuntimeError(f"{self.mate}: stream ended with {code}: {details}") from None
                 if response is None:
                     continue
                 which = response.WhichOneof("event")
+                idle_timed_out = which == "idle_timeout"
                 if which != "claim":
                     continue
                 claim = response.claim

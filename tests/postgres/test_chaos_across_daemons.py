@@ -249,7 +249,8 @@ def test_three_daemons_under_mixed_faults_complete_every_task_once_and_answer_tr
         for worker in workers:
             worker.join(15)
 
-    assert [e for w in workers for e in w.errors] == []
+    errors = [e for w in workers for e in w.errors]
+    assert errors == [], "\n".join(errors[:10])
     completed = collections.Counter(
         row[0] for row in board.sql("SELECT task_seq FROM claims WHERE outcome = %s", ("completed",))
     )
