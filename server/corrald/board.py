@@ -394,60 +394,61 @@ class Board:
             raise errors.InvalidArgument("roles", f"more than {self.limits.roles_max} roles")
         for role in roles:
             validate.check_id("roles", role, self.limits)
-        token = "corral-tm-" + secrets.token_urlsafe(32)
+        return await self._mint(
+            name,
+            "corral-tm-",
+            self._teammate_hashes,
+            lambda tx, digest: team.add_teammate(tx, name, tuple(roles), require_plan, digest),
+            lambda tx, digest: team.rotate_token(tx, name, digest),
+            key,
+        )
+
+    async def _mint(
+        self,
+        name: str,
+        prefix: str,
+        hashes: dict[bytes, str],
+        add: Callable[[Txn, bytes], T],
+        rotate: Callable[[Txn, bytes], None],
+        key: RequestKey | None,
+    ) -> tuple[T, str]:
+        """A new credential for `name`, added (`add`) with only its hash stored. A retry of the
+        call that added it (its request id) gives it another (`rotate`): the first one's answer
+        was lost, so it is forgotten, and AnsweredBefore carries the new one."""
+        token = prefix + secrets.token_urlsafe(32)
         digest = token_hash(token)
         try:
-            added = await self._write(
-                lambda tx: (team.add_teammate(tx, name, tuple(roles), require_plan, digest), token),
-                key,
-                replay=lambda tx: team.rotate_token(tx, name, digest),
-            )
+            added = await self._write(lambda tx: (add(tx, digest), token), key, replay=lambda tx: rotate(tx, digest))
         except requestids.AnsweredBefore as before:
-            self._forget(name)
-            self._teammate_hashes[digest] = name
+            _forget(hashes, name)
+            hashes[digest] = name
             raise requestids.AnsweredBefore(before.response, token) from None
-        self._teammate_hashes[digest] = name
+        hashes[digest] = name
         return added
 
     async def remove_teammate(self, name: str, key: RequestKey | None = None) -> TeammateRecord:
         record = await self._write(lambda tx: team.remove_teammate(tx, name), key)
-        self._forget(name)
+        _forget(self._teammate_hashes, name)
         return record
-
-    def _forget(self, name: str) -> None:
-        for digest, owner in list(self._teammate_hashes.items()):
-            if owner == name:
-                del self._teammate_hashes[digest]
 
     async def add_viewer(self, name: str, key: RequestKey | None = None) -> tuple[ViewerRecord, str]:
         """Mints a read-only credential; only its hash is stored. Sent again with its request
         id, the call gives the viewer a new credential (AnsweredBefore carries it)."""
         validate.check_id("name", name, self.limits)
-        token = "corral-view-" + secrets.token_urlsafe(32)
-        digest = token_hash(token)
-        try:
-            added = await self._write(
-                lambda tx: (viewers.add_viewer(tx, name, digest), token),
-                key,
-                replay=lambda tx: viewers.rotate_token(tx, name, digest),
-            )
-        except requestids.AnsweredBefore as before:
-            self._forget_viewer(name)
-            self._viewer_hashes[digest] = name
-            raise requestids.AnsweredBefore(before.response, token) from None
-        self._viewer_hashes[digest] = name
-        return added
+        return await self._mint(
+            name,
+            "corral-view-",
+            self._viewer_hashes,
+            lambda tx, digest: viewers.add_viewer(tx, name, digest),
+            lambda tx, digest: viewers.rotate_token(tx, name, digest),
+            key,
+        )
 
     async def remove_viewer(self, name: str, key: RequestKey | None = None) -> None:
         await self._write(lambda tx: viewers.remove_viewer(tx, name), key)
-        self._forget_viewer(name)
+        _forget(self._viewer_hashes, name)
         for listener in self.viewer_removed:
             listener(Identity(VIEWER_PREFIX + name, False, is_viewer=True))
-
-    def _forget_viewer(self, name: str) -> None:
-        for digest, owner in list(self._viewer_hashes.items()):
-            if owner == name:
-                del self._viewer_hashes[digest]
 
     async def list_viewers(self) -> list[ViewerRecord]:
         return await self.read(viewers.list_viewers)
@@ -496,7 +497,7 @@ class Board:
 
         removed, deadline = await self.writer.run(job)
         for name in removed:
-            self._forget(name)
+            _forget(self._teammate_hashes, name)
         return deadline
 
     # ------------------------------------------------------------ teammate
@@ -881,3 +882,10 @@ class Board:
         """`stats` for a thread off the event loop (the metrics endpoint); the board must be open."""
         assert self.readers is not None
         return self.readers.call(self._stats)
+
+
+def _forget(hashes: dict[bytes, str], name: str) -> None:
+    """Drops every credential of `name` from a cache of credentials by hash."""
+    for digest, owner in list(hashes.items()):
+        if owner == name:
+            del hashes[digest]

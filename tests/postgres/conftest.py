@@ -18,7 +18,7 @@ from corrald.pg.sql import PgConnection
 from corrald.pg.storage import connect
 from corrald.pg.target import PgTarget
 from tests.contract.wire import Daemon
-from tests.support.postgres import fresh_schema, run_database_dsn
+from tests.support.postgres import ThrowawayServer, fresh_schema, new_database, run_database_dsn
 
 
 class BoardDaemon(Daemon):
@@ -102,3 +102,19 @@ def shared_board(tmp_path) -> Iterator[SharedBoard]:
     board = SharedBoard(tmp_path)
     yield board
     board.stop_daemons()
+
+
+@pytest.fixture
+def own_server() -> Iterator[ThrowawayServer]:
+    """A server of the test's own, which it may stop and start (the shared one never is)."""
+    started = ThrowawayServer().start()
+    yield started
+    started.close()
+
+
+@pytest.fixture
+def own_board(tmp_path, own_server) -> Iterator[SharedBoard]:
+    """A board in a database of `own_server`."""
+    made = SharedBoard(tmp_path, new_database(own_server.dsn))
+    yield made
+    made.stop_daemons()

@@ -24,7 +24,6 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -34,7 +33,7 @@ from tests.contract.wire import Client, Daemon, spec
 from tests.reliability.rel_harness import pick
 from tests.reliability.rel_history import Recorder, check
 from tests.support import wait_until
-from tests.support.postgres import ThrowawayServer, new_database
+from tests.support.postgres import ThrowawayServer
 from tests.support.tcp_proxy import TcpProxy, proxy_in_front_of
 
 from .conftest import SharedBoard
@@ -49,20 +48,6 @@ STALL_S = 1.0  # --pg-stall-timeout of every daemon
 SEED = int(os.environ.get("CORRAL_CHAOS_SEED", "30"))
 
 pytestmark = pytest.mark.timeout(FAULT_S + 240)
-
-
-@pytest.fixture
-def server() -> Iterator[ThrowawayServer]:
-    started = ThrowawayServer().start()
-    yield started
-    started.close()
-
-
-@pytest.fixture
-def board(tmp_path, server) -> Iterator[SharedBoard]:
-    made = SharedBoard(tmp_path, new_database(server.dsn))
-    yield made
-    made.stop_daemons()
 
 
 def _dag(count: int, rng: random.Random) -> list[pb.TaskSpec]:
@@ -199,7 +184,10 @@ def _what_is_left(board: SharedBoard, daemons: list[Daemon], workers: list[Worke
     return f"states {states}; stuck {stuck}; daemons {alive}; workers gone {idle}; errors {errors}\n{logs}"
 
 
-def test_three_daemons_under_mixed_faults_complete_every_task_once_and_answer_truthfully(server, board, tmp_path):
+def test_three_daemons_under_mixed_faults_complete_every_task_once_and_answer_truthfully(
+    own_server, own_board, tmp_path
+):
+    server, board = own_server, own_board
     rng = random.Random(SEED)
     with proxy_in_front_of(board.dsn) as (proxy, via_proxy):
         stall = ("--pg-stall-timeout", str(STALL_S))

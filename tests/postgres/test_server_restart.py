@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -22,9 +21,7 @@ from corral.v1 import corral_pb2 as pb
 from tests.contract.wire import Client, Daemon, rpc_error, spec
 from tests.reliability.rel_history import Recorder, check
 from tests.support import wait_until
-from tests.support.postgres import ThrowawayServer, new_database
 
-from .conftest import SharedBoard
 from .team import Worker
 
 pytestmark = pytest.mark.timeout(150)
@@ -34,20 +31,6 @@ LATE = 20  # the last tasks, asked for while the server is down and again once i
 LEASE_S = 30.0  # every completion sent again after the restart comes within its claim's lease
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-
-
-@pytest.fixture
-def server() -> Iterator[ThrowawayServer]:
-    started = ThrowawayServer().start()
-    yield started
-    started.close()
-
-
-@pytest.fixture
-def board(tmp_path, server) -> Iterator[SharedBoard]:
-    made = SharedBoard(tmp_path, new_database(server.dsn))
-    yield made
-    made.stop_daemons()
 
 
 def _health(daemon: Daemon) -> int:
@@ -83,7 +66,8 @@ def _complete(client: Client, held: pb.Claim, recorder: Recorder) -> pb.Complete
     return done
 
 
-def test_a_server_restarted_mid_run_loses_no_write_and_every_retry_then_succeeds(server, board):
+def test_a_server_restarted_mid_run_loses_no_write_and_every_retry_then_succeeds(own_server, own_board):
+    server, board = own_server, own_board
     a, b = board.daemon("a"), board.daemon("b")
     recorder = Recorder()
     holder, held = _hold_a_claim(a, b, recorder)
