@@ -530,7 +530,7 @@ def test_hostile_strings_round_trip_byte_exact(daemon, figures):
     size limits in every string (and bytes) field: stored and returned byte-exact; values past the
     limits refused; the database schema unchanged."""
     lead = Lead(daemon)
-    schema_before = schema_of(daemon.database)
+    schema_before = schema_of(daemon)
     mate = pb_grpc.TeammateServiceStub(lead.channel)
     mismatches: list[str] = []
     checked = collections.Counter()
@@ -691,7 +691,7 @@ def test_hostile_strings_round_trip_byte_exact(daemon, figures):
         except grpc.RpcError as error:
             refused[error.code().name] += 1
     lead.close()
-    schema_after = schema_of(daemon.database)
+    schema_after = schema_of(daemon)
     figures(
         hostile_ids=len(_IDS),
         hostile_texts=len(_TEXTS),
