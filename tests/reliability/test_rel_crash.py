@@ -342,7 +342,7 @@ def test_kill_failpoint_around_commit(daemons, figures, point, operation):
     with d.board() as conn:
         doubles = conn.execute(
             "SELECT count(*) FROM (SELECT task_seq FROM claims WHERE outcome='completed'"
-            " GROUP BY task_seq HAVING count(*) > 1)"
+            " GROUP BY task_seq HAVING count(*) > 1) AS doubled"
         ).fetchone()[0]
     check_ok = integrity(d)
     figures(
@@ -422,7 +422,7 @@ def test_restart_never_expires_a_renewing_teammate(daemons, tmp_path, figures):
     premature = expired + sum(1 for e in refused if e["reason"] == "LEASE_EXPIRED")
     with d.board() as conn:
         claims_per_task = conn.execute(
-            "SELECT max(n) FROM (SELECT count(*) n FROM claims GROUP BY task_seq)"
+            "SELECT max(n) FROM (SELECT count(*) n FROM claims GROUP BY task_seq) AS per_task"
         ).fetchone()[0]
     figures(
         teammates=n_teammates,
