@@ -189,10 +189,11 @@ def _identity(tokens: dict, who: str):
 @pytest.mark.timeout(pick(240, 1800))
 def test_generated_requests_never_crash_or_answer_internal(fuzz_board, figures):
     """Hypothesis-generated requests for every RPC, from every kind of caller: the daemon never
-    crashes and never answers INTERNAL or UNKNOWN."""
+    crashes and never answers INTERNAL or UNKNOWN. (600 examples, 400 on a PostgreSQL board:
+    drawn without randomness, each count reaches every RPC.)"""
     board = fuzz_board
     channel = board["daemon"].channel()
-    examples = pick(600, 5000)
+    examples = pick(600, 5000, postgres=400)
     codes = collections.Counter()
     per_method = collections.Counter()
     bad: list[str] = []
