@@ -86,23 +86,28 @@ LOAD_TESTS := tests/reliability/test_rel_load.py
 PAIRED_TESTS := $(filter-out $(addsuffix /,$(PARALLEL_TESTS)) tests/artifacts/,$(sort $(wildcard tests/*/))) $(TIMED_TESTS)
 
 # The board's tests, the gRPC end-to-end suite and the wire contract suite's files that
-# time nothing (but its 20 s hypothesis run, the full disk, which is SQLite's, and
-# undecodable bytes, health and reflection, which no store touches) run again on
-# PostgreSQL (`--store postgres`), with the files of tests/postgres (several daemons,
-# one board) that time nothing; the rest of tests/postgres, which bounds wake-ups
+# time nothing (but the full disk, which is SQLite's, and undecodable bytes, health and
+# reflection, which no store touches; the hypothesis run of Sessions takes 400 examples
+# there, not 2,000) run again on PostgreSQL (`--store postgres`), with the files of
+# tests/postgres (several daemons, one board) that time nothing, and the reliability
+# suite's hostile clients, commit failures and credentials, at a reduced size (`pick` in
+# tests/reliability/rel_harness.py); the rest of tests/postgres, which bounds wake-ups
 # across daemons, runs alone. (All of the contract suite on PostgreSQL: `pytest --store
 # postgres tests/contract`.)
 POSTGRES_UNTIMED := $(patsubst %,tests/postgres/test_%.py,server_restart translation two_daemons writer_jobs)
 POSTGRES_CONTRACT := activity_log attempts auth bad_input concurrency_keys identity large_messages plan_gate \
-	progress protocol_first reconnect request_ids restart serve session session_failpoints team team_pages usage_budget watch
+	progress protocol_first reconnect request_ids restart serve session session_failpoints session_hypothesis team \
+	team_pages twin_completions usage_budget watch
+POSTGRES_RELIABILITY := $(patsubst %,tests/reliability/test_rel_%.py,commit_failures hostile security)
 POSTGRES_TESTS := tests/server tests/e2e $(patsubst %,tests/contract/test_%.py,$(POSTGRES_CONTRACT)) \
-	$(POSTGRES_UNTIMED)
+	$(POSTGRES_RELIABILITY) $(POSTGRES_UNTIMED)
 # The contract suite's timed files that exercise the store (the Session races and
-# waiters, leases, attempt deadlines, the idle budget, big batches and cascades) run on
-# PostgreSQL too, two at a time after the paired ones; those that time the daemon's own
-# work (admission, bursts, memory, overload, SIGTERM, silent connections) run on SQLite.
+# waiters, leases, attempt deadlines, the idle budget, big batches and cascades) and the
+# reliability suite's chaos and crashes run on PostgreSQL too, two at a time after the
+# paired ones; those that time the daemon's own work (admission, bursts, memory,
+# overload, SIGTERM, silent connections, the load tests) run on SQLite.
 POSTGRES_TIMED := $(patsubst %,tests/contract/test_%.py,big_batches big_cancels claim_ended idle_timeout leases \
-	session_races session_waiters)
+	session_races session_waiters) $(patsubst %,tests/reliability/test_rel_%.py,chaos crash)
 
 test: $(STAMP) check-protos check-unasync check-vendor-web lint-proto lint browser postgres
 	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=10 \

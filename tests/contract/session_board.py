@@ -19,40 +19,19 @@ import contextlib
 import dataclasses
 import json
 import sqlite3
-from collections.abc import Iterator
 
 from google.rpc import error_details_pb2
 
 from tests.reliability.rel_history import Recorder, check
-from tests.support.daemons import store_args
+from tests.support.boards import read_board
 
 TASK_IN_PROGRESS = 2
 
 
-@contextlib.contextmanager
-def board_db(daemon) -> Iterator[sqlite3.Connection]:
-    """The daemon's database, read-only (the daemon may keep running); on PostgreSQL, the
-    board's schema through the connection the store uses there (it reads the same SQL)."""
-    postgres = store_args(daemon.state_dir)
-    if postgres:
-        from corrald.pg.sql import PgConnection
-        from corrald.pg.storage import connect
-        from corrald.pg.target import PgTarget
-
-        target = PgTarget.parse(postgres[1], schema=postgres[3])
-        pg = PgConnection(connect(target, read_only=True))
-        try:
-            yield pg  # type: ignore[misc]
-        finally:
-            pg.close()
-        return
-    path = daemon.state_dir / "corral.sqlite3"
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
-    try:
-        conn.execute("PRAGMA query_only = ON")
-        yield conn
-    finally:
-        conn.close()
+def board_db(daemon) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+    """The daemon's board, read-only (the daemon may keep running), on either store
+    (tests/support/boards.py)."""
+    return read_board(daemon.state_dir)
 
 
 def reason_of(status) -> str:

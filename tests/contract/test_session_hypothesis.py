@@ -24,9 +24,10 @@ message, and a second `open`. What must hold:
   reliability history checker (tests/reliability/rel_history.py) finds no
   violation of design §2 over every claim delivered and op answered.
 
-One daemon for the module (`--synchronous NORMAL`: the invariants do not
-depend on fsync, and the examples run faster), 2,000 examples in all
-(CORRAL_SOAK=1: 10,000).
+One daemon for the module (on SQLite `--synchronous NORMAL`: the invariants do
+not depend on fsync, and the examples run faster), 2,000 examples in all
+(CORRAL_SOAK=1: 10,000); on PostgreSQL (`--store postgres`), where each op is
+round trips to the server, 400.
 """
 
 from __future__ import annotations
@@ -48,11 +49,12 @@ from hypothesis import strategies as st
 from corral.v1 import corral_pb2 as pb
 from tests.reliability.rel_harness import SOAK
 from tests.reliability.rel_history import Recorder
+from tests.support.boards import on_postgres
 
 from .session_board import board_db, board_history, reason_of
 from .wire import Client, Daemon, Stream, spec, start_corrald
 
-EXAMPLES = 10_000 if SOAK else 2_000
+EXAMPLES = 10_000 if SOAK else 400 if on_postgres() else 2_000
 SESSION_METHOD = "/corral.v1.TeammateService/Session"
 READ_TIMEOUT_S = 10.0
 MINT_BATCH = 50
@@ -157,7 +159,7 @@ class Board:
 @pytest.fixture(scope="module")
 def board(tmp_path_factory) -> Iterator[Board]:
     root = tmp_path_factory.mktemp("session-hypothesis")
-    daemon = start_corrald(root / "state", root, extra_args=["--synchronous", "NORMAL"])
+    daemon = start_corrald(root / "state", root, extra_args=[] if on_postgres() else ["--synchronous", "NORMAL"])
     try:
         with board_db(daemon) as conn:
             board = Board(daemon, Pool(daemon), Recorder(), conn)

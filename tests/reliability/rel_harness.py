@@ -29,15 +29,20 @@ from google.rpc import error_details_pb2, status_pb2
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 from tests import support
+from tests.support.boards import board_schema, on_postgres, read_board, sqlite_integrity
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 SOAK = os.environ.get("CORRAL_SOAK", "") not in ("", "0")
 
 
-def pick(reduced, full):
-    """The reduced size for `make test`, the full size with CORRAL_SOAK=1."""
-    return full if SOAK else reduced
+def pick(reduced, full, postgres=None):
+    """The reduced size for `make test`, the full size with CORRAL_SOAK=1; on a PostgreSQL
+    board (`--store postgres`), whose round trips cost more, `postgres` when given instead of
+    the reduced size."""
+    if SOAK:
+        return full
+    return postgres if postgres is not None and on_postgres() else reduced
 
 
 # Each client gets its own subchannels (a fresh client to a restarted daemon must
@@ -160,6 +165,10 @@ class Daemon(support.Daemon):
 
     def lead_token(self) -> str:
         return self.read_lead_token()
+
+    def board(self) -> contextlib.AbstractContextManager[Any]:
+        """The daemon's board, read-only, on either store (tests/support/boards.py)."""
+        return read_board(self.state_dir)
 
     def rss_kib(self) -> int:
         with open(f"/proc/{self.pid}/status") as handle:
@@ -323,11 +332,12 @@ def wait_for_tasks_terminal(lead: Lead, ids: set[str], timeout: float, seen: dic
     raise AssertionError(f"{len(missing)} tasks not terminal after {timeout}s: {missing[:10]}")
 
 
-# ---------------------------------------------------------------- the database, read-only
+# ---------------------------------------------------------------- the board, read-only
 
 
 @contextlib.contextmanager
 def open_db_ro(path: pathlib.Path):
+    """A SQLite file of the test's own, read-only (a daemon's board: `Daemon.board()`)."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
     try:
         yield conn
@@ -335,21 +345,14 @@ def open_db_ro(path: pathlib.Path):
         conn.close()
 
 
-def integrity(path: pathlib.Path) -> str:
-    with open_db_ro(path) as conn:
-        return ";".join(row[0] for row in conn.execute("PRAGMA integrity_check"))
+def integrity(daemon: Daemon) -> str | None:
+    """SQLite's integrity check of the daemon's file ("ok"); None on PostgreSQL."""
+    return sqlite_integrity(daemon.state_dir)
 
 
-def double_completions(conn: sqlite3.Connection) -> int:
-    return conn.execute(
-        "SELECT count(*) FROM (SELECT task_seq FROM claims WHERE outcome = 'completed'"
-        " GROUP BY task_seq HAVING count(*) > 1)"
-    ).fetchone()[0]
-
-
-def schema_of(path: pathlib.Path) -> list[tuple]:
-    with open_db_ro(path) as conn:
-        return conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name").fetchall()
+def schema_of(daemon: Daemon) -> list[tuple]:
+    """The board's tables and indexes as stored (tests/support/boards.py)."""
+    return board_schema(daemon.state_dir)
 
 
 def wal_size(daemon: Daemon) -> int:

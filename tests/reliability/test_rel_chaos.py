@@ -28,7 +28,6 @@ from .rel_harness import (
     dur,
     md,
     now_ms,
-    open_db_ro,
     pick,
     read_line,
     specs_for,
@@ -194,7 +193,7 @@ def test_frozen_holder_with_open_stream_does_not_get_the_task_back(daemon, tmp_p
         proc.send_signal(signal.SIGCONT)
         proc.kill()
         proc.wait(10)
-    with open_db_ro(daemon.database) as conn:
+    with daemon.board() as conn:
         frozen_claims = conn.execute("SELECT count(*) FROM claims WHERE teammate = 'frozen'").fetchone()[0]
     lead.close()
     figures(
@@ -232,7 +231,7 @@ def test_daemon_drops_stream_right_after_claim_sent(daemons, figures, action):
     for response in stub.Idle(pb.IdleRequest(), metadata=md(token), timeout=10):
         again = response.claim
         break
-    with open_db_ro(d.database) as conn:
+    with d.board() as conn:
         rows = conn.execute("SELECT token, fence, attempt FROM claims").fetchall()
     lead.close()
     figures(
@@ -587,7 +586,7 @@ def test_control_messages_race_claims(daemon, figures):
 
     recorder = Recorder()
     mates, elapsed = asyncio.run(main())
-    with open_db_ro(daemon.database) as conn:
+    with daemon.board() as conn:
         history, history_violations = check(recorder.events, conn)
     totals = {}
     for mate in mates:

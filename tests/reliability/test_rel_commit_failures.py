@@ -1,20 +1,24 @@
 """Commit failures (design §2 invariant 6): a write is reported successful only after COMMIT;
 if a commit fails, every job in it is reported failed and nothing of it is visible.
 
-Both tests enable failpoints programmatically (`corrald.failpoints.enable`), in this process.
+Both tests enable failpoints programmatically (`corrald.failpoints.enable`), in this process,
+on the store the tests run on (`--store postgres`: a schema of the run's database).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import random
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Iterator
 
 import grpc
+import psycopg
 import pytest
 
 from corral.v1 import corral_pb2 as pb
@@ -24,9 +28,14 @@ from corrald.clock import SystemClock
 from corrald.config import WriterConfig
 from corrald.daemon import Daemon as InProcessServer
 from corrald.daemon import ServeConfig
+from corrald.pg.storage import PgStorage
+from corrald.pg.target import PgTarget
 from corrald.writer import CommitFailed, Writer
+from tests.support.boards import read_board
+from tests.support.daemons import store_args
+from tests.support.postgres import run_database_dsn, scratch_schema
 
-from .rel_harness import Daemon, md, open_db_ro, pick, specs_for, wait_briefly
+from .rel_harness import Daemon, md, on_postgres, pick, specs_for, wait_briefly
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +50,10 @@ class InProcessDaemon:
     switched on and off while it serves)."""
 
     def __init__(self, state_dir) -> None:
-        self.server = InProcessServer(ServeConfig(state_dir=state_dir))
+        # On PostgreSQL, the board a `corrald` started on `state_dir` serves (tests/support/daemons.py).
+        postgres = store_args(state_dir)
+        store = PgTarget.parse(postgres[1], schema=postgres[3]) if postgres else None
+        self.server = InProcessServer(ServeConfig(state_dir=state_dir, store=store))
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -73,8 +85,8 @@ SNAPSHOT_QUERIES = {
 }
 
 
-def _snapshot(database) -> dict[str, list]:
-    with open_db_ro(database) as conn:
+def _snapshot(state_dir) -> dict[str, list]:
+    with read_board(state_dir) as conn:
         return {name: sorted(conn.execute(sql).fetchall(), key=repr) for name, sql in SNAPSHOT_QUERIES.items()}
 
 
@@ -113,7 +125,7 @@ def test_every_rpc_fails_while_commits_fail(tmp_path, figures, request):
     shutdown = lead.RequestShutdown(pb.RequestShutdownRequest(name="y", reason="bye"), metadata=lead_md)
     board.SendMessage(pb.SendMessageRequest(to="x", body="hello"), metadata=lead_md)
     # (Stream bookkeeping such as set_online touches only columns the snapshot leaves out.)
-    before = _snapshot(state / "corral.sqlite3")
+    before = _snapshot(state)
 
     failpoints.enable("before_commit", "error")
     attempts = {
@@ -176,7 +188,7 @@ def test_every_rpc_fails_while_commits_fail(tmp_path, figures, request):
 
     restarted = Daemon(state).start()
     try:
-        after = _snapshot(state / "corral.sqlite3")
+        after = _snapshot(state)
     finally:
         restarted.stop()
     changed = [name for name in SNAPSHOT_QUERIES if before[name] != after[name]]
@@ -196,21 +208,51 @@ def test_every_rpc_fails_while_commits_fail(tmp_path, figures, request):
 @pytest.mark.timeout(pick(120, 300))
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # tenacity's `initial`, once per batch
 def test_injected_commit_failures_in_group_commits(tmp_path, figures, caplog):
-    """1,000 injected commit failures inside grouped commits, from many submitting threads:
-    no job reported successful is absent, no failed batch is partly applied."""
-    target_failures = 1000
+    """1,000 injected commit failures (300 on PostgreSQL) inside grouped commits, from many
+    submitting threads: no job reported successful is absent, no failed batch is partly applied."""
+    target_failures = pick(1000, 1000, postgres=300)
+    caplog.set_level(logging.CRITICAL, logger="corrald.writer")  # one ERROR line per failed commit
+    with _writer_table(tmp_path) as (make_writer, read_rows):
+        writer = make_writer()
+        writer.start()
+        _inject_commit_failures(writer, target_failures, read_rows, figures)
+
+
+@contextlib.contextmanager
+def _writer_table(tmp_path) -> Iterator[tuple[Callable[[], Writer], Callable[[], list[tuple]]]]:
+    """A table `r (job, part, batch)` on the store the tests run on: a factory of a writer
+    on it (one thread: each job can tell its batch), and a read of its rows."""
+    table = "r (job INTEGER, part INTEGER, batch INTEGER, PRIMARY KEY (job, part))"
+    if on_postgres():
+        with scratch_schema(table) as schema:
+            target = PgTarget.parse(run_database_dsn(), schema=schema)
+            storage = PgStorage(target, "commit-failures", clock=None)
+
+            def read_pg() -> list[tuple]:
+                with psycopg.connect(run_database_dsn(), autocommit=True) as conn:
+                    return conn.execute(f"SELECT job, part, batch FROM {schema}.r").fetchall()
+
+            yield (lambda: Writer(storage.open, SystemClock(), WriterConfig(max_batch=16), storage=storage)), read_pg
+        return
     path = tmp_path / "writer.sqlite3"
 
     def connect() -> sqlite3.Connection:
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("CREATE TABLE IF NOT EXISTS r (job INTEGER, part INTEGER, batch INTEGER, PRIMARY KEY (job, part))")
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {table}")
         return conn
 
-    caplog.set_level(logging.CRITICAL, logger="corrald.writer")  # one ERROR line per failed commit
-    writer = Writer(connect, SystemClock(), WriterConfig(max_batch=16))
-    writer.start()
+    def read_sqlite() -> list[tuple]:
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            return conn.execute("SELECT job, part, batch FROM r").fetchall()
+
+    yield (lambda: Writer(connect, SystemClock(), WriterConfig(max_batch=16))), read_sqlite
+
+
+def _inject_commit_failures(
+    writer: Writer, target_failures: int, read_rows: Callable[[], list[tuple]], figures
+) -> None:
     batch_of: dict[int, int] = {}
     raising: set[int] = set()
     lock = threading.Lock()
@@ -277,10 +319,9 @@ def test_injected_commit_failures_in_group_commits(tmp_path, figures, caplog):
     writer.close()
     elapsed = time.monotonic() - started
 
-    with sqlite3.connect(path) as conn:
-        rows = collections.defaultdict(list)
-        for job, part, batch in conn.execute("SELECT job, part, batch FROM r"):
-            rows[job].append((part, batch))
+    rows: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
+    for job, part, batch in read_rows():
+        rows[job].append((part, batch))
     reported_but_absent = sum(1 for j, o in outcomes.items() if o == "ok" and len(rows.get(j, ())) != 3)
     failed_but_present = sum(1 for j, o in outcomes.items() if o != "ok" and rows.get(j))
     by_batch = collections.defaultdict(collections.Counter)

@@ -135,6 +135,7 @@ def test_many_teammates_reconnect_at_once_after_restart(daemons, figures):
 # ---------------------------------------------------------------- slow Idle reader and the WAL
 
 
+@pytest.mark.sqlite_only  # SQLite's WAL and its checkpoints
 @pytest.mark.timeout(pick(60, 200))
 def test_slow_idle_reader_does_not_grow_the_wal(daemon, figures):
     """An Idle stream (and a Watch stream) that never read, while writes continue: the WAL stays

@@ -19,7 +19,7 @@ from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 from tests.support import start_refused, wait_until
 
-from .rel_harness import Lead, dur, first_claim, md, status_details
+from .rel_harness import Lead, dur, first_claim, md, on_postgres, status_details
 
 SERVICES = [pb.DESCRIPTOR.services_by_name[n] for n in ("LeadService", "TeammateService", "BoardService")]
 METHODS = [(f"/{s.full_name}/{m.name}", s.name, m) for s in SERVICES for m in s.methods]
@@ -231,9 +231,7 @@ def test_claim_tokens_are_refused_unless_live_and_owned(daemon, figures):
     lead.lead.CancelTasks(pb.CancelTasksRequest(ids=[victim.task.id]), metadata=lead.md)
     results["after cancellation"] = _try_all(stub, c, victim.task.id, victim.claim_token)
     with lead.daemon.channel() as channel:
-        from .rel_harness import open_db_ro
-
-        with open_db_ro(daemon.database) as conn:
+        with daemon.board() as conn:
             completed = conn.execute("SELECT count(*) FROM claims WHERE outcome = 'completed'").fetchone()[0]
             forged = conn.execute("SELECT count(*) FROM tasks WHERE result = ?", (b"forged",)).fetchone()[0]
         del channel
@@ -311,7 +309,8 @@ def test_state_directory_permissions(daemon, figures):
     modes = {name: oct(mode) for name, mode in modes.items()}
     figures(**modes)
     assert modes[root.name] == "0o700"
-    for name in ("corral.sqlite3", "corral.sock", "lead.token", "corrald.lock"):
+    board_file = () if on_postgres() else ("corral.sqlite3",)  # a PostgreSQL board has none
+    for name in (*board_file, "corral.sock", "lead.token", "corrald.lock"):
         assert modes[name] == "0o600", name
     for name, mode in modes.items():
         if name.startswith("corral.sqlite3"):
@@ -329,12 +328,12 @@ def test_state_directory_refusals(tmp_path, figures):
         assert re.search(pattern, err, re.I), f"{label}: unclear message {err!r}"
         assert "Traceback" not in err, f"{label}: a traceback instead of a message"
 
-    # A symlinked database path.
-    linked = tmp_path / "linked"
-    linked.mkdir(mode=0o700)
-    (tmp_path / "elsewhere.sqlite3").write_bytes(b"")
-    os.symlink(tmp_path / "elsewhere.sqlite3", linked / "corral.sqlite3")
-    expect_refusal("symlinked database", linked, r"symbolic link|symlink")
+    if not on_postgres():  # a SQLite board's file
+        linked = tmp_path / "linked"
+        linked.mkdir(mode=0o700)
+        (tmp_path / "elsewhere.sqlite3").write_bytes(b"")
+        os.symlink(tmp_path / "elsewhere.sqlite3", linked / "corral.sqlite3")
+        expect_refusal("symlinked database", linked, r"symbolic link|symlink")
     # A symlinked lead token.
     token_link = tmp_path / "tokenlink"
     token_link.mkdir(mode=0o700)

@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 from psycopg.pq import PipelineStatus, TransactionStatus
 
+from ..errors import InvalidArgument
 from ..store.tasks import DEPENDENCY_IDS
 from .watchdog import WATCHDOG
 
@@ -115,11 +116,21 @@ def _expand(match: re.Match[str], replacement: str) -> str:
 
 def _parameters(params: Sequence[Any] | dict[str, Any], order: tuple[int, ...] | None) -> Any:
     if isinstance(params, dict):
-        return {key: int(value) if type(value) is bool else value for key, value in params.items()}
+        return {key: _parameter(value) for key, value in params.items()}
     if order is not None:
         params = [params[index] for index in order]
+    return [_parameter(value) for value in params]
+
+
+def _parameter(value: Any) -> Any:
     # SQLite stores booleans as 0 and 1 in INTEGER columns; so does the schema here.
-    return [int(value) if type(value) is bool else value for value in params]
+    if type(value) is bool:
+        return int(value)
+    # PostgreSQL's text holds no U+0000: refused before anything of the statement is sent
+    # (a SQLite board stores it), so the job fails alone as for any refused value.
+    if type(value) is str and "\x00" in value:
+        raise InvalidArgument("text", "U+0000 (NUL) cannot be stored on a PostgreSQL board")
+    return value
 
 
 _CHANGES = ("INSERT", "UPDATE", "DELETE", "MERGE")
@@ -204,10 +215,11 @@ class PgConnection:
         return cursor
 
     def _copy(self, table: str, columns: str, rows: list[Sequence[Any]]) -> psycopg.Cursor:
+        values = [_parameters(row, None) for row in rows]  # each refused before any is sent
         cursor = self.raw.cursor()
         with self.round_trip(), cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(_parameters(row, None))
+            for row in values:
+                copy.write_row(row)
         self.total_changes += len(rows)
         return cursor
 
