@@ -92,7 +92,8 @@ def _writer_stats(daemon: Daemon) -> dict:
 
 
 def _session_ops(daemon: Daemon) -> int:
-    """Session ops the daemon has recorded (table session_ops): one per op, none for Idle + unary calls.
+    """Session ops the daemon has recorded (table session_ops): one per op, none for Idle + unary
+    calls (the request ids of unary writes, kept there too under their RPC's name, left out).
 
     Read from the database file (read-only), so it tells which transport a
     client really used, the SDK's included; 0 for a daemon without the table.
@@ -100,7 +101,7 @@ def _session_ops(daemon: Daemon) -> int:
     database = daemon.state_dir / "corral.sqlite3"
     try:
         with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30)) as conn:
-            return conn.execute("SELECT count(*) FROM session_ops").fetchone()[0]
+            return conn.execute("SELECT count(*) FROM session_ops WHERE instr(op_id, char(31)) = 0").fetchone()[0]
     except sqlite3.OperationalError:  # no such table: a daemon older than the Session stream
         return 0
 
