@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from corral.v1 import corral_pb2 as pb
+from corrald.config import MESSAGE_MAX_BYTES
 
 from .wire import assert_status, rpc_error, spec, ts_seconds
 
@@ -76,14 +77,17 @@ def _chain(count: int, deps_each: int, id_chars: int = 0) -> list[pb.TaskSpec]:
 @pytest.mark.timeout(90)
 def test_a_batch_past_the_dependency_limit_is_refused_by_name_at_once_beside_a_renewing_holder(daemon):
     mate, stream, claim = _holder(daemon)
+    # 480,000 dependencies, ten times the limit, in one message of under 6 MiB.
     roots = [pb.TaskSpec(id=f"r{i}", title="r") for i in range(200)]
-    batch = roots + [pb.TaskSpec(id=f"t{i}", title="t", depends_on=[r.id for r in roots]) for i in range(9_800)]
+    batch = roots + [pb.TaskSpec(id=f"t{i}", title="t", depends_on=[r.id for r in roots]) for i in range(2_400)]
+    request = pb.CreateTasksRequest(tasks=batch)
+    assert request.ByteSize() < MESSAGE_MAX_BYTES
     with Renewer(mate, claim) as renewer:
         started = time.monotonic()
-        error = rpc_error(daemon.lead.lead.CreateTasks, pb.CreateTasksRequest(tasks=batch))
+        error = rpc_error(daemon.lead.lead.CreateTasks, request)
         took = time.monotonic() - started
     assert_status(error, grpc.StatusCode.INVALID_ARGUMENT, field="tasks")
-    assert "1960000 dependencies" in error.details() and "50000" in error.details(), error.details()
+    assert "480000 dependencies" in error.details() and "50000" in error.details(), error.details()
     assert took < 5, f"refusing took {took:.1f} s"
     assert [t.id for t in daemon.all_tasks()] == ["held"], "a refused batch wrote something"
     renewer.check(min_renewals=1)
@@ -94,12 +98,15 @@ def test_a_batch_past_the_dependency_limit_is_refused_by_name_at_once_beside_a_r
 @pytest.mark.timeout(120)
 def test_the_largest_batch_the_limits_admit_leaves_a_renewing_holder_its_lease(daemon):
     mate, stream, claim = _holder(daemon)
-    # 10,000 tasks with 50,000 dependencies and 120-character ids: echoing the
-    # specs would make a reply of about 7 MB, past a default client's 4 MiB.
-    batch = _chain(10_000, 5, id_chars=120)
+    # 10,000 tasks with 50,000 dependencies and 88-character ids, as much as one message
+    # of 6 MiB carries: echoing the specs would make a reply of about 5.5 MB, past a
+    # default client's 4 MiB.
+    batch = _chain(10_000, 5, id_chars=88)
     assert sum(len(s.depends_on) for s in batch) == 50_000 - 15
+    request = pb.CreateTasksRequest(tasks=batch)
+    assert MESSAGE_MAX_BYTES * 0.85 < request.ByteSize() < MESSAGE_MAX_BYTES
     with Renewer(mate, claim) as renewer:
-        response = daemon.lead.lead.CreateTasks(pb.CreateTasksRequest(tasks=batch))  # a default-settings channel
+        response = daemon.lead.lead.CreateTasks(request)  # a default-settings channel
     stats = daemon.stats()
     renewer.check(
         seen=f"daemon: longest job {stats.writer.job_time_max_ms:.0f} ms, loop lag {stats.loop_lag_max_ms:.0f} ms"
