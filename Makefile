@@ -87,7 +87,7 @@ PAIRED_TESTS := $(filter-out $(addsuffix /,$(PARALLEL_TESTS)) tests/artifacts/,$
 
 # The board's tests, the gRPC end-to-end suite and the wire contract suite's files that
 # time nothing (but the full disk, which is SQLite's, and undecodable bytes, health and
-# reflection, which no store touches; the hypothesis run of Sessions takes 400 examples
+# reflection, which no store touches; the hypothesis run of Sessions takes 200 examples
 # there, not 2,000) run again on PostgreSQL (`--store postgres`), with the files of
 # tests/postgres (several daemons, one board) that time nothing, and the reliability
 # suite's hostile clients, commit failures and credentials, at a reduced size (`pick` in

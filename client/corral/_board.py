@@ -15,13 +15,13 @@ from corral import _convert
 from corral._channel import DEFAULT_RPC_TIMEOUT, bearer_metadata
 from corral._errors import error_from_rpc
 from corral._primitives import next_message
-from corral._retry import retrying
+from corral._retry import write_retrying
 from corral._types import Identity, Stats, Task, TaskState, TeammateInfo
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
 # How long a write is sent again, with its request id, while the daemon cannot say whether
-# it was applied: unreachable or restarting, draining, overloaded, or its commit in doubt.
+# it was applied: unreachable or restarting, draining, or its commit in doubt.
 # The board applies a request id once, so every retry is safe.
 WRITE_RETRY_S = 15.0
 
@@ -62,7 +62,7 @@ class BoardClient:
         again with that id while its outcome is unknown (WRITE_RETRY_S), then the last error."""
         if not request.request_id:
             request.request_id = secrets.token_hex(16)
-        return retrying(WRITE_RETRY_S)(self._unary, method, request)
+        return write_retrying(WRITE_RETRY_S)(self._unary, method, request)
 
     def _stream(
         self, method: Callable[..., Any], request: Any, *, timeout: float | None = None

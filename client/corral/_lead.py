@@ -53,10 +53,10 @@ class Lead(BoardClient):
     only closes the channel).
 
     Every write is sent with a request id and, while its outcome is unknown
-    (the daemon unreachable or restarting, overloaded, or its commit in
-    doubt), sent again with the same id for up to 15 s: the daemon applies it
-    once. Pass `request_id` to `create_tasks` to make a retry of your own
-    (after a crash, say) safe too.
+    (the daemon unreachable or restarting, or its commit in doubt), sent
+    again with the same id for up to 15 s: the daemon applies it once. Pass
+    `request_id` to `create_tasks` to make a retry of your own (after a
+    crash, say) safe too.
     """
 
     def __init__(

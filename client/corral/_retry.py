@@ -1,22 +1,26 @@
-"""Retry policies for the run_teammate loops (sync and async), built on tenacity.
+"""Retry policies, built on tenacity: for the run_teammate loops (sync and async), and
+for the writes every client sends with a request id.
 
-Only transient failures are retried: the daemon being unreachable or
+The loops retry only transient failures: the daemon being unreachable or
 draining (UNAVAILABLE), refusing work to protect itself (OVERLOADED, which
-guarantees the call was not executed), or a deadline passing. Every retry
-waits with exponential backoff and full jitter, or the daemon's RetryInfo
-hint, and gives up after a bounded total time.
+guarantees the call was not executed), or a deadline passing. A write is sent
+again only while its outcome is in doubt (UNAVAILABLE, a deadline passing):
+its request id makes that safe, and an OVERLOADED refusal is the caller's to
+hear. Every retry waits with exponential backoff and full jitter, or the
+daemon's RetryInfo hint, and gives up after a bounded total time.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import grpc
 import tenacity
 
 from corral._errors import CorralError, Overloaded, Unavailable
 
-__all__ = ["async_retrying", "is_transient", "retrying"]
+__all__ = ["async_retrying", "async_write_retrying", "is_in_doubt", "is_transient", "retrying", "write_retrying"]
 
 _log = logging.getLogger("corral.retry")
 
@@ -26,6 +30,15 @@ _BACKOFF = tenacity.wait_random_exponential(multiplier=0.1, max=5.0)
 def is_transient(exc: BaseException) -> bool:
     """True for failures worth retrying after a pause."""
     if isinstance(exc, (Unavailable, Overloaded)):
+        return True
+    return isinstance(exc, CorralError) and exc.code is grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def is_in_doubt(exc: BaseException) -> bool:
+    """True for a write that may or may not have been applied: the daemon unreachable,
+    draining or restarting, its commit in doubt, or no answer in time. (OVERLOADED is
+    not: the write was refused unread, and the caller hears when to try again.)"""
+    if isinstance(exc, Unavailable):
         return True
     return isinstance(exc, CorralError) and exc.code is grpc.StatusCode.DEADLINE_EXCEEDED
 
@@ -62,9 +75,9 @@ class _StopAfterOutage:
         return now - self._first_failure >= self._max_seconds
 
 
-def _options(max_seconds: float) -> dict[str, object]:
+def _options(max_seconds: float, retry_on: Callable[[BaseException], bool] = is_transient) -> dict[str, object]:
     return {
-        "retry": tenacity.retry_if_exception(is_transient),
+        "retry": tenacity.retry_if_exception(retry_on),
         "wait": _wait,
         "stop": _StopAfterOutage(max_seconds),
         "before_sleep": _log_retry,
@@ -80,3 +93,14 @@ def retrying(max_seconds: float) -> tenacity.Retrying:
 def async_retrying(max_seconds: float) -> tenacity.AsyncRetrying:
     """The same policy for coroutines."""
     return tenacity.AsyncRetrying(**_options(max_seconds))  # type: ignore[arg-type]
+
+
+def async_write_retrying(max_seconds: float) -> tenacity.AsyncRetrying:
+    """For a write sent with a request id: sent again, with the same id, while its outcome
+    is in doubt (`is_in_doubt`), for up to `max_seconds`."""
+    return tenacity.AsyncRetrying(**_options(max_seconds, is_in_doubt))  # type: ignore[arg-type]
+
+
+def write_retrying(max_seconds: float) -> tenacity.Retrying:
+    """`async_write_retrying` for threads."""
+    return tenacity.Retrying(**_options(max_seconds, is_in_doubt))  # type: ignore[arg-type]

@@ -54,7 +54,7 @@ from tests.support.boards import on_postgres
 from .session_board import board_db, board_history, reason_of
 from .wire import Client, Daemon, Stream, spec, start_corrald
 
-EXAMPLES = 10_000 if SOAK else 400 if on_postgres() else 2_000
+EXAMPLES = 10_000 if SOAK else 200 if on_postgres() else 2_000
 SESSION_METHOD = "/corral.v1.TeammateService/Session"
 READ_TIMEOUT_S = 10.0
 MINT_BATCH = 50

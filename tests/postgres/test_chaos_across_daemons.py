@@ -39,9 +39,9 @@ from tests.support.tcp_proxy import TcpProxy, proxy_in_front_of
 from .conftest import SharedBoard
 from .team import Worker, reason_of
 
-TASKS = pick(150, 500)
+TASKS = pick(120, 500)
 TEAMMATES = pick(9, 30)
-FAULT_S = pick(25.0, 120.0)
+FAULT_S = pick(20.0, 120.0)
 BATCH = 25  # tasks the Lead adds at a time, while the faults go on
 LEASE_S = 5.0  # a claim lost with its daemon is handed out again within this
 STALL_S = 1.0  # --pg-stall-timeout of every daemon
