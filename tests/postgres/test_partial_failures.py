@@ -90,6 +90,21 @@ def test_writes_whose_commit_reply_is_lost_are_answered_as_committed_once(shared
     assert postgres.writable
 
 
+def test_a_commit_still_in_progress_on_the_server_is_settled_and_run_again_once(shared_board, proxy):
+    """The COMMIT never reaches the server and the daemon's side of the connection is closed:
+    the server still holds the transaction, in progress. The daemon terminates that backend,
+    which aborts it, and runs the batch again: the write is answered OK and stored once."""
+    tcp, via_proxy = proxy
+    daemon = shared_board.daemon("a", dsn=via_proxy, extra_args=("--pg-stall-timeout", "30", "--pg-writers", "1"))
+    mate = daemon.add_teammate("ann")
+    tcp.swallow_commit()
+    started = time.monotonic()
+    daemon.lead.board.SendMessage(pb.SendMessageRequest(to=mate.name, body="settled"), timeout=20)
+    assert time.monotonic() - started < 10, "settled by terminating the backend, not by the server's idle timeout"
+    assert _count(shared_board, "SELECT count(*) FROM inbox WHERE body = 'settled'") == 1
+    assert daemon.stats().postgres.commit_outcomes_asked == 1
+
+
 def test_a_lost_commit_reply_with_the_server_out_of_reach_is_in_doubt_not_failed(shared_board, proxy):
     """The COMMIT's reply is lost and no new connection can be made: the daemon cannot learn
     the outcome within the stall bound and says so (UNAVAILABLE, COMMIT_IN_DOUBT), though the

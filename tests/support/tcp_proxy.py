@@ -9,6 +9,9 @@ paused VM). It listens on 127.0.0.1 and forwards each connection to one upstream
 - `drop_commit_reply()`: the next COMMIT a client sends is forwarded, the server's reply
   to it is read and thrown away, and then that connection is closed: the client's
   transaction committed, and all it learns is that its connection was lost.
+- `swallow_commit()`: the next COMMIT a client sends never reaches the server, and only
+  the client's side of that connection is closed: the server still holds the transaction
+  open, in progress, as a server does until it notices its client is gone.
 - `refuse_new(True)`: connections made from now on are closed as soon as they are
   accepted (a server out of reach); `refuse_new(False)` forwards them again. Open
   connections are untouched.
@@ -49,6 +52,12 @@ class _Link:
                     break
                 if self.silent.is_set():
                     continue
+                if from_client and b"COMMIT" in data and self.proxy.take_commit_to_swallow():
+                    with contextlib.suppress(OSError):
+                        self.client.shutdown(socket.SHUT_RDWR)
+                    self.client.close()
+                    self.silent.set()  # the upstream stays open, and hears nothing more
+                    return
                 if from_client and b"COMMIT" in data and self.proxy.take_commit_to_drop():
                     self.commit_sent.set()
                     sink.sendall(data)
@@ -82,6 +91,7 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._drop_commits = 0
         self.dropped_commits = 0
+        self._swallow_commits = 0
         self._refusing = threading.Event()
         self._thread = threading.Thread(target=self._accept, daemon=True, name="tcp-proxy")
 
@@ -137,6 +147,18 @@ class TcpProxy:
         """The next `count` COMMITs reach the server; their replies never reach the client."""
         with self._lock:
             self._drop_commits += count
+
+    def swallow_commit(self) -> None:
+        """The next COMMIT never reaches the server; its client's connection is closed."""
+        with self._lock:
+            self._swallow_commits += 1
+
+    def take_commit_to_swallow(self) -> bool:
+        with self._lock:
+            if self._swallow_commits <= 0:
+                return False
+            self._swallow_commits -= 1
+            return True
 
     def take_commit_to_drop(self) -> bool:
         with self._lock:

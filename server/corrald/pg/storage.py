@@ -166,6 +166,7 @@ class _WriterThreadState(threading.local):
     conn: PgConnection | None = None  # its connection, as of its last BEGIN
     notify_payload: str | None = None  # what `announce` left for `commit` to send
     xid: str = ""  # its transaction's id (pg_current_xact_id), to ask after a lost COMMIT
+    backend_pid: int = 0  # the server process serving it (a lost connection may no longer say)
 
 
 class PgStorage:
@@ -224,7 +225,7 @@ class PgStorage:
             cursor.nextset()
             row = cursor.fetchone()
         assert row is not None
-        batch.xid = row[-2]
+        batch.xid, batch.backend_pid = row[-2], conn.raw.info.backend_pid
         if self._clock is not None:
             self._clock.not_before(row[-1])  # the clock is last (the lock, when taken, first)
         return conn
@@ -244,7 +245,7 @@ class PgStorage:
                 raise
             self._set_writable(False)
             lost = describe(error)
-            if not self._committed(self._batch.xid, conn.raw.info.backend_pid, lost):
+            if not self._committed(self._batch.xid, self._batch.backend_pid, lost):
                 raise CommitLost(f"the connection was lost during COMMIT, which did not commit: {lost}") from None
             log.warning("the connection was lost during COMMIT, which the server says committed: %s", lost)
         self._set_writable(True)
