@@ -70,7 +70,9 @@ def _key(
 
     def encode(result: R) -> bytes:
         response = reply(result)
-        built.append(response)
+        # Only the last run's: a batch that runs again (savepoints, a busy retry) encodes
+        # again, and its last run is the one that committed.
+        built[:] = [response]
         if not credential_field:
             return response.SerializeToString(deterministic=True)
         kept = type(response)()
