@@ -85,21 +85,21 @@ TIMED_TESTS := tests/e2e/test_sdk_claim_ended.py $(patsubst %,tests/contract/tes
 LOAD_TESTS := tests/reliability/test_rel_load.py
 PAIRED_TESTS := $(filter-out $(addsuffix /,$(PARALLEL_TESTS)) tests/artifacts/,$(sort $(wildcard tests/*/))) $(TIMED_TESTS)
 
-# The board's tests, the gRPC end-to-end suite and the wire contract suite's files that
-# time nothing (but the full disk, which is SQLite's, and undecodable bytes, health and
+# The board's tests and the wire contract suite's files that time nothing (but the full disk, which is SQLite's, and undecodable bytes, health and
 # reflection, which no store touches; the hypothesis run of Sessions takes 200 examples
 # there, not 2,000) run again on PostgreSQL (`--store postgres`), with the files of
 # tests/postgres (several daemons, one board) that time nothing, and the reliability
 # suite's hostile clients, commit failures and credentials, at a reduced size (`pick` in
 # tests/reliability/rel_harness.py); the rest of tests/postgres, which bounds wake-ups
 # across daemons, runs alone. (All of the contract suite on PostgreSQL: `pytest --store
-# postgres tests/contract`.)
+# postgres tests/contract`.) The SDK's end-to-end suite runs on SQLite only: what it
+# asks of the store, the contract suite asks on both.
 POSTGRES_UNTIMED := $(patsubst %,tests/postgres/test_%.py,server_restart translation two_daemons writer_jobs)
 POSTGRES_CONTRACT := activity_log attempts auth bad_input concurrency_keys identity large_messages plan_gate \
 	progress protocol_first reconnect request_ids restart serve session session_failpoints session_hypothesis team \
 	team_pages twin_completions usage_budget watch
 POSTGRES_RELIABILITY := $(patsubst %,tests/reliability/test_rel_%.py,commit_failures hostile security)
-POSTGRES_TESTS := tests/server tests/e2e $(patsubst %,tests/contract/test_%.py,$(POSTGRES_CONTRACT)) \
+POSTGRES_TESTS := tests/server $(patsubst %,tests/contract/test_%.py,$(POSTGRES_CONTRACT)) \
 	$(POSTGRES_RELIABILITY) $(POSTGRES_UNTIMED)
 # The contract suite's timed files that exercise the store (the Session races and
 # waiters, leases, attempt deadlines, the idle budget, big batches and cascades) and the

@@ -15,8 +15,11 @@ from corrald.config import MESSAGE_MAX_BYTES
 
 from .wire import assert_status, rpc_error, spec, ts_seconds
 
-LEASE_S = 2.0
+LEASE_S = 3.0
 RENEW_EVERY_S = 0.1
+# A renewal answered within half the lease keeps the claim of a holder that renews twice a
+# lease or more; a batch made one job of several seconds would fail this, a slow machine not.
+RENEWAL_BOUND_S = LEASE_S / 2
 
 
 class Renewer:
@@ -56,7 +59,7 @@ class Renewer:
         assert not self.errors, f"a diligent holder's renewal failed: {self.errors[0].code().name}"
         assert len(self.waits) >= min_renewals, "the renewer hardly ran"
         assert min(self.ends_ahead) > 0, f"a renewal answered OK with a lease end in the past: {min(self.ends_ahead)}"
-        assert max(self.waits) < 1.0, f"a renewal waited {max(self.waits):.2f} s behind the batch ({seen})"
+        assert max(self.waits) < RENEWAL_BOUND_S, f"a renewal waited {max(self.waits):.2f} s behind the batch ({seen})"
 
 
 def _holder(daemon):
