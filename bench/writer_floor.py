@@ -2,8 +2,8 @@
 
 No gRPC and no second process: N coroutines on one event loop call the same
 writer jobs the daemon runs per cycle, with group commit and the same
-pragmas: a completion that hands off (`Board.complete` with the teammate's
-stream state: the completion and the next claim in one job), and the stream's
+pragmas: a completion that hands off (`Board.complete_and_next` with the
+teammate's stream snapshot: the completion and the next claim in one job), and the stream's
 own check (`delivery.next_for_teammate`) only when nothing was handed over.
 The gap between this and the end-to-end figure is what the RPC layer costs.
 At one teammate count the same cycles also run with every job in a
@@ -73,12 +73,18 @@ async def _teammate(
     grant = None
     while done[0] < goal and time.monotonic() < deadline:
         if grant is None:
-            grant = _first_claim(stream, await board.next_for(name, stream))
+            found = await board.next_for(name, stream.view())
+            stream.learned(found)
+            grant = _first_claim(stream, found.items)
             if grant is None:
                 await asyncio.sleep(0.001)
                 continue
         started = time.monotonic()
-        await board.complete(name, grant.task.id, grant.token, b"", stream=stream if handoff else None)
+        if handoff:
+            _, handed = await board.complete_and_next(name, grant.task.id, grant.token, b"", stream.view())
+            stream.hand(handed)
+        else:
+            await board.complete(name, grant.task.id, grant.token, b"")
         latencies.append(time.monotonic() - started)
         done[0] += 1
         grant = _first_claim(stream, stream.take_handed())

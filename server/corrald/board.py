@@ -46,7 +46,7 @@ from .readers import ReaderPool
 from .requestids import RequestKey
 from .store import events, inbox, keys, ops, overview, protocol, status, tasks, team, usage, viewers
 from .store.schema import open_reader, open_writer
-from .stream import ParkedStreams, StreamItem, StreamState
+from .stream import ParkedStreams, StreamView
 from .writer import CommitFailed, Writer, WriterStats
 
 if TYPE_CHECKING:
@@ -87,15 +87,17 @@ def _complete_and_next(
     tx: Txn,
     name: str,
     request: tuple[str, str, bytes],
-    stream: StreamState,
+    stream: StreamView,
     waiters: ParkedStreams | None,
     spent: Usage | None = None,
 ) -> tuple[TaskRecord, delivery.Delivery]:
-    """A completion and its handoff, in one job: the streams waiting for work (as the job
-    sees them when it runs, on the writer thread) first, then the teammate's next item.
-    Its usage is counted first, so a completion that spends the budget hands off nothing."""
+    """A completion and its handoff, in one job: the streams waiting for work (their
+    snapshots as the line holds them when the job runs) first, then the teammate's next
+    item, decided from `stream`, its stream's snapshot. Its usage is counted first, so a
+    completion that spends the budget hands off nothing."""
     task_id, token, result = request
-    # Where the completion is one statement, it reads the teammate's delivery view too.
+    # `beside`: the teammate's delivery view, read in the completion's own statement
+    # where the completion is one statement (PostgreSQL), so the handoff reads it for free.
     beside = team.view_beside_completion(name, tx.now_ms)
     task, ended, read = tasks.complete_claim(
         tx, name, task_id, token, result, status_after=False, usage=spent, beside=beside
@@ -502,35 +504,31 @@ class Board:
 
     # ------------------------------------------------------------ teammate
 
-    async def next_for(self, name: str, stream: StreamState, *, look_first: bool = False) -> list[StreamItem]:
-        """What the teammate's stream sends next (design §5); the stream takes in what the
-        check learned. With `look_first`, a read answers whenever no claim could be made,
-        and the writer runs only when one could."""
-        found: delivery.Delivery | None = None
+    async def next_for(self, name: str, stream: StreamView, *, look_first: bool = False) -> delivery.Delivery:
+        """What the teammate's stream sends next (design §5), decided from its snapshot;
+        the stream's loop takes in what the check learned (`StreamState.learned`). With
+        `look_first`, a read answers whenever no claim could be made, and the writer runs
+        only when one could."""
         if look_first and not stream.online_pending:
             now_ms = self.clock.now_ms()
             found = await self.read(lambda conn: delivery.look(conn, name, stream, now_ms))
-        if found is None:
-            joining = stream.online_pending
+            if found is not None:
+                return found
+        joining = stream.online_pending
 
-            def decide(tx: Txn) -> tuple[int | None, delivery.Delivery]:
-                # Its opening could not record it online (a full disk): now, with the check.
-                epoch = team.set_online(tx, name, True, served_by=self.daemon_id) if joining else None
-                return epoch, delivery.next_for_teammate(tx, name, stream)
+        def decide(tx: Txn) -> delivery.Delivery:
+            if not joining:
+                return delivery.next_for_teammate(tx, name, stream)
+            # Its opening could not record it online (a full disk): now, before the check.
+            epoch = team.set_online(tx, name, True, served_by=self.daemon_id)
+            return dataclasses.replace(delivery.next_for_teammate(tx, name, stream), epoch=epoch)
 
-            try:
-                epoch, decided = await self.writer.run(decide)
-            except CommitFailed:
-                # What is stored still reaches the teammate; a new claim waits for a commit.
-                now_ms = self.clock.now_ms()
-                found = await self.read(lambda conn: delivery.readable(conn, name, stream, now_ms))
-            else:
-                found = decided
-                if joining:  # the epoch it recorded is the stream's once committed, not before
-                    stream.epoch = epoch
-                stream.online_pending = False
-        stream.learned(found)
-        return found.items
+        try:
+            return await self.writer.run(decide)
+        except CommitFailed:
+            # What is stored still reaches the teammate; a new claim waits for a commit.
+            now_ms = self.clock.now_ms()
+            return await self.read(lambda conn: delivery.readable(conn, name, stream, now_ms))
 
     async def set_online(self, name: str, online: bool, reason: str | None = None) -> int:
         """Records the teammate online or offline; returns its stream epoch (see team.set_online)."""
@@ -574,25 +572,34 @@ class Board:
         token: str,
         result: bytes,
         *,
-        stream: StreamState | None = None,
-        waiters: ParkedStreams | None = None,
         reported: Usage | None = None,
     ) -> TaskRecord:
-        """Completes the task, adding `reported` usage to the sums. With the teammate's
-        open `stream`, the same job serves the `waiters` and decides the stream's next
-        item (the handoff), which the stream sends at its next turn: never in this
-        call's reply."""
+        """Completes the task, adding `reported` usage to the sums."""
         self._check_result(result)
         spent = validate.usage(reported, self.limits)
-        if stream is None:
-            return await self.writer.run(lambda tx: tasks.complete(tx, name, task_id, token, result, spent))
+        return await self.writer.run(lambda tx: tasks.complete(tx, name, task_id, token, result, spent))
+
+    async def complete_and_next(
+        self,
+        name: str,
+        task_id: str,
+        token: str,
+        result: bytes,
+        stream: StreamView,
+        waiters: ParkedStreams | None = None,
+        reported: Usage | None = None,
+    ) -> tuple[TaskRecord, delivery.Delivery]:
+        """`complete` for a teammate whose stream is open (`stream`, its snapshot): the same
+        job serves the `waiters` and decides the stream's next item (the handoff), which
+        the caller hands the stream (`StreamState.hand`) to send at its next turn: never in
+        the call's reply."""
+        self._check_result(result)
+        spent = validate.usage(reported, self.limits)
 
         def job(tx: Txn) -> tuple[TaskRecord, delivery.Delivery]:
             return _complete_and_next(tx, name, (task_id, token, result), stream, waiters, spent)
 
-        task, found = await self.writer.run(job)
-        stream.hand(found)
-        return task
+        return await self.writer.run(job)
 
     def _check_result(self, result: bytes) -> None:
         if len(result) > self.limits.blob_max_bytes:
@@ -677,7 +684,7 @@ class Board:
         op_id: str,
         digest: bytes,
         request: tuple[str, str, bytes],
-        stream: StreamState,
+        stream: StreamView,
         waiters: ParkedStreams,
         reported: Usage | None = None,
     ) -> tuple[OpOutcome, TaskRecord | None, delivery.Delivery | None]:

@@ -1,11 +1,11 @@
 """What does this teammate get next: design §5 steps 1–4, decided in one place.
 
-`next_for_teammate` is the one function a stream loop asks (the Idle stream
-now; a bidirectional Session stream and a completion's handoff will ask it
-too). It is the body of a writer job, so the gates and the claim are decided
-in one transaction, and it composes with other jobs' work in the same one. It
-reads the stream's state and never writes it: it returns a `Delivery`, which
-the stream loop applies. While a gate is closed it writes nothing.
+`next_for_teammate` is the one function every stream's check asks (Idle and
+Session streams, and a completion's handoff). It is the body of a writer job,
+so the gates and the claim are decided in one transaction, and it composes
+with other jobs' work in the same one. It reads a `StreamView`, the frozen
+snapshot of the stream its loop took, and returns a `Delivery`, which the
+stream's loop applies. While a gate is closed it writes nothing.
 
 `serve_waiters` and `after_completion` are the handoff: a completion's job
 claims for the streams that wait for work (in the order they began to wait)
@@ -26,11 +26,11 @@ from collections.abc import Sequence
 
 from .model import BudgetExhausted, ClaimGrant, HandedClaim, TeammateView, Txn, Wakes
 from .store import gates, inbox, status, tasks, team, usage
-from .stream import Delivery, StreamItem, StreamState
+from .stream import Delivery, StreamItem, StreamView
 
 
 def next_for_teammate(
-    tx: Txn, name: str, stream: StreamState, *, busy: bool = False, view: team.DeliveryView | None = None
+    tx: Txn, name: str, stream: StreamView, *, busy: bool = False, view: team.DeliveryView | None = None
 ) -> Delivery:
     """What to send now, in order; no items means "wait". `busy`: its status is stored
     busy already (see `tasks.claim_next`). `view`: the teammate's delivery view as the
@@ -48,7 +48,7 @@ def next_for_teammate(
     return Delivery([grant] if grant else [], checked.live, can_claim=can_claim, claims_paused=False)
 
 
-def serve_waiters(tx: Txn, waiters: Sequence[StreamState], *, besides: str = "") -> bool:
+def serve_waiters(tx: Txn, waiters: Sequence[StreamView], *, besides: str = "") -> bool:
     """Claims, for each stream waiting for work (in the order they began to wait), the
     first ready task it may take, inside this job; each claim goes out on its stream
     (`Wakes.handed`). Every claim is decided by `next_for_teammate` from what is
@@ -57,7 +57,7 @@ def serve_waiters(tx: Txn, waiters: Sequence[StreamState], *, besides: str = "")
     own check (it was woken by that change) decides. `besides` is skipped (the
     completing teammate, served last). Says whether it checked any waiter (a check
     may reclaim expired leases, anyone's)."""
-    waiters = [stream for stream in waiters if stream.name != besides and stream.ended is None]
+    waiters = [stream for stream in waiters if stream.name != besides]  # a stream that ends leaves the line
     if not waiters or not tasks.any_ready(tx.conn, {role for stream in waiters for role in stream.roles}):
         return False
     checked = False
@@ -78,8 +78,8 @@ def serve_waiters(tx: Txn, waiters: Sequence[StreamState], *, besides: str = "")
 def after_completion(
     tx: Txn,
     name: str,
-    stream: StreamState,
-    waiters: Sequence[StreamState],
+    stream: StreamView,
+    waiters: Sequence[StreamView],
     *,
     ended_claim: bool,
     view: team.DeliveryView | None = None,
@@ -132,7 +132,7 @@ def _handed_off(tx: Txn, grant: ClaimGrant) -> None:
             tx.wakes.ready_roles[role] -= 1
 
 
-def look(conn: sqlite3.Connection, name: str, stream: StreamState, now_ms: int) -> Delivery | None:
+def look(conn: sqlite3.Connection, name: str, stream: StreamView, now_ms: int) -> Delivery | None:
     """Steps 1–3 without writing, on any connection (a reader's).
 
     Returns what `next_for_teammate` would send, or None when only the writer
@@ -154,7 +154,7 @@ def look(conn: sqlite3.Connection, name: str, stream: StreamState, now_ms: int) 
     return Delivery([], checked.live, can_claim=True, claims_paused=False)
 
 
-def readable(conn: sqlite3.Connection, name: str, stream: StreamState, now_ms: int) -> Delivery:
+def readable(conn: sqlite3.Connection, name: str, stream: StreamView, now_ms: int) -> Delivery:
     """Steps 1–3 on a read, for when the writer cannot commit (a full disk).
 
     Held claims are re-sent and inbox items delivered from what is stored;
@@ -173,7 +173,7 @@ class _Checked:
 
 
 def _before_claim(
-    conn: sqlite3.Connection, name: str, stream: StreamState, now_ms: int, view: team.DeliveryView | None = None
+    conn: sqlite3.Connection, name: str, stream: StreamView, now_ms: int, view: team.DeliveryView | None = None
 ) -> _Checked:
     """Steps 1–3, on `view` if the caller read it already."""
     teammate, held = view if view is not None else team.view_for_delivery(conn, name, now_ms)

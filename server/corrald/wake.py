@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from .clock import Clock, SystemClock
 from .model import Wakes
-from .stream import Delivery, ParkedStreams, StreamState
+from .stream import Check, Delivery, ParkedStreams, StreamState
 
 
 class WakeHub:
@@ -130,11 +130,11 @@ class WakeHub:
                 stream.hand(Delivery([notice], frozenset(), can_claim=False))
         if wakes.everyone:
             for stream in self._streams.values():
-                stream.nudge(claim_likely=True)
+                stream.ask_check(claim_likely=True)
         for name in wakes.teammates:
             stream = self._streams.get(name)
             if stream is not None:
-                stream.nudge(claim_likely=name in wakes.may_claim)
+                stream.ask_check(claim_likely=name in wakes.may_claim)
         for role, count in wakes.ready_roles.items():
             self._wake_for_ready(role, count)
         if wakes.events:
@@ -148,19 +148,19 @@ class WakeHub:
     def _wake_for_ready(self, role: str, count: int) -> None:
         # Wake as many waiting streams (with a free slot) as tasks became
         # ready: no thundering herd. A stream in the middle of a check is
-        # always nudged, whatever its last check said, because that check may
-        # have run just before this commit; over-waking is only a spare check.
-        # A stream already nudged checks after this commit anyway; one woken only to
+        # always asked to check, whatever its last check said, because that check
+        # may have run just before this commit; over-waking is only a spare check.
+        # A stream asked already checks after this commit anyway; one woken only to
         # send what it was handed (a completion's handoff that found nothing, a claim
-        # that ended) would not check, and is nudged like the rest.
+        # that ended) would not check, and is asked like the rest.
         # The longest-waiting first, as a completion serves them (ParkedStreams).
         for stream in self.parked.in_line(self._streams.values()):
-            if not stream.may_take(role) or stream.nudged:
+            if not stream.may_take(role) or stream.check_due is not Check.NONE:
                 continue
             if not stream.waiting:
-                stream.nudge(claim_likely=True)
+                stream.ask_check(claim_likely=True)
             elif stream.can_claim and count > 0:
-                stream.nudge(claim_likely=True)
+                stream.ask_check(claim_likely=True)
                 count -= 1
             elif not stream.can_claim:
                 stream.missed_ready = True

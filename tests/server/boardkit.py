@@ -150,7 +150,9 @@ class SyncBoard:
         return self.call(lambda tx: tasks.claim_next(tx, name, team.roles_of(tx.conn, name)))
 
     def next_for(self, name: str, cursor: StreamState, *, mark: bool = True, look_first: bool = False) -> list:
-        items = self.run(self.board.next_for(name, cursor, look_first=look_first))
+        found = self.run(self.board.next_for(name, cursor.view(), look_first=look_first))
+        cursor.learned(found)  # as the stream's loop takes in what its check learned
+        items = found.items
         if mark:
             cursor.mark_sent(items)
         return items

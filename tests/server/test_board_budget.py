@@ -123,14 +123,15 @@ def test_the_completion_that_spends_the_budget_hands_off_nothing(board):
     board.create(spec("a"), spec("b"))
     cursor = StreamState("w1", slots=1)
     grant = claim_next(board, "w1", cursor)
-    board.run(
-        board.board.complete(
-            "w1", "a", grant.token, b"ok", stream=cursor, waiters=ParkedStreams(), reported=Usage(cost_micros=10)
+    _, found = board.run(
+        board.board.complete_and_next(
+            "w1", "a", grant.token, b"ok", cursor.view(), ParkedStreams(), reported=Usage(cost_micros=10)
         )
     )
+    cursor.hand(found)
     # The completion's own check tells the stream why no claim follows (the commit hands
     # the same notice to the registered stream, and it goes out once: test_stream_state).
-    assert [type(item) for item in cursor.handed] == [BudgetExhausted]
+    assert [type(item) for item in cursor.mailbox.handoffs] == [BudgetExhausted]
     assert board.state("b").name == "PENDING"
     assert board.scalar("SELECT count(*) FROM claims") == 1
 
@@ -249,11 +250,12 @@ def test_a_token_budget_gates_sums_past_the_largest_int64(board):
     cursor = StreamState("w1", slots=1)
     grant = claim_next(board, "w1", cursor)
     board.run(board.board.renew("w1", "a", grant.token, reported=Usage(most - 1, most - 1)))
-    board.run(
-        board.board.complete(
-            "w1", "a", grant.token, b"ok", stream=cursor, waiters=ParkedStreams(), reported=Usage(most, most)
+    _, found = board.run(
+        board.board.complete_and_next(
+            "w1", "a", grant.token, b"ok", cursor.view(), ParkedStreams(), reported=Usage(most, most)
         )
     )
+    cursor.hand(found)
     assert board.state("a").name == "COMPLETED" and board.state("b").name == "PENDING"
     assert teammate(board, "w1").usage == Usage(most, most)
     assert len(exhausted_events(board)) == 1  # the renewal closed the gate; the completion at the cap did not again

@@ -11,7 +11,7 @@ from boardkit import spec
 
 from corrald import errors
 from corrald.model import ClaimGrant, InboxItem
-from corrald.stream import StreamState
+from corrald.stream import Claims, StreamState
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -321,10 +321,10 @@ def test_a_completion_hands_its_stream_the_next_task_from_the_board_as_it_left_i
     stream = open_stream(board, "w1", slots=slots)
     grants = [board.next_for("w1", stream)[0] for _ in range(slots)]
     jobs = writer_jobs(board)
-    task = board.run(board.board.complete("w1", grants[0].task.id, grants[0].token, b"ok", stream=stream))
+    task = complete_handing_off(board, "w1", grants[0], stream)
     assert task.state.name == "COMPLETED"
     assert writer_jobs(board) == jobs + 1  # completed and claimed in one job
-    (handed,) = stream.handed
+    (handed,) = stream.mailbox.handoffs
     assert isinstance(handed, ClaimGrant) and handed.task.id not in {grant.task.id for grant in grants}
     assert stream.can_claim is False  # its slots are full again
     assert board.scalar("SELECT count(*) FROM tasks WHERE owner = 'w1' AND state = 2") == slots
@@ -385,7 +385,7 @@ def test_looking_first_hands_over_to_the_writer_when_a_claim_is_possible(board, 
 def test_looking_first_with_nothing_ready_leaves_the_stream_wakeable(board):
     board.add("w1")
     cursor = StreamState(slots=1)
-    cursor.can_claim = False
+    cursor.claims = Claims.SHUT
     jobs = writer_jobs(board)
     assert board.next_for("w1", cursor, look_first=True) == []
     assert writer_jobs(board) == jobs
@@ -393,6 +393,13 @@ def test_looking_first_with_nothing_ready_leaves_the_stream_wakeable(board):
 
 
 # ---------------------------------------------------------------- a superseded stream
+
+
+def complete_handing_off(board, name: str, grant, stream: StreamState):
+    """A completion with its teammate's stream open: the delivery its job decided goes in the stream's mailbox."""
+    task, found = board.run(board.board.complete_and_next(name, grant.task.id, grant.token, b"ok", stream.view()))
+    stream.hand(found)
+    return task
 
 
 def open_stream(board, name: str, slots: int = 1) -> StreamState:
@@ -431,7 +438,7 @@ def test_a_completion_handing_off_to_a_superseded_stream_completes_and_hands_not
     older = open_stream(board, "w1")
     (grant,) = board.next_for("w1", older)
     open_stream(board, "w1")
-    task = board.run(board.board.complete("w1", grant.task.id, grant.token, b"ok", stream=older))
+    task = complete_handing_off(board, "w1", grant, older)
     assert task.state.name == "COMPLETED"
-    assert older.handed == [] and older.ended is not None and older.superseded
+    assert older.mailbox.handoffs == [] and older.ended is not None and older.superseded
     assert board.scalar("SELECT count(*) FROM claims") == 1  # b was not claimed for the old stream

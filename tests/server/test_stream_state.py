@@ -1,4 +1,4 @@
-"""One Idle stream's state (StreamState) as the delivery decision and the wake hub share it.
+"""One stream's state (StreamState) as the delivery decision and the wake hub share it.
 
 The decision runs in the writer while the stream's teammate may make a call of
 its own on the event loop; these tests play that interleaving step by step.
@@ -11,7 +11,7 @@ from boardkit import spec
 
 from corrald import delivery
 from corrald.model import Budget, BudgetExhausted, ClaimEnd, ClaimEndReason, Usage
-from corrald.stream import StreamState
+from corrald.stream import Check, Claims, StreamState
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -34,7 +34,7 @@ def test_a_teammate_silent_since_its_lease_ran_out_gets_no_claim_until_it_shows_
     assert board.next_for("w1", stream) == []
     assert stream.claims_paused and not stream.event.is_set()
     stream.showed_life(clock.now_ms())
-    assert stream.claim_likely and stream.event.is_set()
+    assert stream.check_due is Check.CLAIM and stream.event.is_set()
     (again,) = board.next_for("w1", stream)
     assert again.task.id == "a" and again.attempt == 2 and not stream.claims_paused
 
@@ -43,21 +43,21 @@ def test_life_shown_while_a_check_pauses_claims_wakes_the_stream(board, clock):
     """The check read the teammate's last call before the call arrived, so it pauses
     claims; the call saw no pause yet, so it woke nobody. Applying the check must."""
     stream = frozen_teammate(board, clock)
-    found = board.call(lambda tx: delivery.next_for_teammate(tx, "w1", stream))  # the check, in the writer
+    found = board.call(lambda tx: delivery.next_for_teammate(tx, "w1", stream.view()))  # the check, in the writer
     assert found.claims_paused and found.items == []
     stream.showed_life(clock.now_ms())  # the call, on the loop, while the check is in flight
     assert not stream.event.is_set()  # nothing was paused yet as far as the stream knew
     stream.learned(found)
-    assert stream.claims_paused and stream.claim_likely and stream.event.is_set()
+    assert stream.claims_paused and stream.check_due is Check.CLAIM and stream.event.is_set()
     (again,) = board.next_for("w1", stream)  # the re-check that wake-up causes
     assert again.task.id == "a" and not stream.claims_paused
 
 
 def test_a_paused_check_with_no_call_since_wakes_nobody(board, clock):
     stream = frozen_teammate(board, clock)
-    found = board.call(lambda tx: delivery.next_for_teammate(tx, "w1", stream))
+    found = board.call(lambda tx: delivery.next_for_teammate(tx, "w1", stream.view()))
     stream.learned(found)
-    assert stream.claims_paused and not stream.claim_likely and not stream.event.is_set()
+    assert stream.claims_paused and stream.check_due is Check.NONE and not stream.event.is_set()
 
 
 def test_a_budget_notice_goes_out_once_however_it_reaches_the_stream() -> None:
@@ -82,8 +82,9 @@ def test_a_handoff_overtaken_by_its_claims_end_is_never_sent(board, clock) -> No
     (grant,) = board.next_for("w1", stream)
     stream.claim_ended(ClaimEnd("a", grant.token, ClaimEndReason.TASK_CANCELED))
     assert [end.token for end in stream.take_claims_ended()] == [grant.token]
-    stream.nudged, stream.can_claim = False, True  # as the check after the notice found
+    stream.take_check()  # as the check after the notice, which found a free slot
+    stream.claims = Claims.OPEN
     stream.hand(delivery.Delivery([grant], frozenset(), can_claim=False))
     assert stream.take_handed() == []
     assert stream.can_claim, "the dead claim's slot is free: the stale handoff does not fill it"
-    assert stream.nudged and stream.claim_likely, "what the handoff said of the slots is stale: it looks again"
+    assert stream.check_due is Check.CLAIM, "what the handoff said of the slots is stale: it looks again"

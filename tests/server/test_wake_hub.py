@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from corrald.model import ClaimEnd, ClaimEndReason, ClaimGrant, TaskRecord, TaskState, Wakes
-from corrald.stream import Delivery
+from corrald.stream import Check, Claims, Delivery, Phase
 from corrald.wake import WakeHub
 
 pytestmark = pytest.mark.timeout(15)
@@ -36,6 +36,13 @@ def ready(role: str = "", count: int = 1) -> Wakes:
     return Wakes(ready_roles=collections.Counter({role: count}))
 
 
+def waiting(*streams) -> None:
+    """As its loop puts a new stream to wait: its first turn, then its wait."""
+    for stream in streams:
+        stream.to(Phase.ACTIVE)
+        stream.to(Phase.WAITING)
+
+
 def test_second_stream_supersedes_the_first():
     async def test(hub, _):
         first = hub.register("w1", ())
@@ -53,7 +60,7 @@ def test_second_stream_supersedes_the_first():
 def test_message_wakes_only_its_recipient():
     async def test(hub, _):
         a, b = hub.register("a", ()), hub.register("b", ())
-        a.waiting = b.waiting = True
+        waiting(a, b)
         hub.post(Wakes(teammates={"a"}))
         await settle()
         assert a.event.is_set() and not b.event.is_set()
@@ -64,8 +71,7 @@ def test_message_wakes_only_its_recipient():
 def test_ready_tasks_wake_as_many_waiting_streams_as_became_ready():
     async def test(hub, _):
         waiters = [hub.register(f"w{i}", ()) for i in range(5)]
-        for waiter in waiters:
-            waiter.waiting = True
+        waiting(*waiters)
         hub.post(ready(count=2))
         await settle()
         assert sum(w.event.is_set() for w in waiters) == 2  # no thundering herd
@@ -76,7 +82,7 @@ def test_ready_tasks_wake_as_many_waiting_streams_as_became_ready():
 def test_ready_task_with_a_role_wakes_only_streams_with_that_role():
     async def test(hub, _):
         plain, builder = hub.register("plain", ()), hub.register("builder", ("build",))
-        plain.waiting = builder.waiting = True
+        waiting(plain, builder)
         hub.post(ready("build"))
         await settle()
         assert builder.event.is_set() and not plain.event.is_set()
@@ -87,10 +93,10 @@ def test_ready_task_with_a_role_wakes_only_streams_with_that_role():
 def test_stream_mid_check_is_always_nudged():
     async def test(hub, _):
         busy = hub.register("busy", ())
-        busy.waiting = False  # checking right now: its check may predate the commit
-        busy.can_claim = False
+        busy.to(Phase.ACTIVE)  # checking right now: its check may predate the commit
+        busy.claims = Claims.SHUT
         idle = hub.register("idle", ())
-        idle.waiting = True
+        waiting(idle)
         hub.post(ready(count=1))
         await settle()
         assert busy.event.is_set() and idle.event.is_set()
@@ -103,12 +109,13 @@ def test_a_stream_woken_only_to_send_what_it_was_handed_still_checks_for_a_task_
         # Its completion's handoff found nothing and freed its slot (the stream sends what it
         # was handed, without checking); then a commit (another daemon's) makes a task ready.
         stream = hub.register("finisher", ())
-        stream.waiting, stream.can_claim = True, False
+        waiting(stream)
+        stream.claims = Claims.SHUT
         stream.hand(Delivery([], frozenset(), can_claim=True))
-        assert stream.event.is_set() and not stream.nudged
+        assert stream.event.is_set() and stream.check_due is Check.NONE
         hub.post(ready(count=1))
         await settle()
-        assert stream.nudged and stream.claim_likely, "the task made ready would wait for the poll interval"
+        assert stream.check_due is Check.CLAIM, "the task made ready would wait for the poll interval"
 
     run(test)
 
@@ -116,9 +123,10 @@ def test_a_stream_woken_only_to_send_what_it_was_handed_still_checks_for_a_task_
 def test_full_stream_is_not_counted_against_ready_tasks():
     async def test(hub, _):
         full = hub.register("full", ())
-        full.waiting, full.can_claim = True, False
+        waiting(full)
+        full.claims = Claims.SHUT
         free = hub.register("free", ())
-        free.waiting = True
+        waiting(free)
         hub.post(ready(count=1))
         await settle()
         assert free.event.is_set() and not full.event.is_set()
@@ -129,7 +137,7 @@ def test_full_stream_is_not_counted_against_ready_tasks():
 def test_removed_teammate_stream_is_ended():
     async def test(hub, _):
         waiter = hub.register("w1", ())
-        waiter.waiting = True
+        waiting(waiter)
         hub.post(Wakes(ended={"w1": "removed"}))
         await settle()
         assert waiter.ended == "removed" and waiter.event.is_set() and not waiter.superseded
@@ -153,7 +161,7 @@ def test_events_move_the_board_and_deadlines_reach_the_reaper():
 def test_post_from_the_writer_thread():
     async def test(hub, _):
         waiter = hub.register("w1", ())
-        waiter.waiting = True
+        waiting(waiter)
         thread = threading.Thread(target=hub.post, args=(Wakes(teammates={"w1"}),))
         thread.start()
         await asyncio.wait_for(waiter.event.wait(), 5)
@@ -171,18 +179,17 @@ def test_post_after_the_loop_closed_is_harmless():
 
 def test_only_wakes_that_may_lead_to_a_claim_mark_the_stream_claim_likely():
     """An inbox wake-up is answered by a read first; a freed slot, an opened gate or a
-    ready task goes straight to the writer (StreamState.claim_likely)."""
+    ready task goes straight to the writer (Check.CLAIM)."""
 
     async def test(hub, _):
         inbox, freed, taker = hub.register("inbox", ()), hub.register("freed", ()), hub.register("taker", ())
-        for waiter in (inbox, freed, taker):
-            waiter.waiting = True
+        waiting(inbox, freed, taker)
         hub.post(Wakes(teammates={"inbox", "freed"}, may_claim={"freed"}))
         hub.post(ready())
         await settle()
-        assert inbox.event.is_set() and not inbox.claim_likely
-        assert freed.event.is_set() and freed.claim_likely
-        assert taker.event.is_set() and taker.claim_likely
+        assert inbox.event.is_set() and inbox.check_due is Check.LOOK
+        assert freed.event.is_set() and freed.check_due is Check.CLAIM
+        assert taker.event.is_set() and taker.check_due is Check.CLAIM
 
     run(test)
 
@@ -212,14 +219,14 @@ def test_claim_ended_reaches_only_the_holders_open_stream_even_as_it_ends():
         held = hub.register("w1", ())
         other = hub.register("w2", ())
         held.mark_sent([_grant("dead"), _grant("alive")])
-        held.handed.append(_grant("dead"))  # handed, not yet sent: it must never go out
+        held.mailbox.handoffs.append(_grant("dead"))  # handed, not yet sent: it must never go out
         end = ClaimEnd("t", "dead", ClaimEndReason.TEAMMATE_REMOVED, "removed")
         wakes = Wakes(claims_ended={"w1": [end], "w3": [end]}, ended={"w1": "removed"})
         hub.apply(wakes)  # "w3" has no open stream: nothing to tell, nothing fails
         assert held.event.is_set() and held.ended == "removed"
         assert held.take_claims_ended() == [end] and held.take_claims_ended() == []
-        assert held.sent_tokens == {"alive"} and held.handed == []
-        assert other.claims_ended == [] and not other.event.is_set()
+        assert held.sent_tokens == {"alive"} and held.mailbox.handoffs == []
+        assert other.mailbox.notices == [] and not other.event.is_set()
 
     run(test)
 

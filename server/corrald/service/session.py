@@ -143,7 +143,7 @@ class SessionOps:
     async def _complete(self, op_id: str, digest: bytes, body: pb.CompleteTaskRequest, stream: StreamState):
         request = (body.task_id, body.claim_token, body.result)
         outcome, task, found = await self._board.complete_op(
-            self._name, op_id, digest, request, stream, self._hub.parked, convert.reported_usage(body)
+            self._name, op_id, digest, request, stream.view(), self._hub.parked, convert.reported_usage(body)
         )
         response = _result(op_id, outcome)
         if task is not None:

@@ -110,17 +110,20 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
     ) -> pb.CompleteTaskResponse:
         name = identity.name
         self._hub.alive(name)
-        # With the teammate's Idle stream open, the completion hands off: the same
-        # job decides what that stream sends next (never this reply).
-        task = await self._board.complete(
-            name,
-            request.task_id,
-            request.claim_token,
-            request.result,
-            stream=self._hub.stream_of(name),
-            waiters=self._hub.parked,
-            reported=convert.reported_usage(request),
+        reported = convert.reported_usage(request)
+        stream = self._hub.stream_of(name)
+        if stream is None:
+            task = await self._board.complete(
+                name, request.task_id, request.claim_token, request.result, reported=reported
+            )
+            return pb.CompleteTaskResponse(task=convert.task(task))
+        # With the teammate's stream open, the completion hands off: the same job
+        # decides what that stream sends next (never this reply), and it goes in
+        # the stream's mailbox.
+        task, found = await self._board.complete_and_next(
+            name, request.task_id, request.claim_token, request.result, stream.view(), self._hub.parked, reported
         )
+        stream.hand(found)
         return pb.CompleteTaskResponse(task=convert.task(task))
 
     async def FailTask(self, request: pb.FailTaskRequest, context, identity: Identity) -> pb.FailTaskResponse:

@@ -5,8 +5,10 @@ to be woken by a commit or for the poll interval, and spends the idle budget as
 the Idle stream always has. A Session adds its ops (`Ops`): when one has
 arrived it is answered first, and a completion's answer carries the next item
 its own transaction decided (the handoff), so a busy teammate's cycle costs one
-writer job. Claims other jobs made for this stream (`StreamState.handed`) go
-out before anything is checked.
+writer job. What other jobs decided for this stream (its mailbox: claims that
+ended under it, handoffs) goes out before anything is checked. The loop moves
+the stream's phase (`stream.Phase`): ACTIVE while it works, WAITING between
+checks.
 
 The loop yields `(op_result, item)` pairs, either part possibly None, and the
 servicer turns them into its own responses.
@@ -24,7 +26,7 @@ from .. import errors, failpoints, validate
 from ..board import Board
 from ..model import ClaimEnd, ClaimGrant
 from ..overload.reopen import ReopenSpacing
-from ..stream import Delivery, StreamItem, StreamState
+from ..stream import Check, Claims, Delivery, Phase, StreamItem, StreamState
 from ..wake import WakeHub
 from ..writer import CommitFailed
 from . import convert
@@ -102,7 +104,14 @@ class TeammateStream:
         self._options = options
         self._ops = ops
         self.stream: StreamState | None = None
-        self._parked = False  # in the hub's parked streams (see _wait)
+        # The loop's own reason to check, at the writer: its first turn, a claim that
+        # ended (a freed slot), a poll interval, a send that may not have been the last.
+        self._must_check = True
+        # The last wake-up asked for no claim (an inbox item): its check reads first,
+        # so control is not queued behind the board's writes (see Board.next_for).
+        self._look_first = False
+        self._idle_polls = 0  # poll intervals in a row with nothing sent and nothing to wait for
+        self._recorded_waiting = False  # the status last recorded: waiting for work still to come, or idle
         self._poll_timer: asyncio.TimerHandle | None = None  # see _poll_check
         self._poll_due = 0.0  # when the current wait's poll interval ends (loop time)
         self._poll_passed = False  # the current wait ended by its poll interval
@@ -121,102 +130,108 @@ class TeammateStream:
         return stream
 
     async def run(self) -> AsyncIterator[Outgoing]:
+        """Each turn takes the first step that applies, sends what it found and turns
+        again: 1. claims that ended under the teammate, 2. a Session op, 3. what other
+        jobs handed the stream, 4. a check, if one is due; with nothing to send, 5. it
+        waits, and a poll interval that passes spends the idle budget."""
         stream = self.stream
         assert stream is not None, "open() first"
-        options, name = self._options, self.name
-        idle_polls = 0
-        waiting = False  # as last recorded: idle, or waiting for work still to come
-        must_check = True
-        # Checks go to the writer, where many streams' checks share one
-        # transaction; only a wake-up for an inbox item (a message or a control
-        # message, never a chance to claim) is answered by a read first, so
-        # control is not queued behind the board's writes.
-        look_first = False
-        while stream.ended is None:
+        if stream.phase is Phase.NEW:
+            stream.to(Phase.ACTIVE)
+        while stream.phase is not Phase.ENDED:
             stream.event.clear()
             ended = stream.take_claims_ended()
             if ended:  # first: the holder stops work it no longer holds before anything new
                 for end in ended:
                     yield None, end
-                # A freed slot: look again before waiting (a claim that expired may also
-                # pause claims until the teammate shows life; only a check learns either).
-                must_check = True
+                self._must_check = True  # a freed slot (or claims paused): only a check learns which
                 continue
             if self._ops is not None and self._ops.arrived:
                 result, found = await self._ops.answer(stream)
-                if found is not None:
-                    stream.hand(found)
-                items = stream.take_handed()
-                failpoints.hit("before_op_result")  # committed, not yet answered
+                items = _answered(stream, found)
                 yield result, items[0] if items else None
                 self._ops.answered()
                 for item in items[1:]:
                     yield None, item
                 self._sent(stream, items)
-                idle_polls = 0
                 continue
-            handed = stream.take_handed()
-            if handed:
-                for item in handed:
-                    yield None, item
-                self._sent(stream, handed)
-                idle_polls = 0
-                continue
-            if must_check or stream.nudged:
-                must_check = stream.nudged = False
-                stream.claim_likely = False
-                items = stream.unsent(await self._board.next_for(name, stream, look_first=look_first))
-                look_first = False
+            items = stream.take_handed()
+            if not items and self._check_due(stream):
+                items = await self._check(stream)
                 ended = stream.take_claims_ended()  # committed while the check ran: told first
                 if ended:
-                    dead = {end.token for end in ended}
-                    items = [item for item in items if not (isinstance(item, ClaimGrant) and item.token in dead)]
                     for end in ended:
                         yield None, end
+                    items = _still_held(items, ended)
                     if not items:
-                        must_check = True  # a freed slot: look again before waiting
+                        self._must_check = True  # a freed slot: look again before waiting
                         continue
-                if items:
-                    for item in items:
-                        yield None, item
-                    self._sent(stream, items)
-                    idle_polls = 0
-                    if any(isinstance(item, ClaimGrant) for item in items):
-                        waiting = False  # the claim made it busy; the next quiet poll looks again
-                    must_check = not stream.settled(items)
-                    continue
-            if await self._wait(stream, options.poll_interval_s):
-                look_first = not stream.claim_likely
+                self._checked(stream, items)
+            if items:
+                for item in items:
+                    yield None, item
+                self._sent(stream, items)
+                continue
+            if await self._wait(stream):
                 continue  # woken: wake-ups never use up the idle budget
-            must_check = True  # every poll interval looks again
-            # An idle poll counts only while the teammate holds no claim and no
-            # unfinished task remains that it could take: until then it is
-            # waiting for work (a dependency still running), not idle.
-            if stream.sent_tokens:
-                continue
-            still_to_come = bool(await self._board.work_waited_for(name, stream.roles))
-            if still_to_come != waiting:  # written only when it changes
-                with contextlib.suppress(CommitFailed):  # logged by the writer; written at a later poll
-                    await self._board.set_waiting(name, still_to_come)
-                    waiting = still_to_come
-            if still_to_come:
-                idle_polls = 0
-                continue
-            idle_polls += 1
-            if idle_polls >= options.max_idle_polls:
+            if await self._idle_poll(stream):
                 self.ending = "idle_timeout"
-                yield None, IdleTimedOut(idle_polls)
+                yield None, IdleTimedOut(self._idle_polls)
                 return
         for end in stream.take_claims_ended():  # a removed teammate hears why its claims ended
             yield None, end
         self._raise_ended(stream)
 
+    # ------------------------------------------------------------ the loop's steps
+
+    def _check_due(self, stream: StreamState) -> bool:
+        """Whether a check is due: the loop's own reason, or the board asked (`StreamState.ask_check`)."""
+        if not self._must_check and stream.check_due is Check.NONE:
+            return False
+        self._must_check = False
+        stream.take_check()
+        return True
+
+    async def _check(self, stream: StreamState) -> list[StreamItem]:
+        """What the board has for the stream now, decided from its snapshot; the stream
+        takes in what the check learned before anything is sent."""
+        look_first, self._look_first = self._look_first, False
+        found = await self._board.next_for(self.name, stream.view(), look_first=look_first)
+        stream.learned(found)
+        return stream.unsent(found.items)
+
+    def _checked(self, stream: StreamState, items: list[StreamItem]) -> None:
+        if not items:
+            return  # nothing to send: the loop waits
+        if any(isinstance(item, ClaimGrant) for item in items):
+            self._recorded_waiting = False  # the claim made it busy; the next quiet poll looks again
+        self._must_check = not stream.settled(items)
+
+    async def _idle_poll(self, stream: StreamState) -> bool:
+        """A poll interval passed with nothing to send: True once the idle budget is spent.
+        An idle poll counts only while the teammate holds no claim and no unfinished task
+        remains that it could take: until then it is waiting for work (a dependency still
+        running), not idle."""
+        self._must_check = True  # every poll interval looks again
+        if stream.sent_tokens:
+            return False
+        still_to_come = bool(await self._board.work_waited_for(self.name, stream.roles))
+        if still_to_come != self._recorded_waiting:  # written only when it changes
+            with contextlib.suppress(CommitFailed):  # logged by the writer; written at a later poll
+                await self._board.set_waiting(self.name, still_to_come)
+                self._recorded_waiting = still_to_come
+        if still_to_come:
+            self._idle_polls = 0
+            return False
+        self._idle_polls += 1
+        return self._idle_polls >= self._options.max_idle_polls
+
     def _sent(self, stream: StreamState, items: list[StreamItem]) -> None:
+        self._idle_polls = 0  # any delivery starts the idle count again
         if any(isinstance(item, ClaimGrant) for item in items):
             failpoints.hit("after_claim_sent")
-            if self._parked:  # its wait for work is over: it parks again at the back
+            if stream.line is not None:  # its wait for work is over: it parks again at the back
                 self._hub.parked.leave(stream)
-                self._parked = False
         stream.mark_sent(items)
 
     def _raise_ended(self, stream: StreamState) -> None:
@@ -230,30 +245,35 @@ class TeammateStream:
             self.ending = ""
             raise errors.Unauthenticated(f"teammate {self.name!r} was removed")
 
-    async def _wait(self, stream: StreamState, interval: float) -> bool:
+    async def _wait(self, stream: StreamState) -> bool:
         """True when woken (or told to end), False when the poll interval passed. A stream
         with a free slot and open gates waits parked: a completion serves it first, in the
         order the streams began to wait. It keeps its place until a claim goes out on it
         (`_sent`) or it may claim no more; a poll interval or a wake-up that brought no
-        claim does not send it to the back. (Between waits it may still be served: any job
-        decides every claim from what is committed.)"""
-        parked = stream.can_claim and not stream.claims_paused
-        if parked and not self._parked:
+        claim does not send it to the back. Each wait parks its snapshot anew, so a
+        completion decides from what it sent last. (Between waits it may still be served:
+        any job decides every claim from what is committed.)"""
+        if stream.phase is Phase.ENDED:
+            return True  # ended during this turn: the loop stops
+        if stream.claims is Claims.OPEN:
             self._hub.parked.park(stream)
-        elif self._parked and not parked:
+        elif stream.line is not None:
             self._hub.parked.leave(stream)
-        self._parked = parked
         loop = asyncio.get_running_loop()
-        self._poll_due = loop.time() + interval
+        self._poll_due = loop.time() + self._options.poll_interval_s
         self._poll_passed = False
         if self._poll_timer is None:
             self._poll_timer = loop.call_at(self._poll_due, self._poll_check, stream)
-        stream.waiting = True
+        stream.to(Phase.WAITING)
         try:
             await stream.event.wait()
         finally:
-            stream.waiting = False
-        return not self._poll_passed
+            if stream.phase is Phase.WAITING:
+                stream.to(Phase.ACTIVE)
+        if self._poll_passed:
+            return False
+        self._look_first = stream.check_due is not Check.CLAIM
+        return True
 
     def _poll_check(self, stream: StreamState) -> None:
         """The poll timer: a busy stream waits many times per interval, and a timer armed
@@ -275,3 +295,19 @@ class TeammateStream:
             self._poll_timer = None
         if self.stream is not None:
             self._hub.unregister(self.stream)
+
+
+def _answered(stream: StreamState, found: Delivery | None) -> list[StreamItem]:
+    """What goes out with an op's result: the item its own job decided (a completion's
+    handoff), after anything handed to the stream before it."""
+    if found is not None:
+        stream.hand(found)
+    items = stream.take_handed()
+    failpoints.hit("before_op_result")  # committed, not yet answered
+    return items
+
+
+def _still_held(items: list[StreamItem], ended: list[ClaimEnd]) -> list[StreamItem]:
+    """`items` without the claims `ended` names (told ended while the check ran)."""
+    dead = {end.token for end in ended}
+    return [item for item in items if not (isinstance(item, ClaimGrant) and item.token in dead)]
