@@ -15,7 +15,7 @@ from corrald.config import MESSAGE_MAX_BYTES
 
 from .wire import assert_status, rpc_error, spec, ts_seconds
 
-LEASE_S = 3.0
+LEASE_S = 4.0
 RENEW_EVERY_S = 0.1
 # A renewal answered within half the lease keeps the claim of a holder that renews twice a
 # lease or more; a batch made one job of several seconds would fail this, a slow machine not.
