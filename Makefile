@@ -75,8 +75,11 @@ lint: $(STAMP)
 # two cores busy. The load tests, which flood the daemon from processes of their
 # own, run alone last. The slowest tests are listed, to keep the suite within its
 # time budget.
-PARALLEL_TESTS := tests/server tests/client tests/cli tests/e2e tests/contract tests/mcp tests/polyglot tests/web \
-	tests/bench tests/reliability
+# The conformance suite (tests/conformance) runs each of its tests on a SQLite and on a
+# PostgreSQL board by itself, whatever --store says: it runs here once, in neither
+# `--store postgres` list below.
+PARALLEL_TESTS := tests/conformance tests/server tests/client tests/cli tests/e2e tests/contract tests/mcp tests/polyglot \
+	tests/web tests/bench tests/reliability
 TIMED_CONTRACT := admission big_batches big_cancels call_burst claim_ended idle_timeout leases memory \
 	overload session_races session_waiters sigterm silent_connections
 TIMED_TESTS := tests/e2e/test_sdk_claim_ended.py $(patsubst %,tests/contract/test_%.py,$(TIMED_CONTRACT)) \

@@ -7,6 +7,13 @@
 * shutdown → teammate: the Lead's RequestShutdown is sent → teammate C's
   stream delivers the shutdown_request. C rejects and acknowledges after each
   (AckMessages on Idle + unary, an `ack` op on Session).
+* revoke → holder: the Lead's RevokeClaim is sent → teammate D's stream, which
+  holds the claim, delivers claim_ended (#16 item 10; the contract tests check
+  only that it comes, after the commit and before D's next claim).
+* lease expiry → holder: a claim of a 1 s lease is left to expire; from the
+  lease's end (the daemon's clock, this host's) to claim_ended on D's stream: the
+  reaper's timer firing at the deadline, its job and the push. A few samples
+  (each waits out a lease).
 
 Against a poll loop with a 5 s interval: detection waits for the next poll,
 so latency is uniform on [0, 5 s): mean 2.5 s, p99 4.95 s. A short simulated
@@ -161,6 +168,58 @@ async def _shutdown_samples(lead: Lead, tokens: dict, samples: int, stream) -> l
         c.close()
 
 
+EXPIRY_LEASE_S = 1.0
+EXPIRY_SAMPLES = 4
+
+
+async def _revoke_samples(lead: Lead, tokens: dict, samples: int, prefix: str, stream) -> list[float]:
+    """Seconds from just before the Lead's RevokeClaim to claim_ended on the holder's stream."""
+    await lead.create([pb.TaskSpec(id=f"{prefix}r{i}", title="r", required_role="d") for i in range(samples)])
+    d = stream(lead.channel, tokens["delta"])
+    out = []
+    try:
+        for _ in range(samples):
+            _, held = await d.next("claim")
+            await asyncio.sleep(SETTLE_S)
+            started = time.monotonic()
+            revoke = pb.RevokeClaimRequest(task_id=held.claim.task.id, reason="bench")
+            await lead.lead.RevokeClaim(revoke, metadata=lead.md, timeout=30)
+            arrived, _ = await d.next("claim_ended")
+            out.append(arrived - started)
+            _, again = await d.next("claim")  # the revoked task, ready again at once
+            await d.complete(again.claim)
+    finally:
+        d.close()
+    return out
+
+
+async def _expiry_samples(lead: Lead, tokens: dict, samples: int, prefix: str, stream) -> list[float]:
+    """Seconds from a claim's lease end to claim_ended on the holder's stream."""
+    lease, at_once = duration(EXPIRY_LEASE_S), duration(0)
+    specs = [
+        pb.TaskSpec(id=f"{prefix}e{i}", title="e", required_role="d", lease_duration=lease, retry_backoff=at_once)
+        for i in range(samples)
+    ]
+    await lead.create(specs)
+    d = stream(lead.channel, tokens["delta"])
+    out = []
+    try:
+        for _ in range(samples):
+            _, held = await d.next("claim")
+            end = held.claim.lease_expire_time.seconds + held.claim.lease_expire_time.nanos / 1e9
+            await d.next("claim_ended", timeout=10 * EXPIRY_LEASE_S)
+            out.append(time.time() - end)
+            try:  # late: refused, and a sign of life, after which claims flow again
+                await d.complete(held.claim)
+            except (grpc.aio.AioRpcError, RuntimeError):
+                pass
+            _, again = await d.next("claim")  # the expired task, ready again (its next attempt)
+            await d.complete(again.claim)
+    finally:
+        d.close()
+    return out
+
+
 async def _corral(daemon: Daemon, samples: int, runs: int, transport: str = "idle") -> list[dict] | str:
     """Per-run figures, or (Session on a daemon that does not serve it) how it refused."""
     lead = Lead(daemon.address, daemon.token)
@@ -168,6 +227,7 @@ async def _corral(daemon: Daemon, samples: int, runs: int, transport: str = "idl
         tokens = await lead.add_teammates(["alpha"], roles=("a",))
         tokens |= await lead.add_teammates(["beta"], roles=("b",))
         tokens |= await lead.add_teammates(["gamma"], roles=("c",))
+        tokens |= await lead.add_teammates(["delta"], roles=("d",))
         if transport == "session" and (refusal := await session_refusal(daemon.address, tokens["alpha"])):
             return refusal
         stream = STREAMS[transport]
@@ -175,11 +235,15 @@ async def _corral(daemon: Daemon, samples: int, runs: int, transport: str = "idl
         for run in range(runs):
             dependency = await _dependency_samples(lead, tokens, samples, f"r{run}-", stream)
             shutdown = await _shutdown_samples(lead, tokens, samples, stream)
+            revoke = await _revoke_samples(lead, tokens, samples, f"r{run}-", stream)
+            expiry = await _expiry_samples(lead, tokens, min(samples, EXPIRY_SAMPLES), f"r{run}-", stream)
             writer = (await lead.stats()).writer
             results.append(
                 {
                     **{f"dependency_{k}": v for k, v in latency_fields(dependency).items()},
                     **{f"shutdown_{k}": v for k, v in latency_fields(shutdown).items()},
+                    **{f"revoke_{k}": v for k, v in latency_fields(revoke).items()},
+                    **{f"expiry_{k}": v for k, v in latency_fields(expiry).items()},
                     "commit_p50_ms": writer.commit_latency_p50_ms,
                     "commit_p99_ms": writer.commit_latency_p99_ms,
                 }
@@ -259,7 +323,8 @@ def run(sizes, runs: int, log) -> dict:
         target=lambda: polled.extend(poll_loop(sizes.poll_interval_s, sizes.poll_samples)), daemon=True
     )
     poll_thread.start()
-    fields = {f"{what}_{k}": unit for what in ("dependency", "shutdown") for k, unit in FIELDS.items()}
+    kinds = ("dependency", "shutdown", "revoke", "expiry")
+    fields = {f"{what}_{k}": unit for what in kinds for k, unit in FIELDS.items()}
     fields |= {"commit_p50_ms": "ms", "commit_p99_ms": "ms"}
     with Daemon() as daemon:
         out = summarize(run_async(_corral(daemon, sizes.latency_samples, runs)), fields)
@@ -289,7 +354,9 @@ def run(sizes, runs: int, log) -> dict:
         log(
             f"latency     {name:<7} dependency→claim p50 {figures['dependency_p50_ms']['median']:.2f} ms p99"
             f" {figures['dependency_p99_ms']['median']:.2f} ms; shutdown→teammate p50"
-            f" {figures['shutdown_p50_ms']['median']:.2f} ms p99 {figures['shutdown_p99_ms']['median']:.2f} ms"
+            f" {figures['shutdown_p50_ms']['median']:.2f} ms p99 {figures['shutdown_p99_ms']['median']:.2f} ms;"
+            f" revoke→claim_ended p99 {figures['revoke_p99_ms']['median']:.2f} ms;"
+            f" lease end→claim_ended max {figures['expiry_max_ms']['median']:.0f} ms"
         )
     normal = ""
     if sizes.normal:

@@ -2,10 +2,10 @@
 (issue #16 items 6 and 10): claim_ended on Idle and Session, after the commit that
 ended it; RevokeClaim; the attempt time limit.
 
-Notices are timed from the moment the ending is committed (the Lead's call
-returned, or the time of the daemon's job that ended an expired lease or a
-timed-out attempt, which must itself run at the deadline), within NOTICE_S.
-Leases and attempt limits
+The tests check the order: the notice is the holder's next event, what it says is on
+the board when it arrives (it follows the commit), and the job that ended an expired
+lease or a timed-out attempt ran at its deadline, not before. How soon the notice
+follows is measured in bench/latency.py (targets 3r and 3e). Leases and attempt limits
 are real time here (both at least 1 s): the tests wait by reading streams with
 deadlines.
 """
@@ -24,9 +24,7 @@ from .wire import assert_status, duration, rpc_error, spec, ts_seconds
 
 pytestmark = pytest.mark.timeout(40)
 
-NOTICE_S = 0.1
 CLOCK_SLACK = 0.05
-REAPER_SLACK_S = 0.5
 
 
 def _open(mate, transport: str):
@@ -55,20 +53,17 @@ def _ended_at(daemon, task_id: str, error: str) -> float:
     return ts_seconds(event.time)
 
 
-def _assert_told_in_time(daemon, told_at: float, deadline: float, task_id: str, error: str) -> None:
-    """The notice follows the commit that ended the claim within NOTICE_S; that job ran at
-    the deadline (a timer, not a poll; within REAPER_SLACK_S on a loaded machine)."""
+def _assert_told_after_the_deadline(daemon, told_at: float, deadline: float, task_id: str, error: str) -> None:
+    """The job that ended the claim ran at its deadline, not before, and the notice came
+    after that job."""
     ended_at = _ended_at(daemon, task_id, error)
-    late = told_at - ended_at
-    assert -CLOCK_SLACK <= late <= NOTICE_S + CLOCK_SLACK, f"told {late * 1000:.0f} ms after the job that ended it"
-    fired = ended_at - deadline
-    assert -CLOCK_SLACK <= fired <= REAPER_SLACK_S, f"the claim was ended {fired * 1000:.0f} ms after its deadline"
+    assert ended_at >= deadline - CLOCK_SLACK, f"the claim was ended {(deadline - ended_at) * 1000:.0f} ms early"
+    assert told_at >= ended_at - CLOCK_SLACK, f"told {(ended_at - told_at) * 1000:.0f} ms before the job ended it"
 
 
-def _notice(stream, committed_at: float, claim: pb.Claim, reason: int) -> pb.ClaimEnded:
+def _notice(stream, claim: pb.Claim, reason: int) -> pb.ClaimEnded:
+    """The stream's next event: claim_ended for `claim`."""
     ended = stream.next_event("claim_ended", timeout=5.0)
-    late = time.monotonic() - committed_at
-    assert late <= NOTICE_S, f"claim_ended came {late * 1000:.0f} ms after the commit"
     assert (ended.task_id, ended.claim_token, ended.reason) == (claim.task.id, claim.claim_token, reason)
     return ended
 
@@ -81,9 +76,8 @@ def test_revoke_tells_the_holder_and_kills_its_token(daemon, transport):
     claim = stream.next_event("claim")
 
     revoked = _revoke(daemon, "t", "plan changed").task
-    committed = time.monotonic()
     assert revoked.state == pb.TASK_STATE_PENDING and revoked.owner == ""
-    ended = _notice(stream, committed, claim, pb.CLAIM_END_REASON_REVOKED)
+    ended = _notice(stream, claim, pb.CLAIM_END_REASON_REVOKED)
     assert ended.detail == "plan changed"
     # The notice follows the commit: what it says is on the board already.
     task = daemon.lead.board.GetTask(pb.GetTaskRequest(id="t"))
@@ -123,14 +117,12 @@ def test_cancel_and_removal_tell_the_holder(daemon, transport):
     stream = _open(mate, transport)
     doomed = stream.next_event("claim")
     daemon.lead.lead.CancelTasks(pb.CancelTasksRequest(ids=["doomed"]))
-    committed = time.monotonic()
-    _notice(stream, committed, doomed, pb.CLAIM_END_REASON_TASK_CANCELED)
+    _notice(stream, doomed, pb.CLAIM_END_REASON_TASK_CANCELED)
     assert daemon.get_task("doomed").state == pb.TASK_STATE_CANCELED
 
     kept = stream.next_event("claim")
     daemon.lead.lead.RemoveTeammate(pb.RemoveTeammateRequest(name="ann"))
-    committed = time.monotonic()
-    _notice(stream, committed, kept, pb.CLAIM_END_REASON_TEAMMATE_REMOVED)
+    _notice(stream, kept, pb.CLAIM_END_REASON_TEAMMATE_REMOVED)
     assert daemon.get_task("kept").state == pb.TASK_STATE_PENDING
     code, _ = stream.wait_end()
     assert code == grpc.StatusCode.UNAUTHENTICATED
@@ -144,7 +136,7 @@ def test_an_expired_lease_is_told_when_it_is_reclaimed(daemon, transport):
     claim = stream.next_event("claim")
     lease_end = ts_seconds(claim.lease_expire_time)
     ended = stream.next_event("claim_ended", timeout=5.0)
-    _assert_told_in_time(daemon, time.time(), lease_end, "t", "lease expired on attempt 1")
+    _assert_told_after_the_deadline(daemon, time.time(), lease_end, "t", "lease expired on attempt 1")
     assert ended.reason == pb.CLAIM_END_REASON_LEASE_EXPIRED and ended.claim_token == claim.claim_token
     task = daemon.get_task("t")  # the holder may be frozen: its claims wait until it shows life
     assert task.state == pb.TASK_STATE_PENDING and task.error == "lease expired on attempt 1"
@@ -185,7 +177,7 @@ def test_renewing_does_not_outlast_the_attempt_timeout(daemon, transport):
     assert renewed == pytest.approx(deadline, abs=0.002), "a renewal stops at the attempt deadline"
 
     ended = stream.next_event("claim_ended", timeout=5.0)
-    _assert_told_in_time(daemon, time.time(), deadline, "t", "attempt timed out after 2.5 s")
+    _assert_told_after_the_deadline(daemon, time.time(), deadline, "t", "attempt timed out after 2.5 s")
     assert ended.reason == pb.CLAIM_END_REASON_ATTEMPT_TIMEOUT and ended.claim_token == claim.claim_token
     assert ended.detail == "attempt timed out after 2.5 s"
     task = daemon.lead.board.GetTask(pb.GetTaskRequest(id="t"))

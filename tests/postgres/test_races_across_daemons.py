@@ -14,7 +14,7 @@
   Idle stream of a teammate waiting on the other daemon): the renewal won (the holder completes,
   nobody else held the task) or the reclaim did (not before the lease's end; the renewal fails
   LEASE_EXPIRED, the task is claimed again with a new token, the old token's completion fails
-  LEASE_EXPIRED, the holder hears claim_ended within WAKE_LIMIT_S), never both. A lease is at
+  LEASE_EXPIRED, the holder hears claim_ended after the reclaim), never both. A lease is at
   least 1 s, so these rounds run in RENEW_LANES lanes at once.
 
 Which side wins a round is up to the race; each test prints its tally ([figures]). A failure
@@ -44,7 +44,7 @@ DEPENDENCY_RACES = 500 if SOAK else 100
 CANCEL_RACES = 1_000 if SOAK else 100
 JOIN_RACES = 1_000 if SOAK else 100
 RENEW_RACES = 1_000 if SOAK else 100
-WAKE_LIMIT_S = 1.0  # the bound for wake-ups across daemons (test_across_daemons.py)
+CLOCK_SLACK_S = 0.05  # this host's clock against the database's, the same host's
 RENEW_LANES = 4  # renewal rounds run in this many lanes at once: each waits a whole lease
 LEASE_S = 1.0  # the shortest lease a task may have (design §7)
 # When a renewal round sends its renewal, in ms from the lease's end (negative: before it); the
@@ -393,8 +393,8 @@ def _reclaimed(board, race: _Race) -> str:
     ended, told_at = seen["notice"]
     told = (ended.task_id, ended.claim_token, ended.reason)
     assert told == (task_id, claim.claim_token, pb.CLAIM_END_REASON_LEASE_EXPIRED), f"{what}: {short(ended)}"
-    late = told_at - reclaimed_ms / 1000
-    assert late <= WAKE_LIMIT_S, f"{what}: the holder was told {late:.2f} s after the reclaim committed"
+    early = reclaimed_ms / 1000 - told_at  # how soon: bench/latency.py (3e) and bench/pg_latency.py
+    assert early <= CLOCK_SLACK_S, f"{what}: the holder was told {early:.2f} s before the reclaim"
     return "reclaimed, then the holder claimed it again" if taker == race.holder.name else "reclaimed by the other"
 
 

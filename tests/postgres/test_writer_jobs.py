@@ -1,6 +1,9 @@
 """The writer's jobs on PostgreSQL, where they run without a savepoint each: a job that
 fails before it wrote costs nothing more, and one that fails after writing (or whose
 statement failed) makes its batch run again with savepoints, so it still rolls back alone.
+(That a job rolls back alone, and how many times each ran, is checked on both stores in
+tests/conformance/test_writer.py; here, what only PostgreSQL has: statements of WITH
+clauses, and runs of mergeable jobs.)
 """
 
 from __future__ import annotations
@@ -106,42 +109,6 @@ def one_batch(writer: Writer, jobs: list[Callable | tuple[Callable, Mergeable]])
             outcomes.append(("error", error))
     assert writer.stats().commits - commits == 1, "the jobs were not one batch"
     return outcomes
-
-
-def test_a_job_failing_before_it_writes_fails_alone_and_runs_once(writer, schema):
-    jobs = Jobs()
-    outcomes = one_batch(writer, [jobs.insert("a"), jobs.refuse("b"), jobs.insert("c")])
-    assert outcomes[0] == ("ok", "a") and outcomes[2] == ("ok", "c")
-    assert outcomes[1][0] == "error" and isinstance(outcomes[1][1], LookupError)
-    assert committed(schema) == {"a", "c"}
-    assert jobs.runs == {"a": 1, "b": 1, "c": 1}, "a refusal before any write needs no second run"
-
-
-def test_a_job_failing_after_it_wrote_rolls_back_alone_when_its_batch_runs_again(writer, schema):
-    jobs = Jobs()
-    outcomes = one_batch(
-        writer,
-        [
-            jobs.insert("a"),
-            jobs.insert("b", then_raise=True),
-            jobs.insert("c"),
-            jobs.insert("a"),  # a statement that fails (a duplicate key) is a job error too
-            jobs.refuse("e"),
-            jobs.insert("d"),
-        ],
-    )
-    kinds = [(kind, type(value)) for kind, value in outcomes]
-    assert kinds == [
-        ("ok", str),
-        ("error", ValueError),
-        ("ok", str),
-        ("error", psycopg.errors.UniqueViolation),
-        ("error", LookupError),
-        ("ok", str),
-    ]
-    assert committed(schema) == {"a", "c", "d"}
-    # The first run stopped at b; the second ran every job once, each in its savepoint.
-    assert jobs.runs == {"a": 3, "b": 2, "c": 1, "e": 1, "d": 1}
 
 
 def test_a_job_failing_after_a_write_within_a_with_statement_rolls_back_alone(writer, schema):

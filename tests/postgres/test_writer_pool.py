@@ -16,7 +16,7 @@ import pytest
 
 from corrald.clock import FakeClock
 from corrald.config import WriterConfig
-from corrald.pg.storage import DatabaseUnreachable, PgStorage
+from corrald.pg.storage import PgStorage
 from corrald.pg.target import PgTarget
 from corrald.writer import CommitFailed, Writer, job_owner
 from tests.support import wait_until
@@ -134,56 +134,6 @@ def test_callers_learn_their_outcomes_in_the_order_the_batches_committed(schema)
     finally:
         writer.close()
     assert heard == ["first", "second"]
-
-
-class CountsBegins(PgStorage):
-    begins = 0
-
-    def begin(self, conn):
-        self.begins += 1
-        return super().begin(conn)
-
-
-def test_jobs_queued_while_a_batch_takes_jobs_join_it_and_no_other_writer_opens_a_transaction(schema):
-    """While one writer's batch is held open, still taking jobs, 40 jobs are queued: that
-    batch takes all of them, and no idle writer opens a transaction meanwhile (for jobs
-    it would not get), so the pool neither splits group commits nor wastes round trips."""
-    holding, release = threading.Event(), threading.Event()
-
-    def hold(tx) -> None:
-        holding.set()
-        assert release.wait(WAIT)
-
-    writer = pool(schema, storage_class=CountsBegins, timer=lambda: 0.0)  # a batch budget that never runs out
-    storage = writer._storage
-    writer.start()
-    try:
-        held = writer.submit(hold)
-        assert holding.wait(WAIT)
-        wait_until(lambda: writer.stats().writers_in_transaction == 1, WAIT, "the held batch's transaction")
-        commits = writer.stats().commits
-        futures = [writer.submit(run("burst", n)) for n in range(40)]
-        release.set()
-        held.result(WAIT)
-        for future in futures:
-            future.result(WAIT)
-        assert writer.stats().commits - commits == 1, "the queued jobs were split over several batches"
-        assert storage.begins == 1, f"{storage.begins - 1} transaction(s) opened for jobs another batch took"
-    finally:
-        writer.close()
-    assert [n for _, _, n in stored(schema)] == list(range(40))
-
-
-def test_a_pool_that_cannot_connect_fails_to_start_and_leaves_no_thread(schema):
-    storage = PgStorage(
-        PgTarget.parse("postgresql://postgres@127.0.0.1:1/postgres", schema=schema, connect_timeout_s=1),
-        "test-daemon",
-        clock=None,
-    )
-    writer = Writer(storage.open, FakeClock(), WriterConfig(writers=3), storage=storage)
-    with pytest.raises(DatabaseUnreachable):
-        writer.start()
-    assert not [thread for thread in threading.enumerate() if thread.name.startswith("corral-writer")]
 
 
 def test_a_sqlite_board_refuses_more_than_one_writer(tmp_path):

@@ -26,13 +26,16 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def db_path(tmp_path: pathlib.Path, store_kind: str):
-    """Where the test's board lives: a SQLite file, or a fresh PostgreSQL schema (a PgTarget)."""
-    if store_kind == "postgres":
-        from corrald.pg.target import PgTarget
-        from tests.support.postgres import fresh_schema, run_database_dsn
+    """Where the test's board lives: a SQLite file, or a PostgreSQL schema of its own (a
+    PgTarget), migrated already (tests/support/postgres.py's `board_schema`)."""
+    if store_kind != "postgres":
+        yield tmp_path / "corral.sqlite3"
+        return
+    from corrald.pg.target import PgTarget
+    from tests.support.postgres import board_schema, run_database_dsn
 
-        return PgTarget.parse(run_database_dsn(), schema=fresh_schema())
-    return tmp_path / "corral.sqlite3"
+    with board_schema() as schema:
+        yield PgTarget.parse(run_database_dsn(), schema=schema)
 
 
 @pytest.fixture

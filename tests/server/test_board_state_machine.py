@@ -16,6 +16,7 @@ lease end).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import pathlib
 import shutil
@@ -264,11 +265,12 @@ class BoardMachine(RuleBasedStateMachine):
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="corral-sm-"))
         self.clock = FakeClock()
         where: object = self.dir / "corral.sqlite3"
-        if _STORE["kind"] == "postgres":  # a fresh schema of the run's database per example
+        self.schema = contextlib.ExitStack()
+        if _STORE["kind"] == "postgres":  # a schema of the run's database of its own per example
             from corrald.pg.target import PgTarget
-            from tests.support.postgres import fresh_schema, run_database_dsn
+            from tests.support.postgres import board_schema, run_database_dsn
 
-            where = PgTarget.parse(run_database_dsn(), schema=fresh_schema())
+            where = PgTarget.parse(run_database_dsn(), schema=self.schema.enter_context(board_schema()))
         self.board = SyncBoard(where, self.clock, writer_config=WriterConfig(synchronous="NORMAL")).open()
         self.model = Model()
         self.cursors: dict[str, StreamState] = {}
@@ -277,6 +279,7 @@ class BoardMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.board.dispose()
+        self.schema.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     @property

@@ -10,7 +10,8 @@ Where the server comes from, first that works:
 4. else the run fails, naming what to install. Never a silent skip.
 
 Each test process makes one database `corral_test_<random>` and drops it at the
-end; each test takes a schema of its own in it (`fresh_schema`).
+end; each test takes a schema of its own in it (`fresh_schema`), or a board's
+schema migrated already and emptied after the test before it (`board_schema`).
 
 `ThrowawayServer` is the cluster of 3., for a test that must stop and start its
 server: such a test starts one of its own and never touches the shared one.
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import glob
+import graphlib
 import os
 import pathlib
 import pwd
@@ -30,6 +33,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
 
 import psycopg
 
@@ -205,6 +211,144 @@ def scratch_schema(*tables: str):
     finally:
         with psycopg.connect(run_database_dsn(), autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {name} CASCADE")
+
+
+# ---------------------------------------------------------------- board schemas, migrated once
+#
+# Migrating a board's schema is some forty statements of DDL (~40 ms, most of a
+# PostgreSQL board test's setup). Each test process migrates a template once, and
+# the schemas it hands out are migrated boards emptied after use: every table's rows
+# deleted and the template's put back, every sequence set as in the template (a few
+# ms). A schema is emptied only when it is safe to reuse: no other connection to the
+# process's database is left (one left would write into the next test's board), and
+# its catalog is still the template's (a test may add a table or a column). Otherwise
+# it is dropped, and the next test gets one migrated afresh.
+
+_FINGERPRINT_SQL = """
+SELECT md5(coalesce(string_agg(item, ',' ORDER BY item), '')) FROM (
+    SELECT c.relname || ':' || c.relkind::text || ':' || coalesce(a.attname || ' '
+        || format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull::text || ' ' || a.attcollation::text
+        || ' ' || coalesce(pg_get_expr(d.adbin, d.adrelid), ''), '') AS item
+    FROM pg_class c
+    LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+    LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+    WHERE c.relnamespace = %(schema)s::regnamespace
+    UNION ALL SELECT 'constraint:' || conname || replace(pg_get_constraintdef(oid), %(schema)s || '.', '')
+    FROM pg_constraint WHERE connamespace = %(schema)s::regnamespace
+    UNION ALL SELECT 'trigger:' || t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+    WHERE c.relnamespace = %(schema)s::regnamespace AND NOT t.tgisinternal
+    UNION ALL SELECT 'function:' || proname FROM pg_proc WHERE pronamespace = %(schema)s::regnamespace
+) catalog
+"""
+_OTHER_BACKENDS_SQL = (
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid != pg_backend_pid()"
+)
+REUSE_WAIT_S = 2.0  # how long a released schema waits for the test's connections to go
+
+
+@dataclasses.dataclass(frozen=True)
+class _Template:
+    """What a migrated, empty board schema holds, read once from the template."""
+
+    name: str
+    fingerprint: str
+    tables: tuple[str, ...]  # referencing tables before the tables they reference
+    seeded: tuple[str, ...]  # the tables with rows (the template's rows are put back)
+    sequences: tuple[tuple[str, int, bool], ...]  # (name, last_value, is_called)
+
+
+class _SchemaPool:
+    def __init__(self) -> None:
+        self._conn: psycopg.Connection | None = None
+        self._template: _Template | None = None
+        self._free: list[str] = []
+
+    def conn(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(run_database_dsn(), autocommit=True)
+        return self._conn
+
+    def template(self) -> _Template:
+        if self._template is None:
+            self._template = self._read_template(self._migrated())
+        return self._template
+
+    def take(self) -> str:
+        self.template()
+        return self._free.pop() if self._free else self._migrated()
+
+    def give_back(self, name: str) -> None:
+        """Empties `name` for the next test, or drops it when it is not safe to reuse."""
+        try:
+            self._empty(name)
+        except psycopg.Error:  # the server or the connection went away: the next test migrates anew
+            with contextlib.suppress(psycopg.Error):
+                self.conn().close()
+            return
+
+    def _empty(self, name: str) -> None:
+        conn = self.conn()
+        template = self.template()
+        deadline = time.monotonic() + REUSE_WAIT_S
+        while (others := conn.execute(_OTHER_BACKENDS_SQL).fetchone()[0]) and time.monotonic() < deadline:
+            threading.Event().wait(0.002)  # a closed connection's backend exits in a moment
+        if others or conn.execute(_FINGERPRINT_SQL, {"schema": name}).fetchone()[0] != template.fingerprint:
+            with contextlib.suppress(psycopg.Error):
+                conn.execute(f"SET lock_timeout = '1s'; DROP SCHEMA IF EXISTS {name} CASCADE; RESET lock_timeout")
+            return
+        statements = [f"DELETE FROM {name}.{table}" for table in template.tables]
+        statements += [f"INSERT INTO {name}.{table} SELECT * FROM {template.name}.{table}" for table in template.seeded]
+        statements += [f"SELECT setval('{name}.{seq}', {value}, {called})" for seq, value, called in template.sequences]
+        with conn.transaction():
+            conn.execute("; ".join(statements))
+        self._free.append(name)
+
+    def _migrated(self) -> str:
+        """A new schema, migrated; emptied of its board row (a board's first daemon makes it)."""
+        from tests.support.stores import migrate_postgres
+
+        name = fresh_schema()
+        conn = self.conn()
+        migrate_postgres(conn, name)
+        conn.execute(f"DELETE FROM {name}.board")
+        return name
+
+    def _read_template(self, name: str) -> _Template:
+        conn = self.conn()
+        tables = [row[0] for row in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", (name,))]
+        references = conn.execute(
+            "SELECT confrelid::regclass::text, conrelid::regclass::text FROM pg_constraint"
+            " WHERE contype = 'f' AND connamespace = %s::regnamespace",
+            (name,),
+        ).fetchall()
+        graph: dict[str, set[str]] = {table: set() for table in tables}
+        for referenced, referencing in references:
+            graph[referenced.split(".")[-1]].add(referencing.split(".")[-1])
+        ordered = tuple(graphlib.TopologicalSorter(graph).static_order())
+        seeded = tuple(
+            table for table in ordered if conn.execute(f"SELECT EXISTS (SELECT FROM {name}.{table})").fetchone()[0]
+        )
+        sequences = tuple(
+            (seq, *conn.execute(f"SELECT last_value, is_called FROM {name}.{seq}").fetchone())
+            for (seq,) in conn.execute("SELECT sequencename FROM pg_sequences WHERE schemaname = %s", (name,))
+        )
+        fingerprint = conn.execute(_FINGERPRINT_SQL, {"schema": name}).fetchone()[0]
+        return _Template(name, fingerprint, ordered, seeded, sequences)
+
+
+_pool = _SchemaPool()
+
+
+@contextlib.contextmanager
+def board_schema() -> Iterator[str]:
+    """A migrated board schema of this process's database, with no board in it yet (the
+    first daemon or Board to open it makes one, with the lead token it is given): for one
+    test, whose connections to the database must all be closed when the block ends."""
+    name = _pool.take()
+    try:
+        yield name
+    finally:
+        _pool.give_back(name)
 
 
 def backends_waiting_for_a_lock(conn: psycopg.Connection) -> int:

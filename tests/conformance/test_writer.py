@@ -1,10 +1,12 @@
-"""The single writer: savepoints per job, group commit, commit failures, re-entrancy,
-overload refusal, and its counters.
-
-On SQLite (the default) and, with `--store postgres`, on a PostgreSQL writer with a
-schema of its own: what the writer promises its callers (a job rolls back alone, nothing
-is reported that did not commit, futures after COMMIT) holds on both. The tests of
-SQLite's own machinery (a full disk, SQLITE_BUSY, its COMMIT's I/O errors) are marked so.
+"""The writer, on a SQLite file and on a PostgreSQL schema of its own (each test runs on
+both): savepoints per job, group commit, commit failures, re-entrancy, overload
+refusal, and its counters. What the writer promises its callers holds on both: a job
+rolls back alone, nothing is reported that did not commit, futures resolve after COMMIT.
+Where the drivers differ in how (PostgreSQL runs a batch again, with a savepoint per
+job, after a job failed having written), the test says so. SQLite's own machinery (a
+full disk, SQLITE_BUSY, its COMMIT's I/O errors) is tested in
+tests/server/test_writer_sqlite.py; PostgreSQL's runs of mergeable jobs and its pool of
+writers in tests/postgres/test_writer_jobs.py and test_writer_pool.py.
 """
 
 from __future__ import annotations
@@ -12,27 +14,35 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import pathlib
 import sqlite3
 import threading
+from collections.abc import Iterator
 
 import psycopg
 import pytest
-from boardkit import Blocker, SecondsClock
 
 from corrald import failpoints
 from corrald.clock import FakeClock
 from corrald.config import WriterConfig, WriterLevels
-from corrald.errors import CommitInDoubt, Overloaded, ReentrantSubmit, Unavailable
-from corrald.pg.storage import PgStorage
+from corrald.errors import Overloaded, ReentrantSubmit, Unavailable
+from corrald.pg.storage import DatabaseUnreachable, PgStorage
 from corrald.pg.target import PgTarget
 from corrald.store.schema import open_writer
 from corrald.writer import CommitFailed, Writer, job_owner
+from tests.server.boardkit import Blocker, SecondsClock
 from tests.support import wait_until, wait_until_async
-from tests.support.postgres import run_database_dsn
+from tests.support.postgres import run_database_dsn, scratch_schema
 
 pytestmark = pytest.mark.timeout(30)
-sqlite_only = pytest.mark.sqlite_only  # SQLite's own machinery: its writer connection and file
 WAIT = 10  # seconds for any single future
+
+
+@pytest.fixture(autouse=True)
+def _no_failpoints():
+    failpoints.disable()
+    yield
+    failpoints.disable()
 
 
 @pytest.fixture
@@ -40,13 +50,20 @@ def timer() -> SecondsClock:
     return SecondsClock()
 
 
-def _writer_of(db_path, config: WriterConfig, clock, **options) -> Writer:
-    """A writer of the test's store: the SQLite file, or the PostgreSQL schema (with table t)."""
+@pytest.fixture
+def db_path(store: str, tmp_path: pathlib.Path) -> Iterator[pathlib.Path | PgTarget]:
+    """Where the writer writes: a SQLite file, or a PostgreSQL schema of its own with table t."""
+    if store == "sqlite":
+        yield tmp_path / "corral.sqlite3"
+        return
+    with scratch_schema("t (k TEXT PRIMARY KEY, v BYTEA)") as schema:
+        yield PgTarget.parse(run_database_dsn(), schema=schema)
+
+
+def _writer_of(db_path, config: WriterConfig, clock, storage_class: type[PgStorage] = PgStorage, **options) -> Writer:
+    """A writer of the test's store: the SQLite file, or the PostgreSQL schema."""
     if isinstance(db_path, PgTarget):
-        with psycopg.connect(run_database_dsn(), autocommit=True) as conn:
-            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {db_path.schema}")
-            conn.execute(f"CREATE TABLE IF NOT EXISTS {db_path.schema}.t (k TEXT PRIMARY KEY, v BYTEA)")
-        storage = PgStorage(db_path, "test-daemon", clock=None)
+        storage = storage_class(db_path, "test-daemon", clock=None)
         return Writer(storage.open, clock, config, storage=storage, **options)
 
     def connect():
@@ -117,27 +134,79 @@ def outcome(future):
 # ---------------------------------------------------------------- savepoints and group commit
 
 
-def test_a_failing_job_rolls_back_alone(writer, db_path, timer):
+class Jobs:
+    """Jobs that count how many times each ran."""
+
+    def __init__(self) -> None:
+        self.runs: collections.Counter[str] = collections.Counter()
+
+    def insert(self, key: str, *, then_raise: bool = False):
+        def job(tx):
+            self.runs[key] += 1
+            tx.conn.execute("INSERT INTO t (k) VALUES (?)", (key,))
+            if then_raise:
+                raise ValueError(f"{key} fails after writing")
+            return key
+
+        return job
+
+    def refuse(self, key: str):
+        def job(tx):
+            self.runs[key] += 1
+            tx.conn.execute("SELECT count(*) FROM t").fetchone()
+            raise LookupError(f"{key} fails before writing")
+
+        return job
+
+
+def one_batch(writer: Writer, timer: SecondsClock, jobs: list) -> list[tuple[str, object]]:
+    """Runs `jobs` in one batch, queued behind a blocker; their outcomes."""
     blocker = Blocker(timer)
     held = blocker.hold(writer)
     commits = writer.stats().commits
-    futures = [
-        writer.submit(insert("a")),
-        writer.submit(insert_then_raise("b")),
-        writer.submit(insert("c")),
-        writer.submit(insert("a")),  # a constraint error is a job error too
-        writer.submit(insert("d")),
-    ]
+    futures = [writer.submit(job) for job in jobs]
     blocker.release()
     assert held.result(WAIT) == "blocker"
-    results = [outcome(f) for f in futures]
-    assert results[0] == ("ok", "a") and results[2] == ("ok", "c") and results[4] == ("ok", "d")
-    assert results[1][0] == "error" and isinstance(results[1][1], ValueError)
-    assert results[3][0] == "error" and isinstance(results[3][1], (sqlite3.IntegrityError, psycopg.IntegrityError))
-    assert keys(db_path) == {"a", "c", "d"}
-    # The blocker's batch and one batch for all five jobs (on PostgreSQL run a second time
+    outcomes = [outcome(future) for future in futures]
+    # The blocker's batch and one batch for all the jobs (on PostgreSQL run a second time
     # with a savepoint per job, after a job failed having written: still one commit).
-    assert writer.stats().commits - commits == 2
+    assert writer.stats().commits - commits == 2, "the jobs were not one batch"
+    return outcomes
+
+
+def test_a_failing_job_rolls_back_alone(writer, db_path, timer, store):
+    jobs = Jobs()
+    outcomes = one_batch(
+        writer,
+        timer,
+        [
+            jobs.insert("a"),
+            jobs.insert("b", then_raise=True),
+            jobs.insert("c"),
+            jobs.insert("a"),  # a statement that fails (a duplicate key) is a job error too
+            jobs.refuse("e"),
+            jobs.insert("d"),
+        ],
+    )
+    kinds = [(kind, type(value)) for kind, value in outcomes]
+    duplicate = sqlite3.IntegrityError if store == "sqlite" else psycopg.errors.UniqueViolation
+    assert kinds == [("ok", str), ("error", ValueError), ("ok", str), ("error", duplicate), ("error", LookupError)] + [
+        ("ok", str)
+    ]
+    assert keys(db_path) == {"a", "c", "d"}
+    if store == "sqlite":  # a savepoint per job: each job ran once
+        assert jobs.runs == {"a": 2, "b": 1, "c": 1, "e": 1, "d": 1}
+    else:  # the first run stopped at b; the second ran every job once, each in its savepoint
+        assert jobs.runs == {"a": 3, "b": 2, "c": 1, "e": 1, "d": 1}
+
+
+def test_a_job_failing_before_it_writes_fails_alone_and_runs_once(writer, db_path, timer):
+    jobs = Jobs()
+    outcomes = one_batch(writer, timer, [jobs.insert("a"), jobs.refuse("b"), jobs.insert("c")])
+    assert outcomes[0] == ("ok", "a") and outcomes[2] == ("ok", "c")
+    assert outcomes[1][0] == "error" and isinstance(outcomes[1][1], LookupError)
+    assert keys(db_path) == {"a", "c"}
+    assert jobs.runs == {"a": 1, "b": 1, "c": 1}, "a refusal before any write needs no second run"
 
 
 async def queued(writer: Writer, jobs: int) -> None:
@@ -363,9 +432,40 @@ def test_past_its_budget_a_batch_still_takes_a_newcomers_job(make_writer, timer)
     assert ran == [("hog0", commits), ("calm0", commits), ("hog1", commits + 1), ("hog2", commits + 2)]
 
 
-def test_jobs_queued_while_a_batch_runs_join_it(writer):
-    # Without the timer the blocker keeps its batch open: the budget's clock stands still.
-    assert inserts_behind(writer, Blocker(), 5) == 1
+class CountsBegins(PgStorage):
+    begins = 0
+
+    def begin(self, conn):
+        self.begins += 1
+        return super().begin(conn)
+
+
+def test_jobs_queued_while_a_batch_runs_join_it(db_path, store):
+    """While a batch is held open, still taking jobs, 40 jobs are queued: that batch takes all
+    of them. On PostgreSQL a pool of writers serves the board, as a daemon's does, and no
+    idle writer opens a transaction meanwhile (for jobs it would not get), so the pool
+    neither splits group commits nor wastes round trips."""
+    writers = 1 if store == "sqlite" else 4
+    # A batch budget that never runs out: the held batch takes every job queued meanwhile.
+    writer = _writer_of(db_path, WriterConfig(writers=writers), FakeClock(), CountsBegins, timer=lambda: 0.0)
+    writer.start()
+    try:
+        if store == "sqlite":
+            writer.call(lambda tx: tx.conn.execute("CREATE TABLE t (k TEXT PRIMARY KEY, v BLOB)"), WAIT)
+        blocker = Blocker()  # without the timer the blocker keeps its batch open
+        held = blocker.hold(writer)
+        wait_until(lambda: writer.stats().writers_in_transaction == 1, WAIT, "the held batch's transaction")
+        commits = writer.stats().commits
+        futures = [writer.submit(insert(f"k{n:02d}")) for n in range(40)]
+        blocker.release()
+        held.result(WAIT)
+        assert [future.result(WAIT) for future in futures] == [f"k{n:02d}" for n in range(40)]
+        assert writer.stats().commits - commits == 1, "the queued jobs were split over several batches"
+        storage = writer._storage
+        if isinstance(storage, CountsBegins):
+            assert storage.begins == 1, f"{storage.begins - 1} transaction(s) opened for jobs another batch took"
+    finally:
+        writer.close()
 
 
 def test_futures_resolve_only_after_commit(writer, db_path):
@@ -437,72 +537,12 @@ def test_failed_commit_fails_every_job_and_leaves_nothing(writer, db_path, timer
     assert keys(db_path) == {"after"}
 
 
-@sqlite_only
-def test_an_io_error_from_commit_is_in_doubt_never_not_applied(writer, db_path):
-    """SQLite's COMMIT fails with an I/O error (a failed fsync) after its frames reached the
-    WAL: the write may be there after a restart, so its callers hear COMMIT_IN_DOUBT, not
-    COMMIT_FAILED, and here it is indeed stored. The writer goes on."""
-    failpoints.enable("sqlite_commit_returned", "ioerror", after=1)
-    kind, error = outcome(writer.submit(insert("maybe")))
-    assert kind == "error"
-    assert isinstance(error, CommitInDoubt), error
-    assert not isinstance(error, CommitFailed)
-    assert keys(db_path) == {"maybe"}
-    assert writer.call(insert("after"), WAIT) == "after"
-
-
 def test_commit_failure_on_every_batch_never_reports_success(writer, db_path):
     failpoints.enable("before_commit", "error")
     futures = [writer.submit(insert(f"k{i}")) for i in range(20)]
     assert all(outcome(f)[0] == "error" for f in futures)
     failpoints.disable()
     assert keys(db_path) == set()
-
-
-@sqlite_only
-def test_disk_full_is_consistent(writer, db_path, timer):
-    """SQLITE_FULL mid-batch: whatever was reported successful is there, nothing else is."""
-    pages = writer.call(lambda tx: tx.conn.execute("PRAGMA page_count").fetchone()[0], WAIT)
-    writer.call(lambda tx: tx.conn.execute(f"PRAGMA max_page_count = {pages + 1}"), WAIT)
-    blocker = Blocker(timer)
-    held = blocker.hold(writer)
-    futures = {
-        "small1": writer.submit(insert("small1")),
-        "huge": writer.submit(insert("huge", b"x" * 2_000_000)),
-        "small2": writer.submit(insert("small2")),
-    }
-    blocker.release()
-    held.result(WAIT)
-    results = {k: outcome(f) for k, f in futures.items()}
-    assert results["huge"][0] == "error"
-    assert "full" in str(results["huge"][1]) or isinstance(results["huge"][1], CommitFailed)
-    committed = keys(db_path)
-    for key, (kind, _) in results.items():
-        assert (kind == "ok") == (key in committed), (key, results, committed)
-    writer.call(lambda tx: tx.conn.execute("PRAGMA max_page_count = 1073741823"), WAIT)
-    assert writer.call(insert("later", b"y" * 100_000), WAIT) == "later"
-
-
-@sqlite_only
-def test_a_job_that_ends_the_transaction_fails_its_whole_batch(writer, db_path, timer):
-    blocker = Blocker(timer)
-    held = blocker.hold(writer)
-    first = writer.submit(insert("first"))
-
-    def rollback_everything(tx):
-        tx.conn.execute("ROLLBACK")
-        raise RuntimeError("rolled back the batch")
-
-    rogue = writer.submit(rollback_everything)
-    last = writer.submit(insert("last"))
-    blocker.release()
-    held.result(WAIT)
-    assert outcome(rogue)[0] == "error"
-    assert outcome(first)[0] == "error"  # its write went with the rollback
-    # The batch ended at the rollback; the job queued behind it had not been taken and runs next.
-    assert outcome(last) == ("ok", "last")
-    assert keys(db_path) == {"last"}
-    assert writer.call(insert("next"), WAIT) == "next"
 
 
 # ---------------------------------------------------------------- re-entrancy, overload, close
@@ -674,14 +714,20 @@ def test_a_cancelled_future_does_not_kill_the_writer(writer, db_path, timer):
     assert writer.stats().jobs >= 3
 
 
-@sqlite_only
-def test_start_failure_is_reported(tmp_path):
-    def broken():
-        raise sqlite3.OperationalError("cannot open")
-
-    writer = Writer(broken, FakeClock())
-    with pytest.raises(sqlite3.OperationalError):
+def test_a_writer_that_cannot_open_its_store_fails_to_start_and_leaves_no_thread(store, tmp_path):
+    """The store's own error, at start; no writer thread left behind; later jobs refused."""
+    if store == "sqlite":
+        missing = tmp_path / "no such directory" / "corral.sqlite3"
+        writer = Writer(lambda: open_writer(missing), FakeClock())
+        expected: type[Exception] = sqlite3.OperationalError
+    else:
+        unreachable = PgTarget.parse("postgresql://postgres@127.0.0.1:1/postgres", schema="t", connect_timeout_s=1)
+        storage = PgStorage(unreachable, "test-daemon", clock=None)
+        writer = Writer(storage.open, FakeClock(), WriterConfig(writers=3), storage=storage)
+        expected = DatabaseUnreachable
+    with pytest.raises(expected):
         writer.start()
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith("corral-writer")]
     with pytest.raises(Unavailable):
         writer.submit(lambda tx: None)
     writer.close()
@@ -691,21 +737,3 @@ def test_concurrent_futures_from_threads_and_loops_mix(writer):
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda i: writer.call(insert(f"p{i}"), WAIT), range(40)))
     assert results == [f"p{i}" for i in range(40)]
-
-
-@sqlite_only
-def test_sqlite_busy_is_retried_counted_and_never_reported_as_success(make_writer, db_path):
-    writer = make_writer(WriterConfig(busy_timeout_ms=1, busy_retries=3))
-    intruder = sqlite3.connect(db_path, isolation_level=None)
-    try:
-        intruder.execute("BEGIN IMMEDIATE")  # a second writer: what corrald never lets happen
-        future = writer.submit(insert("blocked"))
-        with pytest.raises(CommitFailed, match="locked"):
-            future.result(WAIT)
-        assert writer.stats().busy_retries == 2  # three attempts, two waits
-        assert writer.stats().failed_commits == 1
-    finally:
-        intruder.execute("ROLLBACK")
-        intruder.close()
-    assert writer.call(insert("free"), WAIT) == "free"
-    assert keys(db_path) == {"free"}
