@@ -267,7 +267,7 @@ def test_revoke_takes_a_claim_back_and_tells_its_holder(cli, lead, error_line):
         assert revoked["id"] == "held" and revoked["state"] == "pending" and revoked["owner"] == ""
         ended = next(events)
         assert ended == corral.ClaimEnded("held", claim.token, corral.ClaimEndReason.REVOKED, "wrong branch")
-        assert claim.ended is corral.ClaimEndReason.REVOKED and claim.lost
+        assert claim.end_reason is corral.ClaimEndReason.REVOKED and claim.ended and claim.lost
         with pytest.raises(corral.ClaimRevoked):
             claim.complete("late")
         again = next(events)  # the task is ready again: the same stream claims it back

@@ -17,6 +17,7 @@ EXPECTED_CORRAL = [
     "Claim",
     "ClaimEndReason",
     "ClaimEnded",
+    "ClaimEndedError",
     "ClaimInfo",
     "ClaimRevoked",
     "ClaimTokenMismatch",

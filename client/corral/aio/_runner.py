@@ -78,9 +78,15 @@ async def run_teammate(
     once) while a keepalive renews the lease; on `corral.aio` a coroutine
     function is awaited on the event loop instead. Its return value (bytes,
     str or None) completes the task; an exception fails it, retryably unless
-    it is `PermanentFailure`. If the lease is lost meanwhile, the outcome is
-    dropped (the daemon already gave the task back). `current_claim()` inside
-    the handler gives the claim.
+    it is `PermanentFailure`. `current_claim()` inside the handler gives the
+    claim.
+
+    When the claim ends under the handler (the Lead revoked it or canceled the
+    task, its attempt time limit passed, its lease was lost) a coroutine
+    handler is cancelled; a handler in a thread, which cannot be, finds
+    `current_claim().ended` set (poll it, or call `current_claim().check()`,
+    which raises ClaimEndedError). Either way its outcome is dropped: the
+    daemon already ended the claim.
 
     - `plan`: submitted first; claims arrive once the Lead approves it. A
       rejection ends the run (exit reason PLAN_REJECTED, feedback in the
@@ -240,7 +246,8 @@ class _Runner:
             async with claim.keepalive():
                 try:
                     with handler_span(claim.task.id, claim.attempt, claim.task.trace_parent):
-                        outcome = await async_run_handler(self._handler, claim.task)
+                        outcome = await async_run_handler(self._handler, claim.task, stop=claim.ended)
+                    claim.check()  # ended meanwhile (an asyncio handler was cancelled): drop the outcome
                     result, error = encode_result(outcome), None
                 except Exception as exc:  # noqa: BLE001 (it fails the task)
                     result, error = b"", exc
