@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+import threading
 
 import grpc
 import grpc.aio
 
-from corral._errors import CorralError
+from corral._errors import CorralError, Unavailable
+
+_log = logging.getLogger("corral.connect")
 
 ADDRESS_ENV = "CORRAL_ADDRESS"
 TOKEN_ENV = "CORRAL_TOKEN"
@@ -38,6 +43,10 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.initial_reconnect_backoff_ms", 250),
     ("grpc.max_reconnect_backoff_ms", 5_000),
 )
+
+# How long `Lead.connect`, `Teammate.connect` and `run_teammate` keep trying to reach
+# the daemon before raising Unavailable.
+DEFAULT_CONNECT_TIMEOUT = 60.0
 
 # Unary calls get a deadline so a wedged daemon cannot hang a caller forever.
 DEFAULT_RPC_TIMEOUT = 30.0
@@ -80,3 +89,58 @@ def resolve_credentials(address: str | None, token: str | None) -> tuple[str, st
 def teammate_env(address: str, token: str) -> dict[str, str]:
     """The environment variables a teammate process needs to connect."""
     return {ADDRESS_ENV: address, TOKEN_ENV: token}
+
+
+def unreachable_warning(address: str, budget: float) -> None:
+    """Log, once per outage, that the daemon cannot be reached and for how long we try."""
+    _log.warning("cannot reach corrald at %s: retrying for %g s", address, budget)
+
+
+def unreachable_error(address: str, budget: float, detail: str = "") -> Unavailable:
+    """The Unavailable raised once the retry budget is spent: it names the address."""
+    why = f": {detail}" if detail else ""
+    return Unavailable(
+        f"cannot reach corrald at {address}: gave up after {budget:g} s{why}", code=grpc.StatusCode.UNAVAILABLE
+    )
+
+
+async def async_reach(channel: grpc.aio.Channel, address: str, budget: float) -> None:
+    """Wait until `channel` connects: warn at the first failed connection, raise
+    Unavailable naming the address after `budget` seconds. A budget of 0 does not
+    wait (the first call finds out)."""
+    if budget <= 0:
+        return
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + budget
+    warned = False
+    state = channel.get_state(try_to_connect=True)
+    while state is not grpc.ChannelConnectivity.READY:
+        if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE and not warned:
+            unreachable_warning(address, budget)
+            warned = True
+        try:
+            async with asyncio.timeout_at(deadline):
+                await channel.wait_for_state_change(state)
+        except TimeoutError:
+            raise unreachable_error(address, budget) from None
+        state = channel.get_state(try_to_connect=True)
+
+
+def reach(channel: grpc.Channel, address: str, budget: float) -> None:
+    """`async_reach` for a sync channel."""
+    if budget <= 0:
+        return
+    warned = threading.Event()
+
+    def on_state(state: grpc.ChannelConnectivity) -> None:
+        if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE and not warned.is_set():
+            warned.set()
+            unreachable_warning(address, budget)
+
+    channel.subscribe(on_state, try_to_connect=True)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=budget)
+    except grpc.FutureTimeoutError:
+        raise unreachable_error(address, budget) from None
+    finally:
+        channel.unsubscribe(on_state)

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from corral._channel import unreachable_error, unreachable_warning
 from corral._claim import Claim
 from corral._claimstate import DEAD_CLAIM_ERRORS
 from corral._errors import (
@@ -99,8 +100,11 @@ def run_teammate(
       is False, in which case a new stream is opened.
     - `on_message` is called with each plain Message, on the loop's thread
       (on `corral.aio` it may return an awaitable, which is awaited).
-    - A lost connection is retried with jittered exponential backoff for up
-      to `reconnect_timeout` seconds per outage, then Unavailable is raised.
+    - A daemon that cannot be reached (at the start, or a lost connection)
+      is retried with jittered exponential backoff for up to
+      `reconnect_timeout` seconds per outage: the first failure of each
+      outage logs a warning naming the address and the budget, and once it
+      is spent Unavailable is raised, naming the address.
     - Removal by the Lead ends the run (REMOVED).
     - A spent budget (`BudgetExhausted`) is logged as a warning; the run keeps
       waiting, and claims come again once the Lead raises the budget.
@@ -114,7 +118,7 @@ def run_teammate(
         stop_on_idle_timeout=stop_on_idle_timeout,
         reconnect_timeout=reconnect_timeout,
     )
-    with Teammate.connect(address, token) as teammate:
+    with Teammate.connect(address, token, connect_timeout=reconnect_timeout) as teammate:
         return _Runner(teammate, handler, options).run()
 
 
@@ -148,8 +152,12 @@ class _Runner:
         return self._tally.summary(exit_reason, plan_id=self._plan_id, plan_feedback=self._plan_feedback)
 
     def _retry(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        policy = retrying(self._options.reconnect_timeout)
-        return policy(call, *args, **kwargs)
+        address, budget = self._teammate.address, self._options.reconnect_timeout
+        policy = retrying(budget, on_unavailable=lambda: unreachable_warning(address, budget))
+        try:
+            return policy(call, *args, **kwargs)
+        except Unavailable as exc:
+            raise unreachable_error(address, budget, exc.details) from exc
 
     # ------------------------------------------------------------ streams
 

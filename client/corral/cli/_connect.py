@@ -152,7 +152,8 @@ def lead_session(ctx: click.Context) -> Iterator[corral.Lead]:
     """A Lead connected to the configured daemon; errors become CliError."""
     target = resolve_target(ctx)
     with translate_errors(target):
-        lead = corral.Lead.connect(target.address, target.token)
+        # A command fails at once (exit 3) when the daemon cannot be reached: no waiting.
+        lead = corral.Lead.connect(target.address, target.token, connect_timeout=0)
         try:
             yield lead
         finally:
