@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pytest
 
 import corral
@@ -46,7 +49,12 @@ def test_teammates_add_prints_the_token_once_and_it_works(cli, lead):
 
     snippet = cli.json("teammates", "add", "dee", "--mcp-config")
     server = snippet["mcpServers"]["corral-dee"]
-    assert (server["command"], server["args"]) == ("corral", ["mcp"])
+    assert server["args"] == ["-m", "corral.cli", "mcp"] and os.path.isabs(server["command"])
+    # An MCP client starts it without the environment's bin/ on its PATH.
+    started = subprocess.run(
+        [server["command"], *server["args"], "--help"], env={"PATH": ""}, capture_output=True, timeout=30
+    )
+    assert started.returncode == 0 and b"corral mcp" in started.stdout, started
     assert server["env"]["CORRAL_ADDRESS"] == lead.address
     with corral.Teammate.connect(lead.address, server["env"]["CORRAL_TOKEN"]) as dee:
         assert dee.get_identity() == corral.Identity("dee", "teammate", ())
