@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
-import threading
+import time
 
 import grpc
 import grpc.aio
@@ -104,43 +103,53 @@ def unreachable_error(address: str, budget: float, detail: str = "") -> Unavaila
     )
 
 
-async def async_reach(channel: grpc.aio.Channel, address: str, budget: float) -> None:
-    """Wait until `channel` connects: warn at the first failed connection, raise
-    Unavailable naming the address after `budget` seconds. A budget of 0 does not
+# A call that every daemon answers at once once connected, whatever the credential:
+# any answer (even UNAUTHENTICATED or UNIMPLEMENTED) proves the daemon is reachable.
+_PROBE = "/grpc.health.v1.Health/Check"
+_UNREACHED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+# A first attempt that has no answer by then (a host that drops packets) is a failure too.
+FIRST_PROBE_TIMEOUT = 5.0
+
+
+async def async_reach(channel: grpc.aio.Channel, address: str, token: str, budget: float) -> None:
+    """Wait until the daemon at `channel` answers: warn at the first failed connection,
+    raise Unavailable naming the address after `budget` seconds. A budget of 0 does not
     wait (the first call finds out)."""
     if budget <= 0:
         return
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + budget
-    warned = False
-    state = channel.get_state(try_to_connect=True)
-    while state is not grpc.ChannelConnectivity.READY:
-        if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE and not warned:
-            unreachable_warning(address, budget)
-            warned = True
-        try:
-            async with asyncio.timeout_at(deadline):
-                await channel.wait_for_state_change(state)
-        except TimeoutError:
+    probe: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(_PROBE)
+    deadline = time.monotonic() + budget
+    try:  # the first attempt fails fast when nothing listens there
+        await probe(b"", timeout=min(budget, FIRST_PROBE_TIMEOUT), metadata=bearer_metadata(token))
+        return
+    except grpc.aio.AioRpcError as error:
+        if error.code() not in _UNREACHED:
+            return
+    unreachable_warning(address, budget)
+    try:
+        await probe(
+            b"", timeout=max(deadline - time.monotonic(), 0.0), metadata=bearer_metadata(token), wait_for_ready=True
+        )
+    except grpc.aio.AioRpcError as error:
+        if error.code() in _UNREACHED:
             raise unreachable_error(address, budget) from None
-        state = channel.get_state(try_to_connect=True)
 
 
-def reach(channel: grpc.Channel, address: str, budget: float) -> None:
+def reach(channel: grpc.Channel, address: str, token: str, budget: float) -> None:
     """`async_reach` for a sync channel."""
     if budget <= 0:
         return
-    warned = threading.Event()
-
-    def on_state(state: grpc.ChannelConnectivity) -> None:
-        if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE and not warned.is_set():
-            warned.set()
-            unreachable_warning(address, budget)
-
-    channel.subscribe(on_state, try_to_connect=True)
+    probe: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(_PROBE)
+    deadline = time.monotonic() + budget
     try:
-        grpc.channel_ready_future(channel).result(timeout=budget)
-    except grpc.FutureTimeoutError:
-        raise unreachable_error(address, budget) from None
-    finally:
-        channel.unsubscribe(on_state)
+        probe(b"", timeout=min(budget, FIRST_PROBE_TIMEOUT), metadata=bearer_metadata(token))
+        return
+    except grpc.RpcError as error:
+        if error.code() not in _UNREACHED:
+            return
+    unreachable_warning(address, budget)
+    try:
+        probe(b"", timeout=max(deadline - time.monotonic(), 0.0), metadata=bearer_metadata(token), wait_for_ready=True)
+    except grpc.RpcError as error:
+        if error.code() in _UNREACHED:
+            raise unreachable_error(address, budget) from None

@@ -103,7 +103,7 @@ class Teammate(BoardClient):
             channel.close()
             raise
         try:
-            reach(channel, address, connect_timeout)
+            reach(channel, address, token, connect_timeout)
         except BaseException:
             teammate.close()
             raise

@@ -133,9 +133,10 @@ class Lead(BoardClient):
         finds out). A wrong token is found out by the first call.
         """
         channel = open_aio_channel(address, root_certificates=root_certificates)
-        lead = cls(channel, address, token.strip(), rpc_timeout=rpc_timeout)
+        lead_token = token.strip()
+        lead = cls(channel, address, lead_token, rpc_timeout=rpc_timeout)
         try:
-            await async_reach(channel, address, connect_timeout)
+            await async_reach(channel, address, lead_token, connect_timeout)
         except BaseException:
             await lead.close()
             raise

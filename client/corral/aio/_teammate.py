@@ -101,7 +101,7 @@ class Teammate(BoardClient):
             await channel.close()
             raise
         try:
-            await async_reach(channel, address, connect_timeout)
+            await async_reach(channel, address, token, connect_timeout)
         except BaseException:
             await teammate.close()
             raise
