@@ -291,13 +291,7 @@ class _Runner:
                     self._tally.add(completed=1)
                     return
             failure, retryable = describe_failure(error), is_retryable(error)
-            # The board keeps the message; the traceback stays with the teammate.
-            _log.warning(
-                "task %s failed: %s",
-                claim.task.id,
-                failure,
-                exc_info=error if retryable else None,
-            )
+            _log_failure(claim, failure, retryable, error)
             self._retry(claim.fail, failure, retryable=retryable)
             self._tally.add(failed=1)
         except DEAD_CLAIM_ERRORS as exc:
@@ -322,3 +316,19 @@ class _Runner:
             call(*args)
         except CorralError as exc:
             _log.debug("ignored: %s", exc)
+
+
+def _log_failure(claim: Claim, failure: str, retryable: bool, error: Exception) -> None:
+    """One line for a failed task and what happens next; the traceback at debug level
+    (the board keeps the message, the traceback stays with the teammate)."""
+    attempt, most = claim.attempt, claim.task.max_attempts
+    if not retryable:
+        then = "it will not be retried"
+    elif most and attempt >= most:
+        then = "no attempts are left"
+    else:
+        then = "it will be retried"
+    of = f" of {most}" if most else ""
+    summary = failure.splitlines()[0] if failure else ""
+    _log.warning("task %s failed (attempt %d%s): %s; %s", claim.task.id, attempt, of, summary, then)
+    _log.debug("task %s: the handler's traceback", claim.task.id, exc_info=error)
