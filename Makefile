@@ -127,13 +127,22 @@ test: $(STAMP) check-protos check-unasync check-vendor-web lint-proto lint brows
 postgres: $(STAMP)
 	$(PY) -m tests.support.postgres
 
+# The demo needs only corral and its `demo` extra, not the test toolchain (Playwright,
+# mypy, ruff): a fresh `make demo` installs that alone (a venv `make test` set up has it).
+DEMO_STAMP := $(VENV)/.demo-installed
+
+$(DEMO_STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -e '.[demo]'
+	touch $(DEMO_STAMP)
+
 # The demo serves the web board too: open the printed one-time link to watch the DAG fill in.
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/corral demo --web 127.0.0.1:0
 
 # The same demo on a PostgreSQL board served by two daemons (a new schema of PG_DSN's database).
 PG_DSN ?= postgresql://postgres@127.0.0.1:5432/postgres
-demo-postgres: $(STAMP)
+demo-postgres: $(DEMO_STAMP)
 	$(VENV)/bin/corral demo --store $(PG_DSN)
 
 bench: $(STAMP)

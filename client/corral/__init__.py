@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from corral._errors import (
         AlreadyExists,
         AttemptTimedOut,
+        ClaimEndedError,
         ClaimRevoked,
         ClaimTokenMismatch,
         CorralError,
@@ -90,6 +91,7 @@ _HOMES = {
     "corral._errors": (
         "AlreadyExists",
         "AttemptTimedOut",
+        "ClaimEndedError",
         "ClaimRevoked",
         "ClaimTokenMismatch",
         "CorralError",
@@ -202,6 +204,7 @@ __all__ = [
     # errors
     "AlreadyExists",
     "AttemptTimedOut",
+    "ClaimEndedError",
     "ClaimRevoked",
     "ClaimTokenMismatch",
     "CorralError",

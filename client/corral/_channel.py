@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 
 import grpc
 import grpc.aio
 
-from corral._errors import CorralError
+from corral._errors import CorralError, Unavailable
+
+_log = logging.getLogger("corral.connect")
 
 ADDRESS_ENV = "CORRAL_ADDRESS"
 TOKEN_ENV = "CORRAL_TOKEN"
@@ -38,6 +42,10 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.initial_reconnect_backoff_ms", 250),
     ("grpc.max_reconnect_backoff_ms", 5_000),
 )
+
+# How long `Lead.connect`, `Teammate.connect` and `run_teammate` keep trying to reach
+# the daemon before raising Unavailable.
+DEFAULT_CONNECT_TIMEOUT = 60.0
 
 # Unary calls get a deadline so a wedged daemon cannot hang a caller forever.
 DEFAULT_RPC_TIMEOUT = 30.0
@@ -80,3 +88,68 @@ def resolve_credentials(address: str | None, token: str | None) -> tuple[str, st
 def teammate_env(address: str, token: str) -> dict[str, str]:
     """The environment variables a teammate process needs to connect."""
     return {ADDRESS_ENV: address, TOKEN_ENV: token}
+
+
+def unreachable_warning(address: str, budget: float) -> None:
+    """Log, once per outage, that the daemon cannot be reached and for how long we try."""
+    _log.warning("cannot reach corrald at %s: retrying for %g s", address, budget)
+
+
+def unreachable_error(address: str, budget: float, detail: str = "") -> Unavailable:
+    """The Unavailable raised once the retry budget is spent: it names the address."""
+    why = f": {detail}" if detail else ""
+    return Unavailable(
+        f"cannot reach corrald at {address}: gave up after {budget:g} s{why}", code=grpc.StatusCode.UNAVAILABLE
+    )
+
+
+# A call that every daemon answers at once once connected, whatever the credential:
+# any answer (even UNAUTHENTICATED or UNIMPLEMENTED) proves the daemon is reachable.
+_PROBE = "/grpc.health.v1.Health/Check"
+_UNREACHED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+# A first attempt that has no answer by then (a host that drops packets) is a failure too.
+FIRST_PROBE_TIMEOUT = 5.0
+
+
+async def async_reach(channel: grpc.aio.Channel, address: str, token: str, budget: float) -> None:
+    """Wait until the daemon at `channel` answers: warn at the first failed connection,
+    raise Unavailable naming the address after `budget` seconds. A budget of 0 does not
+    wait (the first call finds out)."""
+    if budget <= 0:
+        return
+    probe: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(_PROBE)
+    deadline = time.monotonic() + budget
+    try:  # the first attempt fails fast when nothing listens there
+        await probe(b"", timeout=min(budget, FIRST_PROBE_TIMEOUT), metadata=bearer_metadata(token))
+        return
+    except grpc.aio.AioRpcError as error:
+        if error.code() not in _UNREACHED:
+            return
+    unreachable_warning(address, budget)
+    try:
+        await probe(
+            b"", timeout=max(deadline - time.monotonic(), 0.0), metadata=bearer_metadata(token), wait_for_ready=True
+        )
+    except grpc.aio.AioRpcError as error:
+        if error.code() in _UNREACHED:
+            raise unreachable_error(address, budget) from None
+
+
+def reach(channel: grpc.Channel, address: str, token: str, budget: float) -> None:
+    """`async_reach` for a sync channel."""
+    if budget <= 0:
+        return
+    probe: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(_PROBE)
+    deadline = time.monotonic() + budget
+    try:
+        probe(b"", timeout=min(budget, FIRST_PROBE_TIMEOUT), metadata=bearer_metadata(token))
+        return
+    except grpc.RpcError as error:
+        if error.code() not in _UNREACHED:
+            return
+    unreachable_warning(address, budget)
+    try:
+        probe(b"", timeout=max(deadline - time.monotonic(), 0.0), metadata=bearer_metadata(token), wait_for_ready=True)
+    except grpc.RpcError as error:
+        if error.code() in _UNREACHED:
+            raise unreachable_error(address, budget) from None

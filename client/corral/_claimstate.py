@@ -19,6 +19,7 @@ from corral._errors import (
     Overloaded,
     TaskCanceled,
 )
+from corral._primitives import Flag
 from corral._retry import is_transient
 from corral._types import Attempt, ClaimEnded, ClaimEndReason, ClaimInfo, Task, Usage
 
@@ -30,6 +31,7 @@ __all__ = [
     "check_progress",
     "check_usage",
     "claim_ended_error",
+    "end_reason_of",
     "lease_seconds",
     "retry_delay_after_renew_error",
     "seconds_until",
@@ -80,6 +82,14 @@ def claim_ended_error(notice: ClaimEnded) -> CorralError:
     return kind(notice.detail or f"claim on task {notice.task_id!r} ended ({notice.reason.name})")
 
 
+def end_reason_of(cause: CorralError | None) -> ClaimEndReason | None:
+    """Why the daemon ended a claim, read from the error a call with its token got."""
+    for reason, kind in _ENDED_ERRORS.items():
+        if reason is not ClaimEndReason.TEAMMATE_REMOVED and type(cause) is kind:
+            return reason
+    return None
+
+
 def _refuse(field: str, why: str) -> None:
     raise InvalidArgument(f"{field}: {why}", field_violations=[FieldViolation(field, why)])
 
@@ -123,7 +133,8 @@ class ClaimState:
         self._local_expiry = time.monotonic() + seconds_until(info.lease_expire_time)
         self._protocol_pending = False
         self._lost: LeaseLost | None = None
-        self._ended: ClaimEndReason | None = None
+        self._ended = Flag()
+        self._end_reason: ClaimEndReason | None = None
 
     def __repr__(self) -> str:
         return f"Claim(task={self.task.id!r}, attempt={self.attempt}, fence={self.fence}, lost={self.lost})"
@@ -194,11 +205,20 @@ class ClaimState:
         return self._lost
 
     @property
-    def ended(self) -> ClaimEndReason | None:
-        """Why the daemon ended this claim under its holder (its stream said so), or None."""
+    def ended(self) -> Flag:
+        """Set once the claim ended under its holder: the daemon ended it (revoke,
+        cancel, attempt time limit, lease expiry: its stream says so at once) or the
+        lease was lost. Like a `threading.Event`: poll `ended.is_set()` (or `if
+        claim.ended:`), or block in `ended.wait(timeout)`. `end_reason` says why."""
         return self._ended
 
+    @property
+    def end_reason(self) -> ClaimEndReason | None:
+        """Why the daemon ended this claim under its holder, when known; else None."""
+        return self._end_reason
+
     def check(self) -> None:
-        """Raise LeaseLost if the lease was lost; call it between steps of long work."""
+        """Raise ClaimEndedError (a LeaseLost) once the claim ended or its lease was
+        lost; call it between steps of long work."""
         if self._lost is not None:
             raise self._lost

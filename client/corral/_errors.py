@@ -18,11 +18,12 @@ import grpc
 from google.protobuf import message as _message
 from google.rpc import error_details_pb2, status_pb2
 
-from corral._types import DoneSummary
+from corral._types import ClaimEndReason, DoneSummary
 
 __all__ = [
     "AlreadyExists",
     "AttemptTimedOut",
+    "ClaimEndedError",
     "ClaimRevoked",
     "ClaimTokenMismatch",
     "CorralError",
@@ -164,6 +165,20 @@ class LeaseLost(CorralError):
 
     def __str__(self) -> str:
         return self.details  # already names the cause's reason
+
+
+class ClaimEndedError(LeaseLost):
+    """The claim ended under its holder: the daemon ended it (revoke, cancel, attempt
+    time limit, lease expiry), or the lease ran out while the daemon could not be
+    reached. `claim.check()` raises it once `claim.ended` is set; stop working on
+    the task, whose outcome is dropped.
+
+    `end_reason` is the daemon's reason when known, else None; `cause` is as for LeaseLost.
+    """
+
+    def __init__(self, task_id: str, cause: CorralError | None, end_reason: ClaimEndReason | None = None) -> None:
+        super().__init__(task_id, cause)
+        self.end_reason = end_reason
 
 
 class TasksFailed(CorralError):

@@ -17,7 +17,7 @@ import grpc
 
 from corral import _batches, _convert
 from corral._board import BoardClient
-from corral._channel import open_channel, teammate_env
+from corral._channel import DEFAULT_CONNECT_TIMEOUT, open_channel, reach, teammate_env
 from corral._errors import CorralError, TasksFailed, Unavailable
 from corral._launch import DaemonProcess, launch_daemon
 from corral._primitives import run_blocking, time_limit
@@ -124,13 +124,25 @@ class Lead(BoardClient):
         *,
         root_certificates: bytes | None = None,
         rpc_timeout: float | None = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> Lead:
         """Join a running daemon at `address` with the Lead credential `token`.
 
         Pass the CA certificate(s) as `root_certificates` for a TLS listener.
+        Waits for the connection: the first failure logs a warning naming the
+        address, and Unavailable (naming it too) is raised once
+        `connect_timeout` seconds have passed (0: do not wait; the first call
+        finds out). A wrong token is found out by the first call.
         """
         channel = open_channel(address, root_certificates=root_certificates)
-        return cls(channel, address, token.strip(), rpc_timeout=rpc_timeout)
+        lead_token = token.strip()
+        lead = cls(channel, address, lead_token, rpc_timeout=rpc_timeout)
+        try:
+            reach(channel, address, lead_token, connect_timeout)
+        except BaseException:
+            lead.close()
+            raise
+        return lead
 
     @property
     def state_dir(self) -> Path | None:

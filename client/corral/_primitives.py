@@ -32,6 +32,7 @@ __all__ = [
     "AsyncTicker",
     "AsyncWorkers",
     "Background",
+    "Flag",
     "Future",
     "Lock",
     "Queue",
@@ -79,6 +80,58 @@ class AsyncLock:
 
 Lock = threading.Lock
 """Sync: a claim's keepalive thread races the handler's thread."""
+
+# ------------------------------------------------------------ flags
+
+
+class Flag:
+    """A flag set once and never cleared, readable from any thread: `is_set()`,
+    `wait(timeout)` and truth like a `threading.Event`; `subscribe` calls back
+    when it is set (from the thread that set it), so asyncio code can await it."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] = []
+
+    def __bool__(self) -> bool:
+        return self._event.is_set()
+
+    def __repr__(self) -> str:
+        return f"Flag(set={self._event.is_set()})"
+
+    def is_set(self) -> bool:
+        """True once the flag is set."""
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the flag is set or `timeout` seconds pass; returns `is_set()`."""
+        return self._event.wait(timeout)
+
+    def set(self) -> None:
+        """Set the flag (again is a no-op) and call back every subscriber once."""
+        with self._lock:
+            if self._event.is_set():
+                return
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback()` once the flag is set (now, if it is); returns an unsubscribe."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(callback)
+                return lambda: self._unsubscribe(callback)
+        callback()
+        return lambda: None
+
+    def _unsubscribe(self, callback: Callable[[], None]) -> None:
+        with self._lock:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
 
 # ------------------------------------------------------------ handler work
 
@@ -293,19 +346,47 @@ def run_blocking(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     return fn(*args, **kwargs)
 
 
-async def async_run_handler(handler: Callable[..., Any], *args: Any) -> Any:
-    """Await a coroutine function on the loop; run a plain function in a thread
-    (so it cannot stall keepalives), awaiting what it returns if awaitable."""
-    if inspect.iscoroutinefunction(handler):
-        return await handler(*args)
-    # to_thread copies this context, so current_claim() works in the thread.
-    outcome = await asyncio.to_thread(handler, *args)
-    return await outcome if inspect.isawaitable(outcome) else outcome
+async def async_run_handler(handler: Callable[..., Any], arg: Any, *, stop: Flag) -> Any:
+    """Await a coroutine function on the loop, as a task that is cancelled once
+    `stop` is set (then, once it has unwound, None is returned: the caller knows
+    why). Run a plain function in a thread (so it cannot stall keepalives),
+    awaiting what it returns if awaitable: a thread cannot be cancelled, so it
+    polls `stop` (`current_claim().ended`) and is waited for."""
+    if not inspect.iscoroutinefunction(handler):
+        # to_thread copies this context, so current_claim() works in the thread.
+        outcome = await asyncio.to_thread(handler, arg)
+        return await outcome if inspect.isawaitable(outcome) else outcome
+    loop = asyncio.get_running_loop()
+    work = asyncio.ensure_future(handler(arg))
+    stopped: asyncio.Future[None] = loop.create_future()
+    unsubscribe = stop.subscribe(lambda: _resolve_threadsafe(loop, stopped))
+    try:
+        await asyncio.wait((work, stopped), return_when=asyncio.FIRST_COMPLETED)
+        if not work.done():
+            work.cancel()
+            await asyncio.wait((work,))
+    except BaseException:
+        work.cancel()
+        raise
+    finally:
+        unsubscribe()
+        stopped.cancel()
+    return None if work.cancelled() else work.result()
 
 
-def run_handler(handler: Callable[..., Any], *args: Any) -> Any:
-    """Sync handlers already run on a worker thread: call directly."""
-    return handler(*args)
+def _resolve_threadsafe(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
+    loop.call_soon_threadsafe(_resolve, future)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def run_handler(handler: Callable[..., Any], arg: Any, *, stop: Flag) -> Any:
+    """Sync handlers already run on a worker thread: call directly. A thread
+    cannot be cancelled: the handler polls `current_claim().ended` (`stop`)."""
+    return handler(arg)
 
 
 async def async_invoke(fn: Callable[..., Any], *args: Any) -> Any:

@@ -75,24 +75,35 @@ class _StopAfterOutage:
         return now - self._first_failure >= self._max_seconds
 
 
-def _options(max_seconds: float, retry_on: Callable[[BaseException], bool] = is_transient) -> dict[str, object]:
+def _options(
+    max_seconds: float,
+    retry_on: Callable[[BaseException], bool] = is_transient,
+    on_unavailable: Callable[[], None] | None = None,
+) -> dict[str, object]:
+    def before_sleep(retry_state: tenacity.RetryCallState) -> None:
+        _log_retry(retry_state)
+        exc = retry_state.outcome.exception() if retry_state.outcome else None
+        if on_unavailable is not None and retry_state.attempt_number == 1 and isinstance(exc, Unavailable):
+            on_unavailable()
+
     return {
         "retry": tenacity.retry_if_exception(retry_on),
         "wait": _wait,
         "stop": _StopAfterOutage(max_seconds),
-        "before_sleep": _log_retry,
+        "before_sleep": before_sleep,
         "reraise": True,
     }
 
 
-def retrying(max_seconds: float) -> tenacity.Retrying:
-    """A sync retry policy giving up (re-raising the last error) after `max_seconds`."""
-    return tenacity.Retrying(**_options(max_seconds))  # type: ignore[arg-type]
+def retrying(max_seconds: float, *, on_unavailable: Callable[[], None] | None = None) -> tenacity.Retrying:
+    """A sync retry policy giving up (re-raising the last error) after `max_seconds`;
+    `on_unavailable()` is called when the first failure of an outage is Unavailable."""
+    return tenacity.Retrying(**_options(max_seconds, on_unavailable=on_unavailable))  # type: ignore[arg-type]
 
 
-def async_retrying(max_seconds: float) -> tenacity.AsyncRetrying:
+def async_retrying(max_seconds: float, *, on_unavailable: Callable[[], None] | None = None) -> tenacity.AsyncRetrying:
     """The same policy for coroutines."""
-    return tenacity.AsyncRetrying(**_options(max_seconds))  # type: ignore[arg-type]
+    return tenacity.AsyncRetrying(**_options(max_seconds, on_unavailable=on_unavailable))  # type: ignore[arg-type]
 
 
 def async_write_retrying(max_seconds: float) -> tenacity.AsyncRetrying:

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from corral._channel import unreachable_error, unreachable_warning
 from corral._claim import Claim
 from corral._claimstate import DEAD_CLAIM_ERRORS
 from corral._errors import (
@@ -80,9 +81,15 @@ def run_teammate(
     once) while a keepalive renews the lease; on `corral.aio` a coroutine
     function is awaited on the event loop instead. Its return value (bytes,
     str or None) completes the task; an exception fails it, retryably unless
-    it is `PermanentFailure`. If the lease is lost meanwhile, the outcome is
-    dropped (the daemon already gave the task back). `current_claim()` inside
-    the handler gives the claim.
+    it is `PermanentFailure`. `current_claim()` inside the handler gives the
+    claim.
+
+    When the claim ends under the handler (the Lead revoked it or canceled the
+    task, its attempt time limit passed, its lease was lost) a coroutine
+    handler is cancelled; a handler in a thread, which cannot be, finds
+    `current_claim().ended` set (poll it, or call `current_claim().check()`,
+    which raises ClaimEndedError). Either way its outcome is dropped: the
+    daemon already ended the claim.
 
     - `plan`: submitted first; claims arrive once the Lead approves it. A
       rejection ends the run (exit reason PLAN_REJECTED, feedback in the
@@ -93,8 +100,11 @@ def run_teammate(
       is False, in which case a new stream is opened.
     - `on_message` is called with each plain Message, on the loop's thread
       (on `corral.aio` it may return an awaitable, which is awaited).
-    - A lost connection is retried with jittered exponential backoff for up
-      to `reconnect_timeout` seconds per outage, then Unavailable is raised.
+    - A daemon that cannot be reached (at the start, or a lost connection)
+      is retried with jittered exponential backoff for up to
+      `reconnect_timeout` seconds per outage: the first failure of each
+      outage logs a warning naming the address and the budget, and once it
+      is spent Unavailable is raised, naming the address.
     - Removal by the Lead ends the run (REMOVED).
     - A spent budget (`BudgetExhausted`) is logged as a warning; the run keeps
       waiting, and claims come again once the Lead raises the budget.
@@ -108,7 +118,7 @@ def run_teammate(
         stop_on_idle_timeout=stop_on_idle_timeout,
         reconnect_timeout=reconnect_timeout,
     )
-    with Teammate.connect(address, token) as teammate:
+    with Teammate.connect(address, token, connect_timeout=reconnect_timeout) as teammate:
         return _Runner(teammate, handler, options).run()
 
 
@@ -142,8 +152,12 @@ class _Runner:
         return self._tally.summary(exit_reason, plan_id=self._plan_id, plan_feedback=self._plan_feedback)
 
     def _retry(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        policy = retrying(self._options.reconnect_timeout)
-        return policy(call, *args, **kwargs)
+        address, budget = self._teammate.address, self._options.reconnect_timeout
+        policy = retrying(budget, on_unavailable=lambda: unreachable_warning(address, budget))
+        try:
+            return policy(call, *args, **kwargs)
+        except Unavailable as exc:
+            raise unreachable_error(address, budget, exc.details) from exc
 
     # ------------------------------------------------------------ streams
 
@@ -242,7 +256,8 @@ class _Runner:
             with claim.keepalive():
                 try:
                     with handler_span(claim.task.id, claim.attempt, claim.task.trace_parent):
-                        outcome = run_handler(self._handler, claim.task)
+                        outcome = run_handler(self._handler, claim.task, stop=claim.ended)
+                    claim.check()  # ended meanwhile (an asyncio handler was cancelled): drop the outcome
                     result, error = encode_result(outcome), None
                 except Exception as exc:  # noqa: BLE001 (it fails the task)
                     result, error = b"", exc
@@ -276,13 +291,7 @@ class _Runner:
                     self._tally.add(completed=1)
                     return
             failure, retryable = describe_failure(error), is_retryable(error)
-            # The board keeps the message; the traceback stays with the teammate.
-            _log.warning(
-                "task %s failed: %s",
-                claim.task.id,
-                failure,
-                exc_info=error if retryable else None,
-            )
+            _log_failure(claim, failure, retryable, error)
             self._retry(claim.fail, failure, retryable=retryable)
             self._tally.add(failed=1)
         except DEAD_CLAIM_ERRORS as exc:
@@ -307,3 +316,19 @@ class _Runner:
             call(*args)
         except CorralError as exc:
             _log.debug("ignored: %s", exc)
+
+
+def _log_failure(claim: Claim, failure: str, retryable: bool, error: Exception) -> None:
+    """One line for a failed task and what happens next; the traceback at debug level
+    (the board keeps the message, the traceback stays with the teammate)."""
+    attempt, most = claim.attempt, claim.task.max_attempts
+    if not retryable:
+        then = "it will not be retried"
+    elif most and attempt >= most:
+        then = "no attempts are left"
+    else:
+        then = "it will be retried"
+    of = f" of {most}" if most else ""
+    summary = failure.splitlines()[0] if failure else ""
+    _log.warning("task %s failed (attempt %d%s): %s; %s", claim.task.id, attempt, of, summary, then)
+    _log.debug("task %s: the handler's traceback", claim.task.id, exc_info=error)

@@ -15,7 +15,7 @@ import grpc
 
 from corral import _convert
 from corral._board import BoardClient
-from corral._channel import open_channel, resolve_credentials
+from corral._channel import DEFAULT_CONNECT_TIMEOUT, open_channel, reach, resolve_credentials
 from corral._claim import Claim
 from corral._claimbook import ClaimBook
 from corral._session import Session
@@ -84,20 +84,30 @@ class Teammate(BoardClient):
         *,
         root_certificates: bytes | None = None,
         rpc_timeout: float | None = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> Teammate:
         """Connect with the given credentials, else CORRAL_ADDRESS / CORRAL_TOKEN.
 
         Raises CorralError when neither is available, or when CORRAL_TRANSPORT
-        names no transport. The channel connects lazily: a wrong address
-        shows up as Unavailable on the first call.
+        names no transport. Waits for the connection: the first failure logs a
+        warning naming the address (`cannot reach corrald at ADDRESS: retrying
+        for 60 s`), and Unavailable naming it is raised once `connect_timeout`
+        seconds have passed (0: do not wait; the first call finds out). A wrong
+        token is found out by the first call.
         """
         address, token = resolve_credentials(address, token)
         channel = open_channel(address, root_certificates=root_certificates)
         try:
-            return cls(channel, address, token, rpc_timeout=rpc_timeout)
+            teammate = cls(channel, address, token, rpc_timeout=rpc_timeout)
         except BaseException:
             channel.close()
             raise
+        try:
+            reach(channel, address, token, connect_timeout)
+        except BaseException:
+            teammate.close()
+            raise
+        return teammate
 
     def close(self) -> None:
         """Stop every keepalive and close the channel. Held claims stay leased

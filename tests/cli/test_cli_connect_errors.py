@@ -41,10 +41,11 @@ def test_stopped_daemon_cannot_be_reached(tmp_path, error_line):
     state_dir = tmp_path / "state"
     with corral.Lead.launch(state_dir, ready_timeout=30):
         pass  # the daemon has stopped; its lead.token stays behind
-    for command in (["tasks", "list"], ["stats", "--json"], ["watch", "--no-follow"], ["plans", "list"]):
+    commands = (["tasks", "list"], ["stats", "--json"], ["watch", "--no-follow"], ["plans", "list"], ["web"])
+    for command in commands:
         result = run(*command, "--state-dir", str(state_dir))
         assert result.exit_code == 3, (command, result.output)
-        expected = f"corral: cannot reach corrald at unix:{state_dir / 'corral.sock'} (is it running?)"
+        expected = f"corral: UNAVAILABLE: cannot reach corrald at unix:{state_dir / 'corral.sock'} (is it running?)"
         assert error_line(result) == expected
 
 
@@ -53,14 +54,14 @@ def test_unreachable_address_from_the_environment(tmp_path, error_line):
     address = f"unix:{tmp_path / 'nothing.sock'}"
     result = run("teammates", "list", env={"CORRAL_ADDRESS": address, "CORRAL_TOKEN": "x"})
     assert result.exit_code == 3
-    assert error_line(result) == f"corral: cannot reach corrald at {address} (is it running?)"
+    assert error_line(result) == f"corral: UNAVAILABLE: cannot reach corrald at {address} (is it running?)"
 
 
 @pytest.mark.timeout(60)
 def test_wrong_token_is_refused_in_one_line(cli, error_line):
     result = cli("tasks", "list", "--token", "not-a-token")
     assert result.exit_code == 1
-    assert "refused the credential from --token" in error_line(result)
+    assert error_line(result).startswith("corral: UNAUTHENTICATED: corrald refused the credential from --token")
 
 
 @pytest.mark.timeout(60)
@@ -70,6 +71,6 @@ def test_a_teammate_token_cannot_run_lead_commands(cli, lead, error_line):
     result = cli("teammates", "add", "bob", env=env, connect=False)
     assert result.exit_code == 1
     line = error_line(result)
-    assert line.startswith("corral: permission denied:") and "lead token" in line
+    assert line.startswith("corral: PERMISSION_DENIED: ") and "lead token" in line
     # Board reads are open to teammates.
     assert cli("tasks", "list", "--json", env=env, connect=False).exit_code == 0

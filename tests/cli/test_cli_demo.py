@@ -159,3 +159,27 @@ def test_demo_refuses_a_role_no_teammate_holds(tmp_path):
     result = run_demo("--dag", str(dag), "--dir", str(tmp_path))
     assert result.returncode == 1
     assert "task 'ship' requires role 'deployer', which no demo teammate holds (roles: reviewer)" in result.stderr
+
+
+@pytest.mark.timeout(60)
+def test_make_demo_installs_only_the_demo_extra(tmp_path: Path) -> None:
+    # A fresh `make demo` (and demo-postgres) installs corral with its `demo` extra, not the
+    # test toolchain; `make test` still installs everything (the `test` extra holds the demo's).
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed")
+    root = Path(__file__).resolve().parents[2]
+    for target in ("demo", "demo-postgres"):
+        plan = subprocess.run(
+            [make, "-n", "-C", str(root), target, f"VENV={tmp_path / 'venv'}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+        installs = [line for line in plan.splitlines() if "pip install" in line]
+        assert installs == [f"{tmp_path / 'venv'}/bin/python -m pip install --quiet -e '.[demo]'"], plan
+    import tomllib
+
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(extras["demo"]) <= set(extras["test"])

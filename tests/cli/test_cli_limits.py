@@ -33,6 +33,11 @@ def test_limits_set_list_and_remove(cli, lead, write_file):
 @pytest.mark.timeout(60)
 def test_a_bad_limit_is_one_line_naming_the_field(cli, error_line):
     line = error_line(cli("limits", "set", "openai", "10001"))
-    assert line.startswith("corral: ") and "limit" in line
+    assert line == "corral: INVALID_ARGUMENT: limit: 10001 is outside [1, 10000]"
+    # A negative limit is a value, refused with the range (not an unknown option '-1').
+    negative = cli("limits", "set", "openai", "-1")
+    assert (
+        negative.exit_code == 1 and error_line(negative) == "corral: INVALID_ARGUMENT: limit: -1 is outside [1, 10000]"
+    )
     assert "key" in error_line(cli("limits", "set", "has space", "1"))
     assert cli.json("limits", "list") == []

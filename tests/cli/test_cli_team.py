@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pytest
 
 import corral
@@ -46,7 +49,12 @@ def test_teammates_add_prints_the_token_once_and_it_works(cli, lead):
 
     snippet = cli.json("teammates", "add", "dee", "--mcp-config")
     server = snippet["mcpServers"]["corral-dee"]
-    assert (server["command"], server["args"]) == ("corral", ["mcp"])
+    assert server["args"] == ["-m", "corral.cli", "mcp"] and os.path.isabs(server["command"])
+    # An MCP client starts it without the environment's bin/ on its PATH.
+    started = subprocess.run(
+        [server["command"], *server["args"], "--help"], env={"PATH": ""}, capture_output=True, timeout=30
+    )
+    assert started.returncode == 0 and b"corral mcp" in started.stdout, started
     assert server["env"]["CORRAL_ADDRESS"] == lead.address
     with corral.Teammate.connect(lead.address, server["env"]["CORRAL_TOKEN"]) as dee:
         assert dee.get_identity() == corral.Identity("dee", "teammate", ())
@@ -63,9 +71,9 @@ def test_teammates_add_prints_the_token_once_and_it_works(cli, lead):
 @pytest.mark.timeout(60)
 def test_duplicate_teammate_and_unknown_removal_are_one_line(cli, error_line):
     assert cli("teammates", "add", "ann").exit_code == 0
-    assert error_line(cli("teammates", "add", "ann")).startswith("corral: ")
+    assert error_line(cli("teammates", "add", "ann")) == "corral: ALREADY_EXISTS: teammate 'ann' exists"
     result = cli("teammates", "remove", "nobody")
-    assert result.exit_code == 1 and "not found" in error_line(result)
+    assert result.exit_code == 1 and error_line(result) == "corral: TEAMMATE_NOT_FOUND: no teammate 'nobody'"
 
 
 @pytest.mark.timeout(60)
@@ -139,7 +147,7 @@ def test_plans_list_on_a_board_without_plans(cli):
 @pytest.mark.timeout(60)
 def test_deciding_an_unknown_plan_is_one_line(cli, error_line):
     result = cli("plans", "approve", "999")
-    assert result.exit_code == 1 and "not found" in error_line(result)
+    assert result.exit_code == 1 and error_line(result) == "corral: PLAN_NOT_FOUND: no plan '999'"
 
 
 @pytest.mark.timeout(60)
@@ -165,7 +173,7 @@ def test_teammates_budget_sets_it_and_list_and_stats_show_usage(cli, lead, error
     assert "50 tok, 7 micros" in table and "50 tok, 100 micros" in table
     assert "input tokens" in cli("stats").stdout
     missing = cli("teammates", "budget", "nobody", "--tokens", "1")
-    assert missing.exit_code == 1 and "not found" in error_line(missing)
+    assert missing.exit_code == 1 and error_line(missing).startswith("corral: TEAMMATE_NOT_FOUND: ")
     assert cli("teammates", "budget", "ann", "--tokens", "-1").exit_code == 2
     for option in ("--tokens", "--cost-micros"):  # past int64, which the wire holds: a usage error naming it
         refused = cli("teammates", "budget", "ann", option, str(2**63))

@@ -17,6 +17,7 @@ EXPECTED_CORRAL = [
     "Claim",
     "ClaimEndReason",
     "ClaimEnded",
+    "ClaimEndedError",
     "ClaimInfo",
     "ClaimRevoked",
     "ClaimTokenMismatch",
@@ -151,3 +152,21 @@ def test_the_lazy_table_matches_the_imports_type_checkers_see() -> None:
     seen = {node.module: tuple(alias.name for alias in node.names) for node in guarded.body}
     assert seen == corral._HOMES
     assert sorted(name for names in seen.values() for name in names) == sorted(corral.__all__)
+
+
+def test_the_readme_lists_every_field_of_task_and_done_summary() -> None:
+    import pathlib
+    import re
+
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### What a `corral.Task` carries", 1)[1].split("\n## ", 1)[0]
+    listed = {
+        name
+        for row in section.splitlines()
+        if row.startswith("| `")
+        for name in re.findall(r"`(\w+)`", row.split(" | ")[0])
+    }
+    assert listed == {f.name for f in dataclasses.fields(corral.Task)}
+    done = readme.split("`wait_until_done` returns a `corral.DoneSummary`", 1)[1].split("\n\n", 1)[0]
+    for name in [f.name for f in dataclasses.fields(corral.DoneSummary)] + ["completed", "failed", "canceled"]:
+        assert f"`{name}`" in done, name

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 import threading
 from pathlib import Path
 
@@ -43,7 +44,8 @@ def test_shutdown_waits_for_the_running_handler(lead: corral.Lead) -> None:
 
 
 @pytest.mark.timeout(30)
-def test_failures_retry_unless_permanent(lead: corral.Lead) -> None:
+def test_failures_retry_unless_permanent(lead: corral.Lead, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="corral.runner")
     lead.create_tasks(
         [
             corral.TaskSpec("flaky", max_attempts=3),
@@ -69,6 +71,18 @@ def test_failures_retry_unless_permanent(lead: corral.Lead) -> None:
     assert flaky.state is corral.TaskState.COMPLETED and flaky.attempt == 2
     assert broken.state is corral.TaskState.FAILED and broken.error == "input is malformed"  # no traceback
     assert after.state is corral.TaskState.CANCELED
+    # One warning line each, saying what happens next; the traceback only at debug level.
+    warned = [r for r in caplog.records if r.name == "corral.runner" and r.levelno == logging.WARNING]
+    assert sorted(r.getMessage() for r in warned) == [
+        "task broken failed (attempt 1 of 3): input is malformed; it will not be retried",
+        "task flaky failed (attempt 1 of 3): ConnectionError: transient trouble; it will be retried",
+    ]
+    assert all(r.exc_info is None for r in warned)
+    traced = [r for r in caplog.records if r.name == "corral.runner" and r.levelno == logging.DEBUG and r.exc_info]
+    assert {r.getMessage() for r in traced} == {
+        "task flaky: the handler's traceback",
+        "task broken: the handler's traceback",
+    }
 
 
 @pytest.mark.timeout(30)

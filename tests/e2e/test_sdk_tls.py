@@ -38,11 +38,16 @@ def test_untrusted_certificate_and_plaintext_are_refused(tls_lead, tmp_path):
     lead, _ = tls_lead
     other_ca, _ = self_signed(tmp_path, "someone-else")
     token = (lead.state_dir / "lead.token").read_text()
+    # A handshake that fails is a daemon not reached: connect says so once its budget is spent.
+    with pytest.raises(Unavailable, match="cannot reach corrald at"):
+        Lead.connect(lead.address, token, root_certificates=other_ca.read_bytes(), connect_timeout=1)
+    with pytest.raises(Unavailable, match="cannot reach corrald at"):
+        Lead.connect(lead.address, token, connect_timeout=1)
     with (
-        Lead.connect(lead.address, token, root_certificates=other_ca.read_bytes(), rpc_timeout=5) as stranger,
+        Lead.connect(lead.address, token, root_certificates=other_ca.read_bytes(), connect_timeout=0) as stranger,
         pytest.raises(Unavailable),
     ):
         stranger.get_stats()
-    with Lead.connect(lead.address, token, rpc_timeout=5) as plaintext, pytest.raises(Unavailable):
+    with Lead.connect(lead.address, token, rpc_timeout=5, connect_timeout=0) as plaintext, pytest.raises(Unavailable):
         plaintext.get_stats()
     assert lead.get_stats().open_streams == 0  # the trusted Lead is still served

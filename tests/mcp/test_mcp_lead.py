@@ -60,7 +60,8 @@ def test_add_teammate_writes_a_0600_token_file_and_returns_only_its_path(board, 
             token = path.read_text().strip()
             secrets.tokens.add(token)
             server = made["mcp_config"]["mcpServers"]["corral-minted"]
-            assert (server["command"], server["args"]) == ("corral", ["mcp", "--token-file", str(path)])
+            assert server["args"] == ["-m", "corral.cli", "mcp", "--token-file", str(path)]
+            assert os.path.isabs(server["command"])  # an MCP client's PATH lacks the venv
             assert token not in str(made)
             again = await lead.error("add_teammate", name="minted", roles=[], require_plan_approval=False)
             assert again.startswith("ALREADY_EXISTS:")

@@ -41,7 +41,7 @@ class EventPump:
     """`Lead.watch(after_seq)` in a background thread; `get()` the events in order."""
 
     def __init__(self, address: str, token: str, *, after_seq: int = 0) -> None:
-        self._lead = corral.Lead.connect(address, token)
+        self._lead = corral.Lead.connect(address, token, connect_timeout=0)
         self._queue: queue.Queue[corral.WatchEvent | _End] = queue.Queue()
         self._closing = threading.Event()
         self._ended = False

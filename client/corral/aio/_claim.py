@@ -15,12 +15,13 @@ from corral._claimstate import (
     check_progress,
     check_usage,
     claim_ended_error,
+    end_reason_of,
     retry_delay_after_renew_error,
 )
-from corral._errors import CorralError, LeaseLost
+from corral._errors import ClaimEndedError, CorralError
 from corral._primitives import AsyncLock, AsyncTicker
 from corral._retry import is_transient
-from corral._types import ClaimEnded, ClaimInfo, Task, Usage
+from corral._types import ClaimEnded, ClaimEndReason, ClaimInfo, Task, Usage
 
 __all__ = ["Claim", "ClaimCalls"]
 
@@ -63,11 +64,13 @@ class Claim(ClaimState):
     (renews at a third of the lease in the background: a thread in `corral`,
     an asyncio task in `corral.aio`). When a renew proves the claim dead
     (lease expired, token superseded, task canceled) the keepalive stops and
-    records it: `claim.lost` turns True and `claim.check()` raises LeaseLost,
-    so long work should call `check()` between steps. When the daemon ends the
+    records it: `claim.lost` turns True, `claim.ended` is set and
+    `claim.check()` raises ClaimEndedError (a LeaseLost), so long work should
+    poll `ended` or call `check()` between steps. When the daemon ends the
     claim under its holder (expiry, cancel, RevokeClaim, attempt timeout) the
-    stream says so at once: `claim.ended` gives the reason, the keepalive stops
-    renewing, and `check()` raises LeaseLost with the matching error as cause.
+    stream says so at once: `claim.ended` is set, `claim.end_reason` gives the
+    reason, the keepalive stops renewing, and `check()` raises ClaimEndedError
+    with the matching error as cause.
     """
 
     def __init__(self, info: ClaimInfo, calls: ClaimCalls) -> None:
@@ -203,19 +206,21 @@ class Claim(ClaimState):
                 )
             return delay
 
-    def _record_lost(self, cause: CorralError | None) -> None:
+    def _record_lost(self, cause: CorralError | None, reason: ClaimEndReason | None = None) -> None:
         with self._lock:
-            if self._lost is None:
-                self._lost = LeaseLost(self.task.id, cause)
+            first = self._lost is None
+            if first:
+                self._end_reason = reason or end_reason_of(cause)
+                self._lost = ClaimEndedError(self.task.id, cause, self._end_reason)
                 _log.warning("%s", self._lost)
         if cause is not None:
             self._calls.forget(self.token)
+        if first:
+            self._ended.set()  # outside the lock: it calls back (an asyncio handler is cancelled)
 
     def _end(self, notice: ClaimEnded) -> None:
         """The stream said the daemon ended this claim: it is lost, with the reason."""
-        with self._lock:
-            self._ended = notice.reason
-        self._record_lost(claim_ended_error(notice))
+        self._record_lost(claim_ended_error(notice), notice.reason)
 
     def _refresh(self, info: ClaimInfo) -> None:
         """A re-sent claim (new stream) carries the current lease expiry."""

@@ -14,7 +14,7 @@ from typing import Self
 import grpc.aio
 
 from corral import _batches, _convert
-from corral._channel import open_aio_channel, teammate_env
+from corral._channel import DEFAULT_CONNECT_TIMEOUT, async_reach, open_aio_channel, teammate_env
 from corral._errors import CorralError, TasksFailed, Unavailable
 from corral._launch import DaemonProcess, launch_daemon
 from corral._primitives import async_run_blocking, async_time_limit
@@ -122,13 +122,25 @@ class Lead(BoardClient):
         *,
         root_certificates: bytes | None = None,
         rpc_timeout: float | None = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> Lead:
         """Join a running daemon at `address` with the Lead credential `token`.
 
         Pass the CA certificate(s) as `root_certificates` for a TLS listener.
+        Waits for the connection: the first failure logs a warning naming the
+        address, and Unavailable (naming it too) is raised once
+        `connect_timeout` seconds have passed (0: do not wait; the first call
+        finds out). A wrong token is found out by the first call.
         """
         channel = open_aio_channel(address, root_certificates=root_certificates)
-        return cls(channel, address, token.strip(), rpc_timeout=rpc_timeout)
+        lead_token = token.strip()
+        lead = cls(channel, address, lead_token, rpc_timeout=rpc_timeout)
+        try:
+            await async_reach(channel, address, lead_token, connect_timeout)
+        except BaseException:
+            await lead.close()
+            raise
+        return lead
 
     @property
     def state_dir(self) -> Path | None:

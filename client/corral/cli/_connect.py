@@ -152,7 +152,8 @@ def lead_session(ctx: click.Context) -> Iterator[corral.Lead]:
     """A Lead connected to the configured daemon; errors become CliError."""
     target = resolve_target(ctx)
     with translate_errors(target):
-        lead = corral.Lead.connect(target.address, target.token)
+        # A command fails at once (exit 3) when the daemon cannot be reached: no waiting.
+        lead = corral.Lead.connect(target.address, target.token, connect_timeout=0)
         try:
             yield lead
         finally:
@@ -171,26 +172,35 @@ def translate_errors(target: Target) -> Iterator[None]:
 
 
 def describe_error(exc: corral.CorralError, target: Target) -> CliError:
-    """The one-line message (and exit status) for a failed call."""
+    """The one-line message (and exit status) for a failed call: every error the daemon
+    (or the lack of one) gives reads `LABEL: what happened`, the label being the
+    daemon's reason or the gRPC status code, as in the MCP bridge's tool errors."""
+    label = exc.reason or (exc.code.name if exc.code else "")
     if isinstance(exc, corral.Unavailable) or exc.code is grpc.StatusCode.UNAVAILABLE:
         draining = "drain" in exc.details.lower() or "shutting down" in exc.details.lower()
         if draining:
-            return CliError(f"corrald at {target.address} is shutting down", EXIT_UNREACHABLE)
-        return CliError(f"cannot reach corrald at {target.address} (is it running?)", EXIT_UNREACHABLE)
+            return CliError(f"UNAVAILABLE: corrald at {target.address} is shutting down", EXIT_UNREACHABLE)
+        return unreachable(target.address)
     if exc.code is grpc.StatusCode.DEADLINE_EXCEEDED:
-        return CliError(f"corrald at {target.address} did not answer in time ({exc.details})", EXIT_UNREACHABLE)
+        return CliError(
+            f"DEADLINE_EXCEEDED: corrald at {target.address} did not answer in time ({exc.details})",
+            EXIT_UNREACHABLE,
+        )
     if isinstance(exc, corral.Unauthenticated):
-        return CliError(f"corrald refused the credential from {target.source}: {exc.details}")
+        return CliError(
+            f"{label or 'UNAUTHENTICATED'}: corrald refused the credential from {target.source}: {exc.details}"
+        )
     if isinstance(exc, corral.PermissionDenied):
         return CliError(
-            f"permission denied: {exc.details} (these commands need the lead token; "
+            f"{label or 'PERMISSION_DENIED'}: {exc.details} (these commands need the lead token; "
             f"the one from {target.source} may be a teammate's)"
         )
-    if isinstance(exc, corral.NotFound):
-        return CliError(f"not found: {exc.details}")
-    if isinstance(exc, corral.InvalidArgument):
-        return CliError(f"invalid request: {exc.details}")
     if isinstance(exc, corral.Overloaded):
         after = f"; retry after {exc.retry_after.total_seconds():g}s" if exc.retry_after else ""
-        return CliError(f"corrald is overloaded: {exc.details}{after}")
-    return CliError(str(exc))
+        return CliError(f"{label or 'OVERLOADED'}: corrald is overloaded: {exc.details}{after}")
+    return CliError(f"{label}: {exc.details}" if label else exc.details)
+
+
+def unreachable(address: str) -> CliError:
+    """The error (exit 3) for a daemon that is not running or cannot be reached."""
+    return CliError(f"UNAVAILABLE: cannot reach corrald at {address} (is it running?)", EXIT_UNREACHABLE)

@@ -16,7 +16,8 @@ def limits_group() -> None:
     """Limit how many tasks of a concurrency key run at once."""
 
 
-@limits_group.command("set")
+# A negative LIMIT is a value to refuse with the range, not an unknown option.
+@limits_group.command("set", context_settings={"ignore_unknown_options": True})
 @click.argument("key")
 @click.argument("limit", type=int)
 @json_option

@@ -153,7 +153,7 @@ def revoke_command(ctx: click.Context, task_id: str, reason: str, as_json: bool)
         try:
             task = lead.revoke_claim(task_id, reason)
         except corral.FailedPrecondition as exc:
-            raise CliError(f"cannot revoke: {exc.details}") from None
+            raise CliError(f"{exc.reason or 'FAILED_PRECONDITION'}: cannot revoke: {exc.details}") from None
     if as_json:
         emit_json(task_json(task))
         return

@@ -24,6 +24,8 @@ def web_command(ctx: click.Context, open_browser: bool) -> None:
     target = resolve_target(ctx)
     if target.state_dir is None:
         raise CliError("corral web needs --state-dir DIR (the daemon writes its board's address there)", EXIT_USAGE)
+    with lead_session(ctx) as lead:  # not running: exit 3, as every command that cannot reach it
+        lead.get_identity()
     url = board_url(target.state_dir)
     if url is None:
         raise CliError(f"the daemon on {target.state_dir} serves no web board (start it with --web HOST:PORT)")

@@ -82,7 +82,7 @@ async def _open_teammate(config: BridgeConfig, teammate: aio.Teammate, identity:
 
 async def _open_lead(config: BridgeConfig, teammate: aio.Teammate, identity: corral.Identity) -> _Role:
     await teammate.close()
-    link = LeadLink(await aio.Lead.connect(config.address, config.token), mint_dir=config.mint_dir)
+    link = LeadLink(await aio.Lead.connect(config.address, config.token, connect_timeout=0), mint_dir=config.mint_dir)
     return _Role(lead_tools(link), link.close)
 
 
@@ -121,7 +121,8 @@ class Bridge:
     @classmethod
     async def open(cls, config: BridgeConfig) -> Bridge:
         """Check the credential (raises Unauthenticated when revoked or unknown) and set up its role."""
-        teammate = await aio.Teammate.connect(config.address, config.token)
+        # An unreachable daemon exits 3 at once (the MCP client shows it), as the CLI does.
+        teammate = await aio.Teammate.connect(config.address, config.token, connect_timeout=0)
         try:
             identity = await teammate.get_identity()
             opener = _ROLES.get(identity.role)
