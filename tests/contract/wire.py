@@ -302,7 +302,7 @@ class Stream:
                 raise AssertionError(f"{self.label}: no {what} within {timeout}s")
 
     def expect_quiet(
-        self, seconds: float, *, then: Callable[[], Any] | None = None, arrives: str | None = None, within: float = 5.0
+        self, seconds: float, *, then: Callable[[], Any], arrives: str | None = None, within: float = 5.0
     ) -> Any:
         """Nothing arrives (and the stream does not end) for `seconds`, then the marker `then`
         closes the window: silence alone cannot tell "never" from "just after the window".
@@ -322,8 +322,6 @@ class Stream:
             if item is None:
                 raise AssertionError(f"{self.label}: stream ended with {self.end_status} during a quiet period")
             raise AssertionError(f"{self.label}: expected nothing for {seconds}s, got {short(item)}")
-        if then is None:  # the windows that have no marker yet
-            return None
         window_end = len(self.received)
         result = then()
         read = self.received[window_end:]
