@@ -394,7 +394,10 @@ def test_limits_are_inclusive_and_zero_means_default(daemon):
         mate.complete(claim)
     stream.cancel()
     stream = mate.idle(poll_interval=600)
-    stream.expect_quiet(0.2)
+    awake = pb.SendMessageRequest(to=mate.name, body="awake")
+    assert (
+        stream.expect_quiet(0.2, then=lambda: daemon.lead.board.SendMessage(awake), arrives="message").body == "awake"
+    )
     stream.cancel()
     daemon.lead.lead.RequestShutdown(pb.RequestShutdownRequest(name=mate.name, grace=duration(1)))
 

@@ -98,9 +98,7 @@ def test_an_idle_stream_skips_a_full_key_and_is_woken_when_its_slot_frees(daemon
     bob_stream = bob.idle(slots=2, poll_interval=POLL_NEVER)
     assert bob_stream.next_event("claim").task.id == "plain", "the full key is passed over"
     assert _limits(daemon) == [("repo:web", 1, 1)]
-    bob_stream.expect_quiet(0.3)
-    ada.complete(held)
-    woken = bob_stream.next_event("claim", timeout=10)
+    woken = bob_stream.expect_quiet(0.3, then=lambda: ada.complete(held), arrives="claim", within=10)
     assert woken.task.id == "w1"
     assert _limits(daemon) == [("repo:web", 1, 1)]
     ada_stream.cancel()
@@ -113,16 +111,16 @@ def test_a_session_handoff_takes_the_slot_its_completion_freed(daemon):
     ada = daemon.add_teammate("ada")
     session = ada.session(slots=2)
     first = session.next_event("claim")
-    session.expect_quiet(0.3)  # a second slot, but the key is full
+    # A second slot, but the key is full: the completion's response is the next item.
+    response = session.expect_quiet(0.3, then=lambda: session.complete(first))
     for expected in ("ai1", "ai2"):
-        response = session.complete(first)
         assert response.op_result.status.code == code_pb2.OK
         assert response.WhichOneof("event") == "claim", "the freed slot goes to the completer in the same response"
         first = response.claim
         assert first.task.id == expected
         assert _limits(daemon) == [("openai", 1, 1)]
-    done = session.complete(first)
-    assert done.WhichOneof("event") is None
+        response = session.complete(first)
+    assert response.WhichOneof("event") is None
     assert _limits(daemon) == [("openai", 1, 0)]
     session.cancel()
 
@@ -135,7 +133,7 @@ def test_a_session_waiter_is_served_the_freed_slot_first(daemon):
     held = ada_session.next_event("claim")
     bob_session = bob.session()
     daemon.wait_open_streams(2)
-    bob_session.expect_quiet(0.3)
+    assert bob_session.expect_quiet(0.3, then=lambda: daemon.get_task("ai1")).state == pb.TASK_STATE_PENDING
     response = ada_session.complete(held)
     assert response.WhichOneof("event") is None, "the waiter was served before the completer"
     assert bob_session.next_event("claim", timeout=10).task.id == "ai1"
@@ -158,7 +156,8 @@ def test_limits_and_counts_survive_a_restart(corrald):
     assert _limits(after) == [("repo:web", 1, 1)]
     bob = after.add_teammate("bob")
     bob_stream = bob.idle(poll_interval=POLL_NEVER)
-    bob_stream.expect_quiet(0.5)
-    after.client(ada.token, "ada").complete(held)
-    assert bob_stream.next_event("claim", timeout=10).task.id == "w1"
+    ada_after = after.client(ada.token, "ada")
+    assert (
+        bob_stream.expect_quiet(0.5, then=lambda: ada_after.complete(held), arrives="claim", within=10).task.id == "w1"
+    )
     bob_stream.cancel()

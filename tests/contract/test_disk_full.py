@@ -110,12 +110,11 @@ def test_idle_streams_deliver_what_is_stored_while_commits_fail(corrald):
     assert (resent.task.id, resent.claim_token, resent.fence) == ("held", claim.claim_token, claim.fence)
     assert holding.next_event("message").body == "hello"
     assert telling.next_event("shutdown_request").request_id == shutdown.request_id
-    idling.expect_quiet(1.0)  # "free" is ready, but only a commit may claim it; the stream stays open
-    holding.expect_quiet(0.1)
-    stats = daemon.stats()
+    # "free" is ready, but only a commit may claim it; the streams stay open.
+    assert idling.expect_quiet(1.0, then=lambda: daemon.get_task("free")).state == pb.TASK_STATE_PENDING
+    stats = holding.expect_quiet(0.1, then=daemon.stats)
     assert stats.writer.commits == COMMITS_AT_START and stats.writer.failed_commits > 0
     assert stats.open_streams == 3
-    assert daemon.get_task("free").state == pb.TASK_STATE_PENDING
     assert "Traceback" not in daemon.latest_log()
     for stream in (holding, telling, idling):
         stream.cancel()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 
 import grpc
@@ -41,14 +42,20 @@ def test_wake_ups_and_deliveries_do_not_use_up_the_idle_budget(daemon):
     mate = daemon.add_teammate()
     stream = mate.idle(max_idle_polls=3, poll_interval=0.3)  # would time out after ~0.9 s of nothing
     started = time.monotonic()
-    last_delivery = started
-    for round_number in range(10):  # ~1.5 s of traffic: well past 3 x 300 ms
+
+    def ping(round_number: int) -> None:
         daemon.lead.board.SendMessage(pb.SendMessageRequest(to=mate.name, body=f"ping {round_number}"))
-        message = stream.next_event("message", timeout=2)
-        assert message.body == f"ping {round_number}"
-        last_delivery = time.monotonic()
+
+    ping(0)
+    message = stream.next_event("message", timeout=2)
+    for round_number in range(1, 11):  # ~1.5 s of traffic: well past 3 x 300 ms
+        assert message.body == f"ping {round_number - 1}"
         mate.ack(message.seq)
-        stream.expect_quiet(0.15)  # no idle_timeout while the teammate is being woken
+        # No idle_timeout while the teammate is being woken: the next ping is the next item.
+        message = stream.expect_quiet(0.15, then=functools.partial(ping, round_number), arrives="message", within=2)
+    last_delivery = time.monotonic()
+    assert message.body == "ping 10"
+    mate.ack(message.seq)
     assert time.monotonic() - started >= 1.5
     timeout = stream.next_event("idle_timeout", timeout=5)
     quiet_for = time.monotonic() - last_delivery
@@ -64,9 +71,8 @@ def test_idle_polls_do_not_count_while_a_claim_is_held(daemon):
     daemon.create_tasks(spec("long-job"))
     stream = mate.idle(max_idle_polls=2, poll_interval=0.1)
     claim = stream.next_event("claim")
-    stream.expect_quiet(0.6)  # six poll intervals with a claim held: not idle
-    mate.complete(claim)
-    assert stream.next_event("idle_timeout", timeout=5).idle_polls == 2
+    # Six poll intervals with a claim held: not idle; idle_timeout comes only after the completion.
+    assert stream.expect_quiet(0.6, then=lambda: mate.complete(claim), arrives="idle_timeout").idle_polls == 2
     assert stream.wait_end(5)[0] == grpc.StatusCode.OK
 
 
@@ -74,9 +80,7 @@ def test_idle_polls_do_not_count_while_a_claim_is_held(daemon):
 def test_a_task_arriving_before_the_timeout_is_claimed_and_resets_the_budget(daemon):
     mate = daemon.add_teammate()
     stream = mate.idle(max_idle_polls=10, poll_interval=0.1)  # ~1 s of budget
-    stream.expect_quiet(0.25)
-    daemon.create_tasks(spec("just-in-time"))
-    claim = stream.next_event("claim", timeout=2)
+    claim = stream.expect_quiet(0.25, then=lambda: daemon.create_tasks(spec("just-in-time")), arrives="claim", within=2)
     assert claim.task.id == "just-in-time"
     mate.complete(claim)
     started = time.monotonic()

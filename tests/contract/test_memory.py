@@ -205,7 +205,9 @@ def test_an_idle_client_that_does_not_read_is_ended_and_gets_its_claim_on_reopen
                 received.append(item.WhichOneof("event"))
         assert_status(ended.value, grpc.StatusCode.UNAVAILABLE, reason="SLOW_CONSUMER")
         assert received == ["claim"], "what was handed to gRPC before the end still arrives, then the end"
-    reading.expect_quiet(0.5)  # the teammate that reads is neither ended nor sent the claim
+    # The teammate that reads is neither ended nor sent the claim: its next item is a task of its own.
+    light = reading.expect_quiet(0.5, then=lambda: daemon.create_tasks(spec("light")), arrives="claim")
+    assert light.task.id == "light"
     # Reopened, and reading now, the teammate gets the claim it holds again.
     again = silent_mate.idle()
     claim = again.next_event("claim")

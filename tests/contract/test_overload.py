@@ -39,7 +39,8 @@ def test_a_full_inbox_refuses_with_overloaded_and_retry_info(daemon):
         reason="OVERLOADED",
     )
     quiet = other.idle()
-    quiet.expect_quiet(0.3)
+    after = pb.SendMessageRequest(to="other", body="after")  # the first message in its inbox
+    assert quiet.expect_quiet(0.3, then=lambda: daemon.lead.board.SendMessage(after), arrives="message").body == "after"
     quiet.cancel()
 
     stream = mate.idle()

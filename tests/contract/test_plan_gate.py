@@ -26,8 +26,8 @@ def test_no_claim_until_plan_approved_and_decision_acknowledged(daemon):
     daemon.create_tasks(spec("gated"))
 
     stream = mate.idle()
-    stream.expect_quiet(QUIET)  # no plan yet: the gate is shut
-    assert daemon.get_task("gated").state == pb.TASK_STATE_PENDING
+    # No plan yet: the gate is shut.
+    assert stream.expect_quiet(QUIET, then=lambda: daemon.get_task("gated")).state == pb.TASK_STATE_PENDING
     wait_until(
         lambda: daemon.teammate("planner").status == pb.TEAMMATE_STATUS_AWAITING_PLAN, what="status awaiting_plan"
     )
@@ -38,7 +38,8 @@ def test_no_claim_until_plan_approved_and_decision_acknowledged(daemon):
     assert submitted.plan_submitted.plan_id == plan_id
     assert submitted.plan_submitted.author == "planner"
     assert submitted.plan_submitted.plan == "step 1, step 2"
-    stream.expect_quiet(QUIET)  # submitted is not approved
+    # Submitted is not approved.
+    assert stream.expect_quiet(QUIET, then=lambda: daemon.get_task("gated")).state == pb.TASK_STATE_PENDING
 
     seq = _decide(daemon, plan_id, True, "go")
     decision = stream.next_event("plan_decision")
@@ -47,8 +48,8 @@ def test_no_claim_until_plan_approved_and_decision_acknowledged(daemon):
     decided = watch.next_matching(lambda e: e.WhichOneof("event") == "plan_decided", what="plan_decided")
     assert decided.plan_decided == pb.PlanDecided(plan_id=plan_id, author="planner", approve=True, feedback="go")
     assert decided.seq > submitted.seq
-    stream.expect_quiet(QUIET)  # approved but not yet acknowledged
-    assert daemon.get_task("gated").state == pb.TASK_STATE_PENDING
+    # Approved but not yet acknowledged.
+    assert stream.expect_quiet(QUIET, then=lambda: daemon.get_task("gated")).state == pb.TASK_STATE_PENDING
 
     mate.ack(decision.seq)
     claim = stream.next_event("claim")
@@ -70,8 +71,8 @@ def test_approving_an_older_plan_does_not_unlock_a_newer_one(daemon):
     decision = stream.next_event("plan_decision")
     assert decision.plan_id == p1 and decision.approve
     mate.ack(decision.seq)
-    stream.expect_quiet(QUIET)  # p2 is the newest plan and it is undecided
-    assert daemon.get_task("gated").state == pb.TASK_STATE_PENDING
+    # p2 is the newest plan and it is undecided.
+    assert stream.expect_quiet(QUIET, then=lambda: daemon.get_task("gated")).state == pb.TASK_STATE_PENDING
     assert daemon.teammate(mate.name).status == pb.TEAMMATE_STATUS_AWAITING_PLAN
 
     _decide(daemon, p2, True)
@@ -91,9 +92,11 @@ def test_a_newer_plan_closes_a_gate_an_older_approval_opened(daemon):
     mate.ack(stream.next_event("plan_decision").seq)
     wait_until(lambda: daemon.teammate(mate.name).status == pb.TEAMMATE_STATUS_IDLE, what="status idle")
 
-    mate.teammate.SubmitPlan(pb.SubmitPlanRequest(plan="two"))  # only the newest plan counts
+    p2 = mate.teammate.SubmitPlan(pb.SubmitPlanRequest(plan="two")).plan_id  # only the newest plan counts
     daemon.create_tasks(spec("gated"))
-    stream.expect_quiet(QUIET)
+    # Shut until p2 is decided: its decision, not a claim, is the next item, and it gates claims.
+    decision = stream.expect_quiet(QUIET, then=lambda: _decide(daemon, p2, True), arrives="plan_decision")
+    assert decision.plan_id == p2
     assert daemon.get_task("gated").state == pb.TASK_STATE_PENDING
     stream.cancel()
 
@@ -108,13 +111,12 @@ def test_rejected_plan_keeps_the_gate_shut(daemon):
     decision = stream.next_event("plan_decision")
     assert decision.plan_id == p1 and not decision.approve and decision.feedback == "no"
     mate.ack(decision.seq)
-    stream.expect_quiet(QUIET)
-    assert daemon.get_task("gated").state == pb.TASK_STATE_PENDING
+    assert stream.expect_quiet(QUIET, then=lambda: daemon.get_task("gated")).state == pb.TASK_STATE_PENDING
 
     # A decided plan cannot be decided again (the gate cannot be flipped after the fact).
     error = rpc_error(daemon.lead.lead.DecidePlan, pb.DecidePlanRequest(plan_id=p1, approve=True))
     assert error.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.ALREADY_EXISTS), error.details()
-    stream.expect_quiet(QUIET)
+    assert stream.expect_quiet(QUIET, then=lambda: daemon.get_task("gated")).state == pb.TASK_STATE_PENDING
 
     p2 = mate.teammate.SubmitPlan(pb.SubmitPlanRequest(plan="better plan")).plan_id
     _decide(daemon, p2, True)

@@ -33,23 +33,17 @@ def test_pending_shutdown_request_blocks_claims_until_rejected_and_acked(daemon,
     assert request.seq > 0
     assert request.HasField("send_time") and request.HasField("deadline_time")
     assert request.deadline_time == shutdown.deadline_time
-    stream.expect_quiet(QUIET)  # a ready task, but the shutdown gate is shut
-    assert daemon.get_task("ready-1").state == pb.TASK_STATE_PENDING
+    # A ready task, but the shutdown gate is shut.
+    assert stream.expect_quiet(QUIET, then=lambda: daemon.get_task("ready-1")).state == pb.TASK_STATE_PENDING
 
+    reject = pb.RespondShutdownRequest(request_id=request.request_id, approve=False, reason="busy")
+    # Only the second of the two opens the gate, and the claim is the next item after it.
     if order == "reject_then_ack":
-        mate.teammate.RespondShutdown(
-            pb.RespondShutdownRequest(request_id=request.request_id, approve=False, reason="busy")
-        )
-        stream.expect_quiet(QUIET)  # answered, but the request itself is still unacknowledged
-        mate.ack(request.seq)
+        mate.teammate.RespondShutdown(reject)  # answered, but the request itself is still unacknowledged
+        claim = stream.expect_quiet(QUIET, then=lambda: mate.ack(request.seq), arrives="claim")
     else:
-        mate.ack(request.seq)
-        stream.expect_quiet(QUIET)  # acknowledged, but the shutdown is still pending
-        mate.teammate.RespondShutdown(
-            pb.RespondShutdownRequest(request_id=request.request_id, approve=False, reason="busy")
-        )
-
-    claim = stream.next_event("claim")
+        mate.ack(request.seq)  # acknowledged, but the shutdown is still pending
+        claim = stream.expect_quiet(QUIET, then=lambda: mate.teammate.RespondShutdown(reject), arrives="claim")
     assert claim.task.id == "ready-1"
     assert claim.attempt == 1
     stream.cancel()
@@ -65,8 +59,7 @@ def test_shutdown_and_task_arriving_together_on_an_idle_stream_deliver_only_the_
 
     request = stream.next_event("shutdown_request")
     assert request.request_id == request_id
-    stream.expect_quiet(QUIET)
-    assert daemon.get_task("late").state == pb.TASK_STATE_PENDING
+    assert stream.expect_quiet(QUIET, then=lambda: daemon.get_task("late")).state == pb.TASK_STATE_PENDING
     assert daemon.teammate(mate.name).status == pb.TEAMMATE_STATUS_SHUTTING_DOWN
 
     # Approving ends the stream; the task was never claimed by this teammate.
@@ -103,7 +96,7 @@ def test_message_then_shutdown_then_task_order(daemon):
     first = stream.next_event("message")
     second = stream.next_event("shutdown_request")
     assert second.seq > first.seq
-    stream.expect_quiet(QUIET)
+    assert stream.expect_quiet(QUIET, then=lambda: daemon.get_task("t")).state == pb.TASK_STATE_PENDING
     stream.cancel()
 
 
@@ -118,8 +111,7 @@ def test_unacknowledged_plan_decision_blocks_claims(daemon):
     decision = stream.next_event("plan_decision")
     assert decision.plan_id == plan_id and decision.approve and decision.feedback == "ok"
     assert decision.seq == decided.seq
-    stream.expect_quiet(QUIET)
-    assert daemon.get_task("after-plan").state == pb.TASK_STATE_PENDING
+    assert stream.expect_quiet(QUIET, then=lambda: daemon.get_task("after-plan")).state == pb.TASK_STATE_PENDING
 
     mate.ack(decision.seq)
     assert stream.next_event("claim").task.id == "after-plan"
@@ -141,8 +133,8 @@ def test_renew_reports_pending_protocol_messages_and_holder_gets_no_second_claim
     assert mate.renew(first).protocol_pending
     mate.complete(first)
     daemon.create_tasks(spec("c"))
-    stream.expect_quiet(QUIET)  # a free slot and a ready task, but shutdown is pending
-    assert daemon.get_task("c").state == pb.TASK_STATE_PENDING
+    # A free slot and a ready task, but shutdown is pending.
+    assert stream.expect_quiet(QUIET, then=lambda: daemon.get_task("c")).state == pb.TASK_STATE_PENDING
     mate.ack(request.seq)
     mate.teammate.RespondShutdown(pb.RespondShutdownRequest(request_id=request.request_id, approve=False))
     assert stream.next_event("claim").task.id == "c"

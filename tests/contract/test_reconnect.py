@@ -30,8 +30,8 @@ def test_claim_is_resent_after_the_stream_breaks(daemon):
 
     second = mate.idle()
     _same_claim(second.next_event("claim"), claim)
-    second.expect_quiet(0.4)  # one slot, already held: no new claim
-    assert daemon.get_task("waiting").state == pb.TASK_STATE_PENDING
+    # One slot, already held: no new claim.
+    assert second.expect_quiet(0.4, then=lambda: daemon.get_task("waiting")).state == pb.TASK_STATE_PENDING
     second.cancel()
 
     third = mate.idle()  # and again: still the same claim
@@ -52,7 +52,8 @@ def test_every_held_claim_is_resent_with_more_slots(daemon):
     for _ in range(2):
         resent = second.next_event("claim")
         _same_claim(resent, held[resent.task.id])
-    second.expect_quiet(0.3)
+    # Both slots held: "c" is claimed only once one frees, and is the next item then.
+    assert second.expect_quiet(0.3, then=lambda: mate.complete(resent), arrives="claim").task.id == "c"
     second.cancel()
 
 

@@ -119,7 +119,8 @@ def test_sigkill_with_claims_held_loses_nothing_and_extends_leases(corrald):
             original.fence,
         )
         assert ts_seconds(claim.lease_expire_time) >= restart_at + LEASE - CLOCK_SLACK
-    resumed.expect_quiet(0.3)  # both slots busy
+    both_busy = resumed.expect_quiet(0.3, then=lambda: after.get_task("pending"))
+    assert both_busy.state == pb.TASK_STATE_PENDING
     remaining = {"held-a", "held-b", "pending", "needs-a"}
     claims = dict(resent)
     while remaining:

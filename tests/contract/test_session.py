@@ -130,8 +130,7 @@ def test_protocol_messages_come_before_a_claim_on_a_session(daemon):
     response = session.complete(claim)
     assert response.op_result.status.code == code_pb2.OK
     assert response.WhichOneof("event") is None, "no claim while a shutdown request is pending"
-    session.expect_quiet(0.3)
-    assert daemon.get_task("b").state == pb.TASK_STATE_PENDING
+    assert session.expect_quiet(0.3, then=lambda: daemon.get_task("b")).state == pb.TASK_STATE_PENDING
     ada.teammate.RespondShutdown(pb.RespondShutdownRequest(request_id=shutdown.request_id, approve=False))
     ack = session.op(ack=pb.AckMessagesRequest(through_seq=shutdown.seq))
     assert ack.op_result.status.code == code_pb2.OK

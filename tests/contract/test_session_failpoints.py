@@ -216,7 +216,7 @@ def recover_idle_handed_off_claim(s: Scenario, daemon: Daemon) -> None:
     _same_claim(resent, held, second)
     again = mate.complete(s.kept["first"], b"one")  # the same token again: the stored result (invariant 9)
     assert (again.state, again.result) == (pb.TASK_STATE_COMPLETED, b"one")
-    stream.expect_quiet(0.3)  # nothing handed off twice
+    assert stream.expect_quiet(0.3, then=lambda: _live_claim(daemon, second)).token == held.token  # no second handoff
     mate.complete(resent, b"two")
     _completed_once(daemon, f"{s.role}-first", second)
     stream.cancel()

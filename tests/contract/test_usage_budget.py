@@ -87,8 +87,7 @@ def test_a_spent_budget_closes_the_gate_on_the_idle_stream_and_watch_hears_it(da
     assert notice.budget == pb.Budget(max_cost_micros=100)
     event = watch.next_matching(lambda r: r.WhichOneof("event") == "budget_exhausted", what="budget_exhausted")
     assert event.budget_exhausted == notice
-    idle.expect_quiet(0.5)  # no claim of b
-    assert daemon.get_task("b").state == pb.TASK_STATE_PENDING
+    assert idle.expect_quiet(0.5, then=lambda: daemon.get_task("b")).state == pb.TASK_STATE_PENDING  # no claim of b
     _set_budget(daemon, "ann", cost=200)  # raised: the stream is woken and claims
     assert idle.next_event("claim").task.id == "b"
     watch.cancel()
@@ -106,8 +105,7 @@ def test_the_session_completion_that_spends_the_budget_hands_off_nothing(daemon)
     assert done.WhichOneof("event") != "claim"
     if done.WhichOneof("event") != "budget_exhausted":
         session.next_event("budget_exhausted")
-    session.expect_quiet(0.5)
-    assert daemon.get_task("b").state == pb.TASK_STATE_PENDING
+    assert session.expect_quiet(0.5, then=lambda: daemon.get_task("b")).state == pb.TASK_STATE_PENDING
     _set_budget(daemon, "bob", tokens=11)  # its own budget beats the default
     assert session.next_event("claim").task.id == "b"
     session.cancel()
@@ -262,7 +260,8 @@ def test_sums_and_budgets_survive_a_restart_and_show_in_metrics(corrald):
     # Still spent after the restart: the new stream is told so first, and gets no claim of b.
     notice = idle.next_event("budget_exhausted")
     assert (notice.spent, notice.budget) == (_usage(20, 10, 50, "m"), pb.Budget(max_cost_micros=50))
-    idle.expect_quiet(0.5)
+    # Raised, the budget lets b be claimed: the claim is the next item.
+    assert idle.expect_quiet(0.5, then=lambda: _set_budget(second, "ann", cost=100), arrives="claim").task.id == "b"
     idle.cancel()
     samples = _scrape(port)
     assert samples["corral_usage_input_tokens_total"] == 20

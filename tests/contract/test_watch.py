@@ -95,23 +95,24 @@ def test_watch_is_ordered_resumable_and_replays_identically(daemon):
     # A full replay gives the same events with the same seq.
     replay = daemon.watch(0)
     assert _read(replay, len(full)) == full
-    # Resuming after any N gives exactly the events after N.
+    # Resuming after any N gives exactly the events after N, and then the next change.
+    resumed = []
     for index in (0, len(full) // 3, len(full) // 2, len(full) - 2):
         after = full[index].seq
-        resumed = daemon.watch(after)
-        assert _read_through(resumed, full[-1].seq) == full[index + 1 :], f"resume after {after}"
-        resumed.expect_quiet(0.1)
-        resumed.cancel()
+        resumed.append(daemon.watch(after))
+        assert _read_through(resumed[-1], full[-1].seq) == full[index + 1 :], f"resume after {after}"
     # Resuming at the end waits, then delivers the next change live, to every watcher.
     tail = daemon.watch(full[-1].seq)
-    tail.expect_quiet(0.2)
-    daemon.create_tasks(spec("c"))
-    for watcher in (tail, live, replay):
+    created = tail.expect_quiet(0.2, then=lambda: daemon.create_tasks(spec("c")), arrives="task_changed")
+    assert created.id == "c" and tail.received[-1].seq > full[-1].seq
+    for watcher in resumed:
+        assert watcher.next(5) == tail.received[-1], f"{watcher.label}: not the next change"
+    for watcher in (live, replay):
         event = watcher.next_matching(
             lambda e: _kind(e) == "task_changed" and e.task_changed.id == "c", what="task c created"
         )
         assert event.seq > full[-1].seq and event.task_changed.state == pb.TASK_STATE_PENDING
-    for watcher in (tail, live, replay):
+    for watcher in (tail, live, replay, *resumed):
         watcher.cancel()
     stream.cancel()
 
@@ -125,10 +126,13 @@ def test_a_long_feed_replays_completely_across_pages(daemon):
     assert [e.task_changed.id for e in events] == [f"bulk-{i:04d}" for i in range(count)]
     seqs = [e.seq for e in events]
     assert seqs == sorted(set(seqs))
-    watch.expect_quiet(0.2)
     resumed = daemon.watch(events[299].seq)
-    assert _read(resumed, count - 300) == events[300:]
-    resumed.expect_quiet(0.2)
+    assert watch.expect_quiet(0.2, then=lambda: _read(resumed, count - 300)) == events[300:]
+    # The next change is the next item of both.
+    assert (
+        resumed.expect_quiet(0.2, then=lambda: daemon.create_tasks(spec("next")), arrives="task_changed").id == "next"
+    )
+    assert watch.next(5) == resumed.received[-1]
     watch.cancel()
     resumed.cancel()
 
@@ -139,6 +143,10 @@ def test_watch_after_the_end_of_the_feed_waits(daemon):
     first = daemon.watch(0)
     last = first.next(5).seq
     first.cancel()
-    beyond = daemon.watch(last + 1000)
-    beyond.expect_quiet(0.3)
+    beyond = daemon.watch(last + 5)
+    # It waits until the feed passes its seq: of six changes, the first delivered is beyond it.
+    beyond.expect_quiet(
+        0.3, then=lambda: daemon.create_tasks(*(spec(f"next-{i}") for i in range(6))), arrives="task_changed"
+    )
+    assert beyond.received[-1].seq > last + 5
     beyond.cancel()

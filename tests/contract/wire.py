@@ -301,15 +301,38 @@ class Stream:
             if time.monotonic() >= deadline:
                 raise AssertionError(f"{self.label}: no {what} within {timeout}s")
 
-    def expect_quiet(self, seconds: float) -> None:
-        """Nothing arrives (and the stream does not end) for `seconds`."""
+    def expect_quiet(
+        self, seconds: float, *, then: Callable[[], Any], arrives: str | None = None, within: float = 5.0
+    ) -> Any:
+        """Nothing arrives (and the stream does not end) for `seconds`, then the marker `then`
+        closes the window: silence alone cannot tell "never" from "just after the window".
+
+        - With `arrives`, `then` is an action after which an item of oneof kind `arrives` must
+          be this stream's next (within `within` s); that field is returned. Anything sent in
+          the window's stead arrives before it and fails here.
+        - Without, `then` is a read, whose result is returned: of the board (which must show
+          the state the window protected; nothing may have arrived on this stream by the time
+          it returns), or of this stream's next item (which must then be the only one it read).
+        """
         try:
             item = self._get(seconds)
         except queue.Empty:
-            return
-        if item is None:
-            raise AssertionError(f"{self.label}: stream ended with {self.end_status} during a quiet period")
-        raise AssertionError(f"{self.label}: expected nothing for {seconds}s, got {short(item)}")
+            pass
+        else:
+            if item is None:
+                raise AssertionError(f"{self.label}: stream ended with {self.end_status} during a quiet period")
+            raise AssertionError(f"{self.label}: expected nothing for {seconds}s, got {short(item)}")
+        window_end = len(self.received)
+        result = then()
+        read = self.received[window_end:]
+        if arrives is not None:
+            assert not read, f"{self.label}: the marker's action read the stream: {[short(i) for i in read]}"
+            return self.next_event(arrives, within)
+        assert len(read) <= 1, f"{self.label}: items before the marker: {[short(i) for i in read[:-1]]}"
+        if not read:
+            late = self.try_next(0)
+            assert late is None, f"{self.label}: {short(late)} arrived after the quiet window, before its marker"
+        return result
 
     def wait_end(self, timeout: float = 5.0) -> tuple[grpc.StatusCode, str]:
         """Reads to the end of the stream; returns (code, details). Items read go to `received`."""
