@@ -286,7 +286,12 @@ class Daemon:
             from .web.app import WebBoard  # noqa: PLC0415
 
             self.web = WebBoard(
-                self.config.web, parts.board, parts.hub, parts.lead, sessions_file=self.state.paths.web_sessions
+                self.config.web,
+                parts.board,
+                parts.hub,
+                parts.lead,
+                sessions_file=self.state.paths.web_sessions,
+                state_dir=self.state.paths.root,
             )
             self.state.write_web_address(await self.web.start())
         for service in ("", *SERVICE_NAMES):
