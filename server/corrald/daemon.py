@@ -375,6 +375,15 @@ class Daemon:
         self.state.bind_board(pg.identity.board_id)
         if pg.identity.new_lead_token is not None:
             self.state.write_lead_token(pg.identity.new_lead_token)
+        elif not self.state.paths.lead_token.exists():
+            # The board keeps only the hash of its lead token: the plain one is where the
+            # daemon that created the board wrote it (`corral --state-dir` here says so too).
+            log.info(
+                "joined PostgreSQL board %s, which another daemon created: its lead token is the lead.token"
+                " in that daemon's state directory (copy it into %s to use --state-dir here)",
+                pg.identity.board_id,
+                self.state.paths.root,
+            )
         if pg.clock is not None:
             self.clock = pg.clock
         log.info("serving PostgreSQL board %s (%s) as daemon %s", pg.identity.board_id, target.shown(), pg.daemon_id)
