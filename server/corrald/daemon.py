@@ -255,6 +255,7 @@ class Daemon:
         database: pathlib.Path | PgBoard = self.state.paths.database
         lead_token = None
         if self.config.store is None:
+            self.state.refuse_unbound_start()
             lead_token = self.state.lead_token()
         else:
             database = await loop.run_in_executor(None, self._open_postgres, self.config.store)
@@ -373,6 +374,7 @@ class Daemon:
         except psycopg.Error as error:
             raise ConfigError(f"cannot open the PostgreSQL board ({target.shown()}): {describe(error)}") from None
         self.state.bind_board(pg.identity.board_id)
+        self.state.record_store(target.shown())
         if pg.identity.new_lead_token is not None:
             self.state.write_lead_token(pg.identity.new_lead_token)
         elif not self.state.paths.lead_token.exists():

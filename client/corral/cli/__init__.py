@@ -125,8 +125,9 @@ def serve_command(args: tuple[str, ...]) -> None:
     metavar="DSN",
     default=None,
     help="postgresql://USER@HOST[:PORT]/DB: keep the board in PostgreSQL (a new schema) and serve it "
-    "with two daemons, the teammates split between them.",
+    "with two daemons, the teammates split between them. The schema is dropped at the end.",
 )
+@click.option("--keep-schema", is_flag=True, help="With --store: keep the board's schema after the run.")
 def demo_command(
     timeout: float,
     work_ms: int,
@@ -135,13 +136,21 @@ def demo_command(
     plain: bool,
     web: str | None,
     store: str | None,
+    keep_schema: bool,
 ) -> None:
     """Launch a daemon, a sample DAG and a team of teammate processes, and show the board."""
     from corral.demo import DemoFailed, run_demo
 
     try:
         run_demo(
-            timeout=timeout, work_ms=work_ms, dag_file=dag_file, base_dir=base_dir, plain=plain, web=web, store=store
+            timeout=timeout,
+            work_ms=work_ms,
+            dag_file=dag_file,
+            base_dir=base_dir,
+            plain=plain,
+            web=web,
+            store=store,
+            keep_schema=keep_schema,
         )
     except DemoFailed as exc:
         raise CliError(f"demo failed: {exc}") from None
