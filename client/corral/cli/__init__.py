@@ -14,6 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+# gRPC core reads its log level once, when grpc is first imported: set before any
+# import that may bring it in, so a command prints only its own lines (a user who
+# wants gRPC's sets GRPC_VERBOSITY, which wins). Child processes inherit it.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
 import click
 
 import corral

@@ -230,7 +230,7 @@ def _run(
         finally:
             team.stop_all()
         if web is not None:
-            _pause("the board stays up: press Enter to stop the daemon")
+            _pause("the board stays up: press Enter (or Ctrl-C) to stop the daemon", interrupt_goes_on=True)
         wall = time.monotonic() - started
     team.check_exits()
     verify(tasks, dag.specs, conductor.model, team.members)
@@ -272,13 +272,20 @@ def _check_roles(dag: DagFile) -> None:
             )
 
 
-def _pause(prompt: str) -> None:
-    """On a terminal, waits for Enter, so the person at the browser can watch; elsewhere goes on."""
+def _pause(prompt: str, *, interrupt_goes_on: bool = False) -> None:
+    """On a terminal, waits for Enter, so the person at the browser can watch; elsewhere goes on.
+
+    With `interrupt_goes_on`, Ctrl-C is an answer too (the run is over: all that is left
+    is to stop the daemon, cleanly, which Ctrl-C's SIGINT to corrald starts as well)."""
     if sys.stdin.isatty() and sys.stdout.isatty():
         try:
             input(f"  {prompt} ")
         except EOFError:
             pass
+        except KeyboardInterrupt:
+            if not interrupt_goes_on:
+                raise
+            print(flush=True)  # the prompt's line ends after the ^C
 
 
 @dataclasses.dataclass(frozen=True)
