@@ -140,10 +140,11 @@ $(DEMO_STAMP): pyproject.toml
 demo: $(DEMO_STAMP)
 	$(VENV)/bin/corral demo --web 127.0.0.1:0
 
-# The same demo on a PostgreSQL board served by two daemons (a new schema of PG_DSN's database).
+# The same demo on a PostgreSQL board served by two daemons (a new schema of PG_DSN's database,
+# dropped at the end; KEEP_SCHEMA=1 keeps it).
 PG_DSN ?= postgresql://postgres@127.0.0.1:5432/postgres
 demo-postgres: $(DEMO_STAMP)
-	$(VENV)/bin/corral demo --store $(PG_DSN)
+	$(VENV)/bin/corral demo --store $(PG_DSN)$(if $(KEEP_SCHEMA), --keep-schema)
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -r bench/requirements.txt

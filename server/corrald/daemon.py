@@ -255,6 +255,7 @@ class Daemon:
         database: pathlib.Path | PgBoard = self.state.paths.database
         lead_token = None
         if self.config.store is None:
+            self.state.refuse_unbound_start()
             lead_token = self.state.lead_token()
         else:
             database = await loop.run_in_executor(None, self._open_postgres, self.config.store)
@@ -286,7 +287,12 @@ class Daemon:
             from .web.app import WebBoard  # noqa: PLC0415
 
             self.web = WebBoard(
-                self.config.web, parts.board, parts.hub, parts.lead, sessions_file=self.state.paths.web_sessions
+                self.config.web,
+                parts.board,
+                parts.hub,
+                parts.lead,
+                sessions_file=self.state.paths.web_sessions,
+                state_dir=self.state.paths.root,
             )
             self.state.write_web_address(await self.web.start())
         for service in ("", *SERVICE_NAMES):
@@ -368,8 +374,18 @@ class Daemon:
         except psycopg.Error as error:
             raise ConfigError(f"cannot open the PostgreSQL board ({target.shown()}): {describe(error)}") from None
         self.state.bind_board(pg.identity.board_id)
+        self.state.record_store(target.shown())
         if pg.identity.new_lead_token is not None:
             self.state.write_lead_token(pg.identity.new_lead_token)
+        elif not self.state.paths.lead_token.exists():
+            # The board keeps only the hash of its lead token: the plain one is where the
+            # daemon that created the board wrote it (`corral --state-dir` here says so too).
+            log.info(
+                "joined PostgreSQL board %s, which another daemon created: its lead token is the lead.token"
+                " in that daemon's state directory (copy it into %s to use --state-dir here)",
+                pg.identity.board_id,
+                self.state.paths.root,
+            )
         if pg.clock is not None:
             self.clock = pg.clock
         log.info("serving PostgreSQL board %s (%s) as daemon %s", pg.identity.board_id, target.shown(), pg.daemon_id)

@@ -40,6 +40,11 @@ class StatePaths:
         return self.root / "board.id"
 
     @property
+    def board_store(self) -> pathlib.Path:
+        """Where that board is: its DSN without the password, and its schema (for messages)."""
+        return self.root / "board.store"
+
+    @property
     def web_sessions(self) -> pathlib.Path:
         """The web board's sessions, by the hash of their cookie (see web/sessions.py)."""
         return self.root / "web.sessions"
@@ -113,6 +118,25 @@ class StateDir:
         if bound is not None:
             raise StateDirError(f"state directory {self.paths.root} serves board {bound}, not {board_id}")
         self._write_private(self.paths.board_id, board_id + "\n")
+
+    def record_store(self, shown: str) -> None:
+        """Notes where the bound PostgreSQL board is (no password), for a start that forgets it."""
+        self.paths.board_store.unlink(missing_ok=True)
+        self._write_private(self.paths.board_store, shown + "\n")
+
+    def refuse_unbound_start(self) -> None:
+        """A directory bound to a PostgreSQL board is never served as a SQLite board: that
+        start would serve an empty board of its own beside the one the directory names."""
+        bound = self.board_id()
+        if bound is None:
+            return
+        path = self.paths.board_store
+        where = path.read_text().strip() if path.exists() else ""
+        raise StateDirError(
+            f"state directory {self.paths.root} serves PostgreSQL board {bound}"
+            + (f" ({where})" if where else "")
+            + ", not a SQLite board: start it with --store DSN --pg-schema SCHEMA (that board's)"
+        )
 
     def write_lead_token(self, token: str) -> None:
         """The lead token of a PostgreSQL board this daemon created (its hash is in the board)."""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import io
 
@@ -11,6 +12,7 @@ from rich.console import Console
 
 import corral
 from corral._terminal.boardview import BoardModel, LiveBoard
+from corral._terminal.output import waiting_text
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
@@ -64,3 +66,13 @@ def test_the_live_board_lists_what_pending_tasks_wait_for_and_notes_each_new_rea
     assert shown.index("no teammate") < shown.index("dependencies review"), "the surprising reason comes first"
     model.set_waiting([])  # everything claimed: the panel goes
     assert model.waiting == {}
+
+
+@pytest.mark.timeout(10)
+def test_what_a_task_waits_for_reads_as_a_sentence_with_or_without_a_role() -> None:
+    offline = corral.WaitingFor(teammates=corral.TeammateAvailability.NONE_ONLINE)
+    nobody = corral.WaitingFor(teammates=corral.TeammateAvailability.NONE_REGISTERED)
+    task = corral.Task("fetch", corral.TaskState.PENDING, waiting_for=offline)
+    assert waiting_text(task) == "a teammate online"
+    assert waiting_text(dataclasses.replace(task, required_role="reviewer")) == "a teammate with role 'reviewer' online"
+    assert waiting_text(dataclasses.replace(task, waiting_for=nobody)) == "no teammate (none is registered)"

@@ -37,6 +37,20 @@ def test_missing_state_dir_is_a_usage_error(tmp_path, error_line):
 
 
 @pytest.mark.timeout(30)
+def test_a_running_daemon_without_a_lead_token_is_not_told_to_start(tmp_path, error_line):
+    state_dir = tmp_path / "state"
+    with corral.Lead.launch(state_dir, ready_timeout=30) as lead:
+        (state_dir / "lead.token").unlink()
+        result = run("tasks", "list", "--state-dir", str(state_dir))
+        assert result.exit_code == 2
+        pid = lead.pid
+        assert error_line(result) == (
+            f"corral: no lead token at {state_dir / 'lead.token'}, though corrald pid {pid} serves {state_dir}:"
+            " pass --token"
+        )
+
+
+@pytest.mark.timeout(30)
 def test_stopped_daemon_cannot_be_reached(tmp_path, error_line):
     state_dir = tmp_path / "state"
     with corral.Lead.launch(state_dir, ready_timeout=30):

@@ -240,7 +240,14 @@ def test_a_one_time_ticket_logs_in_once(web_daemon):
         assert status == 200
         assert (await fetch(http, "POST", f"{web_daemon.url}/login", json={"ticket": ticket}))[0] == 200
         assert (await fetch(http, "GET", f"{web_daemon.url}/api/board"))[0] == 200
-        assert (await fetch(http, "POST", f"{web_daemon.url}/login", json={"ticket": ticket}))[0] == 401
+        status, _, text = await fetch(http, "POST", f"{web_daemon.url}/login", json={"ticket": ticket})
+        assert status == 401
+        # The second opening of a link says what happened and where a new one comes from.
+        state_dir = web_daemon.process.ready["state_dir"]
+        assert json.loads(text)["error"] == (
+            "this login link was already used or has expired (a link opens one session, within 2 minutes);"
+            f" get a new one with: corral web --state-dir {state_dir}"
+        )
 
     run(body, peer="127.0.0.4")
 

@@ -195,6 +195,15 @@ class BoardModel:
         """True when the board has tasks and every one is final (a hint; confirm with GetStats)."""
         return bool(self.tasks) and all(task.state.is_final for task in self.tasks.values())
 
+    def caught_up(self) -> None:
+        """The replay of the history is folded in: what it noted is no news, but what
+        runs now is, with its holder's latest progress."""
+        self.notable = [
+            f"{task.owner or '?'} on {task.id}: {label}"
+            for task in self.tasks.values()
+            if task.state is corral.TaskState.IN_PROGRESS and (label := progress_label(task))
+        ]
+
     def drain_notable(self) -> list[str]:
         lines, self.notable = self.notable, []
         return lines

@@ -349,11 +349,11 @@ def waiting_text(task: corral.Task) -> str:
         parts.append(f"its time ({iso(waiting.ready_time)})")
     if waiting.concurrency_key:
         parts.append(f"a free slot of {waiting.concurrency_key!r}")
-    role = f"with role {task.required_role!r}" if task.required_role else "at all"
+    role = f" with role {task.required_role!r}" if task.required_role else ""
     if waiting.teammates is corral.TeammateAvailability.NONE_REGISTERED:
-        parts.append(f"no teammate {role}")
+        parts.append(f"no teammate{role}" if role else "no teammate (none is registered)")
     elif waiting.teammates is corral.TeammateAvailability.NONE_ONLINE:
-        parts.append(f"a teammate {role} online")
+        parts.append(f"a teammate{role} online")
     return "; ".join(parts)
 
 

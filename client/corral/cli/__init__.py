@@ -14,6 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+# gRPC core reads its log level once, when grpc is first imported: set before any
+# import that may bring it in, so a command prints only its own lines (a user who
+# wants gRPC's sets GRPC_VERBOSITY, which wins). Child processes inherit it.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
 import click
 
 import corral
@@ -125,8 +130,9 @@ def serve_command(args: tuple[str, ...]) -> None:
     metavar="DSN",
     default=None,
     help="postgresql://USER@HOST[:PORT]/DB: keep the board in PostgreSQL (a new schema) and serve it "
-    "with two daemons, the teammates split between them.",
+    "with two daemons, the teammates split between them. The schema is dropped at the end.",
 )
+@click.option("--keep-schema", is_flag=True, help="With --store: keep the board's schema after the run.")
 def demo_command(
     timeout: float,
     work_ms: int,
@@ -135,13 +141,21 @@ def demo_command(
     plain: bool,
     web: str | None,
     store: str | None,
+    keep_schema: bool,
 ) -> None:
     """Launch a daemon, a sample DAG and a team of teammate processes, and show the board."""
     from corral.demo import DemoFailed, run_demo
 
     try:
         run_demo(
-            timeout=timeout, work_ms=work_ms, dag_file=dag_file, base_dir=base_dir, plain=plain, web=web, store=store
+            timeout=timeout,
+            work_ms=work_ms,
+            dag_file=dag_file,
+            base_dir=base_dir,
+            plain=plain,
+            web=web,
+            store=store,
+            keep_schema=keep_schema,
         )
     except DemoFailed as exc:
         raise CliError(f"demo failed: {exc}") from None

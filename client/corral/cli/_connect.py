@@ -25,6 +25,8 @@ TOKEN_ENV = "CORRAL_TOKEN"
 STATE_DIR_ENV = "CORRAL_STATE_DIR"
 SOCKET_NAME = "corral.sock"
 LEAD_TOKEN_NAME = "lead.token"
+BOARD_ID_NAME = "board.id"  # a state directory bound to a PostgreSQL board
+LOCK_NAME = "corrald.lock"  # holds the serving daemon's pid
 
 # Exit statuses (documented in `corral --help`).
 EXIT_FAILED = 1  # the daemon refused the request, or an input file is wrong
@@ -138,13 +140,53 @@ def _read_token(state_dir: Path) -> str:
     try:
         return path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
-        raise CliError(
-            f"no lead token at {path} (is {state_dir} a corrald state directory? start one with "
-            f"`corral serve --state-dir {state_dir}`)",
-            EXIT_USAGE,
-        ) from None
+        raise CliError(_no_lead_token(state_dir, path), EXIT_USAGE) from None
     except OSError as exc:
         raise CliError(f"cannot read the lead token {path}: {exc.strerror or exc}") from None
+
+
+def _no_lead_token(state_dir: Path, path: Path) -> str:
+    """Why a state directory holds no lead token, and what to do; never "start one"
+    where a daemon runs."""
+    board = _read_small(state_dir / BOARD_ID_NAME)
+    if board:
+        # Only the daemon whose start created a PostgreSQL board ever held its lead token
+        # in plain (the board keeps its hash); the others joined the board.
+        return (
+            f"no lead token at {path}: the daemon of {state_dir} joined PostgreSQL board {board},"
+            f" which another daemon created, and the lead token is the lead.token in that daemon's"
+            f" state directory (the one with a lead.token and this board.id): pass that --state-dir,"
+            f" pass --token, or copy its lead.token into {state_dir}"
+        )
+    pid = _running_daemon(state_dir)
+    if pid is not None:
+        return f"no lead token at {path}, though corrald pid {pid} serves {state_dir}: pass --token"
+    return (
+        f"no lead token at {path} (is {state_dir} a corrald state directory? start one with "
+        f"`corral serve --state-dir {state_dir}`)"
+    )
+
+
+def _read_small(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")[:200].strip()
+    except OSError:
+        return ""
+
+
+def _running_daemon(state_dir: Path) -> int | None:
+    """The pid of the daemon serving `state_dir`, if one does: it holds the lock file,
+    which names it, and its socket, which it removes when it stops."""
+    if not (state_dir / SOCKET_NAME).exists():
+        return None
+    try:
+        pid = int(_read_small(state_dir / LOCK_NAME))
+        os.kill(pid, 0)
+    except (ValueError, ProcessLookupError):
+        return None
+    except PermissionError:  # alive, someone else's
+        pass
+    return pid
 
 
 @contextlib.contextmanager

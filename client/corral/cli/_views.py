@@ -21,6 +21,9 @@ REFRESH_SECONDS = 0.1
 # online): the board asks for the first pending tasks this often.
 WAITING_REFRESH_SECONDS = 2.0
 WAITING_SHOWN = 50
+# A board whose feed never goes quiet opens after this much of its replay, and the
+# rest plays on in view.
+CATCH_UP_SHOWN_AFTER_SECONDS = 3.0
 
 
 @click.command("board")
@@ -43,6 +46,13 @@ def board_command(ctx: click.Context, plain: bool, until_done: bool, timeout: fl
         for mate in lead.list_teammates():
             entry = model.mate(mate.name)
             entry.roles, entry.status = mate.roles, mate.status
+        try:
+            # The feed replays the board's history first: fold it in unseen, so the view
+            # opens on the board as it is now (the live board's history panel keeps it).
+            _catch_up(pump, model, limit=min(CATCH_UP_SHOWN_AFTER_SECONDS, _left(deadline)))
+            model.caught_up()
+        except StreamEnded as ended:
+            raise ended.error or CliError("the daemon ended the watch stream") from None
         view = open_view(model, f"corral board · {target.address}", plain=plain)
         asked_waiting = 0.0
         try:
@@ -51,13 +61,10 @@ def board_command(ctx: click.Context, plain: bool, until_done: bool, timeout: fl
                     pending = lead.list_tasks(states=[corral.TaskState.PENDING], page_size=WAITING_SHOWN)
                     model.set_waiting(itertools.islice(pending, WAITING_SHOWN))
                     asked_waiting = time.monotonic()
-                if _pump_some(pump, model):
-                    view.update()
-                    if until_done and model.all_final() and lead.get_stats().active_tasks == 0:
-                        _catch_up(pump, model)  # show the rest of the history, then leave
-                        return
-                else:
-                    view.update()
+                view.update()
+                if until_done and model.all_final() and lead.get_stats().active_tasks == 0:
+                    return
+                _pump_some(pump, model)
         except StreamEnded as ended:
             raise ended.error or CliError("the daemon ended the watch stream") from None
         except KeyboardInterrupt:
@@ -66,6 +73,10 @@ def board_command(ctx: click.Context, plain: bool, until_done: bool, timeout: fl
             view.close()
     if until_done:
         raise CliError(f"the board was not done within {timeout:g}s")
+
+
+def _left(deadline: float | None) -> float:
+    return REPLAY_LIMIT_SECONDS if deadline is None else max(deadline - time.monotonic(), 0.0)
 
 
 def _pump_some(pump: EventPump, model: BoardModel) -> bool:
@@ -79,9 +90,9 @@ def _pump_some(pump: EventPump, model: BoardModel) -> bool:
     return True
 
 
-def _catch_up(pump: EventPump, model: BoardModel) -> None:
-    """Apply events until the feed goes quiet (see `corral._terminal.events`), for a bounded time."""
-    deadline = time.monotonic() + REPLAY_LIMIT_SECONDS
+def _catch_up(pump: EventPump, model: BoardModel, limit: float = REPLAY_LIMIT_SECONDS) -> None:
+    """Apply events until the feed goes quiet (see `corral._terminal.events`), for at most `limit` seconds."""
+    deadline = time.monotonic() + limit
     while time.monotonic() < deadline and (event := pump.get(timeout=QUIET_SECONDS)) is not None:
         model.apply(event)
 

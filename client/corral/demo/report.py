@@ -90,6 +90,9 @@ class DemoReport:
     done_by: dict[str, int] = field(default_factory=dict)
     messages: tuple[tuple[str, str], ...] = ()
     plans_approved: tuple[str, ...] = ()
+    # What `corral serve --state-dir state/` takes besides to serve the run's board again
+    # (" --store DSN --pg-schema S" for PostgreSQL); None when that board was dropped.
+    serve_args: str | None = ""
 
     @property
     def retries(self) -> int:
@@ -121,8 +124,14 @@ class DemoReport:
                 f"{writer.jobs} jobs (mean batch {writer.mean_batch_size:.2f}), commit p99 "
                 f"{writer.commit_latency_p99_ms:.2f} ms"
             ),
-            f"  kept        {self.run_dir} (state/: `corral serve --state-dir {self.run_dir / 'state'}`; logs/)",
+            self._kept(),
         ]
+
+    def _kept(self) -> str:
+        state = self.run_dir / "state"
+        if self.serve_args is None:
+            return f"  kept        {self.run_dir} (logs/; state/ served a board that was dropped)"
+        return f"  kept        {self.run_dir} (state/: `corral serve --state-dir {state}{self.serve_args}`; logs/)"
 
 
 def build_report(
@@ -133,6 +142,7 @@ def build_report(
     stats: corral.Stats,
     wall_seconds: float,
     approved: Sequence[str],
+    serve_args: str | None = "",
 ) -> DemoReport:
     first, last = model.first_claim, model.last_finish
     work = (last - first) if first is not None and last is not None else 0.0
@@ -148,4 +158,5 @@ def build_report(
         done_by={mate.name: mate.done for mate in model.mates.values()},
         messages=tuple((event.message.sender, event.message.body) for event in model.messages),
         plans_approved=tuple(approved),
+        serve_args=serve_args,
     )

@@ -12,9 +12,11 @@ import contextlib
 import dataclasses
 import importlib.resources
 import os
+import shlex
 import sys
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -157,11 +159,13 @@ def run_demo(
     out: IO[str] | None = None,
     web: str | None = None,
     store: str | None = None,
+    keep_schema: bool = False,
 ) -> DemoReport:
     """Run the whole demo; returns its report, raises DemoFailed (run directory kept).
 
     With `store` (a postgresql:// DSN) the board is kept in PostgreSQL, in a new schema
-    of its own, and two daemons serve it: the teammates are split between them."""
+    of its own, and two daemons serve it: the teammates are split between them. The
+    schema is dropped at the end unless `keep_schema`."""
     out = out or sys.stdout
     started = time.monotonic()
     deadline = Deadline(timeout)
@@ -175,15 +179,19 @@ def run_demo(
     say = _printer(out)
     say(f"corral demo: {len(dag.specs)} tasks from {dag.name}; teammates {', '.join(m.blurb for m in TEAM)}")
     say(f"  run directory {run_dir} (state/ and logs/ are kept)")
-    board = PostgresBoard(store, f"demo_{stamp.replace('-', '_')}_{os.getpid()}") if store else None
+    board = PostgresBoard(store, f"demo_{stamp.replace('-', '_')}_{os.getpid()}", keep_schema) if store else None
     if board is not None:
-        say(f"  PostgreSQL board in schema {board.schema}, served by two daemons (the schema is kept)")
+        fate = "kept" if keep_schema else "dropped at the end; --keep-schema keeps it"
+        say(f"  PostgreSQL board in schema {board.schema}, served by two daemons (the schema is {fate})")
     try:
         return _run(dag, run_dir, deadline, started, work_ms=work_ms, plain=plain, out=out, web=web, board=board)
     except corral.CorralError as exc:
         raise DemoFailed(f"{exc} (run directory {run_dir})") from None
     except DemoFailed as exc:
         raise DemoFailed(f"{exc}\n(run directory {run_dir}: state/ for the board, logs/ per teammate)") from None
+    finally:
+        if board is not None and not keep_schema:
+            board.drop()  # the daemons have stopped: nothing serves it any more
 
 
 def _run(
@@ -222,7 +230,7 @@ def _run(
         finally:
             team.stop_all()
         if web is not None:
-            _pause("the board stays up: press Enter to stop the daemon")
+            _pause("the board stays up: press Enter (or Ctrl-C) to stop the daemon", interrupt_goes_on=True)
         wall = time.monotonic() - started
     team.check_exits()
     verify(tasks, dag.specs, conductor.model, team.members)
@@ -233,6 +241,7 @@ def _run(
         stats=stats,
         wall_seconds=wall,
         approved=conductor.approved,
+        serve_args=board.serve_hint() if board is not None else "",
     )
     for line in report.lines():
         say(line)
@@ -263,13 +272,20 @@ def _check_roles(dag: DagFile) -> None:
             )
 
 
-def _pause(prompt: str) -> None:
-    """On a terminal, waits for Enter, so the person at the browser can watch; elsewhere goes on."""
+def _pause(prompt: str, *, interrupt_goes_on: bool = False) -> None:
+    """On a terminal, waits for Enter, so the person at the browser can watch; elsewhere goes on.
+
+    With `interrupt_goes_on`, Ctrl-C is an answer too (the run is over: all that is left
+    is to stop the daemon, cleanly, which Ctrl-C's SIGINT to corrald starts as well)."""
     if sys.stdin.isatty() and sys.stdout.isatty():
         try:
             input(f"  {prompt} ")
         except EOFError:
             pass
+        except KeyboardInterrupt:
+            if not interrupt_goes_on:
+                raise
+            print(flush=True)  # the prompt's line ends after the ^C
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,9 +294,37 @@ class PostgresBoard:
 
     dsn: str
     schema: str
+    keep: bool = False
 
     def serve_args(self) -> list[str]:
         return ["--store", self.dsn, "--pg-schema", self.schema]
+
+    def serve_hint(self) -> str | None:
+        """The `corral serve` options that serve this board again (the DSN without its
+        password); None when the schema is dropped at the end."""
+        if not self.keep:
+            return None
+        return f" --store {shlex.quote(_without_password(self.dsn))} --pg-schema {self.schema}"
+
+    def drop(self) -> None:
+        """Drops the run's schema. The demo made it and names it; corrald has no verb for
+        ending a board, and the demo extra brings psycopg."""
+        import psycopg  # noqa: PLC0415 (only a demo on PostgreSQL loads it)
+        from psycopg import sql  # noqa: PLC0415
+
+        try:
+            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
+                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
+        except psycopg.Error as exc:
+            print(f"corral demo: could not drop schema {self.schema}: {exc}", file=sys.stderr, flush=True)
+
+
+def _without_password(dsn: str) -> str:
+    parts = urllib.parse.urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    netloc = parts.netloc.replace(f":{parts.password}@", ":PASSWORD@", 1)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def _second_daemon(run_dir: Path, deadline: Deadline, board: PostgresBoard) -> corral.Lead:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import pathlib
+import shlex
 import time
 from typing import Any
 
@@ -21,7 +22,7 @@ from ..service.lead import LeadServicer
 from ..wake import WakeHub
 from . import shapes
 from .actions import Actions, http_status
-from .config import BODY_BYTES_MAX, WebConfig
+from .config import BODY_BYTES_MAX, TICKET_TTL_S, WebConfig
 from .feed import Feed
 from .guard import allowed_hosts, guard, json_error, same_origin, set_answer_headers
 from .sessions import LoginLimiter, Session, Sessions, Tickets
@@ -45,8 +46,11 @@ class WebBoard:
         hub: WakeHub,
         lead: LeadServicer,
         sessions_file: pathlib.Path | None = None,
+        state_dir: pathlib.Path | None = None,
     ) -> None:
         self.config = config
+        # Named in the answer to a spent login link: where a new one comes from.
+        self._state_dir = state_dir
         self._board = board
         self.sessions = Sessions(path=sessions_file, still_valid=board.still_valid)
         self.tickets = Tickets()
@@ -146,6 +150,8 @@ class WebBoard:
                 return _too_many_failures(wait_s)
             self.limiter.failed(peer)
             log.info("refused a web login from %s", peer)
+            if isinstance(ticket, str) and ticket and not (isinstance(token, str) and token):
+                return json_error(401, self._spent_link())
             return json_error(401, "that token is not a lead or viewer credential of this board")
         session = self.sessions.open(identity)
         if session is None:
@@ -166,6 +172,13 @@ class WebBoard:
         )
         log.info("web login of %s from %s", identity.name, peer)
         return response
+
+    def _spent_link(self) -> str:
+        where = shlex.quote(str(self._state_dir)) if self._state_dir is not None else "DIR"
+        return (
+            f"this login link was already used or has expired (a link opens one session, within"
+            f" {TICKET_TTL_S // 60} minutes); get a new one with: corral web --state-dir {where}"
+        )
 
     async def _mint_ticket(self, request: web.Request) -> web.Response:
         """A one-time login link's ticket, for a caller holding the lead's bearer credential."""
