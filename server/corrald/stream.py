@@ -257,6 +257,11 @@ class StreamState:
         )
 
     @property
+    def busy_tokens(self) -> frozenset[str]:
+        """As `StreamView.busy_tokens` (a stream may stand for its own snapshot)."""
+        return frozenset(self.working)
+
+    @property
     def can_claim(self) -> bool:
         return self.claims is Claims.OPEN
 
