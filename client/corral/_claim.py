@@ -57,6 +57,9 @@ class ClaimCalls(Protocol):
     def forget(self, token: str) -> None:
         """The claim ended: stop counting it as held."""
 
+    def free_slot(self, token: str) -> None:
+        """FreeSlot: the work of this claim stopped."""
+
 
 class Claim(ClaimState):
     """An exclusive, leased hold on one task, as yielded by `Teammate.idle`.
@@ -143,6 +146,14 @@ class Claim(ClaimState):
     def release(self) -> Task:
         """Give the task back without using up an attempt."""
         return self._finish(self._calls.release)
+
+    def free_slot(self) -> None:
+        """Say that the work on this claim has stopped without finishing it (its claim
+        ended under it, or its outcome could not be reported): the slot may take a new
+        claim. Needed only on a stream opened with `idle(hold_slots_until_freed=True)`,
+        where such a slot stays taken until then; completing, failing or releasing the
+        claim frees it too. Saying it again changes nothing."""
+        self._calls.free_slot(self.token)
 
     def _finish(self, call: Callable[..., Any], *args: Any) -> Task:
         self.stop_keepalive()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import grpc
@@ -468,12 +468,16 @@ def idle_request(
     max_idle_polls: int | None,
     poll_interval: datetime.timedelta | float | None,
     slots: int | None,
+    hold_slots_until_freed: bool = False,
+    busy_claim_tokens: Sequence[str] = (),
 ) -> pb.IdleRequest:
     """The Idle request; None for any option means the daemon's default."""
     return pb.IdleRequest(
         max_idle_polls=max_idle_polls or 0,
         poll_interval=duration_to_pb(poll_interval),
         slots=slots or 0,
+        hold_slots_until_freed=hold_slots_until_freed,
+        busy_claim_tokens=list(busy_claim_tokens)[: max(slots or 0, 1)] if hold_slots_until_freed else [],
     )
 
 

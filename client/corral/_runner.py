@@ -184,6 +184,9 @@ class _Runner:
             max_idle_polls=options.max_idle_polls,
             poll_interval=options.poll_interval,
             slots=options.slots,
+            # A slot whose claim ended under a running handler stays taken until the
+            # handler returns (`_work` frees it), so no claim comes that no worker can start.
+            hold_slots_until_freed=True,
         )
         try:
             for event in events:
@@ -269,31 +272,35 @@ class _Runner:
         finally:
             _current_claim.reset(context_token)
         # A failure to report is logged by the workers.
-        self._report(claim, result, error)
+        if not self._report(claim, result, error):
+            # The handler is done with a claim it did not finish: its slot is free now.
+            self._quietly(claim.free_slot)
 
     def _report(
         self,
         claim: Claim,
         result: bytes,
         error: Exception | None,
-    ) -> None:
+    ) -> bool:
+        """Reports the handler's outcome; True when that finished the claim (which frees its slot)."""
         proven_lost = claim.lost_error is not None and claim.lost_error.cause is not None
         if proven_lost or isinstance(error, LeaseLost):
             self._tally.add(lost=1)
             if not proven_lost:
                 # The loss was only a guess: hand the task back in case it is ours.
                 self._quietly(claim.release)
-            return
+            return False
         try:
             if error is None:
                 error = self._complete(claim, result)
                 if error is None:
                     self._tally.add(completed=1)
-                    return
+                    return True
             failure, retryable = describe_failure(error), is_retryable(error)
             _log_failure(claim, failure, retryable, error)
             self._retry(claim.fail, failure, retryable=retryable)
             self._tally.add(failed=1)
+            return True
         except DEAD_CLAIM_ERRORS as exc:
             _log.warning("task %s: outcome dropped, claim is dead (%s)", claim.task.id, exc)
             self._tally.add(lost=1)
@@ -301,6 +308,7 @@ class _Runner:
             # e.g. removed for missing a shutdown deadline, or the daemon stayed down
             _log.error("task %s: outcome could not be reported (%s)", claim.task.id, exc)
             self._tally.add(lost=1)
+        return False
 
     def _complete(self, claim: Claim, result: bytes) -> Exception | None:
         """Complete the task; returns the failure to report if the result is refused."""

@@ -73,7 +73,12 @@ class Teammate(BoardClient):
             op_timeout=self._rpc_timeout,
         )
         self._claims: ClaimBook[Claim] = ClaimBook()
-        self._claim_calls = _ClaimCalls(self._unary, self._teammate, self._session, self._claims)
+        # The claims yielded whose slots this client has not freed (completed, failed,
+        # released or free_slot): on a stream opened with hold_slots_until_freed, those
+        # no longer held are named in busy_claim_tokens when a stream (re)opens.
+        self._working: dict[str, None] = {}
+        self._session.busy_claim_tokens = lambda: list(self._working)
+        self._claim_calls = _ClaimCalls(self._unary, self._teammate, self._session, self._claims, self._working)
         self._acked_through = 0
 
     @classmethod
@@ -136,6 +141,7 @@ class Teammate(BoardClient):
         max_idle_polls: int | None = None,
         poll_interval: datetime.timedelta | float | None = None,
         slots: int | None = None,
+        hold_slots_until_freed: bool = False,
     ) -> Generator[IdleEvent, None, None]:
         """Open the teammate's stream and yield what the daemon sends, in order.
 
@@ -160,12 +166,24 @@ class Teammate(BoardClient):
         client makes while the iterator is open travel on it; with it closed
         they are unary calls.
 
+        With `hold_slots_until_freed`, a slot whose claim ended under this client
+        (ClaimEnded, or a call that found it dead) stays taken until you call
+        `claim.free_slot()` once its work stopped (completing, failing or
+        releasing a claim frees its slot too): no claim arrives while every
+        worker is still busy. `run_teammate` does this for you.
+
         Options left as None take the daemon's defaults (12 polls of 5 s, one slot).
         Stream failures raise CorralError subclasses (Unavailable when the
         daemon went away); a newer stream of the same teammate ends this
         one with an ABORTED CorralError.
         """
-        request = _convert.idle_request(max_idle_polls=max_idle_polls, poll_interval=poll_interval, slots=slots)
+        request = _convert.idle_request(
+            max_idle_polls=max_idle_polls,
+            poll_interval=poll_interval,
+            slots=slots,
+            hold_slots_until_freed=hold_slots_until_freed,
+            busy_claim_tokens=list(self._working),
+        )
         idle_stream = functools.partial(self._stream, self._teammate.Idle)
         with contextlib.closing(_responses(self._session, idle_stream, request)) as responses:
             for response in responses:
@@ -173,6 +191,7 @@ class Teammate(BoardClient):
                 if isinstance(item, ClaimInfo):
                     claim = self._claims.admit(item, self._make_claim)
                     if claim is not None:
+                        self._working[claim.token] = None
                         yield claim
                 elif isinstance(item, ClaimEnded):
                     ended = self._claims.get(item.claim_token)
@@ -262,11 +281,13 @@ class _ClaimCalls:
         stub: pb_grpc.TeammateServiceStub,
         session: Session,
         claims: ClaimBook[Claim],
+        working: dict[str, None],
     ) -> None:
         self._unary = unary
         self._stub = stub
         self._session = session
         self._claims = claims
+        self._working = working
 
     def renew(
         self,
@@ -299,6 +320,7 @@ class _ClaimCalls:
         answer = self._session.call(pb.SessionRequest(complete=request))
         if answer is None:
             answer = self._unary(self._stub.CompleteTask, request)
+        self._working.pop(token, None)
         return _convert.task_from_pb(answer.task)
 
     def fail(self, task_id: str, token: str, error: str, retryable: bool, usage: Usage | None = None) -> Task:
@@ -308,6 +330,7 @@ class _ClaimCalls:
         answer = self._session.call(pb.SessionRequest(fail=request))
         if answer is None:
             answer = self._unary(self._stub.FailTask, request)
+        self._working.pop(token, None)
         return _convert.task_from_pb(answer.task)
 
     def release(self, task_id: str, token: str) -> Task:
@@ -315,7 +338,14 @@ class _ClaimCalls:
         answer = self._session.call(pb.SessionRequest(release=request))
         if answer is None:
             answer = self._unary(self._stub.ReleaseTask, request)
+        self._working.pop(token, None)
         return _convert.task_from_pb(answer.task)
 
     def forget(self, token: str) -> None:
         self._claims.forget(token)
+
+    def free_slot(self, token: str) -> None:
+        self._working.pop(token, None)
+        request = pb.FreeSlotRequest(claim_token=token)
+        if self._session.call(pb.SessionRequest(free_slot=request), resend=False) is None:
+            self._unary(self._stub.FreeSlot, request)

@@ -44,7 +44,7 @@ def next_for_teammate(
     if _claims_paused(alive_ms, last_expiry, tx.now_ms):
         return Delivery([], checked.live, can_claim=False, claims_paused=True, alive_ms=alive_ms)
     grant = tasks.claim_next(tx, name, checked.teammate.roles, reclaimed=True, busy=busy)
-    can_claim = grant is None or len(checked.held) + 1 < stream.slots
+    can_claim = grant is None or _taken(checked.held, checked.live, stream) + 1 < stream.slots
     return Delivery([grant] if grant else [], checked.live, can_claim=can_claim, claims_paused=False)
 
 
@@ -205,9 +205,15 @@ def _before_claim(
             notice = BudgetExhausted(name, spent, budget)
             return _Checked(Delivery([notice], live, can_claim=False), teammate, held, live)
         return shut
-    if len(held) >= stream.slots:
+    if _taken(held, live, stream) >= stream.slots:
         return shut
     return _Checked(None, teammate, held, live)
+
+
+def _taken(held: list[tasks.ClaimRef], live: frozenset[str], stream: StreamView) -> int:
+    """Slots taken: its live claims, and the claims whose slots the teammate has not freed
+    (a stream opened with hold_slots_until_freed) that are not live any more."""
+    return len(held) + len(stream.busy_tokens - live)
 
 
 def _claims_paused(alive_ms: int | None, last_expiry_ms: int, now_ms: int) -> bool:

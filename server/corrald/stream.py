@@ -106,6 +106,9 @@ class StreamView:
     epoch: int | None  # the stream epoch its opening recorded (None until recorded)
     budget_notice: BudgetExhausted | None  # the budget notice it sent last
     online_pending: bool  # its opening could not record it online: its next committed check does
+    # With hold_slots_until_freed: the claims whose slots the teammate has not freed (see
+    # StreamState.working). Each one that is not a live claim of the teammate takes a slot.
+    busy_tokens: frozenset[str] = frozenset()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -203,6 +206,15 @@ class StreamState:
         # serve, their wake-ups can overtake this daemon's own): it checks once more.
         # A check of its own sees everything committed, and clears it.
         self.missed_ready = False
+        # Opened with hold_slots_until_freed: a slot taken by a claim this stream sent
+        # stays taken, whether or not the claim lives, until the teammate frees it (it
+        # completes, fails or releases the claim, or says FreeSlot once the work of a
+        # claim that ended under it stopped). So a claim that ends under a running
+        # handler does not make room for one the teammate has no worker for.
+        self.hold_slots = False
+        # The tokens whose slots are held so (only with hold_slots): at most about `slots`,
+        # since no claim is made while they fill the slots.
+        self.working: set[str] = set()
 
     # ------------------------------------------------------------ phase
 
@@ -228,8 +240,9 @@ class StreamState:
 
     # ------------------------------------------------------------ what it may know off the loop
 
-    def view(self) -> StreamView:
-        """The frozen snapshot a writer job (or a read) decides from."""
+    def view(self, *, finishing: str = "") -> StreamView:
+        """The frozen snapshot a writer job (or a read) decides from. `finishing`: the
+        claim the job completes, whose slot its handoff may fill."""
         return StreamView(
             self.name,
             self.roles,
@@ -240,7 +253,13 @@ class StreamState:
             self.epoch,
             self.budget_notice,
             self.online_pending,
+            frozenset(self.working - {finishing}) if self.working else frozenset(),
         )
+
+    @property
+    def busy_tokens(self) -> frozenset[str]:
+        """As `StreamView.busy_tokens` (a stream may stand for its own snapshot)."""
+        return frozenset(self.working)
 
     @property
     def can_claim(self) -> bool:
@@ -323,6 +342,15 @@ class StreamState:
         if self.claims is Claims.PAUSED:
             self.ask_check(claim_likely=True)
 
+    def free_slot(self, token: str, *, check: bool = True) -> None:
+        """The teammate freed the slot of `token` (FreeSlot, or it finished the claim itself):
+        with `check`, the stream looks for a claim again. Any other token changes nothing."""
+        if token not in self.working:
+            return
+        self.working.discard(token)
+        if check:
+            self.ask_check(claim_likely=True)
+
     # ------------------------------------------------------------ drained by its loop
 
     def take_claims_ended(self) -> list[ClaimEnd]:
@@ -403,6 +431,8 @@ class StreamState:
         for item in items:
             if isinstance(item, ClaimGrant):
                 self.sent_tokens.add(item.token)
+                if self.hold_slots:
+                    self.working.add(item.token)
                 self.waiting_since = None  # it got work: its next wait goes to the back of the line
             elif isinstance(item, InboxItem):
                 self.sent_through_seq = max(self.sent_through_seq or 0, item.seq)

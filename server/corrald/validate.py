@@ -39,6 +39,29 @@ def check_id(field: str, value: str, limits: Limits) -> None:
         raise InvalidArgument(field, "must not contain whitespace, control, format or unassigned characters")
 
 
+# A claim token a teammate names (FreeSlot, IdleRequest.busy_claim_tokens): the daemon
+# mints 32 characters; a longer one can name no claim.
+CLAIM_TOKEN_MAX_CHARS = 128
+
+
+def check_claim_token(field: str, value: str) -> None:
+    if not value:
+        raise InvalidArgument(field, "must not be empty")
+    if len(value) > CLAIM_TOKEN_MAX_CHARS:
+        raise InvalidArgument(field, f"longer than {CLAIM_TOKEN_MAX_CHARS} characters")
+
+
+def busy_claim_tokens(tokens: Sequence[str], *, hold: bool, slots: int) -> frozenset[str]:
+    """An opening's `busy_claim_tokens`: only with hold_slots_until_freed, at most `slots`."""
+    if tokens and not hold:
+        raise InvalidArgument("busy_claim_tokens", "only with hold_slots_until_freed")
+    if len(tokens) > slots:
+        raise InvalidArgument("busy_claim_tokens", f"more than slots ({slots}) tokens")
+    for token in tokens:
+        check_claim_token("busy_claim_tokens", token)
+    return frozenset(tokens)
+
+
 def check_concurrency_key(field: str, value: str, limits: Limits) -> None:
     """A concurrency key as a spec carries it ('' for none) or SetConcurrencyLimit names it."""
     if len(value) > limits.concurrency_key_max_chars:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -146,6 +146,9 @@ class Session:
         self._consumer: AsyncQueue[pb.SessionResponse | _End] | None = None
         self._open_request = pb.IdleRequest()
         self._unsupported = False
+        # For an opening with hold_slots_until_freed: the claims whose work still runs,
+        # read at each (re)connect (a stream that broke leaves them running).
+        self.busy_claim_tokens: Callable[[], list[str]] | None = None
 
     @property
     def usable(self) -> bool:
@@ -274,11 +277,20 @@ class Session:
     # ------------------------------------------------------------ streams
 
     def _connect_locked(self) -> None:
-        stream = _Stream(self._stub, self._metadata, self._open_request)
+        stream = _Stream(self._stub, self._metadata, self._opening())
         self._stream = stream
         for op in self._ops.unanswered():
             self._send_locked(stream, op)
         stream.reader = AsyncBackground(self._read, stream, name="corral-session")
+
+    def _opening(self) -> pb.IdleRequest:
+        request = self._open_request
+        if not request.hold_slots_until_freed or self.busy_claim_tokens is None:
+            return request
+        opening = pb.IdleRequest()
+        opening.CopyFrom(request)
+        opening.busy_claim_tokens[:] = self.busy_claim_tokens()[: max(request.slots, 1)]
+        return opening
 
     @staticmethod
     def _send_locked(stream: _Stream, op: _Op) -> None:

@@ -368,7 +368,7 @@ class IdleTimeout(_message.Message):
     def __init__(self, idle_polls: _Optional[int] = ...) -> None: ...
 
 class SessionRequest(_message.Message):
-    __slots__ = ("op_id", "open", "ack", "renew", "complete", "fail", "release")
+    __slots__ = ("op_id", "open", "ack", "renew", "complete", "fail", "release", "free_slot")
     OP_ID_FIELD_NUMBER: _ClassVar[int]
     OPEN_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
@@ -376,6 +376,7 @@ class SessionRequest(_message.Message):
     COMPLETE_FIELD_NUMBER: _ClassVar[int]
     FAIL_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
+    FREE_SLOT_FIELD_NUMBER: _ClassVar[int]
     op_id: str
     open: IdleRequest
     ack: AckMessagesRequest
@@ -383,7 +384,8 @@ class SessionRequest(_message.Message):
     complete: CompleteTaskRequest
     fail: FailTaskRequest
     release: ReleaseTaskRequest
-    def __init__(self, op_id: _Optional[str] = ..., open: _Optional[_Union[IdleRequest, _Mapping]] = ..., ack: _Optional[_Union[AckMessagesRequest, _Mapping]] = ..., renew: _Optional[_Union[RenewLeaseRequest, _Mapping]] = ..., complete: _Optional[_Union[CompleteTaskRequest, _Mapping]] = ..., fail: _Optional[_Union[FailTaskRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseTaskRequest, _Mapping]] = ...) -> None: ...
+    free_slot: FreeSlotRequest
+    def __init__(self, op_id: _Optional[str] = ..., open: _Optional[_Union[IdleRequest, _Mapping]] = ..., ack: _Optional[_Union[AckMessagesRequest, _Mapping]] = ..., renew: _Optional[_Union[RenewLeaseRequest, _Mapping]] = ..., complete: _Optional[_Union[CompleteTaskRequest, _Mapping]] = ..., fail: _Optional[_Union[FailTaskRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseTaskRequest, _Mapping]] = ..., free_slot: _Optional[_Union[FreeSlotRequest, _Mapping]] = ...) -> None: ...
 
 class SessionResponse(_message.Message):
     __slots__ = ("op_result", "message", "shutdown_request", "plan_decision", "claim", "idle_timeout", "budget_exhausted", "claim_ended")
@@ -732,14 +734,18 @@ class WatchResponse(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., task_changed: _Optional[_Union[Task, _Mapping]] = ..., teammate_changed: _Optional[_Union[TeammateChanged, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., plan_submitted: _Optional[_Union[PlanSubmitted, _Mapping]] = ..., shutdown_answered: _Optional[_Union[ShutdownAnswered, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhausted, _Mapping]] = ..., plan_decided: _Optional[_Union[PlanDecided, _Mapping]] = ...) -> None: ...
 
 class IdleRequest(_message.Message):
-    __slots__ = ("max_idle_polls", "poll_interval", "slots")
+    __slots__ = ("max_idle_polls", "poll_interval", "slots", "hold_slots_until_freed", "busy_claim_tokens")
     MAX_IDLE_POLLS_FIELD_NUMBER: _ClassVar[int]
     POLL_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
+    HOLD_SLOTS_UNTIL_FREED_FIELD_NUMBER: _ClassVar[int]
+    BUSY_CLAIM_TOKENS_FIELD_NUMBER: _ClassVar[int]
     max_idle_polls: int
     poll_interval: _duration_pb2.Duration
     slots: int
-    def __init__(self, max_idle_polls: _Optional[int] = ..., poll_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., slots: _Optional[int] = ...) -> None: ...
+    hold_slots_until_freed: bool
+    busy_claim_tokens: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, max_idle_polls: _Optional[int] = ..., poll_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., slots: _Optional[int] = ..., hold_slots_until_freed: _Optional[bool] = ..., busy_claim_tokens: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class IdleResponse(_message.Message):
     __slots__ = ("message", "shutdown_request", "plan_decision", "claim", "idle_timeout", "budget_exhausted", "claim_ended")
@@ -880,6 +886,16 @@ class RespondShutdownRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., approve: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class RespondShutdownResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class FreeSlotRequest(_message.Message):
+    __slots__ = ("claim_token",)
+    CLAIM_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    claim_token: str
+    def __init__(self, claim_token: _Optional[str] = ...) -> None: ...
+
+class FreeSlotResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 

@@ -787,6 +787,11 @@ class TeammateServiceStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.RespondShutdownRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.RespondShutdownResponse.FromString,
                 _registered_method=True)
+        self.FreeSlot = channel.unary_unary(
+                '/corral.v1.TeammateService/FreeSlot',
+                request_serializer=corral_dot_v1_dot_corral__pb2.FreeSlotRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.FreeSlotResponse.FromString,
+                _registered_method=True)
 
 
 class TeammateServiceServicer:
@@ -854,6 +859,15 @@ class TeammateServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FreeSlot(self, request, context):
+        """Says the teammate's worker for a claim is free again, for a stream opened
+        with `hold_slots_until_freed` (see IdleRequest). Reaches the stream this
+        daemon serves; a Session sends it as its `free_slot` op instead.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TeammateServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -901,6 +915,11 @@ def add_TeammateServiceServicer_to_server(servicer, server):
                     servicer.RespondShutdown,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.RespondShutdownRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.RespondShutdownResponse.SerializeToString,
+            ),
+            'FreeSlot': grpc.unary_unary_rpc_method_handler(
+                    servicer.FreeSlot,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.FreeSlotRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.FreeSlotResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1147,6 +1166,33 @@ class TeammateService:
             '/corral.v1.TeammateService/RespondShutdown',
             corral_dot_v1_dot_corral__pb2.RespondShutdownRequest.SerializeToString,
             corral_dot_v1_dot_corral__pb2.RespondShutdownResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FreeSlot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.TeammateService/FreeSlot',
+            corral_dot_v1_dot_corral__pb2.FreeSlotRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.FreeSlotResponse.FromString,
             options,
             channel_credentials,
             insecure,

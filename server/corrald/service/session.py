@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable
 
 from corral.v1 import corral_pb2 as pb
 
-from .. import errors
+from .. import errors, validate
 from ..board import Board
 from ..model import OpOutcome
 from ..stream import Delivery, StreamState
@@ -55,6 +55,7 @@ class SessionOps:
             "complete": self._complete,
             "fail": self._fail,
             "release": self._release,
+            "free_slot": self._free_slot,
         }
 
     # ------------------------------------------------------------ reading
@@ -142,9 +143,12 @@ class SessionOps:
 
     async def _complete(self, op_id: str, digest: bytes, body: pb.CompleteTaskRequest, stream: StreamState):
         request = (body.task_id, body.claim_token, body.result)
+        view = stream.view(finishing=body.claim_token)  # its handoff may fill the slot it frees
         outcome, task, found = await self._board.complete_op(
-            self._name, op_id, digest, request, stream.view(), self._hub.parked, convert.reported_usage(body)
+            self._name, op_id, digest, request, view, self._hub.parked, convert.reported_usage(body)
         )
+        if outcome.error is None:
+            stream.free_slot(body.claim_token, check=False)  # the handoff looked already
         response = _result(op_id, outcome)
         if task is not None:
             convert.fill_task(response.op_result.task, task)
@@ -154,11 +158,21 @@ class SessionOps:
     async def _fail(self, op_id: str, digest: bytes, body: pb.FailTaskRequest, stream: StreamState):
         request = (body.task_id, body.claim_token, body.error, body.retryable)
         outcome, task = await self._board.fail_op(self._name, op_id, digest, request, convert.reported_usage(body))
+        if outcome.error is None:
+            stream.free_slot(body.claim_token)
         return _with_task(_result(op_id, outcome), task), None
 
     async def _release(self, op_id: str, digest: bytes, body: pb.ReleaseTaskRequest, stream: StreamState):
         outcome, task = await self._board.release_op(self._name, op_id, digest, body.task_id, body.claim_token)
+        if outcome.error is None:
+            stream.free_slot(body.claim_token)
         return _with_task(_result(op_id, outcome), task), None
+
+    async def _free_slot(self, op_id: str, digest: bytes, body: pb.FreeSlotRequest, stream: StreamState):
+        # Not recorded: it writes nothing, and freeing a slot again changes nothing.
+        validate.check_claim_token("claim_token", body.claim_token)
+        stream.free_slot(body.claim_token)
+        return _result(op_id, OpOutcome()), None
 
 
 def _check_op_id(op_id: str) -> None:

@@ -10,6 +10,7 @@ import grpc
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
+from .. import validate
 from ..board import Board, Identity
 from ..model import ClaimEnd
 from ..overload.reopen import ReopenSpacing
@@ -120,9 +121,11 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
         # With the teammate's stream open, the completion hands off: the same job
         # decides what that stream sends next (never this reply), and it goes in
         # the stream's mailbox.
+        view = stream.view(finishing=request.claim_token)  # its handoff may fill the slot it frees
         task, found = await self._board.complete_and_next(
-            name, request.task_id, request.claim_token, request.result, stream.view(), self._hub.parked, reported
+            name, request.task_id, request.claim_token, request.result, view, self._hub.parked, reported
         )
+        stream.free_slot(request.claim_token, check=False)  # the handoff looked already
         stream.hand(found)
         return pb.CompleteTaskResponse(task=convert.task(task))
 
@@ -136,12 +139,27 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
             request.retryable,
             convert.reported_usage(request),
         )
+        self._freed(identity.name, request.claim_token)
         return pb.FailTaskResponse(task=convert.task(task))
 
     async def ReleaseTask(self, request: pb.ReleaseTaskRequest, context, identity: Identity) -> pb.ReleaseTaskResponse:
         self._hub.alive(identity.name)
         task = await self._board.release(identity.name, request.task_id, request.claim_token)
+        self._freed(identity.name, request.claim_token)
         return pb.ReleaseTaskResponse(task=convert.task(task))
+
+    async def FreeSlot(self, request: pb.FreeSlotRequest, context, identity: Identity) -> pb.FreeSlotResponse:
+        self._hub.alive(identity.name)
+        validate.check_claim_token("claim_token", request.claim_token)
+        self._freed(identity.name, request.claim_token)
+        return pb.FreeSlotResponse()
+
+    def _freed(self, name: str, token: str) -> None:
+        """The teammate freed the slot of `token` (see IdleRequest.hold_slots_until_freed):
+        its stream on this daemon, if any, may claim again."""
+        stream = self._hub.stream_of(name)
+        if stream is not None:
+            stream.free_slot(token)
 
     async def SubmitPlan(self, request: pb.SubmitPlanRequest, context, identity: Identity) -> pb.SubmitPlanResponse:
         self._hub.alive(identity.name)

@@ -51,6 +51,9 @@ class StreamOptions:
     max_idle_polls: int
     poll_interval_s: float
     slots: int
+    # IdleRequest.hold_slots_until_freed, and the busy_claim_tokens its opening named.
+    hold_slots: bool = False
+    busy_tokens: frozenset[str] = frozenset()
 
 
 def stream_options(board: Board, request) -> StreamOptions:
@@ -68,7 +71,9 @@ def stream_options(board: Board, request) -> StreamOptions:
         "ms",
     )
     slots = validate.defaulted("slots", request.slots, limits.slots_default, 1, limits.slots_max)
-    return StreamOptions(polls, interval_ms / 1000, slots)
+    hold = request.hold_slots_until_freed
+    busy = validate.busy_claim_tokens(request.busy_claim_tokens, hold=hold, slots=slots)
+    return StreamOptions(polls, interval_ms / 1000, slots, hold, busy)
 
 
 class Ops(Protocol):
@@ -122,6 +127,8 @@ class TeammateStream:
         await self._reopen.turn(self.name)
         roles = await self._board.teammate_roles(self.name)
         stream = self._hub.register(self.name, roles, self._options.slots)
+        stream.hold_slots = self._options.hold_slots
+        stream.working.update(self._options.busy_tokens)
         self.stream = stream
         try:
             stream.epoch = await self._board.set_online(self.name, True)
