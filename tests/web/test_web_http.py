@@ -55,7 +55,7 @@ def test_without_a_session_the_api_answers_401_and_pages_redirect_to_login(web_d
     url = web_daemon.url
 
     async def body(http):
-        for path in ("/api/board", "/api/events", "/api/tasks", "/api/tasks/x"):
+        for path in ("/api/board", "/api/events", "/api/history", "/api/tasks", "/api/tasks/x"):
             status, headers, text = await fetch(http, "GET", url + path)
             assert (status, headers["Content-Type"].split(";")[0]) == (401, "application/json"), path
         status, headers, _ = await fetch(http, "GET", url + "/")
@@ -195,6 +195,10 @@ def test_bad_after_values_get_400_and_an_unknown_task_404(web_daemon):
         status, _, _ = await fetch(http, "GET", web_daemon.url + "/api/events", headers={"Last-Event-ID": "x"})
         assert status == 400
         assert (await fetch(http, "GET", web_daemon.url + "/api/tasks?limit=0"))[0] == 400
+        for query in ("before=abc", "before=-1", "before=999999999", "limit=0", "limit=501"):
+            assert (await fetch(http, "GET", f"{web_daemon.url}/api/history?{query}"))[0] == 400, query
+        status, _, text = await fetch(http, "GET", f"{web_daemon.url}/api/history?before=1")
+        assert (status, json.loads(text)) == (200, {"events": [], "older": None})
         assert (await fetch(http, "GET", web_daemon.url + "/api/tasks/no-such-task"))[0] == 404
 
     run(body)

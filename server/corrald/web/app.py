@@ -25,6 +25,7 @@ from .actions import Actions, http_status
 from .config import BODY_BYTES_MAX, TICKET_TTL_S, WebConfig
 from .feed import Feed
 from .guard import allowed_hosts, guard, json_error, same_origin, set_answer_headers
+from .recent import HISTORY_PAGE_MAX
 from .sessions import LoginLimiter, Session, Sessions, Tickets
 
 log = logging.getLogger("corrald.web")
@@ -82,6 +83,7 @@ class WebBoard:
         app.router.add_get("/api/tasks", self._task_page)
         app.router.add_get("/api/tasks/{task_id}", self._task_detail)
         app.router.add_get("/api/events", self._events)
+        app.router.add_get("/api/history", self._history)
         app.router.add_post("/api/actions/{name}", self._act)
         app.router.add_static("/static", STATIC, follow_symlinks=False, show_index=False)
         app.router.add_get("/favicon.ico", _no_icon)
@@ -281,6 +283,23 @@ class WebBoard:
             return session
         return await self.feed.serve(request, session.identity)
 
+    async def _history(self, request: web.Request) -> web.Response:
+        """`?before=SEQ&limit=N`: the events before SEQ (default: all so far), newest first, for
+        the Events panel of a page opened after them; `older` asks for the page before."""
+        session = self._api_session(request)
+        if isinstance(session, web.Response):
+            return session
+        end = await self._board.last_event_seq() + 1
+        before, limit = request.query.get("before", str(end)), request.query.get("limit", "100")
+        if not (_is_count(before) and _is_count(limit)) or not 0 < int(limit) <= HISTORY_PAGE_MAX:
+            return json_error(400, f"before must be a non-negative integer and limit within [1, {HISTORY_PAGE_MAX}]")
+        if int(before) > end:
+            return json_error(400, "before is beyond the end of the event log")
+        events, older = await self.feed.history(int(before), int(limit))
+        # The events are JSON already (shaped once, as the stream sends them).
+        text = '{"events": [' + ", ".join(shaped for _, shaped in events) + '], "older": ' + _json_int(older) + "}"
+        return web.Response(text=text, content_type="application/json")
+
     async def _act(self, request: web.Request) -> web.Response:
         session = self._api_session(request)
         if isinstance(session, web.Response):
@@ -294,6 +313,10 @@ def _too_many_failures(wait_s: int) -> web.Response:
 
 async def _no_icon(request: web.Request) -> web.Response:
     return web.Response(status=204)
+
+
+def _json_int(value: int | None) -> str:
+    return "null" if value is None else str(value)
 
 
 def _is_count(text: str) -> bool:

@@ -82,6 +82,10 @@ class Feed:
         self._stats = StatsTicker(board, hub, self._clients)
         self._recent = RecentEvents(board, hub)
 
+    async def history(self, before: int, limit: int) -> tuple[list[tuple[int, str]], int | None]:
+        """A page of the log before `before`, newest first (see `RecentEvents.before`)."""
+        return await self._recent.before(before, limit)
+
     @property
     def client_count(self) -> int:
         return len(self._clients)

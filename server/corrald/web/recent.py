@@ -24,6 +24,7 @@ from . import shapes
 
 RECENT_EVENTS_MAX = 4096
 RECENT_BYTES_MAX = 4 * 1024 * 1024
+HISTORY_PAGE_MAX = 500
 
 
 class RecentEvents:
@@ -60,6 +61,24 @@ class RecentEvents:
             self._extend(events)
             self._read_as_of = None if more else moved
             return events, more
+
+    async def before(self, seq: int, limit: int) -> tuple[list[tuple[int, str]], int | None]:
+        """A page of history for a board opened after the events: those with seqs in
+        `[seq - limit, seq)`, newest first, and the `seq` that asks for the page before
+        it (None when this page reaches the log's start). A page covers a range of seqs,
+        not a count of events, so each costs at most `limit` events of reading."""
+        start = max(0, seq - 1 - limit)
+        found: list[tuple[int, str]] = []
+        after = start
+        while True:
+            events, more = await self._read(after)
+            kept = [event for event in events if event[0] < seq]
+            found.extend(kept)
+            if not more or not kept or len(kept) < len(events):
+                break
+            after = kept[-1][0]
+        found.reverse()
+        return found, start + 1 if start > 0 else None
 
     def _cached(self, seq: int) -> tuple[list[tuple[int, str]], bool] | None:
         if not self._starts_after <= seq <= self._ends_at or self._ends_at < 0:

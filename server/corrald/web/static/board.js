@@ -4,7 +4,9 @@
 const $ = (id) => document.getElementById(id);
 const STATES = ["PENDING", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELED"];
 const FINAL = new Set(["COMPLETED", "FAILED", "CANCELED"]);
-const EVENTS_SHOWN = 400;
+const EVENTS_KEPT = 2000;
+const HISTORY_PAGE = 100;
+const CLAIMS_KEPT = 5000;
 const TABLE_PAGE = 100;
 
 // The board as the page knows it; window.corral lets tests read what it applied.
@@ -147,16 +149,55 @@ function enterFrontier() {
   $("graph-note").textContent = `more than ${board.graphMax.toLocaleString()} tasks: reload for the frontier of the board`;
 }
 
+// How a claim ended, as the timeline colours it (the claims table's outcome, lower case).
+const OUTCOME_KINDS = { completed: "completed", failed: "failed", timed_out: "failed", expired: "expired",
+  revoked: "released", released: "released", canceled: "canceled" };
+function outcomeKind(claim) {
+  if (claim.end_ms === null || claim.end_ms === undefined) return "running";
+  return OUTCOME_KINDS[(claim.outcome || "").toLowerCase()] ?? "ended";
+}
+
 function trackClaim(task, previous, atMs) {
   const before = previous?.state;
-  if (task.state === "IN_PROGRESS" && before !== "IN_PROGRESS") {
-    board.claims.push({ task: task.id, teammate: task.owner, attempt: task.attempt, claim_ms: atMs, end_ms: null, outcome: "" });
-  } else if (before === "IN_PROGRESS" && task.state !== "IN_PROGRESS") {
+  const reclaimed = before === "IN_PROGRESS" && task.state === "IN_PROGRESS" && previous.attempt !== task.attempt;
+  if (before === "IN_PROGRESS" && (task.state !== "IN_PROGRESS" || reclaimed)) {
     const open = [...board.claims].reverse().find((c) => c.task === task.id && c.end_ms === null);
-    if (open) { open.end_ms = atMs; open.outcome = task.state === "COMPLETED" ? "COMPLETED" : task.state === "FAILED" ? "FAILED" : "ENDED"; }
+    if (open) {
+      open.end_ms = atMs;
+      // A task's new state tells a completion or a cancel; any other end (failed, expired,
+      // revoked, released) is read from the task's claim history.
+      open.outcome = task.state === "COMPLETED" && !reclaimed ? "completed" : task.state === "CANCELED" ? "canceled" : "";
+      if (!open.outcome) outcomes.ask(open);
+    }
+  }
+  if (task.state === "IN_PROGRESS" && (before !== "IN_PROGRESS" || reclaimed)) {
+    board.claims.push({ task: task.id, teammate: task.owner, attempt: task.attempt, claim_ms: atMs, end_ms: null, outcome: "" });
+    if (board.claims.length > CLAIMS_KEPT) board.claims.splice(0, board.claims.length - CLAIMS_KEPT);
   }
   dirty.timeline = true;
 }
+
+// Ended claims whose outcome the page asks the task's detail for, one request at a time.
+const outcomes = {
+  waiting: [],
+  busy: false,
+  ask(claim) { this.waiting.push(claim); if (!this.busy) this.next(); },
+  async next() {
+    const claim = this.waiting.shift();
+    if (!claim) { this.busy = false; return; }
+    this.busy = true;
+    try {
+      const response = await fetch(`/api/tasks/${encodeURIComponent(claim.task)}`, { credentials: "same-origin" });
+      if (response.ok) {
+        const task = await response.json();
+        const ended = task.attempts.filter((a) => a.attempt === claim.attempt && a.owner === claim.teammate && a.outcome);
+        if (ended.length) { claim.outcome = ended[ended.length - 1].outcome.toLowerCase(); dirty.timeline = true; schedule(); }
+      }
+    } finally {
+      this.next();
+    }
+  },
+};
 
 function applyEvent(event) {
   board.seq = event.seq;
@@ -279,51 +320,113 @@ function rate(commits) {
 
 // ---------------------------------------------------------------- graph
 
+// Each node is a box of fixed size with its label inside, so dagre lays out exactly what is
+// drawn and no two labels can meet. A title longer than two lines is cut with "…"; the full
+// title shows on hover.
+const NODE_W = 150, NODE_H = 46, TEXT_W = NODE_W - 14, FONT_PX = 11;
+const FONT_FAMILY = "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif";
+const FIT_PADDING = 28, FIT_ZOOM_MAX = 1.4;
+
+const measurer = document.createElement("canvas").getContext("2d");
+measurer.font = `normal normal ${FONT_PX}px ${FONT_FAMILY}`;
+function textWidth(text) { return measurer.measureText(text).width; }
+
+function ellipsize(text, width) {
+  if (textWidth(text) <= width) return text;
+  let lo = 0, hi = text.length;
+  while (lo < hi) { const mid = (lo + hi + 1) >> 1; if (textWidth(`${text.slice(0, mid)}…`) <= width) lo = mid; else hi = mid - 1; }
+  return `${text.slice(0, lo).trimEnd()}…`;
+}
+
+// At most `most` lines of at most `width` pixels: greedy by words, the rest cut on the last line.
+function fitLines(text, width, most) {
+  const words = text.split(/\s+/).filter(Boolean);
+  const lines = [];
+  while (words.length && lines.length < most - 1 && textWidth(words[0]) <= width) {
+    let line = words.shift();
+    while (words.length && textWidth(`${line} ${words[0]}`) <= width) line += ` ${words.shift()}`;
+    lines.push(line);
+  }
+  if (words.length) lines.push(ellipsize(words.join(" "), width));
+  return lines;
+}
+
 const graph = {
   cy: null,
+  titleLines: new Map(),  // title -> its lines, measured once
   build() {
     if (!window.cytoscape) return;
     this.cy = window.cytoscape({
       container: $("graph"),
       minZoom: 0.05,
+      maxZoom: 4,
       style: [
         { selector: "node", style: {
-          "background-color": "data(color)", label: "data(label)", color: "#dfe6ee", "font-size": 10,
-          "text-valign": "bottom", "text-margin-y": 3, "text-wrap": "ellipsis", "text-max-width": 120,
-          width: 18, height: 18, "border-width": 0 } },
-        { selector: "node.in_progress", style: { width: 22, height: 22, "border-width": 3, "border-color": "#fde68a",
-          "text-wrap": "wrap", "font-weight": "bold" } },
+          shape: "round-rectangle", width: NODE_W, height: NODE_H,
+          "background-color": "data(color)", "background-opacity": 0.22, "border-width": 2, "border-color": "data(color)",
+          label: "data(label)", color: "#dfe6ee", "font-size": FONT_PX, "font-family": FONT_FAMILY, "line-height": 1.2,
+          "text-valign": "center", "text-halign": "center", "text-wrap": "wrap", "text-max-width": TEXT_W + 4 } },
+        { selector: "node.in_progress", style: { "background-opacity": 0.4, "border-width": 3 } },
         { selector: "node:selected", style: { "border-width": 3, "border-color": "#38bdf8" } },
         { selector: "edge", style: { width: 1.2, "line-color": "#3a4658", "target-arrow-color": "#3a4658",
           "target-arrow-shape": "triangle", "arrow-scale": 0.7, "curve-style": "bezier" } },
       ],
     });
-    this.cy.on("tap", "node", (event) => drawer.open(event.target.id()));
+    this.cy.on("tap", "node", (event) => { this.tip(null); drawer.open(event.target.id()); });
+    this.cy.on("mouseover", "node", (event) => this.tip(event.target));
+    this.cy.on("mouseout", "node", () => this.tip(null));
+    this.cy.on("viewport", () => this.tip(null));
     // A window resized refits the drawing, unless the person moved it themselves since it was laid out.
     this.cy.on("dragpan scrollzoom pinchzoom", () => { this.moved = true; });
     let resizing = null;
     window.addEventListener("resize", () => {
       clearTimeout(resizing);
-      resizing = setTimeout(() => { this.cy.resize(); if (!this.moved) this.cy.fit(undefined, 24); this.noteView(); }, 150);
+      resizing = setTimeout(() => { this.cy.resize(); if (!this.moved) this.fit(); this.noteView(); }, 150);
     });
   },
   moved: false,
+  // The full title (and id) of the node under the pointer, as text.
+  tip(node) {
+    const tip = $("graph-tip");
+    if (!node) { tip.hidden = true; return; }
+    const task = board.tasks.get(node.id());
+    if (!task) return;
+    tip.textContent = task.title && task.title !== task.id ? `${task.title} (${task.id})` : task.id;
+    const box = node.renderedBoundingBox();
+    tip.style.left = `${Math.max(0, box.x1)}px`;
+    tip.style.top = `${box.y2 + 4}px`;
+    tip.dataset.taskId = node.id();
+    tip.hidden = false;
+  },
   noteView() {  // what tests read: the drawing's size and whether every node is in sight
     const box = this.cy.elements().renderedBoundingBox();
     const width = this.cy.width(), height = this.cy.height();
-    board.graphView = { width, height, inside: box.x1 >= -1 && box.y1 >= -1 && box.x2 <= width + 1 && box.y2 <= height + 1 };
+    board.graphView = {
+      width, height, inside: box.x1 >= -1 && box.y1 >= -1 && box.x2 <= width + 1 && box.y2 <= height + 1,
+      fill: Math.max(box.w / width, box.h / height), zoom: this.cy.zoom(),
+    };
   },
   colors: { blocked: "#5b6676", ready: "#3b82f6", in_progress: "#f59e0b", completed: "#22c55e", failed: "#ef4444", canceled: "#a855f7" },
+  lines(title) {
+    let lines = this.titleLines.get(title);
+    if (!lines) {
+      if (this.titleLines.size > 4 * (board.graphMax || 2000)) this.titleLines.clear();
+      lines = fitLines(title, TEXT_W, 2);
+      this.titleLines.set(title, lines);
+    }
+    return lines;
+  },
   data(task) {
     const shown = shownState(task);
-    let label = task.title || task.id;
+    const lines = [...this.lines(task.title || task.id)];
     if (task.state === "IN_PROGRESS") {
       const left = task.lease_expire_ms ? Math.max(0, Math.round((task.lease_expire_ms - nowMs()) / 1000)) : "?";
       const pct = task.progress_fraction !== null && task.progress_fraction !== undefined ? ` ${Math.round(task.progress_fraction * 100)}%` : "";
-      label = `${label}\n${task.owner} · ${left}s${pct}`;
+      lines.push(ellipsize(`${task.owner} · ${left}s${pct}`, TEXT_W));
     }
-    return { id: task.id, label, color: this.colors[shown], shown };
+    return { id: task.id, label: lines.join("\n"), color: this.colors[shown], shown };
   },
+  // Lays the graph out left to right or top to bottom, whichever fills the panel more.
   rebuild() {
     if (!this.cy) return;
     const began = performance.now();
@@ -336,12 +439,36 @@ const graph = {
     this.cy.batch(() => { this.cy.elements().remove(); this.cy.add(elements); });
     // dagre's default ranker (network simplex) grows fast with the graph; longest-path
     // ranks a big graph in a fraction of the time, with a layering as readable here.
-    const ranker = tasks.length > 300 ? "longest-path" : "network-simplex";
-    this.cy.layout({ name: window.cytoscapeDagre ? "dagre" : "breadthfirst", rankDir: "LR", nodeSep: 14, rankSep: 60, ranker,
-      animate: false, fit: true, padding: 24 }).run();
+    const big = tasks.length > 300;
+    const ranker = big ? "longest-path" : "network-simplex";
+    const run = (rankDir) => {
+      this.cy.layout({ name: window.cytoscapeDagre ? "dagre" : "breadthfirst", rankDir, nodeSep: 18, rankSep: rankDir === "LR" ? 48 : 34, edgeSep: 8,
+        ranker, animate: false, fit: false }).run();
+      const box = this.cy.nodes().boundingBox();
+      return Math.min((this.cy.width() - 2 * FIT_PADDING) / Math.max(1, box.w), (this.cy.height() - 2 * FIT_PADDING) / Math.max(1, box.h));
+    };
+    const across = run("LR");
+    if (!big && tasks.length > 1) {
+      const saved = new Map(this.cy.nodes().map((n) => [n.id(), { ...n.position() }]));
+      if (run("TB") < across) this.cy.nodes().positions((n) => saved.get(n.id()));
+    }
+    this.fit();
     this.moved = false;
     this.noteView();
     board.timing = { ...(board.timing || {}), layout_ms: Math.round(performance.now() - began) };
+  },
+  fit() {
+    this.cy.fit(undefined, FIT_PADDING);
+    if (this.cy.zoom() > FIT_ZOOM_MAX) { this.cy.zoom(FIT_ZOOM_MAX); this.cy.center(); }
+  },
+  // What tests read: each node's label box on the screen, with its full title.
+  labelBoxes() {
+    if (!this.cy) return [];
+    return this.cy.nodes().map((n) => {
+      const b = n.renderedBoundingBox({ includeNodes: false, includeEdges: false, includeLabels: true, includeOverlays: false });
+      const at = n.renderedPosition();
+      return { id: n.id(), label: n.data("label"), x1: b.x1, y1: b.y1, x2: b.x2, y2: b.y2, x: at.x, y: at.y };
+    });
   },
   restyle(id) {
     if (!this.cy) return;
@@ -357,6 +484,7 @@ const graph = {
     this.cy.batch(() => { for (const t of board.tasks.values()) if (t.state === "IN_PROGRESS") this.restyle(t.id); });
   },
 };
+board.labelBoxes = () => graph.labelBoxes();
 
 // ---------------------------------------------------------------- tables
 
@@ -560,8 +688,11 @@ const drawer = {
 
 // ---------------------------------------------------------------- events list
 
+// Newest first: the live events on top, the history of a page opened after them below,
+// paged back with "older" (a page of HISTORY_PAGE seqs at a time).
 const eventsView = {
-  kept: [],  // the latest events, newest last, whatever the filter shows
+  kept: [],  // the events the list holds, newest last, whatever the filter shows
+  older: null,  // the `before` that asks for the page older than the list's last; null at the log's start
   describe(e) {
     if (e.kind === "task") return `${e.task.id} → ${e.task.state.toLowerCase()}${e.task.owner ? ` (${e.task.owner})` : ""}${e.task.error ? `: ${e.task.error}` : ""}`;
     if (e.kind === "teammate") return `${e.name} ${e.status.toLowerCase()} (${e.reason})`;
@@ -579,12 +710,51 @@ const eventsView = {
   },
   add(events) {
     this.kept.push(...events);
-    if (this.kept.length > EVENTS_SHOWN) this.kept.splice(0, this.kept.length - EVENTS_SHOWN);
+    this.trim();
     if ($("event-pause").checked) return;
     const kind = $("event-kind").value;
     const list = $("events");
     list.prepend(...events.filter((e) => this.shown(e, kind)).reverse().map((e) => this.item(e)));
-    while (list.childElementCount > EVENTS_SHOWN) list.lastElementChild.remove();
+    while (list.childElementCount > EVENTS_KEPT) list.lastElementChild.remove();
+  },
+  // Past its bound the list drops its oldest; "older" then pages back from there.
+  trim() {
+    if (this.kept.length <= EVENTS_KEPT) return;
+    this.kept.splice(0, this.kept.length - EVENTS_KEPT);
+    this.older = this.kept[0].seq;
+    this.showOlder();
+  },
+  startHistory(seq) {
+    this.older = seq > 0 ? seq + 1 : null;
+    this.showOlder();
+    if (this.older !== null) this.loadOlder();
+  },
+  async loadOlder() {
+    const before = this.older;
+    if (before === null || this.loading) return;
+    this.loading = true;
+    $("events-older").disabled = true;
+    try {
+      const response = await fetch(`/api/history?before=${before}&limit=${HISTORY_PAGE}`, { credentials: "same-origin" });
+      if (!response.ok || this.older !== before) return;
+      const page = await response.json();
+      const first = this.kept.length ? this.kept[0].seq : Infinity;
+      const older = page.events.filter((e) => e.seq < first);  // newest first
+      this.kept.unshift(...[...older].reverse());
+      this.older = page.older;
+      if (!$("event-pause").checked) {
+        const kind = $("event-kind").value;
+        $("events").append(...older.filter((e) => this.shown(e, kind)).map((e) => this.item(e)));
+      }
+    } finally {
+      this.loading = false;
+      $("events-older").disabled = false;
+      this.showOlder();
+    }
+  },
+  showOlder() {
+    $("events-older").hidden = this.older === null;
+    $("events").dataset.older = this.older === null ? "none" : String(this.older);
   },
   redraw() {
     const kind = $("event-kind").value;
@@ -596,6 +766,10 @@ const eventsView = {
 };
 
 // ---------------------------------------------------------------- timeline
+
+// One lane per teammate; each claim a bar coloured by how it ended (the legend under it).
+const OUTCOME_COLORS = { running: "#f59e0b", completed: "#22c55e", failed: "#ef4444", expired: "#f472b6",
+  released: "#38bdf8", canceled: "#a855f7", ended: "#5b6676" };
 
 const timeline = {
   draw() {
@@ -619,7 +793,7 @@ const timeline = {
     const x = (ms) => left + ((ms - start) / span) * plot;
     g.font = "11px system-ui"; g.fillStyle = "#8897a8";
     for (let i = 0; i < 4; i++) { const t = start + (span * i) / 4; g.fillText(clock(t), x(t), 12); }
-    const colors = { COMPLETED: "#22c55e", FAILED: "#ef4444", ENDED: "#a855f7", "": "#f59e0b" };
+    const bars = [];
     lanes.forEach((name, i) => {
       const y = top + i * laneHeight;
       g.fillStyle = "#8897a8"; g.fillText(name.slice(0, 12), 4, y + 14);
@@ -628,11 +802,16 @@ const timeline = {
         if (c.teammate !== name) continue;
         const end = c.end_ms ?? now;
         if (end < start) continue;
-        const outcome = c.end_ms === null ? "" : c.outcome === "COMPLETED" ? "COMPLETED" : c.outcome === "FAILED" ? "FAILED" : c.outcome ? "ENDED" : "";
-        g.fillStyle = colors[outcome] ?? colors.ENDED;
-        g.fillRect(Math.max(left, x(c.claim_ms)), y + 4, Math.max(2, x(end) - Math.max(left, x(c.claim_ms)) - 1), laneHeight - 8);
+        // Whole pixels, at least 3 wide, so each bar shows its own colour unblended.
+        const x0 = Math.round(Math.max(left, x(c.claim_ms)));
+        const w = Math.max(3, Math.round(x(end)) - x0 - 1);
+        const kind = outcomeKind(c);
+        g.fillStyle = OUTCOME_COLORS[kind];
+        g.fillRect(x0, y + 4, w, laneHeight - 8);
+        bars.push({ task: c.task, teammate: name, attempt: c.attempt, kind, color: OUTCOME_COLORS[kind], x: x0, y: y + 4, w, h: laneHeight - 8 });
       }
     });
+    board.timelineBars = bars;
   },
 };
 
@@ -681,6 +860,7 @@ async function start() {
   graph.build();
   applySnapshot(await response.json());
   tables.teammates();
+  eventsView.startHistory(board.snapshotSeq);
   connect();
   setInterval(() => { graph.tickLeases(); tables.teammates(); if (!$("tab-timeline").hidden) timeline.draw(); }, 1000);
   for (const tab of document.querySelectorAll("[data-tab]")) {
@@ -697,6 +877,7 @@ async function start() {
   $("page-next").addEventListener("click", () => tables.loadPage(tables.page.index + 1));
   $("timeline-all").addEventListener("change", () => timeline.draw());
   $("event-kind").addEventListener("change", () => eventsView.redraw());
+  $("events-older").addEventListener("click", () => eventsView.loadOlder());
   $("event-pause").addEventListener("change", () => { if (!$("event-pause").checked) eventsView.redraw(); });
   document.body.dataset.ready = "true";
 }
