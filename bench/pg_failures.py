@@ -143,8 +143,8 @@ def _claim_query(store: Store, schema: str) -> dict:
     a claim's path."""
     import psycopg  # noqa: PLC0415
 
-    from corrald.pg.sql import translate  # noqa: PLC0415 (the store's SQL, as the daemon sends it)
     from corrald.store import tasks  # noqa: PLC0415
+    from corrald.store.postgres.sql import translate  # noqa: PLC0415 (the store's SQL, as the daemon sends it)
 
     query, params = tasks._ready_query(())
     statement, _ = translate(query)

@@ -45,13 +45,13 @@ from .model import (
 from .readers import ReaderPool
 from .requestids import RequestKey
 from .store import events, inbox, keys, ops, overview, protocol, status, tasks, team, usage, viewers
-from .store.schema import open_reader, open_writer
+from .store.sqlite.storage import open_reader, open_writer
 from .stream import ParkedStreams, StreamItem, StreamState
 from .writer import CommitFailed, Writer, WriterStats
 
 if TYPE_CHECKING:
-    from .pg.listener import WakeListener
-    from .pg.store import PgBoard
+    from .store.postgres.listener import WakeListener
+    from .store.postgres.store import PgBoard
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -137,7 +137,7 @@ class BoardOverview:
 
 @dataclasses.dataclass(frozen=True)
 class PostgresHealth:
-    """A PostgreSQL board's side of GetStats (see pg/store.py's `health`)."""
+    """A PostgreSQL board's side of GetStats (see store/postgres/store.py's `health`)."""
 
     listener_connected: bool
     listener_reconnects: int
@@ -207,7 +207,7 @@ class Board:
             self._open_reader: Callable[[], object] = lambda: open_reader(path)
             self._reader_begin = "BEGIN"
         else:
-            from .pg.store import READER_BEGIN  # noqa: PLC0415 (the SQLite path loads nothing of psycopg)
+            from .store.postgres.store import READER_BEGIN  # noqa: PLC0415 (the SQLite path loads nothing of psycopg)
 
             self.pg = database
             self._lead_hash = database.identity.lead_hash
@@ -251,7 +251,7 @@ class Board:
             # serves it) recovers as a SQLite board does.
             restart = True
             if pg is not None:
-                from .pg.store import register_daemon  # noqa: PLC0415
+                from .store.postgres.store import register_daemon  # noqa: PLC0415
 
                 restart = register_daemon(tx, pg.daemon_id, pg.state_dir) == 0
             if restart:
@@ -278,7 +278,7 @@ class Board:
     def close(self) -> None:
         self.writer.close()
         if self.pg is not None:  # it serves the board no more: its row in `daemons` goes
-            from .pg.store import leave  # noqa: PLC0415
+            from .store.postgres.store import leave  # noqa: PLC0415
 
             leave(self.pg)
         if self.readers is not None:
@@ -847,8 +847,8 @@ class Board:
         counts = tasks.count_by_state(conn), status.count_by_status(conn), self.writer.stats(), usage.board_total(conn)
         if self.pg is None:
             return BoardStats(*counts)
-        from .pg.store import daemons, health  # noqa: PLC0415
-        from .pg.watchdog import WATCHDOG  # noqa: PLC0415
+        from .store.postgres.store import daemons, health  # noqa: PLC0415
+        from .store.postgres.watchdog import WATCHDOG  # noqa: PLC0415
 
         server = health(conn)
         listener = self.listener

@@ -48,9 +48,9 @@ from .wake import WakeHub
 from .web.config import WebConfig
 
 if TYPE_CHECKING:
-    from .pg.listener import WakeListener
-    from .pg.store import PgBoard
-    from .pg.target import PgTarget
+    from .store.postgres.listener import WakeListener
+    from .store.postgres.store import PgBoard
+    from .store.postgres.target import PgTarget
     from .web.app import WebBoard
 
 log = logging.getLogger("corrald")
@@ -198,7 +198,7 @@ def _listen_to_other_daemons(
     as its own commits' do. Health says NOT_SERVING while they cannot be heard, or while
     this daemon cannot write the board (its connection lost or cut, the server away), and
     SERVING again once both are back."""
-    from .pg.listener import WakeListener  # noqa: PLC0415 (the SQLite path loads nothing of psycopg)
+    from .store.postgres.listener import WakeListener  # noqa: PLC0415 (the SQLite path loads nothing of psycopg)
 
     assert board.pg is not None
     storage = board.pg.storage
@@ -343,9 +343,9 @@ class Daemon:
         and binds this state directory to it; the daemon's clock becomes the database's."""
         import psycopg  # noqa: PLC0415 (only a PostgreSQL board loads psycopg)
 
-        from .pg.schema import SchemaError  # noqa: PLC0415
-        from .pg.storage import BENCH_SWITCHES_ENV, bench_switches_off, describe  # noqa: PLC0415
-        from .pg.store import open_board  # noqa: PLC0415
+        from .store.postgres.schema import SchemaError  # noqa: PLC0415
+        from .store.postgres.storage import BENCH_SWITCHES_ENV, bench_switches_off, describe  # noqa: PLC0415
+        from .store.postgres.store import open_board  # noqa: PLC0415
 
         switched_off = bench_switches_off()
         if "group" in switched_off:
@@ -377,7 +377,7 @@ class Daemon:
 
     async def _beat(self, board: Board) -> None:
         """Keeps this daemon's row in the board's `daemons` table fresh."""
-        from .pg.store import HEARTBEAT_MS, heartbeat  # noqa: PLC0415
+        from .store.postgres.store import HEARTBEAT_MS, heartbeat  # noqa: PLC0415
 
         assert board.pg is not None
         daemon_id = board.pg.daemon_id

@@ -36,7 +36,7 @@ place (`overload/queue_bound.py`).
 
 A SQLite board has one writer thread. A PostgreSQL board may have a pool of
 them (`WriterConfig.writers`), each with its own connection, draining the same
-queue. The board's write lock (pg/storage.py) still orders their transactions,
+queue. The board's write lock (store/postgres/storage.py) still orders their transactions,
 so the pool pipelines them: when one writer's batch takes no more jobs while
 more are waiting, the next writer opens its transaction for them, its BEGIN
 waiting for the lock on the server while the first commits and answers, and it
@@ -202,7 +202,7 @@ def _percentile(samples: Sequence[float], q: float) -> float:
 
 class Storage(Protocol):
     """How the writer begins, ends and retries its transactions on one kind of database
-    (store/schema.py's SqliteStorage, pg/storage.py's PgStorage); the jobs are the same."""
+    (store/sqlite/storage.py's SqliteStorage, store/postgres/storage.py's PgStorage); the jobs are the same."""
 
     # Whether this writer is the board's only one: what its jobs learn of the leases and
     # time gates then holds across jobs (DeadlineWatch); with other writers it does not.
@@ -251,7 +251,7 @@ class Writer:
         timer: Callable[[], float] = time.perf_counter,
         storage: Storage | None = None,
     ) -> None:
-        from .store.schema import SqliteStorage  # noqa: PLC0415 (the default: the writer of a SQLite board)
+        from .store.sqlite.storage import SqliteStorage  # noqa: PLC0415 (the default: the writer of a SQLite board)
 
         self._connect = connect
         self._storage: Storage = storage if storage is not None else SqliteStorage()

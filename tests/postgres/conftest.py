@@ -14,9 +14,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from corrald.pg.sql import PgConnection
-from corrald.pg.storage import connect
-from corrald.pg.target import PgTarget
+from corrald.store.postgres.sql import PgConnection
+from corrald.store.postgres.storage import connect
+from corrald.store.postgres.target import PgTarget
 from tests.contract.wire import Daemon
 from tests.support.postgres import ThrowawayServer, fresh_schema, new_database, run_database_dsn
 

@@ -26,8 +26,8 @@ from corrald import delivery, validate
 from corrald.clock import FakeClock
 from corrald.config import Limits
 from corrald.model import ClaimGrant, InboxItem, TaskState
-from corrald.pg.target import PgTarget
 from corrald.store import protocol, tasks, team
+from corrald.store.postgres.target import PgTarget
 from corrald.stream import StreamState
 from tests.server.boardkit import SyncBoard, spec
 from tests.support import wait_until

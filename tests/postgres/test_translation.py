@@ -1,5 +1,5 @@
-"""The store's SQLite spellings as PostgreSQL reads them (pg/sql.py), and the DSN checks
-(pg/target.py): each rule on its own, then run against the server."""
+"""The store's SQLite spellings as PostgreSQL reads them (store/postgres/sql.py), and the DSN checks
+(store/postgres/target.py): each rule on its own, then run against the server."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import json
 import pytest
 
 from corrald.config import ConfigError
-from corrald.pg.sql import PgConnection, translate
-from corrald.pg.storage import connect
-from corrald.pg.target import PgTarget, scrub
+from corrald.store.postgres.sql import PgConnection, translate
+from corrald.store.postgres.storage import connect
+from corrald.store.postgres.target import PgTarget, scrub
 from tests.support.postgres import fresh_schema, run_database_dsn
 
 pytestmark = pytest.mark.timeout(30)

@@ -16,8 +16,8 @@ import pytest
 
 from corrald.clock import FakeClock
 from corrald.config import WriterConfig
-from corrald.pg.storage import DatabaseUnreachable, PgStorage
-from corrald.pg.target import PgTarget
+from corrald.store.postgres.storage import DatabaseUnreachable, PgStorage
+from corrald.store.postgres.target import PgTarget
 from corrald.writer import CommitFailed, Writer, job_owner
 from tests.support import wait_until
 from tests.support.postgres import backends_waiting_for_a_lock, run_database_dsn, scratch_schema

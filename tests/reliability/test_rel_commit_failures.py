@@ -28,8 +28,8 @@ from corrald.clock import SystemClock
 from corrald.config import WriterConfig
 from corrald.daemon import Daemon as InProcessServer
 from corrald.daemon import ServeConfig
-from corrald.pg.storage import PgStorage
-from corrald.pg.target import PgTarget
+from corrald.store.postgres.storage import PgStorage
+from corrald.store.postgres.target import PgTarget
 from corrald.writer import CommitFailed, Writer
 from tests.support.boards import read_board
 from tests.support.daemons import store_args

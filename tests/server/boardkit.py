@@ -22,8 +22,8 @@ from corrald.board import Board
 from corrald.clock import Clock
 from corrald.config import Limits, WriterConfig
 from corrald.model import ClaimGrant, TaskRecord, TaskSpec, TaskState, Usage
-from corrald.pg.target import DEFAULT_WRITERS as PG_DEFAULT_WRITERS
 from corrald.store import tasks, team
+from corrald.store.postgres.target import DEFAULT_WRITERS as PG_DEFAULT_WRITERS
 from corrald.stream import StreamState
 from tests.support import SecondsClock  # noqa: F401 (the writer and pacing tests import it from here)
 
@@ -97,7 +97,7 @@ class SyncBoard:
         where: Any = self.path
         if not isinstance(where, pathlib.Path):  # a PostgreSQL schema (a PgTarget), on the test's clock
             from corrald.board import token_hash
-            from corrald.pg.store import open_board
+            from corrald.store.postgres.store import open_board
 
             where = open_board(where, token_hash, database_clock=False, lead_token=LEAD_TOKEN)
             self.writer_config = dataclasses.replace(self.writer_config, writers=self.pg_writers)

@@ -28,7 +28,7 @@ def clock() -> FakeClock:
 def db_path(tmp_path: pathlib.Path, store_kind: str):
     """Where the test's board lives: a SQLite file, or a fresh PostgreSQL schema (a PgTarget)."""
     if store_kind == "postgres":
-        from corrald.pg.target import PgTarget
+        from corrald.store.postgres.target import PgTarget
         from tests.support.postgres import fresh_schema, run_database_dsn
 
         return PgTarget.parse(run_database_dsn(), schema=fresh_schema())

@@ -265,7 +265,7 @@ class BoardMachine(RuleBasedStateMachine):
         self.clock = FakeClock()
         where: object = self.dir / "corral.sqlite3"
         if _STORE["kind"] == "postgres":  # a fresh schema of the run's database per example
-            from corrald.pg.target import PgTarget
+            from corrald.store.postgres.target import PgTarget
             from tests.support.postgres import fresh_schema, run_database_dsn
 
             where = PgTarget.parse(run_database_dsn(), schema=fresh_schema())

@@ -23,9 +23,9 @@ from corrald import failpoints
 from corrald.clock import FakeClock
 from corrald.config import WriterConfig, WriterLevels
 from corrald.errors import CommitInDoubt, Overloaded, ReentrantSubmit, Unavailable
-from corrald.pg.storage import PgStorage
-from corrald.pg.target import PgTarget
-from corrald.store.schema import open_writer
+from corrald.store.postgres.storage import PgStorage
+from corrald.store.postgres.target import PgTarget
+from corrald.store.sqlite.storage import open_writer
 from corrald.writer import CommitFailed, Writer, job_owner
 from tests.support import wait_until, wait_until_async
 from tests.support.postgres import run_database_dsn

@@ -31,9 +31,9 @@ def read_board(state_dir: pathlib.Path) -> Iterator[Any]:
     """The board of the daemon on `state_dir`, read-only; the daemon may keep running."""
     postgres = store_args(state_dir)
     if postgres:
-        from corrald.pg.sql import PgConnection
-        from corrald.pg.storage import connect
-        from corrald.pg.target import PgTarget
+        from corrald.store.postgres.sql import PgConnection
+        from corrald.store.postgres.storage import connect
+        from corrald.store.postgres.target import PgTarget
 
         conn = PgConnection(connect(PgTarget.parse(postgres[1], schema=postgres[3]), read_only=True))
         try:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from .. import errors
 from ..model import OpOutcome, PendingOpRecord, Txn
-from .schema import fuses_statements
+from .dialect import fuses_statements
 
 KEEP_MS = 24 * 3600 * 1000
 KEEP_PER_TEAMMATE = 10_000

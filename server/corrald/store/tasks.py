@@ -34,8 +34,8 @@ from ..model import (
 from ..validate import PreparedBatch
 from . import keys, ops
 from . import usage as spending
+from .dialect import fuses_statements, row_lock
 from .gates import protocol_pending
-from .schema import fuses_statements, row_lock
 from .status import mark_busy, refresh_status
 
 # A task's dependencies' ids, in spec order, joined by newlines (which ids cannot

@@ -10,8 +10,8 @@ from .. import errors
 from ..model import ClaimEndReason, ClaimOutcome, TeammateRecord, TeammateStatus, TeammateView, Txn
 from . import usage
 from .claim_ends import removal_note
+from .dialect import fuses_statements, row_lock
 from .events import emit
-from .schema import fuses_statements, row_lock
 from .status import refresh_status
 from .tasks import (
     HELD_CLAIMS_BESIDE_COMPLETION_JSON,

@@ -23,8 +23,8 @@ from typing import Any
 import psycopg
 from psycopg.pq import PipelineStatus, TransactionStatus
 
-from ..errors import InvalidArgument
-from ..store.tasks import DEPENDENCY_IDS
+from ...errors import InvalidArgument
+from ..tasks import DEPENDENCY_IDS
 from .watchdog import WATCHDOG
 
 # Whole fragments PostgreSQL says differently, replaced before the rules below.
@@ -150,7 +150,7 @@ class PgConnection:
     with the part of `sqlite3.Connection`'s interface the store uses.
 
     With `reply_bound_s`, a round trip still unanswered after that long has its socket cut
-    (pg/watchdog.py) and fails as a lost connection; `on_severed` is then told."""
+    (store/postgres/watchdog.py) and fails as a lost connection; `on_severed` is then told."""
 
     # The store sends a claim or a completion as one statement of data-modifying
     # WITH clauses (store/tasks.py, `fuses_statements`).

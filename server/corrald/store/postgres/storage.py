@@ -31,7 +31,7 @@ stall every daemon's writes. Each connection carries the target's stall bound
 (`PgTarget.stall_timeout_s`, docs/postgres.md): the server ends a session
 idle inside a transaction for that long, a writer waits that long for the
 lock before it tries again, and a round trip unanswered for twice that long
-has its socket cut (pg/watchdog.py).
+has its socket cut (store/postgres/watchdog.py).
 """
 
 from __future__ import annotations
@@ -52,10 +52,10 @@ import tenacity
 from psycopg import errors as pg_errors
 from psycopg import sql
 
-from ..clock import SystemClock
-from ..config import ConfigError
-from ..errors import CommitInDoubt, Unavailable
-from ..model import Wakes
+from ...clock import SystemClock
+from ...config import ConfigError
+from ...errors import CommitInDoubt, Unavailable
+from ...model import Wakes
 from .schema import lock_key
 from .sql import PgConnection
 from .target import PgTarget, scrub
@@ -146,7 +146,7 @@ def reach(
     lock_wait_s: float | None = None,
     on_severed: Callable[[], None] | None = None,
 ) -> PgConnection:
-    """A connection for a running daemon, its round trips bounded (pg/watchdog.py): the
+    """A connection for a running daemon, its round trips bounded (store/postgres/watchdog.py): the
     server away is UNAVAILABLE, not an error of ours."""
     try:
         raw = connect(target, read_only=read_only, lock_wait_s=lock_wait_s)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from ..model import Txn
+from ...model import Txn
 from .schema import BoardIdentity, migrate
 from .sql import PgConnection
 from .storage import DatabaseClock, PgStorage, connect, describe, new_daemon_id, reach
