@@ -61,7 +61,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import tenacity
 
@@ -73,6 +73,7 @@ from .model import DeadlineWatch, Mergeable, RanAhead, Txn, Wakes
 from .overload.costs import CostLedger
 from .overload.fairqueue import FairQueue
 from .overload.queue_bound import QueueBound, level
+from .store.driver import WriterStorage as Storage
 
 log = logging.getLogger("corrald.writer")
 T = TypeVar("T")
@@ -198,43 +199,6 @@ def _percentile(samples: Sequence[float], q: float) -> float:
         return 0.0
     ordered = sorted(samples)
     return float(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
-
-
-class Storage(Protocol):
-    """How the writer begins, ends and retries its transactions on one kind of database
-    (store/sqlite/storage.py's SqliteStorage, store/postgres/storage.py's PgStorage); the jobs are the same."""
-
-    # Whether this writer is the board's only one: what its jobs learn of the leases and
-    # time gates then holds across jobs (DeadlineWatch); with other writers it does not.
-    exclusive: bool
-
-    def begin(self, conn: Any) -> Any:
-        """Opens the batch's transaction on `conn`, or on a new connection if that one is
-        broken; returns the connection it opened it on."""
-
-    def commit(self, conn: Any) -> None: ...
-
-    def is_busy(self, error: BaseException) -> bool:
-        """Whether the whole transaction may run again (no job of it took effect)."""
-
-    def is_storage_error(self, error: BaseException) -> bool:
-        """Whether a job's error is the database's (a full disk, a lost connection), not the job's."""
-
-    def announce(self, conn: Any, wakes: Wakes) -> None:
-        """Last in the transaction: tells what it changed to whoever else serves the board."""
-
-    # Whether every job runs inside a savepoint of its own; if not, see `untouched`.
-    savepoint_each_job: bool
-    # Whether runs of mergeable jobs share their first statement (`model.Mergeable`):
-    # where each statement is a round trip and the server's work to start it.
-    merges_jobs: bool
-
-    def untouched(self, conn: Any, changes_before: int) -> bool:
-        """Whether the transaction is as it was when a job began (`changes_before` is
-        `conn.total_changes` then): nothing written and no statement failed, so a job
-        that raised needs no rollback."""
-
-    def close(self, conn: Any, checkpoint: bool) -> None: ...
 
 
 class Writer:

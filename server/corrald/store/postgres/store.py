@@ -17,11 +17,14 @@ from collections.abc import Callable
 
 import psycopg
 
+from ...clock import Clock
 from ...model import Txn
+from ..driver import DatabaseHealth
 from .schema import BoardIdentity, migrate
 from .sql import PgConnection
 from .storage import DatabaseClock, PgStorage, connect, describe, new_daemon_id, reach
 from .target import PgTarget
+from .watchdog import WATCHDOG
 
 log = logging.getLogger("corrald.store")
 
@@ -43,8 +46,47 @@ class PgBoard:
     clock: DatabaseClock | None  # None: the daemon runs on an injected clock (tests)
     state_dir: str = ""  # the serving daemon's state directory ("" for none)
 
+    # store.driver.BoardDriver:
+    store_name = "postgresql"
+    shared = True  # served by every daemon given its DSN and schema, each with its own writer
+    reader_begin = READER_BEGIN
+
+    @property
+    def lead_hash(self) -> bytes:
+        return self.identity.lead_hash
+
+    def writer_storage(self) -> PgStorage:
+        return self.storage
+
+    def open_writer(self) -> PgConnection:
+        return self.storage.open()
+
     def open_reader(self) -> PgConnection:
         return reach(self.target, read_only=True)
+
+    def catch_up_clock(self, call: Callable[[Callable[[Txn], int]], int], clock: Clock) -> None:
+        """The board's clock is the database's (`DatabaseClock`), or the one a test injects."""
+
+    def join(self, tx: Txn) -> bool:
+        # A board other daemons serve goes on as it is: its leases run and its teammates
+        # stay online. Only the board's restart (no other daemon serves it) recovers.
+        return register_daemon(tx, self.daemon_id, self.state_dir) == 0
+
+    def leave(self) -> None:
+        leave(self)
+
+    def health(self, conn: PgConnection) -> DatabaseHealth:
+        server = health(conn)
+        return DatabaseHealth(
+            daemons=len(daemons(conn)),
+            oldest_transaction_s=server["oldest_transaction_s"],
+            task_dead_tuples=int(server["task_dead_tuples"]),
+            task_live_tuples=int(server["task_live_tuples"]),
+            notifies_sent=self.storage.notifies,
+            writable=self.storage.writable,
+            commit_outcomes_asked=self.storage.outcomes_asked,
+            connections_cut=WATCHDOG.cut,
+        )
 
 
 def open_board(
