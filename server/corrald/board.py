@@ -96,7 +96,7 @@ def _complete_and_next(
     Its usage is counted first, so a completion that spends the budget hands off nothing."""
     task_id, token, result = request
     # Where the completion is one statement, it reads the teammate's delivery view too.
-    beside = team.view_beside_completion(name, tx.now_ms)
+    beside = team.view_beside_completion(tx.conn, name, tx.now_ms)
     task, ended, read = tasks.complete_claim(
         tx, name, task_id, token, result, status_after=False, usage=spent, beside=beside
     )
@@ -107,7 +107,7 @@ def _complete_and_next(
 
 def _complete_many(conn, now_ms: int, requests: list[tuple]) -> list[tuple]:
     """The first statement of a run of Session completions (`complete_op`'s `Mergeable`)."""
-    return tasks.complete_many(conn, now_ms, requests, team.VIEW_BESIDE_COMPLETIONS)
+    return tasks.complete_many(conn, now_ms, requests, team.view_beside_completions(conn))
 
 
 def _stamp_clock(conn, now_ms: int, changed: bool, failures: list[BaseException]) -> None:

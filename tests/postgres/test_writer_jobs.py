@@ -54,7 +54,7 @@ class Jobs:
     def insert(self, key: str, *, then_raise: bool = False) -> Callable:
         def job(tx):
             self.runs[key] += 1
-            tx.conn.execute("INSERT INTO t (k) VALUES (?)", (key,))
+            tx.conn.execute("INSERT INTO t (k) VALUES (%s)", (key,))
             if then_raise:
                 raise ValueError(f"{key} fails after writing")
             return key
@@ -67,7 +67,7 @@ class Jobs:
 
         def job(tx):
             self.runs[key] += 1
-            tx.conn.execute("WITH w AS (INSERT INTO t (k) VALUES (?) RETURNING k) SELECT k FROM w", (key,)).fetchall()
+            tx.conn.execute("WITH w AS (INSERT INTO t (k) VALUES (%s) RETURNING k) SELECT k FROM w", (key,)).fetchall()
             if then_raise:
                 raise ValueError(f"{key} fails after writing")
             return key
@@ -168,7 +168,7 @@ class Merged:
         self.runs.append(list(keys))
         if self.fail_statement:
             conn.execute("SELECT 1 / 0").fetchone()
-        rows = conn.execute("INSERT INTO t (k) SELECT unnest(?::text[]) RETURNING k", (keys,)).fetchall()
+        rows = conn.execute("INSERT INTO t (k) SELECT unnest(%s::text[]) RETURNING k", (keys,)).fetchall()
         return [key for (key,) in rows]
 
     def job(
@@ -177,7 +177,7 @@ class Merged:
         def job(tx):
             self.ahead[key] = tx.ahead
             if tx.ahead is None:
-                tx.conn.execute("INSERT INTO t (k) VALUES (?)", (key,))
+                tx.conn.execute("INSERT INTO t (k) VALUES (%s)", (key,))
             elif takes:
                 assert tx.ahead.row == key == tx.ahead.request
                 tx.ahead = None

@@ -40,7 +40,7 @@ def pool(schema: str, writers: int = WRITERS, storage_class: type[PgStorage] = P
 
 def run(owner: str, n: int):
     def job(tx) -> int:
-        (seq,) = tx.conn.execute("INSERT INTO runs (owner, n) VALUES (?, ?) RETURNING seq", (owner, n)).fetchone()
+        (seq,) = tx.conn.execute("INSERT INTO runs (owner, n) VALUES (%s, %s) RETURNING seq", (owner, n)).fetchone()
         return seq
 
     return job

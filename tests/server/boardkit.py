@@ -26,6 +26,7 @@ from corrald.store import tasks, team
 from corrald.store.postgres.target import DEFAULT_WRITERS as PG_DEFAULT_WRITERS
 from corrald.stream import StreamState
 from tests.support import SecondsClock  # noqa: F401 (the writer and pacing tests import it from here)
+from tests.support.boards import qmarks
 
 LEAD_TOKEN = "t"
 CALL_TIMEOUT = 20.0  # seconds; a hung writer fails the test instead of hanging it
@@ -216,7 +217,7 @@ class SyncBoard:
 
     def rows(self, sql: str, params: Sequence = ()) -> list[tuple]:
         def query(tx) -> list[tuple]:
-            cursor = tx.conn.execute(sql, tuple(params))
+            cursor = qmarks(tx.conn).execute(sql, tuple(params))
             return cursor.fetchall() if cursor.description is not None else []  # a statement without rows
 
         return self.call(query)

@@ -28,6 +28,7 @@ from corrald.store.postgres.target import PgTarget
 from corrald.store.sqlite.storage import open_writer
 from corrald.writer import CommitFailed, Writer, job_owner
 from tests.support import wait_until, wait_until_async
+from tests.support.boards import qmarks
 from tests.support.postgres import run_database_dsn
 
 pytestmark = pytest.mark.timeout(30)
@@ -81,7 +82,7 @@ def writer(make_writer) -> Writer:
 
 def insert(key: str, value: bytes = b""):
     def job(tx):
-        tx.conn.execute("INSERT INTO t (k, v) VALUES (?, ?)", (key, value))
+        qmarks(tx.conn).execute("INSERT INTO t (k, v) VALUES (?, ?)", (key, value))
         return key
 
     return job
@@ -89,7 +90,7 @@ def insert(key: str, value: bytes = b""):
 
 def insert_then_raise(key: str):
     def job(tx):
-        tx.conn.execute("INSERT INTO t (k) VALUES (?)", (key,))
+        qmarks(tx.conn).execute("INSERT INTO t (k) VALUES (?)", (key,))
         raise ValueError(f"job {key} fails after writing")
 
     return job

@@ -1,8 +1,15 @@
-"""What the shared store functions ask of the connection's database."""
+"""What the shared store functions ask of the connection's database: its statements."""
 
 from __future__ import annotations
 
 import sqlite3
+import types
+
+
+def sql(conn: sqlite3.Connection) -> types.ModuleType:
+    """The statements of the connection's driver (`store/sqlite/queries.py` or
+    `store/postgres/queries.py`: the same names, each in its database's dialect)."""
+    return conn.sql  # type: ignore[attr-defined]  # SqliteConnection's, PgConnection's
 
 
 def row_lock(conn: sqlite3.Connection, mode: str = "UPDATE") -> str:

@@ -9,17 +9,11 @@ from __future__ import annotations
 import sqlite3
 
 from ..model import TaskState
-from .tasks import DEPENDENCY_IDS
+from .dialect import sql
 
 ERROR_PREVIEW_CHARS = 1024
 _TERMINAL = (int(TaskState.COMPLETED), int(TaskState.FAILED), int(TaskState.CANCELED))
 
-# A task as the board draws it: no description, payload or result (the detail has them).
-_ROW = (
-    "seq, id, title, state, owner, attempt, max_attempts, priority, required_role, unmet_deps,"
-    " lease_expire_ms, finish_ms, ready_ms, create_ms, substr(error, 1, 1024), progress, progress_fraction, "
-    + DEPENDENCY_IDS
-)
 _KEYS = (
     "seq",
     "id",
@@ -49,7 +43,7 @@ def _row(values: tuple) -> dict[str, object]:
 
 
 def last_event_seq(conn: sqlite3.Connection) -> int:
-    return conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
+    return conn.execute(sql(conn).LAST_EVENT_SEQ).fetchone()[0]
 
 
 def task_count(conn: sqlite3.Connection) -> int:
@@ -58,38 +52,27 @@ def task_count(conn: sqlite3.Connection) -> int:
 
 def task_rows(conn: sqlite3.Connection, after_seq: int, limit: int) -> list[dict[str, object]]:
     """Up to `limit` tasks after `after_seq`, in board order."""
-    rows = conn.execute(f"SELECT {_ROW} FROM tasks WHERE seq > ? ORDER BY seq LIMIT ?", (after_seq, limit))
+    rows = conn.execute(sql(conn).TASK_ROWS, (after_seq, limit))
     return [_row(values) for values in rows.fetchall()]
 
 
 def frontier_rows(conn: sqlite3.Connection, limit: int) -> list[dict[str, object]]:
     """The unfinished tasks and their direct dependencies, up to `limit`, in board order:
     what a graph of a big board still has to say."""
-    rows = conn.execute(
-        f"SELECT {_ROW} FROM tasks WHERE seq IN ("
-        " SELECT seq FROM tasks WHERE state NOT IN (?, ?, ?)"
-        " UNION SELECT deps.dep_seq FROM deps JOIN tasks AS open ON open.seq = deps.task_seq"
-        "  WHERE open.state NOT IN (?, ?, ?)"
-        ") ORDER BY seq LIMIT ?",
-        (*_TERMINAL, *_TERMINAL, limit),
-    )
+    rows = conn.execute(sql(conn).FRONTIER_ROWS, (*_TERMINAL, *_TERMINAL, limit))
     return [_row(values) for values in rows.fetchall()]
 
 
 def problem_rows(conn: sqlite3.Connection, limit: int) -> list[dict[str, object]]:
     """FAILED and CANCELED tasks, newest first."""
-    rows = conn.execute(
-        f"SELECT {_ROW} FROM tasks WHERE state IN (?, ?) ORDER BY finish_ms DESC, seq DESC LIMIT ?",
-        (int(TaskState.FAILED), int(TaskState.CANCELED), limit),
-    )
+    rows = conn.execute(sql(conn).PROBLEM_ROWS, (int(TaskState.FAILED), int(TaskState.CANCELED), limit))
     return [_row(values) for values in rows.fetchall()]
 
 
 def recent_claims(conn: sqlite3.Connection, limit: int) -> list[dict[str, object]]:
     """The latest claims, oldest first: who held which task from when to when, and how it ended."""
     rows = conn.execute(
-        "SELECT c.fence, t.id, c.teammate, c.attempt, c.claim_ms, c.end_ms, coalesce(c.outcome, '')"
-        " FROM claims AS c JOIN tasks AS t ON t.seq = c.task_seq ORDER BY c.fence DESC LIMIT ?",
+        sql(conn).RECENT_CLAIMS,
         (limit,),
     ).fetchall()
     keys = ("fence", "task", "teammate", "attempt", "claim_ms", "end_ms", "outcome")
@@ -98,20 +81,14 @@ def recent_claims(conn: sqlite3.Connection, limit: int) -> list[dict[str, object
 
 def last_activity(conn: sqlite3.Connection) -> dict[str, int]:
     """Each teammate's latest claim, claim end or progress report, in ms."""
-    rows = conn.execute(
-        "SELECT who, max(at) FROM ("
-        " SELECT teammate AS who, CASE WHEN end_ms > claim_ms THEN end_ms ELSE claim_ms END AS at FROM claims"
-        " UNION ALL SELECT owner, progress_ms FROM tasks WHERE owner != '' AND progress_ms IS NOT NULL"
-        ") AS activity GROUP BY who"
-    )
+    rows = conn.execute(sql(conn).LAST_ACTIVITY)
     return dict(rows.fetchall())
 
 
 def open_plans(conn: sqlite3.Connection, limit: int) -> list[dict[str, object]]:
     """Each teammate's newest plan while it waits for a decision."""
     rows = conn.execute(
-        "SELECT plan_id, author, substr(body, 1, 16384), submit_ms FROM plans AS p WHERE approve IS NULL"
-        " AND plan_id = (SELECT max(plan_id) FROM plans WHERE author = p.author) ORDER BY plan_id LIMIT ?",
+        sql(conn).OPEN_PLANS,
         (limit,),
     ).fetchall()
     return [{"plan_id": str(pid), "author": a, "plan": body, "submit_ms": ms} for pid, a, body, ms in rows]

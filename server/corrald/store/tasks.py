@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import random
 import secrets
@@ -34,51 +33,22 @@ from ..model import (
 from ..validate import PreparedBatch
 from . import keys, ops
 from . import usage as spending
-from .dialect import fuses_statements, row_lock
+from .dialect import fuses_statements, sql
 from .gates import protocol_pending
 from .status import mark_busy, refresh_status
 
-# A task's dependencies' ids, in spec order, joined by newlines (which ids cannot
-# hold), for a query whose row is `tasks`.
-DEPENDENCY_IDS = (
-    "(SELECT group_concat(id, char(10)) FROM (SELECT dep.id FROM deps JOIN tasks AS dep ON dep.seq = deps.dep_seq"
-    " WHERE deps.task_seq = tasks.seq ORDER BY deps.position) AS dep_ids)"
-)
-# A task's record in one statement, its dependencies' ids included: also in
-# RETURNING, so a claim or a completion reads no second statement for them.
-_COLUMNS = (
-    "seq, id, title, description, payload, priority, required_role, max_attempts, lease_ms,"
-    " state, owner, attempt, result, error, create_ms, lease_expire_ms, finish_ms,"
-    " not_before_ms, retry_backoff_ms, retry_backoff_max_ms, ready_ms,"
-    " progress, progress_fraction, progress_ms, trace_parent, concurrency_key,"
-    " input_tokens, output_tokens, cost_micros, model, attempt_timeout_ms, " + DEPENDENCY_IDS
-)
 PENDING, IN_PROGRESS, COMPLETED = int(TaskState.PENDING), int(TaskState.IN_PROGRESS), int(TaskState.COMPLETED)
 _STATES = {int(state): state for state in TaskState}  # a dict lookup, where TaskState(n) is a call
-
-
-def _event_sql(kind: str) -> str:
-    """The start of an INSERT of task events of `kind` (the mutable part of each
-    task), built by SQL from the task's row: no Python round trip (a record, a
-    dict, json.dumps) per event. A `task_progress` event has the same data."""
-    return (
-        f"INSERT INTO events (time_ms, kind, data) SELECT ?, '{kind}', json_object('id', t.id, 'state', t.state,"
-        " 'owner', t.owner, 'attempt', t.attempt, 'error', t.error, 'lease_expire_ms', t.lease_expire_ms,"
-        " 'finish_ms', t.finish_ms, 'progress', t.progress, 'progress_fraction', t.progress_fraction,"
-        " 'progress_ms', t.progress_ms, 'ready_ms', t.ready_ms, 'input_tokens', t.input_tokens,"
-        " 'output_tokens', t.output_tokens, 'cost_micros', t.cost_micros, 'model', t.model) FROM "
-    )
-
-
-_TASK_EVENT = _event_sql("task_changed")
-_PROGRESS_EVENT = _event_sql("task_progress")
 
 
 # ---------------------------------------------------------------- reads
 
 
+_TASK_WIDTH = 32  # the columns of a task's row (the drivers' TASK_COLUMNS)
+
+
 def _record(row: tuple) -> TaskRecord:
-    """A TaskRecord from a row of `_COLUMNS`, built as a tuple (binding 29 keywords
+    """A TaskRecord from a row of `TASK_COLUMNS`, built as a tuple (binding 29 keywords
     costs more): the columns are in TaskRecord's field order but for
     depends_on (the last column), state (an int), result (NULL until completed) and
     usage (four columns)."""
@@ -100,7 +70,7 @@ def _record(row: tuple) -> TaskRecord:
 
 
 def task_by_seq(conn: sqlite3.Connection, seq: int) -> TaskRecord:
-    return _record(conn.execute(f"SELECT {_COLUMNS} FROM tasks WHERE seq = ?", (seq,)).fetchone())
+    return _record(conn.execute(sql(conn).TASK_BY_SEQ, (seq,)).fetchone())
 
 
 def records_by_seq(conn: sqlite3.Connection, seqs: Sequence[int]) -> list[TaskRecord]:
@@ -109,17 +79,14 @@ def records_by_seq(conn: sqlite3.Connection, seqs: Sequence[int]) -> list[TaskRe
         record.seq: record
         for record in map(
             _record,
-            conn.execute(
-                f"SELECT {_COLUMNS} FROM tasks WHERE seq IN (SELECT CAST(value AS BIGINT) FROM json_each(?))",
-                (json.dumps(list(seqs)),),
-            ),
+            conn.execute(sql(conn).TASKS_BY_SEQ, (json.dumps(list(seqs)),)),
         )
     }
     return [found[seq] for seq in seqs if seq in found]
 
 
 def get_task(conn: sqlite3.Connection, task_id: str) -> TaskRecord:
-    row = conn.execute(f"SELECT {_COLUMNS} FROM tasks WHERE id = ?", (task_id,)).fetchone()
+    row = conn.execute(sql(conn).TASK_BY_ID, (task_id,)).fetchone()
     if row is None:
         raise errors.TaskNotFound(f"no task {task_id!r}", id=task_id)
     return _record(row)
@@ -128,7 +95,6 @@ def get_task(conn: sqlite3.Connection, task_id: str) -> TaskRecord:
 # A task's history is bounded on the way out: a task retried without end (or
 # released over and over) would otherwise make its GetTask grow without end.
 ATTEMPTS_SHOWN = 100
-_ATTEMPT_COLUMNS = "attempt, teammate, fence, claim_ms, end_ms, outcome, error"
 
 
 def _attempt(row: tuple) -> AttemptRecord:
@@ -146,9 +112,7 @@ def _attempt(row: tuple) -> AttemptRecord:
 
 def task_attempts(conn: sqlite3.Connection, seq: int, limit: int = ATTEMPTS_SHOWN) -> list[AttemptRecord]:
     """The task's most recent `limit` claims, oldest first (the live one last)."""
-    rows = conn.execute(
-        f"SELECT {_ATTEMPT_COLUMNS} FROM claims WHERE task_seq = ? ORDER BY fence DESC LIMIT ?", (seq, limit)
-    ).fetchall()
+    rows = conn.execute(sql(conn).TASK_ATTEMPTS, (seq, limit)).fetchall()
     return [_attempt(row) for row in reversed(rows)]
 
 
@@ -181,15 +145,13 @@ def waiting_for(conn: sqlite3.Connection, records: Sequence[TaskRecord]) -> dict
     seqs = json.dumps([record.seq for record in pending])
     unmet: dict[int, list[str]] = {}
     for seq, dep_id in conn.execute(
-        "SELECT d.task_seq, dep.id FROM json_each(?) AS w JOIN deps AS d ON d.task_seq = CAST(w.value AS BIGINT)"
-        " JOIN tasks AS dep ON dep.seq = d.dep_seq WHERE dep.state != 3 ORDER BY d.task_seq, d.position",
+        sql(conn).WAITING_FOR_SELECT,
         (seqs,),
     ):
         unmet.setdefault(seq, []).append(dep_id)
     gates = dict(
         conn.execute(
-            "SELECT t.seq, t.ready_ms FROM json_each(?) AS w JOIN tasks AS t ON t.seq = CAST(w.value AS BIGINT)"
-            " WHERE t.gate_shut = 1",
+            sql(conn).WAITING_FOR_SELECT_2,
             (seqs,),
         ).fetchall()
     )
@@ -236,29 +198,8 @@ _NO_FENCE_YET = 2**63 - 1  # above every fence: SQLite rowids are signed 64-bit
 
 def _previous_attempt(conn: sqlite3.Connection, seq: int, before_fence: int = _NO_FENCE_YET) -> AttemptRecord | None:
     """The task's latest ended claim before the claim `before_fence` (by default, before any new one)."""
-    row = conn.execute(
-        f"SELECT {_ATTEMPT_COLUMNS} FROM claims WHERE task_seq = ? AND fence < ? AND outcome IS NOT NULL"
-        " ORDER BY fence DESC LIMIT 1",
-        (seq, before_fence),
-    ).fetchone()
+    row = conn.execute(sql(conn).PREVIOUS_ATTEMPT, (seq, before_fence)).fetchone()
     return None if row is None else _attempt(row)
-
-
-# An upper bound on a task's size on the wire, read without loading its
-# payload or result: SQLite answers length() of a blob from the record header.
-# Text columns are measured in bytes (CAST AS BLOB); 320 bytes cover the tags,
-# length prefixes, numbers, timestamps and durations, and 4 bytes each dependency's.
-_WIRE_BYTES = (
-    "320 + length(CAST(tasks.id AS BLOB)) + length(CAST(tasks.title AS BLOB))"
-    " + length(CAST(tasks.description AS BLOB)) + length(tasks.payload) + coalesce(length(tasks.result), 0)"
-    " + length(CAST(tasks.error AS BLOB)) + length(CAST(tasks.owner AS BLOB))"
-    " + length(CAST(tasks.required_role AS BLOB)) + length(CAST(tasks.progress AS BLOB))"
-    " + length(CAST(tasks.trace_parent AS BLOB))"
-    " + length(CAST(tasks.concurrency_key AS BLOB))"
-    " + length(CAST(tasks.model AS BLOB))"
-    " + (SELECT coalesce(sum(length(CAST(dep.id AS BLOB)) + 4), 0)"
-    " FROM deps d JOIN tasks dep ON dep.seq = d.dep_seq WHERE d.task_seq = tasks.seq)"
-)
 
 
 def list_tasks(
@@ -273,16 +214,18 @@ def list_tasks(
     """Up to `limit` tasks after `after_seq`, as many as fit in `max_bytes` on the
     wire (always at least one). The page is chosen from sizes alone, so no task
     outside it is ever loaded."""
-    where: list[str] = ["seq > ?"]
+    statements = sql(conn)
+    p = statements.P
+    where: list[str] = [f"seq > {p}"]
     params: list[object] = [after_seq]
     if states:
-        where.append(f"state IN ({','.join('?' * len(states))})")
+        where.append(f"state IN ({statements.marks(len(states))})")
         params.extend(int(s) for s in states)
     if owner:
-        where.append("owner = ?")
+        where.append(f"owner = {p}")
         params.append(owner)
     sized = conn.execute(
-        f"SELECT seq, {_WIRE_BYTES} FROM tasks WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?",
+        f"SELECT seq, {statements.WIRE_BYTES} FROM tasks WHERE {' AND '.join(where)} ORDER BY seq LIMIT {p}",
         (*params, limit + 1),
     ).fetchall()
     count, total = 0, 0
@@ -295,7 +238,8 @@ def list_tasks(
         return TaskPage([], more=False)
     last = sized[count - 1][0]
     rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM tasks WHERE {' AND '.join(where)} AND seq <= ? ORDER BY seq LIMIT ?",
+        f"SELECT {statements.TASK_COLUMNS} FROM tasks WHERE {' AND '.join(where)}"
+        f" AND seq <= {p} ORDER BY seq LIMIT {p}",
         (*params, last, count),
     ).fetchall()
     records = [_record(row) for row in rows]
@@ -304,10 +248,7 @@ def list_tasks(
 
 def wire_bytes_by_id(conn: sqlite3.Connection, task_ids: Iterable[str]) -> dict[str, int]:
     """Each task's size on the wire (the bound `list_tasks` uses), without loading any payload."""
-    rows = conn.execute(
-        f"SELECT tasks.id, {_WIRE_BYTES} FROM json_each(?) AS wanted JOIN tasks ON tasks.id = wanted.value",
-        (json.dumps(sorted(set(task_ids))),),
-    )
+    rows = conn.execute(sql(conn).WIRE_BYTES_BY_ID, (json.dumps(sorted(set(task_ids))),))
     return dict(rows)
 
 
@@ -318,8 +259,8 @@ def count_by_state(conn: sqlite3.Connection) -> dict[TaskState, int]:
 
 def next_deadline(conn: sqlite3.Connection) -> int | None:
     """The earliest instant at which a lease ends, a shutdown grace runs out or a time gate opens."""
-    lease = conn.execute("SELECT min(lease_expire_ms) FROM tasks WHERE state = 2").fetchone()[0]
-    grace = conn.execute("SELECT min(deadline_ms) FROM shutdowns WHERE answered = 0").fetchone()[0]
+    lease = conn.execute(sql(conn).NEXT_DEADLINE_SELECT).fetchone()[0]
+    grace = conn.execute(sql(conn).NEXT_DEADLINE_SELECT_2).fetchone()[0]
     candidates = [t for t in (lease, grace, _earliest_gate(conn)) if t is not None]
     return min(candidates) if candidates else None
 
@@ -336,9 +277,7 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
     """
     conn = tx.conn
     if request_id:
-        row = conn.execute(
-            "SELECT digest, task_ids FROM create_requests WHERE request_id = ?", (request_id,)
-        ).fetchone()
+        row = conn.execute(sql(conn).CREATE_BATCH_SELECT, (request_id,)).fetchone()
         if row is not None:
             if row[0] != batch.digest:
                 raise errors.AlreadyExists(
@@ -365,10 +304,7 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
     seq_of: dict[str, int] = {}
     if new_specs:
         conn.executemany(
-            "INSERT INTO tasks (id, title, description, payload, priority, required_role, max_attempts,"
-            " lease_ms, spec_digest, state, unmet_deps, create_ms, not_before_ms, retry_backoff_ms,"
-            " retry_backoff_max_ms, ready_ms, gate_shut, trace_parent, concurrency_key, attempt_timeout_ms)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            sql(conn).CREATE_BATCH_INSERT_TASKS,
             [
                 (
                     spec.id,
@@ -402,7 +338,7 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
         seq_of.update(_inserted_seqs(conn, [spec.id for _, spec in new_specs]))
         seq_of.update((task_id, row.seq) for task_id, row in outside.items())
         conn.executemany(
-            "INSERT INTO deps (task_seq, dep_seq, position) VALUES (?, ?, ?)",
+            sql(conn).CREATE_BATCH_INSERT_DEPS,
             [
                 (seq_of[spec.id], seq_of[dep], position)
                 for _, spec in new_specs
@@ -415,7 +351,7 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
                 tx.wakes.ready_roles[spec.required_role] += 1
     if request_id:
         conn.execute(
-            "INSERT INTO create_requests (request_id, digest, task_ids) VALUES (?, ?, ?)",
+            sql(conn).CREATE_BATCH_INSERT_CREATE_REQUESTS,
             (request_id, batch.digest, json.dumps([spec.id for spec in specs])),
         )
     unchanged = tuple(spec.id for spec in specs if spec.id not in new_ids)
@@ -450,16 +386,13 @@ class _BoardRow:
 
 def _rows_by_id(conn: sqlite3.Connection, ids: list[str], lock: str = "") -> dict[str, _BoardRow]:
     """The tasks among `ids` that are on the board, in one statement; `lock`: held in this
-    mode (`schema.row_lock`), taken in seq order."""
+    mode (`row_lock`), taken in seq order."""
     if not ids:
         return {}
-    clause = row_lock(conn, f"{lock} OF t") if lock else ""  # '' on SQLite
+    statements = sql(conn)
+    clause = statements.row_lock(f"{lock} OF t") if lock else ""  # '' on SQLite
     locking = f" ORDER BY t.seq{clause}" if clause else ""
-    rows = conn.execute(
-        "SELECT t.id, t.seq, t.spec_digest, t.state, t.create_ms, t.finish_ms, t.max_attempts, t.lease_ms"
-        f" FROM json_each(?) AS wanted JOIN tasks AS t ON t.id = wanted.value{locking}",
-        (json.dumps(ids),),
-    )
+    rows = conn.execute(statements.ROWS_BY_ID + locking, (json.dumps(ids),))
     return {
         task_id: _BoardRow(seq, digest, TaskState(state), *times_and_limits)
         for task_id, seq, digest, state, *times_and_limits in rows
@@ -552,36 +485,17 @@ class ClaimRef:
     fence: int
 
 
-# Claiming the first ready task: the task's new state, from the row as it was (the
-# lease never outlives the attempt: its end is where the time limit bites, and
-# the progress notes belonged to the previous attempt).
-_CLAIMED_SET = (
-    "state = 2, owner = ?, attempt = failures + 1, live_fence = ?,"
-    " lease_expire_ms = CASE WHEN attempt_timeout_ms < lease_ms THEN ? + attempt_timeout_ms ELSE ? + lease_ms END,"
-    " progress = '', progress_fraction = NULL, progress_ms = NULL, progress_unsent = 0,"
-    " attempt_deadline_ms = ? + attempt_timeout_ms"
-)
-
-
 def _take_first_ready(tx: Txn, teammate: str, roles: Iterable[str], token: str) -> tuple[TaskRecord, int, int] | None:
     """Claims the first ready task for `teammate` under `token`: (the task as claimed, the
     claim's fence, the task's attempt before), or None when no task is ready for it. Writes
     the claim's row, the task's and its `task_changed` event."""
-    ready, allowed = _ready_query(roles)
+    statements = sql(tx.conn)
+    ready, allowed = _ready_query(tx.conn, roles)
     now = tx.now_ms
     if fuses_statements(tx.conn):
         # One round trip: the pick, the claim's row, the task's and its event.
-        # The pick passes over a ready task another transaction has locked (claiming it),
-        # as the job queues on PostgreSQL do: two claims never wait for one row.
         row = tx.conn.execute(
-            f"WITH pick AS ({ready} FOR UPDATE OF tasks SKIP LOCKED),"
-            " made AS (INSERT INTO claims (token, task_seq, teammate, attempt, claim_ms)"
-            " SELECT ?, seq, ?, failures + 1, ? FROM pick RETURNING fence AS claim_fence, task_seq AS claim_seq),"
-            f" claimed AS (UPDATE tasks SET {_CLAIMED_SET.replace('live_fence = ?', 'live_fence = made.claim_fence')}"
-            f" FROM made WHERE seq = made.claim_seq RETURNING {_COLUMNS}),"
-            f" logged AS ({_TASK_EVENT} claimed AS t)"
-            " SELECT claimed.*, made.claim_fence, pick.attempt FROM claimed, made, pick",
-            (*allowed, token, teammate, now, teammate, now, now, now, now),
+            statements.claim_first_ready(ready), (*allowed, token, teammate, now, teammate, now, now, now, now)
         ).fetchone()
         if row is None:
             return None
@@ -592,32 +506,29 @@ def _take_first_ready(tx: Txn, teammate: str, roles: Iterable[str], token: str) 
         return None
     seq, failures, last_attempt = picked
     (fence,) = tx.conn.execute(
-        "INSERT INTO claims (token, task_seq, teammate, attempt, claim_ms) VALUES (?, ?, ?, ?, ?) RETURNING fence",
+        statements.TAKE_FIRST_READY,
         (token, seq, teammate, failures + 1, tx.now_ms),
     ).fetchone()
-    claimed = tx.conn.execute(
-        f"UPDATE tasks SET {_CLAIMED_SET} WHERE seq = ? AND state = 1 AND unmet_deps = 0 RETURNING {_COLUMNS}",
-        (teammate, fence, now, now, now, seq),
-    ).fetchall()
+    claimed = tx.conn.execute(statements.CLAIM_TASK, (teammate, fence, now, now, now, seq)).fetchall()
     if len(claimed) != 1:
         raise RuntimeError(f"claim of task seq {seq} changed {len(claimed)} rows")
     task_changed(tx, seq)
     return _record(claimed[0]), fence, last_attempt
 
 
-def _ready_query(roles: Iterable[str]) -> tuple[str, list[str]]:
+def _ready_query(conn: sqlite3.Connection, roles: Iterable[str]) -> tuple[str, list[str]]:
     """The query, and its parameters, for (seq, failures, last claim's attempt) of the first
     ready task a teammate with `roles` may take: in board order, passing over the tasks
     whose concurrency key is at its limit."""
     allowed = ["", *roles]
     return (
-        "SELECT seq, failures, attempt FROM tasks WHERE state = 1 AND unmet_deps = 0"
-        f" AND required_role IN ({','.join('?' * len(allowed))}){keys.FULL_KEYS} ORDER BY priority DESC, seq LIMIT 1"
+        f"SELECT seq, failures, attempt FROM tasks WHERE state = {PENDING} AND unmet_deps = 0"
+        f" AND required_role IN ({sql(conn).marks(len(allowed))}){keys.FULL_KEYS} ORDER BY priority DESC, seq LIMIT 1"
     ), allowed
 
 
 def _first_ready(conn: sqlite3.Connection, roles: Iterable[str]) -> tuple[int, int, int] | None:
-    return conn.execute(*_ready_query(roles)).fetchone()
+    return conn.execute(*_ready_query(conn, roles)).fetchone()
 
 
 def any_ready(conn: sqlite3.Connection, roles: Iterable[str]) -> bool:
@@ -633,10 +544,12 @@ def work_waited_for(conn: sqlite3.Connection, teammate: str, roles: Iterable[str
     for work, not idle, and its idle budget is not spent.
     """
     roles = list(roles)
-    marks = ",".join("?" * len(roles))
-    role_test = f"required_role IN ('', {marks})" if roles else "required_role = ''"
+    statements = sql(conn)
+    p = statements.P
+    role_test = f"required_role IN ('', {statements.marks(len(roles))})" if roles else "required_role = ''"
     rows = conn.execute(
-        f"SELECT id FROM tasks WHERE (state = 1 OR (state = 2 AND owner != ?)) AND {role_test} ORDER BY seq LIMIT ?",
+        f"SELECT id FROM tasks WHERE (state = {PENDING} OR (state = {IN_PROGRESS} AND owner != {p})) AND {role_test}"
+        f" ORDER BY seq LIMIT {p}",
         (teammate, *roles, limit),
     )
     return [task_id for (task_id,) in rows]
@@ -644,44 +557,12 @@ def work_waited_for(conn: sqlite3.Connection, teammate: str, roles: Iterable[str
 
 def any_lease_ended(conn: sqlite3.Connection, now_ms: int) -> bool:
     """Whether some claim's lease is over and awaits reclaiming."""
-    return _any(conn, "tasks_lease WHERE state = 2 AND lease_expire_ms <= ?", now_ms)
-
-
-def _any(conn: sqlite3.Connection, index_and_condition: str, now_ms: int) -> bool:
-    """Whether a task row is due by `now_ms` on a partial index: "<index> WHERE <condition>"."""
-    row = conn.execute(f"SELECT 1 FROM tasks INDEXED BY {index_and_condition} LIMIT 1", (now_ms,)).fetchone()
-    return row is not None
-
-
-def _held_claims(owner: str = "?", now: str = "?") -> str:
-    return (
-        "SELECT t.seq, c.token, t.lease_expire_ms, c.attempt, c.fence FROM tasks t JOIN claims c"
-        f" ON c.fence = t.live_fence WHERE t.owner = {owner} AND t.state = 2 AND t.lease_expire_ms > {now}"
-    )
-
-
-def _held_claims_json(owner: str = "?", now: str = "?", leaving_out: str = "") -> str:
-    """The held claims as a column of another query (PostgreSQL): a JSON list of ClaimRef
-    fields, or NULL for none; without the claim `leaving_out` names, if it names one."""
-    besides = f" WHERE h.fence <> {leaving_out}" if leaving_out else ""
-    return (
-        "(SELECT json_agg(json_build_array(h.seq, h.token, h.lease_expire_ms, h.attempt, h.fence) ORDER BY h.fence)"
-        f" FROM ({_held_claims(owner, now)}) AS h{besides})"
-    )
-
-
-_HELD_CLAIMS = _held_claims()
-HELD_CLAIMS_JSON = _held_claims_json()
-# The same beside a completion (`complete_claim`'s `beside`), which reads the board before
-# it: the claim the completion ends is left out.
-HELD_CLAIMS_BESIDE_COMPLETION_JSON = _held_claims_json(leaving_out="(SELECT fence FROM live)")
-# The same beside each completion of `complete_many`: its request's teammate, its claim left out.
-HELD_CLAIMS_BESIDE_COMPLETIONS_JSON = _held_claims_json("r.r_teammate", ":now", "live.l_fence")
+    return conn.execute(sql(conn).ANY_LEASE_ENDED, (now_ms,)).fetchone() is not None
 
 
 def held_claim_refs(conn: sqlite3.Connection, teammate: str, now_ms: int) -> list[ClaimRef]:
     """The teammate's claims whose lease has not ended (a dead one awaits the reaper)."""
-    rows = conn.execute(f"{_HELD_CLAIMS} ORDER BY c.fence", (teammate, now_ms)).fetchall()
+    rows = conn.execute(sql(conn).HELD_CLAIMS, (teammate, now_ms)).fetchall()
     return [ClaimRef(*row) for row in rows]
 
 
@@ -704,9 +585,7 @@ def dependency_results(
     if not task.depends_on:
         return (), ()
     rows = conn.execute(
-        "SELECT dep.id, CASE WHEN sum(coalesce(length(dep.result), 0)) OVER (ORDER BY d.position) <= ?"
-        " THEN coalesce(dep.result, x'') END FROM deps AS d JOIN tasks AS dep ON dep.seq = d.dep_seq"
-        " WHERE d.task_seq = ? ORDER BY d.position",
+        sql(conn).DEPENDENCY_RESULTS,
         (DEPENDENCY_RESULTS_MAX_BYTES, task.seq),
     ).fetchall()
     kept = tuple((dep_id, bytes(result)) for dep_id, result in rows if result is not None)
@@ -724,9 +603,7 @@ def _live_claim(
     # One statement for the task and the token's claim (if any): the writer
     # gives up the GIL on every statement and may wait to get it back.
     row = tx.conn.execute(
-        "SELECT t.seq, t.live_fence, t.lease_expire_ms, t.lease_ms, t.concurrency_key, t.attempt_deadline_ms,"
-        " c.fence, c.task_seq, c.teammate, c.outcome"
-        " FROM tasks AS t LEFT JOIN claims AS c ON c.token = ? WHERE t.id = ?",
+        sql(tx.conn).LIVE_CLAIM,
         (token, task_id),
     ).fetchone()
     if row is None:
@@ -753,12 +630,9 @@ def _live_claim(
     raise errors.ClaimTokenMismatch(f"claim on task {task_id!r} already ended ({outcome})", id=task_id)
 
 
-_END_CLAIM = "UPDATE claims SET outcome = ?, end_ms = ?, error = ? WHERE fence = ?"
-
-
 def _end_claim(tx: Txn, fence: int, outcome: ClaimOutcome, error: str = "", *, key: str) -> None:
     """Ends the live claim `fence` of a task whose concurrency key is `key` ('' for none)."""
-    tx.conn.execute(_END_CLAIM, (outcome.value, tx.now_ms, error, fence))
+    tx.conn.execute(sql(tx.conn).END_CLAIM, (outcome.value, tx.now_ms, error, fence))
     if key:
         keys.freed(tx, key)
 
@@ -782,30 +656,23 @@ def renew(
     seq, _, lease_ms, _ = _live_claim(tx, teammate, task_id, token)
     if usage is not None:
         spending.charge_teammate(tx, teammate, usage)
-    sums, sum_params = spending.task_sums(usage)
+    statements = sql(tx.conn)
+    sums, sum_params = spending.task_sums(tx.conn, usage)
     # Never past the attempt's time limit: the holder learns of it from the lease end.
-    lease = "lease_expire_ms = CASE WHEN attempt_deadline_ms < ?1 THEN attempt_deadline_ms ELSE ?1 END"
+    lease_end = tx.now_ms + lease_ms
     if progress is None:
         due, lease_end = tx.conn.execute(
-            f"UPDATE tasks SET {lease}{sums} WHERE seq = ?"
-            " RETURNING progress_unsent = 1 AND ? - progress_event_ms >= ?, lease_expire_ms",
-            (tx.now_ms + lease_ms, *sum_params, seq, tx.now_ms, PROGRESS_EVENT_SPACING_MS),
+            statements.renew_lease(sums),
+            (lease_end, lease_end, *sum_params, seq, tx.now_ms, PROGRESS_EVENT_SPACING_MS),
         ).fetchone()
         if due:
-            tx.conn.execute(
-                "UPDATE tasks SET progress_event_ms = ?, progress_unsent = 0 WHERE seq = ?", (tx.now_ms, seq)
-            )
+            tx.conn.execute(statements.RENEW, (tx.now_ms, seq))
     else:
-        # SET reads the row as it was, so both CASEs ask whether the last event is
-        # old enough, and the one UPDATE marks the event sent when it is due.
-        event_due = "progress_event_ms IS NULL OR ? - progress_event_ms >= ?"
         due, lease_end = tx.conn.execute(
-            f"UPDATE tasks SET {lease}, progress = ?, progress_fraction = ?, progress_ms = ?{sums},"
-            f" progress_unsent = CASE WHEN {event_due} THEN 0 ELSE 1 END,"
-            f" progress_event_ms = CASE WHEN {event_due} THEN ? ELSE progress_event_ms END"
-            " WHERE seq = ? RETURNING progress_unsent = 0, lease_expire_ms",
+            statements.renew_with_progress(sums),
             (
-                tx.now_ms + lease_ms,
+                lease_end,
+                lease_end,
                 progress.text,
                 progress.fraction,
                 tx.now_ms,
@@ -819,7 +686,7 @@ def renew(
             ),
         ).fetchone()
     if due:
-        tx.conn.execute(_PROGRESS_EVENT + "tasks AS t WHERE t.seq = ?", (tx.now_ms, seq))
+        tx.conn.execute(statements.TASK_PROGRESS, (tx.now_ms, seq))
         tx.wakes.events = True
     tx.wakes.deadline(lease_end)
     return lease_end, protocol_pending(tx.conn, teammate)
@@ -867,15 +734,13 @@ def complete_claim(
         return task_by_seq(tx.conn, seq), False, None  # completed once: the stored result
     if usage is not None:
         spending.charge_teammate(tx, teammate, usage)
-    sums, sum_params = spending.task_sums(usage)
-    done = f"{_DONE}{sums} WHERE seq = ?"
+    statements = sql(tx.conn)
+    sums, sum_params = spending.task_sums(tx.conn, usage)
     done_params = (result, tx.now_ms, *sum_params, seq)
     if fuses_statements(tx.conn):
         # One round trip: the claim's end, the task's row, its dependents' counts and its event.
         row = tx.conn.execute(
-            f"WITH ended AS ({_END_CLAIM}), done AS ({done} RETURNING {_COLUMNS}),"
-            f" freed AS ({_DECREMENT.format(dep_seq='?')}), logged AS ({_TASK_EVENT} done AS t)"
-            f" SELECT done.*, {_FREED_JSON} FROM done",
+            statements.complete_claim(sums),
             (ClaimOutcome.COMPLETED.value, tx.now_ms, "", fence, *done_params, seq, tx.now_ms),
         ).fetchone()
         tx.wakes.events = True
@@ -884,19 +749,11 @@ def complete_claim(
         task, dependents = _record(row[:-1]), row[-1] or []
     else:
         _end_claim(tx, fence, ClaimOutcome.COMPLETED, key=key)
-        (row,) = tx.conn.execute(f"{done} RETURNING {_COLUMNS}", done_params).fetchall()
+        (row,) = tx.conn.execute(statements.complete_task(sums), done_params).fetchall()
         task = _record(row)
-        dependents = tx.conn.execute(_DECREMENT.format(dep_seq="?"), (seq,)).fetchall()
+        dependents = tx.conn.execute(statements.FREE_DEPENDENTS, (seq,)).fetchall()
         task_changed(tx, seq)
     return _completed(tx, teammate, task_id, task, dependents, status_after), True, None
-
-
-_DONE = "UPDATE tasks SET state = 3, result = ?, finish_ms = ?, live_fence = NULL, lease_expire_ms = NULL"
-_DECREMENT = (
-    "UPDATE tasks SET unmet_deps = unmet_deps - 1 WHERE seq IN (SELECT task_seq FROM deps WHERE dep_seq = {dep_seq})"
-    " RETURNING seq, required_role, unmet_deps, state"
-)
-_FREED_JSON = "(SELECT json_agg(json_build_array(seq, required_role, unmet_deps, state)) FROM freed)"
 
 
 def _complete_if_live(
@@ -916,7 +773,7 @@ def _complete_if_live(
             row = row[: 1 + _COMPLETED_WIDTH]  # what it read beside is not the board's now
         tx.ahead = None  # taken (the writer checks)
     else:
-        sql = _complete_if_live_sql(record is not None, beside[0] if beside is not None else None)
+        statement = sql(tx.conn).complete_if_live(record is not None, beside[0] if beside is not None else None)
         now = tx.now_ms
         params = (
             *(record.params if record is not None else ()),
@@ -926,7 +783,7 @@ def _complete_if_live(
             now,  # logged
             *(beside[1] if beside is not None else ()),
         )
-        row = tx.conn.execute(sql, params).fetchone()
+        row = tx.conn.execute(statement, params).fetchone()
     if record is not None:
         ops.record_written(tx, row[0] if row is not None else None)  # raises if the op ran before
     if row is None or row[1] is None:
@@ -938,31 +795,7 @@ def _complete_if_live(
 
 # The statement's columns after the op record's seq: the task's (one of them the
 # dependency list), its key, its freed dependents.
-_COMPLETED_WIDTH = len(_COLUMNS.replace(DEPENDENCY_IDS, "dependency_ids").split(",")) + 2
-
-
-@functools.cache
-def _complete_if_live_sql(recording: bool, beside: str | None) -> str:
-    """`_complete_if_live`'s statement of data-modifying WITH clauses. `live` is the
-    token's claim if it is the task's live one, held by the caller and within its
-    lease (what `_live_claim` accepts); every write needs it. With `recording`, the
-    first clause writes the op's record (`ops.RECORD_CLAUSE`) and `live` needs that
-    too. `beside` is read laterally. It returns a row only if it wrote something."""
-    record, needs_record, record_seq, wrote = "", "", "NULL", "EXISTS (SELECT 1 FROM done)"
-    if recording:
-        record, needs_record = f"{ops.RECORD_CLAUSE}, ", " AND EXISTS (SELECT 1 FROM op)"
-        record_seq, wrote = "(SELECT seq FROM op)", f"EXISTS (SELECT 1 FROM op) OR {wrote}"
-    read, join = (", beside.*", f" LEFT JOIN LATERAL ({beside}) AS beside ON true") if beside else ("", "")
-    return (
-        f"WITH {record}live AS (SELECT t.seq, t.live_fence AS fence, t.concurrency_key AS key FROM tasks AS t"
-        " JOIN claims AS c ON c.fence = t.live_fence WHERE t.id = ? AND c.token = ? AND c.teammate = ?"
-        f" AND c.outcome IS NULL AND t.lease_expire_ms > ?{needs_record}),"
-        f" ended AS ({_END_CLAIM.replace('fence = ?', 'fence = (SELECT fence FROM live)')}),"
-        f" done AS ({_DONE} WHERE seq = (SELECT seq FROM live) RETURNING {_COLUMNS}),"
-        f" freed AS ({_DECREMENT.format(dep_seq='(SELECT seq FROM live)')}), logged AS ({_TASK_EVENT} done AS t)"
-        f" SELECT {record_seq}, done.*, (SELECT key FROM live), {_FREED_JSON}{read}"
-        f" FROM (SELECT 1) AS one LEFT JOIN done ON true{join} WHERE {wrote}"
-    )
+_COMPLETED_WIDTH = _TASK_WIDTH + 2
 
 
 # ---------------------------------------------------------------- completions run together
@@ -983,7 +816,7 @@ def complete_many(conn: sqlite3.Connection, now_ms: int, requests: Sequence[tupl
     The requests' teammates are distinct. PostgreSQL only."""
     columns = list(zip(*requests, strict=True))
     rows = conn.execute(
-        _complete_many_sql(beside),
+        sql(conn).complete_many(beside),
         {
             "teammates": list(columns[0]),
             "op_ids": list(columns[1]),
@@ -997,42 +830,6 @@ def complete_many(conn: sqlite3.Connection, now_ms: int, requests: Sequence[tupl
     ).fetchall()
     assert [row[0] for row in rows] == list(range(1, len(requests) + 1)), "one row per request, in order"
     return [(op_seq, *rest) for _, op_seq, _done_n, *rest in rows]
-
-
-@functools.cache
-def _complete_many_sql(beside: str) -> str:
-    # Each clause is `_complete_if_live_sql`'s over all the requests; the dependents two
-    # completions free together lose one unmet dependency for each, and say so in the
-    # row of the later one (in the serial order, it made them ready).
-    done = _DONE.replace("result = ?", "result = r_result").replace("finish_ms = ?", "finish_ms = :now")
-    assert done != _DONE and "?" not in done
-    event = _TASK_EVENT.replace("SELECT ?,", "SELECT :now,")
-    assert event != _TASK_EVENT
-    return (
-        "WITH r AS (SELECT * FROM unnest(:teammates::text[], :op_ids::text[], :digests::bytea[], :task_ids::text[],"
-        " :tokens::text[], :results::bytea[]) WITH ORDINALITY AS r(r_teammate, r_op_id, r_digest, r_task_id,"
-        " r_token, r_result, r_n)),"
-        " op AS (INSERT INTO session_ops (teammate, op_id, digest, done_ms)"
-        " SELECT r_teammate, r_op_id, r_digest, :now FROM r ORDER BY r_n ON CONFLICT DO NOTHING"
-        " RETURNING seq AS op_seq, teammate AS op_teammate),"
-        " live AS (SELECT r.r_n AS l_n, t.seq AS l_seq, t.live_fence AS l_fence, t.concurrency_key AS l_key"
-        " FROM r JOIN op ON op.op_teammate = r.r_teammate JOIN tasks AS t ON t.id = r.r_task_id"
-        " JOIN claims AS c ON c.fence = t.live_fence WHERE c.token = r.r_token AND c.teammate = r.r_teammate"
-        " AND c.outcome IS NULL AND t.lease_expire_ms > :now),"
-        " ended AS (UPDATE claims SET outcome = :completed, end_ms = :now, error = ''"
-        " WHERE fence IN (SELECT l_fence FROM live)),"
-        f" done AS ({done} FROM live JOIN r ON r.r_n = live.l_n WHERE seq = live.l_seq"
-        f" RETURNING live.l_n AS done_n, {_COLUMNS}),"
-        " met AS (SELECT deps.task_seq AS met_seq, count(*) AS met_count, max(live.l_n) AS met_n FROM deps"
-        " JOIN live ON deps.dep_seq = live.l_seq GROUP BY deps.task_seq),"
-        " freed AS (UPDATE tasks SET unmet_deps = unmet_deps - met.met_count FROM met WHERE seq = met.met_seq"
-        " RETURNING met.met_n AS freed_n, seq, required_role, unmet_deps, state),"
-        f" logged AS ({event} done AS t ORDER BY t.done_n)"
-        f" SELECT r.r_n, op.op_seq, done.*, live.l_key, (SELECT json_agg(json_build_array(f.seq, f.required_role,"
-        " f.unmet_deps, f.state)) FROM freed AS f WHERE f.freed_n = r.r_n), beside.*"
-        " FROM r LEFT JOIN op ON op.op_teammate = r.r_teammate LEFT JOIN live ON live.l_n = r.r_n"
-        f" LEFT JOIN done ON done.done_n = r.r_n LEFT JOIN LATERAL ({beside}) AS beside ON true ORDER BY r.r_n"
-    )
 
 
 def _completed(
@@ -1088,8 +885,7 @@ def release_all(
     `error` is what each claim's history says of it. With `notice`, the teammate's
     open stream is told each claim ended, and why."""
     rows = tx.conn.execute(
-        "SELECT t.seq, t.live_fence, t.id, c.token, t.concurrency_key FROM tasks AS t"
-        " JOIN claims AS c ON c.fence = t.live_fence WHERE t.owner = ? AND t.state = 2",
+        sql(tx.conn).RELEASE_ALL,
         (teammate,),
     ).fetchall()
     for seq, fence, task_id, token, key in rows:
@@ -1106,8 +902,7 @@ def revoke(tx: Txn, task_id: str, reason: str) -> TaskRecord:
     out is reclaimed first: that claim is no longer live to revoke."""
     reclaim_expired(tx)
     row = tx.conn.execute(
-        "SELECT t.seq, t.state, t.owner, t.live_fence, c.token, t.concurrency_key FROM tasks AS t"
-        " LEFT JOIN claims AS c ON c.fence = t.live_fence WHERE t.id = ?",
+        sql(tx.conn).REVOKE,
         (task_id,),
     ).fetchone()
     if row is None:
@@ -1129,16 +924,14 @@ def _back_to_pending(tx: Txn, seq: int, wait_ms: int = 0) -> None:
     """The task is PENDING again: ready now, or, with a wait, once its gate opens."""
     if wait_ms <= 0:
         (role,) = tx.conn.execute(
-            "UPDATE tasks SET state = 1, owner = '', live_fence = NULL, lease_expire_ms = NULL WHERE seq = ?"
-            " RETURNING required_role",
+            sql(tx.conn).BACK_TO_PENDING_UPDATE_TASKS,
             (seq,),
         ).fetchone()
         tx.wakes.ready_roles[role] += 1
     else:
         gate = tx.now_ms + wait_ms
         tx.conn.execute(
-            "UPDATE tasks SET state = 1, owner = '', live_fence = NULL, lease_expire_ms = NULL,"
-            " ready_ms = ?, gate_shut = 1, unmet_deps = unmet_deps + 1 WHERE seq = ?",
+            sql(tx.conn).BACK_TO_PENDING_UPDATE_TASKS_2,
             (gate, seq),
         )
         _gate_shut(tx, gate)
@@ -1148,8 +941,7 @@ def _back_to_pending(tx: Txn, seq: int, wait_ms: int = 0) -> None:
 def _count_failure(tx: Txn, seq: int, error: str, *, final: bool) -> None:
     """One claim ended by failure or expiry: retry after its backoff while attempts remain, else FAILED."""
     failures, max_attempts, backoff_ms, backoff_max_ms = tx.conn.execute(
-        "UPDATE tasks SET failures = failures + 1, error = ? WHERE seq = ?"
-        " RETURNING failures, max_attempts, retry_backoff_ms, retry_backoff_max_ms",
+        sql(tx.conn).COUNT_FAILURE,
         (error, seq),
     ).fetchone()
     if final or failures >= max_attempts:
@@ -1191,15 +983,11 @@ def open_due_gates(tx: Txn) -> None:
         return
     if fuses_statements(tx.conn):
         # One round trip: the gates opened, and the earliest gate left (every row carries it).
-        rows = tx.conn.execute(
-            f"WITH opened AS ({_OPEN_GATES}) SELECT opened.*, ({_EARLIEST_GATE} AND ready_ms > ?)"
-            " FROM (SELECT 1) AS one LEFT JOIN opened ON true",
-            (tx.now_ms, tx.now_ms),
-        ).fetchall()
+        rows = tx.conn.execute(sql(tx.conn).OPEN_GATES_AND_EARLIEST, (tx.now_ms, tx.now_ms)).fetchall()
         opened = [row[:4] for row in rows if row[0] is not None]
         earliest = rows[0][4]
     else:
-        opened = tx.conn.execute(_OPEN_GATES, (tx.now_ms,)).fetchall()
+        opened = tx.conn.execute(sql(tx.conn).OPEN_GATES, (tx.now_ms,)).fetchall()
         earliest = _earliest_gate(tx.conn)  # what follows writes events only
     for seq, role, unmet, state in opened:
         if state != PENDING:
@@ -1211,25 +999,18 @@ def open_due_gates(tx: Txn) -> None:
     tx.gates.learned(earliest)
 
 
-_OPEN_GATES = (
-    "UPDATE tasks SET gate_shut = 0, unmet_deps = unmet_deps - 1 WHERE gate_shut = 1 AND ready_ms <= ?"
-    " RETURNING seq, required_role, unmet_deps, state"
-)
-_EARLIEST_GATE = "SELECT min(ready_ms) FROM tasks INDEXED BY tasks_gate WHERE gate_shut = 1"
-
-
 def any_gate_due(conn: sqlite3.Connection, now_ms: int) -> bool:
     """Whether a shut time gate's instant has come (the writer opens it at the next claim or reap)."""
-    return _any(conn, "tasks_gate WHERE gate_shut = 1 AND ready_ms <= ?", now_ms)
+    return conn.execute(sql(conn).ANY_GATE_DUE, (now_ms,)).fetchone() is not None
 
 
 def _earliest_gate(conn: sqlite3.Connection) -> int | None:
-    return conn.execute(_EARLIEST_GATE).fetchone()[0]
+    return conn.execute(sql(conn).EARLIEST_GATE).fetchone()[0]
 
 
 def _finish(tx: Txn, seq: int, state: TaskState) -> None:
     tx.conn.execute(
-        "UPDATE tasks SET state = ?, finish_ms = ?, live_fence = NULL, lease_expire_ms = NULL WHERE seq = ?",
+        sql(tx.conn).FINISH,
         (int(state), tx.now_ms, seq),
     )
     task_changed(tx, seq)
@@ -1247,8 +1028,7 @@ def cancel(tx: Txn, task_ids: Sequence[str]) -> list[CanceledTask]:
             raise errors.TaskNotFound(f"no task {task_id!r}", id=task_id)
     seqs = _cancel_seqs(tx, [(on_board[task_id].seq, "canceled by the lead") for task_id in task_ids])
     rows = tx.conn.execute(
-        "SELECT t.id, t.seq, t.error, t.finish_ms FROM json_each(?) AS w"
-        " JOIN tasks AS t ON t.seq = CAST(w.value AS BIGINT) ORDER BY w.key",
+        sql(tx.conn).CANCEL,
         (json.dumps(seqs),),
     )
     return [CanceledTask(*row) for row in rows]
@@ -1256,9 +1036,9 @@ def cancel(tx: Txn, task_ids: Sequence[str]) -> list[CanceledTask]:
 
 def _dependents(tx: Txn, seq: int, how: str) -> list[tuple[int, str]]:
     """The dependents of task `seq`, each with the reason it is canceled: `seq` ended `how`."""
-    (task_id,) = tx.conn.execute("SELECT id FROM tasks WHERE seq = ?", (seq,)).fetchone()
+    (task_id,) = tx.conn.execute(sql(tx.conn).DEPENDENTS_SELECT, (seq,)).fetchone()
     why = f"dependency {task_id!r} {how}"
-    return [(dep, why) for (dep,) in tx.conn.execute("SELECT task_seq FROM deps WHERE dep_seq = ?", (seq,))]
+    return [(dep, why) for (dep,) in tx.conn.execute(sql(tx.conn).DEPENDENTS_SELECT_2, (seq,))]
 
 
 def _cancel_seqs(tx: Txn, roots: list[tuple[int, str]]) -> list[int]:
@@ -1274,13 +1054,7 @@ def _cancel_seqs(tx: Txn, roots: list[tuple[int, str]]) -> list[int]:
     for seq, why in roots:
         reasons.setdefault(seq, why)
     doomed = conn.execute(
-        "WITH RECURSIVE doomed(seq) AS ("
-        " SELECT t.seq FROM json_each(?) AS r JOIN tasks AS t ON t.seq = CAST(r.value AS BIGINT)"
-        " WHERE t.state IN (?, ?)"
-        " UNION SELECT d.task_seq FROM doomed JOIN deps AS d ON d.dep_seq = doomed.seq"
-        " JOIN tasks AS t ON t.seq = d.task_seq WHERE t.state IN (?, ?))"
-        " SELECT t.seq, t.live_fence, t.owner, t.id, c.token, t.concurrency_key FROM doomed"
-        " JOIN tasks AS t ON t.seq = doomed.seq LEFT JOIN claims AS c ON c.fence = t.live_fence ORDER BY t.seq",
+        sql(conn).CANCEL_SEQS_WITH,
         (json.dumps(list(reasons)), PENDING, IN_PROGRESS, PENDING, IN_PROGRESS),
     ).fetchall()
     if not doomed:
@@ -1289,9 +1063,7 @@ def _cancel_seqs(tx: Txn, roots: list[tuple[int, str]]) -> list[int]:
     named = [seq for seq in reasons if seq in doomed_seqs]
     others = [seq for seq, *_ in doomed if seq not in reasons]
     edges = conn.execute(
-        "SELECT d.task_seq, d.dep_seq, p.id FROM json_each(?) AS w"
-        " JOIN deps AS d ON d.task_seq = CAST(w.value AS BIGINT)"
-        " JOIN tasks AS p ON p.seq = d.dep_seq ORDER BY d.task_seq, d.position",
+        sql(conn).CANCEL_SEQS_SELECT,
         (json.dumps(others),),
     )
     for seq, dep_seq, dep_id in edges:
@@ -1302,11 +1074,11 @@ def _cancel_seqs(tx: Txn, roots: list[tuple[int, str]]) -> list[int]:
         if fence is not None:
             tx.wakes.claim_ended(owner, ClaimEnd(task_id, token, ClaimEndReason.TASK_CANCELED, reasons[seq]))
     conn.executemany(
-        "UPDATE claims SET outcome = ?, end_ms = ?, error = ? WHERE fence = ?",
+        sql(conn).CANCEL_SEQS_UPDATE_CLAIMS,
         [(ClaimOutcome.CANCELED.value, tx.now_ms, reasons[seq], fence) for seq, fence, _ in held],
     )
     conn.executemany(
-        "UPDATE tasks SET state = ?, finish_ms = ?, live_fence = NULL, lease_expire_ms = NULL, error = ? WHERE seq = ?",
+        sql(conn).CANCEL_SEQS_UPDATE_TASKS,
         [(int(TaskState.CANCELED), tx.now_ms, reasons[seq], seq) for seq, *_ in doomed],
     )
     for _, fence, _, _, _, key in doomed:
@@ -1344,11 +1116,7 @@ def retry(tx: Txn, task_ids: Sequence[str], reset_attempts: bool) -> list[int]:
     roots = list(dict.fromkeys(on_board[task_id].seq for task_id in task_ids))
     # The canceled dependents, and every dependency of each (with its state).
     edges = tx.conn.execute(
-        "WITH RECURSIVE down(seq) AS (SELECT CAST(value AS BIGINT) FROM json_each(?)"
-        " UNION SELECT d.task_seq FROM down JOIN deps AS d ON d.dep_seq = down.seq"
-        " JOIN tasks AS t ON t.seq = d.task_seq WHERE t.state = ? AND t.error != ?)"
-        " SELECT down.seq, d.dep_seq, dep.state, dep.id FROM down LEFT JOIN deps AS d ON d.task_seq = down.seq"
-        " LEFT JOIN tasks AS dep ON dep.seq = d.dep_seq ORDER BY down.seq, d.position",
+        sql(tx.conn).RETRY,
         (json.dumps(roots), int(TaskState.CANCELED), _CANCELED_BY_THE_LEAD),
     ).fetchall()
     deps: dict[int, list[tuple[int, int]]] = {}
@@ -1390,16 +1158,10 @@ def retry(tx: Txn, task_ids: Sequence[str], reset_attempts: bool) -> list[int]:
 def _revive(tx: Txn, seq: int, *, unmet: int, reset_attempts: bool) -> None:
     """One FAILED or CANCELED task PENDING again, behind its unmet dependencies and
     its not_before (if still ahead); its result and error are cleared."""
-    (not_before, role) = tx.conn.execute(
-        "SELECT not_before_ms, required_role FROM tasks WHERE seq = ?", (seq,)
-    ).fetchone()
+    (not_before, role) = tx.conn.execute(sql(tx.conn).REVIVE_SELECT, (seq,)).fetchone()
     shut = not_before is not None and not_before > tx.now_ms
     tx.conn.execute(
-        "UPDATE tasks SET state = 1, owner = '', error = '', result = NULL, finish_ms = NULL, live_fence = NULL,"
-        " lease_expire_ms = NULL, unmet_deps = ?, gate_shut = ?,"
-        # A retry skips what is left of a backoff: a gate still ahead is dropped.
-        " ready_ms = CASE WHEN ? = 1 THEN ? WHEN ready_ms > ? THEN NULL ELSE ready_ms END,"
-        " failures = CASE WHEN ? = 1 THEN 0 ELSE failures END WHERE seq = ?",
+        sql(tx.conn).REVIVE_UPDATE_TASKS,
         (unmet + shut, int(shut), shut, not_before, tx.now_ms, reset_attempts, seq),
     )
     if shut:
@@ -1424,11 +1186,7 @@ def reclaim_expired(tx: Txn) -> dict[str, int]:
     # One statement for the leases that ended and the earliest left once they are
     # reclaimed (every row carries it; one row of NULLs but for it when none ended).
     rows = tx.conn.execute(
-        "SELECT e.*, (SELECT min(lease_expire_ms) FROM tasks INDEXED BY tasks_lease WHERE state = 2"
-        " AND lease_expire_ms > ?) FROM (SELECT 1) AS one LEFT JOIN (SELECT t.seq, t.live_fence, t.owner,"
-        " t.attempt, t.lease_expire_ms, t.id, c.token, t.concurrency_key, t.attempt_deadline_ms IS NOT NULL"
-        " AND t.lease_expire_ms >= t.attempt_deadline_ms, t.attempt_timeout_ms FROM tasks AS t JOIN claims AS c"
-        " ON c.fence = t.live_fence WHERE t.state = 2 AND t.lease_expire_ms <= ?) AS e ON 1 = 1",
+        sql(tx.conn).RECLAIM_EXPIRED_SELECT,
         (tx.now_ms, tx.now_ms),
     ).fetchall()
     earliest_left = rows[0][-1]
@@ -1453,9 +1211,7 @@ def reclaim_expired(tx: Txn) -> dict[str, int]:
         _count_failure(tx, seq, why, final=False)
         # Not woken like a freed slot: a frozen holder whose stream is still
         # open would only take the same task straight back (see delivery).
-        tx.conn.execute(
-            "UPDATE teammates SET last_expiry_ms = max(last_expiry_ms, ?) WHERE name = ?", (lease_end, owner)
-        )
+        tx.conn.execute(sql(tx.conn).RECLAIM_EXPIRED_UPDATE_TEAMMATES, (lease_end, owner))
         refresh_status(tx, owner)
         expired[owner] = max(expired.get(owner, 0), lease_end)
     # Each lease that ended left state 2, and reclaiming grants none.
@@ -1469,7 +1225,7 @@ def _seconds(ms: int) -> str:
 
 def note_clock(conn: sqlite3.Connection, now_ms: int) -> None:
     """Records how far the daemon clock got (the writer's epilogue calls it); never goes back."""
-    conn.execute("UPDATE meta SET value = max(value, ?) WHERE key = 'clock_ms'", (now_ms,))
+    conn.execute(sql(conn).NOTE_CLOCK, (now_ms,))
 
 
 def clock_reached(conn: sqlite3.Connection) -> int:
@@ -1491,10 +1247,8 @@ def extend_live_leases(tx: Txn) -> int:
     reclaim_expired(Txn(tx.conn, clock_reached(tx.conn), tx.wakes))
     # An attempt's deadline is kept: downtime counts against its time limit.
     count = tx.conn.execute(
-        "UPDATE tasks SET lease_expire_ms ="
-        " CASE WHEN attempt_deadline_ms < ?1 + lease_ms THEN attempt_deadline_ms ELSE ?1 + lease_ms END"
-        " WHERE state = 2",
-        (tx.now_ms,),
+        sql(tx.conn).EXTEND_LIVE_LEASES,
+        (tx.now_ms, tx.now_ms),
     ).rowcount
     tx.leases.forget()
     tx.wakes.deadline(tx.now_ms)
@@ -1503,14 +1257,11 @@ def extend_live_leases(tx: Txn) -> int:
 
 def _task_events(tx: Txn, seqs: list[int]) -> None:
     """The `task_changed` event of each task in `seqs`, in that order."""
-    tx.conn.execute(
-        _TASK_EVENT + "json_each(?) AS w JOIN tasks AS t ON t.seq = CAST(w.value AS BIGINT) ORDER BY w.key",
-        (tx.now_ms, json.dumps(seqs)),
-    )
+    tx.conn.execute(sql(tx.conn).TASKS_CHANGED, (tx.now_ms, json.dumps(seqs)))
     tx.wakes.events = True
 
 
 def task_changed(tx: Txn, seq: int) -> None:
     """The `task_changed` event of task `seq` as it stands now."""
-    tx.conn.execute(_TASK_EVENT + "tasks AS t WHERE t.seq = ?", (tx.now_ms, seq))
+    tx.conn.execute(sql(tx.conn).TASK_CHANGED, (tx.now_ms, seq))
     tx.wakes.events = True

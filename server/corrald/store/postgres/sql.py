@@ -1,14 +1,10 @@
-"""The store's SQL on PostgreSQL, and the connection the store functions use there.
+"""The connection the store's functions use on a PostgreSQL board.
 
-The store modules (`corrald.store`) are written once, in the SQL both databases
-accept, with a few SQLite spellings where PostgreSQL has no equivalent
-expression: `json_each` over a JSON list, `json_object`, `group_concat`,
-`length(CAST(x AS BLOB))`, the scalar `max(a, b)` and `min(a, b)`, `INDEXED BY`
-hints, and numbered (`?1`) or named (`:name`) parameters.
-`translate` rewrites those, once per distinct statement; `PgConnection` runs the
-result with psycopg and offers the part of `sqlite3.Connection` the store and
-the writer use (`execute`, `executemany`, `total_changes`, `in_transaction`).
-Everything else in a statement is sent as it is written.
+`PgConnection` runs statements with psycopg and offers the part of
+`sqlite3.Connection` the store and the writer use (`execute`, `executemany`,
+`total_changes`, `in_transaction`); its statements (`dialect.sql`) are this
+driver's, in PostgreSQL's dialect (`queries.py`). Nothing of a statement is
+rewritten: the values are adapted as the SQLite board stores them.
 """
 
 from __future__ import annotations
@@ -24,101 +20,13 @@ import psycopg
 from psycopg.pq import PipelineStatus, TransactionStatus
 
 from ...errors import InvalidArgument
-from ..tasks import DEPENDENCY_IDS
+from . import queries
 from .watchdog import WATCHDOG
 
-# Whole fragments PostgreSQL says differently, replaced before the rules below.
-_FRAGMENTS = {
-    # string_agg keeps the spec's order only when asked to; SQLite's group_concat
-    # keeps the order of the subquery it reads.
-    DEPENDENCY_IDS: "(SELECT string_agg(dep.id, chr(10) ORDER BY deps.position) FROM deps"
-    " JOIN tasks AS dep ON dep.seq = deps.dep_seq WHERE deps.task_seq = tasks.seq)",
-}
-_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
-    # The planner picks its own index.
-    (re.compile(r"\s+INDEXED BY \w+"), ""),
-    (re.compile(r"length\(CAST\(([\w.]+) AS BLOB\)\)"), r"octet_length(\1)"),
-    # A JSON list as a table of (value, key): the elements as text, in order.
-    (
-        re.compile(r"json_each\(\?\)(?:\s+AS\s+(\w+))?"),
-        r"json_array_elements_text(?::json) WITH ORDINALITY AS \1(value, key)",
-    ),
-    (re.compile(r"\bjson_object\("), "json_build_object("),
-    (re.compile(r"\bx'([0-9a-fA-F]*)'"), r"'\x\1'::bytea"),  # a blob literal (see _expand)
-)
-_LITERAL = re.compile(r"('(?:[^']|'')*')")
-_PARAMETER = re.compile(r"\?(\d*)")
-_NAMED_PARAMETER = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
-
-@functools.lru_cache(maxsize=4096)
-def translate(sql: str) -> tuple[str, tuple[int, ...] | None]:
-    """The statement in PostgreSQL's dialect with psycopg's `%s` parameters, and, when
-    it numbers its parameters (`?1`), which given parameter each `%s` takes."""
-    for sqlite_text, postgres_text in _FRAGMENTS.items():
-        sql = sql.replace(sqlite_text, postgres_text)
-    for pattern, replacement in _RULES:
-        sql = pattern.sub(functools.partial(_expand, replacement=replacement), sql)
-    sql = _scalar_extremes(sql)
-    order: list[int] = []  # each %s's parameter, numbered from 0
-    numbered = False
-    pieces = []
-    for index, piece in enumerate(_LITERAL.split(sql)):
-        if index % 2:  # a string literal: only psycopg's % needs escaping
-            pieces.append(piece.replace("%", "%%"))
-            continue
-        piece = piece.replace("%", "%%")
-
-        def parameter(match: re.Match[str]) -> str:
-            # As SQLite numbers them: ?N is the Nth, a bare ? the one after the largest so far.
-            nonlocal numbered
-            if match.group(1):
-                numbered = True
-                order.append(int(match.group(1)) - 1)
-            else:
-                order.append(max(order, default=-1) + 1)
-            return "%s"
-
-        piece = _NAMED_PARAMETER.sub(r"%(\1)s", piece)
-        pieces.append(_PARAMETER.sub(parameter, piece))
-    return "".join(pieces), tuple(order) if numbered else None
-
-
-_EXTREME = re.compile(r"\b(max|min)\(", re.IGNORECASE)
-
-
-def _scalar_extremes(sql: str) -> str:
-    """SQLite's max(a, b, ...) and min(a, b, ...) of several arguments as GREATEST and LEAST
-    (one argument is the aggregate, the same in both)."""
-    out, start = [], 0
-    for match in _EXTREME.finditer(sql):
-        depth, index = 1, match.end()
-        top_level_comma = False
-        while index < len(sql) and depth:
-            char = sql[index]
-            depth += char == "("
-            depth -= char == ")"
-            top_level_comma |= char == "," and depth == 1
-            index += 1
-        if top_level_comma:
-            out.append(sql[start : match.start()])
-            out.append("GREATEST(" if match.group(1).lower() == "max" else "LEAST(")
-            start = match.end()
-    out.append(sql[start:])
-    return "".join(out)
-
-
-def _expand(match: re.Match[str], replacement: str) -> str:
-    # A json_each without an alias is read as json_each.value, as in SQLite.
-    groups = [group if group is not None else "json_each" for group in match.groups()]
-    return re.sub(r"\\(\d)", lambda ref: groups[int(ref.group(1)) - 1], replacement)
-
-
-def _parameters(params: Sequence[Any] | dict[str, Any], order: tuple[int, ...] | None) -> Any:
+def _parameters(params: Sequence[Any] | dict[str, Any]) -> Any:
     if isinstance(params, dict):
         return {key: _parameter(value) for key, value in params.items()}
-    if order is not None:
-        params = [params[index] for index in order]
     return [_parameter(value) for value in params]
 
 
@@ -135,7 +43,7 @@ def _parameter(value: Any) -> Any:
 
 _CHANGES = ("INSERT", "UPDATE", "DELETE", "MERGE")
 # A plain multi-row INSERT goes in by COPY: a 50,000-edge batch in a tenth of the time.
-_PLAIN_INSERT = re.compile(r"INSERT INTO (\w+) \(([\w\s,]+)\) VALUES \(\s*\?(?:\s*,\s*\?)*\s*\)")
+_PLAIN_INSERT = re.compile(r"INSERT INTO (\w+) \(([\w\s,]+)\) VALUES \(\s*%s(?:\s*,\s*%s)*\s*\)")
 COPY_FROM_ROWS = 64
 
 
@@ -155,6 +63,7 @@ class PgConnection:
     # The store sends a claim or a completion as one statement of data-modifying
     # WITH clauses (store/tasks.py, `fuses_statements`).
     fuses_statements = True
+    sql = queries  # the statements the store's functions run here (`dialect.sql`)
 
     def __init__(
         self,
@@ -188,14 +97,13 @@ class PgConnection:
             self._on_severed()
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor:
-        text, order = translate(sql)
         # Results in binary: a blob arrives as its bytes, not as hex text of twice the size.
         with self.round_trip():
-            cursor = self.raw.execute(text, _parameters(params, order), binary=True)
+            cursor = self.raw.execute(sql, _parameters(params), binary=True)
         status = cursor.statusmessage or ""
         if status.startswith(_CHANGES) and cursor.rowcount > 0:
             self.total_changes += cursor.rowcount
-        elif cursor.rowcount > 0 and _writes_within(text):
+        elif cursor.rowcount > 0 and _writes_within(sql):
             # Its status says SELECT: a row returned means its writes happened (the
             # store's fused statements return nothing when they write nothing).
             self.total_changes += cursor.rowcount
@@ -206,16 +114,15 @@ class PgConnection:
         plain = _PLAIN_INSERT.fullmatch(sql.strip())
         if plain is not None and len(rows) >= COPY_FROM_ROWS:
             return self._copy(plain.group(1), plain.group(2), rows)
-        text, order = translate(sql)
         cursor = self.raw.cursor()
         with self.round_trip():
-            cursor.executemany(text, [_parameters(row, order) for row in rows])
+            cursor.executemany(sql, [_parameters(row) for row in rows])
         if cursor.rowcount > 0:
             self.total_changes += cursor.rowcount
         return cursor
 
     def _copy(self, table: str, columns: str, rows: list[Sequence[Any]]) -> psycopg.Cursor:
-        values = [_parameters(row, None) for row in rows]  # each refused before any is sent
+        values = [_parameters(row) for row in rows]  # each refused before any is sent
         cursor = self.raw.cursor()
         with self.round_trip(), cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
             for row in values:

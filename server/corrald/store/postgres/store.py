@@ -124,22 +124,22 @@ def register_daemon(tx: Txn, daemon_id: str, state_dir: str) -> int:
     forget_silent_daemons(tx)
     host = socket.gethostname()
     if state_dir:
-        tx.conn.execute("DELETE FROM daemons WHERE host = ? AND state_dir = ?", (host, state_dir))
+        tx.conn.execute("DELETE FROM daemons WHERE host = %s AND state_dir = %s", (host, state_dir))
     tx.conn.execute(
-        "INSERT INTO daemons (id, host, state_dir, pid, started_ms, seen_ms) VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO daemons (id, host, state_dir, pid, started_ms, seen_ms) VALUES (%s, %s, %s, %s, %s, %s)",
         (daemon_id, host, state_dir, os.getpid(), tx.now_ms, tx.now_ms),
     )
-    (others,) = tx.conn.execute("SELECT count(*) FROM daemons WHERE id != ?", (daemon_id,)).fetchone()
+    (others,) = tx.conn.execute("SELECT count(*) FROM daemons WHERE id != %s", (daemon_id,)).fetchone()
     return others
 
 
 def heartbeat(tx: Txn, daemon_id: str) -> None:
-    tx.conn.execute("UPDATE daemons SET seen_ms = ? WHERE id = ?", (tx.now_ms, daemon_id))
+    tx.conn.execute("UPDATE daemons SET seen_ms = %s WHERE id = %s", (tx.now_ms, daemon_id))
     forget_silent_daemons(tx)
 
 
 def forget_silent_daemons(tx: Txn) -> None:
-    tx.conn.execute("DELETE FROM daemons WHERE seen_ms < ?", (tx.now_ms - DAEMON_GONE_MS,))
+    tx.conn.execute("DELETE FROM daemons WHERE seen_ms < %s", (tx.now_ms - DAEMON_GONE_MS,))
 
 
 def leave(board: PgBoard) -> None:

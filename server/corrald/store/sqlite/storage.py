@@ -13,11 +13,18 @@ import sqlite3
 
 from ... import failpoints
 from ...errors import CommitInDoubt
+from . import queries
 from .schema import migrate
 
 log = logging.getLogger("corrald.writer")
 _SQLITE_IOERR = 10  # the primary result code of every SQLITE_IOERR_* extended code
 READER_CACHE_KIB = 512
+
+
+class SqliteConnection(sqlite3.Connection):
+    """A connection to a SQLite board: its statements are SQLite's (`dialect.sql`)."""
+
+    sql = queries
 
 
 def _apply_pragmas(conn: sqlite3.Connection, *, synchronous: str, busy_timeout_ms: int) -> None:
@@ -33,7 +40,7 @@ def open_writer(path: pathlib.Path, *, synchronous: str = "FULL", busy_timeout_m
     """The one read-write connection: WAL, explicit transactions, migrated."""
     if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
         raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, factory=SqliteConnection)
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
     if mode.lower() != "wal":
         raise RuntimeError(f"SQLite refused WAL mode (got {mode})")
@@ -48,7 +55,9 @@ def open_writer(path: pathlib.Path, *, synchronous: str = "FULL", busy_timeout_m
 
 def open_reader(path: pathlib.Path, *, busy_timeout_ms: int = 5000) -> sqlite3.Connection:
     """A read-only connection: it cannot write even by mistake."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(
+        f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False, factory=SqliteConnection
+    )
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
     # Reads are short indexed lookups and the OS caches the file: a small page
     # cache per reader keeps the daemon's memory flat as the board grows.
