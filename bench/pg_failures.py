@@ -146,7 +146,7 @@ def _claim_query(store: Store, schema: str) -> dict:
     from corrald.store import tasks  # noqa: PLC0415
     from corrald.store.postgres.sql import PgConnection  # noqa: PLC0415 (its statements, as the daemon sends them)
 
-    query, params = tasks._ready_query(PgConnection.__new__(PgConnection), ())
+    query, params = tasks.ready_query(PgConnection.__new__(PgConnection), ())
     explain = f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {query}"
     with psycopg.connect(store.dsn, autocommit=True, options=f"-c search_path={schema}") as conn:
         ((plans,),) = psycopg.ClientCursor(conn).execute(explain, params).fetchall()

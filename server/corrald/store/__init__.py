@@ -8,10 +8,11 @@ Modules, each importing only those listed before it: `dialect` (what a
 statement asks of its database), `events` (the Watch log), `gates` (the reads that hold
 a claim back), `status` (a teammate's status), `ops` (Session ops run once), `claim_ends` (how claims ended, from
 the history),
-`tasks` (the task life cycle),
+`tasks` (the task life cycle, a package: one module per concern),
 `team` (the roster and credentials), `inbox` (messages and acknowledgements),
 `protocol` (plans and shutdown requests).
 
-The drivers: `sqlite` (the schema, connections and transactions of a board in
-one file) and `postgres` (a board several daemons serve).
+The drivers, behind `driver`'s interfaces: `sqlite` (the schema, connections
+and transactions of a board in one file) and `postgres` (a board several
+daemons serve), each with the store's statements in its dialect (`queries`).
 """

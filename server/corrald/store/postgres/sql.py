@@ -61,7 +61,7 @@ class PgConnection:
     (store/postgres/watchdog.py) and fails as a lost connection; `on_severed` is then told."""
 
     # The store sends a claim or a completion as one statement of data-modifying
-    # WITH clauses (store/tasks.py, `fuses_statements`).
+    # WITH clauses (store/tasks/, `fuses_statements`).
     fuses_statements = True
     sql = queries  # the statements the store's functions run here (`dialect.sql`)
 
