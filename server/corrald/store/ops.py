@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from .. import errors
 from ..model import OpOutcome, PendingOpRecord, Txn
-from .dialect import fuses_statements, sql
+from .dialect import fused, sql
 
 KEEP_MS = 24 * 3600 * 1000
 KEEP_PER_TEAMMATE = 10_000
@@ -65,7 +65,7 @@ def run_once(
     """
     conn = tx.conn
     record = PendingOpRecord((teammate, op_id, digest, tx.now_ms))
-    if record_in_body and fuses_statements(conn):
+    if record_in_body and fused(conn) is not None:
         tx.op_record = record
     elif not _write(tx, record):
         return _recorded(conn, teammate, op_id, digest), False

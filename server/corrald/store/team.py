@@ -10,7 +10,7 @@ from .. import errors
 from ..model import ClaimEndReason, ClaimOutcome, TeammateRecord, TeammateStatus, TeammateView, Txn
 from . import usage
 from .claim_ends import removal_note
-from .dialect import fuses_statements, sql
+from .dialect import fused, sql
 from .events import emit
 from .status import refresh_status
 from .tasks import ClaimRef, held_claim_refs, release_all, work_waited_for
@@ -98,10 +98,11 @@ DeliveryView = tuple[TeammateView, list[ClaimRef]]
 def view_for_delivery(conn: sqlite3.Connection, name: str, now_ms: int) -> DeliveryView:
     """What the delivery decision needs of a teammate, and its live claims (`held_claim_refs`);
     Unauthenticated once it is removed. One statement where each is a round trip."""
-    if not fuses_statements(conn):
+    several = fused(conn)
+    if several is None:
         row = conn.execute(sql(conn).VIEW_FOR_DELIVERY, (name,)).fetchone()
         return _delivery_view(name, row), held_claim_refs(conn, name, now_ms)
-    row = conn.execute(sql(conn).VIEW_WITH_CLAIMS, (name, now_ms, name)).fetchone()
+    row = conn.execute(several.VIEW_WITH_CLAIMS, (name, now_ms, name)).fetchone()
     return _delivery_view_with_claims(name, row)
 
 
@@ -110,14 +111,18 @@ def view_beside_completion(conn: sqlite3.Connection, name: str, now_ms: int) -> 
     teammate's claims (`tasks.complete_claim`'s `beside`), where a completion is one
     statement (None elsewhere): the completion changes nothing of the view but that
     claim, which it leaves out."""
-    if not fuses_statements(conn):
+    several = fused(conn)
+    if several is None:
         return None
-    return sql(conn).VIEW_BESIDE_COMPLETION, (name, now_ms, name)
+    return several.VIEW_BESIDE_COMPLETION, (name, now_ms, name)
 
 
 def view_beside_completions(conn: sqlite3.Connection) -> str:
-    """The same beside each completion of `tasks.complete_many`, for its request's teammate."""
-    return sql(conn).VIEW_BESIDE_COMPLETIONS
+    """The same beside each completion of `tasks.complete_many`, for its request's teammate
+    (where a run of completions is one statement)."""
+    several = fused(conn)
+    assert several is not None
+    return several.VIEW_BESIDE_COMPLETIONS
 
 
 def view_from_beside(name: str, row: tuple | None) -> DeliveryView | None:

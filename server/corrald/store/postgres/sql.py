@@ -20,6 +20,7 @@ import psycopg
 from psycopg.pq import PipelineStatus, TransactionStatus
 
 from ...errors import InvalidArgument
+from . import fused as several_in_one
 from . import queries
 from .watchdog import WATCHDOG
 
@@ -60,10 +61,9 @@ class PgConnection:
     With `reply_bound_s`, a round trip still unanswered after that long has its socket cut
     (store/postgres/watchdog.py) and fails as a lost connection; `on_severed` is then told."""
 
-    # The store sends a claim or a completion as one statement of data-modifying
-    # WITH clauses (store/tasks/, `fuses_statements`).
-    fuses_statements = True
     sql = queries  # the statements the store's functions run here (`dialect.sql`)
+    # A claim or a completion is one statement of data-modifying WITH clauses (`dialect.fused`).
+    fused = several_in_one
 
     def __init__(
         self,

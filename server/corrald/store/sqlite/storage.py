@@ -25,6 +25,7 @@ class SqliteConnection(sqlite3.Connection):
     """A connection to a SQLite board: its statements are SQLite's (`dialect.sql`)."""
 
     sql = queries
+    fused = None  # each statement costs only its own work: none does the work of several
 
 
 def _apply_pragmas(conn: sqlite3.Connection, *, synchronous: str, busy_timeout_ms: int) -> None:

@@ -17,7 +17,7 @@ from ...model import (
 )
 from .. import keys
 from .. import usage as spending
-from ..dialect import fuses_statements, sql
+from ..dialect import fused, sql
 from ..gates import protocol_pending
 from ..status import mark_busy
 from .ends import live_claim
@@ -78,10 +78,11 @@ def _take_first_ready(tx: Txn, teammate: str, roles: Iterable[str], token: str) 
     statements = sql(tx.conn)
     ready, allowed = ready_query(tx.conn, roles)
     now = tx.now_ms
-    if fuses_statements(tx.conn):
+    several = fused(tx.conn)
+    if several is not None:
         # One round trip: the pick, the claim's row, the task's and its event.
         row = tx.conn.execute(
-            statements.claim_first_ready(ready), (*allowed, token, teammate, now, teammate, now, now, now, now)
+            several.claim_first_ready(ready), (*allowed, token, teammate, now, teammate, now, now, now, now)
         ).fetchone()
         if row is None:
             return None

@@ -4,6 +4,7 @@ run of completions in one statement (PostgreSQL)."""
 from __future__ import annotations
 
 import sqlite3
+import types
 from collections.abc import Iterable, Sequence
 
 from ... import errors
@@ -18,7 +19,7 @@ from ...model import (
 )
 from .. import keys, ops
 from .. import usage as spending
-from ..dialect import fuses_statements, sql
+from ..dialect import fused, sql
 from .ends import back_to_pending, count_failure, end_claim, live_claim, slot_freed
 from .reclaim import reclaim_expired
 from .rows import IN_PROGRESS, PENDING, TASK_WIDTH, task_by_seq, task_changed, task_record
@@ -49,11 +50,12 @@ def complete_claim(
     completion is one (PostgreSQL, no usage, a live claim): its row is returned
     third, else None. It sees the board as it was before the completion, and
     `live.fence` names the claim the completion ends."""
-    if usage is None and fuses_statements(tx.conn):
+    several = fused(tx.conn)
+    if usage is None and several is not None:
         # One round trip in the usual case: the check that the token holds a live
         # claim is part of the statement that completes the task; when it finds
         # none, the check below says why (or finds the task completed by this token).
-        completed = _complete_if_live(tx, teammate, (task_id, token, result), beside)
+        completed = _complete_if_live(tx, several, teammate, (task_id, token, result), beside)
         if completed is not None:
             task, key, dependents, read_beside = completed
             tx.wakes.events = True
@@ -69,10 +71,10 @@ def complete_claim(
     statements = sql(tx.conn)
     sums, sum_params = spending.task_sums(tx.conn, usage)
     done_params = (result, tx.now_ms, *sum_params, seq)
-    if fuses_statements(tx.conn):
+    if several is not None:
         # One round trip: the claim's end, the task's row, its dependents' counts and its event.
         row = tx.conn.execute(
-            statements.complete_claim(sums),
+            several.complete_claim(sums),
             (ClaimOutcome.COMPLETED.value, tx.now_ms, "", fence, *done_params, seq, tx.now_ms),
         ).fetchone()
         tx.wakes.events = True
@@ -89,7 +91,7 @@ def complete_claim(
 
 
 def _complete_if_live(
-    tx: Txn, teammate: str, request: tuple[str, str, bytes], beside: tuple[str, tuple] | None
+    tx: Txn, several: types.ModuleType, teammate: str, request: tuple[str, str, bytes], beside: tuple[str, tuple] | None
 ) -> tuple[TaskRecord, str, list, tuple | None] | None:
     """A completion without usage, checked and done in one statement (PostgreSQL): the
     task, its concurrency key, its dependents' new counts and what `beside` read; None
@@ -105,7 +107,7 @@ def _complete_if_live(
             row = row[: 1 + _COMPLETED_WIDTH]  # what it read beside is not the board's now
         tx.ahead = None  # taken (the writer checks)
     else:
-        statement = sql(tx.conn).complete_if_live(record is not None, beside[0] if beside is not None else None)
+        statement = several.complete_if_live(record is not None, beside[0] if beside is not None else None)
         now = tx.now_ms
         params = (
             *(record.params if record is not None else ()),
@@ -147,7 +149,7 @@ def complete_many(conn: sqlite3.Connection, now_ms: int, requests: Sequence[tupl
     The requests' teammates are distinct. PostgreSQL only."""
     columns = list(zip(*requests, strict=True))
     rows = conn.execute(
-        sql(conn).complete_many(beside),
+        _fused(conn).complete_many(beside),
         {
             "teammates": list(columns[0]),
             "op_ids": list(columns[1]),
@@ -241,3 +243,9 @@ def revoke(tx: Txn, task_id: str, reason: str) -> TaskRecord:
     tx.wakes.claim_ended(owner, ClaimEnd(task_id, token, ClaimEndReason.REVOKED, why))
     tx.wakes.note("revoked", task=task_id, teammate=owner, reason=why[:200])
     return task_by_seq(tx.conn, seq)
+
+
+def _fused(conn: sqlite3.Connection) -> types.ModuleType:
+    several = fused(conn)
+    assert several is not None, "a run of completions is one statement only where statements are round trips"
+    return several

@@ -7,7 +7,7 @@ import sqlite3
 from ...model import (
     Txn,
 )
-from ..dialect import fuses_statements, sql
+from ..dialect import fused, sql
 from .rows import PENDING, earliest_gate, task_changed
 
 
@@ -23,9 +23,10 @@ def open_due_gates(tx: Txn) -> None:
     knows of."""
     if tx.gates.none_due(tx.now_ms):
         return
-    if fuses_statements(tx.conn):
+    several = fused(tx.conn)
+    if several is not None:
         # One round trip: the gates opened, and the earliest gate left (every row carries it).
-        rows = tx.conn.execute(sql(tx.conn).OPEN_GATES_AND_EARLIEST, (tx.now_ms, tx.now_ms)).fetchall()
+        rows = tx.conn.execute(several.OPEN_GATES_AND_EARLIEST, (tx.now_ms, tx.now_ms)).fetchall()
         opened = [row[:4] for row in rows if row[0] is not None]
         earliest = rows[0][4]
     else:
