@@ -10,11 +10,11 @@ a transaction there; the jobs it runs are the same on both.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ..clock import Clock
-from ..model import Txn, Wakes
+from ..model import Mergeable, RanAhead, Txn, Wakes
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -29,6 +29,32 @@ class DatabaseHealth:
     writable: bool
     commit_outcomes_asked: int
     connections_cut: int
+
+
+class Queued(Protocol):
+    """A job the writer has taken into a batch, as a batching strategy sees it."""
+
+    @property
+    def merge(self) -> Mergeable | None: ...
+
+
+class JobRuns(Protocol):
+    """A driver's batching strategy for one attempt of a batch: runs of mergeable jobs
+    (`model.Mergeable`) share their first statement (store/postgres/runs.py)."""
+
+    together: int  # jobs that took a run's result
+
+    def may_start(self, batch: Sequence[Queued], index: int) -> bool:
+        """Whether a run may begin at job `index`."""
+
+    def start(self, conn: Any, now_ms: int, batch: Sequence[Queued], index: int) -> list[int]:
+        """Runs the run that begins at `index` (if it has more than one job); its jobs' indexes."""
+
+    def take(self, batch: Sequence[Queued], index: int) -> RanAhead | None:
+        """Job `index`'s share of its run, as it is about to run."""
+
+    def ran(self, queued: Queued, wakes: Wakes | None) -> None:
+        """Job `queued` ran, with these wake-ups (whose rows it changed)."""
 
 
 class WriterStorage(Protocol):
@@ -56,9 +82,11 @@ class WriterStorage(Protocol):
 
     # Whether every job runs inside a savepoint of its own; if not, see `untouched`.
     savepoint_each_job: bool
-    # Whether runs of mergeable jobs share their first statement (`model.Mergeable`):
-    # where each statement is a round trip and the server's work to start it.
-    merges_jobs: bool
+
+    def merged_runs(self) -> JobRuns | None:
+        """The driver's batching strategy for an attempt of a batch run without savepoints
+        (None: each job runs its own statements). Where each statement is a round trip
+        and the server's work to start it, runs of mergeable jobs share their first."""
 
     def untouched(self, conn: Any, changes_before: int) -> bool:
         """Whether the transaction is as it was when a job began (`changes_before` is

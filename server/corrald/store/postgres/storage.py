@@ -56,6 +56,7 @@ from ...clock import SystemClock
 from ...config import ConfigError
 from ...errors import CommitInDoubt, Unavailable
 from ...model import Wakes
+from .runs import MergedRuns
 from .schema import lock_key
 from .sql import PgConnection
 from .target import PgTarget, scrub
@@ -184,7 +185,7 @@ class PgStorage:
         # The transaction's id comes with its BEGIN: after a lost COMMIT it is too late to ask.
         self._begin = f"BEGIN; SELECT {lock}pg_current_xact_id()::text, {_CLOCK_SQL}"
         self._notify = "notify" not in switched_off
-        self.merges_jobs = "merge" not in switched_off
+        self._merges = "merge" not in switched_off
         self.channel = notify_channel(target.schema)
         self._notified = threading.Lock()
         self.notifies = 0
@@ -313,7 +314,11 @@ class PgStorage:
 
     # Two round trips per job; a job that fails after writing is rare (writer.py's docstring).
     savepoint_each_job = False
-    merges_jobs = True  # unless the benchmark's "merge" switch is off (see __init__)
+
+    def merged_runs(self) -> MergedRuns | None:
+        """Runs of Session completions in one statement (runs.py), unless the benchmark's
+        "merge" switch is off (see __init__)."""
+        return MergedRuns() if self._merges else None
 
     def untouched(self, conn: PgConnection, changes_before: int) -> bool:
         return conn.total_changes == changes_before and not conn.failed

@@ -102,7 +102,10 @@ class SqliteStorage:
         """Nobody else serves a SQLite board."""
 
     savepoint_each_job = True  # in process: a savepoint costs next to nothing
-    merges_jobs = False  # nor does a statement
+
+    def merged_runs(self) -> None:
+        """None: in process, a statement costs nothing but its own work."""
+        return None
 
     def untouched(self, conn: sqlite3.Connection, changes_before: int) -> bool:
         return conn.total_changes == changes_before
