@@ -21,13 +21,11 @@ from . import cpu, delivery, errors, requestids, validate
 from .clock import Clock
 from .config import Limits, WriterConfig
 from .model import (
-    TASK_EVENT_KINDS,
     AttemptRecord,
     Budget,
     CanceledTask,
     ConcurrencyLimit,
     CreatedBatch,
-    Event,
     FeedPage,
     Mergeable,
     OpOutcome,
@@ -44,7 +42,7 @@ from .model import (
 )
 from .readers import ReaderPool
 from .requestids import RequestKey
-from .store import events, inbox, keys, ops, overview, protocol, status, tasks, team, usage, viewers
+from .store import inbox, keys, ops, overview, protocol, status, tasks, team, usage, viewers
 from .store.driver import BoardDriver
 from .store.sqlite.driver import SqliteBoard
 from .stream import ParkedStreams, StreamItem, StreamState
@@ -120,8 +118,7 @@ def _stamp_clock(conn, now_ms: int, changed: bool, failures: list[BaseException]
 
 @dataclasses.dataclass(frozen=True)
 class BoardOverview:
-    """The whole board as a page draws it, read in one transaction: consistent with
-    the event log through `seq`. Past `graph_limit` tasks, `tasks` is the frontier."""
+    """The board as a page draws it (`overview.BoardPicture`), and the stats of the same read."""
 
     seq: int
     task_count: int
@@ -754,46 +751,26 @@ class Board:
         return await self.read(lambda conn: team.roles_of(conn, name))
 
     async def read_feed(self, after_seq: int, limit: int, max_bytes: int) -> FeedPage:
-        """Events after `after_seq` with the task or teammate each one is about: up to
-        `limit`, as many as fit in `max_bytes` (at least one), chosen before any task is
-        loaded (a read)."""
-
-        def query(conn) -> FeedPage:
-            found = events.read_events(conn, after_seq, limit)
-            sizes = tasks.wire_bytes_by_id(conn, (e.data["id"] for e in found if e.kind in TASK_EVENT_KINDS))
-            items: list[tuple[Event, TaskRecord | None, TeammateRecord | None]] = []
-            total = 0
-            for event in found:
-                if event.kind in TASK_EVENT_KINDS:
-                    # The bound counts the task's progress now; the event shows its own.
-                    total += sizes.get(event.data["id"], 0) + len(event.data.get("progress", "").encode())
-                if items and total > max_bytes:
-                    break
-                task = tasks.get_task(conn, event.data["id"]) if event.kind in TASK_EVENT_KINDS else None
-                mate = team.get_teammate(conn, event.data["name"]) if event.kind == "teammate_changed" else None
-                items.append((event, task, mate))
-            return FeedPage(items, more=len(items) < len(found) or len(found) == limit)
-
-        return await self.read(query)
+        """Events after `after_seq` with the task or teammate each one is about (a read:
+        `overview.feed_page`)."""
+        return await self.read(lambda conn: overview.feed_page(conn, after_seq, limit, max_bytes))
 
     async def overview(self, graph_limit: int, claims_limit: int = 2000) -> BoardOverview:
         """The board for a page, in one read transaction (see `BoardOverview`)."""
 
         def query(conn) -> BoardOverview:
-            count = overview.task_count(conn)
-            frontier = count > graph_limit
-            rows = overview.frontier_rows(conn, graph_limit) if frontier else overview.task_rows(conn, 0, graph_limit)
+            p = overview.board_picture(conn, graph_limit, claims_limit, self.limits.page_size_max)
             return BoardOverview(
-                seq=overview.last_event_seq(conn),
-                task_count=count,
-                frontier=frontier,
-                tasks=rows,
-                problems=overview.problem_rows(conn, 500),
-                claims=overview.recent_claims(conn, claims_limit),
-                plans=overview.open_plans(conn, 100),
-                teammates=[record for _, record in team.list_teammates(conn, 0, self.limits.page_size_max)],
-                last_activity_ms=overview.last_activity(conn),
-                stats=self._stats(conn),
+                p.seq,
+                p.task_count,
+                p.frontier,
+                p.tasks,
+                p.problems,
+                p.claims,
+                p.plans,
+                p.teammates,
+                p.last_activity_ms,
+                self._stats(conn),
             )
 
         return await self.read(query)

@@ -1,4 +1,5 @@
-"""Reads for the web board: the board's shape without its payloads, in plain rows.
+"""Reads for the web board and the Watch feed: the board's shape without its payloads,
+in plain rows, and pages of the event log with what each event is about.
 
 Every function takes an open read connection; the caller runs them together in
 one read transaction, so a snapshot and the event seq it names agree.
@@ -6,9 +7,11 @@ one read transaction, so a snapshot and the event seq it names agree.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 
-from ..model import TaskState
+from ..model import TASK_EVENT_KINDS, Event, FeedPage, TaskRecord, TaskState, TeammateRecord
+from . import events, tasks, team
 from .dialect import sql
 
 ERROR_PREVIEW_CHARS = 1024
@@ -92,3 +95,55 @@ def open_plans(conn: sqlite3.Connection, limit: int) -> list[dict[str, object]]:
         (limit,),
     ).fetchall()
     return [{"plan_id": str(pid), "author": a, "plan": body, "submit_ms": ms} for pid, a, body, ms in rows]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BoardPicture:
+    """The whole board as a page draws it, read in one transaction: consistent with the
+    event log through `seq`. Past `graph_limit` tasks, `tasks` is the frontier."""
+
+    seq: int
+    task_count: int
+    frontier: bool
+    tasks: list[dict[str, object]]
+    problems: list[dict[str, object]]
+    claims: list[dict[str, object]]
+    plans: list[dict[str, object]]
+    teammates: list[TeammateRecord]
+    last_activity_ms: dict[str, int]
+
+
+def board_picture(conn: sqlite3.Connection, graph_limit: int, claims_limit: int, teammates_limit: int) -> BoardPicture:
+    count = task_count(conn)
+    frontier = count > graph_limit
+    rows = frontier_rows(conn, graph_limit) if frontier else task_rows(conn, 0, graph_limit)
+    return BoardPicture(
+        seq=last_event_seq(conn),
+        task_count=count,
+        frontier=frontier,
+        tasks=rows,
+        problems=problem_rows(conn, 500),
+        claims=recent_claims(conn, claims_limit),
+        plans=open_plans(conn, 100),
+        teammates=[record for _, record in team.list_teammates(conn, 0, teammates_limit)],
+        last_activity_ms=last_activity(conn),
+    )
+
+
+def feed_page(conn: sqlite3.Connection, after_seq: int, limit: int, max_bytes: int) -> FeedPage:
+    """Events after `after_seq` with the task or teammate each one is about: up to `limit`,
+    as many as fit in `max_bytes` (at least one), chosen before any task is loaded."""
+    found = events.read_events(conn, after_seq, limit)
+    sizes = tasks.wire_bytes_by_id(conn, (e.data["id"] for e in found if e.kind in TASK_EVENT_KINDS))
+    items: list[tuple[Event, TaskRecord | None, TeammateRecord | None]] = []
+    total = 0
+    for event in found:
+        if event.kind in TASK_EVENT_KINDS:
+            # The bound counts the task's progress now; the event shows its own.
+            total += sizes.get(event.data["id"], 0) + len(event.data.get("progress", "").encode())
+        if items and total > max_bytes:
+            break
+        task = tasks.get_task(conn, event.data["id"]) if event.kind in TASK_EVENT_KINDS else None
+        mate = team.get_teammate(conn, event.data["name"]) if event.kind == "teammate_changed" else None
+        items.append((event, task, mate))
+    return FeedPage(items, more=len(items) < len(found) or len(found) == limit)
