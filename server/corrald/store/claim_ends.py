@@ -51,7 +51,7 @@ def ended_claims(conn: sqlite3.Connection, tokens: Collection[str], teammates: C
     ends: dict[str, ClaimEnd | None] = {}
     if tokens:
         rows = conn.execute(
-            sql(conn).ENDED_CLAIMS_SELECT,
+            sql(conn).ENDED_CLAIMS,
             (json.dumps(sorted(tokens)),),
         )
         for token, task_id, outcome, error, holder, removed in rows:
@@ -64,7 +64,7 @@ def ended_claims(conn: sqlite3.Connection, tokens: Collection[str], teammates: C
         removed_names = frozenset(
             name
             for (name,) in conn.execute(
-                sql(conn).ENDED_CLAIMS_SELECT_2,
+                sql(conn).REMOVED_AMONG,
                 (json.dumps(sorted(teammates)),),
             )
         )

@@ -21,9 +21,9 @@ def enqueue(tx: Txn, recipient: str, kind: str, limit: int, **fields) -> int:
     if kind == "message" and last - acked >= limit:
         raise errors.Overloaded(f"inbox of {recipient!r} holds {limit} unacknowledged items", retry_after_ms=1000)
     seq = last + 1
-    tx.conn.execute(sql(tx.conn).ENQUEUE_UPDATE_TEAMMATES, (seq, recipient))
+    tx.conn.execute(sql(tx.conn).SET_LAST_SEQ, (seq, recipient))
     tx.conn.execute(
-        sql(tx.conn).ENQUEUE_INSERT_INBOX,
+        sql(tx.conn).INSERT_INBOX_ITEM,
         (
             recipient,
             seq,

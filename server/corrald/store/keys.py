@@ -71,10 +71,10 @@ def set_limit(tx: Txn, key: str, limit: int) -> ConcurrencyLimit:
     that may take more claims than before wakes the takers of its ready tasks."""
     count = _in_progress(tx.conn, key)
     if limit == 0:
-        tx.conn.execute(sql(tx.conn).SET_LIMIT_DELETE_CONCURRENCY_KEYS, (key,))
+        tx.conn.execute(sql(tx.conn).DROP_LIMIT, (key,))
     else:
         tx.conn.execute(
-            sql(tx.conn).SET_LIMIT_INSERT_CONCURRENCY_KEYS,
+            sql(tx.conn).SET_LIMIT,
             (key, limit, count),
         )
     if limit == 0 or count < limit:

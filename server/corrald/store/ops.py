@@ -150,10 +150,10 @@ def _prune(tx: Txn, teammate: str) -> None:
     # `done_ms` grows with `seq` (one writer, a clock that never goes back): the
     # records older than a day are the ones before the first younger one.
     conn.execute(
-        sql(conn).PRUNE_DELETE_SESSION_OPS,
+        sql(conn).PRUNE_OPS_BEFORE,
         (tx.now_ms - KEEP_MS,),
     )
     conn.execute(
-        sql(conn).PRUNE_DELETE_SESSION_OPS_2,
+        sql(conn).PRUNE_OPS_BEYOND,
         (teammate, teammate, KEEP_PER_TEAMMATE),
     )

@@ -33,7 +33,7 @@ def _row_id(text: str) -> int:
 
 
 def decide_plan(tx: Txn, plan_id: str, approve: bool, feedback: str) -> int:
-    row = tx.conn.execute(sql(tx.conn).DECIDE_PLAN_SELECT, (_row_id(plan_id),)).fetchone()
+    row = tx.conn.execute(sql(tx.conn).PLAN, (_row_id(plan_id),)).fetchone()
     if row is None:
         raise errors.PlanNotFound(f"no plan {plan_id!r}", plan_id=plan_id)
     author, decided = row
@@ -41,7 +41,7 @@ def decide_plan(tx: Txn, plan_id: str, approve: bool, feedback: str) -> int:
         raise errors.FailedPrecondition(f"plan {plan_id!r} was already decided", plan_id=plan_id)
     seq = enqueue(tx, author, "plan_decision", 0, ref=plan_id, approve=approve, body=feedback)
     tx.conn.execute(
-        sql(tx.conn).DECIDE_PLAN_UPDATE_PLANS,
+        sql(tx.conn).DECIDE_PLAN,
         (int(approve), feedback, seq, _row_id(plan_id)),
     )
     emit(tx, "plan_decided", {"plan_id": plan_id, "author": author, "approve": approve, "feedback": feedback})
@@ -67,7 +67,7 @@ def request_shutdown(tx: Txn, name: str, reason: str, grace_ms: int) -> tuple[st
 def respond_shutdown(tx: Txn, name: str, request_id: str, approve: bool, reason: str) -> None:
     teammate_row(tx.conn, name, lock=True)
     row = tx.conn.execute(
-        sql(tx.conn).RESPOND_SHUTDOWN_SELECT,
+        sql(tx.conn).SHUTDOWN_ANSWERED,
         (_row_id(request_id), name),
     ).fetchone()
     if row is None:
@@ -77,13 +77,13 @@ def respond_shutdown(tx: Txn, name: str, request_id: str, approve: bool, reason:
     if approve:
         release_all(tx, name, ClaimOutcome.RELEASED)
         tx.conn.execute(
-            sql(tx.conn).RESPOND_SHUTDOWN_UPDATE_SHUTDOWNS,
+            sql(tx.conn).APPROVE_SHUTDOWNS,
             (reason, name),
         )
         tx.wakes.ended[name] = "shutdown approved"
     else:
         tx.conn.execute(
-            sql(tx.conn).RESPOND_SHUTDOWN_UPDATE_SHUTDOWNS_2,
+            sql(tx.conn).REFUSE_SHUTDOWN,
             (reason, _row_id(request_id)),
         )
         tx.wakes.teammates.add(name)  # the shutdown gate opened

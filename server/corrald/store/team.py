@@ -17,10 +17,10 @@ from .tasks import ClaimRef, held_claim_refs, release_all, work_waited_for
 
 
 def add_teammate(tx: Txn, name: str, roles: tuple[str, ...], require_plan: bool, token_hash: bytes) -> TeammateRecord:
-    if tx.conn.execute(sql(tx.conn).ADD_TEAMMATE_SELECT, (name,)).fetchone():
+    if tx.conn.execute(sql(tx.conn).TEAMMATE_EXISTS, (name,)).fetchone():
         raise errors.AlreadyExists(f"teammate {name!r} exists", field="name")
     tx.conn.execute(
-        sql(tx.conn).ADD_TEAMMATE_INSERT_TEAMMATES,
+        sql(tx.conn).INSERT_TEAMMATE,
         (name, token_hash, json.dumps(list(roles)), int(require_plan), int(TeammateStatus.OFFLINE), tx.now_ms),
     )
     teammate = get_teammate(tx.conn, name)
@@ -32,7 +32,7 @@ def add_teammate(tx: Txn, name: str, roles: tuple[str, ...], require_plan: bool,
 def rotate_token(tx: Txn, name: str, token_hash: bytes) -> None:
     """Gives a teammate a new credential, the old one dead from this commit on (a retried
     AddTeammate: the first answer, which carried the old one, was lost)."""
-    changed = tx.conn.execute(sql(tx.conn).ROTATE_TOKEN, (token_hash, name)).rowcount
+    changed = tx.conn.execute(sql(tx.conn).ROTATE_TEAMMATE_TOKEN, (token_hash, name)).rowcount
     if not changed:
         raise errors.FailedPrecondition(f"teammate {name!r} was removed since this request added it", name=name)
     tx.wakes.credentials = True  # the other daemons forget the old credential
@@ -59,8 +59,8 @@ def teammate_row(conn: sqlite3.Connection, name: str, *, lock: bool = False) -> 
 
 def get_teammate(conn: sqlite3.Connection, name: str) -> TeammateRecord:
     roles, require_plan, _, _, status, _, _ = teammate_row(conn, name)
-    (served_by,) = conn.execute(sql(conn).GET_TEAMMATE_SELECT, (name,)).fetchone()
-    held = tuple(r[0] for r in conn.execute(sql(conn).GET_TEAMMATE_SELECT_2, (name,)))
+    (served_by,) = conn.execute(sql(conn).SERVED_BY, (name,)).fetchone()
+    held = tuple(r[0] for r in conn.execute(sql(conn).HELD_TASK_IDS, (name,)))
     role_list = _roles(roles)
     waiting_for = tuple(work_waited_for(conn, name, role_list)) if status == TeammateStatus.WAITING else ()
     spent, budget = usage.of_teammate(conn, name)
@@ -169,8 +169,8 @@ def remove_teammate(tx: Txn, name: str, why: str = "removed") -> TeammateRecord:
     if teammate_row(tx.conn, name, lock=True)[2]:
         return get_teammate(tx.conn, name)
     release_all(tx, name, ClaimOutcome.REVOKED, removal_note(name), notice=ClaimEndReason.TEAMMATE_REMOVED)
-    tx.conn.execute(sql(tx.conn).REMOVE_TEAMMATE_UPDATE_TEAMMATES, (name,))
-    tx.conn.execute(sql(tx.conn).REMOVE_TEAMMATE_UPDATE_SHUTDOWNS, (name,))
+    tx.conn.execute(sql(tx.conn).REMOVE_TEAMMATE, (name,))
+    tx.conn.execute(sql(tx.conn).ANSWER_SHUTDOWNS_OF, (name,))
     tx.wakes.ended[name] = why
     refresh_status(tx, name, reason="removed")
     tx.wakes.note("removed", teammate=name, why=why)

@@ -98,17 +98,17 @@ def _exhausted(tx: Txn, notice: BudgetExhausted) -> None:
 def set_budget(tx: Txn, name: str, budget: Budget) -> Budget:
     """Sets a teammate's own budget, or with "*" the default. A teammate whose gate this
     closes is told so; one whose gate it opens is woken to claim again."""
-    if name != "*" and tx.conn.execute(sql(tx.conn).SET_BUDGET_SELECT, (name,)).fetchone() is None:
+    if name != "*" and tx.conn.execute(sql(tx.conn).TEAMMATE_EXISTS_FOR_BUDGET, (name,)).fetchone() is None:
         raise errors.TeammateNotFound(f"no teammate {name!r}", name=name)
     before = _closed(tx.conn, name)
     if name == "*":
         tx.conn.executemany(
-            sql(tx.conn).SET_BUDGET_UPDATE_META,
+            sql(tx.conn).SET_DEFAULT_BUDGET,
             [(budget.max_cost_micros, "budget_cost_micros"), (budget.max_tokens, "budget_tokens")],
         )
     else:
         tx.conn.execute(
-            sql(tx.conn).SET_BUDGET_UPDATE_TEAMMATES,
+            sql(tx.conn).SET_BUDGET,
             (budget.max_cost_micros, budget.max_tokens, name),
         )
     after = _closed(tx.conn, name)

@@ -36,13 +36,13 @@ MARK_BUSY = f"UPDATE teammates SET status = {_BUSY} WHERE name = %s AND status !
 STORE_STATUS = "UPDATE teammates SET status = %s WHERE name = %s"
 
 # ---------------------------------------------------------------- claim_ends
-ENDED_CLAIMS_SELECT = (
+ENDED_CLAIMS = (
     "SELECT c.token, t.id, c.outcome, c.error, c.teammate, m.removed FROM "
     "json_array_elements_text(%s::json) WITH ORDINALITY AS w(value, key) JOIN claims AS c ON c.token = "
     "w.value JOIN tasks AS t ON t.seq = c.task_seq JOIN teammates AS m ON m.name = c.teammate WHERE "
     "c.outcome IS NOT NULL ORDER BY c.fence"
 )
-ENDED_CLAIMS_SELECT_2 = (
+REMOVED_AMONG = (
     "SELECT m.name FROM json_array_elements_text(%s::json) WITH ORDINALITY AS w(value, key) JOIN "
     "teammates AS m ON m.name = w.value WHERE m.removed = 1"
 )
@@ -63,39 +63,39 @@ FULL_AMONG = (
 IN_PROGRESS = (
     f"SELECT count(*) FROM tasks WHERE concurrency_key = %s AND concurrency_key != '' AND state = {_IN_PROGRESS}"
 )
-SET_LIMIT_DELETE_CONCURRENCY_KEYS = "DELETE FROM concurrency_keys WHERE key = %s"
-SET_LIMIT_INSERT_CONCURRENCY_KEYS = (
+DROP_LIMIT = "DELETE FROM concurrency_keys WHERE key = %s"
+SET_LIMIT = (
     "INSERT INTO concurrency_keys (key, max_in_progress, in_progress) VALUES (%s, %s, %s) ON CONFLICT "
     "(key) DO UPDATE SET max_in_progress = excluded.max_in_progress, in_progress = excluded.in_progress"
 )
 
 # ---------------------------------------------------------------- usage
-SET_BUDGET_SELECT = "SELECT 1 FROM teammates WHERE name = %s"
-SET_BUDGET_UPDATE_META = "UPDATE meta SET value = %s WHERE key = %s"
-SET_BUDGET_UPDATE_TEAMMATES = "UPDATE teammates SET budget_cost_micros = %s, budget_tokens = %s WHERE name = %s"
+TEAMMATE_EXISTS_FOR_BUDGET = "SELECT 1 FROM teammates WHERE name = %s"
+SET_DEFAULT_BUDGET = "UPDATE meta SET value = %s WHERE key = %s"
+SET_BUDGET = "UPDATE teammates SET budget_cost_micros = %s, budget_tokens = %s WHERE name = %s"
 
 # ---------------------------------------------------------------- tasks
-WAITING_FOR_SELECT = (
+UNMET_DEPENDENCIES = (
     "SELECT d.task_seq, dep.id FROM json_array_elements_text(%s::json) WITH ORDINALITY AS w(value, key) "
     "JOIN deps AS d ON d.task_seq = CAST(w.value AS BIGINT) JOIN tasks AS dep ON dep.seq = d.dep_seq "
     f"WHERE dep.state != {_COMPLETED} ORDER BY d.task_seq, d.position"
 )
-WAITING_FOR_SELECT_2 = (
+SHUT_GATES = (
     "SELECT t.seq, t.ready_ms FROM json_array_elements_text(%s::json) WITH ORDINALITY AS w(value, key) "
     "JOIN tasks AS t ON t.seq = CAST(w.value AS BIGINT) WHERE t.gate_shut = 1"
 )
-NEXT_DEADLINE_SELECT = f"SELECT min(lease_expire_ms) FROM tasks WHERE state = {_IN_PROGRESS}"
-NEXT_DEADLINE_SELECT_2 = "SELECT min(deadline_ms) FROM shutdowns WHERE answered = 0"
-CREATE_BATCH_SELECT = "SELECT digest, task_ids FROM create_requests WHERE request_id = %s"
-CREATE_BATCH_INSERT_TASKS = (
+EARLIEST_LEASE = f"SELECT min(lease_expire_ms) FROM tasks WHERE state = {_IN_PROGRESS}"
+EARLIEST_GRACE = "SELECT min(deadline_ms) FROM shutdowns WHERE answered = 0"
+CREATE_REQUEST = "SELECT digest, task_ids FROM create_requests WHERE request_id = %s"
+INSERT_TASK = (
     "INSERT INTO tasks (id, title, description, payload, priority, required_role, max_attempts, "
     "lease_ms, spec_digest, state, unmet_deps, create_ms, not_before_ms, retry_backoff_ms, "
     "retry_backoff_max_ms, ready_ms, gate_shut, trace_parent, concurrency_key, attempt_timeout_ms) "
     "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
 )
-CREATE_BATCH_INSERT_DEPS = "INSERT INTO deps (task_seq, dep_seq, position) VALUES (%s, %s, %s)"
-CREATE_BATCH_INSERT_CREATE_REQUESTS = "INSERT INTO create_requests (request_id, digest, task_ids) VALUES (%s, %s, %s)"
-TAKE_FIRST_READY = (
+INSERT_DEPS = "INSERT INTO deps (task_seq, dep_seq, position) VALUES (%s, %s, %s)"
+INSERT_CREATE_REQUEST = "INSERT INTO create_requests (request_id, digest, task_ids) VALUES (%s, %s, %s)"
+INSERT_CLAIM = (
     "INSERT INTO claims (token, task_seq, teammate, attempt, claim_ms) VALUES (%s, %s, %s, %s, %s) RETURNING fence"
 )
 DEPENDENCY_RESULTS = (
@@ -108,20 +108,20 @@ LIVE_CLAIM = (
     "t.attempt_deadline_ms, c.fence, c.task_seq, c.teammate, c.outcome FROM tasks AS t LEFT JOIN claims "
     "AS c ON c.token = %s WHERE t.id = %s"
 )
-RENEW = "UPDATE tasks SET progress_event_ms = %s, progress_unsent = 0 WHERE seq = %s"
-RELEASE_ALL = (
+PROGRESS_SENT = "UPDATE tasks SET progress_event_ms = %s, progress_unsent = 0 WHERE seq = %s"
+HELD_CLAIMS_OF = (
     "SELECT t.seq, t.live_fence, t.id, c.token, t.concurrency_key FROM tasks AS t JOIN claims AS c ON "
     f"c.fence = t.live_fence WHERE t.owner = %s AND t.state = {_IN_PROGRESS}"
 )
-REVOKE = (
+LIVE_CLAIM_OF_TASK = (
     "SELECT t.seq, t.state, t.owner, t.live_fence, c.token, t.concurrency_key FROM tasks AS t LEFT JOIN "
     "claims AS c ON c.fence = t.live_fence WHERE t.id = %s"
 )
-BACK_TO_PENDING_UPDATE_TASKS = (
+BACK_TO_PENDING = (
     f"UPDATE tasks SET state = {_PENDING}, owner = '', live_fence = NULL, lease_expire_ms = NULL WHERE seq = %s "
     "RETURNING required_role"
 )
-BACK_TO_PENDING_UPDATE_TASKS_2 = (
+BACK_TO_PENDING_GATED = (
     f"UPDATE tasks SET state = {_PENDING}, owner = '', live_fence = NULL, lease_expire_ms = NULL, ready_ms = %s, "
     "gate_shut = 1, unmet_deps = unmet_deps + 1 WHERE seq = %s"
 )
@@ -130,13 +130,13 @@ COUNT_FAILURE = (
     "max_attempts, retry_backoff_ms, retry_backoff_max_ms"
 )
 FINISH = "UPDATE tasks SET state = %s, finish_ms = %s, live_fence = NULL, lease_expire_ms = NULL WHERE seq = %s"
-CANCEL = (
+CANCEL_TARGETS = (
     "SELECT t.id, t.seq, t.error, t.finish_ms FROM json_array_elements_text(%s::json) WITH ORDINALITY AS "
     "w(value, key) JOIN tasks AS t ON t.seq = CAST(w.value AS BIGINT) ORDER BY w.key"
 )
-DEPENDENTS_SELECT = "SELECT id FROM tasks WHERE seq = %s"
-DEPENDENTS_SELECT_2 = "SELECT task_seq FROM deps WHERE dep_seq = %s"
-CANCEL_SEQS_WITH = (
+TASK_ID = "SELECT id FROM tasks WHERE seq = %s"
+DEPENDENT_SEQS = "SELECT task_seq FROM deps WHERE dep_seq = %s"
+DOOMED = (
     "WITH RECURSIVE doomed(seq) AS ( SELECT t.seq FROM json_array_elements_text(%s::json) WITH "
     "ORDINALITY AS r(value, key) JOIN tasks AS t ON t.seq = CAST(r.value AS BIGINT) WHERE t.state IN "
     "(%s, %s) UNION SELECT d.task_seq FROM doomed JOIN deps AS d ON d.dep_seq = doomed.seq JOIN tasks AS "
@@ -144,37 +144,37 @@ CANCEL_SEQS_WITH = (
     "c.token, t.concurrency_key FROM doomed JOIN tasks AS t ON t.seq = doomed.seq LEFT JOIN claims AS c "
     "ON c.fence = t.live_fence ORDER BY t.seq"
 )
-CANCEL_SEQS_SELECT = (
+DOOMED_DEPENDENCIES = (
     "SELECT d.task_seq, d.dep_seq, p.id FROM json_array_elements_text(%s::json) WITH ORDINALITY AS "
     "w(value, key) JOIN deps AS d ON d.task_seq = CAST(w.value AS BIGINT) JOIN tasks AS p ON p.seq = "
     "d.dep_seq ORDER BY d.task_seq, d.position"
 )
-CANCEL_SEQS_UPDATE_CLAIMS = "UPDATE claims SET outcome = %s, end_ms = %s, error = %s WHERE fence = %s"
-CANCEL_SEQS_UPDATE_TASKS = (
+END_DOOMED_CLAIM = "UPDATE claims SET outcome = %s, end_ms = %s, error = %s WHERE fence = %s"
+FINISH_DOOMED = (
     "UPDATE tasks SET state = %s, finish_ms = %s, live_fence = NULL, lease_expire_ms = NULL, error = %s WHERE seq = %s"
 )
-RETRY = (
+RETRY_TARGETS = (
     "WITH RECURSIVE down(seq) AS (SELECT CAST(value AS BIGINT) FROM json_array_elements_text(%s::json) "
     "AS listed(value) UNION SELECT d.task_seq FROM down JOIN deps AS d ON "
     "d.dep_seq = down.seq JOIN tasks AS t ON t.seq = d.task_seq WHERE t.state = %s AND t.error != %s) "
     "SELECT down.seq, d.dep_seq, dep.state, dep.id FROM down LEFT JOIN deps AS d ON d.task_seq = "
     "down.seq LEFT JOIN tasks AS dep ON dep.seq = d.dep_seq ORDER BY down.seq, d.position"
 )
-REVIVE_SELECT = "SELECT not_before_ms, required_role FROM tasks WHERE seq = %s"
-REVIVE_UPDATE_TASKS = (
+REVIVED_GATE = "SELECT not_before_ms, required_role FROM tasks WHERE seq = %s"
+REVIVE = (
     f"UPDATE tasks SET state = {_PENDING}, owner = '', error = '', result = NULL, finish_ms = NULL, live_fence = "
     "NULL, lease_expire_ms = NULL, unmet_deps = %s, gate_shut = %s, ready_ms = CASE WHEN %s = 1 THEN %s "
     "WHEN ready_ms > %s THEN NULL ELSE ready_ms END, failures = CASE WHEN %s = 1 THEN 0 ELSE failures "
     "END WHERE seq = %s"
 )
-RECLAIM_EXPIRED_SELECT = (
+EXPIRED_LEASES = (
     f"SELECT e.*, (SELECT min(lease_expire_ms) FROM tasks WHERE state = {_IN_PROGRESS} AND lease_expire_ms > %s) FROM "
     "(SELECT 1) AS one LEFT JOIN (SELECT t.seq, t.live_fence, t.owner, t.attempt, t.lease_expire_ms, "
     "t.id, c.token, t.concurrency_key, t.attempt_deadline_ms IS NOT NULL AND t.lease_expire_ms >= "
     "t.attempt_deadline_ms, t.attempt_timeout_ms FROM tasks AS t JOIN claims AS c ON c.fence = "
     f"t.live_fence WHERE t.state = {_IN_PROGRESS} AND t.lease_expire_ms <= %s) AS e ON 1 = 1"
 )
-RECLAIM_EXPIRED_UPDATE_TEAMMATES = "UPDATE teammates SET last_expiry_ms = GREATEST(last_expiry_ms, %s) WHERE name = %s"
+NOTE_EXPIRY = "UPDATE teammates SET last_expiry_ms = GREATEST(last_expiry_ms, %s) WHERE name = %s"
 NOTE_CLOCK = "UPDATE meta SET value = GREATEST(value, %s) WHERE key = 'clock_ms'"
 EXTEND_LIVE_LEASES = (
     "UPDATE tasks SET lease_expire_ms = CASE WHEN attempt_deadline_ms < %s + lease_ms THEN "
@@ -182,27 +182,27 @@ EXTEND_LIVE_LEASES = (
 )
 
 # ---------------------------------------------------------------- team
-ADD_TEAMMATE_SELECT = "SELECT 1 FROM teammates WHERE name = %s"
-ADD_TEAMMATE_INSERT_TEAMMATES = (
+TEAMMATE_EXISTS = "SELECT 1 FROM teammates WHERE name = %s"
+INSERT_TEAMMATE = (
     "INSERT INTO teammates (name, token_hash, roles, require_plan, status, created_ms) VALUES (%s, %s, %s, %s, %s, %s)"
 )
-ROTATE_TOKEN = "UPDATE teammates SET token_hash = %s WHERE name = %s AND removed = 0"
-GET_TEAMMATE_SELECT = "SELECT served_by FROM teammates WHERE name = %s"
-GET_TEAMMATE_SELECT_2 = f"SELECT id FROM tasks WHERE owner = %s AND state = {_IN_PROGRESS} ORDER BY seq"
+ROTATE_TEAMMATE_TOKEN = "UPDATE teammates SET token_hash = %s WHERE name = %s AND removed = 0"
+SERVED_BY = "SELECT served_by FROM teammates WHERE name = %s"
+HELD_TASK_IDS = f"SELECT id FROM tasks WHERE owner = %s AND state = {_IN_PROGRESS} ORDER BY seq"
 CREDENTIAL = "SELECT name FROM teammates WHERE token_hash = %s AND removed = 0"
-REMOVE_TEAMMATE_UPDATE_TEAMMATES = "UPDATE teammates SET removed = 1, online = 0 WHERE name = %s"
-REMOVE_TEAMMATE_UPDATE_SHUTDOWNS = "UPDATE shutdowns SET answered = 1 WHERE teammate = %s AND answered = 0"
+REMOVE_TEAMMATE = "UPDATE teammates SET removed = 1, online = 0 WHERE name = %s"
+ANSWER_SHUTDOWNS_OF = "UPDATE shutdowns SET answered = 1 WHERE teammate = %s AND answered = 0"
 SET_ONLINE = (
     "UPDATE teammates SET online = %s, served_by = %s, stream_epoch = stream_epoch + %s WHERE name = %s "
     "RETURNING stream_epoch"
 )
 
 # ---------------------------------------------------------------- viewers
-ADD_VIEWER_SELECT = "SELECT 1 FROM viewers WHERE name = %s"
-ADD_VIEWER_INSERT_VIEWERS = "INSERT INTO viewers (name, token_hash, created_ms) VALUES (%s, %s, %s)"
-ROTATE_TOKEN_2 = "UPDATE viewers SET token_hash = %s WHERE name = %s"
+VIEWER_EXISTS = "SELECT 1 FROM viewers WHERE name = %s"
+INSERT_VIEWER = "INSERT INTO viewers (name, token_hash, created_ms) VALUES (%s, %s, %s)"
+ROTATE_VIEWER_TOKEN = "UPDATE viewers SET token_hash = %s WHERE name = %s"
 REMOVE_VIEWER = "DELETE FROM viewers WHERE name = %s"
-CREDENTIAL_2 = "SELECT name FROM viewers WHERE token_hash = %s"
+VIEWER_CREDENTIAL = "SELECT name FROM viewers WHERE token_hash = %s"
 
 # ---------------------------------------------------------------- overview
 LAST_EVENT_SEQ = "SELECT coalesce(max(seq), 0) FROM events"
@@ -221,8 +221,8 @@ OPEN_PLANS = (
 )
 
 # ---------------------------------------------------------------- inbox
-ENQUEUE_UPDATE_TEAMMATES = "UPDATE teammates SET last_seq = %s WHERE name = %s"
-ENQUEUE_INSERT_INBOX = (
+SET_LAST_SEQ = "UPDATE teammates SET last_seq = %s WHERE name = %s"
+INSERT_INBOX_ITEM = (
     "INSERT INTO inbox (recipient, seq, kind, send_ms, sender, body, ref, approve, deadline_ms) VALUES "
     "(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
@@ -234,18 +234,16 @@ ACK = "UPDATE teammates SET acked_seq = %s WHERE name = %s"
 
 # ---------------------------------------------------------------- protocol
 SUBMIT_PLAN = "INSERT INTO plans (author, body, submit_ms) VALUES (%s, %s, %s) RETURNING plan_id"
-DECIDE_PLAN_SELECT = "SELECT author, approve FROM plans WHERE plan_id = %s"
-DECIDE_PLAN_UPDATE_PLANS = "UPDATE plans SET approve = %s, feedback = %s, decision_seq = %s WHERE plan_id = %s"
+PLAN = "SELECT author, approve FROM plans WHERE plan_id = %s"
+DECIDE_PLAN = "UPDATE plans SET approve = %s, feedback = %s, decision_seq = %s WHERE plan_id = %s"
 REQUEST_SHUTDOWN = (
     "INSERT INTO shutdowns (teammate, reason, request_ms, deadline_ms) VALUES (%s, %s, %s, %s) RETURNING request_id"
 )
-RESPOND_SHUTDOWN_SELECT = "SELECT answered FROM shutdowns WHERE request_id = %s AND teammate = %s"
-RESPOND_SHUTDOWN_UPDATE_SHUTDOWNS = (
+SHUTDOWN_ANSWERED = "SELECT answered FROM shutdowns WHERE request_id = %s AND teammate = %s"
+APPROVE_SHUTDOWNS = (
     "UPDATE shutdowns SET answered = 1, approve = 1, answer_reason = %s WHERE teammate = %s AND answered = 0"
 )
-RESPOND_SHUTDOWN_UPDATE_SHUTDOWNS_2 = (
-    "UPDATE shutdowns SET answered = 1, approve = 0, answer_reason = %s WHERE request_id = %s"
-)
+REFUSE_SHUTDOWN = "UPDATE shutdowns SET answered = 1, approve = 0, answer_reason = %s WHERE request_id = %s"
 EXPIRE_SHUTDOWNS = "SELECT DISTINCT teammate FROM shutdowns WHERE answered = 0 AND deadline_ms <= %s"
 
 # ---------------------------------------------------------------- ops
@@ -257,11 +255,11 @@ RECORDED = (
     "SELECT digest, value, flag, error_kind, error_message, error_metadata, response FROM session_ops "
     "WHERE teammate = %s AND op_id = %s"
 )
-PRUNE_DELETE_SESSION_OPS = (
+PRUNE_OPS_BEFORE = (
     "DELETE FROM session_ops WHERE seq < coalesce((SELECT seq FROM session_ops WHERE done_ms >= %s ORDER "
     "BY seq LIMIT 1), (SELECT max(seq) + 1 FROM session_ops))"
 )
-PRUNE_DELETE_SESSION_OPS_2 = (
+PRUNE_OPS_BEYOND = (
     "DELETE FROM session_ops WHERE teammate = %s AND seq <= (SELECT seq FROM session_ops WHERE teammate "
     "= %s ORDER BY seq DESC LIMIT 1 OFFSET %s)"
 )

@@ -26,7 +26,7 @@ def cancel(tx: Txn, task_ids: Sequence[str]) -> list[CanceledTask]:
             raise errors.TaskNotFound(f"no task {task_id!r}", id=task_id)
     seqs = cancel_seqs(tx, [(on_board[task_id].seq, "canceled by the lead") for task_id in task_ids])
     rows = tx.conn.execute(
-        sql(tx.conn).CANCEL,
+        sql(tx.conn).CANCEL_TARGETS,
         (json.dumps(seqs),),
     )
     return [CanceledTask(*row) for row in rows]
@@ -54,7 +54,7 @@ def retry(tx: Txn, task_ids: Sequence[str], reset_attempts: bool) -> list[int]:
     roots = list(dict.fromkeys(on_board[task_id].seq for task_id in task_ids))
     # The canceled dependents, and every dependency of each (with its state).
     edges = tx.conn.execute(
-        sql(tx.conn).RETRY,
+        sql(tx.conn).RETRY_TARGETS,
         (json.dumps(roots), int(TaskState.CANCELED), _CANCELED_BY_THE_LEAD),
     ).fetchall()
     deps: dict[int, list[tuple[int, int]]] = {}
@@ -96,10 +96,10 @@ def retry(tx: Txn, task_ids: Sequence[str], reset_attempts: bool) -> list[int]:
 def _revive(tx: Txn, seq: int, *, unmet: int, reset_attempts: bool) -> None:
     """One FAILED or CANCELED task PENDING again, behind its unmet dependencies and
     its not_before (if still ahead); its result and error are cleared."""
-    (not_before, role) = tx.conn.execute(sql(tx.conn).REVIVE_SELECT, (seq,)).fetchone()
+    (not_before, role) = tx.conn.execute(sql(tx.conn).REVIVED_GATE, (seq,)).fetchone()
     shut = not_before is not None and not_before > tx.now_ms
     tx.conn.execute(
-        sql(tx.conn).REVIVE_UPDATE_TASKS,
+        sql(tx.conn).REVIVE,
         (unmet + shut, int(shut), shut, not_before, tx.now_ms, reset_attempts, seq),
     )
     if shut:

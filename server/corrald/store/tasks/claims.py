@@ -93,7 +93,7 @@ def _take_first_ready(tx: Txn, teammate: str, roles: Iterable[str], token: str) 
         return None
     seq, failures, last_attempt = picked
     (fence,) = tx.conn.execute(
-        statements.TAKE_FIRST_READY,
+        statements.INSERT_CLAIM,
         (token, seq, teammate, failures + 1, tx.now_ms),
     ).fetchone()
     claimed = tx.conn.execute(statements.CLAIM_TASK, (teammate, fence, now, now, now, seq)).fetchall()
@@ -208,7 +208,7 @@ def renew(
             (lease_end, lease_end, *sum_params, seq, tx.now_ms, PROGRESS_EVENT_SPACING_MS),
         ).fetchone()
         if due:
-            tx.conn.execute(statements.RENEW, (tx.now_ms, seq))
+            tx.conn.execute(statements.PROGRESS_SENT, (tx.now_ms, seq))
     else:
         due, lease_end = tx.conn.execute(
             statements.renew_with_progress(sums),

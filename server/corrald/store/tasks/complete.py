@@ -210,7 +210,7 @@ def release_all(
     `error` is what each claim's history says of it. With `notice`, the teammate's
     open stream is told each claim ended, and why."""
     rows = tx.conn.execute(
-        sql(tx.conn).RELEASE_ALL,
+        sql(tx.conn).HELD_CLAIMS_OF,
         (teammate,),
     ).fetchall()
     for seq, fence, task_id, token, key in rows:
@@ -227,7 +227,7 @@ def revoke(tx: Txn, task_id: str, reason: str) -> TaskRecord:
     out is reclaimed first: that claim is no longer live to revoke."""
     reclaim_expired(tx)
     row = tx.conn.execute(
-        sql(tx.conn).REVOKE,
+        sql(tx.conn).LIVE_CLAIM_OF_TASK,
         (task_id,),
     ).fetchone()
     if row is None:

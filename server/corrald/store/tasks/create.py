@@ -29,7 +29,7 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
     """
     conn = tx.conn
     if request_id:
-        row = conn.execute(sql(conn).CREATE_BATCH_SELECT, (request_id,)).fetchone()
+        row = conn.execute(sql(conn).CREATE_REQUEST, (request_id,)).fetchone()
         if row is not None:
             if row[0] != batch.digest:
                 raise errors.AlreadyExists(
@@ -56,7 +56,7 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
     seq_of: dict[str, int] = {}
     if new_specs:
         conn.executemany(
-            sql(conn).CREATE_BATCH_INSERT_TASKS,
+            sql(conn).INSERT_TASK,
             [
                 (
                     spec.id,
@@ -90,7 +90,7 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
         seq_of.update(_inserted_seqs(conn, [spec.id for _, spec in new_specs]))
         seq_of.update((task_id, row.seq) for task_id, row in outside.items())
         conn.executemany(
-            sql(conn).CREATE_BATCH_INSERT_DEPS,
+            sql(conn).INSERT_DEPS,
             [
                 (seq_of[spec.id], seq_of[dep], position)
                 for _, spec in new_specs
@@ -103,7 +103,7 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
                 tx.wakes.ready_roles[spec.required_role] += 1
     if request_id:
         conn.execute(
-            sql(conn).CREATE_BATCH_INSERT_CREATE_REQUESTS,
+            sql(conn).INSERT_CREATE_REQUEST,
             (request_id, batch.digest, json.dumps([spec.id for spec in specs])),
         )
     unchanged = tuple(spec.id for spec in specs if spec.id not in new_ids)

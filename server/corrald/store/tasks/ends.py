@@ -78,14 +78,14 @@ def back_to_pending(tx: Txn, seq: int, wait_ms: int = 0) -> None:
     """The task is PENDING again: ready now, or, with a wait, once its gate opens."""
     if wait_ms <= 0:
         (role,) = tx.conn.execute(
-            sql(tx.conn).BACK_TO_PENDING_UPDATE_TASKS,
+            sql(tx.conn).BACK_TO_PENDING,
             (seq,),
         ).fetchone()
         tx.wakes.ready_roles[role] += 1
     else:
         gate = tx.now_ms + wait_ms
         tx.conn.execute(
-            sql(tx.conn).BACK_TO_PENDING_UPDATE_TASKS_2,
+            sql(tx.conn).BACK_TO_PENDING_GATED,
             (gate, seq),
         )
         gate_shut(tx, gate)
@@ -130,9 +130,9 @@ def _finish(tx: Txn, seq: int, state: TaskState) -> None:
 
 def _dependents(tx: Txn, seq: int, how: str) -> list[tuple[int, str]]:
     """The dependents of task `seq`, each with the reason it is canceled: `seq` ended `how`."""
-    (task_id,) = tx.conn.execute(sql(tx.conn).DEPENDENTS_SELECT, (seq,)).fetchone()
+    (task_id,) = tx.conn.execute(sql(tx.conn).TASK_ID, (seq,)).fetchone()
     why = f"dependency {task_id!r} {how}"
-    return [(dep, why) for (dep,) in tx.conn.execute(sql(tx.conn).DEPENDENTS_SELECT_2, (seq,))]
+    return [(dep, why) for (dep,) in tx.conn.execute(sql(tx.conn).DEPENDENT_SEQS, (seq,))]
 
 
 def cancel_seqs(tx: Txn, roots: list[tuple[int, str]]) -> list[int]:
@@ -148,7 +148,7 @@ def cancel_seqs(tx: Txn, roots: list[tuple[int, str]]) -> list[int]:
     for seq, why in roots:
         reasons.setdefault(seq, why)
     doomed = conn.execute(
-        sql(conn).CANCEL_SEQS_WITH,
+        sql(conn).DOOMED,
         (json.dumps(list(reasons)), PENDING, IN_PROGRESS, PENDING, IN_PROGRESS),
     ).fetchall()
     if not doomed:
@@ -157,7 +157,7 @@ def cancel_seqs(tx: Txn, roots: list[tuple[int, str]]) -> list[int]:
     named = [seq for seq in reasons if seq in doomed_seqs]
     others = [seq for seq, *_ in doomed if seq not in reasons]
     edges = conn.execute(
-        sql(conn).CANCEL_SEQS_SELECT,
+        sql(conn).DOOMED_DEPENDENCIES,
         (json.dumps(others),),
     )
     for seq, dep_seq, dep_id in edges:
@@ -168,11 +168,11 @@ def cancel_seqs(tx: Txn, roots: list[tuple[int, str]]) -> list[int]:
         if fence is not None:
             tx.wakes.claim_ended(owner, ClaimEnd(task_id, token, ClaimEndReason.TASK_CANCELED, reasons[seq]))
     conn.executemany(
-        sql(conn).CANCEL_SEQS_UPDATE_CLAIMS,
+        sql(conn).END_DOOMED_CLAIM,
         [(ClaimOutcome.CANCELED.value, tx.now_ms, reasons[seq], fence) for seq, fence, _ in held],
     )
     conn.executemany(
-        sql(conn).CANCEL_SEQS_UPDATE_TASKS,
+        sql(conn).FINISH_DOOMED,
         [(int(TaskState.CANCELED), tx.now_ms, reasons[seq], seq) for seq, *_ in doomed],
     )
     for _, fence, _, _, _, key in doomed:

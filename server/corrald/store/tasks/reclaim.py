@@ -31,7 +31,7 @@ def reclaim_expired(tx: Txn) -> dict[str, int]:
     # One statement for the leases that ended and the earliest left once they are
     # reclaimed (every row carries it; one row of NULLs but for it when none ended).
     rows = tx.conn.execute(
-        sql(tx.conn).RECLAIM_EXPIRED_SELECT,
+        sql(tx.conn).EXPIRED_LEASES,
         (tx.now_ms, tx.now_ms),
     ).fetchall()
     earliest_left = rows[0][-1]
@@ -56,7 +56,7 @@ def reclaim_expired(tx: Txn) -> dict[str, int]:
         count_failure(tx, seq, why, final=False)
         # Not woken like a freed slot: a frozen holder whose stream is still
         # open would only take the same task straight back (see delivery).
-        tx.conn.execute(sql(tx.conn).RECLAIM_EXPIRED_UPDATE_TEAMMATES, (lease_end, owner))
+        tx.conn.execute(sql(tx.conn).NOTE_EXPIRY, (lease_end, owner))
         refresh_status(tx, owner)
         expired[owner] = max(expired.get(owner, 0), lease_end)
     # Each lease that ended left state 2, and reclaiming grants none.

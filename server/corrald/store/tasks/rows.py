@@ -130,13 +130,13 @@ def waiting_for(conn: sqlite3.Connection, records: Sequence[TaskRecord]) -> dict
     seqs = json.dumps([record.seq for record in pending])
     unmet: dict[int, list[str]] = {}
     for seq, dep_id in conn.execute(
-        sql(conn).WAITING_FOR_SELECT,
+        sql(conn).UNMET_DEPENDENCIES,
         (seqs,),
     ):
         unmet.setdefault(seq, []).append(dep_id)
     gates = dict(
         conn.execute(
-            sql(conn).WAITING_FOR_SELECT_2,
+            sql(conn).SHUT_GATES,
             (seqs,),
         ).fetchall()
     )
@@ -244,8 +244,8 @@ def count_by_state(conn: sqlite3.Connection) -> dict[TaskState, int]:
 
 def next_deadline(conn: sqlite3.Connection) -> int | None:
     """The earliest instant at which a lease ends, a shutdown grace runs out or a time gate opens."""
-    lease = conn.execute(sql(conn).NEXT_DEADLINE_SELECT).fetchone()[0]
-    grace = conn.execute(sql(conn).NEXT_DEADLINE_SELECT_2).fetchone()[0]
+    lease = conn.execute(sql(conn).EARLIEST_LEASE).fetchone()[0]
+    grace = conn.execute(sql(conn).EARLIEST_GRACE).fetchone()[0]
     candidates = [t for t in (lease, grace, earliest_gate(conn)) if t is not None]
     return min(candidates) if candidates else None
 
