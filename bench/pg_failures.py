@@ -143,12 +143,11 @@ def _claim_query(store: Store, schema: str) -> dict:
     a claim's path."""
     import psycopg  # noqa: PLC0415
 
-    from corrald.pg.sql import translate  # noqa: PLC0415 (the store's SQL, as the daemon sends it)
     from corrald.store import tasks  # noqa: PLC0415
+    from corrald.store.postgres.sql import PgConnection  # noqa: PLC0415 (its statements, as the daemon sends them)
 
-    query, params = tasks._ready_query(())
-    statement, _ = translate(query)
-    explain = f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {statement}"
+    query, params = tasks.ready_query(PgConnection.__new__(PgConnection), ())
+    explain = f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {query}"
     with psycopg.connect(store.dsn, autocommit=True, options=f"-c search_path={schema}") as conn:
         ((plans,),) = psycopg.ClientCursor(conn).execute(explain, params).fetchall()
     top = plans[0]

@@ -74,7 +74,7 @@ class _Heard:
     board's channel, as the daemons do): when a creation's commit reached the listeners."""
 
     def __init__(self, dsn: str, schema: str) -> None:
-        from corrald.pg.storage import notify_channel  # noqa: PLC0415 (the channel the daemons LISTEN on)
+        from corrald.store.postgres.storage import notify_channel  # noqa: PLC0415 (the channel the daemons LISTEN on)
 
         self.dsn, self.channel = dsn, notify_channel(schema)
         self.heard: list[tuple[float, dict]] = []

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 SERVER_ENV = "CORRAL_BENCH_PG_DSN"
 LOCAL_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
-SWITCHES_ENV = "CORRAL_BENCH_PG_OFF"  # corrald.pg.storage.BENCH_SWITCHES_ENV: read by the daemon alone
+SWITCHES_ENV = "CORRAL_BENCH_PG_OFF"  # corrald.store.postgres.storage.BENCH_SWITCHES_ENV: read by the daemon alone
 
 
 def shared(nproc: int | None = None) -> str:

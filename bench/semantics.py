@@ -102,7 +102,7 @@ class _Board:
 
     def __init__(self, database: pathlib.Path) -> None:
         from corrald.clock import SystemClock  # noqa: PLC0415
-        from corrald.store.schema import open_writer  # noqa: PLC0415
+        from corrald.store.sqlite.storage import open_writer  # noqa: PLC0415
         from corrald.writer import Writer, WriterConfig  # noqa: PLC0415
 
         config = WriterConfig()

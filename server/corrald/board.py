@@ -21,13 +21,11 @@ from . import cpu, delivery, errors, requestids, validate
 from .clock import Clock
 from .config import Limits, WriterConfig
 from .model import (
-    TASK_EVENT_KINDS,
     AttemptRecord,
     Budget,
     CanceledTask,
     ConcurrencyLimit,
     CreatedBatch,
-    Event,
     FeedPage,
     Mergeable,
     OpOutcome,
@@ -44,14 +42,14 @@ from .model import (
 )
 from .readers import ReaderPool
 from .requestids import RequestKey
-from .store import events, inbox, keys, ops, overview, protocol, status, tasks, team, usage, viewers
-from .store.schema import open_reader, open_writer
+from .store import inbox, keys, ops, overview, protocol, status, tasks, team, usage, viewers
+from .store.driver import BoardDriver
+from .store.sqlite.driver import SqliteBoard
 from .stream import ParkedStreams, StreamView
 from .writer import CommitFailed, Writer, WriterStats
 
 if TYPE_CHECKING:
-    from .pg.listener import WakeListener
-    from .pg.store import PgBoard
+    from .store.postgres.listener import WakeListener
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -98,7 +96,7 @@ def _complete_and_next(
     task_id, token, result = request
     # `beside`: the teammate's delivery view, read in the completion's own statement
     # where the completion is one statement (PostgreSQL), so the handoff reads it for free.
-    beside = team.view_beside_completion(name, tx.now_ms)
+    beside = team.view_beside_completion(tx.conn, name, tx.now_ms)
     task, ended, read = tasks.complete_claim(
         tx, name, task_id, token, result, status_after=False, usage=spent, beside=beside
     )
@@ -109,7 +107,7 @@ def _complete_and_next(
 
 def _complete_many(conn, now_ms: int, requests: list[tuple]) -> list[tuple]:
     """The first statement of a run of Session completions (`complete_op`'s `Mergeable`)."""
-    return tasks.complete_many(conn, now_ms, requests, team.VIEW_BESIDE_COMPLETIONS)
+    return tasks.complete_many(conn, now_ms, requests, team.view_beside_completions(conn))
 
 
 def _stamp_clock(conn, now_ms: int, changed: bool, failures: list[BaseException]) -> None:
@@ -122,8 +120,7 @@ def _stamp_clock(conn, now_ms: int, changed: bool, failures: list[BaseException]
 
 @dataclasses.dataclass(frozen=True)
 class BoardOverview:
-    """The whole board as a page draws it, read in one transaction: consistent with
-    the event log through `seq`. Past `graph_limit` tasks, `tasks` is the frontier."""
+    """The board as a page draws it (`overview.BoardPicture`), and the stats of the same read."""
 
     seq: int
     task_count: int
@@ -139,7 +136,7 @@ class BoardOverview:
 
 @dataclasses.dataclass(frozen=True)
 class PostgresHealth:
-    """A PostgreSQL board's side of GetStats (see pg/store.py's `health`)."""
+    """A PostgreSQL board's side of GetStats (see store/postgres/store.py's `health`)."""
 
     listener_connected: bool
     listener_reconnects: int
@@ -173,7 +170,7 @@ class BoardStats:
 class Board:
     def __init__(
         self,
-        database: pathlib.Path | PgBoard,
+        database: pathlib.Path | BoardDriver,
         *,
         clock: Clock,
         limits: Limits = Limits(),
@@ -190,34 +187,17 @@ class Board:
         # The board's storage: the writer thread (this daemon's one read-write
         # connection), whose commits the daemon's wiring listens to
         # (`writer.on_commit`), and the reader pool, opened with the board. A SQLite
-        # board is a file this daemon alone serves; a PostgreSQL board (`pg`) is
-        # served by every daemon given its DSN and schema, each with its own writer.
-        self.pg: PgBoard | None = None
+        # board is a file this daemon alone serves; a PostgreSQL board is served by
+        # every daemon given its DSN and schema, each with its own writer.
         if isinstance(database, pathlib.Path):
             if lead_token is None:
                 raise ValueError("a SQLite board needs the lead token of its state directory")
-            self._lead_hash = token_hash(lead_token)
-            path = database
-            self.writer = Writer(
-                lambda: open_writer(
-                    path, synchronous=writer_config.synchronous, busy_timeout_ms=writer_config.busy_timeout_ms
-                ),
-                clock,
-                writer_config,
-                epilogue=_stamp_clock,
-            )
-            self._open_reader: Callable[[], object] = lambda: open_reader(path)
-            self._reader_begin = "BEGIN"
-        else:
-            from .pg.store import READER_BEGIN  # noqa: PLC0415 (the SQLite path loads nothing of psycopg)
-
-            self.pg = database
-            self._lead_hash = database.identity.lead_hash
-            self.writer = Writer(
-                database.storage.open, clock, writer_config, epilogue=_stamp_clock, storage=database.storage
-            )
-            self._open_reader = database.open_reader
-            self._reader_begin = READER_BEGIN
+            database = SqliteBoard(database, token_hash(lead_token), writer_config)
+        self.driver: BoardDriver = database
+        self._lead_hash = self.driver.lead_hash
+        self.writer = Writer(
+            self.driver.open_writer, clock, writer_config, epilogue=_stamp_clock, storage=self.driver.writer_storage()
+        )
         self._reader_count = readers
         self.readers: ReaderPool | None = None
         # A PostgreSQL board's wake-ups from its other daemons (set by the daemon's wiring).
@@ -226,37 +206,19 @@ class Board:
     @property
     def daemon_id(self) -> str:
         """This daemon among those serving a PostgreSQL board ('' on a SQLite board)."""
-        return self.pg.daemon_id if self.pg is not None else ""
+        return self.driver.daemon_id
 
     # ------------------------------------------------------------ lifecycle
 
     def open(self) -> None:
         """Starts the writer, recovers from a previous life, loads credentials."""
         self.writer.start()
-        self.readers = ReaderPool(self._open_reader, size=self._reader_count, begin=self._reader_begin)
-        if self.pg is None:
-            # One time base per board: if the host's wall clock now reads earlier
-            # than the previous daemon got (stepped back between runs), this daemon
-            # carries on from there, so no stored lease end, grace or expiry lies
-            # ahead of its "now" and the restart rule below sees a clock that
-            # never went back. (A PostgreSQL board's clock is the database's.)
-            behind_ms = self.clock.not_before(self.writer.call(lambda tx: tasks.clock_reached(tx.conn)))
-            if behind_ms:
-                log.warning(
-                    "wall clock %.3f s behind this board's clock; carrying on from the board's", behind_ms / 1000
-                )
-        pg = self.pg
+        self.readers = ReaderPool(self.driver.open_reader, size=self._reader_count, begin=self.driver.reader_begin)
+        driver = self.driver
+        driver.catch_up_clock(self.writer.call, self.clock)
 
         def recover(tx: Txn) -> tuple[list[tuple[bytes, str, bool]], list[tuple[bytes, str]]]:
-            # A PostgreSQL board other daemons serve goes on as it is: its leases run
-            # and its teammates stay online. Only the board's restart (no other daemon
-            # serves it) recovers as a SQLite board does.
-            restart = True
-            if pg is not None:
-                from .pg.store import register_daemon  # noqa: PLC0415
-
-                restart = register_daemon(tx, pg.daemon_id, pg.state_dir) == 0
-            if restart:
+            if driver.join(tx):  # the board's restart: nobody else serves it
                 tasks.extend_live_leases(tx)
                 keys.recount(tx)
                 team.mark_all_offline(tx)
@@ -279,10 +241,7 @@ class Board:
 
     def close(self) -> None:
         self.writer.close()
-        if self.pg is not None:  # it serves the board no more: its row in `daemons` goes
-            from .pg.store import leave  # noqa: PLC0415
-
-            leave(self.pg)
+        self.driver.leave()
         if self.readers is not None:
             self.readers.close()
 
@@ -305,7 +264,7 @@ class Board:
         viewer = self._viewer_hashes.get(digest)
         if viewer is not None:
             return Identity(VIEWER_PREFIX + viewer, False, is_viewer=True)
-        if read_store and self.pg is not None and self.readers is not None:
+        if read_store and self.driver.shared and self.readers is not None:
             # Minted by another daemon of the board a moment ago, perhaps: one indexed read.
             found = self.call_read(lambda conn: (team.credential(conn, digest), viewers.credential(conn, digest)))
             if found[0] is not None:
@@ -799,46 +758,26 @@ class Board:
         return await self.read(lambda conn: team.roles_of(conn, name))
 
     async def read_feed(self, after_seq: int, limit: int, max_bytes: int) -> FeedPage:
-        """Events after `after_seq` with the task or teammate each one is about: up to
-        `limit`, as many as fit in `max_bytes` (at least one), chosen before any task is
-        loaded (a read)."""
-
-        def query(conn) -> FeedPage:
-            found = events.read_events(conn, after_seq, limit)
-            sizes = tasks.wire_bytes_by_id(conn, (e.data["id"] for e in found if e.kind in TASK_EVENT_KINDS))
-            items: list[tuple[Event, TaskRecord | None, TeammateRecord | None]] = []
-            total = 0
-            for event in found:
-                if event.kind in TASK_EVENT_KINDS:
-                    # The bound counts the task's progress now; the event shows its own.
-                    total += sizes.get(event.data["id"], 0) + len(event.data.get("progress", "").encode())
-                if items and total > max_bytes:
-                    break
-                task = tasks.get_task(conn, event.data["id"]) if event.kind in TASK_EVENT_KINDS else None
-                mate = team.get_teammate(conn, event.data["name"]) if event.kind == "teammate_changed" else None
-                items.append((event, task, mate))
-            return FeedPage(items, more=len(items) < len(found) or len(found) == limit)
-
-        return await self.read(query)
+        """Events after `after_seq` with the task or teammate each one is about (a read:
+        `overview.feed_page`)."""
+        return await self.read(lambda conn: overview.feed_page(conn, after_seq, limit, max_bytes))
 
     async def overview(self, graph_limit: int, claims_limit: int = 2000) -> BoardOverview:
         """The board for a page, in one read transaction (see `BoardOverview`)."""
 
         def query(conn) -> BoardOverview:
-            count = overview.task_count(conn)
-            frontier = count > graph_limit
-            rows = overview.frontier_rows(conn, graph_limit) if frontier else overview.task_rows(conn, 0, graph_limit)
+            p = overview.board_picture(conn, graph_limit, claims_limit, self.limits.page_size_max)
             return BoardOverview(
-                seq=overview.last_event_seq(conn),
-                task_count=count,
-                frontier=frontier,
-                tasks=rows,
-                problems=overview.problem_rows(conn, 500),
-                claims=overview.recent_claims(conn, claims_limit),
-                plans=overview.open_plans(conn, 100),
-                teammates=[record for _, record in team.list_teammates(conn, 0, self.limits.page_size_max)],
-                last_activity_ms=overview.last_activity(conn),
-                stats=self._stats(conn),
+                p.seq,
+                p.task_count,
+                p.frontier,
+                p.tasks,
+                p.problems,
+                p.claims,
+                p.plans,
+                p.teammates,
+                p.last_activity_ms,
+                self._stats(conn),
             )
 
         return await self.read(query)
@@ -852,33 +791,30 @@ class Board:
 
     def _stats(self, conn) -> BoardStats:
         counts = tasks.count_by_state(conn), status.count_by_status(conn), self.writer.stats(), usage.board_total(conn)
-        if self.pg is None:
+        database = self.driver.health(conn)
+        if database is None:
             return BoardStats(*counts)
-        from .pg.store import daemons, health  # noqa: PLC0415
-        from .pg.watchdog import WATCHDOG  # noqa: PLC0415
-
-        server = health(conn)
         listener = self.listener
         writing, readers = counts[2], self.readers
         return BoardStats(
             *counts,
-            store="postgresql",
+            store=self.driver.store_name,
             postgres=PostgresHealth(
                 listener_connected=bool(listener is not None and listener.listening),
                 listener_reconnects=listener.reconnects if listener is not None else 0,
-                daemons=len(daemons(conn)),
-                oldest_transaction_s=server["oldest_transaction_s"],
-                task_dead_tuples=int(server["task_dead_tuples"]),
-                task_live_tuples=int(server["task_live_tuples"]),
-                notifies_sent=self.pg.storage.notifies,
+                daemons=database.daemons,
+                oldest_transaction_s=database.oldest_transaction_s,
+                task_dead_tuples=database.task_dead_tuples,
+                task_live_tuples=database.task_live_tuples,
+                notifies_sent=database.notifies_sent,
                 notifies_heard=listener.heard if listener is not None else 0,
                 writers=writing.writers,
                 writers_in_transaction=writing.writers_in_transaction,
                 readers=readers.size if readers is not None else 0,
                 readers_in_use=readers.in_use if readers is not None else 0,
-                writable=self.pg.storage.writable,
-                commit_outcomes_asked=self.pg.storage.outcomes_asked,
-                connections_cut=WATCHDOG.cut,
+                writable=database.writable,
+                commit_outcomes_asked=database.commit_outcomes_asked,
+                connections_cut=database.connections_cut,
             ),
         )
 

@@ -15,13 +15,13 @@ from .daemon import ServeConfig, serve
 from .listen import web_address
 from .overload.lanes import LaneConfig
 from .overload.pacing import PacingConfig
-from .pg.target import DEFAULT_CONNECT_TIMEOUT_S as PG_DEFAULT_CONNECT_TIMEOUT_S
-from .pg.target import DEFAULT_SCHEMA as PG_DEFAULT_SCHEMA
-from .pg.target import DEFAULT_STALL_TIMEOUT_S as PG_DEFAULT_STALL_TIMEOUT_S
-from .pg.target import DEFAULT_WRITERS as PG_DEFAULT_WRITERS
-from .pg.target import MAX_WRITERS as PG_MAX_WRITERS
-from .pg.target import PgTarget
 from .statedir import StateDirError
+from .store.postgres.target import DEFAULT_CONNECT_TIMEOUT_S as PG_DEFAULT_CONNECT_TIMEOUT_S
+from .store.postgres.target import DEFAULT_SCHEMA as PG_DEFAULT_SCHEMA
+from .store.postgres.target import DEFAULT_STALL_TIMEOUT_S as PG_DEFAULT_STALL_TIMEOUT_S
+from .store.postgres.target import DEFAULT_WRITERS as PG_DEFAULT_WRITERS
+from .store.postgres.target import MAX_WRITERS as PG_MAX_WRITERS
+from .store.postgres.target import PgTarget
 from .web.config import WebConfig
 
 

@@ -48,9 +48,9 @@ from .wake import WakeHub
 from .web.config import WebConfig
 
 if TYPE_CHECKING:
-    from .pg.listener import WakeListener
-    from .pg.store import PgBoard
-    from .pg.target import PgTarget
+    from .store.postgres.listener import WakeListener
+    from .store.postgres.store import PgBoard
+    from .store.postgres.target import PgTarget
     from .web.app import WebBoard
 
 log = logging.getLogger("corrald")
@@ -180,7 +180,7 @@ def assemble(
     reflection.enable_server_reflection((*SERVICE_NAMES, reflection.SERVICE_NAME, "grpc.health.v1.Health"), server)
     # Notices live in the claim history too: after any gap in what this daemon heard of
     # the others (the listener says when), each open stream's claims are checked there.
-    reconciler = Reconciler(board, hub) if board.pg is not None else None
+    reconciler = Reconciler(board, hub) if board.driver.shared else None
     listener = _listen_to_other_daemons(board, hub, health, clock, loop, reconciler) if reconciler is not None else None
     board.listener = listener
     return Parts(board, hub, reaper, lanes, loop_lag, metrics, teammates, lead, health, server, listener, reconciler)
@@ -198,10 +198,12 @@ def _listen_to_other_daemons(
     as its own commits' do. Health says NOT_SERVING while they cannot be heard, or while
     this daemon cannot write the board (its connection lost or cut, the server away), and
     SERVING again once both are back."""
-    from .pg.listener import WakeListener  # noqa: PLC0415 (the SQLite path loads nothing of psycopg)
+    from .store.postgres.listener import WakeListener  # noqa: PLC0415 (the SQLite path loads nothing of psycopg)
+    from .store.postgres.store import PgBoard  # noqa: PLC0415
 
-    assert board.pg is not None
-    storage = board.pg.storage
+    pg = board.driver
+    assert isinstance(pg, PgBoard)
+    storage = pg.storage
     hearing = [False]  # the listener reports itself up once it listens
 
     def deliver(wakes: Wakes) -> None:
@@ -226,9 +228,7 @@ def _listen_to_other_daemons(
         loop.call_soon_threadsafe(tell)
 
     storage.on_writable = on_writable
-    return WakeListener(
-        board.pg.target, board.pg.daemon_id, deliver, clock.now_ms, on_state, on_gap=reconciler.after_gap
-    )
+    return WakeListener(pg.target, pg.daemon_id, deliver, clock.now_ms, on_state, on_gap=reconciler.after_gap)
 
 
 class Daemon:
@@ -349,9 +349,9 @@ class Daemon:
         and binds this state directory to it; the daemon's clock becomes the database's."""
         import psycopg  # noqa: PLC0415 (only a PostgreSQL board loads psycopg)
 
-        from .pg.schema import SchemaError  # noqa: PLC0415
-        from .pg.storage import BENCH_SWITCHES_ENV, bench_switches_off, describe  # noqa: PLC0415
-        from .pg.store import open_board  # noqa: PLC0415
+        from .store.postgres.schema import SchemaError  # noqa: PLC0415
+        from .store.postgres.storage import BENCH_SWITCHES_ENV, bench_switches_off, describe  # noqa: PLC0415
+        from .store.postgres.store import open_board  # noqa: PLC0415
 
         switched_off = bench_switches_off()
         if "group" in switched_off:
@@ -393,10 +393,9 @@ class Daemon:
 
     async def _beat(self, board: Board) -> None:
         """Keeps this daemon's row in the board's `daemons` table fresh."""
-        from .pg.store import HEARTBEAT_MS, heartbeat  # noqa: PLC0415
+        from .store.postgres.store import HEARTBEAT_MS, heartbeat  # noqa: PLC0415
 
-        assert board.pg is not None
-        daemon_id = board.pg.daemon_id
+        daemon_id = board.driver.daemon_id
         while True:
             await asyncio.sleep(HEARTBEAT_MS / 1000)
             try:

@@ -15,9 +15,10 @@ then with a savepoint per job. Jobs are whole transaction bodies, so running
 them again is safe; most failures (a stale token, a missing task) are found
 before the first write.
 
-There too, a job may say what its first statement needs (`model.Mergeable`):
-the writer then runs that statement once for a run of such jobs queued one
-after another, of distinct subjects, before the first of them, and each job
+There too, a job may say what its first statement needs (`model.Mergeable`),
+and the driver's batching strategy (store/postgres/runs.py, asked for with
+`merged_runs`) runs that statement once for a run of such jobs queued one
+after another, of distinct subjects, before the first of them; each job
 takes its share (`Txn.ahead`) as it runs. So a batch of Session completions
 completes in one statement, not one each. A job of a run that fails makes its
 batch run again with savepoints, and then without runs: its share was written
@@ -36,7 +37,7 @@ place (`overload/queue_bound.py`).
 
 A SQLite board has one writer thread. A PostgreSQL board may have a pool of
 them (`WriterConfig.writers`), each with its own connection, draining the same
-queue. The board's write lock (pg/storage.py) still orders their transactions,
+queue. The board's write lock (store/postgres/storage.py) still orders their transactions,
 so the pool pipelines them: when one writer's batch takes no more jobs while
 more are waiting, the next writer opens its transaction for them, its BEGIN
 waiting for the lock on the server while the first commits and answers, and it
@@ -61,7 +62,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import tenacity
 
@@ -73,6 +74,7 @@ from .model import DeadlineWatch, Mergeable, RanAhead, Txn, Wakes
 from .overload.costs import CostLedger
 from .overload.fairqueue import FairQueue
 from .overload.queue_bound import QueueBound, level
+from .store.driver import WriterStorage as Storage
 
 log = logging.getLogger("corrald.writer")
 T = TypeVar("T")
@@ -85,62 +87,6 @@ job_owner: contextvars.ContextVar[str] = contextvars.ContextVar("corral_job_owne
 
 class _NeedsSavepoints(Exception):
     """A job run without a savepoint failed after it wrote: the batch runs again, guarded."""
-
-
-class _RunsAhead:
-    """The runs of mergeable jobs (`model.Mergeable`) one attempt of a batch has run
-    ahead: a run is the jobs queued one after another from its first, with the same
-    statement, of distinct subjects. Each job takes its result as it runs, and learns
-    whether the jobs run since the run's statement changed its subject's rows."""
-
-    def __init__(self) -> None:
-        self._until = 0  # the batch's jobs before this index are in a run, or not mergeable
-        self._results: dict[int, Any] = {}
-        self._touched: set[str] | None = set()  # None: anyone's rows may have changed
-        self.together = 0  # jobs that took a run's result
-
-    def may_start(self, batch: list[_Pending], index: int) -> bool:
-        return index >= self._until and batch[index].merge is not None
-
-    def start(self, conn: Any, now_ms: int, batch: list[_Pending], index: int) -> list[int]:
-        """Runs the run that begins at `index`, if it has more than one job; its jobs' indexes."""
-        first = batch[index].merge
-        assert first is not None
-        run, subjects = [index], {first.subject}
-        for later in range(index + 1, len(batch)):
-            merge = batch[later].merge
-            if merge is None or merge.run_many != first.run_many or merge.subject in subjects:
-                break
-            run.append(later)
-            subjects.add(merge.subject)
-        self._until = run[-1] + 1
-        if len(run) < 2:
-            return []  # one job runs its own statement
-        requests = [merge.request for i in run if (merge := batch[i].merge) is not None]
-        results = first.run_many(conn, now_ms, requests)
-        self._results = dict(zip(run, results, strict=True))
-        self._touched = set()
-        self.together += len(run)
-        return run
-
-    def take(self, batch: list[_Pending], index: int) -> RanAhead | None:
-        merge = batch[index].merge
-        if index not in self._results or merge is None:
-            return None
-        fresh = self._touched is not None and merge.subject not in self._touched
-        return RanAhead(merge.request, self._results.pop(index), fresh)
-
-    def ran(self, pending: _Pending, wakes: Wakes | None) -> None:
-        """Notes whose rows the job just run changed, while jobs of its run are still to run
-        (all of them mergeable: a run is never broken by another job)."""
-        if not self._results or wakes is None or self._touched is None:
-            return
-        assert pending.merge is not None
-        touched = pending.merge.touched(wakes)
-        if touched is None:
-            self._touched = None
-        else:
-            self._touched.update(touched)
 
 
 class CommitFailed(Unavailable):
@@ -200,43 +146,6 @@ def _percentile(samples: Sequence[float], q: float) -> float:
     return float(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
 
 
-class Storage(Protocol):
-    """How the writer begins, ends and retries its transactions on one kind of database
-    (store/schema.py's SqliteStorage, pg/storage.py's PgStorage); the jobs are the same."""
-
-    # Whether this writer is the board's only one: what its jobs learn of the leases and
-    # time gates then holds across jobs (DeadlineWatch); with other writers it does not.
-    exclusive: bool
-
-    def begin(self, conn: Any) -> Any:
-        """Opens the batch's transaction on `conn`, or on a new connection if that one is
-        broken; returns the connection it opened it on."""
-
-    def commit(self, conn: Any) -> None: ...
-
-    def is_busy(self, error: BaseException) -> bool:
-        """Whether the whole transaction may run again (no job of it took effect)."""
-
-    def is_storage_error(self, error: BaseException) -> bool:
-        """Whether a job's error is the database's (a full disk, a lost connection), not the job's."""
-
-    def announce(self, conn: Any, wakes: Wakes) -> None:
-        """Last in the transaction: tells what it changed to whoever else serves the board."""
-
-    # Whether every job runs inside a savepoint of its own; if not, see `untouched`.
-    savepoint_each_job: bool
-    # Whether runs of mergeable jobs share their first statement (`model.Mergeable`):
-    # where each statement is a round trip and the server's work to start it.
-    merges_jobs: bool
-
-    def untouched(self, conn: Any, changes_before: int) -> bool:
-        """Whether the transaction is as it was when a job began (`changes_before` is
-        `conn.total_changes` then): nothing written and no statement failed, so a job
-        that raised needs no rollback."""
-
-    def close(self, conn: Any, checkpoint: bool) -> None: ...
-
-
 class Writer:
     """Owns the read-write connections; see the module docstring."""
 
@@ -251,7 +160,7 @@ class Writer:
         timer: Callable[[], float] = time.perf_counter,
         storage: Storage | None = None,
     ) -> None:
-        from .store.schema import SqliteStorage  # noqa: PLC0415 (the default: the writer of a SQLite board)
+        from .store.sqlite.storage import SqliteStorage  # noqa: PLC0415 (the default: the writer of a SQLite board)
 
         self._connect = connect
         self._storage: Storage = storage if storage is not None else SqliteStorage()
@@ -626,9 +535,10 @@ class Writer:
         try:
             changes_before = conn.total_changes
             outcomes: list[tuple[bool, Any, Wakes | None]] = []
-            # Where statements are round trips, runs of mergeable jobs share their first
-            # statement; never with savepoints, which a job's share would escape.
-            runs = _RunsAhead() if self._storage.merges_jobs and not guarded else None
+            # The driver's batching strategy: where statements are round trips, runs of
+            # mergeable jobs share their first statement; never with savepoints, which a
+            # job's share would escape.
+            runs = self._storage.merged_runs() if not guarded else None
             run_shares: dict[int, float] = {}  # by job index: its share of its run's statement
             while len(outcomes) < len(batch) or self._grow(batch, owners, take_until):
                 index = len(outcomes)

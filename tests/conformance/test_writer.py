@@ -26,12 +26,13 @@ from corrald import failpoints
 from corrald.clock import FakeClock
 from corrald.config import WriterConfig, WriterLevels
 from corrald.errors import Overloaded, ReentrantSubmit, Unavailable
-from corrald.pg.storage import DatabaseUnreachable, PgStorage
-from corrald.pg.target import PgTarget
-from corrald.store.schema import open_writer
+from corrald.store.postgres.storage import DatabaseUnreachable, PgStorage
+from corrald.store.postgres.target import PgTarget
+from corrald.store.sqlite.storage import open_writer
 from corrald.writer import CommitFailed, Writer, job_owner
 from tests.server.boardkit import Blocker, SecondsClock
 from tests.support import wait_until, wait_until_async
+from tests.support.boards import qmarks
 from tests.support.postgres import run_database_dsn, scratch_schema
 
 pytestmark = pytest.mark.timeout(30)
@@ -98,7 +99,7 @@ def writer(make_writer) -> Writer:
 
 def insert(key: str, value: bytes = b""):
     def job(tx):
-        tx.conn.execute("INSERT INTO t (k, v) VALUES (?, ?)", (key, value))
+        qmarks(tx.conn).execute("INSERT INTO t (k, v) VALUES (?, ?)", (key, value))
         return key
 
     return job
@@ -106,7 +107,7 @@ def insert(key: str, value: bytes = b""):
 
 def insert_then_raise(key: str):
     def job(tx):
-        tx.conn.execute("INSERT INTO t (k) VALUES (?)", (key,))
+        qmarks(tx.conn).execute("INSERT INTO t (k) VALUES (?)", (key,))
         raise ValueError(f"job {key} fails after writing")
 
     return job
@@ -143,7 +144,7 @@ class Jobs:
     def insert(self, key: str, *, then_raise: bool = False):
         def job(tx):
             self.runs[key] += 1
-            tx.conn.execute("INSERT INTO t (k) VALUES (?)", (key,))
+            qmarks(tx.conn).execute("INSERT INTO t (k) VALUES (?)", (key,))
             if then_raise:
                 raise ValueError(f"{key} fails after writing")
             return key

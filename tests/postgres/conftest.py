@@ -14,10 +14,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from corrald.pg.sql import PgConnection
-from corrald.pg.storage import connect
-from corrald.pg.target import PgTarget
+from corrald.store.postgres.sql import PgConnection
+from corrald.store.postgres.storage import connect
+from corrald.store.postgres.target import PgTarget
 from tests.contract.wire import Daemon
+from tests.support.boards import QmarkConnection
 from tests.support.postgres import ThrowawayServer, fresh_schema, new_database, run_database_dsn
 
 
@@ -70,11 +71,11 @@ class SharedBoard:
         raise AssertionError("no daemon of this board wrote the lead token")
 
     @contextlib.contextmanager
-    def connection(self) -> Iterator[PgConnection]:
-        """The board read through the connection the store uses (it speaks the store's SQL)."""
+    def connection(self) -> Iterator[QmarkConnection]:
+        """The board read through the connection the store uses (taking `?` parameters)."""
         conn = PgConnection(connect(PgTarget.parse(self.dsn, schema=self.schema), read_only=True))
         try:
-            yield conn
+            yield QmarkConnection(conn)
         finally:
             conn.close()
 

@@ -17,9 +17,9 @@ import pytest
 
 from corral.v1 import corral_pb2 as pb
 from corrald.daemon import LOCAL_CLOCK_OFFSET_ENV
-from corrald.pg.schema import SCHEMA_VERSION
-from corrald.pg.storage import BENCH_SWITCHES_ENV
-from corrald.pg.target import DEFAULT_WRITERS as PG_DEFAULT_WRITERS
+from corrald.store.postgres.schema import SCHEMA_VERSION
+from corrald.store.postgres.storage import BENCH_SWITCHES_ENV
+from corrald.store.postgres.target import DEFAULT_WRITERS as PG_DEFAULT_WRITERS
 from tests.contract.wire import spec, ts_seconds
 from tests.reliability.rel_history import Recorder, check
 from tests.support import wait_until

@@ -26,11 +26,12 @@ from corrald import delivery, validate
 from corrald.clock import FakeClock
 from corrald.config import Limits
 from corrald.model import ClaimGrant, InboxItem, TaskState
-from corrald.pg.target import PgTarget
 from corrald.store import protocol, tasks, team
+from corrald.store.postgres.target import PgTarget
 from corrald.stream import StreamState
 from tests.server.boardkit import SyncBoard, spec
 from tests.support import wait_until
+from tests.support.boards import qmarks
 from tests.support.postgres import backends_waiting_for_a_lock, fresh_schema, run_database_dsn
 
 pytestmark = pytest.mark.timeout(60)
@@ -178,4 +179,4 @@ def test_an_event_committed_later_has_the_larger_seq(two_daemons):
 def committed_events(board: SyncBoard, after_seq: int) -> list[tuple[int, str, str]]:
     """What a Watch reader resuming after `after_seq` reads now (a reader's connection)."""
     query = "SELECT seq, kind, data FROM events WHERE seq > ? ORDER BY seq"
-    return board.board.call_read(lambda conn: conn.execute(query, (after_seq,)).fetchall())
+    return board.board.call_read(lambda conn: qmarks(conn).execute(query, (after_seq,)).fetchall())

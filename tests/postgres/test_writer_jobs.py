@@ -18,8 +18,8 @@ import pytest
 from corrald import delivery
 from corrald.clock import FakeClock
 from corrald.model import Mergeable, RanAhead
-from corrald.pg.storage import PgStorage
-from corrald.pg.target import PgTarget
+from corrald.store.postgres.storage import PgStorage
+from corrald.store.postgres.target import PgTarget
 from corrald.writer import Writer
 from tests.support.postgres import run_database_dsn, scratch_schema
 
@@ -57,7 +57,7 @@ class Jobs:
     def insert(self, key: str, *, then_raise: bool = False) -> Callable:
         def job(tx):
             self.runs[key] += 1
-            tx.conn.execute("INSERT INTO t (k) VALUES (?)", (key,))
+            tx.conn.execute("INSERT INTO t (k) VALUES (%s)", (key,))
             if then_raise:
                 raise ValueError(f"{key} fails after writing")
             return key
@@ -70,7 +70,7 @@ class Jobs:
 
         def job(tx):
             self.runs[key] += 1
-            tx.conn.execute("WITH w AS (INSERT INTO t (k) VALUES (?) RETURNING k) SELECT k FROM w", (key,)).fetchall()
+            tx.conn.execute("WITH w AS (INSERT INTO t (k) VALUES (%s) RETURNING k) SELECT k FROM w", (key,)).fetchall()
             if then_raise:
                 raise ValueError(f"{key} fails after writing")
             return key
@@ -135,7 +135,7 @@ class Merged:
         self.runs.append(list(keys))
         if self.fail_statement:
             conn.execute("SELECT 1 / 0").fetchone()
-        rows = conn.execute("INSERT INTO t (k) SELECT unnest(?::text[]) RETURNING k", (keys,)).fetchall()
+        rows = conn.execute("INSERT INTO t (k) SELECT unnest(%s::text[]) RETURNING k", (keys,)).fetchall()
         return [key for (key,) in rows]
 
     def job(
@@ -144,7 +144,7 @@ class Merged:
         def job(tx):
             self.ahead[key] = tx.ahead
             if tx.ahead is None:
-                tx.conn.execute("INSERT INTO t (k) VALUES (?)", (key,))
+                tx.conn.execute("INSERT INTO t (k) VALUES (%s)", (key,))
             elif takes:
                 assert tx.ahead.row == key == tx.ahead.request
                 tx.ahead = None

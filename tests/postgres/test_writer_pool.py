@@ -16,8 +16,8 @@ import pytest
 
 from corrald.clock import FakeClock
 from corrald.config import WriterConfig
-from corrald.pg.storage import PgStorage
-from corrald.pg.target import PgTarget
+from corrald.store.postgres.storage import PgStorage
+from corrald.store.postgres.target import PgTarget
 from corrald.writer import CommitFailed, Writer, job_owner
 from tests.support import wait_until
 from tests.support.postgres import backends_waiting_for_a_lock, run_database_dsn, scratch_schema
@@ -40,7 +40,7 @@ def pool(schema: str, writers: int = WRITERS, storage_class: type[PgStorage] = P
 
 def run(owner: str, n: int):
     def job(tx) -> int:
-        (seq,) = tx.conn.execute("INSERT INTO runs (owner, n) VALUES (?, ?) RETURNING seq", (owner, n)).fetchone()
+        (seq,) = tx.conn.execute("INSERT INTO runs (owner, n) VALUES (%s, %s) RETURNING seq", (owner, n)).fetchone()
         return seq
 
     return job

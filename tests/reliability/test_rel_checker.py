@@ -1,6 +1,6 @@
 """The history checker itself: a clean synthetic history passes, each injected anomaly is caught.
 
-The database is made with the daemon's own schema (`corrald.store.schema.open_writer`) and filled
+The database is made with the daemon's own schema (`corrald.store.sqlite.storage.open_writer`) and filled
 by hand, so these run in milliseconds.
 """
 
@@ -10,7 +10,7 @@ import copy
 
 import pytest
 
-from corrald.store.schema import open_writer
+from corrald.store.sqlite.storage import open_writer
 
 from .rel_harness import open_db_ro
 from .rel_history import check

@@ -28,10 +28,10 @@ from corrald.clock import SystemClock
 from corrald.config import WriterConfig
 from corrald.daemon import Daemon as InProcessServer
 from corrald.daemon import ServeConfig
-from corrald.pg.storage import PgStorage
-from corrald.pg.target import PgTarget
+from corrald.store.postgres.storage import PgStorage
+from corrald.store.postgres.target import PgTarget
 from corrald.writer import CommitFailed, Writer
-from tests.support.boards import read_board
+from tests.support.boards import qmarks, read_board
 from tests.support.daemons import store_args
 from tests.support.postgres import run_database_dsn, scratch_schema
 
@@ -265,7 +265,7 @@ def _inject_commit_failures(
             batch = writer._commits + writer._failed_commits  # noqa: SLF001
             batch_of[job_id] = batch
             for part in range(3):
-                tx.conn.execute("INSERT INTO r (job, part, batch) VALUES (?, ?, ?)", (job_id, part, batch))
+                qmarks(tx.conn).execute("INSERT INTO r (job, part, batch) VALUES (?, ?, ?)", (job_id, part, batch))
                 if boom and part == 1:
                     raise ValueError("this job fails on its own")
             return job_id

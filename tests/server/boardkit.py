@@ -22,10 +22,11 @@ from corrald.board import Board
 from corrald.clock import Clock
 from corrald.config import Limits, WriterConfig
 from corrald.model import ClaimGrant, TaskRecord, TaskSpec, TaskState, Usage
-from corrald.pg.target import DEFAULT_WRITERS as PG_DEFAULT_WRITERS
 from corrald.store import tasks, team
+from corrald.store.postgres.target import DEFAULT_WRITERS as PG_DEFAULT_WRITERS
 from corrald.stream import StreamState
 from tests.support import SecondsClock  # noqa: F401 (the writer and pacing tests import it from here)
+from tests.support.boards import qmarks
 
 LEAD_TOKEN = "t"
 CALL_TIMEOUT = 20.0  # seconds; a hung writer fails the test instead of hanging it
@@ -97,7 +98,7 @@ class SyncBoard:
         where: Any = self.path
         if not isinstance(where, pathlib.Path):  # a PostgreSQL schema (a PgTarget), on the test's clock
             from corrald.board import token_hash
-            from corrald.pg.store import open_board
+            from corrald.store.postgres.store import open_board
 
             where = open_board(where, token_hash, database_clock=False, lead_token=LEAD_TOKEN)
             self.writer_config = dataclasses.replace(self.writer_config, writers=self.pg_writers)
@@ -218,7 +219,7 @@ class SyncBoard:
 
     def rows(self, sql: str, params: Sequence = ()) -> list[tuple]:
         def query(tx) -> list[tuple]:
-            cursor = tx.conn.execute(sql, tuple(params))
+            cursor = qmarks(tx.conn).execute(sql, tuple(params))
             return cursor.fetchall() if cursor.description is not None else []  # a statement without rows
 
         return self.call(query)

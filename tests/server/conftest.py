@@ -31,7 +31,7 @@ def db_path(tmp_path: pathlib.Path, store_kind: str):
     if store_kind != "postgres":
         yield tmp_path / "corral.sqlite3"
         return
-    from corrald.pg.target import PgTarget
+    from corrald.store.postgres.target import PgTarget
     from tests.support.postgres import board_schema, run_database_dsn
 
     with board_schema() as schema:

@@ -19,7 +19,7 @@ from boardkit import Blocker, spec
 
 from corrald import errors, failpoints
 from corrald.model import ClaimGrant, TaskState
-from corrald.pg.storage import BENCH_SWITCHES_ENV
+from corrald.store.postgres.storage import BENCH_SWITCHES_ENV
 from corrald.stream import ParkedStreams, StreamState
 from corrald.writer import job_owner
 

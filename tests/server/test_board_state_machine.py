@@ -267,7 +267,7 @@ class BoardMachine(RuleBasedStateMachine):
         where: object = self.dir / "corral.sqlite3"
         self.schema = contextlib.ExitStack()
         if _STORE["kind"] == "postgres":  # a schema of the run's database of its own per example
-            from corrald.pg.target import PgTarget
+            from corrald.store.postgres.target import PgTarget
             from tests.support.postgres import board_schema, run_database_dsn
 
             where = PgTarget.parse(run_database_dsn(), schema=self.schema.enter_context(board_schema()))

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from corrald.model import Txn
 from corrald.store import events
-from corrald.store.schema import open_writer
+from corrald.store.sqlite.storage import open_writer
 
 SCALARS = st.one_of(st.text(), st.integers(min_value=-(2**63), max_value=2**63 - 1), st.none())
 # SQLite writes simple events with json_object; PostgreSQL always takes json.dumps' path.

@@ -22,7 +22,7 @@ SERVER_ROOT = pathlib.Path(__file__).resolve().parents[2] / "server" / "corrald"
 SERVER_LAYERS = (
     Layer("foundation", ("__init__", "errors", "config", "clock", "cpu", "failpoints", "looplag", "model", "statedir")),
     Layer("rules", ("validate",), ("foundation",)),
-    Layer("store", ("store", "pg"), ("foundation", "rules")),
+    Layer("store", ("store",), ("foundation", "rules")),
     Layer("overload", ("overload",), ("foundation",)),
     Layer("engine", ("writer", "readers", "stream", "delivery"), ("foundation", "rules", "store", "overload")),
     Layer("board", ("board", "wake", "requestids", "reconcile"), ("foundation", "rules", "store", "engine")),

@@ -13,7 +13,7 @@ from corrald import failpoints
 from corrald.clock import FakeClock
 from corrald.config import WriterConfig
 from corrald.errors import CommitInDoubt
-from corrald.store.schema import open_writer
+from corrald.store.sqlite.storage import open_writer
 from corrald.writer import CommitFailed, Writer
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.sqlite_only]

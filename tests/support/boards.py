@@ -4,9 +4,9 @@ On SQLite that is the state directory's `corral.sqlite3`, opened read-only
 (WAL lets it be read while the daemon writes); on PostgreSQL (`--store
 postgres`) the board's schema of the run's database (tests/support/daemons.py
 names it after the state directory), read through the connection the store
-uses there, which takes the store's SQL: `?` parameters and SQLite's few
-spellings. Either way the connection offers `execute(sql, params)` returning a
-cursor to iterate or fetch from, and the rows hold the same Python values.
+uses there, with the tests' `?` parameters taken as psycopg's `%s` (`QmarkConnection`).
+Either way the connection offers `execute(sql, params)` returning a cursor to
+iterate or fetch from, and the rows hold the same Python values.
 """
 
 from __future__ import annotations
@@ -14,11 +14,36 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import re
 import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
 from tests.support.daemons import STORE_ENV, store_args
+
+_QMARK = re.compile(r"('(?:[^']|'')*')|\?")
+
+
+class QmarkConnection:
+    """The PostgreSQL store's connection taking the tests' statements as sqlite3 does: a `?`
+    outside a literal is a parameter (the daemon's own statements are written with `%s`)."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        return self._conn.execute(_QMARK.sub(lambda m: m.group(1) or "%s", sql), params)
+
+    def executemany(self, sql: str, rows: Any) -> Any:
+        return self._conn.executemany(_QMARK.sub(lambda m: m.group(1) or "%s", sql), rows)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+def qmarks(conn: Any) -> Any:
+    """`conn` taking a test's statement with `?` parameters, on either store."""
+    return conn if isinstance(conn, sqlite3.Connection) else QmarkConnection(conn)
 
 
 def on_postgres() -> bool:
@@ -31,13 +56,13 @@ def read_board(state_dir: pathlib.Path) -> Iterator[Any]:
     """The board of the daemon on `state_dir`, read-only; the daemon may keep running."""
     postgres = store_args(state_dir)
     if postgres:
-        from corrald.pg.sql import PgConnection
-        from corrald.pg.storage import connect
-        from corrald.pg.target import PgTarget
+        from corrald.store.postgres.sql import PgConnection
+        from corrald.store.postgres.storage import connect
+        from corrald.store.postgres.target import PgTarget
 
         conn = PgConnection(connect(PgTarget.parse(postgres[1], schema=postgres[3]), read_only=True))
         try:
-            yield conn
+            yield QmarkConnection(conn)
         finally:
             conn.close()
         return

@@ -10,8 +10,8 @@ import pathlib
 
 import psycopg
 
-from corrald.pg.schema import migrate as _migrate_postgres
-from corrald.store.schema import open_writer as _open_sqlite_writer
+from corrald.store.postgres.schema import migrate as _migrate_postgres
+from corrald.store.sqlite.storage import open_writer as _open_sqlite_writer
 
 
 def migrate_sqlite(path: pathlib.Path) -> None:

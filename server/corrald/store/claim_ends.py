@@ -16,6 +16,7 @@ import sqlite3
 from collections.abc import Collection
 
 from ..model import ClaimEnd, ClaimEndReason, ClaimOutcome
+from .dialect import sql
 
 # The endings that were not the holder's doing, and the notice each gives. A removal
 # ends its teammate's claims REVOKED with `removal_note` as their error.
@@ -50,9 +51,7 @@ def ended_claims(conn: sqlite3.Connection, tokens: Collection[str], teammates: C
     ends: dict[str, ClaimEnd | None] = {}
     if tokens:
         rows = conn.execute(
-            "SELECT c.token, t.id, c.outcome, c.error, c.teammate, m.removed FROM json_each(?) AS w"
-            " JOIN claims AS c ON c.token = w.value JOIN tasks AS t ON t.seq = c.task_seq"
-            " JOIN teammates AS m ON m.name = c.teammate WHERE c.outcome IS NOT NULL ORDER BY c.fence",
+            sql(conn).ENDED_CLAIMS,
             (json.dumps(sorted(tokens)),),
         )
         for token, task_id, outcome, error, holder, removed in rows:
@@ -65,7 +64,7 @@ def ended_claims(conn: sqlite3.Connection, tokens: Collection[str], teammates: C
         removed_names = frozenset(
             name
             for (name,) in conn.execute(
-                "SELECT m.name FROM json_each(?) AS w JOIN teammates AS m ON m.name = w.value WHERE m.removed = 1",
+                sql(conn).REMOVED_AMONG,
                 (json.dumps(sorted(teammates)),),
             )
         )

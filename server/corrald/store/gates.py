@@ -5,13 +5,12 @@ from __future__ import annotations
 import sqlite3
 
 from .. import errors
+from .dialect import sql
 
 
 def plan_approved(conn: sqlite3.Connection, name: str, acked: int) -> bool:
     """Only the newest plan counts, and only once its approval is acknowledged."""
-    row = conn.execute(
-        "SELECT approve, decision_seq FROM plans WHERE author = ? ORDER BY plan_id DESC LIMIT 1", (name,)
-    ).fetchone()
+    row = conn.execute(sql(conn).PLAN_APPROVED, (name,)).fetchone()
     return row is not None and row[0] == 1 and row[1] <= acked
 
 
@@ -21,10 +20,7 @@ def protocol_pending(conn: sqlite3.Connection, name: str) -> bool:
     One statement (a lease renewal asks this on the writer, where every
     statement gives up the GIL and may wait to get it back)."""
     row = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM inbox INDEXED BY inbox_protocol"
-        "               WHERE recipient = t.name AND seq > t.acked_seq AND kind != 'message')"
-        " OR EXISTS (SELECT 1 FROM shutdowns WHERE teammate = t.name AND answered = 0)"
-        " FROM teammates AS t WHERE t.name = ?",
+        sql(conn).PROTOCOL_PENDING,
         (name,),
     ).fetchone()
     if row is None:
@@ -37,8 +33,7 @@ def protocol_unacked(conn: sqlite3.Connection, name: str, acked: int, last: int)
     teammate's sequence numbers and shutdown state with its row)."""
     return last > acked and (
         conn.execute(
-            "SELECT 1 FROM inbox INDEXED BY inbox_protocol"
-            " WHERE recipient = ? AND seq > ? AND kind != 'message' LIMIT 1",
+            sql(conn).PROTOCOL_UNACKED,
             (name, acked),
         ).fetchone()
         is not None

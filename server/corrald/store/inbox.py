@@ -6,6 +6,7 @@ import sqlite3
 
 from .. import errors
 from ..model import InboxItem, Txn
+from .dialect import sql
 from .events import emit
 from .status import refresh_status
 from .team import teammate_row
@@ -20,10 +21,9 @@ def enqueue(tx: Txn, recipient: str, kind: str, limit: int, **fields) -> int:
     if kind == "message" and last - acked >= limit:
         raise errors.Overloaded(f"inbox of {recipient!r} holds {limit} unacknowledged items", retry_after_ms=1000)
     seq = last + 1
-    tx.conn.execute("UPDATE teammates SET last_seq = ? WHERE name = ?", (seq, recipient))
+    tx.conn.execute(sql(tx.conn).SET_LAST_SEQ, (seq, recipient))
     tx.conn.execute(
-        "INSERT INTO inbox (recipient, seq, kind, send_ms, sender, body, ref, approve, deadline_ms)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        sql(tx.conn).INSERT_INBOX_ITEM,
         (
             recipient,
             seq,
@@ -52,32 +52,19 @@ def send_message(tx: Txn, sender: str, to: str, body: str, *, inbox_limit: int) 
 
 def _broadcast(tx: Txn, sender: str, body: str, limit: int) -> list[str]:
     """A message to every teammate but the sender, in three statements however large the team."""
-    everyone_else = "removed = 0 AND name != ?"
-    full = tx.conn.execute(
-        f"SELECT name FROM teammates WHERE {everyone_else} AND last_seq - acked_seq >= ? ORDER BY name LIMIT 1",
-        (sender, limit),
-    ).fetchone()
+    statements = sql(tx.conn)
+    full = tx.conn.execute(statements.BROADCAST_FULL, (sender, limit)).fetchone()
     if full is not None:
         raise errors.Overloaded(f"inbox of {full[0]!r} holds {limit} unacknowledged items", retry_after_ms=1000)
-    recipients = sorted(
-        n
-        for (n,) in tx.conn.execute(
-            f"UPDATE teammates SET last_seq = last_seq + 1 WHERE {everyone_else} RETURNING name", (sender,)
-        )
-    )
-    tx.conn.execute(
-        "INSERT INTO inbox (recipient, seq, kind, send_ms, sender, body)"
-        f" SELECT name, last_seq, 'message', ?, ?, ? FROM teammates WHERE {everyone_else}",
-        (tx.now_ms, sender, body, sender),
-    )
+    recipients = sorted(n for (n,) in tx.conn.execute(statements.BROADCAST_COUNT, (sender,)))
+    tx.conn.execute(statements.BROADCAST_INSERT, (tx.now_ms, sender, body, sender))
     tx.wakes.teammates.update(recipients)
     return recipients
 
 
 def inbox_after(conn: sqlite3.Connection, name: str, after_seq: int, limit: int = 64) -> list[InboxItem]:
     rows = conn.execute(
-        "SELECT seq, kind, send_ms, sender, body, ref, approve, deadline_ms FROM inbox"
-        " WHERE recipient = ? AND seq > ? ORDER BY seq LIMIT ?",
+        sql(conn).INBOX_AFTER,
         (name, after_seq, limit),
     ).fetchall()
     return [InboxItem(s, k, ms, snd, b, ref, bool(a), dl) for s, k, ms, snd, b, ref, a, dl in rows]
@@ -90,7 +77,7 @@ def ack(tx: Txn, name: str, through_seq: int) -> int:
             "through_seq", f"{through_seq} is not a delivered sequence number (last is {last})"
         )
     if through_seq > acked:
-        tx.conn.execute("UPDATE teammates SET acked_seq = ? WHERE name = ?", (through_seq, name))
+        tx.conn.execute(sql(tx.conn).ACK, (through_seq, name))
         tx.wakes.teammates.add(name)  # a gate may have opened
         tx.wakes.may_claim.add(name)
         refresh_status(tx, name)

@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from ..model import ConcurrencyLimit, Txn
+from ..model import ConcurrencyLimit, TaskState, Txn
+from .dialect import sql
+
+_IN_PROGRESS = int(TaskState.IN_PROGRESS)
 
 # The claim query's gate, a condition on `tasks`: a row of the ready index with a
 # key costs one primary-key probe, and one without a key none. (A list of the
@@ -24,14 +27,13 @@ FULL_KEYS = (
 
 def taken(tx: Txn, key: str) -> None:
     """A task of `key` was claimed."""
-    tx.conn.execute("UPDATE concurrency_keys SET in_progress = in_progress + 1 WHERE key = ?", (key,))
+    tx.conn.execute(sql(tx.conn).TAKEN, (key,))
 
 
 def freed(tx: Txn, key: str) -> None:
     """A claim of a task of `key` ended; if that opened the key, its ready tasks' takers are woken."""
     row = tx.conn.execute(
-        "UPDATE concurrency_keys SET in_progress = in_progress - 1 WHERE key = ?"
-        " RETURNING in_progress, max_in_progress",
+        sql(tx.conn).FREED,
         (key,),
     ).fetchone()
     if row is not None and row[0] == row[1] - 1:
@@ -41,8 +43,7 @@ def freed(tx: Txn, key: str) -> None:
 def _wake_for_key(tx: Txn, key: str) -> None:
     """One waiting stream per role among the key's ready tasks re-checks (a slot freed: one claim)."""
     roles = tx.conn.execute(
-        "SELECT DISTINCT required_role FROM tasks WHERE concurrency_key = ? AND concurrency_key != ''"
-        " AND state = 1 AND unmet_deps = 0",
+        sql(tx.conn).WAKE_FOR_KEY,
         (key,),
     ).fetchall()
     for (role,) in roles:
@@ -54,17 +55,14 @@ def full_among(conn: sqlite3.Connection, wanted: set[str]) -> set[str]:
     if not wanted:
         return set()
     rows = conn.execute(
-        "SELECT key FROM concurrency_keys WHERE key IN (SELECT value FROM json_each(?))"
-        " AND in_progress >= max_in_progress",
+        sql(conn).FULL_AMONG,
         (json.dumps(sorted(wanted)),),
     )
     return {key for (key,) in rows}
 
 
 def _in_progress(conn: sqlite3.Connection, key: str) -> int:
-    (count,) = conn.execute(
-        "SELECT count(*) FROM tasks WHERE concurrency_key = ? AND concurrency_key != '' AND state = 2", (key,)
-    ).fetchone()
+    (count,) = conn.execute(sql(conn).IN_PROGRESS, (key,)).fetchone()
     return int(count)
 
 
@@ -73,12 +71,10 @@ def set_limit(tx: Txn, key: str, limit: int) -> ConcurrencyLimit:
     that may take more claims than before wakes the takers of its ready tasks."""
     count = _in_progress(tx.conn, key)
     if limit == 0:
-        tx.conn.execute("DELETE FROM concurrency_keys WHERE key = ?", (key,))
+        tx.conn.execute(sql(tx.conn).DROP_LIMIT, (key,))
     else:
         tx.conn.execute(
-            "INSERT INTO concurrency_keys (key, max_in_progress, in_progress) VALUES (?, ?, ?)"
-            " ON CONFLICT (key) DO UPDATE SET max_in_progress = excluded.max_in_progress,"
-            " in_progress = excluded.in_progress",
+            sql(tx.conn).SET_LIMIT,
             (key, limit, count),
         )
     if limit == 0 or count < limit:
@@ -95,5 +91,6 @@ def recount(tx: Txn) -> None:
     """Every limited key's count from the tasks themselves (a board's open)."""
     tx.conn.execute(
         "UPDATE concurrency_keys SET in_progress = (SELECT count(*) FROM tasks"
-        " WHERE tasks.concurrency_key = concurrency_keys.key AND tasks.concurrency_key != '' AND tasks.state = 2)"
+        " WHERE tasks.concurrency_key = concurrency_keys.key AND tasks.concurrency_key != ''"
+        f" AND tasks.state = {_IN_PROGRESS})"
     )

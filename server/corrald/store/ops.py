@@ -10,7 +10,7 @@ writes), so its error is recorded as its outcome; one that wrote and then
 failed is undone whole, record and all, like any failed job.
 
 Where statements are round trips (PostgreSQL), a body may write the record in its
-own first statement instead (`record_in_body`): a WITH clause `RECORD_CLAUSE`
+own first statement instead (`record_in_body`): a WITH clause (`RECORD_CLAUSE` of store/postgres/queries.py)
 that every other write of that statement depends on. Until that statement runs,
 the body has written nothing; if the op id is taken, the statement writes
 nothing at all and the body raises `OpAlreadyRan`, and the record answers as
@@ -28,16 +28,11 @@ from collections.abc import Callable
 
 from .. import errors
 from ..model import OpOutcome, PendingOpRecord, Txn
-from .schema import fuses_statements
+from .dialect import fused, sql
 
 KEEP_MS = 24 * 3600 * 1000
 KEEP_PER_TEAMMATE = 10_000
 PRUNE_EVERY = 512
-
-
-_INSERT = "INSERT INTO session_ops (teammate, op_id, digest, done_ms) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"
-# The record as the first WITH clause of a body's statement: `op` has a row if it was written.
-RECORD_CLAUSE = f"op AS ({_INSERT} RETURNING seq)"
 
 
 # A unary write's request id is kept as an op of its caller, named after its RPC.
@@ -70,7 +65,7 @@ def run_once(
     """
     conn = tx.conn
     record = PendingOpRecord((teammate, op_id, digest, tx.now_ms))
-    if record_in_body and fuses_statements(conn):
+    if record_in_body and fused(conn) is not None:
         tx.op_record = record
     elif not _write(tx, record):
         return _recorded(conn, teammate, op_id, digest), False
@@ -104,7 +99,7 @@ def write_pending_record(tx: Txn) -> None:
 
 
 def record_written(tx: Txn, seq: int | None) -> None:
-    """What the body's statement with `RECORD_CLAUSE` returned of `op`: the record's seq,
+    """What the body's statement with the record clause returned of `op`: the record's seq,
     or None when it found the op id taken (and so wrote nothing)."""
     assert tx.op_record is not None
     if seq is None:
@@ -114,7 +109,7 @@ def record_written(tx: Txn, seq: int | None) -> None:
 
 def _write(tx: Txn, record: PendingOpRecord) -> bool:
     """Writes the record; False if the op id is taken."""
-    inserted = tx.conn.execute(f"{_INSERT} RETURNING seq", record.params).fetchone()
+    inserted = tx.conn.execute(sql(tx.conn).RECORD_OP, record.params).fetchone()
     if inserted is None:
         return False
     record.seq, record.changes = inserted[0], tx.conn.total_changes
@@ -129,16 +124,14 @@ def _store_outcome(conn, seq: int, outcome: OpOutcome) -> None:
         described = {"description": error.description} if isinstance(error, errors.InvalidArgument) else {}
         metadata = json.dumps({**error.metadata, **described}) if error.metadata or described else None
     conn.execute(
-        "UPDATE session_ops SET value = ?, flag = ?, error_kind = ?, error_message = ?, error_metadata = ?,"
-        " response = ? WHERE seq = ?",
+        sql(conn).STORE_OUTCOME,
         (outcome.value, int(outcome.flag), kind, message, metadata, outcome.response, seq),
     )
 
 
 def _recorded(conn, teammate: str, op_id: str, digest: bytes) -> OpOutcome:
     stored_digest, value, flag, kind, message, metadata, response = conn.execute(
-        "SELECT digest, value, flag, error_kind, error_message, error_metadata, response FROM session_ops"
-        " WHERE teammate = ? AND op_id = ?",
+        sql(conn).RECORDED,
         (teammate, op_id),
     ).fetchone()
     if bytes(stored_digest) != digest:
@@ -157,12 +150,10 @@ def _prune(tx: Txn, teammate: str) -> None:
     # `done_ms` grows with `seq` (one writer, a clock that never goes back): the
     # records older than a day are the ones before the first younger one.
     conn.execute(
-        "DELETE FROM session_ops WHERE seq < coalesce((SELECT seq FROM session_ops WHERE done_ms >= ?"
-        " ORDER BY seq LIMIT 1), (SELECT max(seq) + 1 FROM session_ops))",
+        sql(conn).PRUNE_OPS_BEFORE,
         (tx.now_ms - KEEP_MS,),
     )
     conn.execute(
-        "DELETE FROM session_ops WHERE teammate = ? AND seq <= (SELECT seq FROM session_ops WHERE teammate = ?"
-        " ORDER BY seq DESC LIMIT 1 OFFSET ?)",
+        sql(conn).PRUNE_OPS_BEYOND,
         (teammate, teammate, KEEP_PER_TEAMMATE),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import errors
 from ..model import ClaimOutcome, Txn
+from .dialect import sql
 from .events import emit
 from .inbox import enqueue
 from .status import refresh_status
@@ -14,9 +15,7 @@ from .team import remove_teammate, teammate_row
 
 
 def submit_plan(tx: Txn, author: str, body: str) -> str:
-    (plan_id,) = tx.conn.execute(
-        "INSERT INTO plans (author, body, submit_ms) VALUES (?, ?, ?) RETURNING plan_id", (author, body, tx.now_ms)
-    ).fetchone()
+    (plan_id,) = tx.conn.execute(sql(tx.conn).SUBMIT_PLAN, (author, body, tx.now_ms)).fetchone()
     emit(tx, "plan_submitted", {"plan_id": str(plan_id), "author": author, "plan": body})
     refresh_status(tx, author)
     return str(plan_id)
@@ -34,7 +33,7 @@ def _row_id(text: str) -> int:
 
 
 def decide_plan(tx: Txn, plan_id: str, approve: bool, feedback: str) -> int:
-    row = tx.conn.execute("SELECT author, approve FROM plans WHERE plan_id = ?", (_row_id(plan_id),)).fetchone()
+    row = tx.conn.execute(sql(tx.conn).PLAN, (_row_id(plan_id),)).fetchone()
     if row is None:
         raise errors.PlanNotFound(f"no plan {plan_id!r}", plan_id=plan_id)
     author, decided = row
@@ -42,7 +41,7 @@ def decide_plan(tx: Txn, plan_id: str, approve: bool, feedback: str) -> int:
         raise errors.FailedPrecondition(f"plan {plan_id!r} was already decided", plan_id=plan_id)
     seq = enqueue(tx, author, "plan_decision", 0, ref=plan_id, approve=approve, body=feedback)
     tx.conn.execute(
-        "UPDATE plans SET approve = ?, feedback = ?, decision_seq = ? WHERE plan_id = ?",
+        sql(tx.conn).DECIDE_PLAN,
         (int(approve), feedback, seq, _row_id(plan_id)),
     )
     emit(tx, "plan_decided", {"plan_id": plan_id, "author": author, "approve": approve, "feedback": feedback})
@@ -56,7 +55,7 @@ def request_shutdown(tx: Txn, name: str, reason: str, grace_ms: int) -> tuple[st
     teammate_row(tx.conn, name, lock=True)
     deadline = tx.now_ms + grace_ms
     (request_id,) = tx.conn.execute(
-        "INSERT INTO shutdowns (teammate, reason, request_ms, deadline_ms) VALUES (?, ?, ?, ?) RETURNING request_id",
+        sql(tx.conn).REQUEST_SHUTDOWN,
         (name, reason, tx.now_ms, deadline),
     ).fetchone()
     enqueue(tx, name, "shutdown_request", 0, ref=str(request_id), body=reason, deadline_ms=deadline)
@@ -68,7 +67,7 @@ def request_shutdown(tx: Txn, name: str, reason: str, grace_ms: int) -> tuple[st
 def respond_shutdown(tx: Txn, name: str, request_id: str, approve: bool, reason: str) -> None:
     teammate_row(tx.conn, name, lock=True)
     row = tx.conn.execute(
-        "SELECT answered FROM shutdowns WHERE request_id = ? AND teammate = ?",
+        sql(tx.conn).SHUTDOWN_ANSWERED,
         (_row_id(request_id), name),
     ).fetchone()
     if row is None:
@@ -78,13 +77,13 @@ def respond_shutdown(tx: Txn, name: str, request_id: str, approve: bool, reason:
     if approve:
         release_all(tx, name, ClaimOutcome.RELEASED)
         tx.conn.execute(
-            "UPDATE shutdowns SET answered = 1, approve = 1, answer_reason = ? WHERE teammate = ? AND answered = 0",
+            sql(tx.conn).APPROVE_SHUTDOWNS,
             (reason, name),
         )
         tx.wakes.ended[name] = "shutdown approved"
     else:
         tx.conn.execute(
-            "UPDATE shutdowns SET answered = 1, approve = 0, answer_reason = ? WHERE request_id = ?",
+            sql(tx.conn).REFUSE_SHUTDOWN,
             (reason, _row_id(request_id)),
         )
         tx.wakes.teammates.add(name)  # the shutdown gate opened
@@ -95,12 +94,7 @@ def respond_shutdown(tx: Txn, name: str, request_id: str, approve: bool, reason:
 
 def expire_shutdowns(tx: Txn) -> list[str]:
     """The forced path: past its grace, an unanswered teammate is removed."""
-    names = [
-        n
-        for (n,) in tx.conn.execute(
-            "SELECT DISTINCT teammate FROM shutdowns WHERE answered = 0 AND deadline_ms <= ?", (tx.now_ms,)
-        ).fetchall()
-    ]
+    names = [n for (n,) in tx.conn.execute(sql(tx.conn).EXPIRE_SHUTDOWNS, (tx.now_ms,)).fetchall()]
     for name in names:
         remove_teammate(tx, name, why="shutdown grace ran out")
     return names

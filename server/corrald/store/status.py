@@ -6,6 +6,7 @@ import sqlite3
 
 from .. import errors
 from ..model import TeammateStatus, Txn
+from .dialect import sql
 from .events import emit
 from .gates import plan_approved
 
@@ -19,13 +20,6 @@ _STATUS_REASON = {
     TeammateStatus.WAITING: "waiting",
 }
 
-_STATUS_QUERY = (
-    "SELECT removed, online, require_plan, acked_seq, status,"
-    " EXISTS (SELECT 1 FROM shutdowns WHERE teammate = :name AND answered = 0),"
-    " EXISTS (SELECT 1 FROM tasks WHERE owner = :name AND state = 2)"
-    " FROM teammates WHERE name = :name"
-)
-
 
 def count_by_status(conn: sqlite3.Connection) -> dict[TeammateStatus, int]:
     """Teammates by their stored status (kept current by refresh_status)."""
@@ -35,7 +29,7 @@ def count_by_status(conn: sqlite3.Connection) -> dict[TeammateStatus, int]:
 
 def _status(conn: sqlite3.Connection, name: str) -> tuple[TeammateStatus, int]:
     """(the status now, the status last stored), in one query."""
-    row = conn.execute(_STATUS_QUERY, {"name": name}).fetchone()
+    row = conn.execute(sql(conn).STATUS, {"name": name}).fetchone()
     if row is None:
         raise errors.TeammateNotFound(f"no teammate {name!r}", name=name)
     removed, online, require_plan, acked, stored, shutting_down, busy = row
@@ -69,18 +63,16 @@ def set_waiting(tx: Txn, name: str, waiting: bool) -> None:
     frm, to = (
         (TeammateStatus.IDLE, TeammateStatus.WAITING) if waiting else (TeammateStatus.WAITING, TeammateStatus.IDLE)
     )
-    if tx.conn.execute(
-        "UPDATE teammates SET status = ? WHERE name = ? AND status = ?", (int(to), name, int(frm))
-    ).rowcount:
+    if tx.conn.execute(sql(tx.conn).SET_WAITING, (int(to), name, int(frm))).rowcount:
         emit(tx, "teammate_changed", {"name": name, "status": int(to), "reason": _STATUS_REASON[to]})
 
 
 def mark_busy(tx: Txn, name: str) -> None:
     """After a claim: the holder is busy (the claim's gates ruled out every other status)."""
-    if tx.conn.execute("UPDATE teammates SET status = 3 WHERE name = ? AND status != 3", (name,)).rowcount:
+    if tx.conn.execute(sql(tx.conn).MARK_BUSY, (name,)).rowcount:
         emit(tx, "teammate_changed", {"name": name, "status": int(TeammateStatus.BUSY), "reason": "busy"})
 
 
 def _store_status(tx: Txn, name: str, status: TeammateStatus, reason: str | None) -> None:
-    tx.conn.execute("UPDATE teammates SET status = ? WHERE name = ?", (int(status), name))
+    tx.conn.execute(sql(tx.conn).STORE_STATUS, (int(status), name))
     emit(tx, "teammate_changed", {"name": name, "status": int(status), "reason": reason or _STATUS_REASON[status]})

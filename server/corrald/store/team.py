@@ -10,25 +10,17 @@ from .. import errors
 from ..model import ClaimEndReason, ClaimOutcome, TeammateRecord, TeammateStatus, TeammateView, Txn
 from . import usage
 from .claim_ends import removal_note
+from .dialect import fused, sql
 from .events import emit
-from .schema import fuses_statements, row_lock
 from .status import refresh_status
-from .tasks import (
-    HELD_CLAIMS_BESIDE_COMPLETION_JSON,
-    HELD_CLAIMS_BESIDE_COMPLETIONS_JSON,
-    HELD_CLAIMS_JSON,
-    ClaimRef,
-    held_claim_refs,
-    release_all,
-    work_waited_for,
-)
+from .tasks import ClaimRef, held_claim_refs, release_all, work_waited_for
 
 
 def add_teammate(tx: Txn, name: str, roles: tuple[str, ...], require_plan: bool, token_hash: bytes) -> TeammateRecord:
-    if tx.conn.execute("SELECT 1 FROM teammates WHERE name = ?", (name,)).fetchone():
+    if tx.conn.execute(sql(tx.conn).TEAMMATE_EXISTS, (name,)).fetchone():
         raise errors.AlreadyExists(f"teammate {name!r} exists", field="name")
     tx.conn.execute(
-        "INSERT INTO teammates (name, token_hash, roles, require_plan, status, created_ms) VALUES (?, ?, ?, ?, ?, ?)",
+        sql(tx.conn).INSERT_TEAMMATE,
         (name, token_hash, json.dumps(list(roles)), int(require_plan), int(TeammateStatus.OFFLINE), tx.now_ms),
     )
     teammate = get_teammate(tx.conn, name)
@@ -40,9 +32,7 @@ def add_teammate(tx: Txn, name: str, roles: tuple[str, ...], require_plan: bool,
 def rotate_token(tx: Txn, name: str, token_hash: bytes) -> None:
     """Gives a teammate a new credential, the old one dead from this commit on (a retried
     AddTeammate: the first answer, which carried the old one, was lost)."""
-    changed = tx.conn.execute(
-        "UPDATE teammates SET token_hash = ? WHERE name = ? AND removed = 0", (token_hash, name)
-    ).rowcount
+    changed = tx.conn.execute(sql(tx.conn).ROTATE_TEAMMATE_TOKEN, (token_hash, name)).rowcount
     if not changed:
         raise errors.FailedPrecondition(f"teammate {name!r} was removed since this request added it", name=name)
     tx.wakes.credentials = True  # the other daemons forget the old credential
@@ -59,12 +49,9 @@ def _roles(stored: str) -> tuple[str, ...]:
 def teammate_row(conn: sqlite3.Connection, name: str, *, lock: bool = False) -> tuple:
     """(roles, require_plan, removed, online, status, acked_seq, last_seq); TeammateNotFound if none.
     `lock`: the transaction is about to change what the teammate may receive (its inbox, its
-    shutdown, its removal), and holds the teammate's row until it ends (`schema.row_lock`)."""
-    row = conn.execute(
-        "SELECT roles, require_plan, removed, online, status, acked_seq, last_seq FROM teammates WHERE name = ?"
-        + (row_lock(conn) if lock else ""),
-        (name,),
-    ).fetchone()
+    shutdown, its removal), and holds the teammate's row until it ends (`row_lock`)."""
+    statements = sql(conn)
+    row = conn.execute(statements.TEAMMATE_ROW + (statements.row_lock() if lock else ""), (name,)).fetchone()
     if row is None:
         raise errors.TeammateNotFound(f"no teammate {name!r}", name=name)
     return row
@@ -72,8 +59,8 @@ def teammate_row(conn: sqlite3.Connection, name: str, *, lock: bool = False) -> 
 
 def get_teammate(conn: sqlite3.Connection, name: str) -> TeammateRecord:
     roles, require_plan, _, _, status, _, _ = teammate_row(conn, name)
-    (served_by,) = conn.execute("SELECT served_by FROM teammates WHERE name = ?", (name,)).fetchone()
-    held = tuple(r[0] for r in conn.execute("SELECT id FROM tasks WHERE owner = ? AND state = 2 ORDER BY seq", (name,)))
+    (served_by,) = conn.execute(sql(conn).SERVED_BY, (name,)).fetchone()
+    held = tuple(r[0] for r in conn.execute(sql(conn).HELD_TASK_IDS, (name,)))
     role_list = _roles(roles)
     waiting_for = tuple(work_waited_for(conn, name, role_list)) if status == TeammateStatus.WAITING else ()
     spent, budget = usage.of_teammate(conn, name)
@@ -93,20 +80,16 @@ def get_teammate(conn: sqlite3.Connection, name: str) -> TeammateRecord:
 def list_teammates(conn: sqlite3.Connection, after: int = 0, limit: int = -1) -> list[tuple[int, TeammateRecord]]:
     """Teammates in the order they were added, after position `after`, each with its
     position (the page token's cursor); `limit` -1 means all."""
-    query = "SELECT rowid, name FROM teammates WHERE rowid > ? ORDER BY rowid"
-    rows = conn.execute(query + " LIMIT ?", (after, limit)) if limit >= 0 else conn.execute(query, (after,))
+    statements = sql(conn)
+    if limit >= 0:
+        rows = conn.execute(statements.TEAMMATES_AFTER_LIMIT, (after, limit))
+    else:
+        rows = conn.execute(statements.TEAMMATES_AFTER, (after,))
     return [(position, get_teammate(conn, name)) for position, name in rows.fetchall()]
 
 
 def roles_of(conn: sqlite3.Connection, name: str) -> tuple[str, ...]:
     return _roles(teammate_row(conn, name)[0])
-
-
-_VIEW_FOR_DELIVERY = (
-    "SELECT roles, require_plan, removed, acked_seq, last_seq, last_expiry_ms,"
-    " EXISTS (SELECT 1 FROM shutdowns WHERE teammate = t.name AND answered = 0),"
-    f" {usage.GATE_CLOSED_SQL}, stream_epoch"
-)
 
 
 DeliveryView = tuple[TeammateView, list[ClaimRef]]
@@ -115,29 +98,31 @@ DeliveryView = tuple[TeammateView, list[ClaimRef]]
 def view_for_delivery(conn: sqlite3.Connection, name: str, now_ms: int) -> DeliveryView:
     """What the delivery decision needs of a teammate, and its live claims (`held_claim_refs`);
     Unauthenticated once it is removed. One statement where each is a round trip."""
-    if not fuses_statements(conn):
-        row = conn.execute(f"{_VIEW_FOR_DELIVERY} FROM teammates AS t WHERE name = ?", (name,)).fetchone()
+    several = fused(conn)
+    if several is None:
+        row = conn.execute(sql(conn).VIEW_FOR_DELIVERY, (name,)).fetchone()
         return _delivery_view(name, row), held_claim_refs(conn, name, now_ms)
-    row = conn.execute(
-        f"{_VIEW_FOR_DELIVERY}, {HELD_CLAIMS_JSON} FROM teammates AS t WHERE name = ?", (name, now_ms, name)
-    ).fetchone()
+    row = conn.execute(several.VIEW_WITH_CLAIMS, (name, now_ms, name)).fetchone()
     return _delivery_view_with_claims(name, row)
 
 
-def view_beside_completion(name: str, now_ms: int) -> tuple[str, tuple]:
+def view_beside_completion(conn: sqlite3.Connection, name: str, now_ms: int) -> tuple[str, tuple] | None:
     """`view_for_delivery` as a query read in the statement that completes one of the
-    teammate's claims (`tasks.complete_claim`'s `beside`): the completion changes
-    nothing of the view but that claim, which it leaves out."""
-    return _VIEW_BESIDE_COMPLETION, (name, now_ms, name)
+    teammate's claims (`tasks.complete_claim`'s `beside`), where a completion is one
+    statement (None elsewhere): the completion changes nothing of the view but that
+    claim, which it leaves out."""
+    several = fused(conn)
+    if several is None:
+        return None
+    return several.VIEW_BESIDE_COMPLETION, (name, now_ms, name)
 
 
-_VIEW_BESIDE_COMPLETION = (
-    f"{_VIEW_FOR_DELIVERY}, {HELD_CLAIMS_BESIDE_COMPLETION_JSON} FROM teammates AS t WHERE name = ?"
-)
-# The same beside each completion of `tasks.complete_many`, for its request's teammate.
-VIEW_BESIDE_COMPLETIONS = (
-    f"{_VIEW_FOR_DELIVERY}, {HELD_CLAIMS_BESIDE_COMPLETIONS_JSON} FROM teammates AS t WHERE name = r.r_teammate"
-)
+def view_beside_completions(conn: sqlite3.Connection) -> str:
+    """The same beside each completion of `tasks.complete_many`, for its request's teammate
+    (where a run of completions is one statement)."""
+    several = fused(conn)
+    assert several is not None
+    return several.VIEW_BESIDE_COMPLETIONS
 
 
 def view_from_beside(name: str, row: tuple | None) -> DeliveryView | None:
@@ -176,7 +161,7 @@ def credentials(conn: sqlite3.Connection) -> list[tuple[bytes, str, bool]]:
 
 def credential(conn: sqlite3.Connection, token_hash: bytes) -> str | None:
     """The name of the teammate, not removed, whose token has this hash."""
-    row = conn.execute("SELECT name FROM teammates WHERE token_hash = ? AND removed = 0", (token_hash,)).fetchone()
+    row = conn.execute(sql(conn).CREDENTIAL, (token_hash,)).fetchone()
     return None if row is None else row[0]
 
 
@@ -184,8 +169,8 @@ def remove_teammate(tx: Txn, name: str, why: str = "removed") -> TeammateRecord:
     if teammate_row(tx.conn, name, lock=True)[2]:
         return get_teammate(tx.conn, name)
     release_all(tx, name, ClaimOutcome.REVOKED, removal_note(name), notice=ClaimEndReason.TEAMMATE_REMOVED)
-    tx.conn.execute("UPDATE teammates SET removed = 1, online = 0 WHERE name = ?", (name,))
-    tx.conn.execute("UPDATE shutdowns SET answered = 1 WHERE teammate = ? AND answered = 0", (name,))
+    tx.conn.execute(sql(tx.conn).REMOVE_TEAMMATE, (name,))
+    tx.conn.execute(sql(tx.conn).ANSWER_SHUTDOWNS_OF, (name,))
     tx.wakes.ended[name] = why
     refresh_status(tx, name, reason="removed")
     tx.wakes.note("removed", teammate=name, why=why)
@@ -197,8 +182,7 @@ def set_online(tx: Txn, name: str, online: bool, reason: str | None = None, *, s
     several daemons serve) or gone. Returns the teammate's stream epoch, which an opening
     advances: the new stream's, against which every check of a stream is made."""
     (epoch,) = tx.conn.execute(
-        "UPDATE teammates SET online = ?, served_by = ?, stream_epoch = stream_epoch + ? WHERE name = ?"
-        " RETURNING stream_epoch",
+        sql(tx.conn).SET_ONLINE,
         (int(online), served_by if online else "", int(online), name),
     ).fetchone()
     why = reason or ("joined" if online else "left")

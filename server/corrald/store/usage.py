@@ -13,36 +13,16 @@ import sqlite3
 
 from .. import errors
 from ..model import Budget, BudgetExhausted, Txn, Usage
+from .dialect import sql
 from .events import emit
-
-# The teammate's effective budget, for a query over `teammates AS t`.
-_EFFECTIVE_COST = "coalesce(t.budget_cost_micros, (SELECT value FROM meta WHERE key = 'budget_cost_micros'))"
-_EFFECTIVE_TOKENS = "coalesce(t.budget_tokens, (SELECT value FROM meta WHERE key = 'budget_tokens'))"
 
 # A sum of usage stops at the largest int64: SQLite would turn an overflowing
 # sum into a REAL, PostgreSQL refuses it (bigint out of range), and a report is
 # only checked to be non-negative, so any two counts may pass it. Every SQL
-# expression that adds usage adds through `_capped_sum`.
+# expression that adds usage adds through the drivers' capped sums
+# (`USAGE_SUMS`), and the budget gate (`GATE_CLOSED`) reads the capped sum, which
+# reaches a budget (at most INT64_MAX) exactly when the true sum does.
 INT64_MAX = 2**63 - 1
-
-
-def _capped_sum(left: str, right: str) -> str:
-    """`left + right`, or INT64_MAX where that would be larger (both non-negative)."""
-    return f"CASE WHEN {left} > {INT64_MAX} - {right} THEN {INT64_MAX} ELSE {left} + {right} END"
-
-
-# True when the teammate's spending reached its budget on either measure (a
-# limit of 0 is none): the budget gate is closed. One expression, so the
-# delivery check asks it within the statement that reads the teammate. A budget
-# is at most INT64_MAX, so the capped sum reaches it exactly when the true sum does.
-GATE_CLOSED_SQL = (
-    f"({_EFFECTIVE_COST} BETWEEN 1 AND t.cost_micros"
-    f" OR {_EFFECTIVE_TOKENS} BETWEEN 1 AND {_capped_sum('t.input_tokens', 't.output_tokens')})"
-)
-
-_STANDING = f"t.name, t.input_tokens, t.output_tokens, t.cost_micros, t.model, {_EFFECTIVE_COST}, {_EFFECTIVE_TOKENS}"
-# The same in an UPDATE's RETURNING, which names the table's columns bare.
-_STANDING_RETURNED = _STANDING.replace("t.", "")
 
 
 def _standing(row: tuple) -> tuple[str, Usage, Budget]:
@@ -52,17 +32,17 @@ def _standing(row: tuple) -> tuple[str, Usage, Budget]:
 
 def charge(tx: Txn, teammate: str, task_seq: int, usage: Usage) -> None:
     """Adds a report to the task's and the teammate's sums (`charge_teammate`)."""
-    tx.conn.execute(f"UPDATE tasks SET {_SUMS} WHERE seq = ?", (*_sum_params(usage), task_seq))
+    tx.conn.execute(sql(tx.conn).CHARGE_TASK, (*_sum_params(usage), task_seq))
     charge_teammate(tx, teammate, usage)
 
 
-def task_sums(usage: Usage | None) -> tuple[str, tuple]:
+def task_sums(conn: sqlite3.Connection, usage: Usage | None) -> tuple[str, tuple]:
     """The SET items (with a leading comma) and parameters that add a report to a
     task's sums, for the caller's own UPDATE of the task; nothing for no report.
     A renewal or completion carrying usage then updates the task row once."""
     if usage is None:
         return "", ()
-    return ", " + _SUMS, _sum_params(usage)
+    return ", " + sql(conn).USAGE_SUMS, _sum_params(usage)
 
 
 def charge_teammate(tx: Txn, teammate: str, usage: Usage) -> None:
@@ -73,10 +53,8 @@ def charge_teammate(tx: Txn, teammate: str, usage: Usage) -> None:
     # it less the report, so one statement does. A sum cut at the cap no longer says
     # what it was (the gate may have closed before this report), so then the sums
     # are read first: a second statement only for a report that reaches the cap.
-    row = tx.conn.execute(
-        f"UPDATE teammates SET {_SUMS} WHERE name = ? AND {_BELOW_CAP} RETURNING {_STANDING_RETURNED}",
-        (*_sum_params(usage), teammate, *counts),
-    ).fetchone()
+    statements = sql(tx.conn)
+    row = tx.conn.execute(statements.CHARGE_BELOW_CAP, (*_sum_params(usage), teammate, *counts)).fetchone()
     if row is not None:
         _, spent, budget = _standing(row)
         before = Usage(
@@ -85,13 +63,8 @@ def charge_teammate(tx: Txn, teammate: str, usage: Usage) -> None:
             spent.cost_micros - usage.cost_micros,
         )
     else:
-        _, before, _ = _standing(
-            tx.conn.execute(f"SELECT {_STANDING} FROM teammates AS t WHERE t.name = ?", (teammate,)).fetchone()
-        )
-        row = tx.conn.execute(
-            f"UPDATE teammates SET {_SUMS} WHERE name = ? RETURNING {_STANDING_RETURNED}",
-            (*_sum_params(usage), teammate),
-        ).fetchone()
+        _, before, _ = _standing(tx.conn.execute(statements.STANDING, (teammate,)).fetchone())
+        row = tx.conn.execute(statements.CHARGE, (*_sum_params(usage), teammate)).fetchone()
         _, spent, budget = _standing(row)
     if budget.spent_by(spent) and not budget.spent_by(before):
         _exhausted(tx, BudgetExhausted(teammate, spent, budget))
@@ -100,17 +73,6 @@ def charge_teammate(tx: Txn, teammate: str, usage: Usage) -> None:
 def _sum_params(usage: Usage) -> tuple:
     counts = (usage.input_tokens, usage.output_tokens, usage.cost_micros)
     return (*(count for count in counts for _ in range(2)), usage.model, usage.model)
-
-
-# True while adding a report (parameters: its three counts) cuts no sum at the cap.
-_BELOW_CAP = " AND ".join(f"{column} <= {INT64_MAX} - ?" for column in ("input_tokens", "output_tokens", "cost_micros"))
-
-# A report added to a row's sums, each capped (its increment is a parameter, twice);
-# the model named last is kept (parameters: `_sum_params`).
-_SUMS = (
-    ", ".join(f"{column} = {_capped_sum(column, '?')}" for column in ("input_tokens", "output_tokens", "cost_micros"))
-    + ", model = CASE WHEN ? = '' THEN model ELSE ? END"
-)
 
 
 def _exhausted(tx: Txn, notice: BudgetExhausted) -> None:
@@ -136,25 +98,20 @@ def _exhausted(tx: Txn, notice: BudgetExhausted) -> None:
 def set_budget(tx: Txn, name: str, budget: Budget) -> Budget:
     """Sets a teammate's own budget, or with "*" the default. A teammate whose gate this
     closes is told so; one whose gate it opens is woken to claim again."""
-    params: tuple[str, ...] = ()
-    if name == "*":
-        where = "t.budget_cost_micros IS NULL"
-    else:
-        if tx.conn.execute("SELECT 1 FROM teammates WHERE name = ?", (name,)).fetchone() is None:
-            raise errors.TeammateNotFound(f"no teammate {name!r}", name=name)
-        where, params = "t.name = ?", (name,)
-    before = _closed(tx.conn, where, params)
+    if name != "*" and tx.conn.execute(sql(tx.conn).TEAMMATE_EXISTS_FOR_BUDGET, (name,)).fetchone() is None:
+        raise errors.TeammateNotFound(f"no teammate {name!r}", name=name)
+    before = _closed(tx.conn, name)
     if name == "*":
         tx.conn.executemany(
-            "UPDATE meta SET value = ? WHERE key = ?",
+            sql(tx.conn).SET_DEFAULT_BUDGET,
             [(budget.max_cost_micros, "budget_cost_micros"), (budget.max_tokens, "budget_tokens")],
         )
     else:
         tx.conn.execute(
-            "UPDATE teammates SET budget_cost_micros = ?, budget_tokens = ? WHERE name = ?",
+            sql(tx.conn).SET_BUDGET,
             (budget.max_cost_micros, budget.max_tokens, name),
         )
-    after = _closed(tx.conn, where, params)
+    after = _closed(tx.conn, name)
     for teammate in sorted(after.keys() - before.keys()):
         _exhausted(tx, after[teammate])
     for teammate in before.keys() - after.keys():
@@ -164,18 +121,21 @@ def set_budget(tx: Txn, name: str, budget: Budget) -> Budget:
     return budget
 
 
-def _closed(conn: sqlite3.Connection, where: str, params: tuple) -> dict[str, BudgetExhausted]:
-    """The teammates (not removed) matching `where` whose budget gate is closed."""
-    rows = conn.execute(
-        f"SELECT {_STANDING} FROM teammates AS t WHERE t.removed = 0 AND {where} AND {GATE_CLOSED_SQL}", params
-    ).fetchall()
+def _closed(conn: sqlite3.Connection, name: str) -> dict[str, BudgetExhausted]:
+    """The teammates (not removed) whose budget gate is closed: `name`, or with "*" those
+    on the default budget."""
+    statements = sql(conn)
+    if name == "*":
+        rows = conn.execute(statements.CLOSED_GATES_ON_DEFAULT).fetchall()
+    else:
+        rows = conn.execute(statements.CLOSED_GATES_OF_ONE, (name,)).fetchall()
     notices = [BudgetExhausted(*_standing(row)) for row in rows]
     return {notice.teammate: notice for notice in notices}
 
 
 def of_teammate(conn: sqlite3.Connection, name: str) -> tuple[Usage, Budget]:
     """A teammate's sums and effective budget."""
-    row = conn.execute(f"SELECT {_STANDING} FROM teammates AS t WHERE t.name = ?", (name,)).fetchone()
+    row = conn.execute(sql(conn).STANDING, (name,)).fetchone()
     if row is None:
         raise errors.TeammateNotFound(f"no teammate {name!r}", name=name)
     _, spent, budget = _standing(row)

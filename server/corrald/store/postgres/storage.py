@@ -31,7 +31,7 @@ stall every daemon's writes. Each connection carries the target's stall bound
 (`PgTarget.stall_timeout_s`, docs/postgres.md): the server ends a session
 idle inside a transaction for that long, a writer waits that long for the
 lock before it tries again, and a round trip unanswered for twice that long
-has its socket cut (pg/watchdog.py).
+has its socket cut (store/postgres/watchdog.py).
 """
 
 from __future__ import annotations
@@ -52,10 +52,11 @@ import tenacity
 from psycopg import errors as pg_errors
 from psycopg import sql
 
-from ..clock import SystemClock
-from ..config import ConfigError
-from ..errors import CommitInDoubt, Unavailable
-from ..model import Wakes
+from ...clock import SystemClock
+from ...config import ConfigError
+from ...errors import CommitInDoubt, Unavailable
+from ...model import Wakes
+from .runs import MergedRuns
 from .schema import lock_key
 from .sql import PgConnection
 from .target import PgTarget, scrub
@@ -146,7 +147,7 @@ def reach(
     lock_wait_s: float | None = None,
     on_severed: Callable[[], None] | None = None,
 ) -> PgConnection:
-    """A connection for a running daemon, its round trips bounded (pg/watchdog.py): the
+    """A connection for a running daemon, its round trips bounded (store/postgres/watchdog.py): the
     server away is UNAVAILABLE, not an error of ours."""
     try:
         raw = connect(target, read_only=read_only, lock_wait_s=lock_wait_s)
@@ -184,7 +185,7 @@ class PgStorage:
         # The transaction's id comes with its BEGIN: after a lost COMMIT it is too late to ask.
         self._begin = f"BEGIN; SELECT {lock}pg_current_xact_id()::text, {_CLOCK_SQL}"
         self._notify = "notify" not in switched_off
-        self.merges_jobs = "merge" not in switched_off
+        self._merges = "merge" not in switched_off
         self.channel = notify_channel(target.schema)
         self._notified = threading.Lock()
         self.notifies = 0
@@ -313,7 +314,11 @@ class PgStorage:
 
     # Two round trips per job; a job that fails after writing is rare (writer.py's docstring).
     savepoint_each_job = False
-    merges_jobs = True  # unless the benchmark's "merge" switch is off (see __init__)
+
+    def merged_runs(self) -> MergedRuns | None:
+        """Runs of Session completions in one statement (runs.py), unless the benchmark's
+        "merge" switch is off (see __init__)."""
+        return MergedRuns() if self._merges else None
 
     def untouched(self, conn: PgConnection, changes_before: int) -> bool:
         return conn.total_changes == changes_before and not conn.failed

@@ -28,8 +28,8 @@ from collections.abc import Awaitable, Callable
 
 import psycopg
 
-from .. import failpoints
-from ..model import ClaimEnd, ClaimEndReason, Wakes
+from ... import failpoints
+from ...model import ClaimEnd, ClaimEndReason, Wakes
 from .storage import describe, notify_channel
 from .target import PgTarget
 

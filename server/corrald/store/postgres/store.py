@@ -17,11 +17,14 @@ from collections.abc import Callable
 
 import psycopg
 
-from ..model import Txn
+from ...clock import Clock
+from ...model import Txn
+from ..driver import DatabaseHealth
 from .schema import BoardIdentity, migrate
 from .sql import PgConnection
 from .storage import DatabaseClock, PgStorage, connect, describe, new_daemon_id, reach
 from .target import PgTarget
+from .watchdog import WATCHDOG
 
 log = logging.getLogger("corrald.store")
 
@@ -43,8 +46,47 @@ class PgBoard:
     clock: DatabaseClock | None  # None: the daemon runs on an injected clock (tests)
     state_dir: str = ""  # the serving daemon's state directory ("" for none)
 
+    # store.driver.BoardDriver:
+    store_name = "postgresql"
+    shared = True  # served by every daemon given its DSN and schema, each with its own writer
+    reader_begin = READER_BEGIN
+
+    @property
+    def lead_hash(self) -> bytes:
+        return self.identity.lead_hash
+
+    def writer_storage(self) -> PgStorage:
+        return self.storage
+
+    def open_writer(self) -> PgConnection:
+        return self.storage.open()
+
     def open_reader(self) -> PgConnection:
         return reach(self.target, read_only=True)
+
+    def catch_up_clock(self, call: Callable[[Callable[[Txn], int]], int], clock: Clock) -> None:
+        """The board's clock is the database's (`DatabaseClock`), or the one a test injects."""
+
+    def join(self, tx: Txn) -> bool:
+        # A board other daemons serve goes on as it is: its leases run and its teammates
+        # stay online. Only the board's restart (no other daemon serves it) recovers.
+        return register_daemon(tx, self.daemon_id, self.state_dir) == 0
+
+    def leave(self) -> None:
+        leave(self)
+
+    def health(self, conn: PgConnection) -> DatabaseHealth:
+        server = health(conn)
+        return DatabaseHealth(
+            daemons=len(daemons(conn)),
+            oldest_transaction_s=server["oldest_transaction_s"],
+            task_dead_tuples=int(server["task_dead_tuples"]),
+            task_live_tuples=int(server["task_live_tuples"]),
+            notifies_sent=self.storage.notifies,
+            writable=self.storage.writable,
+            commit_outcomes_asked=self.storage.outcomes_asked,
+            connections_cut=WATCHDOG.cut,
+        )
 
 
 def open_board(
@@ -82,22 +124,22 @@ def register_daemon(tx: Txn, daemon_id: str, state_dir: str) -> int:
     forget_silent_daemons(tx)
     host = socket.gethostname()
     if state_dir:
-        tx.conn.execute("DELETE FROM daemons WHERE host = ? AND state_dir = ?", (host, state_dir))
+        tx.conn.execute("DELETE FROM daemons WHERE host = %s AND state_dir = %s", (host, state_dir))
     tx.conn.execute(
-        "INSERT INTO daemons (id, host, state_dir, pid, started_ms, seen_ms) VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO daemons (id, host, state_dir, pid, started_ms, seen_ms) VALUES (%s, %s, %s, %s, %s, %s)",
         (daemon_id, host, state_dir, os.getpid(), tx.now_ms, tx.now_ms),
     )
-    (others,) = tx.conn.execute("SELECT count(*) FROM daemons WHERE id != ?", (daemon_id,)).fetchone()
+    (others,) = tx.conn.execute("SELECT count(*) FROM daemons WHERE id != %s", (daemon_id,)).fetchone()
     return others
 
 
 def heartbeat(tx: Txn, daemon_id: str) -> None:
-    tx.conn.execute("UPDATE daemons SET seen_ms = ? WHERE id = ?", (tx.now_ms, daemon_id))
+    tx.conn.execute("UPDATE daemons SET seen_ms = %s WHERE id = %s", (tx.now_ms, daemon_id))
     forget_silent_daemons(tx)
 
 
 def forget_silent_daemons(tx: Txn) -> None:
-    tx.conn.execute("DELETE FROM daemons WHERE seen_ms < ?", (tx.now_ms - DAEMON_GONE_MS,))
+    tx.conn.execute("DELETE FROM daemons WHERE seen_ms < %s", (tx.now_ms - DAEMON_GONE_MS,))
 
 
 def leave(board: PgBoard) -> None:

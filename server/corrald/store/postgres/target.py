@@ -10,7 +10,7 @@ import dataclasses
 import ipaddress
 import re
 
-from ..config import ConfigError
+from ...config import ConfigError
 
 DEFAULT_SCHEMA = "corral"
 DEFAULT_CONNECT_TIMEOUT_S = 30.0

@@ -1,7 +1,7 @@
 """The board's schema on PostgreSQL: versioned migrations, the board's identity, its lead credential.
 
 A board is one schema (`--pg-schema`, default `corral`). Its tables are SQLite's
-(store/schema.py) in PostgreSQL's types: every integer a BIGINT, text compared
+(store/sqlite/schema.py) in PostgreSQL's types: every integer a BIGINT, text compared
 byte by byte (COLLATE "C", as SQLite compares), blobs BYTEA. `teammates` and
 `viewers` keep an explicit `rowid`, which the store orders them by.
 
@@ -224,11 +224,11 @@ MIGRATIONS: tuple[str, ...] = (
         seen_ms    BIGINT NOT NULL
     );
     """,
-    # 2: each opening of a teammate's stream, counted (store/schema.py's migration 14).
+    # 2: each opening of a teammate's stream, counted (store/sqlite/schema.py's migration 14).
     """
     ALTER TABLE teammates ADD COLUMN stream_epoch BIGINT NOT NULL DEFAULT 0;
     """,
-    # 3: a request id's first outcome, as its response (store/schema.py's migration 15).
+    # 3: a request id's first outcome, as its response (store/sqlite/schema.py's migration 15).
     """
     ALTER TABLE session_ops ADD COLUMN response BYTEA;
     """,

@@ -1,5 +1,5 @@
-"""The store's SQLite spellings as PostgreSQL reads them (pg/sql.py), and the DSN checks
-(pg/target.py): each rule on its own, then run against the server."""
+"""The connection the store's functions use on PostgreSQL (store/postgres/sql.py): what it
+adapts of the values and counts of the changes, and the DSN checks (store/postgres/target.py)."""
 
 from __future__ import annotations
 
@@ -8,43 +8,13 @@ import json
 import pytest
 
 from corrald.config import ConfigError
-from corrald.pg.sql import PgConnection, translate
-from corrald.pg.storage import connect
-from corrald.pg.target import PgTarget, scrub
+from corrald.errors import InvalidArgument
+from corrald.store.postgres.sql import PgConnection
+from corrald.store.postgres.storage import connect
+from corrald.store.postgres.target import PgTarget, scrub
 from tests.support.postgres import fresh_schema, run_database_dsn
 
 pytestmark = pytest.mark.timeout(30)
-
-
-@pytest.mark.parametrize(
-    ("sqlite", "postgres", "order"),
-    [
-        ("SELECT a FROM t WHERE b = ? AND c = ?", "SELECT a FROM t WHERE b = %s AND c = %s", None),
-        # SQLite numbers a bare ? after the largest number so far.
-        (
-            "UPDATE t SET a = min(?1, b), c = ? WHERE d = ?1",
-            "UPDATE t SET a = LEAST(%s, b), c = %s WHERE d = %s",
-            (0, 1, 0),
-        ),
-        ("SELECT max(a) FROM t", "SELECT max(a) FROM t", None),
-        ("SELECT max(a, coalesce(b, 0)) FROM t", "SELECT GREATEST(a, coalesce(b, 0)) FROM t", None),
-        ("SELECT 1 FROM t INDEXED BY t_index WHERE a = ?", "SELECT 1 FROM t WHERE a = %s", None),
-        ("SELECT length(CAST(t.id AS BLOB)) FROM t", "SELECT octet_length(t.id) FROM t", None),
-        ("SELECT coalesce(r, x'') FROM t", "SELECT coalesce(r, '\\x'::bytea) FROM t", None),
-        ("SELECT json_object('a', t.a) FROM t", "SELECT json_build_object('a', t.a) FROM t", None),
-        (
-            "SELECT w.value FROM json_each(?) AS w ORDER BY w.key",
-            "SELECT w.value FROM json_array_elements_text(%s::json) WITH ORDINALITY AS w(value, key) ORDER BY w.key",
-            None,
-        ),
-        ("SELECT a FROM t WHERE n = :name OR m = :name", "SELECT a FROM t WHERE n = %(name)s OR m = %(name)s", None),
-        # Inside a literal nothing is a parameter; every % is psycopg's to escape.
-        ("SELECT 'a?b:c', a % 2 FROM t WHERE b = ?", "SELECT 'a?b:c', a %% 2 FROM t WHERE b = %s", None),
-        ("SELECT a::text FROM t", "SELECT a::text FROM t", None),
-    ],
-)
-def test_each_sqlite_spelling_becomes_postgresql(sqlite, postgres, order):
-    assert translate(sqlite) == (postgres, order)
 
 
 @pytest.fixture
@@ -59,25 +29,36 @@ def conn():
     pg.close()
 
 
-def test_the_translations_run_and_answer_as_sqlite_does(conn):
+def test_the_driver_spellings_answer_as_sqlite_does(conn):
+    """What SQLite says with json_each, length(CAST(x AS BLOB)) and x'' (store/sqlite/queries.py)
+    this driver says in its own dialect, with the same answers; a boolean is stored as 1 or 0."""
     conn.execute("CREATE TABLE t (seq BIGINT PRIMARY KEY, id TEXT NOT NULL, r BYTEA, flag BIGINT NOT NULL)")
     conn.executemany(
-        "INSERT INTO t (seq, id, r, flag) VALUES (?, ?, ?, ?)", [(1, "é", None, True), (2, "b", b"\x00\x01", False)]
+        "INSERT INTO t (seq, id, r, flag) VALUES (%s, %s, %s, %s)",
+        [(1, "é", None, True), (2, "b", b"\x00\x01", False)],
     )
     assert conn.total_changes == 2
     rows = conn.execute(
-        "SELECT t.seq, length(CAST(t.id AS BLOB)), coalesce(t.r, x''), t.flag FROM json_each(?) AS w"
+        "SELECT t.seq, octet_length(t.id), coalesce(t.r, '\\x'::bytea), t.flag"
+        " FROM json_array_elements_text(%s::json) WITH ORDINALITY AS w(value, key)"
         " JOIN t ON t.seq = CAST(w.value AS BIGINT) ORDER BY w.key",
         (json.dumps([2, 1]),),
     ).fetchall()
     assert rows == [(2, 1, b"\x00\x01", 0), (1, 2, b"", 1)]  # bytes of UTF-8; True stored as 1
-    assert conn.execute("SELECT min(?1, 5), max(?1, 5) + ?", (3, 10)).fetchone() == (3, 15)
+    assert conn.execute("SELECT LEAST(%s, 5), GREATEST(%s, 5) + %s", (3, 3, 10)).fetchone() == (3, 15)
+
+
+def test_text_holding_nul_is_refused_before_anything_is_sent(conn):
+    conn.execute("CREATE TABLE n (a TEXT NOT NULL)")
+    with pytest.raises(InvalidArgument):
+        conn.execute("INSERT INTO n (a) VALUES (%s)", ("a\x00b",))
+    assert conn.execute("SELECT count(*) FROM n").fetchone() == (0,)
 
 
 def test_many_rows_go_in_by_copy_and_count_as_changes(conn):
     conn.execute("CREATE TABLE e (a BIGINT NOT NULL, b TEXT NOT NULL)")
     rows = [(i, f"r{i}") for i in range(500)]
-    conn.executemany("INSERT INTO e (a, b) VALUES (?, ?)", rows)
+    conn.executemany("INSERT INTO e (a, b) VALUES (%s, %s)", rows)
     assert conn.total_changes == 500
     assert conn.execute("SELECT count(*), sum(a) FROM e").fetchone() == (500, sum(range(500)))
 

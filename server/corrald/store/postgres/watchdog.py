@@ -8,7 +8,7 @@ forever, and a writer thread waiting so never answers its callers. Each
 looks every quarter of a second and shuts the socket of any round trip older than
 its connection's bound, so the call fails at once with a lost connection, which
 the writer and the readers already handle (reconnect; a COMMIT in doubt is looked
-up, pg/storage.py). Shutting the socket, not closing it, leaves the file
+up, store/postgres/storage.py). Shutting the socket, not closing it, leaves the file
 descriptor to psycopg, which closes it as it marks the connection broken.
 """
 

@@ -1,0 +1,96 @@
+"""Tasks: create, claim, renew, complete, fail, release, cancel, reclaim.
+
+Modules, each importing only those before it: `rows` (reads and events),
+`timegates`, `create`, `ends` (how a claim ends and where its task goes),
+`reclaim` (leases run out, the clock), `claims`, `complete` (and fail, release,
+revoke), `cancel` (and retry). The rest of the daemon uses the names below
+(`store.tasks.claim_next`, ...).
+"""
+
+from __future__ import annotations
+
+from .cancel import cancel, retry
+from .claims import (
+    PROGRESS_EVENT_SPACING_MS,
+    ClaimRef,
+    any_lease_ended,
+    any_ready,
+    claim_next,
+    dependency_results,
+    grant,
+    held_claim_refs,
+    ready_query,
+    renew,
+    work_waited_for,
+)
+from .complete import complete, complete_claim, complete_many, fail, release, release_all, revoke
+from .create import create_batch
+from .ends import RETRY_JITTER, retry_wait_ms
+from .reclaim import clock_reached, extend_live_leases, note_clock, reclaim_expired
+from .rows import (
+    ATTEMPTS_SHOWN,
+    COMPLETED,
+    IN_PROGRESS,
+    PENDING,
+    WAITING_DEPENDENCIES_SHOWN,
+    count_by_state,
+    get_task,
+    list_tasks,
+    next_deadline,
+    records_by_seq,
+    task_attempts,
+    task_by_seq,
+    task_changed,
+    task_history,
+    waiting_for,
+    wire_bytes_by_id,
+)
+from .timegates import any_gate_due, open_due_gates
+
+__all__ = [
+    "ATTEMPTS_SHOWN",
+    "COMPLETED",
+    "IN_PROGRESS",
+    "PENDING",
+    "WAITING_DEPENDENCIES_SHOWN",
+    "count_by_state",
+    "get_task",
+    "list_tasks",
+    "next_deadline",
+    "records_by_seq",
+    "task_attempts",
+    "task_by_seq",
+    "task_changed",
+    "task_history",
+    "waiting_for",
+    "wire_bytes_by_id",
+    "any_gate_due",
+    "open_due_gates",
+    "create_batch",
+    "RETRY_JITTER",
+    "retry_wait_ms",
+    "clock_reached",
+    "extend_live_leases",
+    "note_clock",
+    "reclaim_expired",
+    "ClaimRef",
+    "PROGRESS_EVENT_SPACING_MS",
+    "any_lease_ended",
+    "any_ready",
+    "claim_next",
+    "dependency_results",
+    "grant",
+    "held_claim_refs",
+    "ready_query",
+    "renew",
+    "work_waited_for",
+    "complete",
+    "complete_claim",
+    "complete_many",
+    "fail",
+    "release",
+    "release_all",
+    "revoke",
+    "cancel",
+    "retry",
+]

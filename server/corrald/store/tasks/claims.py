@@ -1,0 +1,234 @@
+"""Claiming the next ready task, the claims a teammate holds, and renewing one."""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import sqlite3
+from collections.abc import Iterable
+
+from ...config import DEPENDENCY_RESULTS_MAX_BYTES
+from ...model import (
+    ClaimGrant,
+    Progress,
+    TaskRecord,
+    Txn,
+    Usage,
+)
+from .. import keys
+from .. import usage as spending
+from ..dialect import fused, sql
+from ..gates import protocol_pending
+from ..status import mark_busy
+from .ends import live_claim
+from .reclaim import reclaim_expired
+from .rows import IN_PROGRESS, PENDING, previous_attempt, task_by_seq, task_changed, task_record
+from .timegates import open_due_gates
+
+
+def claim_next(
+    tx: Txn, teammate: str, roles: Iterable[str], *, reclaimed: bool = False, busy: bool = False
+) -> ClaimGrant | None:
+    """Claims the first ready task this teammate may take, or returns None.
+
+    Expired leases are reclaimed first, unless the caller just did (`reclaimed`).
+    With `busy`, the teammate's status is stored busy already (a completion's
+    handoff: it held the claim it just completed) and is not written again.
+    """
+    if not reclaimed:
+        reclaim_expired(tx)
+    open_due_gates(tx)
+    token = secrets.token_urlsafe(24)  # 192 bits; UNIQUE in claims makes reuse impossible
+    taken = _take_first_ready(tx, teammate, roles, token)
+    if taken is None:
+        return None
+    task, fence, last_attempt = taken
+    seq, attempt, lease_end = task.seq, task.attempt, task.lease_expire_ms
+    assert lease_end is not None
+    # A task claimed before (tasks.attempt is 0 until its first claim) carries
+    # its latest ended claim; a first claim asks nothing more.
+    previous = previous_attempt(tx.conn, seq, fence) if last_attempt else None
+    tx.wakes.deadline(lease_end)
+    tx.leases.lowered_to(lease_end)
+    tx.wakes.tally["claims"] += 1
+    if task.concurrency_key:
+        keys.taken(tx, task.concurrency_key)
+    if not busy:
+        mark_busy(tx, teammate)
+    tx.wakes.note("claimed", task=task.id, teammate=teammate, attempt=attempt, fence=fence)
+    results, omitted = dependency_results(tx.conn, task)
+    return ClaimGrant(task, token, lease_end, attempt, fence, previous, results, omitted)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClaimRef:
+    """A live claim, without the task: enough to decide whether to re-send it."""
+
+    task_seq: int
+    token: str
+    lease_expire_ms: int
+    attempt: int
+    fence: int
+
+
+def _take_first_ready(tx: Txn, teammate: str, roles: Iterable[str], token: str) -> tuple[TaskRecord, int, int] | None:
+    """Claims the first ready task for `teammate` under `token`: (the task as claimed, the
+    claim's fence, the task's attempt before), or None when no task is ready for it. Writes
+    the claim's row, the task's and its `task_changed` event."""
+    statements = sql(tx.conn)
+    ready, allowed = ready_query(tx.conn, roles)
+    now = tx.now_ms
+    several = fused(tx.conn)
+    if several is not None:
+        # One round trip: the pick, the claim's row, the task's and its event.
+        row = tx.conn.execute(
+            several.claim_first_ready(ready), (*allowed, token, teammate, now, teammate, now, now, now, now)
+        ).fetchone()
+        if row is None:
+            return None
+        tx.wakes.events = True
+        return task_record(row[:-2]), row[-2], row[-1]
+    picked = tx.conn.execute(ready, allowed).fetchone()
+    if picked is None:
+        return None
+    seq, failures, last_attempt = picked
+    (fence,) = tx.conn.execute(
+        statements.INSERT_CLAIM,
+        (token, seq, teammate, failures + 1, tx.now_ms),
+    ).fetchone()
+    claimed = tx.conn.execute(statements.CLAIM_TASK, (teammate, fence, now, now, now, seq)).fetchall()
+    if len(claimed) != 1:
+        raise RuntimeError(f"claim of task seq {seq} changed {len(claimed)} rows")
+    task_changed(tx, seq)
+    return task_record(claimed[0]), fence, last_attempt
+
+
+def ready_query(conn: sqlite3.Connection, roles: Iterable[str]) -> tuple[str, list[str]]:
+    """The query, and its parameters, for (seq, failures, last claim's attempt) of the first
+    ready task a teammate with `roles` may take: in board order, passing over the tasks
+    whose concurrency key is at its limit."""
+    allowed = ["", *roles]
+    return (
+        f"SELECT seq, failures, attempt FROM tasks WHERE state = {PENDING} AND unmet_deps = 0"
+        f" AND required_role IN ({sql(conn).marks(len(allowed))}){keys.FULL_KEYS} ORDER BY priority DESC, seq LIMIT 1"
+    ), allowed
+
+
+def _first_ready(conn: sqlite3.Connection, roles: Iterable[str]) -> tuple[int, int, int] | None:
+    return conn.execute(*ready_query(conn, roles)).fetchone()
+
+
+def any_ready(conn: sqlite3.Connection, roles: Iterable[str]) -> bool:
+    return _first_ready(conn, roles) is not None
+
+
+def work_waited_for(conn: sqlite3.Connection, teammate: str, roles: Iterable[str], limit: int = 10) -> list[str]:
+    """Up to `limit` unfinished tasks that `teammate` could still take, in board order.
+
+    PENDING, ready or not (its dependencies may still complete), or IN_PROGRESS
+    under another holder (that claim may end and the task come back), and
+    open to this teammate's roles. While one remains the teammate is waiting
+    for work, not idle, and its idle budget is not spent.
+    """
+    roles = list(roles)
+    statements = sql(conn)
+    p = statements.P
+    role_test = f"required_role IN ('', {statements.marks(len(roles))})" if roles else "required_role = ''"
+    rows = conn.execute(
+        f"SELECT id FROM tasks WHERE (state = {PENDING} OR (state = {IN_PROGRESS} AND owner != {p})) AND {role_test}"
+        f" ORDER BY seq LIMIT {p}",
+        (teammate, *roles, limit),
+    )
+    return [task_id for (task_id,) in rows]
+
+
+def any_lease_ended(conn: sqlite3.Connection, now_ms: int) -> bool:
+    """Whether some claim's lease is over and awaits reclaiming."""
+    return conn.execute(sql(conn).ANY_LEASE_ENDED, (now_ms,)).fetchone() is not None
+
+
+def held_claim_refs(conn: sqlite3.Connection, teammate: str, now_ms: int) -> list[ClaimRef]:
+    """The teammate's claims whose lease has not ended (a dead one awaits the reaper)."""
+    rows = conn.execute(sql(conn).HELD_CLAIMS, (teammate, now_ms)).fetchall()
+    return [ClaimRef(*row) for row in rows]
+
+
+def grant(conn: sqlite3.Connection, ref: ClaimRef) -> ClaimGrant:
+    """A held claim as it is sent again (a new stream): as it was first sent, its previous
+    attempt and its dependencies' results included."""
+    previous = previous_attempt(conn, ref.task_seq, ref.fence)
+    task = task_by_seq(conn, ref.task_seq)
+    results, omitted = dependency_results(conn, task)
+    return ClaimGrant(task, ref.token, ref.lease_expire_ms, ref.attempt, ref.fence, previous, results, omitted)
+
+
+def dependency_results(
+    conn: sqlite3.Connection, task: TaskRecord
+) -> tuple[tuple[tuple[str, bytes], ...], tuple[str, ...]]:
+    """The results of the task's dependencies in depends_on order while their running
+    total stays within DEPENDENCY_RESULTS_MAX_BYTES, and the ids of the rest. One
+    statement, and none for a task without dependencies; a result left out is never
+    read (length() of a blob comes from its header)."""
+    if not task.depends_on:
+        return (), ()
+    rows = conn.execute(
+        sql(conn).DEPENDENCY_RESULTS,
+        (DEPENDENCY_RESULTS_MAX_BYTES, task.seq),
+    ).fetchall()
+    kept = tuple((dep_id, bytes(result)) for dep_id, result in rows if result is not None)
+    return kept, tuple(dep_id for dep_id, result in rows if result is None)
+
+
+# Watch hears of one task's progress at most once in this many milliseconds.
+PROGRESS_EVENT_SPACING_MS = 1000
+
+
+def renew(
+    tx: Txn, teammate: str, task_id: str, token: str, progress: Progress | None = None, usage: Usage | None = None
+) -> tuple[int, bool]:
+    """Extends the lease to now + lease duration, storing `progress` and adding
+    `usage` if given; also says if protocol messages wait.
+
+    Progress goes to Watch when the task's last progress event is at least
+    `PROGRESS_EVENT_SPACING_MS` old; otherwise it is only stored, and the first
+    renewal after that spacing (with progress or without) sends the latest. Each
+    UPDATE's RETURNING says whether an event is due, so a plain renewal costs
+    the statements it always did.
+    """
+    seq, _, lease_ms, _ = live_claim(tx, teammate, task_id, token)
+    if usage is not None:
+        spending.charge_teammate(tx, teammate, usage)
+    statements = sql(tx.conn)
+    sums, sum_params = spending.task_sums(tx.conn, usage)
+    # Never past the attempt's time limit: the holder learns of it from the lease end.
+    lease_end = tx.now_ms + lease_ms
+    if progress is None:
+        due, lease_end = tx.conn.execute(
+            statements.renew_lease(sums),
+            (lease_end, lease_end, *sum_params, seq, tx.now_ms, PROGRESS_EVENT_SPACING_MS),
+        ).fetchone()
+        if due:
+            tx.conn.execute(statements.PROGRESS_SENT, (tx.now_ms, seq))
+    else:
+        due, lease_end = tx.conn.execute(
+            statements.renew_with_progress(sums),
+            (
+                lease_end,
+                lease_end,
+                progress.text,
+                progress.fraction,
+                tx.now_ms,
+                *sum_params,
+                tx.now_ms,
+                PROGRESS_EVENT_SPACING_MS,
+                tx.now_ms,
+                PROGRESS_EVENT_SPACING_MS,
+                tx.now_ms,
+                seq,
+            ),
+        ).fetchone()
+    if due:
+        tx.conn.execute(statements.TASK_PROGRESS, (tx.now_ms, seq))
+        tx.wakes.events = True
+    tx.wakes.deadline(lease_end)
+    return lease_end, protocol_pending(tx.conn, teammate)

@@ -1,0 +1,163 @@
+"""Creating a batch of tasks: idempotent by id and by request id, dependencies counted in one pass."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Sequence
+
+from ... import errors
+from ...model import (
+    CreatedBatch,
+    CreatedTask,
+    TaskSpec,
+    TaskState,
+    Txn,
+)
+from ...validate import PreparedBatch
+from ..dialect import sql
+from .rows import PENDING, BoardRow, rows_by_id, task_events
+from .timegates import gate_shut
+
+
+def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> CreatedBatch:
+    """Adds a checked batch, all or nothing; an identical re-send changes nothing.
+
+    Set-based, so the job's time grows with rows written, not with statements:
+    one lookup of the batch's ids, one of the dependencies outside it, one
+    INSERT per table, and the creation events written by SQL from the rows.
+    """
+    conn = tx.conn
+    if request_id:
+        row = conn.execute(sql(conn).CREATE_REQUEST, (request_id,)).fetchone()
+        if row is not None:
+            if row[0] != batch.digest:
+                raise errors.AlreadyExists(
+                    f"request_id {request_id!r} was used for a different batch", field="request_id"
+                )
+            ids = json.loads(row[1])
+            on_board = rows_by_id(conn, ids)
+            return CreatedBatch([_created(task_id, on_board[task_id]) for task_id in ids], tuple(ids))
+    specs = batch.specs
+    on_board = rows_by_id(conn, [spec.id for spec in specs])
+    _refuse_changed_specs(specs, batch.spec_digests, on_board)
+    new_specs = [(index, spec) for index, spec in enumerate(specs) if spec.id not in on_board]
+    new_ids = {spec.id for _, spec in new_specs}
+    # The dependencies' rows stay as read until this transaction ends: a completion of one
+    # waits for it, and then counts down the new tasks too (docs/postgres.md, ordering 2).
+    outside = rows_by_id(
+        conn, list({dep for _, spec in new_specs for dep in spec.depends_on if dep not in new_ids}), lock="SHARE"
+    )
+    # A gate still shut counts as one more unmet dependency (schema migration 6).
+    shut = [spec.not_before_ms is not None and spec.not_before_ms > tx.now_ms for _, spec in new_specs]
+    unmet = [
+        _unmet_deps(index, spec, new_ids, outside) + gated for (index, spec), gated in zip(new_specs, shut, strict=True)
+    ]
+    seq_of: dict[str, int] = {}
+    if new_specs:
+        conn.executemany(
+            sql(conn).INSERT_TASK,
+            [
+                (
+                    spec.id,
+                    spec.title,
+                    spec.description,
+                    spec.payload,
+                    spec.priority,
+                    spec.required_role,
+                    spec.max_attempts,
+                    spec.lease_ms,
+                    batch.spec_digests[index],
+                    PENDING,
+                    count,
+                    tx.now_ms,
+                    spec.not_before_ms,
+                    spec.retry_backoff_ms,
+                    spec.retry_backoff_max_ms,
+                    spec.not_before_ms,
+                    gated,
+                    spec.trace_parent,
+                    spec.concurrency_key,
+                    spec.attempt_timeout_ms,
+                )
+                for (index, spec), count, gated in zip(new_specs, unmet, shut, strict=True)
+            ],
+        )
+        for (_, spec), gated in zip(new_specs, shut, strict=True):
+            if gated:
+                assert spec.not_before_ms is not None
+                gate_shut(tx, spec.not_before_ms)
+        seq_of.update(_inserted_seqs(conn, [spec.id for _, spec in new_specs]))
+        seq_of.update((task_id, row.seq) for task_id, row in outside.items())
+        conn.executemany(
+            sql(conn).INSERT_DEPS,
+            [
+                (seq_of[spec.id], seq_of[dep], position)
+                for _, spec in new_specs
+                for position, dep in enumerate(spec.depends_on)
+            ],
+        )
+        task_events(tx, [seq_of[spec.id] for _, spec in new_specs])
+        for (_, spec), count in zip(new_specs, unmet, strict=True):
+            if count == 0:
+                tx.wakes.ready_roles[spec.required_role] += 1
+    if request_id:
+        conn.execute(
+            sql(conn).INSERT_CREATE_REQUEST,
+            (request_id, batch.digest, json.dumps([spec.id for spec in specs])),
+        )
+    unchanged = tuple(spec.id for spec in specs if spec.id not in new_ids)
+    created = [
+        CreatedTask(spec.id, seq_of[spec.id], TaskState.PENDING, tx.now_ms, None, spec.max_attempts, spec.lease_ms)
+        if spec.id in new_ids
+        else _created(spec.id, on_board[spec.id])
+        for spec in specs
+    ]
+    return CreatedBatch(created, unchanged)
+
+
+def _inserted_seqs(conn: sqlite3.Connection, ids: list[str]) -> Iterable[tuple[str, int]]:
+    """The seqs the tasks `ids`, just inserted in this order, were given."""
+    if isinstance(conn, sqlite3.Connection):
+        # SQLite's one writer: AUTOINCREMENT gave the rows consecutive seqs.
+        (last,) = conn.execute("SELECT last_insert_rowid()").fetchone()
+        return zip(ids, range(last - len(ids) + 1, last + 1), strict=True)
+    return ((task_id, row.seq) for task_id, row in rows_by_id(conn, ids).items())
+
+
+def _created(task_id: str, row: BoardRow) -> CreatedTask:
+    return CreatedTask(task_id, row.seq, row.state, row.create_ms, row.finish_ms, row.max_attempts, row.lease_ms)
+
+
+def _refuse_changed_specs(specs: Sequence[TaskSpec], digests: Sequence[bytes], on_board: dict[str, BoardRow]) -> None:
+    """Refuses, naming every one, when an id of the batch is on the board with a different spec."""
+    differing = [
+        (index, spec.id)
+        for index, (spec, digest) in enumerate(zip(specs, digests, strict=True))
+        if spec.id in on_board and on_board[spec.id].spec_digest != digest
+    ]
+    if differing:
+        shown = ", ".join(repr(task_id) for _, task_id in differing[:20])
+        more = f" and {len(differing) - 20} more" if len(differing) > 20 else ""
+        raise errors.AlreadyExists(
+            f"task {shown}{more} exists with a different spec"
+            if len(differing) == 1
+            else f"tasks {shown}{more} exist with a different spec",
+            field=f"tasks[{differing[0][0]}].id",
+        )
+
+
+def _unmet_deps(index: int, spec: TaskSpec, new_ids: set[str], outside: dict[str, BoardRow]) -> int:
+    """How many of the task's dependencies are not COMPLETED; refuses unknown or dead ones."""
+    unmet = 0
+    for dep in spec.depends_on:
+        if dep in new_ids:
+            unmet += 1
+            continue
+        row = outside.get(dep)
+        if row is None:
+            raise errors.InvalidArgument(f"tasks[{index}].depends_on", f"unknown dependency {dep!r}")
+        if row.state in (TaskState.FAILED, TaskState.CANCELED):
+            raise errors.InvalidArgument(f"tasks[{index}].depends_on", f"dependency {dep!r} is {row.state.name}")
+        unmet += row.state != TaskState.COMPLETED
+    return unmet

@@ -1,0 +1,100 @@
+"""Leases that ran out, and the board's clock across restarts."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from ...model import (
+    ClaimEnd,
+    ClaimEndReason,
+    ClaimOutcome,
+    Txn,
+)
+from ..dialect import sql
+from ..status import refresh_status
+from .ends import count_failure, end_claim, slot_freed
+
+
+def reclaim_expired(tx: Txn) -> dict[str, int]:
+    """Ends every claim whose lease is over (half-open: at the end instant it is dead).
+
+    A lease that ended at its attempt's deadline is a timed-out attempt: a failure
+    (FAILED in the history, "attempt timed out after ..."), and its holder, which
+    was not silent, may claim again at once.
+
+    Returns each former holder with the latest lease end reclaimed from it (timeouts
+    aside). Asks nothing while `now` is before the earliest lease end the writer
+    knows of.
+    """
+    if tx.leases.none_due(tx.now_ms):
+        return {}
+    # One statement for the leases that ended and the earliest left once they are
+    # reclaimed (every row carries it; one row of NULLs but for it when none ended).
+    rows = tx.conn.execute(
+        sql(tx.conn).EXPIRED_LEASES,
+        (tx.now_ms, tx.now_ms),
+    ).fetchall()
+    earliest_left = rows[0][-1]
+    expired: dict[str, int] = {}
+    for seq, fence, owner, attempt, lease_end, task_id, token, key, timed_out, timeout_ms, _ in rows:
+        if seq is None:
+            continue  # none ended
+        if timed_out:
+            why = f"attempt timed out after {_seconds(timeout_ms)}"
+            end_claim(tx, fence, ClaimOutcome.TIMED_OUT, why, key=key)
+            tx.wakes.tally["attempt_timeouts"] += 1
+            tx.wakes.note("attempt_timed_out", task=task_id, teammate=owner, attempt=attempt)
+            tx.wakes.claim_ended(owner, ClaimEnd(task_id, token, ClaimEndReason.ATTEMPT_TIMEOUT, why))
+            count_failure(tx, seq, why, final=False)
+            slot_freed(tx, owner)
+            continue
+        why = f"lease expired on attempt {attempt}"
+        end_claim(tx, fence, ClaimOutcome.EXPIRED, why, key=key)
+        tx.wakes.tally["lease_expirations"] += 1
+        tx.wakes.note("lease_expired", task=task_id, teammate=owner, attempt=attempt)
+        tx.wakes.claim_ended(owner, ClaimEnd(task_id, token, ClaimEndReason.LEASE_EXPIRED, why))
+        count_failure(tx, seq, why, final=False)
+        # Not woken like a freed slot: a frozen holder whose stream is still
+        # open would only take the same task straight back (see delivery).
+        tx.conn.execute(sql(tx.conn).NOTE_EXPIRY, (lease_end, owner))
+        refresh_status(tx, owner)
+        expired[owner] = max(expired.get(owner, 0), lease_end)
+    # Each lease that ended left state 2, and reclaiming grants none.
+    tx.leases.learned(earliest_left)
+    return expired
+
+
+def _seconds(ms: int) -> str:
+    return f"{ms / 1000:g} s"
+
+
+def note_clock(conn: sqlite3.Connection, now_ms: int) -> None:
+    """Records how far the daemon clock got (the writer's epilogue calls it); never goes back."""
+    conn.execute(sql(conn).NOTE_CLOCK, (now_ms,))
+
+
+def clock_reached(conn: sqlite3.Connection) -> int:
+    """The last instant a daemon on this board recorded (0 on a new board)."""
+    (last_ms,) = conn.execute("SELECT value FROM meta WHERE key = 'clock_ms'").fetchone()
+    return int(last_ms)
+
+
+def extend_live_leases(tx: Txn) -> int:
+    """On restart: a daemon's downtime never expires a working teammate.
+
+    A lease that ended by the last instant the previous daemon reached may
+    have been reported LEASE_EXPIRED, so it stays dead and is reclaimed. A
+    lease that ran out only during the downtime is alive: every live lease
+    gets a whole new duration from now. The board starts the clock no earlier
+    than that instant (`Clock.not_before`); even if it did not, the verdict
+    is the previous daemon's, taken at its own last instant.
+    """
+    reclaim_expired(Txn(tx.conn, clock_reached(tx.conn), tx.wakes))
+    # An attempt's deadline is kept: downtime counts against its time limit.
+    count = tx.conn.execute(
+        sql(tx.conn).EXTEND_LIVE_LEASES,
+        (tx.now_ms, tx.now_ms),
+    ).rowcount
+    tx.leases.forget()
+    tx.wakes.deadline(tx.now_ms)
+    return count

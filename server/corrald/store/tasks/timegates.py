@@ -1,0 +1,47 @@
+"""Time gates: a task held back until an instant (`not_before`, a retry's backoff), opened when it comes."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from ...model import (
+    Txn,
+)
+from ..dialect import fused, sql
+from .rows import PENDING, earliest_gate, task_changed
+
+
+def gate_shut(tx: Txn, gate_ms: int) -> None:
+    """A task's gate was shut until `gate_ms`: the reaper's timer opens it then."""
+    tx.wakes.deadline(gate_ms)
+    tx.gates.lowered_to(gate_ms)
+
+
+def open_due_gates(tx: Txn) -> None:
+    """Opens every time gate whose instant has come; a task it leaves with nothing
+    unmet is ready. Asks nothing while `now` is before the earliest gate the writer
+    knows of."""
+    if tx.gates.none_due(tx.now_ms):
+        return
+    several = fused(tx.conn)
+    if several is not None:
+        # One round trip: the gates opened, and the earliest gate left (every row carries it).
+        rows = tx.conn.execute(several.OPEN_GATES_AND_EARLIEST, (tx.now_ms, tx.now_ms)).fetchall()
+        opened = [row[:4] for row in rows if row[0] is not None]
+        earliest = rows[0][4]
+    else:
+        opened = tx.conn.execute(sql(tx.conn).OPEN_GATES, (tx.now_ms,)).fetchall()
+        earliest = earliest_gate(tx.conn)  # what follows writes events only
+    for seq, role, unmet, state in opened:
+        if state != PENDING:
+            continue  # canceled while it waited
+        if unmet == 0:
+            tx.wakes.ready_roles[role] += 1
+            tx.made_ready.add(seq)
+        task_changed(tx, seq)
+    tx.gates.learned(earliest)
+
+
+def any_gate_due(conn: sqlite3.Connection, now_ms: int) -> bool:
+    """Whether a shut time gate's instant has come (the writer opens it at the next claim or reap)."""
+    return conn.execute(sql(conn).ANY_GATE_DUE, (now_ms,)).fetchone() is not None
