@@ -2,27 +2,17 @@
 
 Callers submit *jobs*: whole transaction bodies `job(tx) -> value`, never
 single statements. The writer runs queued jobs in one `BEGIN IMMEDIATE … COMMIT`,
-each inside its own SAVEPOINT so a failing job rolls back alone, until the
+each guarded so that a failing job rolls back alone, until the
 batch holds `max_batch` jobs or the queue is empty; once the batch has run for
 `batch_budget_ms` it takes only jobs of callers with none in it yet. Futures
 resolve only after COMMIT returns; if COMMIT fails, every job of that batch
 fails (nothing is reported successful that is not durable).
 
-Where a savepoint costs round trips to a server (PostgreSQL), jobs run without
-one: a job that fails before it wrote anything needs no rollback, and one that
-fails having written (or whose statement failed) makes the batch run again,
-then with a savepoint per job. Jobs are whole transaction bodies, so running
-them again is safe; most failures (a stale token, a missing task) are found
-before the first write.
-
-There too, a job may say what its first statement needs (`model.Mergeable`),
-and the driver's batching strategy (store/postgres/runs.py, asked for with
-`merged_runs`) runs that statement once for a run of such jobs queued one
-after another, of distinct subjects, before the first of them; each job
-takes its share (`Txn.ahead`) as it runs. So a batch of Session completions
-completes in one statement, not one each. A job of a run that fails makes its
-batch run again with savepoints, and then without runs: its share was written
-before it ran.
+How a batch guards each job is the driver's (`WriterStorage.job_guard`): SQLite runs
+each in a savepoint; PostgreSQL runs a batch's jobs without one, and runs of them in
+one statement (store/postgres/runs.py), and runs the batch again, guarded, when a job
+failed having written (`Rerun`). Jobs are whole transaction bodies, so running them
+again is safe.
 
 Jobs are taken from the queue by owner, the least-served owner first
 (`overload/fairqueue.py`), and the budget keeps one caller's backlog from
@@ -35,19 +25,11 @@ the queue, and `costs` (`overload/costs.py`) for pacing, what each job took.
 The queue is bounded, and a caller that finds it full waits a little for a
 place (`overload/queue_bound.py`).
 
-A SQLite board has one writer thread. A PostgreSQL board may have a pool of
-them (`WriterConfig.writers`), each with its own connection, draining the same
-queue. The board's write lock (store/postgres/storage.py) still orders their transactions,
-so the pool pipelines them: when one writer's batch takes no more jobs while
-more are waiting, the next writer opens its transaction for them, its BEGIN
-waiting for the lock on the server while the first commits and answers, and it
-takes its first job only once the lock is its own; so one owner's jobs run in
-the order they were queued. One writer at a time takes jobs or waits for them
-(`_turn`), so batches are not split among idle writers, and no writer opens a
-transaction for jobs that the running batch will take. With nothing waiting, a
-writer keeps the turn and takes the next job itself, as a lone writer would. Each batch answers its
-callers and tells its wake-ups in the order the batches committed
-(`_answering`), so a stream never learns of a later commit before an earlier one.
+A SQLite board has one writer thread. A PostgreSQL board may have a pool of them
+(`WriterConfig.writers`), each with its own connection, draining the same queue and
+taking turns as the driver says (`WriterStorage.crew`, store/postgres/pool.py): each
+writer thread has its `Shift`, which says when it may take jobs, orders its COMMIT
+among the others' and answers its batch's callers in that order.
 """
 
 from __future__ import annotations
@@ -55,13 +37,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import contextlib
 import contextvars
 import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 import tenacity
@@ -70,10 +51,11 @@ from . import failpoints
 from .clock import Clock
 from .config import WriterConfig
 from .errors import CommitInDoubt, Overloaded, ReentrantSubmit, Unavailable
-from .model import DeadlineWatch, Mergeable, RanAhead, Txn, Wakes
+from .model import Mergeable, Txn, Wakes
 from .overload.costs import CostLedger
 from .overload.fairqueue import FairQueue
 from .overload.queue_bound import QueueBound, level
+from .store.driver import Rerun, Shift
 from .store.driver import WriterStorage as Storage
 
 log = logging.getLogger("corrald.writer")
@@ -83,10 +65,8 @@ Job = Callable[[Txn], T]
 # Whose turn a submitted job takes in the queue: the calling identity's name, or
 # "" for the daemon's own work (recovery, the reaper).
 job_owner: contextvars.ContextVar[str] = contextvars.ContextVar("corral_job_owner", default="")
-
-
-class _NeedsSavepoints(Exception):
-    """A job run without a savepoint failed after it wrote: the batch runs again, guarded."""
+# What a job came to: whether it succeeded, its value or its error, what it changed.
+_Outcome = tuple[bool, Any, Wakes | None]
 
 
 class CommitFailed(Unavailable):
@@ -104,16 +84,19 @@ class _Pending:
     owner: str
     merge: Mergeable | None = None
 
+    def run(self, tx: Txn) -> Any:
+        failpoints.hit("job:" + self.owner)
+        return self.job(tx)
+
 
 @dataclasses.dataclass(slots=True)
-class _Seat:
-    """One writer thread's own: its connection, its retrier, and what its jobs took
-    (owner, seconds) since its last batch's report."""
+class _WriterThread:
+    """One writer thread's own: its place among the writers, its connection, its retrier,
+    and what its jobs took (owner, seconds) since its last batch's report."""
 
+    shift: Shift
     retrying: tenacity.Retrying
     conn: Any = None
-    ticket: int = -1  # the place of its batch's commit, once committed (see `_answering`)
-    has_turn: bool = False  # it holds `Writer._turn`: it alone takes jobs or waits for them
     spent: list[tuple[str, float]] = dataclasses.field(default_factory=list)
 
 
@@ -164,8 +147,6 @@ class Writer:
 
         self._connect = connect
         self._storage: Storage = storage if storage is not None else SqliteStorage()
-        if config.writers < 1 or (self._storage.exclusive and config.writers != 1):
-            raise ValueError(f"{config.writers} writers: a SQLite board has one writer, a PostgreSQL board 1 or more")
         self._clock = clock
         self._config = config
         # Told after each COMMIT, on the writer thread: what the batch's jobs changed
@@ -179,27 +160,18 @@ class Writer:
         # whether the jobs changed anything and the errors they raised.
         self._epilogue = epilogue
         self._timer = timer  # seconds, for the batch budget and the jobs' costs
-        # What the jobs know of the leases and time gates across jobs (so a claim need
-        # not query for expired leases or due gates); forgotten whenever a job or a
-        # batch rolls back.
-        self._watches = (DeadlineWatch(), DeadlineWatch())
         self._queue: FairQueue[_Pending] = FairQueue()
+        # One place per writer thread among the board's writers (the driver's).
+        self._shifts = self._storage.crew(config.writers, lambda: bool(self._queue))
         self.costs = CostLedger()
         self._bound = QueueBound(config.levels, config.room_wait_ms)
         self._cond = threading.Condition()
         self._accepting = False
         self._threads: list[threading.Thread] = []
         self._thread_ids: set[int] = set()
-        self._seats: list[_Seat] = []
-        # One writer at a time waits for work and opens its transaction (module docstring).
-        self._turn = threading.Lock()
-        # Batches answer their callers in the order they committed: a ticket is taken with
-        # the COMMIT, under `_committing`, and `_answered` counts the tickets answered.
-        self._committing = threading.Lock()
-        self._order = threading.Condition()
-        self._tickets = self._answered = 0
+        self._writers: list[_WriterThread] = []
         self._in_transaction = 0
-        self._connected = threading.Barrier(config.writers + 1)  # each writer has connected, or failed to
+        self._connected = threading.Barrier(len(self._shifts) + 1)  # each writer has connected, or failed to
         self._go = threading.Event()
         self._start_error: BaseException | None = None
         # Counters (written by the writer thread or under the condition lock).
@@ -223,11 +195,11 @@ class Writer:
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        for number in range(self._config.writers):
-            seat = _Seat(self._retrying.copy())
-            name = "corral-writer" if self._config.writers == 1 else f"corral-writer-{number}"
-            thread = threading.Thread(target=self._main, args=(seat,), name=name, daemon=True)
-            self._seats.append(seat)
+        for number, shift in enumerate(self._shifts):
+            writer = _WriterThread(shift, self._retrying.copy())
+            name = "corral-writer" if len(self._shifts) == 1 else f"corral-writer-{number}"
+            thread = threading.Thread(target=self._main, args=(writer,), name=name, daemon=True)
+            self._writers.append(writer)
             self._threads.append(thread)
             thread.start()
         self._connected.wait()
@@ -266,10 +238,10 @@ class Writer:
         A checkpoint that fails (a full disk) is logged and skipped: the WAL holds
         every commit and the next start replays it."""
         self.settle()
-        for seat in self._seats:
-            if seat.conn is not None:
-                self._storage.close(seat.conn, checkpoint)
-                seat.conn = None
+        for writer in self._writers:
+            if writer.conn is not None:
+                self._storage.close(writer.conn, checkpoint)
+                writer.conn = None
 
     # ------------------------------------------------------------ submitting
 
@@ -317,34 +289,32 @@ class Writer:
 
     # ------------------------------------------------------------ the thread
 
-    def _main(self, seat: _Seat) -> None:
+    def _main(self, writer: _WriterThread) -> None:
         self._thread_ids.add(threading.get_ident())
         try:
-            seat.conn = self._connect()
+            writer.conn = self._connect()
         except BaseException as error:  # reported to start()
             self._start_error = error
         self._connected.wait()
         self._go.wait()
         if self._start_error is not None:
-            if seat.conn is not None:
-                self._storage.close(seat.conn, False)
-                seat.conn = None
+            if writer.conn is not None:
+                self._storage.close(writer.conn, False)
+                writer.conn = None
             return
+        shift = writer.shift
         while True:
-            if not seat.has_turn:
-                self._turn.acquire()
-                seat.has_turn = True
+            shift.wait_turn()
             with self._cond:
                 while not self._queue and self._accepting:
                     self._cond.wait()
                 if not self._queue:
-                    self._pass_turn(seat)
+                    shift.leave()
                     return  # closed and drained
             try:
-                self._run_batch(seat)
+                self._run_batch(writer)
             except BaseException:
-                if seat.has_turn:
-                    self._pass_turn(seat)
+                shift.leave()
                 raise
 
     def _take(self, unless_owner_in: Collection[str] = ()) -> _Pending | None:
@@ -374,28 +344,14 @@ class Writer:
         owners.add(pending.owner)
         return True
 
-    def _pass_turn(self, seat: _Seat) -> None:
-        seat.has_turn = False
-        self._turn.release()
-
-    def _run_batch(self, seat: _Seat) -> None:
-        """Runs one batch; called holding `_turn`, which it passes on once the batch takes no
-        more jobs if jobs are waiting then (else it keeps it: `seat.has_turn`)."""
+    def _run_batch(self, writer: _WriterThread) -> None:
+        """Runs one batch, in its writer's turn (`Shift`)."""
         started, batch_from = time.perf_counter(), self._timer()
         batch: list[_Pending] = []
         owners: set[str] = set()
         take_until: float | None = None  # set when the first job is taken
-        guarded = self._storage.savepoint_each_job
+        again = False  # a job asked for its batch again (`Rerun`): every later attempt is guarded
         first_taken = False
-
-        def closed() -> None:
-            # Jobs are waiting that this batch will not take: the next writer opens its
-            # transaction for them now, while this one commits. With none waiting this
-            # writer keeps the turn, and takes the next job itself once it has answered:
-            # another would only add a thread's wake-up and a connection's cold caches
-            # (measured: 0.9x the Session cycles of one writer when the turn went round).
-            if self._queue and seat.has_turn:
-                self._pass_turn(seat)
 
         def take_first() -> bool:
             # The first job is taken once the transaction is open (its lock, on a shared
@@ -409,29 +365,29 @@ class Writer:
                 take_until = self._timer() + self._config.batch_budget_ms / 1000
             return first is not None
 
-        def attempt() -> tuple[list[tuple[bool, Any, Wakes | None]], int]:
+        def attempt() -> tuple[list[_Outcome], Wakes]:
             # Only the attempt that took the first job takes more; a retry after
             # SQLITE_BUSY runs exactly the jobs the failed attempt held.
-            nonlocal take_until, guarded
-            conn = seat.conn = self._storage.begin(seat.conn)
+            nonlocal take_until, again
+            conn = writer.conn = self._storage.begin(writer.conn)
             if not first_taken and not take_first():
                 self._abandon(conn)  # no retry: it has nothing to run
-                return [], -1
+                return [], Wakes()
             try:
                 try:
-                    return self._transaction(seat, conn, batch, owners, take_until, guarded, closed)
-                except _NeedsSavepoints:
-                    guarded = True  # and the batch may still grow: no job of it took effect
-                    conn = seat.conn = self._storage.begin(seat.conn)
-                    return self._transaction(seat, conn, batch, owners, take_until, guarded, closed)
+                    return self._transaction(writer, conn, batch, owners, take_until, again)
+                except Rerun:
+                    again = True  # and the batch may still grow: no job of it took effect
+                    conn = writer.conn = self._storage.begin(writer.conn)
+                    return self._transaction(writer, conn, batch, owners, take_until, again)
             finally:
                 take_until = None
 
-        seat.ticket = -1
         committed = True
+        wakes = Wakes()
         try:
-            outcomes, _ = seat.retrying(attempt)
-        except BaseException as error:  # the whole batch failed (after its COMMIT, if it has a ticket)
+            outcomes, wakes = writer.retrying(attempt)
+        except BaseException as error:  # the whole batch failed (perhaps after its COMMIT)
             if not first_taken:  # its transaction never opened: the job it was opened for fails
                 take_first()
             committed = False
@@ -445,9 +401,9 @@ class Writer:
                 with self._counting:
                     self._failed_commits += 1
                 log.error("commit of %d jobs failed: %s", len(batch), error)
-        # A batch with a ticket answers in its turn whatever happened after its COMMIT:
+        # A batch that committed answers in its turn whatever happened after its COMMIT:
         # every batch committed after it waits for that.
-        with self._answering(seat.ticket):
+        with writer.shift.answering():
             if not batch:
                 return  # the jobs it opened for were taken by the batch before it
             if committed:
@@ -458,8 +414,8 @@ class Writer:
                 self._latency_ms.append(latency * 1000)
                 if self.on_batch is not None:
                     self.on_batch(latency, len(batch))
-            self._answer(batch, outcomes)
-        self._report_costs(seat, self._timer() - batch_from)  # after the replies are on their way
+            self._answer(batch, outcomes, wakes)
+        self._report_costs(writer, self._timer() - batch_from)  # after the replies are on their way
 
     def _abandon(self, conn: Any) -> None:
         """Rolls back a transaction that ran nothing. On a connection lost meanwhile the rollback
@@ -470,27 +426,7 @@ class Writer:
             if not self._storage.is_storage_error(error):
                 raise
 
-    @contextlib.contextmanager
-    def _answering(self, ticket: int) -> Iterator[None]:
-        """Answers a committed batch after every batch that committed before it (a batch
-        that did not commit told nothing, and needs no turn)."""
-        if ticket < 0:
-            yield
-            return
-        with self._order:
-            self._order.wait_for(lambda: self._answered == ticket)
-        try:
-            yield
-        finally:
-            with self._order:
-                self._answered += 1
-                self._order.notify_all()
-
-    def _answer(self, batch: list[_Pending], outcomes: list[tuple[bool, Any, Wakes | None]]) -> None:
-        wakes = Wakes()
-        for ok, _, job_wakes in outcomes:
-            if ok and job_wakes:
-                wakes.merge(job_wakes)
+    def _answer(self, batch: list[_Pending], outcomes: list[_Outcome], wakes: Wakes) -> None:
         if wakes and self.on_commit is not None:
             try:
                 self.on_commit(wakes)
@@ -498,11 +434,11 @@ class Writer:
                 log.exception("wake-up listener failed")
         self._resolve(batch, outcomes, (self.on_commit_in_loop, wakes) if wakes else None)
 
-    def _report_costs(self, seat: _Seat, batch_s: float) -> None:
+    def _report_costs(self, writer: _WriterThread, batch_s: float) -> None:
         """Charges each job of the batch its share of the batch's time, in proportion to its own
         time: BEGIN, COMMIT and its fsync are paid for by the jobs whose writes made them, and a
         job run twice (a retry after SQLITE_BUSY) costs twice."""
-        spent, seat.spent = seat.spent, []
+        spent, writer.spent = writer.spent, []
         jobs_s = sum(seconds for _, seconds in spent)
         if jobs_s > 0:
             spent = [(owner, seconds * batch_s / jobs_s) for owner, seconds in spent]
@@ -517,29 +453,32 @@ class Writer:
 
     def _transaction(
         self,
-        seat: _Seat,
+        writer: _WriterThread,
         conn: Any,
         batch: list[_Pending],
         owners: set[str],
         take_until: float | None,
-        guarded: bool,
-        closed: Callable[[], None],
-    ) -> tuple[list[tuple[bool, Any, Wakes | None]], int]:
+        again: bool,
+    ) -> tuple[list[_Outcome], Wakes]:
         """Runs the batch in the transaction open on `conn` and commits it; returns its
-        outcomes and its commit's place in the order of this writer's commits. `closed`
-        is told once the batch takes no more jobs."""
+        outcomes and what its committed jobs changed."""
         with self._counting:
             self._in_transaction += 1
         now = self._clock.now_ms()
-        watches = self._watches if self._storage.exclusive else (DeadlineWatch(), DeadlineWatch())
+        shift = writer.shift
+        # What the jobs know of the leases and time gates (so a claim need not query for
+        # expired leases or due gates); forgotten whenever a job or a batch rolls back.
+        watches = shift.watches()
+        guard = self._storage.job_guard(self._timer, again=again)
+        storage_error = self._storage.is_storage_error
+
+        def fill() -> None:  # takes every queued job the batch may take
+            while self._grow(batch, owners, take_until):
+                pass
+
         try:
             changes_before = conn.total_changes
-            outcomes: list[tuple[bool, Any, Wakes | None]] = []
-            # The driver's batching strategy: where statements are round trips, runs of
-            # mergeable jobs share their first statement; never with savepoints, which a
-            # job's share would escape.
-            runs = self._storage.merged_runs() if not guarded else None
-            run_shares: dict[int, float] = {}  # by job index: its share of its run's statement
+            outcomes: list[_Outcome] = []
             while len(outcomes) < len(batch) or self._grow(batch, owners, take_until):
                 index = len(outcomes)
                 pending = batch[index]
@@ -547,52 +486,44 @@ class Writer:
                 # measured from then, not from the start of a batch that an earlier
                 # job may have made long. `now` never goes back within a batch.
                 now = max(now, self._clock.now_ms())
-                if runs is not None and runs.may_start(batch, index):
-                    while self._grow(batch, owners, take_until):  # the queued jobs join the run
-                        pass
-                    run_from = self._timer()
-                    try:
-                        run = runs.start(conn, now, batch, index)
-                    except Exception as error:
-                        if self._storage.is_storage_error(error):
-                            raise  # the database's, not the statement's: as for any job
-                        raise _NeedsSavepoints from error  # its jobs will each run their own
-                    # The run's statement is its jobs' writer time, in equal shares (fair queue, pacing).
-                    share = (self._timer() - run_from) / max(len(run), 1)
-                    run_shares.update(dict.fromkeys(run, share))
+                share = 0.0 if pending.merge is None else guard.before(conn, now, batch, index, fill)
                 job_started, cost_from = time.perf_counter(), self._timer()
-                ahead = runs.take(batch, index) if runs is not None else None
-                outcomes.append(self._run_job(conn, pending, now, watches, self._storage, guarded, ahead))
-                if runs is not None:
-                    runs.ran(pending, outcomes[-1][2])
+                tx = Txn(conn, now, leases=watches[0], gates=watches[1])
+                ok, value = guard.run(conn, tx, batch, index)
+                if ok:
+                    outcomes.append((True, value, tx.wakes))
+                else:
+                    for watch in watches:
+                        watch.forget()  # what the job taught it is rolled back with the job
+                    if conn.in_transaction and storage_error(value):  # the storage (a full disk), not the job
+                        log.error("a job could not write: %s", value)
+                        value = CommitFailed(f"the job did not commit: {value}")
+                    outcomes.append((False, value, None))
                 self._job_ms.append((time.perf_counter() - job_started) * 1000)
-                seat.spent.append((pending.owner, self._timer() - cost_from + run_shares.pop(index, 0.0)))
+                writer.spent.append((pending.owner, self._timer() - cost_from + share))
                 if not conn.in_transaction:
                     # SQLite rolled the whole transaction back (e.g. disk full):
                     # the earlier jobs of this batch are gone too.
                     raise CommitFailed(f"transaction rolled back by job {len(outcomes) - 1}")
-            closed()  # the next writer may open its transaction, for jobs this one will not take
+            shift.batch_closed()  # another writer may open its transaction, for jobs this one will not take
             if self._epilogue is not None:
                 failures = [value for ok, value, _ in outcomes if not ok]
                 self._epilogue(conn, now, conn.total_changes != changes_before, failures)
-            if not self._storage.exclusive:
-                told = Wakes()
-                for ok, _, job_wakes in outcomes:
-                    if ok and job_wakes:
-                        told.merge(job_wakes)
-                self._storage.announce(conn, told)
+            wakes = Wakes()
+            for ok, _, job_wakes in outcomes:
+                if ok and job_wakes:
+                    wakes.merge(job_wakes)
+            self._storage.announce(conn, wakes)
             failpoints.hit("before_commit")
             if failpoints.armed():
                 for owner in owners:  # a delay or a failure for one caller's batches
                     failpoints.hit("before_commit:" + owner)
-            with self._committing:
-                self._storage.commit(conn)
-                seat.ticket, self._tickets = self._tickets, self._tickets + 1
-            if runs is not None and runs.together:
+            shift.commit(conn)
+            if guard.together:
                 with self._counting:
-                    self._jobs_run_together += runs.together
+                    self._jobs_run_together += guard.together
         except BaseException:
-            for watch in self._watches:
+            for watch in watches:
                 watch.forget()
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -601,49 +532,12 @@ class Writer:
             with self._counting:
                 self._in_transaction -= 1
         failpoints.hit("after_commit")
-        return outcomes, seat.ticket
-
-    @staticmethod
-    def _run_job(
-        conn: Any,
-        pending: _Pending,
-        now: int,
-        watches: tuple[DeadlineWatch, DeadlineWatch],
-        storage: Storage,
-        guarded: bool,
-        ahead: RanAhead | None = None,
-    ) -> tuple[bool, Any, Wakes | None]:
-        tx = Txn(conn, now, leases=watches[0], gates=watches[1], ahead=ahead)
-        if guarded:
-            conn.execute("SAVEPOINT job")
-        changes_before = conn.total_changes
-        try:
-            failpoints.hit("job:" + pending.owner)
-            value = pending.job(tx)
-            if tx.ahead is not None:  # its share of the run was written, and it did not take it
-                raise RuntimeError("a job of a run did not take its result")
-        except Exception as error:
-            for watch in watches:
-                watch.forget()  # what the job taught it is rolled back with the job
-            if not conn.in_transaction:
-                return False, error, None  # the whole batch fails, and is logged once
-            if guarded:
-                conn.execute("ROLLBACK TO job")
-                conn.execute("RELEASE job")
-            elif ahead is not None or not storage.untouched(conn, changes_before):
-                raise _NeedsSavepoints from error  # (its share of a run's statement may have written)
-            if storage.is_storage_error(error):  # the storage (a full disk), not the job
-                log.error("a job could not write: %s", error)
-                return False, CommitFailed(f"the job did not commit: {error}"), None
-            return False, error, None
-        if guarded:
-            conn.execute("RELEASE job")
-        return True, value, tx.wakes
+        return outcomes, wakes
 
     @staticmethod
     def _resolve(
         batch: list[_Pending],
-        outcomes: list[tuple[bool, Any, Wakes | None]],
+        outcomes: list[_Outcome],
         told: tuple[tuple[asyncio.AbstractEventLoop, Callable[[Wakes], None]] | None, Wakes] | None = None,
     ) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list] = {}

@@ -4,17 +4,20 @@
 `BoardDriver` is what `Board` asks of the database beyond the store's functions: how the
 writer and the readers connect, what opening and leaving the board mean, and the
 database's side of GetStats. `WriterStorage` is how the writer begins, commits and retries
-a transaction there; the jobs it runs are the same on both.
+a transaction there, with the driver's strategies for a batch: how each job is guarded
+(`JobGuard`) and how the daemon's writer threads take turns (`Shift`); the jobs it runs
+are the same on both.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from ..clock import Clock
-from ..model import Mergeable, RanAhead, Txn, Wakes
+from ..model import DeadlineWatch, Mergeable, Txn, Wakes
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -31,39 +34,65 @@ class DatabaseHealth:
     connections_cut: int
 
 
+class Rerun(Exception):
+    """A job failed having written, with nothing to take its writes back alone: its batch
+    runs again, from BEGIN, under `WriterStorage.job_guard(again=True)`."""
+
+
 class Queued(Protocol):
-    """A job the writer has taken into a batch, as a batching strategy sees it."""
+    """A job the writer has taken into a batch, as a driver's strategies see it."""
 
     @property
     def merge(self) -> Mergeable | None: ...
 
+    def run(self, tx: Txn) -> Any:
+        """Runs the job's body in the open transaction."""
 
-class JobRuns(Protocol):
-    """A driver's batching strategy for one attempt of a batch: runs of mergeable jobs
-    (`model.Mergeable`) share their first statement (store/postgres/runs.py)."""
 
-    together: int  # jobs that took a run's result
+class JobGuard(Protocol):
+    """How one attempt of a batch keeps a failing job's writes from the others: a savepoint
+    per job (store/guard.py), or none, the batch run again when a job fails having written
+    (store/postgres/runs.py, which also runs a statement once for a run of jobs)."""
 
-    def may_start(self, batch: Sequence[Queued], index: int) -> bool:
-        """Whether a run may begin at job `index`."""
+    together: int  # jobs of the attempt that took a share of a statement run for several
 
-    def start(self, conn: Any, now_ms: int, batch: Sequence[Queued], index: int) -> list[int]:
-        """Runs the run that begins at `index` (if it has more than one job); its jobs' indexes."""
+    def before(self, conn: Any, now_ms: int, batch: Sequence[Queued], index: int, fill: Callable[[], None]) -> float:
+        """Called before a job that has a `merge`: what the attempt runs ahead of it for it
+        and later jobs (`fill` first takes every queued job the batch may take); returns
+        the job's share of that writer time, in seconds."""
 
-    def take(self, batch: Sequence[Queued], index: int) -> RanAhead | None:
-        """Job `index`'s share of its run, as it is about to run."""
+    def run(self, conn: Any, tx: Txn, batch: Sequence[Queued], index: int) -> tuple[bool, Any]:
+        """Runs job `index`: (True, its value), or (False, its error) with what it wrote
+        rolled back; raises Rerun when that cannot be done for it alone."""
 
-    def ran(self, queued: Queued, wakes: Wakes | None) -> None:
-        """Job `queued` ran, with these wake-ups (whose rows it changed)."""
+
+class Shift(Protocol):
+    """One writer thread's place among the daemon's writers: SQLite's one writer
+    (store/sqlite/storage.py) or a thread of a pool taking turns (store/postgres/pool.py)."""
+
+    def wait_turn(self) -> None:
+        """Before it waits for jobs: one writer at a time takes jobs or waits for them."""
+
+    def batch_closed(self) -> None:
+        """Its batch takes no more jobs: another writer may open a transaction for those waiting."""
+
+    def leave(self) -> None:
+        """It takes no more jobs (drained, or failed): the turn goes on if it held it."""
+
+    def watches(self) -> tuple[DeadlineWatch, DeadlineWatch]:
+        """What a transaction's jobs know of the leases and the time gates: the writer's own
+        across transactions where nothing else writes the board, fresh ones otherwise."""
+
+    def commit(self, conn: Any) -> None:
+        """Commits the transaction (`WriterStorage.commit`) and takes its place in the order of commits."""
+
+    def answering(self) -> AbstractContextManager[None]:
+        """Held while a batch answers its callers: after every batch committed before it."""
 
 
 class WriterStorage(Protocol):
     """How the writer begins, ends and retries its transactions on one kind of database
     (store/sqlite/storage.py's SqliteStorage, store/postgres/storage.py's PgStorage)."""
-
-    # Whether this writer is the board's only one: what its jobs learn of the leases and
-    # time gates then holds across jobs (DeadlineWatch); with other writers it does not.
-    exclusive: bool
 
     def begin(self, conn: Any) -> Any:
         """Opens the batch's transaction on `conn`, or on a new connection if that one is
@@ -80,18 +109,13 @@ class WriterStorage(Protocol):
     def announce(self, conn: Any, wakes: Wakes) -> None:
         """Last in the transaction: tells what it changed to whoever else serves the board."""
 
-    # Whether every job runs inside a savepoint of its own; if not, see `untouched`.
-    savepoint_each_job: bool
+    def job_guard(self, timer: Callable[[], float], *, again: bool) -> JobGuard:
+        """The guard of an attempt of a batch; `again` once a job of the batch asked for a
+        Rerun. `timer` measures writer time, as the writer charges it to the jobs."""
 
-    def merged_runs(self) -> JobRuns | None:
-        """The driver's batching strategy for an attempt of a batch run without savepoints
-        (None: each job runs its own statements). Where each statement is a round trip
-        and the server's work to start it, runs of mergeable jobs share their first."""
-
-    def untouched(self, conn: Any, changes_before: int) -> bool:
-        """Whether the transaction is as it was when a job began (`changes_before` is
-        `conn.total_changes` then): nothing written and no statement failed, so a job
-        that raised needs no rollback."""
+    def crew(self, writers: int, jobs_waiting: Callable[[], bool]) -> Sequence[Shift]:
+        """One Shift per writer thread (ValueError if the board cannot have `writers`);
+        `jobs_waiting` says whether jobs are queued."""
 
     def close(self, conn: Any, checkpoint: bool) -> None: ...
 

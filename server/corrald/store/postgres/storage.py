@@ -56,6 +56,9 @@ from ...clock import SystemClock
 from ...config import ConfigError
 from ...errors import CommitInDoubt, Unavailable
 from ...model import Wakes
+from ..driver import JobGuard
+from ..guard import SAVEPOINTS
+from .pool import PoolShift, WriterPool
 from .runs import MergedRuns
 from .schema import lock_key
 from .sql import PgConnection
@@ -171,10 +174,8 @@ class _WriterThreadState(threading.local):
 
 
 class PgStorage:
-    """The writer's transactions on a PostgreSQL board (writer.Storage), for each of the
+    """The writer's transactions on a PostgreSQL board (a `WriterStorage`), for each of the
     daemon's writer threads."""
-
-    exclusive = False  # other daemons write the same board
 
     def __init__(self, target: PgTarget, daemon_id: str, clock: DatabaseClock | None) -> None:
         self._target = target
@@ -312,16 +313,15 @@ class PgStorage:
         """Keeps the batch's notification for `commit`, which sends it with the COMMIT."""
         self._batch.notify_payload = wake_payload(self._daemon_id, wakes) if self._notify else None
 
-    # Two round trips per job; a job that fails after writing is rare (writer.py's docstring).
-    savepoint_each_job = False
+    def job_guard(self, timer: Callable[[], float], *, again: bool) -> JobGuard:
+        """A batch's first attempt runs its jobs without savepoints (two round trips per job)
+        and runs of them in one statement, unless the benchmark's "merge" switch is off (see
+        __init__); once a job failed having written, a savepoint per job (runs.py)."""
+        return SAVEPOINTS if again else MergedRuns(timer, self.is_storage_error, merging=self._merges)
 
-    def merged_runs(self) -> MergedRuns | None:
-        """Runs of Session completions in one statement (runs.py), unless the benchmark's
-        "merge" switch is off (see __init__)."""
-        return MergedRuns() if self._merges else None
-
-    def untouched(self, conn: PgConnection, changes_before: int) -> bool:
-        return conn.total_changes == changes_before and not conn.failed
+    def crew(self, writers: int, jobs_waiting: Callable[[], bool]) -> list[PoolShift]:
+        """A pool of writers taking turns (pool.py)."""
+        return WriterPool(self.commit, writers, jobs_waiting).shifts
 
     def close(self, conn: PgConnection, checkpoint: bool) -> None:
         conn.close()

@@ -7,12 +7,16 @@ the writer issues BEGIN IMMEDIATE / SAVEPOINT / COMMIT itself.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import pathlib
 import sqlite3
+from collections.abc import Callable
 
 from ... import failpoints
 from ...errors import CommitInDoubt
+from ...model import DeadlineWatch
+from ..guard import SAVEPOINTS, Savepoints
 from . import queries
 from .schema import migrate
 
@@ -68,9 +72,7 @@ def open_reader(path: pathlib.Path, *, busy_timeout_ms: int = 5000) -> sqlite3.C
 
 
 class SqliteStorage:
-    """How the writer begins, ends and retries a transaction on SQLite (writer.Storage)."""
-
-    exclusive = True  # the board's one writer: nothing else changes the file
+    """How the writer begins, ends and retries a transaction on SQLite (a `WriterStorage`)."""
 
     def begin(self, conn: sqlite3.Connection) -> sqlite3.Connection:
         conn.execute("BEGIN IMMEDIATE")
@@ -101,14 +103,14 @@ class SqliteStorage:
     def announce(self, conn: sqlite3.Connection, wakes: object) -> None:
         """Nobody else serves a SQLite board."""
 
-    savepoint_each_job = True  # in process: a savepoint costs next to nothing
+    def job_guard(self, timer: Callable[[], float], *, again: bool) -> Savepoints:
+        """A savepoint per job: in process, it costs next to nothing."""
+        return SAVEPOINTS
 
-    def merged_runs(self) -> None:
-        """None: in process, a statement costs nothing but its own work."""
-        return None
-
-    def untouched(self, conn: sqlite3.Connection, changes_before: int) -> bool:
-        return conn.total_changes == changes_before
+    def crew(self, writers: int, jobs_waiting: Callable[[], bool]) -> list[SoleWriter]:
+        if writers != 1:
+            raise ValueError(f"{writers} writers: a SQLite board has one writer, a PostgreSQL board 1 or more")
+        return [SoleWriter(self.commit)]
 
     def close(self, conn: sqlite3.Connection, checkpoint: bool) -> None:
         """Checkpoints (unless told not to), then closes. A checkpoint that fails (a full
@@ -120,3 +122,31 @@ class SqliteStorage:
             except sqlite3.Error as error:
                 log.warning("final checkpoint failed, the WAL is kept for the next start: %s", error)
         conn.close()
+
+
+class SoleWriter:
+    """The board's one writer (a `Shift`): it takes no turns and its commits are in order.
+    Nothing else changes the file, so what its jobs learn of the leases and time gates
+    holds across transactions (until a job or a batch rolls back)."""
+
+    def __init__(self, commit: Callable[[sqlite3.Connection], None]) -> None:
+        self.commit = commit
+        self._watches = (DeadlineWatch(), DeadlineWatch())
+
+    def wait_turn(self) -> None:
+        pass
+
+    def batch_closed(self) -> None:
+        pass
+
+    def leave(self) -> None:
+        pass
+
+    def watches(self) -> tuple[DeadlineWatch, DeadlineWatch]:
+        return self._watches
+
+    def answering(self) -> contextlib.nullcontext[None]:
+        return _IN_ORDER
+
+
+_IN_ORDER: contextlib.nullcontext[None] = contextlib.nullcontext()
