@@ -8,11 +8,9 @@ batch holds `max_batch` jobs or the queue is empty; once the batch has run for
 resolve only after COMMIT returns; if COMMIT fails, every job of that batch
 fails (nothing is reported successful that is not durable).
 
-How a batch guards each job is the driver's (`WriterStorage.job_guard`): SQLite runs
-each in a savepoint; PostgreSQL runs a batch's jobs without one, and runs of them in
-one statement (store/postgres/runs.py), and runs the batch again, guarded, when a job
-failed having written (`Rerun`). Jobs are whole transaction bodies, so running them
-again is safe.
+How a batch guards each job is the driver's (`WriterStorage.job_guard`): a savepoint
+each on SQLite; none on PostgreSQL, whose batch runs again, guarded, when a job failed
+having written (`Rerun`), and where runs of jobs share a statement (store/postgres/runs.py).
 
 Jobs are taken from the queue by owner, the least-served owner first
 (`overload/fairqueue.py`), and the budget keeps one caller's backlog from
@@ -25,11 +23,9 @@ the queue, and `costs` (`overload/costs.py`) for pacing, what each job took.
 The queue is bounded, and a caller that finds it full waits a little for a
 place (`overload/queue_bound.py`).
 
-A SQLite board has one writer thread. A PostgreSQL board may have a pool of them
-(`WriterConfig.writers`), each with its own connection, draining the same queue and
-taking turns as the driver says (`WriterStorage.crew`, store/postgres/pool.py): each
-writer thread has its `Shift`, which says when it may take jobs, orders its COMMIT
-among the others' and answers its batch's callers in that order.
+A SQLite board has one writer thread; a PostgreSQL board may have a pool of them, each
+with its own connection, draining the same queue (store/postgres/pool.py). Each thread's
+`Shift` (`WriterStorage.crew`) says when it may take jobs, and orders its COMMIT and its answers.
 """
 
 from __future__ import annotations
@@ -161,7 +157,6 @@ class Writer:
         self._epilogue = epilogue
         self._timer = timer  # seconds, for the batch budget and the jobs' costs
         self._queue: FairQueue[_Pending] = FairQueue()
-        # One place per writer thread among the board's writers (the driver's).
         self._shifts = self._storage.crew(config.writers, lambda: bool(self._queue))
         self.costs = CostLedger()
         self._bound = QueueBound(config.levels, config.room_wait_ms)
@@ -174,7 +169,6 @@ class Writer:
         self._connected = threading.Barrier(len(self._shifts) + 1)  # each writer has connected, or failed to
         self._go = threading.Event()
         self._start_error: BaseException | None = None
-        # Counters (written by the writer thread or under the condition lock).
         self._depth_samples: collections.deque[int] = collections.deque(maxlen=4096)
         self._latency_ms: collections.deque[float] = collections.deque(maxlen=4096)
         self._job_ms: collections.deque[float] = collections.deque(maxlen=4096)
@@ -418,8 +412,7 @@ class Writer:
         self._report_costs(writer, self._timer() - batch_from)  # after the replies are on their way
 
     def _abandon(self, conn: Any) -> None:
-        """Rolls back a transaction that ran nothing. On a connection lost meanwhile the rollback
-        fails, and the next BEGIN opens a new connection."""
+        """Rolls back a transaction that ran nothing (on a lost connection, the next BEGIN opens another)."""
         try:
             conn.execute("ROLLBACK")
         except Exception as error:
@@ -550,10 +543,7 @@ class Writer:
                 by_loop[loop] = []
         for pending, (ok, value, _) in zip(batch, outcomes, strict=True):
             if pending.loop is None:
-                if ok:
-                    pending.future.set_result(value)
-                else:
-                    pending.future.set_exception(value)
+                (pending.future.set_result if ok else pending.future.set_exception)(value)
             else:
                 by_loop.setdefault(pending.loop, []).append((pending.future, ok, value))
         for loop, items in by_loop.items():
@@ -605,9 +595,5 @@ def _resolve_on_loop(items: list[tuple[asyncio.Future, bool, Any]], first: Calla
         except Exception:  # a broken listener must not keep callers from their outcome
             log.exception("wake-up listener failed")
     for future, ok, value in items:
-        if future.done():  # the awaiting coroutine was cancelled
-            continue
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(value)
+        if not future.done():  # else the awaiting coroutine was cancelled
+            (future.set_result if ok else future.set_exception)(value)
