@@ -213,6 +213,11 @@ class Task:
 
     `attempts` is its claim history, oldest first (the most recent 100 at
     most); only `get_task` fills it, other calls leave it empty.
+
+    `attempts_used` is what counts toward `max_attempts`: claims ended by failure
+    or expiry, plus the live claim or the one that completed it (a release or a
+    cancel uses none); `retry_tasks(..., reset_attempts=True)` sets it to 0.
+    `attempt` is the number of the latest claim.
     """
 
     id: str
@@ -253,6 +258,7 @@ class Task:
     # What its holders reported spending on it, summed.
     usage: Usage = Usage()
     attempt_timeout: datetime.timedelta | None = None  # None: no limit
+    attempts_used: int = 0
 
 
 @dataclass(frozen=True)

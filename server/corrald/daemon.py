@@ -379,11 +379,16 @@ class Daemon:
             self.state.write_lead_token(pg.identity.new_lead_token)
         elif not self.state.paths.lead_token.exists():
             # The board keeps only the hash of its lead token: the plain one is where the
-            # daemon that created the board wrote it (`corral --state-dir` here says so too).
+            # daemon that created the board wrote it.
+            creator, where = pg.identity.creator, "the lead.token in that daemon's state directory"
+            if creator.state_dir:  # recorded (boards since schema 4): `corral --state-dir` here names it
+                self.state.record_board_creator(creator.host, creator.state_dir)
+                where = f"{creator.host}:{os.path.join(creator.state_dir, 'lead.token')}"
             log.info(
-                "joined PostgreSQL board %s, which another daemon created: its lead token is the lead.token"
-                " in that daemon's state directory (copy it into %s to use --state-dir here)",
+                "joined PostgreSQL board %s, which another daemon created: its lead token is %s"
+                " (copy it into %s to use --state-dir here)",
                 pg.identity.board_id,
+                where,
                 self.state.paths.root,
             )
         if pg.clock is not None:

@@ -158,6 +158,17 @@ class TaskRecord(typing.NamedTuple):
     concurrency_key: str = ""
     usage: Usage = NO_USAGE
     attempt_timeout_ms: int | None = None
+    attempts_used: int = 0  # those that count toward max_attempts (see `attempts_used`)
+
+
+def attempts_used(state: int, failures: int) -> int:
+    """The attempts a task has used that count toward its max_attempts: its claims
+    ended by failure or expiry (`failures`, which a retry with reset_attempts sets to
+    0), plus the live claim or the one that completed it. A release or a cancel uses none."""
+    return failures + 1 if state in _USING_AN_ATTEMPT else failures
+
+
+_USING_AN_ATTEMPT = frozenset((int(TaskState.IN_PROGRESS), int(TaskState.COMPLETED)))  # plain ints: read per row
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

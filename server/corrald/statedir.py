@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import json
 import os
 import pathlib
 import secrets
@@ -43,6 +44,12 @@ class StatePaths:
     def board_store(self) -> pathlib.Path:
         """Where that board is: its DSN without the password, and its schema (for messages)."""
         return self.root / "board.store"
+
+    @property
+    def board_creator(self) -> pathlib.Path:
+        """Where the daemon that created that board runs, when another did: JSON with its
+        `host` and `state_dir`, whose lead.token is the board's (read by the CLI)."""
+        return self.root / "board.creator"
 
     @property
     def web_sessions(self) -> pathlib.Path:
@@ -123,6 +130,11 @@ class StateDir:
         """Notes where the bound PostgreSQL board is (no password), for a start that forgets it."""
         self.paths.board_store.unlink(missing_ok=True)
         self._write_private(self.paths.board_store, shown + "\n")
+
+    def record_board_creator(self, host: str, state_dir: str) -> None:
+        """Notes where the daemon that created the bound board runs (this one joined it)."""
+        self.paths.board_creator.unlink(missing_ok=True)
+        self._write_private(self.paths.board_creator, json.dumps({"host": host, "state_dir": state_dir}) + "\n")
 
     def refuse_unbound_start(self) -> None:
         """A directory bound to a PostgreSQL board is never served as a SQLite board: that

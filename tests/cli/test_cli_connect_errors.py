@@ -29,6 +29,32 @@ def test_state_dir_without_a_daemon_is_a_usage_error(tmp_path, error_line):
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "note",
+    [
+        '{"host": "build-7", "state_dir": "/srv/corral a"}',
+        None,  # a board created before its creator was recorded
+        "not json",
+        '{"host": "build-7"}',
+    ],
+)
+def test_a_joined_boards_state_dir_names_where_the_lead_token_is(tmp_path, error_line, note):
+    (tmp_path / "board.id").write_text("5f0c3a8e-0000-4000-8000-000000000000\n")
+    if note is not None:
+        (tmp_path / "board.creator").write_text(note)
+    result = run("tasks", "list", "--state-dir", str(tmp_path))
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert "joined PostgreSQL board 5f0c3a8e-0000-4000-8000-000000000000" in line and "start" not in line
+    if note is not None and note.endswith('a"}'):
+        assert line.endswith(
+            "the board's lead token is in build-7:/srv/corral a/lead.token: pass --state-dir '/srv/corral a' or --token"
+        ), line
+    else:  # nothing names the creator: the state directory to look for is described
+        assert "the one with a lead.token and this board.id" in line, line
+
+
+@pytest.mark.timeout(30)
 def test_missing_state_dir_is_a_usage_error(tmp_path, error_line):
     missing = tmp_path / "nonexistent"
     result = run("--state-dir", str(missing), "tasks", "list")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 
 import pytest
 
@@ -21,6 +22,7 @@ TASK_KEYS = {
     "lease_seconds",
     "owner",
     "attempt",
+    "attempts_used",
     "error",
     "seq",
     "create_time",
@@ -186,6 +188,30 @@ def test_show_lists_the_attempts_with_their_errors(cli, lead):
     assert text.exit_code == 0, text.stderr
     assert "attempts" in text.stdout and "first try broke" in text.stdout and "second try broke" in text.stdout
     assert text.stdout.count("failed") >= 2
+
+
+@pytest.mark.timeout(60)
+def test_show_after_a_reset_says_no_attempt_is_used_and_keeps_the_history(cli, lead):
+    lead.create_tasks([corral.TaskSpec("flaky", max_attempts=2, retry_backoff=datetime.timedelta(0))])
+    new = lead.add_teammate("ann")
+    with corral.Teammate.connect(lead.address, new.token) as ann:
+        for error in ("first try broke", "second try broke"):
+            events = ann.idle()
+            claim = next(events)
+            events.close()
+            assert isinstance(claim, corral.Claim)
+            claim.fail(error)
+    before = cli("tasks", "show", "flaky")
+    assert before.exit_code == 0 and re.search(r"attempts used +2 of 2", before.stdout), before.stdout
+
+    assert cli("tasks", "retry", "flaky", "--reset-attempts").exit_code == 0
+    text = cli("tasks", "show", "flaky")
+    assert text.exit_code == 0, text.stderr
+    assert re.search(r"attempts used +0 of 2", text.stdout), text.stdout
+    assert "first try broke" in text.stdout and "second try broke" in text.stdout, "the history is kept"
+    shown = cli.json("tasks", "show", "flaky")
+    assert (shown["state"], shown["attempt"], shown["attempts_used"]) == ("pending", 2, 0)
+    assert len(shown["attempts"]) == 2
 
 
 @pytest.mark.timeout(60)

@@ -181,3 +181,63 @@ def test_the_history_survives_a_restart(corrald):
     assert claim.claim_token == held.claim_token
     assert claim.previous_attempt == history[0] and claim.previous_attempt.error == "lost on the way"
     resent.cancel()
+
+
+def _watched_attempts_used(daemon, task_id: str) -> list[tuple[int, int, int]]:
+    """(state, attempt, attempts_used) of each task_changed event of `task_id`, replayed
+    up to its completion (the last change the test makes)."""
+    seen = []
+    call = daemon.lead.lead.Watch(pb.WatchRequest(after_seq=0), timeout=5)
+    try:
+        for response in call:
+            if response.HasField("task_changed") and response.task_changed.id == task_id:
+                task = response.task_changed
+                seen.append((task.state, task.attempt, task.attempts_used))
+                if task.state == pb.TASK_STATE_COMPLETED:
+                    break
+    finally:
+        call.cancel()
+    return seen
+
+
+def test_attempts_used_counts_what_max_attempts_counts_and_a_reset_clears_it(daemon):
+    ann = daemon.add_teammate("ann")
+    daemon.create_tasks(spec("t", lease=LEASE, max_attempts=2))
+    fresh = _history(daemon, "t").task
+    assert (fresh.attempt, fresh.attempts_used) == (0, 0)
+
+    idle = ann.idle()
+    first = idle.next_event("claim")
+    assert (first.task.attempt, first.task.attempts_used) == (1, 1), "the live claim uses an attempt"
+    failed = _fail(ann, first, "flaky")
+    assert (failed.state, failed.attempt, failed.attempts_used) == (pb.TASK_STATE_PENDING, 1, 1)
+
+    second = idle.next_event("claim")
+    assert (second.task.attempt, second.task.attempts_used) == (2, 2)
+    released = _release(ann, second)
+    assert (released.attempt, released.attempts_used) == (2, 1), "a release uses no attempt"
+    third = idle.next_event("claim")
+    idle.cancel()
+    assert (third.task.attempt, third.task.attempts_used) == (2, 2)
+    last = _fail(ann, third, "flaky again")
+    assert (last.state, last.attempt, last.attempts_used) == (pb.TASK_STATE_FAILED, 2, 2)
+
+    (revived,) = daemon.lead.lead.RetryTasks(pb.RetryTasksRequest(ids=["t"], reset_attempts=True)).tasks
+    assert (revived.state, revived.attempt, revived.attempts_used) == (pb.TASK_STATE_PENDING, 2, 0)
+    shown = _history(daemon, "t").task
+    assert (shown.attempt, shown.attempts_used) == (2, 0), "GetTask shows the reset before any claim"
+    (listed,) = daemon.lead.board.ListTasks(pb.ListTasksRequest()).tasks
+    assert listed.attempts_used == 0
+
+    idle = ann.idle()
+    fourth = idle.next_event("claim")
+    idle.cancel()
+    assert (fourth.task.attempt, fourth.task.attempts_used) == (1, 1)
+    done = ann.complete(fourth)
+    assert (done.state, done.attempts_used) == (pb.TASK_STATE_COMPLETED, 1), "the completing claim counts"
+    assert (_history(daemon, "t").attempts[-1].attempt, len(_history(daemon, "t").attempts)) == (1, 4)
+
+    # The event log tells the same story, the reset included.
+    watched = _watched_attempts_used(daemon, "t")
+    assert (pb.TASK_STATE_PENDING, 2, 0) in watched, watched
+    assert watched[-1] == (pb.TASK_STATE_COMPLETED, 1, 1), watched

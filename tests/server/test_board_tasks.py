@@ -10,7 +10,7 @@ import pytest
 from boardkit import spec
 
 from corrald import errors, failpoints
-from corrald.model import TaskState
+from corrald.model import TaskState, attempts_used
 from corrald.store import tasks
 
 pytestmark = pytest.mark.timeout(30)
@@ -436,6 +436,8 @@ def test_a_task_changed_event_carries_the_task_as_it_stands(team, how):
     (data,) = team.rows("SELECT data FROM events WHERE kind = 'task_changed' ORDER BY seq DESC LIMIT 1")[0]
     event = json.loads(data)
     task = team.task(event["id"])
+    # The raw count, from which a Watch event's Task gets its attempts_used.
+    assert attempts_used(event["state"], event.pop("failures")) == task.attempts_used
     assert event == {
         "id": task.id,
         "state": int(task.state),

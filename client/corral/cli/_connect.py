@@ -9,7 +9,9 @@ or on the command itself; the command's win.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,7 @@ STATE_DIR_ENV = "CORRAL_STATE_DIR"
 SOCKET_NAME = "corral.sock"
 LEAD_TOKEN_NAME = "lead.token"
 BOARD_ID_NAME = "board.id"  # a state directory bound to a PostgreSQL board
+BOARD_CREATOR_NAME = "board.creator"  # where the daemon that created that board runs, if another did
 LOCK_NAME = "corrald.lock"  # holds the serving daemon's pid
 
 # Exit statuses (documented in `corral --help`).
@@ -149,9 +152,19 @@ def _no_lead_token(state_dir: Path, path: Path) -> str:
     """Why a state directory holds no lead token, and what to do; never "start one"
     where a daemon runs."""
     board = _read_small(state_dir / BOARD_ID_NAME)
+    creator = _board_creator(state_dir) if board else None
+    if creator is not None:
+        host, creator_dir = creator
+        return (
+            f"no lead token at {path}: the daemon of {state_dir} joined PostgreSQL board {board},"
+            f" which another daemon created; the board's lead token is in"
+            f" {host}:{os.path.join(creator_dir, LEAD_TOKEN_NAME)}:"
+            f" pass --state-dir {shlex.quote(creator_dir)} or --token"
+        )
     if board:
-        # Only the daemon whose start created a PostgreSQL board ever held its lead token
-        # in plain (the board keeps its hash); the others joined the board.
+        # A board created before its creator was recorded (or a note unreadable). Only the
+        # daemon whose start created a PostgreSQL board ever held its lead token in plain
+        # (the board keeps its hash); the others joined the board.
         return (
             f"no lead token at {path}: the daemon of {state_dir} joined PostgreSQL board {board},"
             f" which another daemon created, and the lead token is the lead.token in that daemon's"
@@ -165,6 +178,19 @@ def _no_lead_token(state_dir: Path, path: Path) -> str:
         f"no lead token at {path} (is {state_dir} a corrald state directory? start one with "
         f"`corral serve --state-dir {state_dir}`)"
     )
+
+
+def _board_creator(state_dir: Path) -> tuple[str, str] | None:
+    """The host and state directory of the daemon that created the PostgreSQL board a
+    joined daemon serves, as that daemon noted them (None: not noted, or unreadable)."""
+    try:
+        noted = json.loads((state_dir / BOARD_CREATOR_NAME).read_text(encoding="utf-8")[:65536])
+        host, creator_dir = noted["host"], noted["state_dir"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    if not (isinstance(host, str) and isinstance(creator_dir, str) and creator_dir):
+        return None
+    return host, creator_dir
 
 
 def _read_small(path: Path) -> str:

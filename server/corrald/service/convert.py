@@ -28,6 +28,7 @@ from ..model import (
     TeammateRecord,
     Usage,
     WaitingFor,
+    attempts_used,
 )
 from ..stream import StreamItem
 
@@ -192,6 +193,7 @@ def fill_task(message: pb.Task, record: TaskRecord, waiting: WaitingFor | None =
     message.state = int(record.state)  # type: ignore[assignment]
     message.owner = record.owner
     message.attempt = record.attempt
+    message.attempts_used = record.attempts_used
     message.result = record.result
     message.error = record.error
     message.seq = record.seq
@@ -410,6 +412,10 @@ def watch_response(
         snapshot.state = data["state"]
         snapshot.owner = data["owner"]
         snapshot.attempt = data["attempt"]
+        # Events written before it was recorded have no `failures`: their attempt is the
+        # nearest they tell (the same but after a release, a cancel or a reset).
+        failures = data.get("failures")
+        snapshot.attempts_used = data["attempt"] if failures is None else attempts_used(data["state"], failures)
         snapshot.error = data["error"]
         _set_time(snapshot, "lease_expire_time", data["lease_expire_ms"])
         _set_time(snapshot, "finish_time", data["finish_ms"])

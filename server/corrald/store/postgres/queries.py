@@ -338,7 +338,7 @@ TASK_COLUMNS = (
     " state, owner, attempt, result, error, create_ms, lease_expire_ms, finish_ms,"
     " not_before_ms, retry_backoff_ms, retry_backoff_max_ms, ready_ms,"
     " progress, progress_fraction, progress_ms, trace_parent, concurrency_key,"
-    " input_tokens, output_tokens, cost_micros, model, attempt_timeout_ms, " + DEPENDENCY_IDS
+    " input_tokens, output_tokens, cost_micros, model, attempt_timeout_ms, failures, " + DEPENDENCY_IDS
 )
 
 
@@ -351,7 +351,7 @@ def event_insert(kind: str, now: str = "%s") -> str:
         " 'lease_expire_ms', t.lease_expire_ms, 'finish_ms', t.finish_ms, 'progress', t.progress,"
         " 'progress_fraction', t.progress_fraction, 'progress_ms', t.progress_ms, 'ready_ms', t.ready_ms,"
         " 'input_tokens', t.input_tokens, 'output_tokens', t.output_tokens, 'cost_micros', t.cost_micros,"
-        " 'model', t.model) FROM "
+        " 'model', t.model, 'failures', t.failures) FROM "
     )
 
 

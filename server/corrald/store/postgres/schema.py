@@ -232,6 +232,13 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE session_ops ADD COLUMN response BYTEA;
     """,
+    # 4: where the daemon that created the board runs, whose state directory holds the only
+    # plain copy of its lead token (a daemon that joins tells its own where to find it).
+    # Boards created before have neither ('').
+    """
+    ALTER TABLE board ADD COLUMN creator_host TEXT NOT NULL DEFAULT '';
+    ALTER TABLE board ADD COLUMN creator_state_dir TEXT NOT NULL DEFAULT '';
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -241,11 +248,20 @@ class SchemaError(Exception):
 
 
 @dataclasses.dataclass(frozen=True)
+class BoardCreator:
+    """Where the daemon that created a board ran: its `lead.token` is the board's."""
+
+    host: str
+    state_dir: str  # '' (and host ''): a board created before it was recorded
+
+
+@dataclasses.dataclass(frozen=True)
 class BoardIdentity:
     board_id: str
     lead_hash: bytes
     # The lead token, only to the daemon whose start created the board (else None).
     new_lead_token: str | None
+    creator: BoardCreator
 
 
 def lock_key(schema: str, purpose: str) -> int:
@@ -260,12 +276,13 @@ def migrate(
     lead_hash_of: Callable[[str], bytes],
     lead_token: str | None = None,
     expected_board_id: str | None = None,
+    creator: BoardCreator | None = None,
 ) -> BoardIdentity:
     """Brings `schema` to SCHEMA_VERSION (creating it, and the board, when absent) in one
     transaction under the migration lock; returns the board's identity. A board created
     now gets `lead_token` as its lead credential, or a new one. With `expected_board_id`
     (the board a state directory served) any other board is refused, and nothing is
-    written."""
+    written. A board created now records `creator` (this daemon's host and state directory)."""
     with raw.transaction():
         raw.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(schema, "migrate"),))
         raw.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
@@ -281,7 +298,7 @@ def migrate(
             raw.execute("INSERT INTO schema_version (version) VALUES (%s)", (SCHEMA_VERSION,))
         elif version != SCHEMA_VERSION:
             raw.execute("UPDATE schema_version SET version = %s", (SCHEMA_VERSION,))
-        board = raw.execute("SELECT board_id, lead_hash FROM board").fetchone()
+        board = raw.execute("SELECT board_id, lead_hash, creator_host, creator_state_dir FROM board").fetchone()
         found = None if board is None else str(board[0])
         if expected_board_id is not None and found != expected_board_id:
             raise SchemaError(  # raised inside the transaction: it rolls back whole
@@ -289,8 +306,12 @@ def migrate(
                 f" schema {schema!r} holds {'board ' + found if found else 'no board'}"
             )
         if board is not None:
-            return BoardIdentity(str(board[0]), bytes(board[1]), None)
+            return BoardIdentity(str(board[0]), bytes(board[1]), None, BoardCreator(board[2], board[3]))
         token = lead_token or "corral-lead-" + secrets.token_urlsafe(32)
         board_id = str(uuid.uuid4())
-        raw.execute("INSERT INTO board (board_id, lead_hash) VALUES (%s, %s)", (board_id, lead_hash_of(token)))
-        return BoardIdentity(board_id, lead_hash_of(token), token)
+        creator = creator or BoardCreator("", "")
+        raw.execute(
+            "INSERT INTO board (board_id, lead_hash, creator_host, creator_state_dir) VALUES (%s, %s, %s, %s)",
+            (board_id, lead_hash_of(token), creator.host, creator.state_dir),
+        )
+        return BoardIdentity(board_id, lead_hash_of(token), token, creator)

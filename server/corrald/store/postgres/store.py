@@ -20,7 +20,7 @@ import psycopg
 from ...clock import Clock
 from ...model import Txn
 from ..driver import DatabaseHealth
-from .schema import BoardIdentity, migrate
+from .schema import BoardCreator, BoardIdentity, migrate
 from .sql import PgConnection
 from .storage import DatabaseClock, PgStorage, connect, describe, new_daemon_id, reach
 from .target import PgTarget
@@ -103,7 +103,8 @@ def open_board(
     daemon cannot serve. A board created now takes `lead_token` (default: a new one)."""
     raw = connect(target, patience_s=target.connect_timeout_s)
     try:
-        identity = migrate(raw, target.schema, lead_hash_of, lead_token, expected_board_id)
+        creator = BoardCreator(socket.gethostname(), state_dir)
+        identity = migrate(raw, target.schema, lead_hash_of, lead_token, expected_board_id, creator)
         row = raw.execute(_CLOCK_SQL).fetchone()
         assert row is not None
         now_ms = row[0]

@@ -19,6 +19,7 @@ from ...model import (
     Txn,
     Usage,
     WaitingFor,
+    attempts_used,
 )
 from .. import keys
 from ..dialect import sql
@@ -29,15 +30,15 @@ PENDING, IN_PROGRESS, COMPLETED = int(TaskState.PENDING), int(TaskState.IN_PROGR
 _STATES = {int(state): state for state in TaskState}  # a dict lookup, where TaskState(n) is a call
 
 
-TASK_WIDTH = 32  # the columns of a task's row (the drivers' TASK_COLUMNS)
+TASK_WIDTH = 33  # the columns of a task's row (the drivers' TASK_COLUMNS)
 
 
 def task_record(row: tuple) -> TaskRecord:
     """A TaskRecord from a row of `TASK_COLUMNS`, built as a tuple (binding 29 keywords
     costs more): the columns are in TaskRecord's field order but for
     depends_on (the last column), state (an int), result (NULL until completed) and
-    usage (four columns)."""
-    depends_on = row[31]
+    usage (four columns), and `failures` (read as the attempts used)."""
+    depends_on = row[32]
     return TaskRecord._make(
         (
             *row[0:5],  # seq .. payload
@@ -50,6 +51,7 @@ def task_record(row: tuple) -> TaskRecord:
             *row[13:26],  # error .. concurrency_key
             Usage._make(row[26:30]),
             row[30],  # attempt_timeout_ms
+            attempts_used(row[9], row[31]),
         )
     )
 
