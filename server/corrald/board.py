@@ -9,17 +9,24 @@ only converts and maps errors.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import hmac
 import logging
 import pathlib
-import secrets
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from . import cpu, delivery, errors, requestids, validate
 from .clock import Clock
 from .config import Limits, WriterConfig
+from .credentials import (
+    TEAMMATE_PREFIX,
+    VIEWER_TOKEN_PREFIX,
+    Credentials,
+    Identity,
+    mint,
+    stored,
+    token_hash,
+    viewer_identity,
+)
 from .model import (
     AttemptRecord,
     Budget,
@@ -52,33 +59,9 @@ if TYPE_CHECKING:
     from .store.postgres.listener import WakeListener
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Identity:
-    name: str  # "lead", a teammate's name, or "viewer:" and a viewer's name
-    is_lead: bool
-    is_viewer: bool = False
-
-    @property
-    def role(self) -> str:
-        """What the credential may do, as GetIdentity names it."""
-        return ROLE_LEAD if self.is_lead else ROLE_VIEWER if self.is_viewer else ROLE_TEAMMATE
-
-
-# The roles a credential can have (GetIdentityResponse.role).
-ROLE_LEAD = "lead"
-ROLE_TEAMMATE = "teammate"
-ROLE_VIEWER = "viewer"
-
-
-LEAD = "lead"
-VIEWER_PREFIX = "viewer:"  # a viewer's identity never shares a lane or a log name with a teammate's
 T = TypeVar("T")
 
 log = logging.getLogger("corrald.board")
-
-
-def token_hash(token: str) -> bytes:
-    return hashlib.sha256(token.encode()).digest()
 
 
 def _complete_and_next(
@@ -180,8 +163,6 @@ class Board:
     ) -> None:
         self.clock = clock
         self.limits = limits
-        self._teammate_hashes: dict[bytes, str] = {}
-        self._viewer_hashes: dict[bytes, str] = {}
         # Told, on the loop, of each viewer removed (the web board ends its sessions and streams).
         self.viewer_removed: list[Callable[[Identity], None]] = []
         # The board's storage: the writer thread (this daemon's one read-write
@@ -194,7 +175,7 @@ class Board:
                 raise ValueError("a SQLite board needs the lead token of its state directory")
             database = SqliteBoard(database, token_hash(lead_token), writer_config)
         self.driver: BoardDriver = database
-        self._lead_hash = self.driver.lead_hash
+        self.credentials = Credentials(self.driver.lead_hash)
         self.writer = Writer(
             self.driver.open_writer, clock, writer_config, epilogue=_stamp_clock, storage=self.driver.writer_storage()
         )
@@ -217,71 +198,29 @@ class Board:
         driver = self.driver
         driver.catch_up_clock(self.writer.call, self.clock)
 
-        def recover(tx: Txn) -> tuple[list[tuple[bytes, str, bool]], list[tuple[bytes, str]]]:
+        def recover(tx: Txn):
             if driver.join(tx):  # the board's restart: nobody else serves it
                 tasks.extend_live_leases(tx)
                 keys.recount(tx)
                 team.mark_all_offline(tx)
-            return team.credentials(tx.conn), viewers.credentials(tx.conn)
+            return stored(tx.conn)
 
-        self._load_credentials(*self.writer.call(recover))
-
-    def _load_credentials(self, mates: list[tuple[bytes, str, bool]], watchers: list[tuple[bytes, str]]) -> None:
-        self._teammate_hashes = {digest: name for digest, name, removed in mates if not removed}
-        self._viewer_hashes = dict(watchers)
+        self.credentials.load(self.writer.call(recover))
+        if driver.shared:  # another daemon may mint a credential this one has not read
+            self.credentials.read = self.call_read
 
     def reload_credentials(self) -> None:
         """Reads every credential again (blocking): another daemon of a PostgreSQL board
         added or removed one. A viewer removed there is told to the listeners here."""
-        before = set(self._viewer_hashes.values())
-        self._load_credentials(*self.call_read(lambda conn: (team.credentials(conn), viewers.credentials(conn))))
-        for name in sorted(before - set(self._viewer_hashes.values())):
+        for identity in self.credentials.load(self.call_read(stored)):
             for listener in self.viewer_removed:
-                listener(Identity(VIEWER_PREFIX + name, False, is_viewer=True))
+                listener(identity)
 
     def close(self) -> None:
         self.writer.close()
         self.driver.leave()
         if self.readers is not None:
             self.readers.close()
-
-    # ------------------------------------------------------------ identity
-
-    def authenticate(self, token: str, *, read_store: bool = True) -> Identity | None:
-        return self.identity_of(token_hash(token), read_store=read_store)
-
-    def identity_of(self, digest: bytes, *, read_store: bool = True) -> Identity | None:
-        """Who the credential with this hash (`token_hash`) proves, if it is live.
-
-        With `read_store` False, only the credentials this daemon holds in memory
-        count (the lead's always): no read for a credential minted elsewhere.
-        """
-        if hmac.compare_digest(digest, self._lead_hash):
-            return Identity(LEAD, True)
-        name = self._teammate_hashes.get(digest)
-        if name is not None:
-            return Identity(name, False)
-        viewer = self._viewer_hashes.get(digest)
-        if viewer is not None:
-            return Identity(VIEWER_PREFIX + viewer, False, is_viewer=True)
-        if read_store and self.driver.shared and self.readers is not None:
-            # Minted by another daemon of the board a moment ago, perhaps: one indexed read.
-            found = self.call_read(lambda conn: (team.credential(conn, digest), viewers.credential(conn, digest)))
-            if found[0] is not None:
-                self._teammate_hashes[digest] = found[0]
-                return Identity(found[0], False)
-            if found[1] is not None:
-                self._viewer_hashes[digest] = found[1]
-                return Identity(VIEWER_PREFIX + found[1], False, is_viewer=True)
-        return None
-
-    def still_valid(self, identity: Identity) -> bool:
-        """Whether the credential that proved `identity` is still live (for sessions kept across a restart)."""
-        if identity.is_lead:
-            return True
-        if identity.is_viewer:
-            return identity.name.removeprefix(VIEWER_PREFIX) in self._viewer_hashes.values()
-        return identity.name in self._teammate_hashes.values()
 
     # ------------------------------------------------------------ lead
 
@@ -356,40 +295,38 @@ class Board:
         for role in roles:
             validate.check_id("roles", role, self.limits)
         return await self._mint(
-            name,
-            "corral-tm-",
-            self._teammate_hashes,
+            TEAMMATE_PREFIX,
+            self.credentials.grant_teammate,
             lambda tx, digest: team.add_teammate(tx, name, tuple(roles), require_plan, digest),
             lambda tx, digest: team.rotate_token(tx, name, digest),
             key,
+            name,
         )
 
     async def _mint(
         self,
-        name: str,
         prefix: str,
-        hashes: dict[bytes, str],
+        grant: Callable[..., None],
         add: Callable[[Txn, bytes], T],
         rotate: Callable[[Txn, bytes], None],
         key: RequestKey | None,
+        name: str,
     ) -> tuple[T, str]:
         """A new credential for `name`, added (`add`) with only its hash stored. A retry of the
         call that added it (its request id) gives it another (`rotate`): the first one's answer
         was lost, so it is forgotten, and AnsweredBefore carries the new one."""
-        token = prefix + secrets.token_urlsafe(32)
-        digest = token_hash(token)
+        token, digest = mint(prefix)
         try:
             added = await self._write(lambda tx: (add(tx, digest), token), key, replay=lambda tx: rotate(tx, digest))
         except requestids.AnsweredBefore as before:
-            _forget(hashes, name)
-            hashes[digest] = name
+            grant(name, digest, only=True)
             raise requestids.AnsweredBefore(before.response, token) from None
-        hashes[digest] = name
+        grant(name, digest)
         return added
 
     async def remove_teammate(self, name: str, key: RequestKey | None = None) -> TeammateRecord:
         record = await self._write(lambda tx: team.remove_teammate(tx, name), key)
-        _forget(self._teammate_hashes, name)
+        self.credentials.forget_teammate(name)
         return record
 
     async def add_viewer(self, name: str, key: RequestKey | None = None) -> tuple[ViewerRecord, str]:
@@ -397,19 +334,19 @@ class Board:
         id, the call gives the viewer a new credential (AnsweredBefore carries it)."""
         validate.check_id("name", name, self.limits)
         return await self._mint(
-            name,
-            "corral-view-",
-            self._viewer_hashes,
+            VIEWER_TOKEN_PREFIX,
+            self.credentials.grant_viewer,
             lambda tx, digest: viewers.add_viewer(tx, name, digest),
             lambda tx, digest: viewers.rotate_token(tx, name, digest),
             key,
+            name,
         )
 
     async def remove_viewer(self, name: str, key: RequestKey | None = None) -> None:
         await self._write(lambda tx: viewers.remove_viewer(tx, name), key)
-        _forget(self._viewer_hashes, name)
+        self.credentials.forget_viewer(name)
         for listener in self.viewer_removed:
-            listener(Identity(VIEWER_PREFIX + name, False, is_viewer=True))
+            listener(viewer_identity(name))
 
     async def list_viewers(self) -> list[ViewerRecord]:
         return await self.read(viewers.list_viewers)
@@ -458,7 +395,7 @@ class Board:
 
         removed, deadline = await self.writer.run(job)
         for name in removed:
-            _forget(self._teammate_hashes, name)
+            self.credentials.forget_teammate(name)
         return deadline
 
     # ------------------------------------------------------------ teammate
@@ -825,10 +762,3 @@ class Board:
         """`stats` for a thread off the event loop (the metrics endpoint); the board must be open."""
         assert self.readers is not None
         return self.readers.call(self._stats)
-
-
-def _forget(hashes: dict[bytes, str], name: str) -> None:
-    """Drops every credential of `name` from a cache of credentials by hash."""
-    for digest, owner in list(hashes.items()):
-        if owner == name:
-            del hashes[digest]

@@ -11,7 +11,8 @@ from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
 from .. import validate
-from ..board import Board, Identity
+from ..board import Board
+from ..credentials import Identity
 from ..model import ClaimEnd
 from ..overload.reopen import ReopenSpacing
 from ..wake import WakeHub
