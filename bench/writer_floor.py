@@ -81,7 +81,7 @@ async def _teammate(
                 continue
         started = time.monotonic()
         if handoff:
-            _, handed = await board.complete_and_next(name, grant.task.id, grant.token, b"", stream.view())
+            handed = (await board.complete(name, grant.task.id, grant.token, b"", stream=stream.view())).handoff
             stream.hand(handed)
         else:
             await board.complete(name, grant.task.id, grant.token, b"")

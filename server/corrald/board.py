@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import pathlib
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from . import cpu, delivery, errors, requestids, validate
 from .clock import Clock
@@ -48,7 +48,7 @@ from .model import (
     WaitingFor,
 )
 from .readers import ReaderPool
-from .requestids import RequestKey
+from .requestids import OpKey, RequestKey
 from .store import inbox, keys, ops, overview, protocol, status, tasks, team, usage, viewers
 from .store.driver import BoardDriver
 from .store.sqlite.driver import SqliteBoard
@@ -64,6 +64,37 @@ T = TypeVar("T")
 log = logging.getLogger("corrald.board")
 
 
+class Renewed(NamedTuple):
+    """A renewal's answer. A Session op's record keeps it as (value, flag)."""
+
+    lease_end_ms: int
+    protocol_pending: bool  # a protocol message waits for the teammate
+
+    def record(self) -> OpOutcome:
+        return OpOutcome(value=self.lease_end_ms, flag=self.protocol_pending)
+
+    @staticmethod
+    def again(tx: Txn, recorded: OpOutcome) -> Renewed:
+        return Renewed(recorded.value or 0, recorded.flag)
+
+
+class Completed(NamedTuple):
+    """A completion's answer: the task, and the stream's next item when the call came
+    with its stream's snapshot and ran now (None otherwise)."""
+
+    task: TaskRecord
+    handoff: delivery.Delivery | None
+
+
+def _ack_record(acked: int) -> OpOutcome:
+    """An acknowledgement's record keeps how far the messages are acknowledged as its value."""
+    return OpOutcome(value=acked)
+
+
+def _acked_again(tx: Txn, recorded: OpOutcome) -> int:
+    return recorded.value or 0
+
+
 def _complete_and_next(
     tx: Txn,
     name: str,
@@ -71,7 +102,7 @@ def _complete_and_next(
     stream: StreamView,
     waiters: ParkedStreams | None,
     spent: Usage | None = None,
-) -> tuple[TaskRecord, delivery.Delivery]:
+) -> Completed:
     """A completion and its handoff, in one job: the streams waiting for work (their
     snapshots as the line holds them when the job runs) first, then the teammate's next
     item, decided from `stream`, its stream's snapshot. Its usage is counted first, so a
@@ -85,7 +116,7 @@ def _complete_and_next(
     )
     waiting = waiters.snapshot() if waiters is not None else []
     view = team.view_from_beside(name, read)
-    return task, delivery.after_completion(tx, name, stream, waiting, ended_claim=ended, view=view)
+    return Completed(task, delivery.after_completion(tx, name, stream, waiting, ended_claim=ended, view=view))
 
 
 def _complete_many(conn, now_ms: int, requests: list[tuple]) -> list[tuple]:
@@ -249,10 +280,7 @@ class Board:
         return requestids.settle(await self.writer.run(requestids.job(job, key, replay)))
 
     async def cancel_tasks(self, task_ids: Sequence[str], key: RequestKey | None = None) -> list[CanceledTask]:
-        if not task_ids:
-            raise errors.InvalidArgument("ids", "must not be empty")
-        if len(task_ids) > self.limits.batch_max:
-            raise errors.InvalidArgument("ids", f"more than {self.limits.batch_max} ids in one call")
+        validate.task_ids(task_ids, self.limits)
         return await self._write(lambda tx: tasks.cancel(tx, list(task_ids)), key)
 
     async def retry_tasks(
@@ -261,10 +289,7 @@ class Board:
         """Sends FAILED or CANCELED tasks back to PENDING (with the dependents canceled
         because of them); returns the first of them, named ones first, and how many
         changed in all."""
-        if not task_ids:
-            raise errors.InvalidArgument("ids", "must not be empty")
-        if len(task_ids) > self.limits.batch_max:
-            raise errors.InvalidArgument("ids", f"more than {self.limits.batch_max} ids in one call")
+        validate.task_ids(task_ids, self.limits)
         shown_max = self.limits.page_size_max
 
         def job(tx: Txn) -> tuple[list[TaskRecord], int]:
@@ -287,13 +312,7 @@ class Board:
     ) -> tuple[TeammateRecord, str]:
         """Mints a teammate credential; only its hash is stored. Sent again with its request
         id, the call gives the teammate a new credential (AnsweredBefore carries it)."""
-        validate.check_id("name", name, self.limits)
-        if name.casefold() in validate.RESERVED_NAMES:  # "Lead" would read as the lead
-            raise errors.InvalidArgument("name", f"{name!r} is reserved")
-        if len(roles) > self.limits.roles_max:
-            raise errors.InvalidArgument("roles", f"more than {self.limits.roles_max} roles")
-        for role in roles:
-            validate.check_id("roles", role, self.limits)
+        validate.teammate(name, roles, self.limits)
         return await self._mint(
             TEAMMATE_PREFIX,
             self.credentials.grant_teammate,
@@ -430,8 +449,20 @@ class Board:
         """Records the teammate online or offline; returns its stream epoch (see team.set_online)."""
         return await self.writer.run(lambda tx: team.set_online(tx, name, online, reason, served_by=self.daemon_id))
 
-    async def ack(self, name: str, through_seq: int) -> int:
-        return await self.writer.run(lambda tx: inbox.ack(tx, name, through_seq))
+    # ------------------------------------------------------------ claim calls
+    #
+    # One method per call, unary or a Session op (`op`). A Session op is one writer job
+    # that records its outcome by its op id (store/ops.py); sent again, it is answered
+    # from its record, and what the answer needs beyond it (the task) is read in the
+    # same job. Its error, first or recorded, is raised as a unary call's is.
+
+    async def ack(self, name: str, through_seq: int, *, op: OpKey | None = None) -> int:
+        """Acknowledges the teammate's messages through `through_seq`; returns how far they are."""
+        if op is None:
+            return await self.writer.run(lambda tx: inbox.ack(tx, name, through_seq))
+        return await self._once(
+            name, op, lambda tx: inbox.ack(tx, name, through_seq), _acked_again, recorded_as=_ack_record
+        )
 
     async def renew(
         self,
@@ -441,25 +472,26 @@ class Board:
         progress: str = "",
         fraction: float | None = None,
         reported: Usage | None = None,
-    ) -> tuple[int, bool]:
+        *,
+        op: OpKey | None = None,
+    ) -> Renewed:
         """Extends the lease; non-empty `progress` or a `fraction` is stored on the task,
         and `reported` usage added to the sums."""
         note = validate.progress(progress, fraction, self.limits)
         spent = validate.usage(reported, self.limits)
-        lease_end, protocol_waiting = await self.writer.run(
-            lambda tx: tasks.renew(tx, name, task_id, token, note, spent)
-        )
-        ended = self._ended_before_answer(lease_end, task_id)
-        if ended is not None:
-            raise ended
-        return lease_end, protocol_waiting
 
-    def _ended_before_answer(self, lease_end: int, task_id: str) -> errors.LeaseExpired | None:
-        """A renewal whose commit took longer than the whole lease: the claim is over by
-        the daemon clock (the reaper ends it), and an OK would say it lives."""
-        if lease_end > self.clock.now_ms():
-            return None
-        return errors.LeaseExpired(f"lease on task {task_id!r} ended before the renewal committed", id=task_id)
+        def body(tx: Txn) -> Renewed:
+            return Renewed(*tasks.renew(tx, name, task_id, token, note, spent))
+
+        if op is None:
+            renewed = await self.writer.run(body)
+        else:
+            renewed = await self._once(name, op, body, Renewed.again, recorded_as=Renewed.record)
+        if renewed.lease_end_ms <= self.clock.now_ms():
+            # Its commit took longer than the whole lease: the claim is over by the daemon
+            # clock (the reaper ends it), and an OK would say it lives.
+            raise errors.LeaseExpired(f"lease on task {task_id!r} ended before the renewal committed", id=task_id)
+        return renewed
 
     async def complete(
         self,
@@ -469,172 +501,90 @@ class Board:
         result: bytes,
         *,
         reported: Usage | None = None,
-    ) -> TaskRecord:
-        """Completes the task, adding `reported` usage to the sums."""
-        self._check_result(result)
-        spent = validate.usage(reported, self.limits)
-        return await self.writer.run(lambda tx: tasks.complete(tx, name, task_id, token, result, spent))
-
-    async def complete_and_next(
-        self,
-        name: str,
-        task_id: str,
-        token: str,
-        result: bytes,
-        stream: StreamView,
+        stream: StreamView | None = None,
         waiters: ParkedStreams | None = None,
-        reported: Usage | None = None,
-    ) -> tuple[TaskRecord, delivery.Delivery]:
-        """`complete` for a teammate whose stream is open (`stream`, its snapshot): the same
-        job serves the `waiters` and decides the stream's next item (the handoff), which
-        the caller hands the stream (`StreamState.hand`) to send at its next turn: never in
-        the call's reply."""
-        self._check_result(result)
+        op: OpKey | None = None,
+    ) -> Completed:
+        """Completes the task, adding `reported` usage to the sums.
+
+        For a teammate whose stream is open (`stream`, its snapshot), the same job serves
+        the `waiters` and decides the stream's next item (`Completed.handoff`), which the
+        caller hands the stream (`StreamState.hand`) to send at its next turn: never in the
+        call's reply. A Session op (`op`, always from its stream) sent again is answered
+        with the task as it stands, and no handoff."""
+        validate.result(result, self.limits)
         spent = validate.usage(reported, self.limits)
+        if stream is None:
+            assert op is None, "a Session op completes from its stream"
+            task = await self.writer.run(lambda tx: tasks.complete(tx, name, task_id, token, result, spent))
+            return Completed(task, None)
+        request = (task_id, token, result)
 
-        def job(tx: Txn) -> tuple[TaskRecord, delivery.Delivery]:
-            return _complete_and_next(tx, name, (task_id, token, result), stream, waiters, spent)
+        def body(tx: Txn) -> Completed:
+            return _complete_and_next(tx, name, request, stream, waiters, spent)
 
-        return await self.writer.run(job)
-
-    def _check_result(self, result: bytes) -> None:
-        if len(result) > self.limits.blob_max_bytes:
-            raise errors.InvalidArgument("result", f"larger than {self.limits.blob_max_bytes} bytes")
-
-    async def fail(
-        self, name: str, task_id: str, token: str, error: str, retryable: bool, reported: Usage | None = None
-    ) -> TaskRecord:
-        validate.check_text("error", error, self.limits.text_max_bytes)
-        spent = validate.usage(reported, self.limits)
-        return await self.writer.run(lambda tx: tasks.fail(tx, name, task_id, token, error, retryable, spent))
-
-    async def release(self, name: str, task_id: str, token: str) -> TaskRecord:
-        return await self.writer.run(lambda tx: tasks.release(tx, name, task_id, token))
-
-    # ------------------------------------------------------------ Session ops
-    #
-    # Each op is one writer job that records its outcome by the op id (see
-    # store/ops.py); an op sent again is answered from the record, and what the
-    # answer needs beyond it (the task) is read in the same job.
-
-    async def _op(
-        self,
-        name: str,
-        op_id: str,
-        digest: bytes,
-        body: Callable[[Txn], tuple[OpOutcome, T]],
-        replay: Callable[[Txn], T] | None = None,
-        *,
-        record_in_body: bool = False,
-        merge: Mergeable | None = None,
-    ) -> tuple[OpOutcome, T | None]:
-        def job(tx: Txn) -> tuple[OpOutcome, T | None]:
-            live: list[T] = []
-
-            def run(inner: Txn) -> OpOutcome:
-                outcome, value = body(inner)
-                live.append(value)
-                return outcome
-
-            outcome, ran = ops.run_once(tx, name, op_id, digest, run, record_in_body=record_in_body)
-            if ran:
-                return outcome, live[0] if live else None
-            return outcome, replay(tx) if replay is not None and outcome.error is None else None
-
-        return await self.writer.run(job, merge)
-
-    async def ack_op(self, name: str, op_id: str, digest: bytes, through_seq: int) -> OpOutcome:
-        def body(tx: Txn) -> tuple[OpOutcome, None]:
-            return OpOutcome(value=inbox.ack(tx, name, through_seq)), None
-
-        return (await self._op(name, op_id, digest, body))[0]
-
-    async def renew_op(
-        self,
-        name: str,
-        op_id: str,
-        digest: bytes,
-        task_id: str,
-        token: str,
-        progress: str = "",
-        fraction: float | None = None,
-        reported: Usage | None = None,
-    ) -> OpOutcome:
-        note = validate.progress(progress, fraction, self.limits)
-        spent = validate.usage(reported, self.limits)
-
-        def body(tx: Txn) -> tuple[OpOutcome, None]:
-            lease_end, waiting = tasks.renew(tx, name, task_id, token, note, spent)
-            return OpOutcome(value=lease_end, flag=waiting), None
-
-        outcome, _ = await self._op(name, op_id, digest, body)
-        if outcome.error is None:
-            ended = self._ended_before_answer(outcome.value or 0, task_id)  # as for RenewLease
-            if ended is not None:
-                return OpOutcome(error=ended)
-        return outcome
-
-    async def complete_op(
-        self,
-        name: str,
-        op_id: str,
-        digest: bytes,
-        request: tuple[str, str, bytes],
-        stream: StreamView,
-        waiters: ParkedStreams,
-        reported: Usage | None = None,
-    ) -> tuple[OpOutcome, TaskRecord | None, delivery.Delivery | None]:
-        """A Session completion with its handoff: the delivery is the stream's next item,
-        to go out with the op result (None when the op had run before)."""
-        task_id, token, result = request
-        self._check_result(result)
-        spent = validate.usage(reported, self.limits)
-
-        def body(tx: Txn) -> tuple[OpOutcome, tuple[TaskRecord, delivery.Delivery]]:
-            return OpOutcome(), _complete_and_next(tx, name, (task_id, token, result), stream, waiters, spent)
-
+        if op is None:
+            return await self.writer.run(body)
         # The completion's statement writes the op's record (store/ops.py); without usage
         # to charge, it may run with the statements of the completions queued beside it.
         merge = None
         if spent is None:
-            merge = Mergeable(_complete_many, (name, op_id, digest, *request), name, delivery.views_touched)
-        outcome, found = await self._op(
-            name,
-            op_id,
-            digest,
-            body,
-            lambda tx: (tasks.get_task(tx.conn, task_id), None),
-            record_in_body=True,
-            merge=merge,
+            merge = Mergeable(_complete_many, (name, op.op_id, op.digest, *request), name, delivery.views_touched)
+        return await self._once(
+            name, op, body, lambda tx, _: Completed(tasks.get_task(tx.conn, task_id), None), True, merge
         )
-        if found is None:
-            return outcome, None, None
-        return outcome, found[0], found[1]
 
-    async def fail_op(
+    async def fail(
         self,
         name: str,
-        op_id: str,
-        digest: bytes,
-        request: tuple[str, str, str, bool],
+        task_id: str,
+        token: str,
+        error: str,
+        retryable: bool,
         reported: Usage | None = None,
-    ) -> tuple[OpOutcome, TaskRecord | None]:
-        task_id, token, error, retryable = request
+        *,
+        op: OpKey | None = None,
+    ) -> TaskRecord:
         validate.check_text("error", error, self.limits.text_max_bytes)
         spent = validate.usage(reported, self.limits)
+        return await self._end(
+            name, task_id, op, lambda tx: tasks.fail(tx, name, task_id, token, error, retryable, spent)
+        )
 
-        def body(tx: Txn) -> tuple[OpOutcome, TaskRecord]:
-            return OpOutcome(), tasks.fail(tx, name, task_id, token, error, retryable, spent)
+    async def release(self, name: str, task_id: str, token: str, *, op: OpKey | None = None) -> TaskRecord:
+        return await self._end(name, task_id, op, lambda tx: tasks.release(tx, name, task_id, token))
 
-        return await self._op(name, op_id, digest, body, lambda tx: tasks.get_task(tx.conn, task_id))
+    async def _end(self, name: str, task_id: str, op: OpKey | None, body: Callable[[Txn], TaskRecord]) -> TaskRecord:
+        """A failure or a release: the task as it ends, or, for an op sent again, as it stands."""
+        if op is None:
+            return await self.writer.run(body)
+        return await self._once(name, op, body, lambda tx, _: tasks.get_task(tx.conn, task_id))
 
-    async def release_op(
-        self, name: str, op_id: str, digest: bytes, task_id: str, token: str
-    ) -> tuple[OpOutcome, TaskRecord | None]:
-        def body(tx: Txn) -> tuple[OpOutcome, TaskRecord]:
-            return OpOutcome(), tasks.release(tx, name, task_id, token)
+    async def _once(
+        self,
+        name: str,
+        op: OpKey,
+        body: Callable[[Txn], T],
+        again: Callable[[Txn, OpOutcome], T],
+        record_in_body: bool = False,
+        merge: Mergeable | None = None,
+        *,
+        recorded_as: Callable[[T], OpOutcome] | None = None,
+    ) -> T:
+        """Runs `body` as the Session op `op`, once: sent again, `again` answers from its record."""
 
-        return await self._op(name, op_id, digest, body, lambda tx: tasks.get_task(tx.conn, task_id))
+        def job(tx: Txn) -> ops.OpRun[T]:
+            run = ops.run_once(
+                tx, name, op.op_id, op.digest, body, recorded_as=recorded_as, record_in_body=record_in_body
+            )
+            if run.ran or run.outcome.error is not None:
+                return run
+            return ops.OpRun(run.outcome, False, again(tx, run.outcome))
+
+        run = await self.writer.run(job, merge)
+        if run.outcome.error is not None:
+            raise run.outcome.error  # committed with its record
+        return run.value  # type: ignore[return-value]  # set whenever no error is
 
     async def submit_plan(self, name: str, plan: str) -> str:
         validate.check_text("plan", plan, self.limits.text_max_bytes)

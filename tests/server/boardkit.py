@@ -172,7 +172,7 @@ class SyncBoard:
     def complete(
         self, name: str, task_id: str, token: str, result: bytes = b"done", usage: Usage | None = None
     ) -> TaskRecord:
-        return self.run(self.board.complete(name, task_id, token, result, reported=usage))
+        return self.run(self.board.complete(name, task_id, token, result, reported=usage)).task
 
     def fail(
         self,
