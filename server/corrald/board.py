@@ -14,7 +14,7 @@ import pathlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
-from . import cpu, delivery, errors, requestids, validate
+from . import cpu, delivery, errors, requestids, stats, validate
 from .clock import Clock
 from .config import Limits, WriterConfig
 from .credentials import (
@@ -41,7 +41,6 @@ from .model import (
     TaskSpec,
     TaskState,
     TeammateRecord,
-    TeammateStatus,
     Txn,
     Usage,
     ViewerRecord,
@@ -49,11 +48,13 @@ from .model import (
 )
 from .readers import ReaderPool
 from .requestids import OpKey, RequestKey
+from .stats import BoardOverview, BoardStats
+from .stats import PostgresHealth as PostgresHealth  # GetStats' conversion names it here
 from .store import inbox, keys, ops, overview, protocol, status, tasks, team, usage, viewers
 from .store.driver import BoardDriver
 from .store.sqlite.driver import SqliteBoard
 from .stream import ParkedStreams, StreamView
-from .writer import CommitFailed, Writer, WriterStats
+from .writer import CommitFailed, Writer
 
 if TYPE_CHECKING:
     from .store.postgres.listener import WakeListener
@@ -130,55 +131,6 @@ def _stamp_clock(conn, now_ms: int, changed: bool, failures: list[BaseException]
     # gated Idle check does neither, and so still writes nothing.
     if changed or any(isinstance(error, errors.ClaimError) for error in failures):
         tasks.note_clock(conn, now_ms)
-
-
-@dataclasses.dataclass(frozen=True)
-class BoardOverview:
-    """The board as a page draws it (`overview.BoardPicture`), and the stats of the same read."""
-
-    seq: int
-    task_count: int
-    frontier: bool
-    tasks: list[dict[str, object]]
-    problems: list[dict[str, object]]
-    claims: list[dict[str, object]]
-    plans: list[dict[str, object]]
-    teammates: list[TeammateRecord]
-    last_activity_ms: dict[str, int]
-    stats: BoardStats
-
-
-@dataclasses.dataclass(frozen=True)
-class PostgresHealth:
-    """A PostgreSQL board's side of GetStats (see store/postgres/store.py's `health`)."""
-
-    listener_connected: bool
-    listener_reconnects: int
-    daemons: int
-    oldest_transaction_s: float
-    task_dead_tuples: int
-    task_live_tuples: int
-    notifies_sent: int
-    notifies_heard: int
-    # Pool use: the writer threads (each a connection) and how many are in a transaction
-    # now; the reader connections and how many are reading now (this read among them).
-    writers: int = 0
-    writers_in_transaction: int = 0
-    readers: int = 0
-    readers_in_use: int = 0
-    writable: bool = True
-    commit_outcomes_asked: int = 0
-    connections_cut: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class BoardStats:
-    tasks_by_state: dict[TaskState, int]
-    teammates_by_status: dict[TeammateStatus, int]
-    writer: WriterStats
-    usage: Usage = Usage()
-    store: str = "sqlite"
-    postgres: PostgresHealth | None = None
 
 
 class Board:
@@ -652,22 +604,10 @@ class Board:
     async def overview(self, graph_limit: int, claims_limit: int = 2000) -> BoardOverview:
         """The board for a page, in one read transaction (see `BoardOverview`)."""
 
-        def query(conn) -> BoardOverview:
-            p = overview.board_picture(conn, graph_limit, claims_limit, self.limits.page_size_max)
-            return BoardOverview(
-                p.seq,
-                p.task_count,
-                p.frontier,
-                p.tasks,
-                p.problems,
-                p.claims,
-                p.plans,
-                p.teammates,
-                p.last_activity_ms,
-                self._stats(conn),
-            )
-
-        return await self.read(query)
+        page_max = self.limits.page_size_max
+        return await self.read(
+            lambda conn: stats.overview(conn, graph_limit, claims_limit, page_max, self._stats(conn))
+        )
 
     async def task_rows(self, after_seq: int, limit: int) -> list[dict[str, object]]:
         """A page of the board as the page's table shows it (a read)."""
@@ -677,33 +617,7 @@ class Board:
         return await self.read(overview.last_event_seq)
 
     def _stats(self, conn) -> BoardStats:
-        counts = tasks.count_by_state(conn), status.count_by_status(conn), self.writer.stats(), usage.board_total(conn)
-        database = self.driver.health(conn)
-        if database is None:
-            return BoardStats(*counts)
-        listener = self.listener
-        writing, readers = counts[2], self.readers
-        return BoardStats(
-            *counts,
-            store=self.driver.store_name,
-            postgres=PostgresHealth(
-                listener_connected=bool(listener is not None and listener.listening),
-                listener_reconnects=listener.reconnects if listener is not None else 0,
-                daemons=database.daemons,
-                oldest_transaction_s=database.oldest_transaction_s,
-                task_dead_tuples=database.task_dead_tuples,
-                task_live_tuples=database.task_live_tuples,
-                notifies_sent=database.notifies_sent,
-                notifies_heard=listener.heard if listener is not None else 0,
-                writers=writing.writers,
-                writers_in_transaction=writing.writers_in_transaction,
-                readers=readers.size if readers is not None else 0,
-                readers_in_use=readers.in_use if readers is not None else 0,
-                writable=database.writable,
-                commit_outcomes_asked=database.commit_outcomes_asked,
-                connections_cut=database.connections_cut,
-            ),
-        )
+        return stats.read(conn, self.driver, self.writer, self.readers, self.listener)
 
     async def stats(self) -> BoardStats:
         return await self.read(self._stats)

@@ -26,7 +26,9 @@ SERVER_LAYERS = (
     Layer("overload", ("overload",), ("foundation",)),
     Layer("engine", ("writer", "readers", "stream", "delivery"), ("foundation", "rules", "store", "overload")),
     Layer(
-        "board", ("board", "credentials", "wake", "requestids", "reconcile"), ("foundation", "rules", "store", "engine")
+        "board",
+        ("board", "credentials", "stats", "wake", "requestids", "reconcile"),
+        ("foundation", "rules", "store", "engine"),
     ),
     Layer("service", ("service",), ("foundation", "rules", "overload", "engine", "board")),
     Layer("web", ("web",), ("foundation", "board", "service")),
