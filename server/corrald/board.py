@@ -121,7 +121,7 @@ def _complete_and_next(
 
 
 def _complete_many(conn, now_ms: int, requests: list[tuple]) -> list[tuple]:
-    """The first statement of a run of Session completions (`complete_op`'s `Mergeable`)."""
+    """The first statement of a run of Session completions (`complete`'s `Mergeable` for a Session op)."""
     return tasks.complete_many(conn, now_ms, requests, team.view_beside_completions(conn))
 
 
