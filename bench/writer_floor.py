@@ -2,7 +2,7 @@
 
 No gRPC and no second process: N coroutines on one event loop call the same
 writer jobs the daemon runs per cycle, with group commit and the same
-pragmas: a completion that hands off (`Board.complete_and_next` with the
+pragmas: a completion that hands off (`Board.complete` given the stream, with the
 teammate's stream snapshot: the completion and the next claim in one job), and the stream's
 own check (`delivery.next_for_teammate`) only when nothing was handed over.
 The gap between this and the end-to-end figure is what the RPC layer costs.
@@ -81,7 +81,7 @@ async def _teammate(
                 continue
         started = time.monotonic()
         if handoff:
-            _, handed = await board.complete_and_next(name, grant.task.id, grant.token, b"", stream.view())
+            handed = (await board.complete(name, grant.task.id, grant.token, b"", stream=stream.view())).handoff
             stream.hand(handed)
         else:
             await board.complete(name, grant.task.id, grant.token, b"")

@@ -9,17 +9,24 @@ only converts and maps errors.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import hmac
 import logging
 import pathlib
-import secrets
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
-from . import cpu, delivery, errors, requestids, validate
+from . import cpu, delivery, errors, requestids, stats, validate
 from .clock import Clock
 from .config import Limits, WriterConfig
+from .credentials import (
+    TEAMMATE_PREFIX,
+    VIEWER_TOKEN_PREFIX,
+    Credentials,
+    Identity,
+    mint,
+    stored,
+    token_hash,
+    viewer_identity,
+)
 from .model import (
     AttemptRecord,
     Budget,
@@ -34,51 +41,59 @@ from .model import (
     TaskSpec,
     TaskState,
     TeammateRecord,
-    TeammateStatus,
     Txn,
     Usage,
     ViewerRecord,
     WaitingFor,
 )
 from .readers import ReaderPool
-from .requestids import RequestKey
+from .requestids import OpKey, RequestKey
+from .stats import BoardOverview, BoardStats
+from .stats import PostgresHealth as PostgresHealth  # GetStats' conversion names it here
 from .store import inbox, keys, ops, overview, protocol, status, tasks, team, usage, viewers
 from .store.driver import BoardDriver
 from .store.sqlite.driver import SqliteBoard
 from .stream import ParkedStreams, StreamView
-from .writer import CommitFailed, Writer, WriterStats
+from .writer import CommitFailed, Writer
 
 if TYPE_CHECKING:
     from .store.postgres.listener import WakeListener
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Identity:
-    name: str  # "lead", a teammate's name, or "viewer:" and a viewer's name
-    is_lead: bool
-    is_viewer: bool = False
-
-    @property
-    def role(self) -> str:
-        """What the credential may do, as GetIdentity names it."""
-        return ROLE_LEAD if self.is_lead else ROLE_VIEWER if self.is_viewer else ROLE_TEAMMATE
-
-
-# The roles a credential can have (GetIdentityResponse.role).
-ROLE_LEAD = "lead"
-ROLE_TEAMMATE = "teammate"
-ROLE_VIEWER = "viewer"
-
-
-LEAD = "lead"
-VIEWER_PREFIX = "viewer:"  # a viewer's identity never shares a lane or a log name with a teammate's
 T = TypeVar("T")
 
 log = logging.getLogger("corrald.board")
 
 
-def token_hash(token: str) -> bytes:
-    return hashlib.sha256(token.encode()).digest()
+class Renewed(NamedTuple):
+    """A renewal's answer. A Session op's record keeps it as (value, flag)."""
+
+    lease_end_ms: int
+    protocol_pending: bool  # a protocol message waits for the teammate
+
+    def record(self) -> OpOutcome:
+        return OpOutcome(value=self.lease_end_ms, flag=self.protocol_pending)
+
+    @staticmethod
+    def again(tx: Txn, recorded: OpOutcome) -> Renewed:
+        return Renewed(recorded.value or 0, recorded.flag)
+
+
+class Completed(NamedTuple):
+    """A completion's answer: the task, and the stream's next item when the call came
+    with its stream's snapshot and ran now (None otherwise)."""
+
+    task: TaskRecord
+    handoff: delivery.Delivery | None
+
+
+def _ack_record(acked: int) -> OpOutcome:
+    """An acknowledgement's record keeps how far the messages are acknowledged as its value."""
+    return OpOutcome(value=acked)
+
+
+def _acked_again(tx: Txn, recorded: OpOutcome) -> int:
+    return recorded.value or 0
 
 
 def _complete_and_next(
@@ -88,7 +103,7 @@ def _complete_and_next(
     stream: StreamView,
     waiters: ParkedStreams | None,
     spent: Usage | None = None,
-) -> tuple[TaskRecord, delivery.Delivery]:
+) -> Completed:
     """A completion and its handoff, in one job: the streams waiting for work (their
     snapshots as the line holds them when the job runs) first, then the teammate's next
     item, decided from `stream`, its stream's snapshot. Its usage is counted first, so a
@@ -102,11 +117,11 @@ def _complete_and_next(
     )
     waiting = waiters.snapshot() if waiters is not None else []
     view = team.view_from_beside(name, read)
-    return task, delivery.after_completion(tx, name, stream, waiting, ended_claim=ended, view=view)
+    return Completed(task, delivery.after_completion(tx, name, stream, waiting, ended_claim=ended, view=view))
 
 
 def _complete_many(conn, now_ms: int, requests: list[tuple]) -> list[tuple]:
-    """The first statement of a run of Session completions (`complete_op`'s `Mergeable`)."""
+    """The first statement of a run of Session completions (`complete`'s `Mergeable` for a Session op)."""
     return tasks.complete_many(conn, now_ms, requests, team.view_beside_completions(conn))
 
 
@@ -116,55 +131,6 @@ def _stamp_clock(conn, now_ms: int, changed: bool, failures: list[BaseException]
     # gated Idle check does neither, and so still writes nothing.
     if changed or any(isinstance(error, errors.ClaimError) for error in failures):
         tasks.note_clock(conn, now_ms)
-
-
-@dataclasses.dataclass(frozen=True)
-class BoardOverview:
-    """The board as a page draws it (`overview.BoardPicture`), and the stats of the same read."""
-
-    seq: int
-    task_count: int
-    frontier: bool
-    tasks: list[dict[str, object]]
-    problems: list[dict[str, object]]
-    claims: list[dict[str, object]]
-    plans: list[dict[str, object]]
-    teammates: list[TeammateRecord]
-    last_activity_ms: dict[str, int]
-    stats: BoardStats
-
-
-@dataclasses.dataclass(frozen=True)
-class PostgresHealth:
-    """A PostgreSQL board's side of GetStats (see store/postgres/store.py's `health`)."""
-
-    listener_connected: bool
-    listener_reconnects: int
-    daemons: int
-    oldest_transaction_s: float
-    task_dead_tuples: int
-    task_live_tuples: int
-    notifies_sent: int
-    notifies_heard: int
-    # Pool use: the writer threads (each a connection) and how many are in a transaction
-    # now; the reader connections and how many are reading now (this read among them).
-    writers: int = 0
-    writers_in_transaction: int = 0
-    readers: int = 0
-    readers_in_use: int = 0
-    writable: bool = True
-    commit_outcomes_asked: int = 0
-    connections_cut: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class BoardStats:
-    tasks_by_state: dict[TaskState, int]
-    teammates_by_status: dict[TeammateStatus, int]
-    writer: WriterStats
-    usage: Usage = Usage()
-    store: str = "sqlite"
-    postgres: PostgresHealth | None = None
 
 
 class Board:
@@ -180,8 +146,6 @@ class Board:
     ) -> None:
         self.clock = clock
         self.limits = limits
-        self._teammate_hashes: dict[bytes, str] = {}
-        self._viewer_hashes: dict[bytes, str] = {}
         # Told, on the loop, of each viewer removed (the web board ends its sessions and streams).
         self.viewer_removed: list[Callable[[Identity], None]] = []
         # The board's storage: the writer thread (this daemon's one read-write
@@ -194,7 +158,7 @@ class Board:
                 raise ValueError("a SQLite board needs the lead token of its state directory")
             database = SqliteBoard(database, token_hash(lead_token), writer_config)
         self.driver: BoardDriver = database
-        self._lead_hash = self.driver.lead_hash
+        self.credentials = Credentials(self.driver.lead_hash)
         self.writer = Writer(
             self.driver.open_writer, clock, writer_config, epilogue=_stamp_clock, storage=self.driver.writer_storage()
         )
@@ -217,71 +181,29 @@ class Board:
         driver = self.driver
         driver.catch_up_clock(self.writer.call, self.clock)
 
-        def recover(tx: Txn) -> tuple[list[tuple[bytes, str, bool]], list[tuple[bytes, str]]]:
+        def recover(tx: Txn):
             if driver.join(tx):  # the board's restart: nobody else serves it
                 tasks.extend_live_leases(tx)
                 keys.recount(tx)
                 team.mark_all_offline(tx)
-            return team.credentials(tx.conn), viewers.credentials(tx.conn)
+            return stored(tx.conn)
 
-        self._load_credentials(*self.writer.call(recover))
-
-    def _load_credentials(self, mates: list[tuple[bytes, str, bool]], watchers: list[tuple[bytes, str]]) -> None:
-        self._teammate_hashes = {digest: name for digest, name, removed in mates if not removed}
-        self._viewer_hashes = dict(watchers)
+        self.credentials.load(self.writer.call(recover))
+        if driver.shared:  # another daemon may mint a credential this one has not read
+            self.credentials.read = self.call_read
 
     def reload_credentials(self) -> None:
         """Reads every credential again (blocking): another daemon of a PostgreSQL board
         added or removed one. A viewer removed there is told to the listeners here."""
-        before = set(self._viewer_hashes.values())
-        self._load_credentials(*self.call_read(lambda conn: (team.credentials(conn), viewers.credentials(conn))))
-        for name in sorted(before - set(self._viewer_hashes.values())):
+        for identity in self.credentials.load(self.call_read(stored)):
             for listener in self.viewer_removed:
-                listener(Identity(VIEWER_PREFIX + name, False, is_viewer=True))
+                listener(identity)
 
     def close(self) -> None:
         self.writer.close()
         self.driver.leave()
         if self.readers is not None:
             self.readers.close()
-
-    # ------------------------------------------------------------ identity
-
-    def authenticate(self, token: str, *, read_store: bool = True) -> Identity | None:
-        return self.identity_of(token_hash(token), read_store=read_store)
-
-    def identity_of(self, digest: bytes, *, read_store: bool = True) -> Identity | None:
-        """Who the credential with this hash (`token_hash`) proves, if it is live.
-
-        With `read_store` False, only the credentials this daemon holds in memory
-        count (the lead's always): no read for a credential minted elsewhere.
-        """
-        if hmac.compare_digest(digest, self._lead_hash):
-            return Identity(LEAD, True)
-        name = self._teammate_hashes.get(digest)
-        if name is not None:
-            return Identity(name, False)
-        viewer = self._viewer_hashes.get(digest)
-        if viewer is not None:
-            return Identity(VIEWER_PREFIX + viewer, False, is_viewer=True)
-        if read_store and self.driver.shared and self.readers is not None:
-            # Minted by another daemon of the board a moment ago, perhaps: one indexed read.
-            found = self.call_read(lambda conn: (team.credential(conn, digest), viewers.credential(conn, digest)))
-            if found[0] is not None:
-                self._teammate_hashes[digest] = found[0]
-                return Identity(found[0], False)
-            if found[1] is not None:
-                self._viewer_hashes[digest] = found[1]
-                return Identity(VIEWER_PREFIX + found[1], False, is_viewer=True)
-        return None
-
-    def still_valid(self, identity: Identity) -> bool:
-        """Whether the credential that proved `identity` is still live (for sessions kept across a restart)."""
-        if identity.is_lead:
-            return True
-        if identity.is_viewer:
-            return identity.name.removeprefix(VIEWER_PREFIX) in self._viewer_hashes.values()
-        return identity.name in self._teammate_hashes.values()
 
     # ------------------------------------------------------------ lead
 
@@ -310,10 +232,7 @@ class Board:
         return requestids.settle(await self.writer.run(requestids.job(job, key, replay)))
 
     async def cancel_tasks(self, task_ids: Sequence[str], key: RequestKey | None = None) -> list[CanceledTask]:
-        if not task_ids:
-            raise errors.InvalidArgument("ids", "must not be empty")
-        if len(task_ids) > self.limits.batch_max:
-            raise errors.InvalidArgument("ids", f"more than {self.limits.batch_max} ids in one call")
+        validate.task_ids(task_ids, self.limits)
         return await self._write(lambda tx: tasks.cancel(tx, list(task_ids)), key)
 
     async def retry_tasks(
@@ -322,10 +241,7 @@ class Board:
         """Sends FAILED or CANCELED tasks back to PENDING (with the dependents canceled
         because of them); returns the first of them, named ones first, and how many
         changed in all."""
-        if not task_ids:
-            raise errors.InvalidArgument("ids", "must not be empty")
-        if len(task_ids) > self.limits.batch_max:
-            raise errors.InvalidArgument("ids", f"more than {self.limits.batch_max} ids in one call")
+        validate.task_ids(task_ids, self.limits)
         shown_max = self.limits.page_size_max
 
         def job(tx: Txn) -> tuple[list[TaskRecord], int]:
@@ -348,48 +264,40 @@ class Board:
     ) -> tuple[TeammateRecord, str]:
         """Mints a teammate credential; only its hash is stored. Sent again with its request
         id, the call gives the teammate a new credential (AnsweredBefore carries it)."""
-        validate.check_id("name", name, self.limits)
-        if name.casefold() in validate.RESERVED_NAMES:  # "Lead" would read as the lead
-            raise errors.InvalidArgument("name", f"{name!r} is reserved")
-        if len(roles) > self.limits.roles_max:
-            raise errors.InvalidArgument("roles", f"more than {self.limits.roles_max} roles")
-        for role in roles:
-            validate.check_id("roles", role, self.limits)
+        validate.teammate(name, roles, self.limits)
         return await self._mint(
-            name,
-            "corral-tm-",
-            self._teammate_hashes,
+            TEAMMATE_PREFIX,
+            self.credentials.grant_teammate,
             lambda tx, digest: team.add_teammate(tx, name, tuple(roles), require_plan, digest),
             lambda tx, digest: team.rotate_token(tx, name, digest),
             key,
+            name,
         )
 
     async def _mint(
         self,
-        name: str,
         prefix: str,
-        hashes: dict[bytes, str],
+        grant: Callable[..., None],
         add: Callable[[Txn, bytes], T],
         rotate: Callable[[Txn, bytes], None],
         key: RequestKey | None,
+        name: str,
     ) -> tuple[T, str]:
         """A new credential for `name`, added (`add`) with only its hash stored. A retry of the
         call that added it (its request id) gives it another (`rotate`): the first one's answer
         was lost, so it is forgotten, and AnsweredBefore carries the new one."""
-        token = prefix + secrets.token_urlsafe(32)
-        digest = token_hash(token)
+        token, digest = mint(prefix)
         try:
             added = await self._write(lambda tx: (add(tx, digest), token), key, replay=lambda tx: rotate(tx, digest))
         except requestids.AnsweredBefore as before:
-            _forget(hashes, name)
-            hashes[digest] = name
+            grant(name, digest, only=True)
             raise requestids.AnsweredBefore(before.response, token) from None
-        hashes[digest] = name
+        grant(name, digest)
         return added
 
     async def remove_teammate(self, name: str, key: RequestKey | None = None) -> TeammateRecord:
         record = await self._write(lambda tx: team.remove_teammate(tx, name), key)
-        _forget(self._teammate_hashes, name)
+        self.credentials.forget_teammate(name)
         return record
 
     async def add_viewer(self, name: str, key: RequestKey | None = None) -> tuple[ViewerRecord, str]:
@@ -397,19 +305,19 @@ class Board:
         id, the call gives the viewer a new credential (AnsweredBefore carries it)."""
         validate.check_id("name", name, self.limits)
         return await self._mint(
-            name,
-            "corral-view-",
-            self._viewer_hashes,
+            VIEWER_TOKEN_PREFIX,
+            self.credentials.grant_viewer,
             lambda tx, digest: viewers.add_viewer(tx, name, digest),
             lambda tx, digest: viewers.rotate_token(tx, name, digest),
             key,
+            name,
         )
 
     async def remove_viewer(self, name: str, key: RequestKey | None = None) -> None:
         await self._write(lambda tx: viewers.remove_viewer(tx, name), key)
-        _forget(self._viewer_hashes, name)
+        self.credentials.forget_viewer(name)
         for listener in self.viewer_removed:
-            listener(Identity(VIEWER_PREFIX + name, False, is_viewer=True))
+            listener(viewer_identity(name))
 
     async def list_viewers(self) -> list[ViewerRecord]:
         return await self.read(viewers.list_viewers)
@@ -458,7 +366,7 @@ class Board:
 
         removed, deadline = await self.writer.run(job)
         for name in removed:
-            _forget(self._teammate_hashes, name)
+            self.credentials.forget_teammate(name)
         return deadline
 
     # ------------------------------------------------------------ teammate
@@ -493,8 +401,20 @@ class Board:
         """Records the teammate online or offline; returns its stream epoch (see team.set_online)."""
         return await self.writer.run(lambda tx: team.set_online(tx, name, online, reason, served_by=self.daemon_id))
 
-    async def ack(self, name: str, through_seq: int) -> int:
-        return await self.writer.run(lambda tx: inbox.ack(tx, name, through_seq))
+    # ------------------------------------------------------------ claim calls
+    #
+    # One method per call, unary or a Session op (`op`). A Session op is one writer job
+    # that records its outcome by its op id (store/ops.py); sent again, it is answered
+    # from its record, and what the answer needs beyond it (the task) is read in the
+    # same job. Its error, first or recorded, is raised as a unary call's is.
+
+    async def ack(self, name: str, through_seq: int, *, op: OpKey | None = None) -> int:
+        """Acknowledges the teammate's messages through `through_seq`; returns how far they are."""
+        if op is None:
+            return await self.writer.run(lambda tx: inbox.ack(tx, name, through_seq))
+        return await self._once(
+            name, op, lambda tx: inbox.ack(tx, name, through_seq), _acked_again, recorded_as=_ack_record
+        )
 
     async def renew(
         self,
@@ -504,25 +424,26 @@ class Board:
         progress: str = "",
         fraction: float | None = None,
         reported: Usage | None = None,
-    ) -> tuple[int, bool]:
+        *,
+        op: OpKey | None = None,
+    ) -> Renewed:
         """Extends the lease; non-empty `progress` or a `fraction` is stored on the task,
         and `reported` usage added to the sums."""
         note = validate.progress(progress, fraction, self.limits)
         spent = validate.usage(reported, self.limits)
-        lease_end, protocol_waiting = await self.writer.run(
-            lambda tx: tasks.renew(tx, name, task_id, token, note, spent)
-        )
-        ended = self._ended_before_answer(lease_end, task_id)
-        if ended is not None:
-            raise ended
-        return lease_end, protocol_waiting
 
-    def _ended_before_answer(self, lease_end: int, task_id: str) -> errors.LeaseExpired | None:
-        """A renewal whose commit took longer than the whole lease: the claim is over by
-        the daemon clock (the reaper ends it), and an OK would say it lives."""
-        if lease_end > self.clock.now_ms():
-            return None
-        return errors.LeaseExpired(f"lease on task {task_id!r} ended before the renewal committed", id=task_id)
+        def body(tx: Txn) -> Renewed:
+            return Renewed(*tasks.renew(tx, name, task_id, token, note, spent))
+
+        if op is None:
+            renewed = await self.writer.run(body)
+        else:
+            renewed = await self._once(name, op, body, Renewed.again, recorded_as=Renewed.record)
+        if renewed.lease_end_ms <= self.clock.now_ms():
+            # Its commit took longer than the whole lease: the claim is over by the daemon
+            # clock (the reaper ends it), and an OK would say it lives.
+            raise errors.LeaseExpired(f"lease on task {task_id!r} ended before the renewal committed", id=task_id)
+        return renewed
 
     async def complete(
         self,
@@ -532,172 +453,90 @@ class Board:
         result: bytes,
         *,
         reported: Usage | None = None,
-    ) -> TaskRecord:
-        """Completes the task, adding `reported` usage to the sums."""
-        self._check_result(result)
-        spent = validate.usage(reported, self.limits)
-        return await self.writer.run(lambda tx: tasks.complete(tx, name, task_id, token, result, spent))
-
-    async def complete_and_next(
-        self,
-        name: str,
-        task_id: str,
-        token: str,
-        result: bytes,
-        stream: StreamView,
+        stream: StreamView | None = None,
         waiters: ParkedStreams | None = None,
-        reported: Usage | None = None,
-    ) -> tuple[TaskRecord, delivery.Delivery]:
-        """`complete` for a teammate whose stream is open (`stream`, its snapshot): the same
-        job serves the `waiters` and decides the stream's next item (the handoff), which
-        the caller hands the stream (`StreamState.hand`) to send at its next turn: never in
-        the call's reply."""
-        self._check_result(result)
+        op: OpKey | None = None,
+    ) -> Completed:
+        """Completes the task, adding `reported` usage to the sums.
+
+        For a teammate whose stream is open (`stream`, its snapshot), the same job serves
+        the `waiters` and decides the stream's next item (`Completed.handoff`), which the
+        caller hands the stream (`StreamState.hand`) to send at its next turn: never in the
+        call's reply. A Session op (`op`, always from its stream) sent again is answered
+        with the task as it stands, and no handoff."""
+        validate.result(result, self.limits)
         spent = validate.usage(reported, self.limits)
+        if stream is None:
+            assert op is None, "a Session op completes from its stream"
+            task = await self.writer.run(lambda tx: tasks.complete(tx, name, task_id, token, result, spent))
+            return Completed(task, None)
+        request = (task_id, token, result)
 
-        def job(tx: Txn) -> tuple[TaskRecord, delivery.Delivery]:
-            return _complete_and_next(tx, name, (task_id, token, result), stream, waiters, spent)
+        def body(tx: Txn) -> Completed:
+            return _complete_and_next(tx, name, request, stream, waiters, spent)
 
-        return await self.writer.run(job)
-
-    def _check_result(self, result: bytes) -> None:
-        if len(result) > self.limits.blob_max_bytes:
-            raise errors.InvalidArgument("result", f"larger than {self.limits.blob_max_bytes} bytes")
-
-    async def fail(
-        self, name: str, task_id: str, token: str, error: str, retryable: bool, reported: Usage | None = None
-    ) -> TaskRecord:
-        validate.check_text("error", error, self.limits.text_max_bytes)
-        spent = validate.usage(reported, self.limits)
-        return await self.writer.run(lambda tx: tasks.fail(tx, name, task_id, token, error, retryable, spent))
-
-    async def release(self, name: str, task_id: str, token: str) -> TaskRecord:
-        return await self.writer.run(lambda tx: tasks.release(tx, name, task_id, token))
-
-    # ------------------------------------------------------------ Session ops
-    #
-    # Each op is one writer job that records its outcome by the op id (see
-    # store/ops.py); an op sent again is answered from the record, and what the
-    # answer needs beyond it (the task) is read in the same job.
-
-    async def _op(
-        self,
-        name: str,
-        op_id: str,
-        digest: bytes,
-        body: Callable[[Txn], tuple[OpOutcome, T]],
-        replay: Callable[[Txn], T] | None = None,
-        *,
-        record_in_body: bool = False,
-        merge: Mergeable | None = None,
-    ) -> tuple[OpOutcome, T | None]:
-        def job(tx: Txn) -> tuple[OpOutcome, T | None]:
-            live: list[T] = []
-
-            def run(inner: Txn) -> OpOutcome:
-                outcome, value = body(inner)
-                live.append(value)
-                return outcome
-
-            outcome, ran = ops.run_once(tx, name, op_id, digest, run, record_in_body=record_in_body)
-            if ran:
-                return outcome, live[0] if live else None
-            return outcome, replay(tx) if replay is not None and outcome.error is None else None
-
-        return await self.writer.run(job, merge)
-
-    async def ack_op(self, name: str, op_id: str, digest: bytes, through_seq: int) -> OpOutcome:
-        def body(tx: Txn) -> tuple[OpOutcome, None]:
-            return OpOutcome(value=inbox.ack(tx, name, through_seq)), None
-
-        return (await self._op(name, op_id, digest, body))[0]
-
-    async def renew_op(
-        self,
-        name: str,
-        op_id: str,
-        digest: bytes,
-        task_id: str,
-        token: str,
-        progress: str = "",
-        fraction: float | None = None,
-        reported: Usage | None = None,
-    ) -> OpOutcome:
-        note = validate.progress(progress, fraction, self.limits)
-        spent = validate.usage(reported, self.limits)
-
-        def body(tx: Txn) -> tuple[OpOutcome, None]:
-            lease_end, waiting = tasks.renew(tx, name, task_id, token, note, spent)
-            return OpOutcome(value=lease_end, flag=waiting), None
-
-        outcome, _ = await self._op(name, op_id, digest, body)
-        if outcome.error is None:
-            ended = self._ended_before_answer(outcome.value or 0, task_id)  # as for RenewLease
-            if ended is not None:
-                return OpOutcome(error=ended)
-        return outcome
-
-    async def complete_op(
-        self,
-        name: str,
-        op_id: str,
-        digest: bytes,
-        request: tuple[str, str, bytes],
-        stream: StreamView,
-        waiters: ParkedStreams,
-        reported: Usage | None = None,
-    ) -> tuple[OpOutcome, TaskRecord | None, delivery.Delivery | None]:
-        """A Session completion with its handoff: the delivery is the stream's next item,
-        to go out with the op result (None when the op had run before)."""
-        task_id, token, result = request
-        self._check_result(result)
-        spent = validate.usage(reported, self.limits)
-
-        def body(tx: Txn) -> tuple[OpOutcome, tuple[TaskRecord, delivery.Delivery]]:
-            return OpOutcome(), _complete_and_next(tx, name, (task_id, token, result), stream, waiters, spent)
-
+        if op is None:
+            return await self.writer.run(body)
         # The completion's statement writes the op's record (store/ops.py); without usage
         # to charge, it may run with the statements of the completions queued beside it.
         merge = None
         if spent is None:
-            merge = Mergeable(_complete_many, (name, op_id, digest, *request), name, delivery.views_touched)
-        outcome, found = await self._op(
-            name,
-            op_id,
-            digest,
-            body,
-            lambda tx: (tasks.get_task(tx.conn, task_id), None),
-            record_in_body=True,
-            merge=merge,
+            merge = Mergeable(_complete_many, (name, op.op_id, op.digest, *request), name, delivery.views_touched)
+        return await self._once(
+            name, op, body, lambda tx, _: Completed(tasks.get_task(tx.conn, task_id), None), True, merge
         )
-        if found is None:
-            return outcome, None, None
-        return outcome, found[0], found[1]
 
-    async def fail_op(
+    async def fail(
         self,
         name: str,
-        op_id: str,
-        digest: bytes,
-        request: tuple[str, str, str, bool],
+        task_id: str,
+        token: str,
+        error: str,
+        retryable: bool,
         reported: Usage | None = None,
-    ) -> tuple[OpOutcome, TaskRecord | None]:
-        task_id, token, error, retryable = request
+        *,
+        op: OpKey | None = None,
+    ) -> TaskRecord:
         validate.check_text("error", error, self.limits.text_max_bytes)
         spent = validate.usage(reported, self.limits)
+        return await self._end(
+            name, task_id, op, lambda tx: tasks.fail(tx, name, task_id, token, error, retryable, spent)
+        )
 
-        def body(tx: Txn) -> tuple[OpOutcome, TaskRecord]:
-            return OpOutcome(), tasks.fail(tx, name, task_id, token, error, retryable, spent)
+    async def release(self, name: str, task_id: str, token: str, *, op: OpKey | None = None) -> TaskRecord:
+        return await self._end(name, task_id, op, lambda tx: tasks.release(tx, name, task_id, token))
 
-        return await self._op(name, op_id, digest, body, lambda tx: tasks.get_task(tx.conn, task_id))
+    async def _end(self, name: str, task_id: str, op: OpKey | None, body: Callable[[Txn], TaskRecord]) -> TaskRecord:
+        """A failure or a release: the task as it ends, or, for an op sent again, as it stands."""
+        if op is None:
+            return await self.writer.run(body)
+        return await self._once(name, op, body, lambda tx, _: tasks.get_task(tx.conn, task_id))
 
-    async def release_op(
-        self, name: str, op_id: str, digest: bytes, task_id: str, token: str
-    ) -> tuple[OpOutcome, TaskRecord | None]:
-        def body(tx: Txn) -> tuple[OpOutcome, TaskRecord]:
-            return OpOutcome(), tasks.release(tx, name, task_id, token)
+    async def _once(
+        self,
+        name: str,
+        op: OpKey,
+        body: Callable[[Txn], T],
+        again: Callable[[Txn, OpOutcome], T],
+        record_in_body: bool = False,
+        merge: Mergeable | None = None,
+        *,
+        recorded_as: Callable[[T], OpOutcome] | None = None,
+    ) -> T:
+        """Runs `body` as the Session op `op`, once: sent again, `again` answers from its record."""
 
-        return await self._op(name, op_id, digest, body, lambda tx: tasks.get_task(tx.conn, task_id))
+        def job(tx: Txn) -> ops.OpRun[T]:
+            run = ops.run_once(
+                tx, name, op.op_id, op.digest, body, recorded_as=recorded_as, record_in_body=record_in_body
+            )
+            if run.ran or run.outcome.error is not None:
+                return run
+            return ops.OpRun(run.outcome, False, again(tx, run.outcome))
+
+        run = await self.writer.run(job, merge)
+        if run.outcome.error is not None:
+            raise run.outcome.error  # committed with its record
+        return run.value  # type: ignore[return-value]  # set whenever no error is
 
     async def submit_plan(self, name: str, plan: str) -> str:
         validate.check_text("plan", plan, self.limits.text_max_bytes)
@@ -765,22 +604,10 @@ class Board:
     async def overview(self, graph_limit: int, claims_limit: int = 2000) -> BoardOverview:
         """The board for a page, in one read transaction (see `BoardOverview`)."""
 
-        def query(conn) -> BoardOverview:
-            p = overview.board_picture(conn, graph_limit, claims_limit, self.limits.page_size_max)
-            return BoardOverview(
-                p.seq,
-                p.task_count,
-                p.frontier,
-                p.tasks,
-                p.problems,
-                p.claims,
-                p.plans,
-                p.teammates,
-                p.last_activity_ms,
-                self._stats(conn),
-            )
-
-        return await self.read(query)
+        page_max = self.limits.page_size_max
+        return await self.read(
+            lambda conn: stats.overview(conn, graph_limit, claims_limit, page_max, self._stats(conn))
+        )
 
     async def task_rows(self, after_seq: int, limit: int) -> list[dict[str, object]]:
         """A page of the board as the page's table shows it (a read)."""
@@ -790,33 +617,7 @@ class Board:
         return await self.read(overview.last_event_seq)
 
     def _stats(self, conn) -> BoardStats:
-        counts = tasks.count_by_state(conn), status.count_by_status(conn), self.writer.stats(), usage.board_total(conn)
-        database = self.driver.health(conn)
-        if database is None:
-            return BoardStats(*counts)
-        listener = self.listener
-        writing, readers = counts[2], self.readers
-        return BoardStats(
-            *counts,
-            store=self.driver.store_name,
-            postgres=PostgresHealth(
-                listener_connected=bool(listener is not None and listener.listening),
-                listener_reconnects=listener.reconnects if listener is not None else 0,
-                daemons=database.daemons,
-                oldest_transaction_s=database.oldest_transaction_s,
-                task_dead_tuples=database.task_dead_tuples,
-                task_live_tuples=database.task_live_tuples,
-                notifies_sent=database.notifies_sent,
-                notifies_heard=listener.heard if listener is not None else 0,
-                writers=writing.writers,
-                writers_in_transaction=writing.writers_in_transaction,
-                readers=readers.size if readers is not None else 0,
-                readers_in_use=readers.in_use if readers is not None else 0,
-                writable=database.writable,
-                commit_outcomes_asked=database.commit_outcomes_asked,
-                connections_cut=database.connections_cut,
-            ),
-        )
+        return stats.read(conn, self.driver, self.writer, self.readers, self.listener)
 
     async def stats(self) -> BoardStats:
         return await self.read(self._stats)
@@ -825,10 +626,3 @@ class Board:
         """`stats` for a thread off the event loop (the metrics endpoint); the board must be open."""
         assert self.readers is not None
         return self.readers.call(self._stats)
-
-
-def _forget(hashes: dict[bytes, str], name: str) -> None:
-    """Drops every credential of `name` from a cache of credentials by hash."""
-    for digest, owner in list(hashes.items()):
-        if owner == name:
-            del hashes[digest]

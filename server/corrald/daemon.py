@@ -24,10 +24,11 @@ from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
 from . import activity, failpoints
-from .board import Board, token_hash
+from .board import Board
 from .clock import Clock, SystemClock
 from .config import MESSAGE_MAX_BYTES, ConfigError, Limits, WriterConfig
 from .connections import connection_options, raise_open_files_limit
+from .credentials import token_hash
 from .errors import CorralError
 from .listen import bind
 from .looplag import LoopLag

@@ -37,6 +37,15 @@ class RequestKey:
     encode: Callable[[Any], bytes]  # the board's result as the response to keep
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class OpKey:
+    """A Session op's id, as its teammate chose it, and the digest of its body: the op runs
+    once, and the same id with another body is INVALID_ARGUMENT (store/ops.py)."""
+
+    op_id: str
+    digest: bytes
+
+
 class AnsweredBefore(Exception):  # noqa: N818 (an outcome, not a failure)
     """The call ran before: `response` is its first answer, as kept; `credential`, when
     set, is the new one a replay minted, to put in that answer."""
@@ -52,6 +61,10 @@ class _Failed:
     error: CorralError
 
 
+def _kept_as(key: RequestKey) -> Callable[[Any], OpOutcome]:
+    return lambda value: OpOutcome(response=key.encode(value))
+
+
 def job(
     body: Callable[[Txn], T], key: RequestKey, replay: Callable[[Txn], None] | None = None
 ) -> Callable[[Txn], T | AnsweredBefore | _Failed]:
@@ -60,21 +73,15 @@ def job(
     (committing the record) rather than raising it."""
 
     def once(tx: Txn) -> T | AnsweredBefore | _Failed:
-        ran: list[T] = []
-
-        def recorded(tx: Txn) -> OpOutcome:
-            value = body(tx)
-            ran.append(value)
-            return OpOutcome(response=key.encode(value))
-
-        outcome, _ = ops.run_once(tx, key.caller, ops.request_op_id(key.rpc, key.request_id), key.digest, recorded)
-        if outcome.error is not None:
-            return _Failed(outcome.error)
-        if ran:
-            return ran[0]
+        op_id = ops.request_op_id(key.rpc, key.request_id)
+        run = ops.run_once(tx, key.caller, op_id, key.digest, body, recorded_as=_kept_as(key))
+        if run.outcome.error is not None:
+            return _Failed(run.outcome.error)
+        if run.ran:
+            return run.value  # type: ignore[return-value]  # what `body` returned
         if replay is not None:
             replay(tx)
-        return AnsweredBefore(outcome.response or b"")
+        return AnsweredBefore(run.outcome.response or b"")
 
     return once
 

@@ -91,6 +91,30 @@ def check_text(field: str, value: str, max_bytes: int) -> None:
         raise InvalidArgument(field, f"longer than {max_bytes} bytes")
 
 
+def result(value: bytes, limits: Limits) -> None:
+    if len(value) > limits.blob_max_bytes:
+        raise InvalidArgument("result", f"larger than {limits.blob_max_bytes} bytes")
+
+
+def task_ids(ids: Sequence[str], limits: Limits) -> None:
+    """The ids a lead call names (CancelTasks, RetryTasks): some, and no more than a batch."""
+    if not ids:
+        raise InvalidArgument("ids", "must not be empty")
+    if len(ids) > limits.batch_max:
+        raise InvalidArgument("ids", f"more than {limits.batch_max} ids in one call")
+
+
+def teammate(name: str, roles: Sequence[str], limits: Limits) -> None:
+    """A new teammate's name and roles (AddTeammate)."""
+    check_id("name", name, limits)
+    if name.casefold() in RESERVED_NAMES:  # "Lead" would read as the lead
+        raise InvalidArgument("name", f"{name!r} is reserved")
+    if len(roles) > limits.roles_max:
+        raise InvalidArgument("roles", f"more than {limits.roles_max} roles")
+    for role in roles:
+        check_id("roles", role, limits)
+
+
 def progress(text: str, fraction: float | None, limits: Limits) -> Progress | None:
     """A renewal's progress, or None when it carries none (a plain keepalive)."""
     check_text("progress", text, limits.progress_max_bytes)

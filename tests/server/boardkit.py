@@ -97,7 +97,7 @@ class SyncBoard:
     def open(self) -> SyncBoard:
         where: Any = self.path
         if not isinstance(where, pathlib.Path):  # a PostgreSQL schema (a PgTarget), on the test's clock
-            from corrald.board import token_hash
+            from corrald.credentials import token_hash
             from corrald.store.postgres.store import open_board
 
             where = open_board(where, token_hash, database_clock=False, lead_token=LEAD_TOKEN)
@@ -172,7 +172,7 @@ class SyncBoard:
     def complete(
         self, name: str, task_id: str, token: str, result: bytes = b"done", usage: Usage | None = None
     ) -> TaskRecord:
-        return self.run(self.board.complete(name, task_id, token, result, reported=usage))
+        return self.run(self.board.complete(name, task_id, token, result, reported=usage)).task
 
     def fail(
         self,

@@ -124,8 +124,8 @@ def test_the_completion_that_spends_the_budget_hands_off_nothing(board):
     cursor = StreamState("w1", slots=1)
     grant = claim_next(board, "w1", cursor)
     _, found = board.run(
-        board.board.complete_and_next(
-            "w1", "a", grant.token, b"ok", cursor.view(), ParkedStreams(), reported=Usage(cost_micros=10)
+        board.board.complete(
+            "w1", "a", grant.token, b"ok", stream=cursor.view(), waiters=ParkedStreams(), reported=Usage(cost_micros=10)
         )
     )
     cursor.hand(found)
@@ -251,8 +251,8 @@ def test_a_token_budget_gates_sums_past_the_largest_int64(board):
     grant = claim_next(board, "w1", cursor)
     board.run(board.board.renew("w1", "a", grant.token, reported=Usage(most - 1, most - 1)))
     _, found = board.run(
-        board.board.complete_and_next(
-            "w1", "a", grant.token, b"ok", cursor.view(), ParkedStreams(), reported=Usage(most, most)
+        board.board.complete(
+            "w1", "a", grant.token, b"ok", stream=cursor.view(), waiters=ParkedStreams(), reported=Usage(most, most)
         )
     )
     cursor.hand(found)

@@ -397,7 +397,7 @@ def test_looking_first_with_nothing_ready_leaves_the_stream_wakeable(board):
 
 def complete_handing_off(board, name: str, grant, stream: StreamState):
     """A completion with its teammate's stream open: the delivery its job decided goes in the stream's mailbox."""
-    task, found = board.run(board.board.complete_and_next(name, grant.task.id, grant.token, b"ok", stream.view()))
+    task, found = board.run(board.board.complete(name, grant.task.id, grant.token, b"ok", stream=stream.view()))
     stream.hand(found)
     return task
 

@@ -18,10 +18,11 @@ import pytest
 from boardkit import Blocker, spec
 
 from corrald import errors, failpoints
-from corrald.model import ClaimGrant, TaskState
+from corrald.model import ClaimGrant, OpOutcome, TaskState
+from corrald.requestids import OpKey
 from corrald.store.postgres.storage import BENCH_SWITCHES_ENV
 from corrald.stream import ParkedStreams, StreamState
-from corrald.writer import job_owner
+from corrald.writer import CommitFailed, job_owner
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -51,9 +52,15 @@ def complete_together(
 
     async def one(name: str, op_id: str, task_id: str, token: str):
         job_owner.set(name)  # each op is its teammate's call, as the RPC layer says
-        request = (task_id, token, f"result of {task_id}".encode())
+        request = (name, task_id, token, f"result of {task_id}".encode())
         stream = streams.get(name) or StreamState(name, slots=1)
-        return await board.board.complete_op(name, op_id, digest(op_id), request, stream, waiters)
+        try:
+            done = await board.board.complete(*request, stream=stream, waiters=waiters, op=OpKey(op_id, digest(op_id)))
+        except CommitFailed:
+            raise  # the job failed: nothing was recorded
+        except errors.CorralError as error:  # a refusal, recorded: the op's result carries it
+            return OpOutcome(error=error), None, None
+        return OpOutcome(), done.task, done.handoff
 
     async def all_queued_then_released():
         calls = [asyncio.ensure_future(one(*op)) for op in ops]

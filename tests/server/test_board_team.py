@@ -8,8 +8,8 @@ import pytest
 from boardkit import LEAD_TOKEN, spec
 
 from corrald import errors
-from corrald.board import Identity
 from corrald.config import Limits
+from corrald.credentials import Identity
 from corrald.model import TaskState, TeammateStatus
 from corrald.stream import StreamState
 
@@ -27,10 +27,10 @@ def test_add_teammate_with_roles_and_plan_requirement(board):
     record, token = board.run(board.board.add_teammate("w1", ("build", "test"), True))
     assert (record.name, record.roles, record.require_plan_approval) == ("w1", ("build", "test"), True)
     assert record.status is TeammateStatus.OFFLINE and record.held_task_ids == ()
-    assert board.board.authenticate(token) == Identity("w1", False)
-    assert board.board.authenticate(LEAD_TOKEN) == Identity("lead", True)
-    assert board.board.authenticate("corral-tm-" + "x" * 43) is None
-    assert board.board.authenticate(token + "x") is None
+    assert board.board.credentials.authenticate(token) == Identity("w1", False)
+    assert board.board.credentials.authenticate(LEAD_TOKEN) == Identity("lead", True)
+    assert board.board.credentials.authenticate("corral-tm-" + "x" * 43) is None
+    assert board.board.credentials.authenticate(token + "x") is None
     # Only a hash is stored, never the credential.
     assert board.rows("SELECT count(*) FROM teammates WHERE token_hash = ?", (token.encode(),)) == [(0,)]
     (event,) = board.events("teammate_changed")
@@ -43,13 +43,13 @@ def test_duplicate_name_is_already_exists(board):
     with pytest.raises(errors.AlreadyExists):
         board.add("w1", roles=["other"])
     assert board.dump() == before
-    assert board.board.authenticate(token) == Identity("w1", False)
+    assert board.board.credentials.authenticate(token) == Identity("w1", False)
 
 
 def test_credentials_survive_a_restart(board):
     token = board.add("w1")
     board.restart()
-    assert board.board.authenticate(token) == Identity("w1", False)
+    assert board.board.credentials.authenticate(token) == Identity("w1", False)
 
 
 def test_remove_releases_claims_and_revokes_the_credential(board):
@@ -64,7 +64,7 @@ def test_remove_releases_claims_and_revokes_the_credential(board):
         ("b", TaskState.PENDING, ""),
     ]
     assert board.rows("SELECT outcome FROM claims ORDER BY fence") == [("revoked",), ("revoked",)]
-    assert board.board.authenticate(token) is None
+    assert board.board.credentials.authenticate(token) is None
     with pytest.raises(errors.ClaimRevoked):  # its token is dead, and says why
         board.complete("w1", "a", ga.token)
     # The released tasks go to someone else, same attempt (a revoked claim uses none).
@@ -75,8 +75,8 @@ def test_remove_releases_claims_and_revokes_the_credential(board):
     # Removing twice is harmless; a restart does not bring the credential back.
     assert board.run(board.board.remove_teammate("w1")).status is TeammateStatus.REMOVED
     board.restart()
-    assert board.board.authenticate(token) is None
-    assert board.board.authenticate(other) == Identity("w2", False)
+    assert board.board.credentials.authenticate(token) is None
+    assert board.board.credentials.authenticate(other) == Identity("w2", False)
     assert regrant.token not in (ga.token, gb.token)
 
 
@@ -236,10 +236,10 @@ def test_shutdown_grace_runs_out_and_the_teammate_is_removed(board, clock):
     assert board.reap() == deadline
     clock.set(deadline - 1)
     board.reap()
-    assert board.board.authenticate(token) is not None
+    assert board.board.credentials.authenticate(token) is not None
     clock.set(deadline)
     board.reap()
-    assert board.board.authenticate(token) is None
+    assert board.board.credentials.authenticate(token) is None
     assert teammates(board)["w1"].status is TeammateStatus.REMOVED
     assert board.state("a") is TaskState.PENDING
     assert board.rows("SELECT outcome FROM claims") == [("revoked",)]

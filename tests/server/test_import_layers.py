@@ -25,7 +25,11 @@ SERVER_LAYERS = (
     Layer("store", ("store",), ("foundation", "rules")),
     Layer("overload", ("overload",), ("foundation",)),
     Layer("engine", ("writer", "readers", "stream", "delivery"), ("foundation", "rules", "store", "overload")),
-    Layer("board", ("board", "wake", "requestids", "reconcile"), ("foundation", "rules", "store", "engine")),
+    Layer(
+        "board",
+        ("board", "credentials", "stats", "wake", "requestids", "reconcile"),
+        ("foundation", "rules", "store", "engine"),
+    ),
     Layer("service", ("service",), ("foundation", "rules", "overload", "engine", "board")),
     Layer("web", ("web",), ("foundation", "board", "service")),
     Layer(

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
-from corrald.board import Identity
+from corrald.credentials import Identity
 from corrald.web.config import (
     FEED_CLIENTS_MAX,
     FEED_LEAD_RESERVED,

@@ -8,7 +8,8 @@ from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
 from .. import errors
-from ..board import VIEWER_PREFIX, Board, Identity
+from ..board import Board
+from ..credentials import VIEWER_PREFIX, Identity
 from ..looplag import LoopLag
 from ..model import TaskState
 from ..overload.lanes import CallLanes

@@ -18,7 +18,8 @@ from google.protobuf import message as pb_message
 from google.protobuf import unknown_fields
 
 from .. import cpu, errors
-from ..board import Board, Identity, token_hash
+from ..board import Board
+from ..credentials import Identity, token_hash
 from ..overload.heap import HeapTrim
 from ..overload.lanes import CallLanes, LaneKind
 from ..writer import job_owner
@@ -77,7 +78,7 @@ class CorralInterceptor(grpc.aio.ServerInterceptor):
         if self._draining():
             raise errors.Unavailable("corrald is shutting down")
         token = _bearer(metadata)
-        identity = self._board.authenticate(token) if token else None
+        identity = self._board.credentials.authenticate(token) if token else None
         if identity is None:
             raise errors.Unauthenticated("missing, invalid or revoked credential")
         if identity.is_viewer and method not in VIEWER_CALLS:
@@ -108,7 +109,7 @@ class CorralInterceptor(grpc.aio.ServerInterceptor):
         if handler.stream_stream:
             # Checked again on every message: the hash once, the lookup each time.
             digest = token_hash(_bearer(handler_call_details.invocation_metadata) or "")
-            still_valid = lambda: self._board.identity_of(digest) == identity  # noqa: E731
+            still_valid = lambda: self._board.credentials.identity_of(digest) == identity  # noqa: E731
             return _wrap_session(handler, identity, place, send_timeout_s, still_valid)
         return _wrap(handler, identity, place, send_timeout_s)
 

@@ -6,7 +6,8 @@ from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
 from .. import cpu, errors, validate
-from ..board import Board, Identity
+from ..board import Board
+from ..credentials import Identity
 from ..model import CanceledTask, TaskRecord
 from ..wake import WakeHub
 from . import convert, once

@@ -12,7 +12,7 @@ from google.protobuf.message import Message
 from corral.v1 import corral_pb2 as pb
 
 from .. import cpu, errors
-from ..board import Identity
+from ..credentials import Identity
 from ..requestids import AnsweredBefore, RequestKey
 
 R = TypeVar("R")

@@ -5,7 +5,7 @@ module is what a Session adds: a reader that takes the next op only once the
 previous one is answered (so a session holds at most one op, and gRPC flow
 control holds back the rest), and the op table: each op becomes one board
 call, whose outcome is recorded by its op id in the op's own transaction
-(`Board.*_op`, `store/ops.py`).
+(`Board`'s claim calls given an `OpKey`, `store/ops.py`).
 
 An op that is wrong in itself (no op id, an unknown field or kind, a body
 that reuses an op id) gets an INVALID_ARGUMENT op result and the stream goes
@@ -22,7 +22,8 @@ from corral.v1 import corral_pb2 as pb
 
 from .. import errors, validate
 from ..board import Board
-from ..model import OpOutcome
+from ..model import TaskRecord
+from ..requestids import OpKey
 from ..stream import Delivery, StreamState
 from ..wake import WakeHub
 from . import convert, status
@@ -115,64 +116,71 @@ class SessionOps:
             self._hub.alive(self._name)
             body = getattr(request, kind)
             digest = hashlib.sha256(kind.encode() + body.SerializeToString(deterministic=True)).digest()
-            return await self._table[kind](op_id, digest, body, stream)
+            return await self._table[kind](OpKey(op_id, digest), body, stream)
         except errors.CorralError as error:
             if isinstance(error, errors.InvalidArgument) and error.field == "open":
                 raise  # ends the stream
-            return _result(op_id, OpOutcome(error=error)), None
+            return _result(op_id, error), None
 
-    async def _ack(self, op_id: str, digest: bytes, body: pb.AckMessagesRequest, stream: StreamState):
-        outcome = await self._board.ack_op(self._name, op_id, digest, body.through_seq)
-        return _result(op_id, outcome), None
+    async def _ack(self, op: OpKey, body: pb.AckMessagesRequest, stream: StreamState):
+        await self._board.ack(self._name, body.through_seq, op=op)
+        return _result(op.op_id), None
 
-    async def _renew(self, op_id: str, digest: bytes, body: pb.RenewLeaseRequest, stream: StreamState):
-        outcome = await self._board.renew_op(
+    async def _renew(self, op: OpKey, body: pb.RenewLeaseRequest, stream: StreamState):
+        renewed = await self._board.renew(
             self._name,
-            op_id,
-            digest,
             body.task_id,
             body.claim_token,
             *convert.renew_progress(body),
             convert.reported_usage(body),
+            op=op,
         )
-        response = _result(op_id, outcome)
-        if outcome.error is None and outcome.value is not None:
-            response.op_result.lease_expire_time.FromMilliseconds(outcome.value)
-            response.op_result.protocol_pending = outcome.flag
+        response = _result(op.op_id)
+        response.op_result.lease_expire_time.FromMilliseconds(renewed.lease_end_ms)
+        response.op_result.protocol_pending = renewed.protocol_pending
         return response, None
 
-    async def _complete(self, op_id: str, digest: bytes, body: pb.CompleteTaskRequest, stream: StreamState):
-        request = (body.task_id, body.claim_token, body.result)
+    async def _complete(self, op: OpKey, body: pb.CompleteTaskRequest, stream: StreamState):
         view = stream.view(finishing=body.claim_token)  # its handoff may fill the slot it frees
-        outcome, task, found = await self._board.complete_op(
-            self._name, op_id, digest, request, view, self._hub.parked, convert.reported_usage(body)
+        done = await self._board.complete(
+            self._name,
+            body.task_id,
+            body.claim_token,
+            body.result,
+            reported=convert.reported_usage(body),
+            stream=view,
+            waiters=self._hub.parked,
+            op=op,
         )
-        if outcome.error is None:
-            stream.free_slot(body.claim_token, check=False)  # the handoff looked already
-        response = _result(op_id, outcome)
-        if task is not None:
-            convert.fill_task(response.op_result.task, task)
-            response.op_result.result = task.result
-        return response, found
+        stream.free_slot(body.claim_token, check=False)  # the handoff looked already
+        response = _result(op.op_id)
+        convert.fill_task(response.op_result.task, done.task)
+        response.op_result.result = done.task.result
+        return response, done.handoff
 
-    async def _fail(self, op_id: str, digest: bytes, body: pb.FailTaskRequest, stream: StreamState):
-        request = (body.task_id, body.claim_token, body.error, body.retryable)
-        outcome, task = await self._board.fail_op(self._name, op_id, digest, request, convert.reported_usage(body))
-        if outcome.error is None:
-            stream.free_slot(body.claim_token)
-        return _with_task(_result(op_id, outcome), task), None
+    async def _fail(self, op: OpKey, body: pb.FailTaskRequest, stream: StreamState):
+        task = await self._board.fail(
+            self._name,
+            body.task_id,
+            body.claim_token,
+            body.error,
+            body.retryable,
+            convert.reported_usage(body),
+            op=op,
+        )
+        stream.free_slot(body.claim_token)
+        return _with_task(op.op_id, task), None
 
-    async def _release(self, op_id: str, digest: bytes, body: pb.ReleaseTaskRequest, stream: StreamState):
-        outcome, task = await self._board.release_op(self._name, op_id, digest, body.task_id, body.claim_token)
-        if outcome.error is None:
-            stream.free_slot(body.claim_token)
-        return _with_task(_result(op_id, outcome), task), None
+    async def _release(self, op: OpKey, body: pb.ReleaseTaskRequest, stream: StreamState):
+        task = await self._board.release(self._name, body.task_id, body.claim_token, op=op)
+        stream.free_slot(body.claim_token)
+        return _with_task(op.op_id, task), None
 
-    async def _free_slot(self, op_id: str, digest: bytes, body: pb.FreeSlotRequest, stream: StreamState):
+    async def _free_slot(self, op: OpKey, body: pb.FreeSlotRequest, stream: StreamState):
         # Not recorded: it writes nothing, and freeing a slot again changes nothing.
         validate.check_claim_token("claim_token", body.claim_token)
         stream.free_slot(body.claim_token)
-        return _result(op_id, OpOutcome()), None
+        return _result(op.op_id), None
 
 
 def _check_op_id(op_id: str) -> None:
@@ -182,7 +190,7 @@ def _check_op_id(op_id: str) -> None:
         raise errors.InvalidArgument("op_id", f"longer than {OP_ID_MAX_CHARS} characters")
 
 
-def _result(op_id: str, outcome: OpOutcome) -> pb.SessionResponse:
+def _result(op_id: str, error: errors.CorralError | None = None) -> pb.SessionResponse:
     """The response that answers an op: its result is set in place, and the event that
     follows the op (a handed-off claim) goes into the same message (convert.fill_event)."""
     # The op id goes back as sent, even one refused as too long: results come in the
@@ -191,13 +199,13 @@ def _result(op_id: str, outcome: OpOutcome) -> pb.SessionResponse:
     result = response.op_result
     result.op_id = op_id
     result.status.SetInParent()  # present even when OK, whose fields are all zero
-    result.status.CopyFrom(status.OK if outcome.error is None else status.rpc_status_of(outcome.error))
+    result.status.CopyFrom(status.OK if error is None else status.rpc_status_of(error))
     return response
 
 
-def _with_task(response: pb.SessionResponse, task) -> pb.SessionResponse:
-    if task is not None:
-        convert.fill_task(response.op_result.task, task)
+def _with_task(op_id: str, task: TaskRecord) -> pb.SessionResponse:
+    response = _result(op_id)
+    convert.fill_task(response.op_result.task, task)
     return response
 
 

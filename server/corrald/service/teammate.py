@@ -11,7 +11,8 @@ from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
 from .. import validate
-from ..board import Board, Identity
+from ..board import Board
+from ..credentials import Identity
 from ..model import ClaimEnd
 from ..overload.reopen import ReopenSpacing
 from ..wake import WakeHub
@@ -114,20 +115,27 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
         reported = convert.reported_usage(request)
         stream = self._hub.stream_of(name)
         if stream is None:
-            task = await self._board.complete(
+            done = await self._board.complete(
                 name, request.task_id, request.claim_token, request.result, reported=reported
             )
-            return pb.CompleteTaskResponse(task=convert.task(task))
+            return pb.CompleteTaskResponse(task=convert.task(done.task))
         # With the teammate's stream open, the completion hands off: the same job
         # decides what that stream sends next (never this reply), and it goes in
         # the stream's mailbox.
         view = stream.view(finishing=request.claim_token)  # its handoff may fill the slot it frees
-        task, found = await self._board.complete_and_next(
-            name, request.task_id, request.claim_token, request.result, view, self._hub.parked, reported
+        done = await self._board.complete(
+            name,
+            request.task_id,
+            request.claim_token,
+            request.result,
+            reported=reported,
+            stream=view,
+            waiters=self._hub.parked,
         )
         stream.free_slot(request.claim_token, check=False)  # the handoff looked already
-        stream.hand(found)
-        return pb.CompleteTaskResponse(task=convert.task(task))
+        assert done.handoff is not None  # a completion with its stream's snapshot hands off
+        stream.hand(done.handoff)
+        return pb.CompleteTaskResponse(task=convert.task(done.task))
 
     async def FailTask(self, request: pb.FailTaskRequest, context, identity: Identity) -> pb.FailTaskResponse:
         self._hub.alive(identity.name)

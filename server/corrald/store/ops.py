@@ -23,8 +23,10 @@ whichever is fewer; every 512th op prunes (`PRUNE_EVERY`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from .. import errors
 from ..model import OpOutcome, PendingOpRecord, Txn
@@ -33,6 +35,8 @@ from .dialect import fused, sql
 KEEP_MS = 24 * 3600 * 1000
 KEEP_PER_TEAMMATE = 10_000
 PRUNE_EVERY = 512
+
+T = TypeVar("T")
 
 
 # A unary write's request id is kept as an op of its caller, named after its RPC.
@@ -49,17 +53,32 @@ class OpAlreadyRan(Exception):
     """The body's first statement found the op id taken, and wrote nothing."""
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class OpRun(Generic[T]):
+    """What `run_once` did: ran the body now (`ran`; its `value` unless it failed), or found
+    the op had run, and `outcome` is what its record says."""
+
+    outcome: OpOutcome
+    ran: bool
+    value: T | None = None
+
+
+NOTHING = OpOutcome()  # an op whose record keeps no outcome beyond having run
+
+
 def run_once(
     tx: Txn,
     teammate: str,
     op_id: str,
     digest: bytes,
-    body: Callable[[Txn], OpOutcome],
+    body: Callable[[Txn], T],
     *,
+    recorded_as: Callable[[T], OpOutcome] | None = None,
     record_in_body: bool = False,
-) -> tuple[OpOutcome, bool]:
-    """Runs `body` unless `op_id` already ran; returns the outcome and whether it ran now.
-    With `record_in_body`, the body writes the record (see the module's doc).
+) -> OpRun[T]:
+    """Runs `body` unless `op_id` already ran; its record keeps `recorded_as(value)` (by
+    default, nothing but that it ran). With `record_in_body`, the body writes the record
+    (see the module's doc).
 
     The same op id with another `digest` (a different op) is INVALID_ARGUMENT.
     """
@@ -68,14 +87,16 @@ def run_once(
     if record_in_body and fused(conn) is not None:
         tx.op_record = record
     elif not _write(tx, record):
-        return _recorded(conn, teammate, op_id, digest), False
+        return OpRun(_recorded(conn, teammate, op_id, digest), False)
+    value: T | None = None
     try:
-        outcome = body(tx)
+        value = body(tx)
+        outcome = NOTHING if recorded_as is None else recorded_as(value)
     except OpAlreadyRan:
-        return _recorded(conn, teammate, op_id, digest), False
+        return OpRun(_recorded(conn, teammate, op_id, digest), False)
     except errors.CorralError as error:
         if record.seq is None and not _write(tx, record):  # it failed before its first statement
-            return _recorded(conn, teammate, op_id, digest), False
+            return OpRun(_recorded(conn, teammate, op_id, digest), False)
         if conn.total_changes != record.changes:
             raise  # it wrote before it failed: the job is undone whole
         outcome = OpOutcome(error=error)
@@ -87,7 +108,7 @@ def run_once(
         _store_outcome(conn, record.seq, outcome)
     if record.seq % PRUNE_EVERY == 0:
         _prune(tx, teammate)
-    return outcome, True
+    return OpRun(outcome, True, value)
 
 
 def write_pending_record(tx: Txn) -> None:

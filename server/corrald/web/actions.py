@@ -19,7 +19,7 @@ from google.protobuf import duration_pb2
 from corral.v1 import corral_pb2 as pb
 
 from .. import errors
-from ..board import Identity
+from ..credentials import Identity
 from ..service.lead import LeadServicer
 from .config import BODY_BYTES_MAX
 from .guard import json_error, same_origin

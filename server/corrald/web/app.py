@@ -16,7 +16,8 @@ from typing import Any
 from aiohttp import web
 
 from .. import errors
-from ..board import Board, Identity
+from ..board import Board
+from ..credentials import Identity
 from ..service import convert
 from ..service.lead import LeadServicer
 from ..wake import WakeHub
@@ -53,7 +54,7 @@ class WebBoard:
         # Named in the answer to a spent login link: where a new one comes from.
         self._state_dir = state_dir
         self._board = board
-        self.sessions = Sessions(path=sessions_file, still_valid=board.still_valid)
+        self.sessions = Sessions(path=sessions_file, still_valid=board.credentials.still_valid)
         self.tickets = Tickets()
         self.limiter = LoginLimiter()
         self.feed = Feed(board, hub, config)
@@ -142,7 +143,7 @@ class WebBoard:
         token, ticket = body.get("token"), body.get("ticket")
         identity: Identity | None = None
         if isinstance(token, str) and token:
-            identity = self._board.authenticate(token, read_store=wait_s is None)
+            identity = self._board.credentials.authenticate(token, read_store=wait_s is None)
             if identity is not None and not (identity.is_lead or identity.is_viewer):
                 identity = None  # a teammate's credential is for its work, not for the board
         elif isinstance(ticket, str) and ticket:
@@ -188,7 +189,7 @@ class WebBoard:
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         # Only the lead's credential mints, and the daemon holds it in memory: no read.
         given = token.strip() if scheme.lower() == "bearer" else ""
-        identity = self._board.authenticate(given, read_store=False) if given else None
+        identity = self._board.credentials.authenticate(given, read_store=False) if given else None
         if identity is None or not identity.is_lead:
             wait_s = self.limiter.retry_after_s(peer)
             if wait_s is not None:

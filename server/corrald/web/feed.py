@@ -27,7 +27,8 @@ from aiohttp import web
 from aiohttp_sse import EventSourceResponse
 
 from .. import failpoints
-from ..board import Board, Identity
+from ..board import Board
+from ..credentials import Identity
 from ..wake import WakeHub
 from . import shapes
 from .config import WebConfig

@@ -23,7 +23,7 @@ import secrets
 import time
 from collections.abc import Callable
 
-from ..board import Identity
+from ..credentials import Identity
 from .config import (
     LOGIN_FAILURES_PER_MINUTE,
     SESSION_TTL_S,

@@ -14,8 +14,8 @@ from google.protobuf import json_format
 
 from corral.v1 import corral_pb2 as pb
 
-from ..board import BoardStats
 from ..model import TaskState, TeammateRecord
+from ..stats import BoardStats
 
 PREVIEW_BYTES = 16 * 1024
 ERROR_CHARS = 1024
