@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from .model import TaskState, TeammateRecord, TeammateStatus, Usage
+from .model import TaskState, TeammateStatus, Usage
 from .readers import ReaderPool
 from .store import overview as pictures
 from .store import status, tasks, usage
@@ -20,17 +20,9 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class BoardOverview:
-    """The board as a page draws it (`overview.BoardPicture`), and the stats of the same read."""
+    """The board as a page draws it, and the stats of the same read."""
 
-    seq: int
-    task_count: int
-    frontier: bool
-    tasks: list[dict[str, object]]
-    problems: list[dict[str, object]]
-    claims: list[dict[str, object]]
-    plans: list[dict[str, object]]
-    teammates: list[TeammateRecord]
-    last_activity_ms: dict[str, int]
+    picture: pictures.BoardPicture
     stats: BoardStats
 
 
@@ -101,16 +93,4 @@ def read(
 
 def overview(conn, graph_limit: int, claims_limit: int, page_max: int, stats: BoardStats) -> BoardOverview:
     """The board for a page (`store/overview.py`'s picture), with the stats of the same read."""
-    p = pictures.board_picture(conn, graph_limit, claims_limit, page_max)
-    return BoardOverview(
-        p.seq,
-        p.task_count,
-        p.frontier,
-        p.tasks,
-        p.problems,
-        p.claims,
-        p.plans,
-        p.teammates,
-        p.last_activity_ms,
-        stats,
-    )
+    return BoardOverview(pictures.board_picture(conn, graph_limit, claims_limit, page_max), stats)

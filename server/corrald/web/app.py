@@ -214,7 +214,8 @@ class WebBoard:
         session = self._api_session(request)
         if isinstance(session, web.Response):
             return session
-        view = await self._board.overview(self.config.graph_nodes_max)
+        overview = await self._board.overview(self.config.graph_nodes_max)
+        view = overview.picture
         return web.json_response(
             {
                 "seq": view.seq,
@@ -226,7 +227,7 @@ class WebBoard:
                 "claims": view.claims,
                 "plans": view.plans,
                 "teammates": [shapes.teammate(t, view.last_activity_ms.get(t.name)) for t in view.teammates],
-                "stats": shapes.stats(view.stats, self._hub.open_streams, self.feed.client_count),
+                "stats": shapes.stats(overview.stats, self._hub.open_streams, self.feed.client_count),
                 "now_ms": self._board.clock.now_ms(),
                 "session": {
                     "name": session.identity.name,
