@@ -96,43 +96,6 @@ def _acked_again(tx: Txn, recorded: OpOutcome) -> int:
     return recorded.value or 0
 
 
-def _complete_and_next(
-    tx: Txn,
-    name: str,
-    request: tuple[str, str, bytes],
-    stream: StreamView,
-    waiters: ParkedStreams | None,
-    spent: Usage | None = None,
-) -> Completed:
-    """A completion and its handoff, in one job: the streams waiting for work (their
-    snapshots as the line holds them when the job runs) first, then the teammate's next
-    item, decided from `stream`, its stream's snapshot. Its usage is counted first, so a
-    completion that spends the budget hands off nothing."""
-    task_id, token, result = request
-    # `beside`: the teammate's delivery view, read in the completion's own statement
-    # where the completion is one statement (PostgreSQL), so the handoff reads it for free.
-    beside = team.view_beside_completion(tx.conn, name, tx.now_ms)
-    task, ended, read = tasks.complete_claim(
-        tx, name, task_id, token, result, status_after=False, usage=spent, beside=beside
-    )
-    waiting = waiters.snapshot() if waiters is not None else []
-    view = team.view_from_beside(name, read)
-    return Completed(task, delivery.after_completion(tx, name, stream, waiting, ended_claim=ended, view=view))
-
-
-def _complete_many(conn, now_ms: int, requests: list[tuple]) -> list[tuple]:
-    """The first statement of a run of Session completions (`complete`'s `Mergeable` for a Session op)."""
-    return tasks.complete_many(conn, now_ms, requests, team.view_beside_completions(conn))
-
-
-def _stamp_clock(conn, now_ms: int, changed: bool, failures: list[BaseException]) -> None:
-    # Record how far the daemon clock got whenever a transaction wrote or told
-    # a caller its claim was dead, so a restart never revives such a lease. A
-    # gated Idle check does neither, and so still writes nothing.
-    if changed or any(isinstance(error, errors.ClaimError) for error in failures):
-        tasks.note_clock(conn, now_ms)
-
-
 class Board:
     def __init__(
         self,
@@ -160,7 +123,11 @@ class Board:
         self.driver: BoardDriver = database
         self.credentials = Credentials(self.driver.lead_hash)
         self.writer = Writer(
-            self.driver.open_writer, clock, writer_config, epilogue=_stamp_clock, storage=self.driver.writer_storage()
+            self.driver.open_writer,
+            clock,
+            writer_config,
+            epilogue=tasks.stamp_clock,
+            storage=self.driver.writer_storage(),
         )
         self._reader_count = readers
         self.readers: ReaderPool | None = None
@@ -473,7 +440,7 @@ class Board:
         request = (task_id, token, result)
 
         def body(tx: Txn) -> Completed:
-            return _complete_and_next(tx, name, request, stream, waiters, spent)
+            return Completed(*delivery.complete_then_next(tx, name, request, stream, waiters, spent))
 
         if op is None:
             return await self.writer.run(body)
@@ -481,7 +448,9 @@ class Board:
         # to charge, it may run with the statements of the completions queued beside it.
         merge = None
         if spent is None:
-            merge = Mergeable(_complete_many, (name, op.op_id, op.digest, *request), name, delivery.views_touched)
+            merge = Mergeable(
+                delivery.complete_run, (name, op.op_id, op.digest, *request), name, delivery.views_touched
+            )
         return await self._once(
             name, op, body, lambda tx, _: Completed(tasks.get_task(tx.conn, task_id), None), True, merge
         )

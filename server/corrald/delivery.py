@@ -24,9 +24,9 @@ import dataclasses
 import sqlite3
 from collections.abc import Sequence
 
-from .model import BudgetExhausted, ClaimGrant, HandedClaim, TeammateView, Txn, Wakes
+from .model import BudgetExhausted, ClaimGrant, HandedClaim, TaskRecord, TeammateView, Txn, Usage, Wakes
 from .store import gates, inbox, status, tasks, team, usage
-from .stream import Delivery, StreamItem, StreamView
+from .stream import Delivery, ParkedStreams, StreamItem, StreamView
 
 
 def next_for_teammate(
@@ -46,6 +46,36 @@ def next_for_teammate(
     grant = tasks.claim_next(tx, name, checked.teammate.roles, reclaimed=True, busy=busy)
     can_claim = grant is None or _taken(checked.held, checked.live, stream) + 1 < stream.slots
     return Delivery([grant] if grant else [], checked.live, can_claim=can_claim, claims_paused=False)
+
+
+def complete_then_next(
+    tx: Txn,
+    name: str,
+    request: tuple[str, str, bytes],
+    stream: StreamView,
+    waiters: ParkedStreams | None,
+    spent: Usage | None = None,
+) -> tuple[TaskRecord, Delivery]:
+    """A completion and its handoff, in one job: the streams waiting for work (their
+    snapshots as the line holds them when the job runs) first, then the teammate's next
+    item, decided from `stream`, its stream's snapshot. Its usage is counted first, so a
+    completion that spends the budget hands off nothing."""
+    task_id, token, result = request
+    # `beside`: the teammate's delivery view, read in the completion's own statement
+    # where the completion is one statement (PostgreSQL), so the handoff reads it for free.
+    beside = team.view_beside_completion(tx.conn, name, tx.now_ms)
+    task, ended, read = tasks.complete_claim(
+        tx, name, task_id, token, result, status_after=False, usage=spent, beside=beside
+    )
+    waiting = waiters.snapshot() if waiters is not None else []
+    view = team.view_from_beside(name, read)
+    return task, after_completion(tx, name, stream, waiting, ended_claim=ended, view=view)
+
+
+def complete_run(conn, now_ms: int, requests: list[tuple]) -> list[tuple]:
+    """The first statement of a run of Session completions merged into one (the
+    `Mergeable` of `Board.complete` for a Session op)."""
+    return tasks.complete_many(conn, now_ms, requests, team.view_beside_completions(conn))
 
 
 def serve_waiters(tx: Txn, waiters: Sequence[StreamView], *, besides: str = "") -> bool:

@@ -26,7 +26,7 @@ from .claims import (
 from .complete import complete, complete_claim, complete_many, fail, release, release_all, revoke
 from .create import create_batch
 from .ends import RETRY_JITTER, retry_wait_ms
-from .reclaim import clock_reached, extend_live_leases, note_clock, reclaim_expired
+from .reclaim import clock_reached, extend_live_leases, note_clock, reclaim_expired, stamp_clock
 from .rows import (
     ATTEMPTS_SHOWN,
     COMPLETED,
@@ -72,6 +72,7 @@ __all__ = [
     "clock_reached",
     "extend_live_leases",
     "note_clock",
+    "stamp_clock",
     "reclaim_expired",
     "ClaimRef",
     "PROGRESS_EVENT_SPACING_MS",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from ...errors import ClaimError
 from ...model import (
     ClaimEnd,
     ClaimEndReason,
@@ -69,8 +70,16 @@ def _seconds(ms: int) -> str:
 
 
 def note_clock(conn: sqlite3.Connection, now_ms: int) -> None:
-    """Records how far the daemon clock got (the writer's epilogue calls it); never goes back."""
+    """Records how far the daemon clock got; never goes back."""
     conn.execute(sql(conn).NOTE_CLOCK, (now_ms,))
+
+
+def stamp_clock(conn: sqlite3.Connection, now_ms: int, changed: bool, failures: list[BaseException]) -> None:
+    """The writer's epilogue: records how far the daemon clock got whenever a transaction
+    wrote or told a caller its claim was dead, so a restart never revives such a lease. A
+    gated Idle check does neither, and so still writes nothing."""
+    if changed or any(isinstance(error, ClaimError) for error in failures):
+        note_clock(conn, now_ms)
 
 
 def clock_reached(conn: sqlite3.Connection) -> int:
