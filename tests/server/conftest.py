@@ -1,6 +1,6 @@
 """Fixtures for the corrald server tests: a fake clock and a SQLite file. The board's tests,
 which run on both stores, are in tests/conformance; what is left here no store changes, or
-is SQLite's own machinery (marked `sqlite_only`)."""
+is SQLite's own machinery, on a SQLite file whatever `--store` says."""
 
 from __future__ import annotations
 

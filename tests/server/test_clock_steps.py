@@ -16,7 +16,7 @@ from tests.support import SteppingHost
 from tests.support.boardkit import SyncBoard, spec
 
 # SQLite's own machinery: its writer connection, its clock across restarts of one file.
-pytestmark = [pytest.mark.timeout(30), pytest.mark.sqlite_only]
+pytestmark = pytest.mark.timeout(30)
 
 LEASE = 10_000
 HOUR = 3_600_000

@@ -16,7 +16,7 @@ from corrald.store.sqlite.storage import open_writer
 from corrald.writer import CommitFailed, Writer
 from tests.support.boardkit import Blocker, SecondsClock
 
-pytestmark = [pytest.mark.timeout(30), pytest.mark.sqlite_only]
+pytestmark = pytest.mark.timeout(30)
 WAIT = 10  # seconds for any single future
 
 
