@@ -77,7 +77,9 @@ lint: $(STAMP)
 # time budget.
 # The conformance suite (tests/conformance) runs each of its tests on a SQLite and on a
 # PostgreSQL board by itself, whatever --store says: it runs here once, in neither
-# `--store postgres` list below.
+# `--store postgres` list below. It holds the board's tests (every store verb's
+# contract); tests/server keeps the daemon's parts no store changes (and SQLite's own
+# machinery), so it runs once too, on SQLite.
 PARALLEL_TESTS := tests/conformance tests/server tests/client tests/cli tests/e2e tests/contract tests/mcp tests/polyglot \
 	tests/web tests/bench tests/reliability
 TIMED_CONTRACT := admission big_batches big_cancels call_burst claim_ended idle_timeout leases memory \
@@ -88,7 +90,7 @@ TIMED_TESTS := tests/e2e/test_sdk_claim_ended.py $(patsubst %,tests/contract/tes
 LOAD_TESTS := tests/reliability/test_rel_load.py
 PAIRED_TESTS := $(filter-out $(addsuffix /,$(PARALLEL_TESTS)) tests/artifacts/,$(sort $(wildcard tests/*/))) $(TIMED_TESTS)
 
-# The board's tests and the wire contract suite's files that time nothing (but the full disk, which is SQLite's, and undecodable bytes, health and
+# The wire contract suite's files that time nothing (but the full disk, which is SQLite's, and undecodable bytes, health and
 # reflection, which no store touches; the hypothesis run of Sessions takes 200 examples
 # there, not 2,000) run again on PostgreSQL (`--store postgres`), with the files of
 # tests/postgres (several daemons, one board) that time nothing, and the reliability
@@ -102,7 +104,7 @@ POSTGRES_CONTRACT := activity_log attempts auth bad_input concurrency_keys ident
 	progress protocol_first reconnect request_ids restart serve session session_failpoints session_hypothesis team \
 	team_pages twin_completions usage_budget watch
 POSTGRES_RELIABILITY := $(patsubst %,tests/reliability/test_rel_%.py,commit_failures hostile security)
-POSTGRES_TESTS := tests/server $(patsubst %,tests/contract/test_%.py,$(POSTGRES_CONTRACT)) \
+POSTGRES_TESTS := $(patsubst %,tests/contract/test_%.py,$(POSTGRES_CONTRACT)) \
 	$(POSTGRES_RELIABILITY) $(POSTGRES_UNTIMED)
 # The contract suite's timed files that exercise the store (the Session races and
 # waiters, leases, attempt deadlines, the idle budget, big batches and cascades) and the

@@ -27,12 +27,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """On PostgreSQL, the tests of SQLite's own machinery are not collected (deselected, and
-    counted as such in pytest's summary): they have nothing to test there."""
+    counted as such in pytest's summary): they have nothing to test there. The conformance
+    suite picks its store by parametrisation instead (tests/conformance/conftest.py)."""
     if config.getoption("--store") != "postgres":
         return
     kept, dropped = [], []
     for item in items:
-        (dropped if item.get_closest_marker("sqlite_only") else kept).append(item)
+        own_store = "store" in getattr(item, "callspec", None).params if hasattr(item, "callspec") else False
+        (dropped if item.get_closest_marker("sqlite_only") and not own_store else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept

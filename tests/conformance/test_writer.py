@@ -30,8 +30,8 @@ from corrald.store.postgres.storage import DatabaseUnreachable, PgStorage
 from corrald.store.postgres.target import PgTarget
 from corrald.store.sqlite.storage import open_writer
 from corrald.writer import CommitFailed, Writer, job_owner
-from tests.server.boardkit import Blocker, SecondsClock
 from tests.support import wait_until, wait_until_async
+from tests.support.boardkit import Blocker, SecondsClock
 from tests.support.boards import qmarks
 from tests.support.postgres import run_database_dsn, scratch_schema
 

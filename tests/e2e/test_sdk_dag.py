@@ -77,6 +77,7 @@ def check_board(lead: corral.Lead, specs: list[corral.TaskSpec]) -> None:
             assert completed_at[dep][0] < claimed_at[spec.id][0], f"{spec.id} claimed before {dep} completed"
 
 
+# Kept beside the board-level run (tests/conformance/test_board_concurrency.py): this one is through the SDK.
 @pytest.mark.timeout(120)
 @pytest.mark.usefixtures("transport")
 def test_200_task_dag_with_20_threaded_teammates(lead: corral.Lead) -> None:

@@ -80,6 +80,7 @@ async def _lead(agent: Agent, tasks: list[dict[str, Any]], names: list[str]) -> 
     return events
 
 
+# Kept beside the board-level run (tests/conformance/test_board_concurrency.py): this one is through MCP bridges.
 @pytest.mark.timeout(90)
 def test_four_teammates_and_a_lead_finish_a_dag_over_stdio_exactly_once_in_order(board, secrets, mint, tmp) -> None:
     mates = [mint("team", roles=["dag"], require_plan_approval=(i == 0)) for i in range(TEAMMATES)]

@@ -184,6 +184,7 @@ def _what_is_left(board: SharedBoard, daemons: list[Daemon], workers: list[Worke
     return f"states {states}; stuck {stuck}; daemons {alive}; workers gone {idle}; errors {errors}\n{logs}"
 
 
+# Kept beside the board-level run (tests/conformance/test_board_concurrency.py): this one is across daemons, faulted.
 def test_three_daemons_under_mixed_faults_complete_every_task_once_and_answer_truthfully(
     own_server, own_board, tmp_path
 ):

@@ -29,8 +29,8 @@ from corrald.model import ClaimGrant, InboxItem, TaskState
 from corrald.store import protocol, tasks, team
 from corrald.store.postgres.target import PgTarget
 from corrald.stream import StreamState
-from tests.server.boardkit import SyncBoard, spec
 from tests.support import wait_until
+from tests.support.boardkit import SyncBoard, spec
 from tests.support.boards import qmarks
 from tests.support.postgres import backends_waiting_for_a_lock, fresh_schema, run_database_dsn
 

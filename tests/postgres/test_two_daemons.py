@@ -36,6 +36,7 @@ def _counts(daemon) -> dict[int, int]:
     return {pb.TaskState.Value(name): count for name, count in stats.tasks_by_state.items()}
 
 
+# Kept beside the board-level run (tests/conformance/test_board_concurrency.py): this one is through two daemons.
 @pytest.mark.timeout(RUN_S + 60)
 def test_a_dag_worked_through_two_daemons_is_done_exactly_once_in_dependency_order(shared_board):
     first, second = shared_board.daemon("a"), shared_board.daemon("b")

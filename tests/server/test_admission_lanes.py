@@ -9,7 +9,6 @@ import asyncio
 import dataclasses
 
 import pytest
-from boardkit import SecondsClock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +16,7 @@ from corrald import errors
 from corrald.overload.lanes import CallLanes, LaneConfig
 from corrald.overload.pacing import Pacer, PacingConfig
 from tests.support import wait_until_async
+from tests.support.boardkit import SecondsClock
 
 RUNNING, WAITING, TOTAL = 1, 2, 3
 NO_EXPIRY = LaneConfig(

@@ -8,15 +8,15 @@ from __future__ import annotations
 import logging
 
 import pytest
-from boardkit import SyncBoard, spec
 
 from corrald import errors
 from corrald.clock import FakeClock, SystemClock
 from corrald.model import TaskState
 from tests.support import SteppingHost
+from tests.support.boardkit import SyncBoard, spec
 
 # SQLite's own machinery: its writer connection, its clock across restarts of one file.
-pytestmark = [pytest.mark.timeout(30), pytest.mark.sqlite_only]
+pytestmark = pytest.mark.timeout(30)
 
 LEASE = 10_000
 HOUR = 3_600_000

@@ -12,7 +12,7 @@ from corrald.store.sqlite.storage import open_writer
 
 SCALARS = st.one_of(st.text(), st.integers(min_value=-(2**63), max_value=2**63 - 1), st.none())
 # SQLite writes simple events with json_object; PostgreSQL always takes json.dumps' path.
-pytestmark = pytest.mark.sqlite_only
+pytestmark = pytest.mark.timeout(30)
 
 VALUES = st.one_of(SCALARS, st.booleans(), st.lists(SCALARS, max_size=3), st.dictionaries(st.text(max_size=5), SCALARS))
 

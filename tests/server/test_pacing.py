@@ -9,12 +9,12 @@ import math
 import threading
 
 import pytest
-from boardkit import SecondsClock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corrald.overload.costs import CostLedger
 from corrald.overload.pacing import ACTIVE_S, HALF_LIFE_S, Pacer, PacingConfig
+from tests.support.boardkit import SecondsClock
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from boardkit import Blocker, SecondsClock
 
 from corrald import failpoints
 from corrald.clock import FakeClock
@@ -15,8 +14,9 @@ from corrald.config import WriterConfig
 from corrald.errors import CommitInDoubt
 from corrald.store.sqlite.storage import open_writer
 from corrald.writer import CommitFailed, Writer
+from tests.support.boardkit import Blocker, SecondsClock
 
-pytestmark = [pytest.mark.timeout(30), pytest.mark.sqlite_only]
+pytestmark = pytest.mark.timeout(30)
 WAIT = 10  # seconds for any single future
 
 

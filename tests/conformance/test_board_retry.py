@@ -5,12 +5,12 @@ why a PENDING task is not being worked."""
 from __future__ import annotations
 
 import pytest
-from boardkit import spec
 
 from corrald import errors
 from corrald.model import TaskState, TeammateAvailability
 from corrald.store import tasks
 from corrald.stream import StreamState
+from tests.support.boardkit import spec
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from boardkit import spec
 
 from corrald import errors, failpoints
 from corrald.model import TaskState, attempts_used
 from corrald.store import tasks
+from tests.support.boardkit import spec
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -6,13 +6,13 @@ as those of another daemon's commits do while this one's listener is down."""
 from __future__ import annotations
 
 import pytest
-from boardkit import spec
 
 from corrald.model import ClaimEnd, ClaimEndReason
 from corrald.reconcile import Reconciler
 from corrald.store import tasks, team
 from corrald.stream import Delivery
 from corrald.wake import WakeHub
+from tests.support.boardkit import spec
 from tests.support.waiting import wait_until_async
 
 pytestmark = pytest.mark.timeout(30)

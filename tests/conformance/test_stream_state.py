@@ -7,11 +7,11 @@ its own on the event loop; these tests play that interleaving step by step.
 from __future__ import annotations
 
 import pytest
-from boardkit import spec
 
 from corrald import delivery
 from corrald.model import Budget, BudgetExhausted, ClaimEnd, ClaimEndReason, Usage
 from corrald.stream import Check, Claims, StreamState
+from tests.support.boardkit import spec
 
 pytestmark = pytest.mark.timeout(30)
 

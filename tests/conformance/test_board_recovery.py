@@ -5,12 +5,12 @@ dead), commit failures reported as failures (invariant 6), and the read path.
 from __future__ import annotations
 
 import pytest
-from boardkit import spec
 
 from corrald import errors, failpoints
 from corrald.model import TaskState
 from corrald.stream import StreamState
 from corrald.writer import CommitFailed
+from tests.support.boardkit import spec
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from boardkit import spec
 
 from corrald import errors
 from corrald.config import HOUR_MS, KIB, MIB
 from corrald.model import TaskState
+from tests.support.boardkit import spec
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -8,12 +8,12 @@ import random
 import threading
 
 import pytest
-from boardkit import spec
 
 from corrald import delivery
 from corrald.model import ClaimGrant, TaskState
 from corrald.store import tasks
 from corrald.stream import StreamState
+from tests.support.boardkit import spec
 
 THREADS = 50
 LAYERS, WIDTH = 20, 100  # 2,000 tasks

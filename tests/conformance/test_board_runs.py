@@ -15,7 +15,6 @@ import json
 import time
 
 import pytest
-from boardkit import Blocker, spec
 
 from corrald import errors, failpoints
 from corrald.model import ClaimGrant, OpOutcome, TaskState
@@ -23,6 +22,7 @@ from corrald.requestids import OpKey
 from corrald.store.postgres.storage import BENCH_SWITCHES_ENV
 from corrald.stream import ParkedStreams, StreamState
 from corrald.writer import CommitFailed, job_owner
+from tests.support.boardkit import Blocker, spec
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -99,7 +99,7 @@ def handed(delivery) -> list[str]:
 
 
 @pytest.mark.parametrize("runs", ["on", "switched off"])
-def test_completions_queued_together_end_as_if_run_one_by_one(make_board, store_kind, monkeypatch, runs):
+def test_completions_queued_together_end_as_if_run_one_by_one(make_board, store, monkeypatch, runs):
     if runs == "switched off":  # the benchmark's switch: each completion its own statement
         monkeypatch.setenv(BENCH_SWITCHES_ENV, "merge")
     board = make_board()
@@ -127,10 +127,10 @@ def test_completions_queued_together_end_as_if_run_one_by_one(make_board, store_
     assert completions == list("abcdef")
     assert board.scalar("SELECT count(*) FROM session_ops") == 6
     # On PostgreSQL the six ran their completion in one statement; SQLite runs each alone.
-    assert run_together(board) - before == (6 if store_kind == "postgres" and runs == "on" else 0)
+    assert run_together(board) - before == (6 if store == "postgres" and runs == "on" else 0)
 
 
-def test_a_refused_completion_among_others_fails_alone_and_is_answered_again_from_its_record(board, store_kind):
+def test_a_refused_completion_among_others_fails_alone_and_is_answered_again_from_its_record(board, store):
     board.create(*(spec(task_id) for task_id in "abcd"))
     (m1, a, a_token), (m2, b, _), (m3, c, c_token), (m4, d, d_token) = team_holding(board, 4)
 
@@ -154,7 +154,7 @@ def test_a_refused_completion_among_others_fails_alone_and_is_answered_again_fro
     assert task.result == b"result of a"
     assert again[2][0].error is None and board.state(d) == TaskState.COMPLETED
     assert board.scalar("SELECT count(*) FROM session_ops") == 4
-    assert run_together(board) - before == (3 if store_kind == "postgres" else 0)
+    assert run_together(board) - before == (3 if store == "postgres" else 0)
 
 
 def test_a_completion_failing_after_its_share_of_the_run_leaves_nothing_behind(board):

@@ -7,11 +7,11 @@
 from __future__ import annotations
 
 import pytest
-from boardkit import spec
 
 from corrald import errors
 from corrald.model import ClaimGrant, InboxItem
 from corrald.stream import Claims, StreamState
+from tests.support.boardkit import spec
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -7,12 +7,12 @@ import json
 import math
 
 import pytest
-from boardkit import spec
 
 from corrald import errors
 from corrald.model import Event
 from corrald.service import convert
 from corrald.store.tasks import PROGRESS_EVENT_SPACING_MS
+from tests.support.boardkit import spec
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -8,13 +8,13 @@ import hashlib
 import json
 
 import pytest
-from boardkit import spec
 
 from corrald import errors, validate
 from corrald.config import Limits
 from corrald.model import ConcurrencyLimit, TaskState
 from corrald.store import keys, tasks
 from corrald.stream import StreamState
+from tests.support.boardkit import spec
 
 pytestmark = pytest.mark.timeout(30)
 

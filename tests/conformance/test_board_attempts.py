@@ -4,12 +4,12 @@ on a real board with a fake clock: every way a claim ends, the bound, restart.""
 from __future__ import annotations
 
 import pytest
-from boardkit import spec
 
 from corrald import errors
 from corrald.model import AttemptRecord, ClaimOutcome, TaskState
 from corrald.store import tasks
 from corrald.stream import StreamState
+from tests.support.boardkit import spec
 
 pytestmark = pytest.mark.timeout(30)
 

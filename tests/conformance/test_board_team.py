@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from boardkit import LEAD_TOKEN, spec
 
 from corrald import errors
 from corrald.config import Limits
 from corrald.credentials import Identity
 from corrald.model import TaskState, TeammateStatus
 from corrald.stream import StreamState
+from tests.support.boardkit import LEAD_TOKEN, spec
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -8,10 +8,10 @@ default client accepts.
 from __future__ import annotations
 
 import pytest
-from boardkit import spec
 
 from corrald.service import convert
 from corrald.store import tasks
+from tests.support.boardkit import spec
 
 pytestmark = pytest.mark.timeout(30)
 

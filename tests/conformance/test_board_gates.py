@@ -5,12 +5,12 @@ and retry backoff)."""
 from __future__ import annotations
 
 import pytest
-from boardkit import spec
 
 from corrald import errors
 from corrald.config import Limits
 from corrald.model import TaskState
 from corrald.store import tasks
+from tests.support.boardkit import spec
 
 pytestmark = pytest.mark.timeout(30)
 

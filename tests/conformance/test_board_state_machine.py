@@ -23,11 +23,17 @@ import shutil
 import tempfile
 
 import pytest
-from boardkit import SyncBoard, spec
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.internal.conjecture import engine as hypothesis_engine
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from corrald import errors
 from corrald.clock import FakeClock
@@ -35,6 +41,7 @@ from corrald.config import WriterConfig
 from corrald.model import Budget, BudgetExhausted, ClaimGrant, TaskState, Usage
 from corrald.store import tasks as store_tasks
 from corrald.stream import StreamState
+from tests.support.boardkit import SyncBoard, spec
 
 PENDING, IN_PROGRESS, COMPLETED, FAILED, CANCELED = (
     TaskState.PENDING,
@@ -260,13 +267,13 @@ class Model:
 
 
 class BoardMachine(RuleBasedStateMachine):
-    def __init__(self) -> None:
+    def __init__(self, store: str = "sqlite") -> None:
         super().__init__()
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="corral-sm-"))
         self.clock = FakeClock()
         where: object = self.dir / "corral.sqlite3"
         self.schema = contextlib.ExitStack()
-        if _STORE["kind"] == "postgres":  # a schema of the run's database of its own per example
+        if store == "postgres":  # a schema of the run's database of its own per example
             from corrald.store.postgres.target import PgTarget
             from tests.support.postgres import board_schema, run_database_dsn
 
@@ -732,7 +739,7 @@ class BoardMachine(RuleBasedStateMachine):
         }
 
 
-BoardMachine.TestCase.settings = settings(
+SETTINGS = settings(
     max_examples=100,
     stateful_step_count=40,
     deadline=None,
@@ -740,21 +747,8 @@ BoardMachine.TestCase.settings = settings(
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-
-
-# The store the machine's boards are on (`--store`); set for each test by `_on_the_store`.
-_STORE = {"kind": "sqlite"}
 # A PostgreSQL example costs several times a SQLite one: fewer of them.
 POSTGRES_EXAMPLES = 25
-
-
-@pytest.fixture(autouse=True)
-def _on_the_store(store_kind, monkeypatch):
-    monkeypatch.setitem(_STORE, "kind", store_kind)
-    if store_kind == "postgres":
-        monkeypatch.setattr(
-            BoardMachine.TestCase, "settings", settings(BoardMachine.TestCase.settings, max_examples=POSTGRES_EXAMPLES)
-        )
 
 
 @pytest.fixture(autouse=True)
@@ -769,5 +763,6 @@ def _bounded_shrinking(monkeypatch):
 
 
 @pytest.mark.timeout(110, method="thread")
-class TestBoardStateMachine(BoardMachine.TestCase):
-    pass
+def test_board_state_machine(store):
+    examples = POSTGRES_EXAMPLES if store == "postgres" else SETTINGS.max_examples
+    run_state_machine_as_test(lambda: BoardMachine(store), settings=settings(SETTINGS, max_examples=examples))

@@ -8,12 +8,12 @@ import dataclasses
 import logging
 
 import pytest
-from boardkit import spec
 
 from corrald import activity, errors, validate
 from corrald.config import Limits
 from corrald.model import ClaimEnd, ClaimEndReason, ClaimOutcome, TaskState, Txn
 from corrald.store import claim_ends, tasks, team
+from tests.support.boardkit import spec
 
 pytestmark = pytest.mark.timeout(30)
 

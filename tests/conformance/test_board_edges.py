@@ -4,10 +4,10 @@ results, within 4 MiB in all, and names the ones left out."""
 from __future__ import annotations
 
 import pytest
-from boardkit import spec
 
 from corrald.config import DEPENDENCY_RESULTS_MAX_BYTES, MIB
 from corrald.stream import StreamState
+from tests.support.boardkit import spec
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -4,10 +4,10 @@ out with the claim; anything else is refused with the field, nothing written."""
 from __future__ import annotations
 
 import pytest
-from boardkit import spec as base_spec
 
 from corrald import errors
 from corrald.model import TaskSpec
+from tests.support.boardkit import spec as base_spec
 
 pytestmark = pytest.mark.timeout(30)
 

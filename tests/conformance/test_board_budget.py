@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from boardkit import spec
 
 from corrald import errors
 from corrald.model import Budget, BudgetExhausted, ClaimGrant, Usage
 from corrald.stream import ParkedStreams, StreamState
+from tests.support.boardkit import spec
 
 pytestmark = pytest.mark.timeout(30)
 
