@@ -45,10 +45,11 @@ def _grow(database, start: int, stop: int) -> float:
     from corrald import validate  # noqa: PLC0415 (server internals only for the build)
     from corrald.config import Limits  # noqa: PLC0415
     from corrald.model import TaskSpec, Txn  # noqa: PLC0415
-    from corrald.store import schema, tasks  # noqa: PLC0415
+    from corrald.store import tasks  # noqa: PLC0415
+    from corrald.store.sqlite import storage  # noqa: PLC0415
 
     started = time.perf_counter()
-    conn = schema.open_writer(database, synchronous="OFF")
+    conn = storage.open_writer(database, synchronous="OFF")
     try:
         for low in range(start, stop, BUILD_BATCH):
             raw = [

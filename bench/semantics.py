@@ -71,14 +71,15 @@ def _build(database: pathlib.Path, ready: int, delayed: int, keys: int, key_limi
     from corrald.config import Limits  # noqa: PLC0415
     from corrald.model import Txn  # noqa: PLC0415
     from corrald.store import keys as store_keys  # noqa: PLC0415
-    from corrald.store import schema, tasks, team  # noqa: PLC0415
+    from corrald.store import tasks, team  # noqa: PLC0415
+    from corrald.store.sqlite import storage  # noqa: PLC0415
 
     started = time.perf_counter()
     now_ms = time.time_ns() // 1_000_000
     # The delayed tasks come first: ahead of every ready task in board order.
     specs = [_spec(f"d{i}", not_before_ms=now_ms + DELAY_MS) for i in range(delayed)]
     specs += [_spec(f"r{i}", key=f"k{(i // KEY_RUN) % keys}" if keys else "") for i in range(ready)]
-    conn = schema.open_writer(database, synchronous="OFF")
+    conn = storage.open_writer(database, synchronous="OFF")
     try:
         conn.execute("BEGIN IMMEDIATE")
         tx = Txn(conn, now_ms)

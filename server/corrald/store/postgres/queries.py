@@ -173,6 +173,8 @@ EXPIRED_LEASES = (
     "t.id, c.token, t.concurrency_key, t.attempt_deadline_ms IS NOT NULL AND t.lease_expire_ms >= "
     "t.attempt_deadline_ms, t.attempt_timeout_ms FROM tasks AS t JOIN claims AS c ON c.fence = "
     f"t.live_fence WHERE t.state = {_IN_PROGRESS} AND t.lease_expire_ms <= %s) AS e ON 1 = 1"
+    # Reclaimed, and their notices told, in the order the leases ended.
+    " ORDER BY e.lease_expire_ms, e.seq"
 )
 NOTE_EXPIRY = "UPDATE teammates SET last_expiry_ms = GREATEST(last_expiry_ms, %s) WHERE name = %s"
 NOTE_CLOCK = "UPDATE meta SET value = GREATEST(value, %s) WHERE key = 'clock_ms'"

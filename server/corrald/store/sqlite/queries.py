@@ -171,6 +171,8 @@ EXPIRED_LEASES = (
     " t.attempt, t.lease_expire_ms, t.id, c.token, t.concurrency_key, t.attempt_deadline_ms IS NOT NULL"
     " AND t.lease_expire_ms >= t.attempt_deadline_ms, t.attempt_timeout_ms FROM tasks AS t JOIN claims AS c"
     f" ON c.fence = t.live_fence WHERE t.state = {_IN_PROGRESS} AND t.lease_expire_ms <= ?) AS e ON 1 = 1"
+    # Reclaimed, and their notices told, in the order the leases ended.
+    " ORDER BY e.lease_expire_ms, e.seq"
 )
 NOTE_EXPIRY = "UPDATE teammates SET last_expiry_ms = max(last_expiry_ms, ?) WHERE name = ?"
 NOTE_CLOCK = "UPDATE meta SET value = max(value, ?) WHERE key = 'clock_ms'"
