@@ -12,9 +12,12 @@ import contextlib
 import dataclasses
 import importlib.resources
 import os
+import select
 import shlex
+import signal
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -34,6 +37,7 @@ SAMPLE_DAG = "sample_dag.toml"
 # sun_path holds 108 bytes on Linux, 104 on macOS, including the final NUL.
 MAX_SOCKET_PATH = 103
 TICK_SECONDS = 0.1
+INTERRUPT_CHECK_S = 0.1  # how often the last prompt looks for a Ctrl-C that came between its selects
 SHUTDOWN_GRACE_SECONDS = 30.0
 
 
@@ -277,15 +281,34 @@ def _pause(prompt: str, *, interrupt_goes_on: bool = False) -> None:
 
     With `interrupt_goes_on`, Ctrl-C is an answer too (the run is over: all that is left
     is to stop the daemon, cleanly, which Ctrl-C's SIGINT to corrald starts as well)."""
-    if sys.stdin.isatty() and sys.stdout.isatty():
-        try:
-            input(f"  {prompt} ")
-        except EOFError:
-            pass
-        except KeyboardInterrupt:
-            if not interrupt_goes_on:
-                raise
-            print(flush=True)  # the prompt's line ends after the ^C
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        return
+    if interrupt_goes_on:
+        _wait_for_enter_or_interrupt(prompt)
+        return
+    try:
+        input(f"  {prompt} ")
+    except EOFError:
+        pass
+
+
+def _wait_for_enter_or_interrupt(prompt: str) -> None:
+    """Waits for a line on stdin or a SIGINT. Not `input()`: a SIGINT that lands after
+    the prompt is written but before the read begins is only seen at the next key, so a
+    quick Ctrl-C would leave the demo waiting; here the handler sets a flag the wait
+    looks at between short selects."""
+    interrupted = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: interrupted.set())
+    try:
+        print(f"  {prompt} ", end="", flush=True)
+        while not interrupted.is_set():
+            readable, _, _ = select.select([sys.stdin], [], [], INTERRUPT_CHECK_S)
+            if readable:
+                sys.stdin.readline()
+                return
+        print(flush=True)  # the prompt's line ends after the ^C
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @dataclasses.dataclass(frozen=True)
