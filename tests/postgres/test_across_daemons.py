@@ -317,7 +317,13 @@ def test_list_teammates_and_stats_say_who_serves_and_how_the_store_is(shared_boa
     mate = a.add_teammate("served")
     stream = b.client(mate.token, "served").idle(poll_interval=SLOW_POLL_S)
     b.wait_open_streams(1)
-    listed = {t.name: t for t in a.lead.board.ListTeammates(pb.ListTeammatesRequest()).teammates}
+
+    def listed_by_a() -> dict[str, pb.Teammate]:
+        return {t.name: t for t in a.lead.board.ListTeammates(pb.ListTeammatesRequest()).teammates}
+
+    # The stream counts as open before its opening's write (online, served by b) commits.
+    wait_until(lambda: listed_by_a()["served"].daemon, 15, "the teammate listed as served")
+    listed = listed_by_a()
     daemons = json.loads(json.dumps([row[0] for row in shared_board.sql("SELECT id FROM daemons ORDER BY id")]))
     assert listed["served"].daemon in daemons and f":{b.pid}:" in listed["served"].daemon
     # A daemon's listener connects, and reconnects, on its own time, after it serves.
