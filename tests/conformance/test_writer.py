@@ -39,13 +39,6 @@ pytestmark = pytest.mark.timeout(30)
 WAIT = 10  # seconds for any single future
 
 
-@pytest.fixture(autouse=True)
-def _no_failpoints():
-    failpoints.disable()
-    yield
-    failpoints.disable()
-
-
 @pytest.fixture
 def timer() -> SecondsClock:
     return SecondsClock()

@@ -15,7 +15,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from corrald.model import ClaimEnd, ClaimEndReason, ClaimGrant, TaskRecord, TaskState
+from corrald.model import ClaimEnd, ClaimEndReason, ClaimGrant
 from corrald.stream import (
     NEXT_PHASES,
     Check,
@@ -27,6 +27,7 @@ from corrald.stream import (
     StreamState,
     claims_after,
 )
+from tests.support.boardkit import claim_grant
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -130,34 +131,6 @@ def test_an_ended_stream_leaves_the_line_of_waiting_streams():
 TOKENS = [f"t{i}" for i in range(6)]
 
 
-def _grant(token: str) -> ClaimGrant:
-    task = TaskRecord(
-        seq=1,
-        id=token,
-        title="",
-        description="",
-        payload=b"",
-        depends_on=(),
-        priority=0,
-        required_role="",
-        max_attempts=1,
-        lease_ms=1000,
-        state=TaskState.IN_PROGRESS,
-        owner="w1",
-        attempt=1,
-        result=b"",
-        error="",
-        create_ms=0,
-        lease_expire_ms=0,
-        finish_ms=None,
-        not_before_ms=None,
-        retry_backoff_ms=0,
-        retry_backoff_max_ms=0,
-        ready_ms=None,
-    )
-    return ClaimGrant(task, token, 0, 1, 1)
-
-
 class StreamMachine(RuleBasedStateMachine):
     """What the loop, the wake hub and the board's callers do to one stream, in any order."""
 
@@ -208,7 +181,7 @@ class StreamMachine(RuleBasedStateMachine):
     @rule(token=st.sampled_from(TOKENS))
     def the_loop_sends_a_claim(self, token):
         if token not in self.told:
-            self.stream.mark_sent([_grant(token)])
+            self.stream.mark_sent([claim_grant(token, task_id=token)])
 
     @rule(to=st.sampled_from(list(Phase)))
     def any_move(self, to):
@@ -225,7 +198,9 @@ class StreamMachine(RuleBasedStateMachine):
 
     @rule(token=st.sampled_from(TOKENS), can_claim=st.sampled_from([None, False, True]))
     def a_handoff_arrives(self, token, can_claim):
-        self.stream.hand(Delivery([_grant(token)], frozenset(), can_claim=can_claim, claims_paused=False))
+        self.stream.hand(
+            Delivery([claim_grant(token, task_id=token)], frozenset(), can_claim=can_claim, claims_paused=False)
+        )
 
     @rule(token=st.sampled_from(TOKENS))
     def a_claim_ends_under_it(self, token):

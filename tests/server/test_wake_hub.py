@@ -8,9 +8,10 @@ import threading
 
 import pytest
 
-from corrald.model import ClaimEnd, ClaimEndReason, ClaimGrant, TaskRecord, TaskState, Wakes
+from corrald.model import ClaimEnd, ClaimEndReason, Wakes
 from corrald.stream import Check, Claims, Delivery, Phase
 from corrald.wake import WakeHub
+from tests.support.boardkit import claim_grant
 
 pytestmark = pytest.mark.timeout(15)
 
@@ -218,8 +219,8 @@ def test_claim_ended_reaches_only_the_holders_open_stream_even_as_it_ends():
     async def test(hub, _):
         held = hub.register("w1", ())
         other = hub.register("w2", ())
-        held.mark_sent([_grant("dead"), _grant("alive")])
-        held.mailbox.handoffs.append(_grant("dead"))  # handed, not yet sent: it must never go out
+        held.mark_sent([claim_grant("dead"), claim_grant("alive")])
+        held.mailbox.handoffs.append(claim_grant("dead"))  # handed, not yet sent: it must never go out
         end = ClaimEnd("t", "dead", ClaimEndReason.TEAMMATE_REMOVED, "removed")
         wakes = Wakes(claims_ended={"w1": [end], "w3": [end]}, ended={"w1": "removed"})
         hub.apply(wakes)  # "w3" has no open stream: nothing to tell, nothing fails
@@ -229,31 +230,3 @@ def test_claim_ended_reaches_only_the_holders_open_stream_even_as_it_ends():
         assert other.mailbox.notices == [] and not other.event.is_set()
 
     run(test)
-
-
-def _grant(token: str):
-    record = TaskRecord(
-        seq=1,
-        id="t",
-        title="",
-        description="",
-        payload=b"",
-        depends_on=(),
-        priority=0,
-        required_role="",
-        max_attempts=1,
-        lease_ms=1000,
-        state=TaskState.IN_PROGRESS,
-        owner="w1",
-        attempt=1,
-        result=b"",
-        error="",
-        create_ms=0,
-        lease_expire_ms=0,
-        finish_ms=None,
-        not_before_ms=None,
-        retry_backoff_ms=0,
-        retry_backoff_max_ms=0,
-        ready_ms=None,
-    )
-    return ClaimGrant(record, token, 0, 1, 1)

@@ -32,6 +32,36 @@ LEAD_TOKEN = "t"
 CALL_TIMEOUT = 20.0  # seconds; a hung writer fails the test instead of hanging it
 
 
+def claim_grant(token: str, task_id: str = "t") -> ClaimGrant:
+    """A claim of `task_id` by w1 with `token`, made by hand for the stream and wake-hub tests
+    (which never reach a store)."""
+    record = TaskRecord(
+        seq=1,
+        id=task_id,
+        title="",
+        description="",
+        payload=b"",
+        depends_on=(),
+        priority=0,
+        required_role="",
+        max_attempts=1,
+        lease_ms=1000,
+        state=TaskState.IN_PROGRESS,
+        owner="w1",
+        attempt=1,
+        result=b"",
+        error="",
+        create_ms=0,
+        lease_expire_ms=0,
+        finish_ms=None,
+        not_before_ms=None,
+        retry_backoff_ms=0,
+        retry_backoff_max_ms=0,
+        ready_ms=None,
+    )
+    return ClaimGrant(record, token, 0, 1, 1)
+
+
 def spec(
     task_id: str,
     *deps: str,
