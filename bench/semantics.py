@@ -130,10 +130,11 @@ class _Board:
         return took
 
     def complete_oldest(self) -> None:
+        from corrald.model import Completion  # noqa: PLC0415
         from corrald.store import tasks  # noqa: PLC0415
 
         task_id, token = self.held.popleft()
-        self.writer.call(lambda tx: tasks.complete(tx, TEAMMATE, task_id, token, b""), TIMEOUT_S)
+        self.writer.call(lambda tx: tasks.complete(tx, Completion(TEAMMATE, task_id, token, b"")), TIMEOUT_S)
 
     def cycles(self, count: int) -> list[float]:
         while len(self.held) < WINDOW:

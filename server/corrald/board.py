@@ -31,10 +31,12 @@ from .model import (
     AttemptRecord,
     Budget,
     CanceledTask,
+    Completion,
     ConcurrencyLimit,
     CreatedBatch,
     FeedPage,
     Mergeable,
+    OpCompletion,
     OpOutcome,
     TaskPage,
     TaskRecord,
@@ -433,24 +435,22 @@ class Board:
         with the task as it stands, and no handoff."""
         validate.result(result, self.limits)
         spent = validate.usage(reported, self.limits)
+        completion = Completion(name, task_id, token, result)
         if stream is None:
             assert op is None, "a Session op completes from its stream"
-            task = await self.writer.run(lambda tx: tasks.complete(tx, name, task_id, token, result, spent))
+            task = await self.writer.run(lambda tx: tasks.complete(tx, completion, spent))
             return Completed(task, None)
-        request = (task_id, token, result)
 
         def body(tx: Txn) -> Completed:
-            return Completed(*delivery.complete_then_next(tx, name, request, stream, waiters, spent))
+            return Completed(*delivery.complete_then_next(tx, completion, stream, waiters, spent))
 
         if op is None:
             return await self.writer.run(body)
-        # The completion's statement writes the op's record (store/ops.py); without usage
-        # to charge, it may run with the statements of the completions queued beside it.
+        # The completion's step writes the op's record (store/ops.py); without usage to
+        # charge, the driver may run it with the completions queued beside it.
         merge = None
         if spent is None:
-            merge = Mergeable(
-                delivery.complete_run, (name, op.op_id, op.digest, *request), name, delivery.views_touched
-            )
+            merge = self.driver.merged_completion(OpCompletion(op.op_id, op.digest, completion), delivery.views_touched)
         return await self._once(
             name, op, body, lambda tx, _: Completed(tasks.get_task(tx.conn, task_id), None), True, merge
         )

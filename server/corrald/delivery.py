@@ -24,13 +24,25 @@ import dataclasses
 import sqlite3
 from collections.abc import Sequence
 
-from .model import BudgetExhausted, ClaimGrant, HandedClaim, TaskRecord, TeammateView, Txn, Usage, Wakes
+from .model import (
+    BudgetExhausted,
+    ClaimGrant,
+    ClaimRef,
+    Completion,
+    DeliveryView,
+    HandedClaim,
+    TaskRecord,
+    TeammateView,
+    Txn,
+    Usage,
+    Wakes,
+)
 from .store import gates, inbox, status, tasks, team, usage
 from .stream import Delivery, ParkedStreams, StreamItem, StreamView
 
 
 def next_for_teammate(
-    tx: Txn, name: str, stream: StreamView, *, busy: bool = False, view: team.DeliveryView | None = None
+    tx: Txn, name: str, stream: StreamView, *, busy: bool = False, view: DeliveryView | None = None
 ) -> Delivery:
     """What to send now, in order; no items means "wait". `busy`: its status is stored
     busy already (see `tasks.claim_next`). `view`: the teammate's delivery view as the
@@ -50,8 +62,7 @@ def next_for_teammate(
 
 def complete_then_next(
     tx: Txn,
-    name: str,
-    request: tuple[str, str, bytes],
+    completion: Completion,
     stream: StreamView,
     waiters: ParkedStreams | None,
     spent: Usage | None = None,
@@ -60,22 +71,12 @@ def complete_then_next(
     snapshots as the line holds them when the job runs) first, then the teammate's next
     item, decided from `stream`, its stream's snapshot. Its usage is counted first, so a
     completion that spends the budget hands off nothing."""
-    task_id, token, result = request
-    # `beside`: the teammate's delivery view, read in the completion's own statement
-    # where the completion is one statement (PostgreSQL), so the handoff reads it for free.
-    beside = team.view_beside_completion(tx.conn, name, tx.now_ms)
-    task, ended, read = tasks.complete_claim(
-        tx, name, task_id, token, result, status_after=False, usage=spent, beside=beside
-    )
+    # The teammate's delivery view comes with the completion where the driver reads it in
+    # the completion's own step (PostgreSQL), so the handoff reads it for free.
+    done = tasks.complete_claim(tx, completion, status_after=False, usage=spent, view_after=True)
     waiting = waiters.snapshot() if waiters is not None else []
-    view = team.view_from_beside(name, read)
-    return task, after_completion(tx, name, stream, waiting, ended_claim=ended, view=view)
-
-
-def complete_run(conn, now_ms: int, requests: list[tuple]) -> list[tuple]:
-    """The first statement of a run of Session completions merged into one (the
-    `Mergeable` of `Board.complete` for a Session op)."""
-    return tasks.complete_many(conn, now_ms, requests, team.view_beside_completions(conn))
+    handoff = after_completion(tx, completion.teammate, stream, waiting, ended_claim=done.ended_claim, view=done.view)
+    return done.task, handoff
 
 
 def serve_waiters(tx: Txn, waiters: Sequence[StreamView], *, besides: str = "") -> bool:
@@ -112,7 +113,7 @@ def after_completion(
     waiters: Sequence[StreamView],
     *,
     ended_claim: bool,
-    view: team.DeliveryView | None = None,
+    view: DeliveryView | None = None,
 ) -> Delivery:
     """The completing teammate's next item, decided in its completion's job (which ran
     `tasks.complete_claim` with `status_after=False`; `ended_claim` is what it
@@ -198,12 +199,12 @@ def readable(conn: sqlite3.Connection, name: str, stream: StreamView, now_ms: in
 class _Checked:
     found: Delivery | None  # None when step 4 may claim
     teammate: TeammateView
-    held: list[tasks.ClaimRef]  # its live claims
+    held: list[ClaimRef]  # its live claims
     live: frozenset[str]  # their tokens
 
 
 def _before_claim(
-    conn: sqlite3.Connection, name: str, stream: StreamView, now_ms: int, view: team.DeliveryView | None = None
+    conn: sqlite3.Connection, name: str, stream: StreamView, now_ms: int, view: DeliveryView | None = None
 ) -> _Checked:
     """Steps 1–3, on `view` if the caller read it already."""
     teammate, held = view if view is not None else team.view_for_delivery(conn, name, now_ms)
@@ -240,7 +241,7 @@ def _before_claim(
     return _Checked(None, teammate, held, live)
 
 
-def _taken(held: list[tasks.ClaimRef], live: frozenset[str], stream: StreamView) -> int:
+def _taken(held: list[ClaimRef], live: frozenset[str], stream: StreamView) -> int:
     """Slots taken: its live claims, and the claims whose slots the teammate has not freed
     (a stream opened with hold_slots_until_freed) that are not live any more."""
     return len(held) + len(stream.busy_tokens - live)

@@ -314,6 +314,24 @@ class TeammateView:
     stream_epoch: int = 0  # its newest stream's (team.set_online)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClaimRef:
+    """A live claim, without the task: enough to decide whether to re-send it."""
+
+    task_seq: int
+    token: str
+    lease_expire_ms: int
+    attempt: int
+    fence: int
+
+
+class DeliveryView(typing.NamedTuple):
+    """What the delivery decision needs of a teammate, and its live claims."""
+
+    teammate: TeammateView
+    held: list[ClaimRef]
+
+
 # The event kinds about one task, whose data is the task's mutable part (the
 # rest is joined from the task's row when read): a change of state, and
 # progress sent by its holder.
@@ -480,6 +498,25 @@ class Txn:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Completion:
+    """A holder's completion of its claim, as CompleteTask and a Session op carry it."""
+
+    teammate: str
+    task_id: str
+    token: str
+    result: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OpCompletion:
+    """A Session op's completion: its op id and digest name the record written with it."""
+
+    op_id: str
+    digest: bytes
+    completion: Completion
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Mergeable:
     """What a job's first statement needs, for a writer that runs that statement once for
     a run of such jobs queued one after another (`run_many(conn, now_ms, requests)`: one
@@ -510,7 +547,7 @@ class RanAhead:
 @dataclasses.dataclass(slots=True)
 class PendingOpRecord:
     """A Session op's record, written by the first statement of the op's body instead of
-    a statement of its own (store/ops.py `run_once`): `params` go to `ops.RECORD_CLAUSE`.
+    a statement of its own (store/ops.py `run_once`): `params` go to store/postgres/fused.py's `RECORD_CLAUSE`.
     `seq` is the record's once written, and `changes` the connection's count of rows
     changed then (what the body wrote after it is what `run_once` must not lose)."""
 

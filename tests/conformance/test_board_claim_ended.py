@@ -11,7 +11,7 @@ import pytest
 
 from corrald import activity, errors, validate
 from corrald.config import Limits
-from corrald.model import ClaimEnd, ClaimEndReason, ClaimOutcome, TaskState, Txn
+from corrald.model import ClaimEnd, ClaimEndReason, ClaimOutcome, Completion, TaskState, Txn
 from corrald.store import claim_ends, tasks, team
 from tests.support.boardkit import spec
 
@@ -63,7 +63,7 @@ def test_a_holder_ending_its_own_claim_gets_no_notice(board, clock):
     board.add("w1")
     board.create(spec("a", lease_ms=LEASE), spec("b", lease_ms=LEASE), spec("c", lease_ms=LEASE))
     ga, gb, gc = board.claim("w1"), board.claim("w1"), board.claim("w1")
-    assert _ended_by(board, lambda tx: tasks.complete(tx, "w1", "a", ga.token, b"")) == {}
+    assert _ended_by(board, lambda tx: tasks.complete(tx, Completion("w1", "a", ga.token, b""))) == {}
     assert _ended_by(board, lambda tx: tasks.fail(tx, "w1", "b", gb.token, "no", True)) == {}
     assert _ended_by(board, lambda tx: tasks.release(tx, "w1", "c", gc.token)) == {}
 
@@ -86,7 +86,7 @@ def test_the_claim_history_gives_back_each_notice_its_commit_gave(board, clock):
         lambda tx: tasks.cancel(tx, ["can"]),
         lambda tx: tasks.revoke(tx, "rev", "not this way"),
         lambda tx: team.remove_teammate(tx, "w1"),
-        lambda tx: tasks.complete(tx, "w2", "done", held["done"], b""),
+        lambda tx: tasks.complete(tx, Completion("w2", "done", held["done"], b"")),
     ):
         for holder, ends in _ended_by(board, job).items():
             notices.setdefault(holder, []).extend(ends)

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from corrald import delivery
-from corrald.model import ClaimGrant, TaskState
+from corrald.model import ClaimGrant, Completion, TaskState
 from corrald.store import tasks
 from corrald.stream import StreamState
 from tests.support.boardkit import spec
@@ -79,7 +79,7 @@ def test_fifty_threads_complete_a_dag_exactly_once_in_dependency_order(board):
 
     def complete_job(name: str, grant: ClaimGrant):
         def job(tx):
-            tasks.complete(tx, name, grant.task.id, grant.token, f"{name}:{grant.task.id}".encode())
+            tasks.complete(tx, Completion(name, grant.task.id, grant.token, f"{name}:{grant.task.id}".encode()))
             return sum(tx.wakes.ready_roles.values())  # how many tasks this made ready
 
         return job

@@ -11,7 +11,7 @@ import pytest
 
 from corrald import errors, validate
 from corrald.config import Limits
-from corrald.model import ConcurrencyLimit, TaskState
+from corrald.model import Completion, ConcurrencyLimit, TaskState
 from corrald.store import keys, tasks
 from corrald.stream import StreamState
 from tests.support.boardkit import spec
@@ -81,7 +81,7 @@ def test_a_plain_claim_and_completion_ask_nothing_of_the_keys(team):
         tx.conn.set_trace_callback(statements.append)
         try:
             grant = tasks.claim_next(tx, "w1", ())
-            tasks.complete(tx, "w1", "plain", grant.token, b"ok")
+            tasks.complete(tx, Completion("w1", "plain", grant.token, b"ok"))
         finally:
             tx.conn.set_trace_callback(None)
 
@@ -97,7 +97,7 @@ def test_a_freed_slot_lets_the_next_task_of_the_key_be_claimed_and_wakes_its_tak
     assert team.claim("w2") is None
     token, task_id = held.token, held.task.id
     ends = {
-        "complete": lambda tx: tasks.complete(tx, "w1", task_id, token, b"ok"),
+        "complete": lambda tx: tasks.complete(tx, Completion("w1", task_id, token, b"ok")),
         "fail": lambda tx: tasks.fail(tx, "w1", task_id, token, "flaky", True),
         "final_fail": lambda tx: tasks.fail(tx, "w1", task_id, token, "broken", False),
         "release": lambda tx: tasks.release(tx, "w1", task_id, token),
@@ -124,7 +124,7 @@ def test_a_freed_slot_of_a_key_still_over_its_limit_wakes_nobody(team):
     grants = [team.claim(name) for name in ("w1", "w2")]
     team.set_limit("k", 1)  # lowered below what is IN_PROGRESS
     assert team.claim("w3") is None
-    woke = _freeing(team, lambda tx: tasks.complete(tx, "w1", grants[0].task.id, grants[0].token, b""))
+    woke = _freeing(team, lambda tx: tasks.complete(tx, Completion("w1", grants[0].task.id, grants[0].token, b"")))
     assert woke == {}
     assert team.claim("w3") is None, "still at its limit"
     team.complete("w2", grants[1].task.id, grants[1].token)

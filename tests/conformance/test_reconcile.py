@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from corrald.model import ClaimEnd, ClaimEndReason
+from corrald.model import ClaimEnd, ClaimEndReason, Completion
 from corrald.reconcile import Reconciler
 from corrald.store import tasks, team
 from corrald.stream import Delivery
@@ -35,7 +35,7 @@ def test_claims_ended_unheard_are_told_once_in_claim_order_and_the_holders_own_e
 
     board.call(lambda tx: tasks.revoke(tx, "rev", "taken back"))
     board.call(lambda tx: tasks.cancel(tx, ["can"]))
-    board.call(lambda tx: tasks.complete(tx, "w1", "own", tokens["own"], b""))
+    board.call(lambda tx: tasks.complete(tx, Completion("w1", "own", tokens["own"], b"")))
     # A check ran before anyone told it: it found "can" gone, and forgot it had sent it.
     stream.learned(Delivery([], frozenset({tokens["rev"], tokens["own"], tokens["live"]})))
     assert tokens["can"] not in stream.sent_tokens

@@ -25,7 +25,7 @@ import pytest
 from corrald import delivery, validate
 from corrald.clock import FakeClock
 from corrald.config import Limits
-from corrald.model import ClaimGrant, InboxItem, TaskState
+from corrald.model import ClaimGrant, Completion, InboxItem, TaskState
 from corrald.store import protocol, tasks, team
 from corrald.store.postgres.target import PgTarget
 from corrald.stream import StreamState
@@ -128,7 +128,7 @@ def ready_and_claimed_next(here: SyncBoard, there: SyncBoard) -> None:
 def test_a_task_created_while_its_dependency_completes_elsewhere_is_ready(two_daemons):
     here, there = two_daemons
     grant = claimed_dependency(here)
-    completion = Held(here, lambda tx: tasks.complete(tx, "mate", "d", grant.token, b"done"))
+    completion = Held(here, lambda tx: tasks.complete(tx, Completion("mate", "d", grant.token, b"done")))
     creation = in_thread(lambda: there.create(spec("n", "d")))
     waiting_for_a_lock(creation)
     completion.commit()

@@ -9,7 +9,7 @@ import pytest
 
 from corrald.config import ConfigError
 from corrald.errors import InvalidArgument
-from corrald.store.postgres.sql import PgConnection
+from corrald.store.postgres.sql import COPY_FROM_ROWS, PgConnection
 from corrald.store.postgres.storage import connect
 from corrald.store.postgres.target import PgTarget, scrub
 from tests.support.postgres import fresh_schema, run_database_dsn
@@ -55,12 +55,18 @@ def test_text_holding_nul_is_refused_before_anything_is_sent(conn):
     assert conn.execute("SELECT count(*) FROM n").fetchone() == (0,)
 
 
-def test_many_rows_go_in_by_copy_and_count_as_changes(conn):
+@pytest.mark.parametrize("count", [COPY_FROM_ROWS - 1, 500])
+def test_inserted_rows_go_in_by_insert_or_copy_and_count_as_changes(conn, count):
+    """`insert_rows` sends a few rows as INSERTs and many by COPY; both count as changes,
+    and a refused value stops the rows before any is sent."""
     conn.execute("CREATE TABLE e (a BIGINT NOT NULL, b TEXT NOT NULL)")
-    rows = [(i, f"r{i}") for i in range(500)]
-    conn.executemany("INSERT INTO e (a, b) VALUES (%s, %s)", rows)
-    assert conn.total_changes == 500
-    assert conn.execute("SELECT count(*), sum(a) FROM e").fetchone() == (500, sum(range(500)))
+    rows = [(i, f"r{i}") for i in range(count)]
+    conn.insert_rows("e", ("a", "b"), rows)
+    assert conn.total_changes == count
+    assert conn.execute("SELECT count(*), sum(a) FROM e").fetchone() == (count, sum(range(count)))
+    with pytest.raises(InvalidArgument):
+        conn.insert_rows("e", ("a", "b"), [*rows, (-1, "nul\x00")])
+    assert conn.execute("SELECT count(*) FROM e").fetchone() == (count,)
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
-"""The store's statements, one module per driver (store/sqlite/queries.py,
-store/postgres/queries.py): the same names in both, each in its own dialect, and
-every statement a store function asks for defined by both drivers."""
+"""The store's statements and steps, one module of each per driver: the statements
+(store/sqlite/queries.py, store/postgres/queries.py) by the same names in both, each in
+its own dialect, every statement a store function asks for defined by both; and the
+steps (`store.driver.DriverSteps`) taken by both drivers, the store asking for no other."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import re
 
 import pytest
 
+from corrald.store.driver import DriverSteps
 from corrald.store.postgres import fused
 from corrald.store.postgres import queries as postgres
+from corrald.store.postgres import steps as postgres_steps
 from corrald.store.sqlite import queries as sqlite
+from corrald.store.sqlite import steps as sqlite_steps
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -41,28 +45,57 @@ def test_each_driver_writes_its_own_parameters():
             assert "INDEXED BY" not in value and "json_each(" not in value and "group_concat" not in value, name
 
 
-def test_every_statement_the_store_asks_for_is_there():
-    asked: dict[str, set[str]] = {"sql": set(), "fused": set()}
+def _asked(of: str) -> set[str]:
+    """The names the store's modules read off `of(conn)` (`sql(conn).NAME`, `steps(conn).NAME`)."""
+    asked: set[str] = set()
     for path in STORE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
-                continue
             if (
                 isinstance(node, ast.Attribute)
                 and isinstance(node.value, ast.Call)
                 and isinstance(node.value.func, ast.Name)
-                and node.value.func.id in asked
+                and node.value.func.id == of
             ):
-                asked[node.value.func.id].add(node.attr)
-    assert asked["sql"], "the store asks its statements of `sql(conn)`"
-    assert asked["sql"] - _public(sqlite) == set()
-    assert asked["sql"] - _public(postgres) == set()
-    assert asked["fused"] <= _public(fused)
+                asked.add(node.attr)
+    return asked
+
+
+def test_every_statement_the_store_asks_for_is_there():
+    asked = _asked("sql")
+    assert asked, "the store asks its statements of `sql(conn)`"
+    assert asked - _public(sqlite) == set()
+    assert asked - _public(postgres) == set()
+
+
+def _functions(module) -> set[str]:
+    return {name for name, value in vars(module).items() if callable(value) and value.__module__ == module.__name__}
+
+
+def test_both_drivers_take_every_step_and_the_store_asks_for_no_other():
+    """A driver's steps are the protocol's, and nothing else shared (PostgreSQL's run of
+    completions is its writer's batching strategy, which its board offers)."""
+    protocol = {name for name in vars(DriverSteps) if not name.startswith("_")}
+    assert {name for name in _functions(sqlite_steps) if not name.startswith("_")} == protocol
+    assert {name for name in _functions(postgres_steps) if not name.startswith("_")} == protocol | {"complete_many"}
+    asked = _asked("steps")
+    assert asked and asked <= protocol
 
 
 def test_the_statements_that_do_the_work_of_several_are_the_postgresql_drivers_alone():
-    """Where they are asked for, a local name holds `fused(conn)`: they are checked by name."""
+    """fused.py is read by this driver's steps alone."""
     names = {"claim_first_ready", "complete_claim", "complete_if_live", "complete_many"}
     names |= {"OPEN_GATES_AND_EARLIEST", "VIEW_WITH_CLAIMS", "VIEW_BESIDE_COMPLETION", "VIEW_BESIDE_COMPLETIONS"}
     assert names <= _public(fused)
     assert names & _public(sqlite) == set()
+    readers = [path.relative_to(STORE).as_posix() for path in STORE.rglob("*.py") if "fused" in _imported(path)]
+    assert readers == ["postgres/steps.py"]
+
+
+def _imported(path: pathlib.Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            names |= {alias.name for alias in node.names} | set((node.module or "").split("."))
+        elif isinstance(node, ast.Import):
+            names |= {part for alias in node.names for part in alias.name.split(".")}
+    return names

@@ -1,4 +1,4 @@
-"""What the shared store functions ask of the connection's database: its statements."""
+"""What the shared store functions ask of the connection's driver: its statements and its steps."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ def sql(conn: sqlite3.Connection) -> types.ModuleType:
     return conn.sql  # type: ignore[attr-defined]  # SqliteConnection's, PgConnection's
 
 
-def fused(conn: sqlite3.Connection) -> types.ModuleType | None:
-    """The driver's statements that do the work of several (`store/postgres/fused.py`), or
-    None where each statement costs nothing but its own work (SQLite): over a network each
-    statement is a round trip, so there a claim or a completion is one statement."""
-    return conn.fused  # type: ignore[attr-defined]
+def steps(conn: sqlite3.Connection) -> types.ModuleType:
+    """The driver's steps (`store.driver.DriverSteps`: `store/sqlite/steps.py` or
+    `store/postgres/steps.py`), which take the same steps each in its own way."""
+    return conn.steps  # type: ignore[attr-defined]

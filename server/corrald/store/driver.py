@@ -1,23 +1,25 @@
-"""The database behind a board, as `Board` and the writer see it: one driver per database
-(`store/sqlite/`, `store/postgres/`), each behind these two interfaces.
+"""The database behind a board, as `Board`, the writer and the store see it: one driver
+per database (`store/sqlite/`, `store/postgres/`), each behind these three interfaces.
 
 `BoardDriver` is what `Board` asks of the database beyond the store's functions: how the
-writer and the readers connect, what opening and leaving the board mean, and the
-database's side of GetStats. `WriterStorage` is how the writer begins, commits and retries
-a transaction there, with the driver's strategies for a batch: how each job is guarded
-(`JobGuard`) and how the daemon's writer threads take turns (`Shift`); the jobs it runs
-are the same on both.
+writer and the readers connect, what opening and leaving the board mean, how a Session
+completion may run with others, and the database's side of GetStats. `WriterStorage` is
+how the writer begins, commits and retries a transaction there, with the driver's
+strategies for a batch: how each job is guarded (`JobGuard`) and how the daemon's writer
+threads take turns (`Shift`); the jobs it runs are the same on both. `DriverSteps` are
+the steps of the store's verbs each driver takes its own way (its connection's `steps`,
+`dialect.steps`): the rules around them are the store's, shared.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from ..clock import Clock
-from ..model import DeadlineWatch, Mergeable, Txn, Wakes
+from ..model import Completion, DeadlineWatch, DeliveryView, Mergeable, OpCompletion, TaskRecord, Txn, Wakes
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -32,6 +34,68 @@ class DatabaseHealth:
     writable: bool
     commit_outcomes_asked: int
     connections_cut: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClaimTaken:
+    """A claim just written: the task as claimed, the claim's fence, and the task's attempt
+    before it (0 for a first claim)."""
+
+    task: TaskRecord
+    fence: int
+    attempt_before: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CompletedAtOnce:
+    """A completion checked and done in one step: the task, its dependents' rows (seq,
+    role, unmet dependencies, state) after it, and the teammate's delivery view as the
+    completion left it (None when it was not asked for, or is not the board's now)."""
+
+    task: TaskRecord
+    dependents: list[tuple[int, str, int, int]]
+    view: DeliveryView | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GatesOpened:
+    """The time gates a step opened (seq, role, unmet dependencies, state of each task) and
+    the earliest gate still shut (None: none is)."""
+
+    opened: list[tuple[int, str, int, int]]
+    earliest_ms: int | None
+
+
+class DriverSteps(Protocol):
+    """The steps of the store's verbs each driver takes its own way: plain statements in
+    turn on SQLite (store/sqlite/steps.py), one statement each on PostgreSQL, where every
+    statement is a round trip (store/postgres/steps.py). Each writes its `task_changed`
+    events; what a step means for the board beyond its rows is the caller's."""
+
+    def claim_first_ready(
+        self, tx: Txn, ready: str, allowed: list[str], token: str, teammate: str
+    ) -> ClaimTaken | None:
+        """Claims the first task `ready` (a query of seq, failures, attempt, with its
+        parameters `allowed`) finds, for `teammate` under `token`; None if it finds none."""
+
+    def complete_if_live(self, tx: Txn, completion: Completion, *, view_after: bool) -> CompletedAtOnce | None:
+        """Completes the task if the completion's token holds its live claim, in one step,
+        writing a Session op's pending record with it (`ops.record_written`); None when it
+        did not (the general path then checks the claim and says why), always None where
+        the general path costs no more. With `view_after`, reads the teammate's delivery
+        view too, if it can in the same step."""
+
+    def complete_live_claim(
+        self, tx: Txn, seq: int, fence: int, key: str, sums: str, done_params: tuple
+    ) -> tuple[TaskRecord, list[tuple[int, str, int, int]]]:
+        """Ends the live claim `fence` of task `seq` (concurrency key `key`) as completed and
+        completes the task (`done_params`, with the usage `sums`): the task and its dependents."""
+
+    def open_due_gates(self, tx: Txn) -> GatesOpened:
+        """Opens every time gate whose instant has come."""
+
+    def view_for_delivery(self, conn: Any, name: str, now_ms: int) -> DeliveryView:
+        """The teammate's delivery view and its live claims; Unauthenticated once it is removed."""
 
 
 class Rerun(Exception):
@@ -165,3 +229,10 @@ class BoardDriver(Protocol):
 
     def health(self, conn: Any) -> DatabaseHealth | None:
         """The database's side of GetStats (None: a board this daemon serves alone)."""
+
+    def merged_completion(
+        self, request: OpCompletion, touched: Callable[[Wakes], Collection[str] | None]
+    ) -> Mergeable | None:
+        """How a Session completion without usage may run with the completions queued beside
+        it (`Mergeable`; `touched`: whose delivery views a job's wake-ups changed), or None
+        where each runs its own steps."""

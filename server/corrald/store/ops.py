@@ -9,13 +9,13 @@ with a domain error has written nothing (every store function checks before it
 writes), so its error is recorded as its outcome; one that wrote and then
 failed is undone whole, record and all, like any failed job.
 
-Where statements are round trips (PostgreSQL), a body may write the record in its
-own first statement instead (`record_in_body`): a WITH clause (`RECORD_CLAUSE` of store/postgres/queries.py)
-that every other write of that statement depends on. Until that statement runs,
-the body has written nothing; if the op id is taken, the statement writes
-nothing at all and the body raises `OpAlreadyRan`, and the record answers as
-before. A body path without such a statement writes the record first
-(`write_pending_record`).
+A body may write the record itself (`record_in_body`): where statements are round
+trips (PostgreSQL), in its own first statement, as a WITH clause (`RECORD_CLAUSE` of
+store/postgres/fused.py) that every other write of that statement depends on. Until
+that statement runs, the body has written nothing; if the op id is taken, the
+statement writes nothing at all and the body raises `OpAlreadyRan`, and the record
+answers as before. A body path without such a statement (every path on SQLite) writes
+the record before its first write (`write_pending_record`).
 
 Records are kept for 24 hours and for the last 10,000 ops of each teammate,
 whichever is fewer; every 512th op prunes (`PRUNE_EVERY`).
@@ -30,7 +30,7 @@ from typing import Generic, TypeVar
 
 from .. import errors
 from ..model import OpOutcome, PendingOpRecord, Txn
-from .dialect import fused, sql
+from .dialect import sql
 
 KEEP_MS = 24 * 3600 * 1000
 KEEP_PER_TEAMMATE = 10_000
@@ -84,7 +84,7 @@ def run_once(
     """
     conn = tx.conn
     record = PendingOpRecord((teammate, op_id, digest, tx.now_ms))
-    if record_in_body and fused(conn) is not None:
+    if record_in_body:
         tx.op_record = record
     elif not _write(tx, record):
         return OpRun(_recorded(conn, teammate, op_id, digest), False)

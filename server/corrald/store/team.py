@@ -7,13 +7,22 @@ import json
 import sqlite3
 
 from .. import errors
-from ..model import ClaimEndReason, ClaimOutcome, TeammateRecord, TeammateStatus, TeammateView, Txn
+from ..model import (
+    ClaimEndReason,
+    ClaimOutcome,
+    ClaimRef,
+    DeliveryView,
+    TeammateRecord,
+    TeammateStatus,
+    TeammateView,
+    Txn,
+)
 from . import usage
 from .claim_ends import removal_note
-from .dialect import fused, sql
+from .dialect import sql, steps
 from .events import emit
 from .status import refresh_status
-from .tasks import ClaimRef, held_claim_refs, release_all, work_waited_for
+from .tasks import release_all, work_waited_for
 
 
 def add_teammate(tx: Txn, name: str, roles: tuple[str, ...], require_plan: bool, token_hash: bytes) -> TeammateRecord:
@@ -92,53 +101,22 @@ def roles_of(conn: sqlite3.Connection, name: str) -> tuple[str, ...]:
     return _roles(teammate_row(conn, name)[0])
 
 
-DeliveryView = tuple[TeammateView, list[ClaimRef]]
-
-
 def view_for_delivery(conn: sqlite3.Connection, name: str, now_ms: int) -> DeliveryView:
-    """What the delivery decision needs of a teammate, and its live claims (`held_claim_refs`);
-    Unauthenticated once it is removed. One statement where each is a round trip."""
-    several = fused(conn)
-    if several is None:
-        row = conn.execute(sql(conn).VIEW_FOR_DELIVERY, (name,)).fetchone()
-        return _delivery_view(name, row), held_claim_refs(conn, name, now_ms)
-    row = conn.execute(several.VIEW_WITH_CLAIMS, (name, now_ms, name)).fetchone()
-    return _delivery_view_with_claims(name, row)
+    """The teammate's delivery view; Unauthenticated once it is removed. One step of the
+    driver's (`DriverSteps.view_for_delivery`): one statement where each is a round trip."""
+    return steps(conn).view_for_delivery(conn, name, now_ms)
 
 
-def view_beside_completion(conn: sqlite3.Connection, name: str, now_ms: int) -> tuple[str, tuple] | None:
-    """`view_for_delivery` as a query read in the statement that completes one of the
-    teammate's claims (`tasks.complete_claim`'s `beside`), where a completion is one
-    statement (None elsewhere): the completion changes nothing of the view but that
-    claim, which it leaves out."""
-    several = fused(conn)
-    if several is None:
-        return None
-    return several.VIEW_BESIDE_COMPLETION, (name, now_ms, name)
-
-
-def view_beside_completions(conn: sqlite3.Connection) -> str:
-    """The same beside each completion of `tasks.complete_many`, for its request's teammate
-    (where a run of completions is one statement)."""
-    several = fused(conn)
-    assert several is not None
-    return several.VIEW_BESIDE_COMPLETIONS
-
-
-def view_from_beside(name: str, row: tuple | None) -> DeliveryView | None:
-    """The view `view_beside_completion` read, or None if it was not read (or found no row)."""
-    if row is None or all(value is None for value in row):
-        return None
-    return _delivery_view_with_claims(name, row)
-
-
-def _delivery_view_with_claims(name: str, row: tuple | None) -> DeliveryView:
-    view = _delivery_view(name, row)  # raises for a teammate that is not there
+def delivery_view_with_claims(name: str, row: tuple | None) -> DeliveryView:
+    """A delivery view from a row of the view's columns and, last, its held claims as a
+    list of ClaimRef fields (a driver's step that reads both at once)."""
+    view = delivery_view(name, row)  # raises for a teammate that is not there
     assert row is not None
-    return view, [ClaimRef(*held) for held in row[-1] or ()]
+    return DeliveryView(view, [ClaimRef(*held) for held in row[-1] or ()])
 
 
-def _delivery_view(name: str, row: tuple | None) -> TeammateView:
+def delivery_view(name: str, row: tuple | None) -> TeammateView:
+    """A teammate's view from a row of the drivers' `VIEW_COLUMNS`."""
     if row is None or row[2]:
         raise errors.Unauthenticated(f"teammate {name!r} was removed")
     roles, require_plan, _, acked, last, last_expiry, shutdown_pending, budget_spent, epoch = row[:9]

@@ -1,11 +1,10 @@
-"""The statements that do the work of several, which only this driver runs.
+"""The statements that do the work of several, which only this driver runs (steps.py).
 
 Over a network each statement is a round trip, while SQLite's cost nothing but
 their own work: here a claim, a completion, a run of completions, a teammate's
 delivery view with its held claims, and the opening of time gates are one
-statement each, of data-modifying WITH clauses. A store function asks for them
-with `dialect.fused(conn)`, which is None on SQLite, whose store functions run
-the plain statements of `queries.py` one after another instead.
+statement each, of data-modifying WITH clauses, where SQLite's driver runs the
+plain statements of its `queries.py` one after another.
 """
 
 from __future__ import annotations
@@ -47,7 +46,7 @@ def _held_claims_json(owner: str = "%s", now: str = "%s", leaving_out: str = "")
 # The delivery view and the held claims (parameters: now, the name twice... in order:
 # the claims' owner, now, the teammate).
 VIEW_WITH_CLAIMS = f"{VIEW_COLUMNS}, {_held_claims_json()} FROM teammates AS t WHERE name = %s"
-# The same beside a completion (`complete_if_live`'s `beside`), which reads the board
+# The same beside a completion (`steps.complete_if_live` with `view_after`), which reads the board
 # before it: the claim the completion ends is left out.
 VIEW_BESIDE_COMPLETION = (
     f"{VIEW_COLUMNS}, {_held_claims_json(leaving_out='(SELECT fence FROM live)')} FROM teammates AS t WHERE name = %s"

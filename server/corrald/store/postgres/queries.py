@@ -87,13 +87,6 @@ SHUT_GATES = (
 EARLIEST_LEASE = f"SELECT min(lease_expire_ms) FROM tasks WHERE state = {_IN_PROGRESS}"
 EARLIEST_GRACE = "SELECT min(deadline_ms) FROM shutdowns WHERE answered = 0"
 CREATE_REQUEST = "SELECT digest, task_ids FROM create_requests WHERE request_id = %s"
-INSERT_TASK = (
-    "INSERT INTO tasks (id, title, description, payload, priority, required_role, max_attempts, "
-    "lease_ms, spec_digest, state, unmet_deps, create_ms, not_before_ms, retry_backoff_ms, "
-    "retry_backoff_max_ms, ready_ms, gate_shut, trace_parent, concurrency_key, attempt_timeout_ms) "
-    "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
-)
-INSERT_DEPS = "INSERT INTO deps (task_seq, dep_seq, position) VALUES (%s, %s, %s)"
 INSERT_CREATE_REQUEST = "INSERT INTO create_requests (request_id, digest, task_ids) VALUES (%s, %s, %s)"
 INSERT_CLAIM = (
     "INSERT INTO claims (token, task_seq, teammate, attempt, claim_ms) VALUES (%s, %s, %s, %s, %s) RETURNING fence"

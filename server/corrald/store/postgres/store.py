@@ -13,13 +13,14 @@ import dataclasses
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import psycopg
 
 from ...clock import Clock
-from ...model import Txn
+from ...model import Mergeable, OpCompletion, Txn, Wakes
 from ..driver import DatabaseHealth
+from . import steps
 from .schema import BoardCreator, BoardIdentity, migrate
 from .sql import PgConnection
 from .storage import DatabaseClock, PgStorage, connect, describe, new_daemon_id, reach
@@ -87,6 +88,10 @@ class PgBoard:
             commit_outcomes_asked=self.storage.outcomes_asked,
             connections_cut=WATCHDOG.cut,
         )
+
+    def merged_completion(self, request: OpCompletion, touched: Callable[[Wakes], Collection[str] | None]) -> Mergeable:
+        # A run of them is one statement (runs.py): a statement costs more to start and finish than to run.
+        return Mergeable(steps.complete_many, request, request.completion.teammate, touched)
 
 
 def open_board(

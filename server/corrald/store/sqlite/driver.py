@@ -6,11 +6,11 @@ import dataclasses
 import logging
 import pathlib
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from ...clock import Clock
 from ...config import WriterConfig
-from ...model import Txn
+from ...model import Mergeable, OpCompletion, Txn, Wakes
 from .. import tasks
 from ..driver import DatabaseHealth
 from .storage import SqliteStorage, open_reader, open_writer
@@ -58,3 +58,8 @@ class SqliteBoard:
 
     def health(self, conn: sqlite3.Connection) -> DatabaseHealth | None:
         return None
+
+    def merged_completion(
+        self, request: OpCompletion, touched: Callable[[Wakes], Collection[str] | None]
+    ) -> Mergeable | None:
+        return None  # each job's statements cost only their work: none runs for several

@@ -8,16 +8,18 @@ the writer issues BEGIN IMMEDIATE / SAVEPOINT / COMMIT itself.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import pathlib
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ... import failpoints
 from ...errors import CommitInDoubt
 from ...model import DeadlineWatch
 from ..guard import SAVEPOINTS, Savepoints
-from . import queries
+from . import queries, steps
 from .schema import migrate
 
 log = logging.getLogger("corrald.writer")
@@ -29,7 +31,16 @@ class SqliteConnection(sqlite3.Connection):
     """A connection to a SQLite board: its statements are SQLite's (`dialect.sql`)."""
 
     sql = queries
-    fused = None  # each statement costs only its own work: none does the work of several
+    steps = steps  # plain statements in turn: each costs only its own work (`dialect.steps`)
+
+    def insert_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """Inserts `rows` of `columns` into `table` (as PgConnection's, for the store's batches)."""
+        self.executemany(_insert(table, tuple(columns)), rows)
+
+
+@functools.cache
+def _insert(table: str, columns: tuple[str, ...]) -> str:
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
 
 
 def _apply_pragmas(conn: sqlite3.Connection, *, synchronous: str, busy_timeout_ms: int) -> None:

@@ -23,7 +23,7 @@ from .claims import (
     renew,
     work_waited_for,
 )
-from .complete import complete, complete_claim, complete_many, fail, release, release_all, revoke
+from .complete import ClaimCompleted, complete, complete_claim, fail, release, release_all, revoke
 from .create import create_batch
 from .ends import RETRY_JITTER, retry_wait_ms
 from .reclaim import clock_reached, extend_live_leases, note_clock, reclaim_expired, stamp_clock
@@ -74,6 +74,7 @@ __all__ = [
     "note_clock",
     "stamp_clock",
     "reclaim_expired",
+    "ClaimCompleted",
     "ClaimRef",
     "PROGRESS_EVENT_SPACING_MS",
     "any_lease_ended",
@@ -87,7 +88,6 @@ __all__ = [
     "work_waited_for",
     "complete",
     "complete_claim",
-    "complete_many",
     "fail",
     "release",
     "release_all",

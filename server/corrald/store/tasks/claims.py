@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import secrets
 import sqlite3
 from collections.abc import Iterable
@@ -10,6 +9,7 @@ from collections.abc import Iterable
 from ...config import DEPENDENCY_RESULTS_MAX_BYTES
 from ...model import (
     ClaimGrant,
+    ClaimRef,
     Progress,
     TaskRecord,
     Txn,
@@ -17,12 +17,12 @@ from ...model import (
 )
 from .. import keys
 from .. import usage as spending
-from ..dialect import fused, sql
+from ..dialect import sql, steps
 from ..gates import protocol_pending
 from ..status import mark_busy
 from .ends import live_claim
 from .reclaim import reclaim_expired
-from .rows import IN_PROGRESS, PENDING, previous_attempt, task_by_seq, task_changed, task_record
+from .rows import IN_PROGRESS, PENDING, previous_attempt, task_by_seq
 from .timegates import open_due_gates
 
 
@@ -39,10 +39,11 @@ def claim_next(
         reclaim_expired(tx)
     open_due_gates(tx)
     token = secrets.token_urlsafe(24)  # 192 bits; UNIQUE in claims makes reuse impossible
-    taken = _take_first_ready(tx, teammate, roles, token)
+    ready, allowed = ready_query(tx.conn, roles)
+    taken = steps(tx.conn).claim_first_ready(tx, ready, allowed, token, teammate)
     if taken is None:
         return None
-    task, fence, last_attempt = taken
+    task, fence, last_attempt = taken.task, taken.fence, taken.attempt_before
     seq, attempt, lease_end = task.seq, task.attempt, task.lease_expire_ms
     assert lease_end is not None
     # A task claimed before (tasks.attempt is 0 until its first claim) carries
@@ -58,49 +59,6 @@ def claim_next(
     tx.wakes.note("claimed", task=task.id, teammate=teammate, attempt=attempt, fence=fence)
     results, omitted = dependency_results(tx.conn, task)
     return ClaimGrant(task, token, lease_end, attempt, fence, previous, results, omitted)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ClaimRef:
-    """A live claim, without the task: enough to decide whether to re-send it."""
-
-    task_seq: int
-    token: str
-    lease_expire_ms: int
-    attempt: int
-    fence: int
-
-
-def _take_first_ready(tx: Txn, teammate: str, roles: Iterable[str], token: str) -> tuple[TaskRecord, int, int] | None:
-    """Claims the first ready task for `teammate` under `token`: (the task as claimed, the
-    claim's fence, the task's attempt before), or None when no task is ready for it. Writes
-    the claim's row, the task's and its `task_changed` event."""
-    statements = sql(tx.conn)
-    ready, allowed = ready_query(tx.conn, roles)
-    now = tx.now_ms
-    several = fused(tx.conn)
-    if several is not None:
-        # One round trip: the pick, the claim's row, the task's and its event.
-        row = tx.conn.execute(
-            several.claim_first_ready(ready), (*allowed, token, teammate, now, teammate, now, now, now, now)
-        ).fetchone()
-        if row is None:
-            return None
-        tx.wakes.events = True
-        return task_record(row[:-2]), row[-2], row[-1]
-    picked = tx.conn.execute(ready, allowed).fetchone()
-    if picked is None:
-        return None
-    seq, failures, last_attempt = picked
-    (fence,) = tx.conn.execute(
-        statements.INSERT_CLAIM,
-        (token, seq, teammate, failures + 1, tx.now_ms),
-    ).fetchone()
-    claimed = tx.conn.execute(statements.CLAIM_TASK, (teammate, fence, now, now, now, seq)).fetchall()
-    if len(claimed) != 1:
-        raise RuntimeError(f"claim of task seq {seq} changed {len(claimed)} rows")
-    task_changed(tx, seq)
-    return task_record(claimed[0]), fence, last_attempt
 
 
 def ready_query(conn: sqlite3.Connection, roles: Iterable[str]) -> tuple[str, list[str]]:

@@ -19,6 +19,30 @@ from ..dialect import sql
 from .rows import PENDING, BoardRow, rows_by_id, task_events
 from .timegates import gate_shut
 
+# A new task's row as both drivers insert it (`insert_rows`: COPY for many on PostgreSQL).
+NEW_TASK_COLUMNS = (
+    "id",
+    "title",
+    "description",
+    "payload",
+    "priority",
+    "required_role",
+    "max_attempts",
+    "lease_ms",
+    "spec_digest",
+    "state",
+    "unmet_deps",
+    "create_ms",
+    "not_before_ms",
+    "retry_backoff_ms",
+    "retry_backoff_max_ms",
+    "ready_ms",
+    "gate_shut",
+    "trace_parent",
+    "concurrency_key",
+    "attempt_timeout_ms",
+)
+
 
 def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> CreatedBatch:
     """Adds a checked batch, all or nothing; an identical re-send changes nothing.
@@ -55,8 +79,9 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
     ]
     seq_of: dict[str, int] = {}
     if new_specs:
-        conn.executemany(
-            sql(conn).INSERT_TASK,
+        conn.insert_rows(
+            "tasks",
+            NEW_TASK_COLUMNS,
             [
                 (
                     spec.id,
@@ -89,8 +114,9 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
                 gate_shut(tx, spec.not_before_ms)
         seq_of.update(_inserted_seqs(conn, [spec.id for _, spec in new_specs]))
         seq_of.update((task_id, row.seq) for task_id, row in outside.items())
-        conn.executemany(
-            sql(conn).INSERT_DEPS,
+        conn.insert_rows(
+            "deps",
+            ("task_seq", "dep_seq", "position"),
             [
                 (seq_of[spec.id], seq_of[dep], position)
                 for _, spec in new_specs

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import sqlite3
 
-from ...model import (
-    Txn,
-)
-from ..dialect import fused, sql
-from .rows import PENDING, earliest_gate, task_changed
+from ...model import Txn
+from ..dialect import sql, steps
+from .rows import PENDING, task_changed
 
 
 def gate_shut(tx: Txn, gate_ms: int) -> None:
@@ -23,23 +21,15 @@ def open_due_gates(tx: Txn) -> None:
     knows of."""
     if tx.gates.none_due(tx.now_ms):
         return
-    several = fused(tx.conn)
-    if several is not None:
-        # One round trip: the gates opened, and the earliest gate left (every row carries it).
-        rows = tx.conn.execute(several.OPEN_GATES_AND_EARLIEST, (tx.now_ms, tx.now_ms)).fetchall()
-        opened = [row[:4] for row in rows if row[0] is not None]
-        earliest = rows[0][4]
-    else:
-        opened = tx.conn.execute(sql(tx.conn).OPEN_GATES, (tx.now_ms,)).fetchall()
-        earliest = earliest_gate(tx.conn)  # what follows writes events only
-    for seq, role, unmet, state in opened:
+    gates = steps(tx.conn).open_due_gates(tx)
+    for seq, role, unmet, state in gates.opened:
         if state != PENDING:
             continue  # canceled while it waited
         if unmet == 0:
             tx.wakes.ready_roles[role] += 1
             tx.made_ready.add(seq)
         task_changed(tx, seq)
-    tx.gates.learned(earliest)
+    tx.gates.learned(gates.earliest_ms)
 
 
 def any_gate_due(conn: sqlite3.Connection, now_ms: int) -> bool:

@@ -1,0 +1,132 @@
+"""The steps of the store's verbs that each driver takes its own way, on PostgreSQL: each
+one statement (`store.driver.DriverSteps`), of the data-modifying WITH clauses of fused.py.
+
+Over a network each statement is a round trip, so a claim, a completion, the opening of
+time gates and a teammate's delivery view with its held claims are one statement each
+here, where SQLite's driver runs plain statements in turn (store/sqlite/steps.py). A run
+of Session completions queued together is one statement too (`complete_many`): this
+driver's batching strategy (runs.py), which `PostgresBoard.merged_completion` offers
+the writer.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+from ...model import ClaimOutcome, Completion, DeliveryView, OpCompletion, TaskRecord, Txn
+from .. import keys, ops
+from ..driver import ClaimTaken, CompletedAtOnce, GatesOpened
+from ..tasks.rows import TASK_WIDTH, task_record
+from ..team import delivery_view_with_claims
+from . import fused
+
+# A completion's row after the op record's seq: the task's columns (one of them the
+# dependency list), its concurrency key, its freed dependents; then the view, if read.
+_COMPLETED_WIDTH = TASK_WIDTH + 2
+
+
+def claim_first_ready(tx: Txn, ready: str, allowed: list[str], token: str, teammate: str) -> ClaimTaken | None:
+    now = tx.now_ms
+    row = tx.conn.execute(
+        fused.claim_first_ready(ready), (*allowed, token, teammate, now, teammate, now, now, now, now)
+    ).fetchone()
+    if row is None:
+        return None
+    tx.wakes.events = True
+    return ClaimTaken(task_record(row[:-2]), row[-2], row[-1])
+
+
+def complete_if_live(tx: Txn, completion: Completion, *, view_after: bool) -> CompletedAtOnce | None:
+    """A completion without usage, checked and done in one statement; None if the token
+    holds no live claim of the task (then nothing but a Session op's record is written,
+    and the general path says why). A Session op's record not written yet is written by
+    the same statement, and the op is found to have run before if it is taken. With
+    `view_after`, the statement also reads the teammate's delivery view as the completion
+    leaves it."""
+    record = tx.op_record if tx.op_record is not None and tx.op_record.seq is None else None
+    if tx.ahead is not None:  # the writer ran this statement already, for a run of jobs (`complete_many`)
+        assert record is not None, "a run's completions are Session ops"
+        _, op_id, digest, _ = record.params
+        assert tx.ahead.request == OpCompletion(op_id, digest, completion), "not this job's"
+        row = tx.ahead.row
+        if not view_after or not tx.ahead.fresh:
+            row = row[: 1 + _COMPLETED_WIDTH]  # what it read of the view is not the board's now
+        tx.ahead = None  # taken (the writer checks)
+    else:
+        now = tx.now_ms
+        name = completion.teammate
+        params = (
+            *(record.params if record is not None else ()),
+            *(completion.task_id, completion.token, name, now),  # live
+            *(ClaimOutcome.COMPLETED.value, now, ""),  # ended
+            *(completion.result, now),  # done
+            now,  # logged
+            *((name, now, name) if view_after else ()),  # the view
+        )
+        statement = fused.complete_if_live(record is not None, fused.VIEW_BESIDE_COMPLETION if view_after else None)
+        row = tx.conn.execute(statement, params).fetchone()
+    if record is not None:
+        ops.record_written(tx, row[0] if row is not None else None)  # raises if the op ran before
+    if row is None or row[1] is None:
+        return None
+    task_row, key, dependents = row[1 : TASK_WIDTH + 1], row[TASK_WIDTH + 1], row[TASK_WIDTH + 2] or []
+    tx.wakes.events = True
+    if key:
+        keys.freed(tx, key)
+    view = _view_read(completion.teammate, row[1 + _COMPLETED_WIDTH :])
+    return CompletedAtOnce(task_record(task_row), dependents, view)
+
+
+def _view_read(name: str, row: tuple) -> DeliveryView | None:
+    """The delivery view a completion's statement read, or None if it read none (or found no row)."""
+    if not row or all(value is None for value in row):
+        return None
+    return delivery_view_with_claims(name, row)
+
+
+def complete_live_claim(
+    tx: Txn, seq: int, fence: int, key: str, sums: str, done_params: tuple
+) -> tuple[TaskRecord, list[tuple]]:
+    row = tx.conn.execute(
+        fused.complete_claim(sums),
+        (ClaimOutcome.COMPLETED.value, tx.now_ms, "", fence, *done_params, seq, tx.now_ms),
+    ).fetchone()
+    tx.wakes.events = True
+    if key:
+        keys.freed(tx, key)
+    return task_record(row[:-1]), row[-1] or []
+
+
+def open_due_gates(tx: Txn) -> GatesOpened:
+    # Every row carries the earliest gate left, the row of no gate opened too.
+    rows = tx.conn.execute(fused.OPEN_GATES_AND_EARLIEST, (tx.now_ms, tx.now_ms)).fetchall()
+    return GatesOpened([row[:4] for row in rows if row[0] is not None], rows[0][4])
+
+
+def view_for_delivery(conn: sqlite3.Connection, name: str, now_ms: int) -> DeliveryView:
+    row = conn.execute(fused.VIEW_WITH_CLAIMS, (name, now_ms, name)).fetchone()
+    return delivery_view_with_claims(name, row)
+
+
+def complete_many(conn: sqlite3.Connection, now_ms: int, requests: Sequence[OpCompletion]) -> list[tuple]:
+    """`complete_if_live` for each Session completion of a run at once, each writing its
+    op's record and reading its teammate's view: one row per request, in order, shaped as
+    that statement's (the `Mergeable.run_many` of `PostgresBoard.merged_completion`). The
+    requests' teammates are distinct."""
+    completions = [request.completion for request in requests]
+    rows = conn.execute(
+        fused.complete_many(fused.VIEW_BESIDE_COMPLETIONS),
+        {
+            "teammates": [c.teammate for c in completions],
+            "op_ids": [request.op_id for request in requests],
+            "digests": [request.digest for request in requests],
+            "task_ids": [c.task_id for c in completions],
+            "tokens": [c.token for c in completions],
+            "results": [c.result for c in completions],
+            "now": now_ms,
+            "completed": ClaimOutcome.COMPLETED.value,
+        },
+    ).fetchall()
+    assert [row[0] for row in rows] == list(range(1, len(requests) + 1)), "one row per request, in order"
+    return [(op_seq, *rest) for _, op_seq, _done_n, *rest in rows]

@@ -1,0 +1,59 @@
+"""The steps of the store's verbs that each driver takes its own way, on SQLite: plain
+statements one after another (`store.driver.DriverSteps`).
+
+A SQLite statement costs only its own work, with no round trip, so each step here is
+the statements of `queries.py` in turn. PostgreSQL's driver takes each step in one
+statement (store/postgres/steps.py); the names, arguments and results are the same.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from ...model import ClaimOutcome, Completion, DeliveryView, TaskRecord, Txn
+from ..driver import ClaimTaken, CompletedAtOnce, GatesOpened
+from ..tasks.claims import held_claim_refs
+from ..tasks.ends import end_claim
+from ..tasks.rows import earliest_gate, task_changed, task_record
+from ..team import delivery_view
+from .queries import CLAIM_TASK, FREE_DEPENDENTS, INSERT_CLAIM, OPEN_GATES, VIEW_FOR_DELIVERY, complete_task
+
+
+def claim_first_ready(tx: Txn, ready: str, allowed: list[str], token: str, teammate: str) -> ClaimTaken | None:
+    picked = tx.conn.execute(ready, allowed).fetchone()
+    if picked is None:
+        return None
+    seq, failures, last_attempt = picked
+    (fence,) = tx.conn.execute(INSERT_CLAIM, (token, seq, teammate, failures + 1, tx.now_ms)).fetchone()
+    now = tx.now_ms
+    claimed = tx.conn.execute(CLAIM_TASK, (teammate, fence, now, now, now, seq)).fetchall()
+    if len(claimed) != 1:
+        raise RuntimeError(f"claim of task seq {seq} changed {len(claimed)} rows")
+    task_changed(tx, seq)
+    return ClaimTaken(task_record(claimed[0]), fence, last_attempt)
+
+
+def complete_if_live(tx: Txn, completion: Completion, *, view_after: bool) -> CompletedAtOnce | None:
+    """None: here the check that the claim is live and the completion are the general
+    path's statements (`tasks.complete_claim`), which cost no more taken in turn."""
+    return None
+
+
+def complete_live_claim(
+    tx: Txn, seq: int, fence: int, key: str, sums: str, done_params: tuple
+) -> tuple[TaskRecord, list[tuple]]:
+    end_claim(tx, fence, ClaimOutcome.COMPLETED, key=key)
+    (row,) = tx.conn.execute(complete_task(sums), done_params).fetchall()
+    dependents = tx.conn.execute(FREE_DEPENDENTS, (seq,)).fetchall()
+    task_changed(tx, seq)
+    return task_record(row), dependents
+
+
+def open_due_gates(tx: Txn) -> GatesOpened:
+    opened = tx.conn.execute(OPEN_GATES, (tx.now_ms,)).fetchall()
+    return GatesOpened(opened, earliest_gate(tx.conn))  # what follows writes events only
+
+
+def view_for_delivery(conn: sqlite3.Connection, name: str, now_ms: int) -> DeliveryView:
+    row = conn.execute(VIEW_FOR_DELIVERY, (name,)).fetchone()
+    return DeliveryView(delivery_view(name, row), held_claim_refs(conn, name, now_ms))
