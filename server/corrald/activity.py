@@ -27,6 +27,8 @@ _LINES = {
     "lease_expired": "task {task}: the lease of {teammate} expired (attempt {attempt})",
     "attempt_timed_out": "task {task}: the attempt of {teammate} timed out (attempt {attempt})",
     "revoked": "task {task}: the claim of {teammate} was revoked ({reason})",
+    "asked": "task {task}: {teammate} asked the lead: {question}",
+    "answered": "task {task}: the lead answered; it is pending again",
     "credential_replaced": "teammate {teammate}: credential replaced (AddTeammate retried)",
     "viewer_added": "viewer {viewer} added",
     "viewer_credential_replaced": "viewer {viewer}: credential replaced (AddViewer retried)",

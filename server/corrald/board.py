@@ -228,6 +228,13 @@ class Board:
         validate.check_text("reason", reason, self.limits.text_max_bytes)
         return await self._write(lambda tx: tasks.revoke(tx, task_id, reason), key)
 
+    async def answer_question(self, task_id: str, answer: str, key: RequestKey | None = None) -> TaskRecord:
+        """Answers a NEEDS_INPUT task's question: it is PENDING again (see `tasks.answer_question`)."""
+        if not task_id:
+            raise errors.InvalidArgument("task_id", "must not be empty")
+        validate.check_text("answer", answer, self.limits.text_max_bytes)
+        return await self._write(lambda tx: tasks.answer_question(tx, task_id, answer), key)
+
     async def add_teammate(
         self, name: str, roles: Sequence[str], require_plan: bool, key: RequestKey | None = None
     ) -> tuple[TeammateRecord, str]:
@@ -475,8 +482,15 @@ class Board:
     async def release(self, name: str, task_id: str, token: str, *, op: OpKey | None = None) -> TaskRecord:
         return await self._end(name, task_id, op, lambda tx: tasks.release(tx, name, task_id, token))
 
+    async def ask_question(
+        self, name: str, task_id: str, token: str, question: str, *, op: OpKey | None = None
+    ) -> TaskRecord:
+        """Ends the claim and leaves the task NEEDS_INPUT (see `tasks.ask_question`)."""
+        validate.question(question, self.limits)
+        return await self._end(name, task_id, op, lambda tx: tasks.ask_question(tx, name, task_id, token, question))
+
     async def _end(self, name: str, task_id: str, op: OpKey | None, body: Callable[[Txn], TaskRecord]) -> TaskRecord:
-        """A failure or a release: the task as it ends, or, for an op sent again, as it stands."""
+        """A failure, a release or a question: the task as it ends, or, for an op sent again, as it stands."""
         if op is None:
             return await self.writer.run(body)
         return await self._once(name, op, body, lambda tx, _: tasks.get_task(tx.conn, task_id))

@@ -19,6 +19,7 @@ class TaskState(enum.IntEnum):
     COMPLETED = 3
     FAILED = 4
     CANCELED = 5
+    NEEDS_INPUT = 6  # its holder asked the Lead a question; claimed by no one until answered
 
     @property
     def is_final(self) -> bool:
@@ -49,6 +50,8 @@ class ClaimOutcome(enum.StrEnum):
     REVOKED = "revoked"
     # Ran past the task's attempt_timeout: a failure, shown as FAILED on the wire.
     TIMED_OUT = "timed_out"
+    # Its holder asked the Lead a question (the task waits NEEDS_INPUT); uses no attempt.
+    ASKED = "asked"
 
 
 class ClaimEndReason(enum.IntEnum):
@@ -159,6 +162,7 @@ class TaskRecord(typing.NamedTuple):
     usage: Usage = NO_USAGE
     attempt_timeout_ms: int | None = None
     attempts_used: int = 0  # those that count toward max_attempts (see `attempts_used`)
+    question: str = ""  # NEEDS_INPUT: the question waiting for the Lead's answer
 
 
 def attempts_used(state: int, failures: int) -> int:
@@ -261,6 +265,19 @@ class ClaimGrant:
     # the claim's budget, and the ids of those left out.
     dependency_results: tuple[tuple[str, bytes], ...] = ()
     dependency_results_omitted: tuple[str, ...] = ()
+    # Every question asked on the task and its answer, oldest first.
+    answers: tuple[QuestionAnswer, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QuestionAnswer:
+    """A question a holder asked the Lead about a task, and the answer (None until given)."""
+
+    question: str
+    asked_by: str
+    ask_ms: int
+    answer: str | None
+    answer_ms: int | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -91,6 +91,13 @@ def check_text(field: str, value: str, max_bytes: int) -> None:
         raise InvalidArgument(field, f"longer than {max_bytes} bytes")
 
 
+def question(value: str, limits: Limits) -> None:
+    """A question to the Lead: some text, within the text limit."""
+    if not value.strip():
+        raise InvalidArgument("question", "must not be empty")
+    check_text("question", value, limits.text_max_bytes)
+
+
 def result(value: bytes, limits: Limits) -> None:
     if len(value) > limits.blob_max_bytes:
         raise InvalidArgument("result", f"larger than {limits.blob_max_bytes} bytes")

@@ -421,7 +421,7 @@ def test_a_dependent_is_canceled_once_naming_its_first_canceled_dependency(team)
     assert [c["id"] for c in changes if c["state"] == int(CANCELED)] == ["a", "b", "c", "d", "e"]
 
 
-@pytest.mark.parametrize("how", ["claim", "complete", "cascade", "backoff"])
+@pytest.mark.parametrize("how", ["claim", "complete", "cascade", "backoff", "ask"])
 def test_a_task_changed_event_carries_the_task_as_it_stands(team, how):
     team.create(spec("a", retry_backoff_ms=1000), spec("b", "a"))
     if how == "cascade":
@@ -433,6 +433,8 @@ def test_a_task_changed_event_carries_the_task_as_it_stands(team, how):
         grant = team.claim("w1")
         if how == "complete":
             team.complete("w1", "a", grant.token)
+        elif how == "ask":
+            team.ask("w1", "a", grant.token, "which corpus?")
     (data,) = team.rows("SELECT data FROM events WHERE kind = 'task_changed' ORDER BY seq DESC LIMIT 1")[0]
     event = json.loads(data)
     task = team.task(event["id"])
@@ -454,6 +456,7 @@ def test_a_task_changed_event_carries_the_task_as_it_stands(team, how):
         "output_tokens": task.usage.output_tokens,
         "cost_micros": task.usage.cost_micros,
         "model": task.usage.model,
+        "question": task.question,
     }
 
 

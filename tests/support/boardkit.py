@@ -218,6 +218,12 @@ class SyncBoard:
     def release(self, name: str, task_id: str, token: str) -> TaskRecord:
         return self.run(self.board.release(name, task_id, token))
 
+    def ask(self, name: str, task_id: str, token: str, question: str = "which one?") -> TaskRecord:
+        return self.run(self.board.ask_question(name, task_id, token, question))
+
+    def answer(self, task_id: str, answer: str = "this one") -> TaskRecord:
+        return self.run(self.board.answer_question(task_id, answer))
+
     def cancel(self, *task_ids: str) -> list[TaskRecord]:
         return self.run(self.board.cancel_tasks(list(task_ids)))
 

@@ -20,6 +20,7 @@ class TaskState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_STATE_COMPLETED: _ClassVar[TaskState]
     TASK_STATE_FAILED: _ClassVar[TaskState]
     TASK_STATE_CANCELED: _ClassVar[TaskState]
+    TASK_STATE_NEEDS_INPUT: _ClassVar[TaskState]
 
 class TeammateAvailability(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -37,6 +38,7 @@ class AttemptOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ATTEMPT_OUTCOME_RELEASED: _ClassVar[AttemptOutcome]
     ATTEMPT_OUTCOME_CANCELED: _ClassVar[AttemptOutcome]
     ATTEMPT_OUTCOME_REVOKED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_ASKED: _ClassVar[AttemptOutcome]
 
 class TeammateStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -77,6 +79,7 @@ TASK_STATE_IN_PROGRESS: TaskState
 TASK_STATE_COMPLETED: TaskState
 TASK_STATE_FAILED: TaskState
 TASK_STATE_CANCELED: TaskState
+TASK_STATE_NEEDS_INPUT: TaskState
 TEAMMATE_AVAILABILITY_UNSPECIFIED: TeammateAvailability
 TEAMMATE_AVAILABILITY_NONE_REGISTERED: TeammateAvailability
 TEAMMATE_AVAILABILITY_NONE_ONLINE: TeammateAvailability
@@ -88,6 +91,7 @@ ATTEMPT_OUTCOME_EXPIRED: AttemptOutcome
 ATTEMPT_OUTCOME_RELEASED: AttemptOutcome
 ATTEMPT_OUTCOME_CANCELED: AttemptOutcome
 ATTEMPT_OUTCOME_REVOKED: AttemptOutcome
+ATTEMPT_OUTCOME_ASKED: AttemptOutcome
 TEAMMATE_STATUS_UNSPECIFIED: TeammateStatus
 TEAMMATE_STATUS_OFFLINE: TeammateStatus
 TEAMMATE_STATUS_IDLE: TeammateStatus
@@ -149,7 +153,7 @@ class TaskSpec(_message.Message):
     def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., required_role: _Optional[str] = ..., not_before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff_max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., trace_parent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., attempt_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "required_role", "max_attempts", "lease_duration", "state", "owner", "attempt", "result", "error", "seq", "create_time", "lease_expire_time", "finish_time", "not_before_time", "retry_backoff", "retry_backoff_max", "ready_time", "progress", "progress_fraction", "progress_time", "waiting_for", "trace_parent", "concurrency_key", "usage", "attempt_timeout", "attempts_used")
+    __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "required_role", "max_attempts", "lease_duration", "state", "owner", "attempt", "result", "error", "seq", "create_time", "lease_expire_time", "finish_time", "not_before_time", "retry_backoff", "retry_backoff_max", "ready_time", "progress", "progress_fraction", "progress_time", "waiting_for", "trace_parent", "concurrency_key", "usage", "attempt_timeout", "attempts_used", "question")
     ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -181,6 +185,7 @@ class Task(_message.Message):
     USAGE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_USED_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
     id: str
     title: str
     description: str
@@ -212,7 +217,8 @@ class Task(_message.Message):
     usage: Usage
     attempt_timeout: _duration_pb2.Duration
     attempts_used: int
-    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., required_role: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., owner: _Optional[str] = ..., attempt: _Optional[int] = ..., result: _Optional[bytes] = ..., error: _Optional[str] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., not_before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff_max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., ready_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[str] = ..., progress_fraction: _Optional[float] = ..., progress_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waiting_for: _Optional[_Union[WaitingFor, _Mapping]] = ..., trace_parent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., attempt_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts_used: _Optional[int] = ...) -> None: ...
+    question: str
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., required_role: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., owner: _Optional[str] = ..., attempt: _Optional[int] = ..., result: _Optional[bytes] = ..., error: _Optional[str] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., not_before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff_max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., ready_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[str] = ..., progress_fraction: _Optional[float] = ..., progress_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waiting_for: _Optional[_Union[WaitingFor, _Mapping]] = ..., trace_parent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., attempt_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts_used: _Optional[int] = ..., question: _Optional[str] = ...) -> None: ...
 
 class WaitingFor(_message.Message):
     __slots__ = ("dependencies", "ready_time", "concurrency_key", "teammates")
@@ -337,7 +343,7 @@ class PlanDecision(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., send_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., plan_id: _Optional[str] = ..., approve: _Optional[bool] = ..., feedback: _Optional[str] = ...) -> None: ...
 
 class Claim(_message.Message):
-    __slots__ = ("task", "claim_token", "lease_expire_time", "attempt", "fence", "previous_attempt", "dependency_results", "dependency_results_omitted")
+    __slots__ = ("task", "claim_token", "lease_expire_time", "attempt", "fence", "previous_attempt", "dependency_results", "dependency_results_omitted", "answers")
     class DependencyResultsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -353,6 +359,7 @@ class Claim(_message.Message):
     PREVIOUS_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     DEPENDENCY_RESULTS_FIELD_NUMBER: _ClassVar[int]
     DEPENDENCY_RESULTS_OMITTED_FIELD_NUMBER: _ClassVar[int]
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
     task: Task
     claim_token: str
     lease_expire_time: _timestamp_pb2.Timestamp
@@ -361,7 +368,22 @@ class Claim(_message.Message):
     previous_attempt: TaskAttempt
     dependency_results: _containers.ScalarMap[str, bytes]
     dependency_results_omitted: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., claim_token: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., previous_attempt: _Optional[_Union[TaskAttempt, _Mapping]] = ..., dependency_results: _Optional[_Mapping[str, bytes]] = ..., dependency_results_omitted: _Optional[_Iterable[str]] = ...) -> None: ...
+    answers: _containers.RepeatedCompositeFieldContainer[QuestionAnswer]
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., claim_token: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., previous_attempt: _Optional[_Union[TaskAttempt, _Mapping]] = ..., dependency_results: _Optional[_Mapping[str, bytes]] = ..., dependency_results_omitted: _Optional[_Iterable[str]] = ..., answers: _Optional[_Iterable[_Union[QuestionAnswer, _Mapping]]] = ...) -> None: ...
+
+class QuestionAnswer(_message.Message):
+    __slots__ = ("question", "answer", "asked_by", "ask_time", "answer_time")
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    ASKED_BY_FIELD_NUMBER: _ClassVar[int]
+    ASK_TIME_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_TIME_FIELD_NUMBER: _ClassVar[int]
+    question: str
+    answer: str
+    asked_by: str
+    ask_time: _timestamp_pb2.Timestamp
+    answer_time: _timestamp_pb2.Timestamp
+    def __init__(self, question: _Optional[str] = ..., answer: _Optional[str] = ..., asked_by: _Optional[str] = ..., ask_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., answer_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class IdleTimeout(_message.Message):
     __slots__ = ("idle_polls",)
@@ -370,7 +392,7 @@ class IdleTimeout(_message.Message):
     def __init__(self, idle_polls: _Optional[int] = ...) -> None: ...
 
 class SessionRequest(_message.Message):
-    __slots__ = ("op_id", "open", "ack", "renew", "complete", "fail", "release", "free_slot")
+    __slots__ = ("op_id", "open", "ack", "renew", "complete", "fail", "release", "free_slot", "ask")
     OP_ID_FIELD_NUMBER: _ClassVar[int]
     OPEN_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
@@ -379,6 +401,7 @@ class SessionRequest(_message.Message):
     FAIL_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
     FREE_SLOT_FIELD_NUMBER: _ClassVar[int]
+    ASK_FIELD_NUMBER: _ClassVar[int]
     op_id: str
     open: IdleRequest
     ack: AckMessagesRequest
@@ -387,7 +410,8 @@ class SessionRequest(_message.Message):
     fail: FailTaskRequest
     release: ReleaseTaskRequest
     free_slot: FreeSlotRequest
-    def __init__(self, op_id: _Optional[str] = ..., open: _Optional[_Union[IdleRequest, _Mapping]] = ..., ack: _Optional[_Union[AckMessagesRequest, _Mapping]] = ..., renew: _Optional[_Union[RenewLeaseRequest, _Mapping]] = ..., complete: _Optional[_Union[CompleteTaskRequest, _Mapping]] = ..., fail: _Optional[_Union[FailTaskRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseTaskRequest, _Mapping]] = ..., free_slot: _Optional[_Union[FreeSlotRequest, _Mapping]] = ...) -> None: ...
+    ask: AskQuestionRequest
+    def __init__(self, op_id: _Optional[str] = ..., open: _Optional[_Union[IdleRequest, _Mapping]] = ..., ack: _Optional[_Union[AckMessagesRequest, _Mapping]] = ..., renew: _Optional[_Union[RenewLeaseRequest, _Mapping]] = ..., complete: _Optional[_Union[CompleteTaskRequest, _Mapping]] = ..., fail: _Optional[_Union[FailTaskRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseTaskRequest, _Mapping]] = ..., free_slot: _Optional[_Union[FreeSlotRequest, _Mapping]] = ..., ask: _Optional[_Union[AskQuestionRequest, _Mapping]] = ...) -> None: ...
 
 class SessionResponse(_message.Message):
     __slots__ = ("op_result", "message", "shutdown_request", "plan_decision", "claim", "idle_timeout", "budget_exhausted", "claim_ended")
@@ -518,6 +542,22 @@ class RevokeClaimRequest(_message.Message):
     reason: str
     request_id: str
     def __init__(self, task_id: _Optional[str] = ..., reason: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class AnswerQuestionRequest(_message.Message):
+    __slots__ = ("task_id", "answer", "request_id")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    answer: str
+    request_id: str
+    def __init__(self, task_id: _Optional[str] = ..., answer: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class AnswerQuestionResponse(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
 
 class RevokeClaimResponse(_message.Message):
     __slots__ = ("task",)
@@ -714,7 +754,7 @@ class ShutdownAnswered(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., teammate: _Optional[str] = ..., approve: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class WatchResponse(_message.Message):
-    __slots__ = ("seq", "time", "task_changed", "teammate_changed", "message", "plan_submitted", "shutdown_answered", "budget_exhausted", "plan_decided")
+    __slots__ = ("seq", "time", "task_changed", "teammate_changed", "message", "plan_submitted", "shutdown_answered", "budget_exhausted", "plan_decided", "question_asked", "question_answered")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     TASK_CHANGED_FIELD_NUMBER: _ClassVar[int]
@@ -724,6 +764,8 @@ class WatchResponse(_message.Message):
     SHUTDOWN_ANSWERED_FIELD_NUMBER: _ClassVar[int]
     BUDGET_EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
     PLAN_DECIDED_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_ASKED_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_ANSWERED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     time: _timestamp_pb2.Timestamp
     task_changed: Task
@@ -733,7 +775,29 @@ class WatchResponse(_message.Message):
     shutdown_answered: ShutdownAnswered
     budget_exhausted: BudgetExhausted
     plan_decided: PlanDecided
-    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., task_changed: _Optional[_Union[Task, _Mapping]] = ..., teammate_changed: _Optional[_Union[TeammateChanged, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., plan_submitted: _Optional[_Union[PlanSubmitted, _Mapping]] = ..., shutdown_answered: _Optional[_Union[ShutdownAnswered, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhausted, _Mapping]] = ..., plan_decided: _Optional[_Union[PlanDecided, _Mapping]] = ...) -> None: ...
+    question_asked: QuestionAsked
+    question_answered: QuestionAnswered
+    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., task_changed: _Optional[_Union[Task, _Mapping]] = ..., teammate_changed: _Optional[_Union[TeammateChanged, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., plan_submitted: _Optional[_Union[PlanSubmitted, _Mapping]] = ..., shutdown_answered: _Optional[_Union[ShutdownAnswered, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhausted, _Mapping]] = ..., plan_decided: _Optional[_Union[PlanDecided, _Mapping]] = ..., question_asked: _Optional[_Union[QuestionAsked, _Mapping]] = ..., question_answered: _Optional[_Union[QuestionAnswered, _Mapping]] = ...) -> None: ...
+
+class QuestionAsked(_message.Message):
+    __slots__ = ("task_id", "question", "asked_by")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    ASKED_BY_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    question: str
+    asked_by: str
+    def __init__(self, task_id: _Optional[str] = ..., question: _Optional[str] = ..., asked_by: _Optional[str] = ...) -> None: ...
+
+class QuestionAnswered(_message.Message):
+    __slots__ = ("task_id", "question", "answer")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    question: str
+    answer: str
+    def __init__(self, task_id: _Optional[str] = ..., question: _Optional[str] = ..., answer: _Optional[str] = ...) -> None: ...
 
 class IdleRequest(_message.Message):
     __slots__ = ("max_idle_polls", "poll_interval", "slots", "hold_slots_until_freed", "busy_claim_tokens")
@@ -860,6 +924,22 @@ class ReleaseTaskRequest(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., claim_token: _Optional[str] = ...) -> None: ...
 
 class ReleaseTaskResponse(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
+
+class AskQuestionRequest(_message.Message):
+    __slots__ = ("task_id", "claim_token", "question")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    claim_token: str
+    question: str
+    def __init__(self, task_id: _Optional[str] = ..., claim_token: _Optional[str] = ..., question: _Optional[str] = ...) -> None: ...
+
+class AskQuestionResponse(_message.Message):
     __slots__ = ("task",)
     TASK_FIELD_NUMBER: _ClassVar[int]
     task: Task

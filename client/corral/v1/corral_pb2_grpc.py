@@ -77,6 +77,11 @@ class LeadServiceStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.RevokeClaimRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.RevokeClaimResponse.FromString,
                 _registered_method=True)
+        self.AnswerQuestion = channel.unary_unary(
+                '/corral.v1.LeadService/AnswerQuestion',
+                request_serializer=corral_dot_v1_dot_corral__pb2.AnswerQuestionRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.AnswerQuestionResponse.FromString,
+                _registered_method=True)
         self.Watch = channel.unary_stream(
                 '/corral.v1.LeadService/Watch',
                 request_serializer=corral_dot_v1_dot_corral__pb2.WatchRequest.SerializeToString,
@@ -180,6 +185,14 @@ class LeadServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AnswerQuestion(self, request, context):
+        """Answers the question of a NEEDS_INPUT task, which is PENDING again: its
+        next claim carries every question of the task and its answer (Claim.answers).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Watch(self, request, context):
         """Board events in order, resumable by sequence number.
         """
@@ -276,6 +289,11 @@ def add_LeadServiceServicer_to_server(servicer, server):
                     servicer.RevokeClaim,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.RevokeClaimRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.RevokeClaimResponse.SerializeToString,
+            ),
+            'AnswerQuestion': grpc.unary_unary_rpc_method_handler(
+                    servicer.AnswerQuestion,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.AnswerQuestionRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.AnswerQuestionResponse.SerializeToString,
             ),
             'Watch': grpc.unary_stream_rpc_method_handler(
                     servicer.Watch,
@@ -543,6 +561,33 @@ class LeadService:
             _registered_method=True)
 
     @staticmethod
+    def AnswerQuestion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.LeadService/AnswerQuestion',
+            corral_dot_v1_dot_corral__pb2.AnswerQuestionRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.AnswerQuestionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def Watch(request,
             target,
             options=(),
@@ -777,6 +822,11 @@ class TeammateServiceStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.ReleaseTaskRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.ReleaseTaskResponse.FromString,
                 _registered_method=True)
+        self.AskQuestion = channel.unary_unary(
+                '/corral.v1.TeammateService/AskQuestion',
+                request_serializer=corral_dot_v1_dot_corral__pb2.AskQuestionRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.AskQuestionResponse.FromString,
+                _registered_method=True)
         self.SubmitPlan = channel.unary_unary(
                 '/corral.v1.TeammateService/SubmitPlan',
                 request_serializer=corral_dot_v1_dot_corral__pb2.SubmitPlanRequest.SerializeToString,
@@ -847,6 +897,14 @@ class TeammateServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AskQuestion(self, request, context):
+        """Ends the live claim and asks the Lead a question: the task waits in
+        NEEDS_INPUT, claimed by no one, until AnswerQuestion. Uses no attempt.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SubmitPlan(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -905,6 +963,11 @@ def add_TeammateServiceServicer_to_server(servicer, server):
                     servicer.ReleaseTask,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.ReleaseTaskRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.ReleaseTaskResponse.SerializeToString,
+            ),
+            'AskQuestion': grpc.unary_unary_rpc_method_handler(
+                    servicer.AskQuestion,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.AskQuestionRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.AskQuestionResponse.SerializeToString,
             ),
             'SubmitPlan': grpc.unary_unary_rpc_method_handler(
                     servicer.SubmitPlan,
@@ -1112,6 +1175,33 @@ class TeammateService:
             '/corral.v1.TeammateService/ReleaseTask',
             corral_dot_v1_dot_corral__pb2.ReleaseTaskRequest.SerializeToString,
             corral_dot_v1_dot_corral__pb2.ReleaseTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AskQuestion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.TeammateService/AskQuestion',
+            corral_dot_v1_dot_corral__pb2.AskQuestionRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.AskQuestionResponse.FromString,
             options,
             channel_credentials,
             insecure,

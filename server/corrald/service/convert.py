@@ -196,6 +196,7 @@ def fill_task(message: pb.Task, record: TaskRecord, waiting: WaitingFor | None =
     message.attempts_used = record.attempts_used
     message.result = record.result
     message.error = record.error
+    message.question = record.question
     message.seq = record.seq
     message.progress = record.progress
     if record.progress_fraction is not None:
@@ -328,6 +329,11 @@ def fill_claim(message: pb.Claim, grant: ClaimGrant) -> None:
     if grant.dependency_results:
         message.dependency_results.update(grant.dependency_results)
     message.dependency_results_omitted.extend(grant.dependency_results_omitted)
+    for asked in grant.answers:
+        answer = message.answers.add(question=asked.question, answer=asked.answer or "", asked_by=asked.asked_by)
+        _set_ms(answer.ask_time, asked.ask_ms)
+        if asked.answer_ms is not None:
+            _set_ms(answer.answer_time, asked.answer_ms)
 
 
 ATTEMPT_OUTCOMES: dict[ClaimOutcome | None, pb.AttemptOutcome] = {
@@ -339,6 +345,7 @@ ATTEMPT_OUTCOMES: dict[ClaimOutcome | None, pb.AttemptOutcome] = {
     ClaimOutcome.CANCELED: pb.ATTEMPT_OUTCOME_CANCELED,
     ClaimOutcome.REVOKED: pb.ATTEMPT_OUTCOME_REVOKED,
     ClaimOutcome.TIMED_OUT: pb.ATTEMPT_OUTCOME_FAILED,  # a failure; its error says it timed out
+    ClaimOutcome.ASKED: pb.ATTEMPT_OUTCOME_ASKED,
 }
 
 
@@ -417,6 +424,7 @@ def watch_response(
         failures = data.get("failures")
         snapshot.attempts_used = data["attempt"] if failures is None else attempts_used(data["state"], failures)
         snapshot.error = data["error"]
+        snapshot.question = data.get("question", "")  # events written before questions have none
         _set_time(snapshot, "lease_expire_time", data["lease_expire_ms"])
         _set_time(snapshot, "finish_time", data["finish_ms"])
         # Events written before progress existed have none of its keys.
@@ -473,6 +481,14 @@ def watch_response(
             pb.ShutdownAnswered(
                 request_id=data["request_id"], teammate=data["teammate"], approve=data["approve"], reason=data["reason"]
             )
+        )
+    elif event.kind == "question_asked":
+        response.question_asked.CopyFrom(
+            pb.QuestionAsked(task_id=data["task_id"], question=data["question"], asked_by=data["asked_by"])
+        )
+    elif event.kind == "question_answered":
+        response.question_answered.CopyFrom(
+            pb.QuestionAnswered(task_id=data["task_id"], question=data["question"], answer=data["answer"])
         )
     return response
 

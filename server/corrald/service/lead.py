@@ -95,6 +95,16 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
             lambda record: pb.RevokeClaimResponse(task=convert.task(record)),
         )
 
+    async def AnswerQuestion(
+        self, request: pb.AnswerQuestionRequest, context, identity: Identity
+    ) -> pb.AnswerQuestionResponse:
+        return await self._answer(
+            identity,
+            request,
+            lambda key: self._board.answer_question(request.task_id, request.answer, key),
+            lambda record: pb.AnswerQuestionResponse(task=convert.task(record)),
+        )
+
     async def RequestShutdown(
         self, request: pb.RequestShutdownRequest, context, identity: Identity
     ) -> pb.RequestShutdownResponse:

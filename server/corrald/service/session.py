@@ -57,6 +57,7 @@ class SessionOps:
             "fail": self._fail,
             "release": self._release,
             "free_slot": self._free_slot,
+            "ask": self._ask,
         }
 
     # ------------------------------------------------------------ reading
@@ -173,6 +174,11 @@ class SessionOps:
 
     async def _release(self, op: OpKey, body: pb.ReleaseTaskRequest, stream: StreamState):
         task = await self._board.release(self._name, body.task_id, body.claim_token, op=op)
+        stream.free_slot(body.claim_token)
+        return _with_task(op.op_id, task), None
+
+    async def _ask(self, op: OpKey, body: pb.AskQuestionRequest, stream: StreamState):
+        task = await self._board.ask_question(self._name, body.task_id, body.claim_token, body.question, op=op)
         stream.free_slot(body.claim_token)
         return _with_task(op.op_id, task), None
 

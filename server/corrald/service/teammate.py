@@ -156,6 +156,12 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
         self._freed(identity.name, request.claim_token)
         return pb.ReleaseTaskResponse(task=convert.task(task))
 
+    async def AskQuestion(self, request: pb.AskQuestionRequest, context, identity: Identity) -> pb.AskQuestionResponse:
+        self._hub.alive(identity.name)
+        task = await self._board.ask_question(identity.name, request.task_id, request.claim_token, request.question)
+        self._freed(identity.name, request.claim_token)
+        return pb.AskQuestionResponse(task=convert.task(task))
+
     async def FreeSlot(self, request: pb.FreeSlotRequest, context, identity: Identity) -> pb.FreeSlotResponse:
         self._hub.alive(identity.name)
         validate.check_claim_token("claim_token", request.claim_token)

@@ -15,6 +15,7 @@ from ...model import TaskState, TeammateStatus
 
 # The states in statements, from the enums (the numbers are the wire's).
 _PENDING, _IN_PROGRESS, _COMPLETED = int(TaskState.PENDING), int(TaskState.IN_PROGRESS), int(TaskState.COMPLETED)
+_NEEDS_INPUT = int(TaskState.NEEDS_INPUT)
 _BUSY = int(TeammateStatus.BUSY)
 
 # ---------------------------------------------------------------- events
@@ -110,6 +111,20 @@ BACK_TO_PENDING = (
     f"UPDATE tasks SET state = {_PENDING}, owner = '', live_fence = NULL, lease_expire_ms = NULL WHERE seq = ?"
     " RETURNING required_role"
 )
+# A holder's question: its claim ended (ASKED), the task waits for the Lead's answer.
+ASK_QUESTION = (
+    f"UPDATE tasks SET state = {_NEEDS_INPUT}, owner = '', live_fence = NULL, lease_expire_ms = NULL, question = ?"
+    " WHERE seq = ?"
+)
+QUESTIONS_ASKED = "SELECT count(*) FROM questions WHERE task_seq = ?"
+INSERT_QUESTION = "INSERT INTO questions (task_seq, fence, asked_by, question, ask_ms) VALUES (?, ?, ?, ?, ?)"
+QUESTION_OF_TASK = "SELECT seq, state, question FROM tasks WHERE id = ?"
+ANSWER_QUESTION = (
+    "UPDATE questions SET answer = ?, answer_ms = ? WHERE task_seq = ? AND answer IS NULL RETURNING asked_by"
+)
+# The answer puts the task back in line, ready (it held a claim, so no dependency or gate is unmet).
+ANSWERED = f"UPDATE tasks SET state = {_PENDING}, question = '' WHERE seq = ? RETURNING required_role"
+ANSWERS = "SELECT question, asked_by, ask_ms, answer, answer_ms FROM questions WHERE task_seq = ? ORDER BY seq"
 BACK_TO_PENDING_GATED = (
     f"UPDATE tasks SET state = {_PENDING}, owner = '', live_fence = NULL, lease_expire_ms = NULL,"
     " ready_ms = ?, gate_shut = 1, unmet_deps = unmet_deps + 1 WHERE seq = ?"
@@ -128,9 +143,9 @@ DEPENDENT_SEQS = "SELECT task_seq FROM deps WHERE dep_seq = ?"
 DOOMED = (
     "WITH RECURSIVE doomed(seq) AS ("
     " SELECT t.seq FROM json_each(?) AS r JOIN tasks AS t ON t.seq = CAST(r.value AS BIGINT)"
-    " WHERE t.state IN (?, ?)"
+    " WHERE t.state IN (?, ?, ?)"
     " UNION SELECT d.task_seq FROM doomed JOIN deps AS d ON d.dep_seq = doomed.seq"
-    " JOIN tasks AS t ON t.seq = d.task_seq WHERE t.state IN (?, ?))"
+    " JOIN tasks AS t ON t.seq = d.task_seq WHERE t.state IN (?, ?, ?))"
     " SELECT t.seq, t.live_fence, t.owner, t.id, c.token, t.concurrency_key FROM doomed"
     " JOIN tasks AS t ON t.seq = doomed.seq LEFT JOIN claims AS c ON c.fence = t.live_fence ORDER BY t.seq"
 )
@@ -141,7 +156,8 @@ DOOMED_DEPENDENCIES = (
 )
 END_DOOMED_CLAIM = "UPDATE claims SET outcome = ?, end_ms = ?, error = ? WHERE fence = ?"
 FINISH_DOOMED = (
-    "UPDATE tasks SET state = ?, finish_ms = ?, live_fence = NULL, lease_expire_ms = NULL, error = ? WHERE seq = ?"
+    "UPDATE tasks SET state = ?, finish_ms = ?, live_fence = NULL, lease_expire_ms = NULL, error = ?, question = ''"
+    " WHERE seq = ?"
 )
 RETRY_TARGETS = (
     "WITH RECURSIVE down(seq) AS (SELECT CAST(value AS BIGINT) FROM json_each(?)"
@@ -336,7 +352,7 @@ TASK_COLUMNS = (
     " state, owner, attempt, result, error, create_ms, lease_expire_ms, finish_ms,"
     " not_before_ms, retry_backoff_ms, retry_backoff_max_ms, ready_ms,"
     " progress, progress_fraction, progress_ms, trace_parent, concurrency_key,"
-    " input_tokens, output_tokens, cost_micros, model, attempt_timeout_ms, failures, " + DEPENDENCY_IDS
+    " input_tokens, output_tokens, cost_micros, model, attempt_timeout_ms, failures, question, " + DEPENDENCY_IDS
 )
 
 
@@ -349,7 +365,7 @@ def _event(kind: str) -> str:
         " 'finish_ms', t.finish_ms, 'progress', t.progress, 'progress_fraction', t.progress_fraction,"
         " 'progress_ms', t.progress_ms, 'ready_ms', t.ready_ms, 'input_tokens', t.input_tokens,"
         " 'output_tokens', t.output_tokens, 'cost_micros', t.cost_micros, 'model', t.model,"
-        " 'failures', t.failures) FROM "
+        " 'failures', t.failures, 'question', t.question) FROM "
     )
 
 

@@ -258,6 +258,23 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE session_ops ADD COLUMN response BLOB;
     """,
+    # 16: questions to the Lead. A holder's question ends its claim (outcome 'asked')
+    # and leaves the task NEEDS_INPUT with the question on its row until the Lead's
+    # answer; every question of a task and its answer go to the task's next claims.
+    """
+    ALTER TABLE tasks ADD COLUMN question TEXT NOT NULL DEFAULT '';
+    CREATE TABLE questions (
+        seq       INTEGER PRIMARY KEY AUTOINCREMENT,
+        task_seq  INTEGER NOT NULL REFERENCES tasks (seq),
+        fence     INTEGER NOT NULL,
+        asked_by  TEXT    NOT NULL,
+        question  TEXT    NOT NULL,
+        ask_ms    INTEGER NOT NULL,
+        answer    TEXT,
+        answer_ms INTEGER
+    );
+    CREATE INDEX questions_by_task ON questions (task_seq, seq);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,10 +1,10 @@
-"""Tasks: create, claim, renew, complete, fail, release, cancel, reclaim.
+"""Tasks: create, claim, renew, complete, fail, release, ask, cancel, reclaim.
 
 Modules, each importing only those before it: `rows` (reads and events),
 `timegates`, `create`, `ends` (how a claim ends and where its task goes),
 `reclaim` (leases run out, the clock), `claims`, `complete` (and fail, release,
-revoke), `cancel` (and retry). The rest of the daemon uses the names below
-(`store.tasks.claim_next`, ...).
+revoke), `questions` (to the Lead), `cancel` (and retry). The rest of the daemon
+uses the names below (`store.tasks.claim_next`, ...).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from .claims import (
 from .complete import ClaimCompleted, complete, complete_claim, fail, release, release_all, revoke
 from .create import create_batch
 from .ends import RETRY_JITTER, retry_wait_ms
+from .questions import QUESTIONS_PER_TASK_MAX, answer_question, ask_question
 from .reclaim import clock_reached, extend_live_leases, note_clock, reclaim_expired, stamp_clock
 from .rows import (
     ATTEMPTS_SHOWN,
@@ -48,6 +49,9 @@ from .rows import (
 from .timegates import any_gate_due, open_due_gates
 
 __all__ = [
+    "QUESTIONS_PER_TASK_MAX",
+    "answer_question",
+    "ask_question",
     "ATTEMPTS_SHOWN",
     "COMPLETED",
     "IN_PROGRESS",

@@ -16,6 +16,8 @@ from .ends import cancel_seqs
 from .rows import COMPLETED, IN_PROGRESS, PENDING, rows_by_id, task_events
 from .timegates import gate_shut
 
+_NOT_FAILED = (PENDING, IN_PROGRESS, COMPLETED, int(TaskState.NEEDS_INPUT))  # a dependency that may yet complete
+
 
 def cancel(tx: Txn, task_ids: Sequence[str]) -> list[CanceledTask]:
     """Cancels the named tasks and, transitively, their unfinished dependents; returns
@@ -70,8 +72,7 @@ def retry(tx: Txn, task_ids: Sequence[str], reset_attempts: bool) -> list[int]:
         more = {
             seq
             for seq, needs in deps.items()
-            if seq not in revived
-            and all(state in (PENDING, IN_PROGRESS, COMPLETED) or dep in revived for dep, state in needs)
+            if seq not in revived and all(state in _NOT_FAILED or dep in revived for dep, state in needs)
         }
         if not more:
             break

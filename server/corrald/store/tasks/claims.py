@@ -22,7 +22,7 @@ from ..gates import protocol_pending
 from ..status import mark_busy
 from .ends import live_claim
 from .reclaim import reclaim_expired
-from .rows import IN_PROGRESS, PENDING, previous_attempt, task_by_seq
+from .rows import IN_PROGRESS, NEEDS_INPUT, PENDING, answers_of, previous_attempt, task_by_seq
 from .timegates import open_due_gates
 
 
@@ -49,6 +49,7 @@ def claim_next(
     # A task claimed before (tasks.attempt is 0 until its first claim) carries
     # its latest ended claim; a first claim asks nothing more.
     previous = previous_attempt(tx.conn, seq, fence) if last_attempt else None
+    answers = answers_of(tx.conn, seq) if last_attempt else ()  # a question needs a claim before
     tx.wakes.deadline(lease_end)
     tx.leases.lowered_to(lease_end)
     tx.wakes.tally["claims"] += 1
@@ -58,7 +59,7 @@ def claim_next(
         mark_busy(tx, teammate)
     tx.wakes.note("claimed", task=task.id, teammate=teammate, attempt=attempt, fence=fence)
     results, omitted = dependency_results(tx.conn, task)
-    return ClaimGrant(task, token, lease_end, attempt, fence, previous, results, omitted)
+    return ClaimGrant(task, token, lease_end, attempt, fence, previous, results, omitted, answers)
 
 
 def ready_query(conn: sqlite3.Connection, roles: Iterable[str]) -> tuple[str, list[str]]:
@@ -83,8 +84,9 @@ def any_ready(conn: sqlite3.Connection, roles: Iterable[str]) -> bool:
 def work_waited_for(conn: sqlite3.Connection, teammate: str, roles: Iterable[str], limit: int = 10) -> list[str]:
     """Up to `limit` unfinished tasks that `teammate` could still take, in board order.
 
-    PENDING, ready or not (its dependencies may still complete), or IN_PROGRESS
-    under another holder (that claim may end and the task come back), and
+    PENDING, ready or not (its dependencies may still complete), NEEDS_INPUT (the
+    Lead's answer brings it back), or IN_PROGRESS under another holder (that claim
+    may end and the task come back), and
     open to this teammate's roles. While one remains the teammate is waiting
     for work, not idle, and its idle budget is not spent.
     """
@@ -93,7 +95,8 @@ def work_waited_for(conn: sqlite3.Connection, teammate: str, roles: Iterable[str
     p = statements.P
     role_test = f"required_role IN ('', {statements.marks(len(roles))})" if roles else "required_role = ''"
     rows = conn.execute(
-        f"SELECT id FROM tasks WHERE (state = {PENDING} OR (state = {IN_PROGRESS} AND owner != {p})) AND {role_test}"
+        f"SELECT id FROM tasks WHERE (state IN ({PENDING}, {NEEDS_INPUT}) OR (state = {IN_PROGRESS} AND owner != {p}))"
+        f" AND {role_test}"
         f" ORDER BY seq LIMIT {p}",
         (teammate, *roles, limit),
     )
@@ -117,7 +120,8 @@ def grant(conn: sqlite3.Connection, ref: ClaimRef) -> ClaimGrant:
     previous = previous_attempt(conn, ref.task_seq, ref.fence)
     task = task_by_seq(conn, ref.task_seq)
     results, omitted = dependency_results(conn, task)
-    return ClaimGrant(task, ref.token, ref.lease_expire_ms, ref.attempt, ref.fence, previous, results, omitted)
+    answers = answers_of(conn, ref.task_seq) if previous is not None else ()
+    return ClaimGrant(task, ref.token, ref.lease_expire_ms, ref.attempt, ref.fence, previous, results, omitted, answers)
 
 
 def dependency_results(

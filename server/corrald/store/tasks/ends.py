@@ -20,6 +20,9 @@ from ..status import refresh_status
 from .rows import IN_PROGRESS, PENDING, task_changed, task_events
 from .timegates import gate_shut
 
+# The states a cancel or a failed dependency still ends.
+_UNFINISHED = (PENDING, IN_PROGRESS, int(TaskState.NEEDS_INPUT))
+
 
 def live_claim(
     tx: Txn, teammate: str, task_id: str, token: str, *, completed_ok: bool = False
@@ -149,7 +152,7 @@ def cancel_seqs(tx: Txn, roots: list[tuple[int, str]]) -> list[int]:
         reasons.setdefault(seq, why)
     doomed = conn.execute(
         sql(conn).DOOMED,
-        (json.dumps(list(reasons)), PENDING, IN_PROGRESS, PENDING, IN_PROGRESS),
+        (json.dumps(list(reasons)), *_UNFINISHED, *_UNFINISHED),
     ).fetchall()
     if not doomed:
         return []

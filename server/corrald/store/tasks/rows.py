@@ -12,6 +12,7 @@ from ... import errors
 from ...model import (
     AttemptRecord,
     ClaimOutcome,
+    QuestionAnswer,
     TaskPage,
     TaskRecord,
     TaskState,
@@ -25,12 +26,13 @@ from .. import keys
 from ..dialect import sql
 
 PENDING, IN_PROGRESS, COMPLETED = int(TaskState.PENDING), int(TaskState.IN_PROGRESS), int(TaskState.COMPLETED)
+NEEDS_INPUT = int(TaskState.NEEDS_INPUT)
 
 
 _STATES = {int(state): state for state in TaskState}  # a dict lookup, where TaskState(n) is a call
 
 
-TASK_WIDTH = 33  # the columns of a task's row (the drivers' TASK_COLUMNS)
+TASK_WIDTH = 34  # the columns of a task's row (the drivers' TASK_COLUMNS)
 
 
 def task_record(row: tuple) -> TaskRecord:
@@ -38,7 +40,7 @@ def task_record(row: tuple) -> TaskRecord:
     costs more): the columns are in TaskRecord's field order but for
     depends_on (the last column), state (an int), result (NULL until completed) and
     usage (four columns), and `failures` (read as the attempts used)."""
-    depends_on = row[32]
+    depends_on = row[33]
     return TaskRecord._make(
         (
             *row[0:5],  # seq .. payload
@@ -52,6 +54,7 @@ def task_record(row: tuple) -> TaskRecord:
             Usage._make(row[26:30]),
             row[30],  # attempt_timeout_ms
             attempts_used(row[9], row[31]),
+            row[32],  # question
         )
     )
 
@@ -276,6 +279,11 @@ def rows_by_id(conn: sqlite3.Connection, ids: list[str], lock: str = "") -> dict
         task_id: BoardRow(seq, digest, TaskState(state), *times_and_limits)
         for task_id, seq, digest, state, *times_and_limits in rows
     }
+
+
+def answers_of(conn: sqlite3.Connection, seq: int) -> tuple[QuestionAnswer, ...]:
+    """Every question asked on the task and its answer (None while it waits), oldest first."""
+    return tuple(QuestionAnswer(*row) for row in conn.execute(sql(conn).ANSWERS, (seq,)))
 
 
 def earliest_gate(conn: sqlite3.Connection) -> int | None:
