@@ -43,12 +43,13 @@ from corrald.store import tasks as store_tasks
 from corrald.stream import StreamState
 from tests.support.boardkit import SyncBoard, spec
 
-PENDING, IN_PROGRESS, COMPLETED, FAILED, CANCELED = (
+PENDING, IN_PROGRESS, COMPLETED, FAILED, CANCELED, NEEDS_INPUT = (
     TaskState.PENDING,
     TaskState.IN_PROGRESS,
     TaskState.COMPLETED,
     TaskState.FAILED,
     TaskState.CANCELED,
+    TaskState.NEEDS_INPUT,
 )
 ROLES = {"w1": (), "w2": ("r",), "w3": ()}
 SLOTS = 64
@@ -77,6 +78,8 @@ class MTask:
     gate: int | None = None  # the latest time gate (ready_ms): shut while it lies ahead
     canceled_by_lead: bool = False
     key: str = ""
+    questions: int = 0  # asked so far
+    unanswered: bool = False  # the last one has no answer (NEEDS_INPUT, or canceled while it was)
 
 
 @dataclasses.dataclass
@@ -210,7 +213,8 @@ class Model:
                 t
                 for t in reachable - revived
                 if all(
-                    self.tasks[d].state in (PENDING, IN_PROGRESS, COMPLETED) or d in revived for d in self.tasks[t].deps
+                    self.tasks[d].state in (PENDING, IN_PROGRESS, COMPLETED, NEEDS_INPUT) or d in revived
+                    for d in self.tasks[t].deps
                 )
             }
             revived |= more
@@ -538,6 +542,35 @@ class BoardMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.model.tasks)
     @rule(data=st.data())
+    def ask(self, data) -> None:
+        name, task_id, token = self.pick_call(data)
+        value, expected = self.attempt(
+            "ask", lambda: self.board.ask(name, task_id, token, f"q{self.results}"), name, task_id, token
+        )
+        if expected is None:
+            task = self.model.tasks[task_id]
+            self.model.end_claim(task, "asked")
+            task.state, task.owner, task.questions, task.unanswered = NEEDS_INPUT, "", task.questions + 1, True
+            assert (value.state, value.question) == (NEEDS_INPUT, f"q{self.results}")
+
+    @precondition(lambda self: self.model.tasks)
+    @rule(data=st.data())
+    def answer(self, data) -> None:
+        waiting = sorted(t for t, task in self.model.tasks.items() if task.state is NEEDS_INPUT)
+        pool = waiting if waiting and data.draw(st.integers(0, 3), label="a wrong one") else sorted(self.model.tasks)
+        task_id = data.draw(st.sampled_from(pool), label="answer id")
+        task = self.model.tasks[task_id]
+        if task.state is not NEEDS_INPUT:
+            before = self.board.dump()
+            with pytest.raises(errors.FailedPrecondition):
+                self.board.answer(task_id)
+            assert self.board.dump() == before
+            return
+        assert self.board.answer(task_id).state is PENDING
+        task.state, task.unanswered = PENDING, False
+
+    @precondition(lambda self: self.model.tasks)
+    @rule(data=st.data())
     def cancel(self, data) -> None:
         ids = data.draw(
             st.lists(st.sampled_from(sorted(self.model.tasks)), min_size=1, max_size=2, unique=True), label="cancel ids"
@@ -701,6 +734,11 @@ class BoardMachine(RuleBasedStateMachine):
                     " c.teammate, c.outcome, t.ready_ms FROM tasks t LEFT JOIN claims c ON c.fence = t.live_fence"
                 ),
                 "claims": q("SELECT token, outcome FROM claims"),
+                # a question is never left open but on a NEEDS_INPUT task, and no claim carries one
+                "questions": q(
+                    "SELECT t.id, count(q.seq), count(q.answer) FROM tasks t LEFT JOIN questions q"
+                    " ON q.task_seq = t.seq GROUP BY t.id"
+                ),
                 "keys": q(
                     "SELECT concurrency_key, count(*) FROM tasks WHERE state = 2 AND concurrency_key != ''"
                     " GROUP BY concurrency_key"
@@ -713,6 +751,9 @@ class BoardMachine(RuleBasedStateMachine):
         assert db["double"] == [] and db["early"] == [] and db["twice"] == []
         assert db["tokens"][0] == db["tokens"][1] == len(self.model.claims)
         assert dict(db["claims"]) == {c.token: c.outcome for c in self.model.claims.values()}
+        for task_id, asked, answered in db["questions"]:
+            task = self.model.tasks[task_id]
+            assert (asked, answered) == (task.questions, task.questions - int(task.unanswered)), task_id
         for task_id, state, owner, lease_end, failures, result, token, holder, outcome, ready_ms in db["tasks"]:
             task = self.model.tasks[task_id]
             if state == IN_PROGRESS:  # exactly the owner's one live claim
