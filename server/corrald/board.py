@@ -45,6 +45,7 @@ from .model import (
     TeammateRecord,
     Txn,
     Usage,
+    Verdict,
     ViewerRecord,
     WaitingFor,
 )
@@ -227,6 +228,19 @@ class Board:
             raise errors.InvalidArgument("task_id", "must not be empty")
         validate.check_text("reason", reason, self.limits.text_max_bytes)
         return await self._write(lambda tx: tasks.revoke(tx, task_id, reason), key)
+
+    async def review_task(
+        self, task_id: str, approve: bool, feedback: str, key: RequestKey | None = None
+    ) -> TaskRecord:
+        """The Lead decides a task IN_REVIEW (see `tasks.review_task`)."""
+        if not task_id:
+            raise errors.InvalidArgument("task_id", "must not be empty")
+        verdict = Verdict(approve, feedback)
+        try:
+            validate.verdict(verdict, self.limits)
+        except errors.InvalidArgument as error:  # this call names it `feedback`
+            raise errors.InvalidArgument("feedback", error.description) from None
+        return await self._write(lambda tx: tasks.review_task(tx, task_id, verdict), key)
 
     async def answer_question(self, task_id: str, answer: str, key: RequestKey | None = None) -> TaskRecord:
         """Answers a NEEDS_INPUT task's question: it is PENDING again (see `tasks.answer_question`)."""
@@ -429,6 +443,7 @@ class Board:
         result: bytes,
         *,
         reported: Usage | None = None,
+        verdict: Verdict | None = None,
         stream: StreamView | None = None,
         waiters: ParkedStreams | None = None,
         op: OpKey | None = None,
@@ -441,8 +456,9 @@ class Board:
         call's reply. A Session op (`op`, always from its stream) sent again is answered
         with the task as it stands, and no handoff."""
         validate.result(result, self.limits)
+        validate.verdict(verdict, self.limits)
         spent = validate.usage(reported, self.limits)
-        completion = Completion(name, task_id, token, result)
+        completion = Completion(name, task_id, token, result, verdict)
         if stream is None:
             assert op is None, "a Session op completes from its stream"
             task = await self.writer.run(lambda tx: tasks.complete(tx, completion, spent))
@@ -456,7 +472,7 @@ class Board:
         # The completion's step writes the op's record (store/ops.py); without usage to
         # charge, the driver may run it with the completions queued beside it.
         merge = None
-        if spent is None:
+        if spent is None and verdict is None:
             merge = self.driver.merged_completion(OpCompletion(op.op_id, op.digest, completion), delivery.views_touched)
         return await self._once(
             name, op, body, lambda tx, _: Completed(tasks.get_task(tx.conn, task_id), None), True, merge

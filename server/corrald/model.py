@@ -20,6 +20,7 @@ class TaskState(enum.IntEnum):
     FAILED = 4
     CANCELED = 5
     NEEDS_INPUT = 6  # its holder asked the Lead a question; claimed by no one until answered
+    IN_REVIEW = 7  # completed by its holder, waiting for a review (TaskSpec.review) before COMPLETED
 
     @property
     def is_final(self) -> bool:
@@ -52,6 +53,9 @@ class ClaimOutcome(enum.StrEnum):
     TIMED_OUT = "timed_out"
     # Its holder asked the Lead a question (the task waits NEEDS_INPUT); uses no attempt.
     ASKED = "asked"
+    # A review's verdict (a review's claim, or the Lead's ReviewTask): COMPLETED, or rework.
+    APPROVED = "approved"
+    REJECTED = "rejected"
 
 
 class ClaimEndReason(enum.IntEnum):
@@ -95,6 +99,32 @@ class TaskSpec:
     trace_parent: str = ""  # a W3C traceparent, checked (validate.check_trace_parent)
     concurrency_key: str = ""  # '' for none: no limit applies
     attempt_timeout_ms: int | None = None  # None: no limit
+    review: ReviewPolicy | None = None  # None: a completion completes the task
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReviewPolicy:
+    """Who reviews a task's result before it is COMPLETED, and how many rejections it takes."""
+
+    reviewer_role: str  # '' : the Lead (ReviewTask)
+    max_rounds: int  # the rejections after which the task fails (0 in a raw spec: the default)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Verdict:
+    """A review's answer: approve, or reject with feedback (required then)."""
+
+    approve: bool
+    feedback: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReviewItem:
+    """What a review's claim carries: the result to review, whose it is, and which round."""
+
+    result: bytes
+    author: str
+    round: int
 
 
 class Usage(typing.NamedTuple):
@@ -163,6 +193,8 @@ class TaskRecord(typing.NamedTuple):
     attempt_timeout_ms: int | None = None
     attempts_used: int = 0  # those that count toward max_attempts (see `attempts_used`)
     question: str = ""  # NEEDS_INPUT: the question waiting for the Lead's answer
+    review: ReviewPolicy | None = None  # as created; None: no review
+    review_rounds: int = 0  # the rejections so far
 
 
 def attempts_used(state: int, failures: int) -> int:
@@ -172,7 +204,9 @@ def attempts_used(state: int, failures: int) -> int:
     return failures + 1 if state in _USING_AN_ATTEMPT else failures
 
 
-_USING_AN_ATTEMPT = frozenset((int(TaskState.IN_PROGRESS), int(TaskState.COMPLETED)))  # plain ints: read per row
+_USING_AN_ATTEMPT = frozenset(
+    (int(TaskState.IN_PROGRESS), int(TaskState.COMPLETED), int(TaskState.IN_REVIEW))
+)  # plain ints: read per row
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -250,6 +284,8 @@ class AttemptRecord:
     end_ms: int | None  # None while the claim is live
     outcome: ClaimOutcome | None  # None while the claim is live
     error: str
+    review_round: int | None = None  # a review's claim (or the Lead's decision): its round
+    feedback: str = ""  # a review's feedback
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -267,6 +303,8 @@ class ClaimGrant:
     dependency_results_omitted: tuple[str, ...] = ()
     # Every question asked on the task and its answer, oldest first.
     answers: tuple[QuestionAnswer, ...] = ()
+    review: ReviewItem | None = None  # a review's claim: what to review
+    rejected_result: bytes = b""  # a rework: the result the last review rejected
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -522,6 +560,7 @@ class Completion:
     task_id: str
     token: str
     result: bytes
+    verdict: Verdict | None = None  # a review's claim is completed with one, any other without
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

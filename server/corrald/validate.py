@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from .config import Limits
 from .errors import InvalidArgument
-from .model import Budget, Progress, TaskSpec, Usage
+from .model import Budget, Progress, ReviewPolicy, TaskSpec, Usage, Verdict
 
 RESERVED_NAMES = frozenset({"lead", "*"})
 
@@ -218,7 +218,32 @@ def normalize_spec(index: int, raw: TaskSpec, limits: Limits, now_ms: int) -> Ta
         trace_parent=raw.trace_parent,
         concurrency_key=raw.concurrency_key,
         attempt_timeout_ms=_attempt_timeout(at, raw, limits),
+        review=_review(at, raw.review, limits),
     )
+
+
+REVIEW_ROUNDS_DEFAULT = 3
+REVIEW_ROUNDS_MAX = 20
+
+
+def _review(at: str, raw: ReviewPolicy | None, limits: Limits) -> ReviewPolicy | None:
+    """A review policy with its rounds defaulted: a reviewer role (checked as a role), or
+    '' for the Lead."""
+    if raw is None:
+        return None
+    if raw.reviewer_role:
+        check_id(f"{at}.review.reviewer_role", raw.reviewer_role, limits)
+    rounds = defaulted(f"{at}.review.max_rounds", raw.max_rounds, REVIEW_ROUNDS_DEFAULT, 1, REVIEW_ROUNDS_MAX)
+    return ReviewPolicy(raw.reviewer_role, rounds)
+
+
+def verdict(value: Verdict | None, limits: Limits) -> None:
+    """A review's verdict: a rejection says why."""
+    if value is None:
+        return
+    check_text("verdict.feedback", value.feedback, limits.text_max_bytes)
+    if not value.approve and not value.feedback.strip():
+        raise InvalidArgument("verdict.feedback", "a rejection says why: feedback must not be empty")
 
 
 # W3C Trace Context, "traceparent": version-traceid-parentid-flags, lowercase hex.
@@ -390,5 +415,7 @@ def spec_digest(spec: TaskSpec, limits: Limits = Limits()) -> bytes:
         fields.append({"concurrency_key": spec.concurrency_key})
     if spec.attempt_timeout_ms is not None:  # appended only when set: older specs keep their digest
         fields.append({"attempt_timeout_ms": spec.attempt_timeout_ms})
+    if spec.review is not None:  # likewise
+        fields.append({"review": [spec.review.reviewer_role, spec.review.max_rounds]})
     canonical = json.dumps(fields, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).digest()

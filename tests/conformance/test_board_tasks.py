@@ -457,6 +457,7 @@ def test_a_task_changed_event_carries_the_task_as_it_stands(team, how):
         "cost_micros": task.usage.cost_micros,
         "model": task.usage.model,
         "question": task.question,
+        "review_rounds": task.review_rounds,
     }
 
 

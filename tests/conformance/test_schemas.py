@@ -42,10 +42,13 @@ SQLITE_ONLY: dict[Fact, str] = {}
 
 
 def _predicate(sql: str | None) -> str:
-    """An index's WHERE clause in one spelling: no casts or parentheses, `!=`, lower case."""
+    """An index's WHERE clause in one spelling: no casts or parentheses, `!=`, `IN` for
+    PostgreSQL's `= ANY (ARRAY[...])`, lower case."""
     if not sql:
         return ""
-    text = re.sub(r"::[a-z ]+", "", sql).replace("<>", "!=").replace("(", "").replace(")", "")
+    text = re.sub(r"::[a-z ]+", "", sql).replace("<>", "!=")
+    text = re.sub(r"= ANY \(ARRAY\[([^\]]*)\]\)", r"IN (\1)", text)
+    text = text.replace("(", "").replace(")", "")
     return " ".join(text.lower().split())
 
 

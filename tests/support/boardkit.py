@@ -21,7 +21,7 @@ from typing import Any
 from corrald.board import Board
 from corrald.clock import Clock
 from corrald.config import Limits, WriterConfig
-from corrald.model import ClaimGrant, TaskRecord, TaskSpec, TaskState, Usage
+from corrald.model import ClaimGrant, ReviewPolicy, TaskRecord, TaskSpec, TaskState, Usage, Verdict
 from corrald.store import tasks, team
 from corrald.store.postgres.target import DEFAULT_WRITERS as PG_DEFAULT_WRITERS
 from corrald.stream import StreamState
@@ -76,6 +76,7 @@ def spec(
     retry_backoff_ms: int | None = 0,
     retry_backoff_max_ms: int | None = None,
     concurrency_key: str = "",
+    review: ReviewPolicy | None = None,
 ) -> TaskSpec:
     """A raw spec as the service layer would build it (0 = use the default).
 
@@ -97,6 +98,7 @@ def spec(
         retry_backoff_ms=retry_backoff_ms,
         retry_backoff_max_ms=retry_backoff_max_ms,
         concurrency_key=concurrency_key,
+        review=review,
     )
 
 
@@ -200,9 +202,19 @@ class SyncBoard:
         return self.run(self.board.renew(name, task_id, token, progress, fraction, reported=usage))
 
     def complete(
-        self, name: str, task_id: str, token: str, result: bytes = b"done", usage: Usage | None = None
+        self,
+        name: str,
+        task_id: str,
+        token: str,
+        result: bytes = b"done",
+        usage: Usage | None = None,
+        verdict: Verdict | None = None,
     ) -> TaskRecord:
-        return self.run(self.board.complete(name, task_id, token, result, reported=usage)).task
+        return self.run(self.board.complete(name, task_id, token, result, reported=usage, verdict=verdict)).task
+
+    def review(self, task_id: str, approve: bool, feedback: str = "") -> TaskRecord:
+        """The Lead's ReviewTask."""
+        return self.run(self.board.review_task(task_id, approve, feedback))
 
     def fail(
         self,

@@ -21,6 +21,7 @@ class TaskState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_STATE_FAILED: _ClassVar[TaskState]
     TASK_STATE_CANCELED: _ClassVar[TaskState]
     TASK_STATE_NEEDS_INPUT: _ClassVar[TaskState]
+    TASK_STATE_IN_REVIEW: _ClassVar[TaskState]
 
 class TeammateAvailability(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -39,6 +40,7 @@ class AttemptOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ATTEMPT_OUTCOME_CANCELED: _ClassVar[AttemptOutcome]
     ATTEMPT_OUTCOME_REVOKED: _ClassVar[AttemptOutcome]
     ATTEMPT_OUTCOME_ASKED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_REJECTED: _ClassVar[AttemptOutcome]
 
 class TeammateStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -80,6 +82,7 @@ TASK_STATE_COMPLETED: TaskState
 TASK_STATE_FAILED: TaskState
 TASK_STATE_CANCELED: TaskState
 TASK_STATE_NEEDS_INPUT: TaskState
+TASK_STATE_IN_REVIEW: TaskState
 TEAMMATE_AVAILABILITY_UNSPECIFIED: TeammateAvailability
 TEAMMATE_AVAILABILITY_NONE_REGISTERED: TeammateAvailability
 TEAMMATE_AVAILABILITY_NONE_ONLINE: TeammateAvailability
@@ -92,6 +95,7 @@ ATTEMPT_OUTCOME_RELEASED: AttemptOutcome
 ATTEMPT_OUTCOME_CANCELED: AttemptOutcome
 ATTEMPT_OUTCOME_REVOKED: AttemptOutcome
 ATTEMPT_OUTCOME_ASKED: AttemptOutcome
+ATTEMPT_OUTCOME_REJECTED: AttemptOutcome
 TEAMMATE_STATUS_UNSPECIFIED: TeammateStatus
 TEAMMATE_STATUS_OFFLINE: TeammateStatus
 TEAMMATE_STATUS_IDLE: TeammateStatus
@@ -118,8 +122,16 @@ CLAIM_END_REASON_TEAMMATE_REMOVED: ClaimEndReason
 CLAIM_END_REASON_REVOKED: ClaimEndReason
 CLAIM_END_REASON_ATTEMPT_TIMEOUT: ClaimEndReason
 
+class ReviewPolicy(_message.Message):
+    __slots__ = ("reviewer_role", "max_rounds")
+    REVIEWER_ROLE_FIELD_NUMBER: _ClassVar[int]
+    MAX_ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    reviewer_role: str
+    max_rounds: int
+    def __init__(self, reviewer_role: _Optional[str] = ..., max_rounds: _Optional[int] = ...) -> None: ...
+
 class TaskSpec(_message.Message):
-    __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "max_attempts", "lease_duration", "required_role", "not_before_time", "retry_backoff", "retry_backoff_max", "trace_parent", "concurrency_key", "attempt_timeout")
+    __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "max_attempts", "lease_duration", "required_role", "not_before_time", "retry_backoff", "retry_backoff_max", "trace_parent", "concurrency_key", "attempt_timeout", "review")
     ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -135,6 +147,7 @@ class TaskSpec(_message.Message):
     TRACE_PARENT_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    REVIEW_FIELD_NUMBER: _ClassVar[int]
     id: str
     title: str
     description: str
@@ -150,10 +163,11 @@ class TaskSpec(_message.Message):
     trace_parent: str
     concurrency_key: str
     attempt_timeout: _duration_pb2.Duration
-    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., required_role: _Optional[str] = ..., not_before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff_max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., trace_parent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., attempt_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    review: ReviewPolicy
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., required_role: _Optional[str] = ..., not_before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff_max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., trace_parent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., attempt_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., review: _Optional[_Union[ReviewPolicy, _Mapping]] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "required_role", "max_attempts", "lease_duration", "state", "owner", "attempt", "result", "error", "seq", "create_time", "lease_expire_time", "finish_time", "not_before_time", "retry_backoff", "retry_backoff_max", "ready_time", "progress", "progress_fraction", "progress_time", "waiting_for", "trace_parent", "concurrency_key", "usage", "attempt_timeout", "attempts_used", "question")
+    __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "required_role", "max_attempts", "lease_duration", "state", "owner", "attempt", "result", "error", "seq", "create_time", "lease_expire_time", "finish_time", "not_before_time", "retry_backoff", "retry_backoff_max", "ready_time", "progress", "progress_fraction", "progress_time", "waiting_for", "trace_parent", "concurrency_key", "usage", "attempt_timeout", "attempts_used", "question", "review", "review_rounds")
     ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -186,6 +200,8 @@ class Task(_message.Message):
     ATTEMPT_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_USED_FIELD_NUMBER: _ClassVar[int]
     QUESTION_FIELD_NUMBER: _ClassVar[int]
+    REVIEW_FIELD_NUMBER: _ClassVar[int]
+    REVIEW_ROUNDS_FIELD_NUMBER: _ClassVar[int]
     id: str
     title: str
     description: str
@@ -218,7 +234,9 @@ class Task(_message.Message):
     attempt_timeout: _duration_pb2.Duration
     attempts_used: int
     question: str
-    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., required_role: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., owner: _Optional[str] = ..., attempt: _Optional[int] = ..., result: _Optional[bytes] = ..., error: _Optional[str] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., not_before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff_max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., ready_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[str] = ..., progress_fraction: _Optional[float] = ..., progress_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waiting_for: _Optional[_Union[WaitingFor, _Mapping]] = ..., trace_parent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., attempt_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts_used: _Optional[int] = ..., question: _Optional[str] = ...) -> None: ...
+    review: ReviewPolicy
+    review_rounds: int
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., required_role: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., owner: _Optional[str] = ..., attempt: _Optional[int] = ..., result: _Optional[bytes] = ..., error: _Optional[str] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., not_before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff_max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., ready_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[str] = ..., progress_fraction: _Optional[float] = ..., progress_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waiting_for: _Optional[_Union[WaitingFor, _Mapping]] = ..., trace_parent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., attempt_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts_used: _Optional[int] = ..., question: _Optional[str] = ..., review: _Optional[_Union[ReviewPolicy, _Mapping]] = ..., review_rounds: _Optional[int] = ...) -> None: ...
 
 class WaitingFor(_message.Message):
     __slots__ = ("dependencies", "ready_time", "concurrency_key", "teammates")
@@ -263,7 +281,7 @@ class BudgetExhausted(_message.Message):
     def __init__(self, teammate: _Optional[str] = ..., spent: _Optional[_Union[Usage, _Mapping]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ...) -> None: ...
 
 class TaskAttempt(_message.Message):
-    __slots__ = ("attempt", "owner", "fence", "claim_time", "end_time", "outcome", "error")
+    __slots__ = ("attempt", "owner", "fence", "claim_time", "end_time", "outcome", "error", "verdict", "feedback")
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
@@ -271,6 +289,8 @@ class TaskAttempt(_message.Message):
     END_TIME_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    FEEDBACK_FIELD_NUMBER: _ClassVar[int]
     attempt: int
     owner: str
     fence: int
@@ -278,7 +298,9 @@ class TaskAttempt(_message.Message):
     end_time: _timestamp_pb2.Timestamp
     outcome: AttemptOutcome
     error: str
-    def __init__(self, attempt: _Optional[int] = ..., owner: _Optional[str] = ..., fence: _Optional[int] = ..., claim_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., error: _Optional[str] = ...) -> None: ...
+    verdict: ReviewVerdict
+    feedback: str
+    def __init__(self, attempt: _Optional[int] = ..., owner: _Optional[str] = ..., fence: _Optional[int] = ..., claim_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., error: _Optional[str] = ..., verdict: _Optional[_Union[ReviewVerdict, _Mapping]] = ..., feedback: _Optional[str] = ...) -> None: ...
 
 class Teammate(_message.Message):
     __slots__ = ("name", "roles", "status", "require_plan_approval", "held_task_ids", "waiting_for_task_ids", "usage", "budget", "daemon")
@@ -343,7 +365,7 @@ class PlanDecision(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., send_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., plan_id: _Optional[str] = ..., approve: _Optional[bool] = ..., feedback: _Optional[str] = ...) -> None: ...
 
 class Claim(_message.Message):
-    __slots__ = ("task", "claim_token", "lease_expire_time", "attempt", "fence", "previous_attempt", "dependency_results", "dependency_results_omitted", "answers")
+    __slots__ = ("task", "claim_token", "lease_expire_time", "attempt", "fence", "previous_attempt", "dependency_results", "dependency_results_omitted", "answers", "review", "rejected_result")
     class DependencyResultsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -360,6 +382,8 @@ class Claim(_message.Message):
     DEPENDENCY_RESULTS_FIELD_NUMBER: _ClassVar[int]
     DEPENDENCY_RESULTS_OMITTED_FIELD_NUMBER: _ClassVar[int]
     ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    REVIEW_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_RESULT_FIELD_NUMBER: _ClassVar[int]
     task: Task
     claim_token: str
     lease_expire_time: _timestamp_pb2.Timestamp
@@ -369,7 +393,27 @@ class Claim(_message.Message):
     dependency_results: _containers.ScalarMap[str, bytes]
     dependency_results_omitted: _containers.RepeatedScalarFieldContainer[str]
     answers: _containers.RepeatedCompositeFieldContainer[QuestionAnswer]
-    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., claim_token: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., previous_attempt: _Optional[_Union[TaskAttempt, _Mapping]] = ..., dependency_results: _Optional[_Mapping[str, bytes]] = ..., dependency_results_omitted: _Optional[_Iterable[str]] = ..., answers: _Optional[_Iterable[_Union[QuestionAnswer, _Mapping]]] = ...) -> None: ...
+    review: ReviewItem
+    rejected_result: bytes
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., claim_token: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., previous_attempt: _Optional[_Union[TaskAttempt, _Mapping]] = ..., dependency_results: _Optional[_Mapping[str, bytes]] = ..., dependency_results_omitted: _Optional[_Iterable[str]] = ..., answers: _Optional[_Iterable[_Union[QuestionAnswer, _Mapping]]] = ..., review: _Optional[_Union[ReviewItem, _Mapping]] = ..., rejected_result: _Optional[bytes] = ...) -> None: ...
+
+class ReviewItem(_message.Message):
+    __slots__ = ("result", "author", "round")
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    AUTHOR_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    result: bytes
+    author: str
+    round: int
+    def __init__(self, result: _Optional[bytes] = ..., author: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
+
+class ReviewVerdict(_message.Message):
+    __slots__ = ("approve", "feedback")
+    APPROVE_FIELD_NUMBER: _ClassVar[int]
+    FEEDBACK_FIELD_NUMBER: _ClassVar[int]
+    approve: bool
+    feedback: str
+    def __init__(self, approve: _Optional[bool] = ..., feedback: _Optional[str] = ...) -> None: ...
 
 class QuestionAnswer(_message.Message):
     __slots__ = ("question", "answer", "asked_by", "ask_time", "answer_time")
@@ -552,6 +596,24 @@ class AnswerQuestionRequest(_message.Message):
     answer: str
     request_id: str
     def __init__(self, task_id: _Optional[str] = ..., answer: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class ReviewTaskRequest(_message.Message):
+    __slots__ = ("task_id", "approve", "feedback", "request_id")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVE_FIELD_NUMBER: _ClassVar[int]
+    FEEDBACK_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    approve: bool
+    feedback: str
+    request_id: str
+    def __init__(self, task_id: _Optional[str] = ..., approve: _Optional[bool] = ..., feedback: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class ReviewTaskResponse(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
 
 class AnswerQuestionResponse(_message.Message):
     __slots__ = ("task",)
@@ -754,7 +816,7 @@ class ShutdownAnswered(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., teammate: _Optional[str] = ..., approve: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class WatchResponse(_message.Message):
-    __slots__ = ("seq", "time", "task_changed", "teammate_changed", "message", "plan_submitted", "shutdown_answered", "budget_exhausted", "plan_decided", "question_asked", "question_answered")
+    __slots__ = ("seq", "time", "task_changed", "teammate_changed", "message", "plan_submitted", "shutdown_answered", "budget_exhausted", "plan_decided", "question_asked", "question_answered", "review_decided")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     TASK_CHANGED_FIELD_NUMBER: _ClassVar[int]
@@ -766,6 +828,7 @@ class WatchResponse(_message.Message):
     PLAN_DECIDED_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ASKED_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ANSWERED_FIELD_NUMBER: _ClassVar[int]
+    REVIEW_DECIDED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     time: _timestamp_pb2.Timestamp
     task_changed: Task
@@ -777,7 +840,22 @@ class WatchResponse(_message.Message):
     plan_decided: PlanDecided
     question_asked: QuestionAsked
     question_answered: QuestionAnswered
-    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., task_changed: _Optional[_Union[Task, _Mapping]] = ..., teammate_changed: _Optional[_Union[TeammateChanged, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., plan_submitted: _Optional[_Union[PlanSubmitted, _Mapping]] = ..., shutdown_answered: _Optional[_Union[ShutdownAnswered, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhausted, _Mapping]] = ..., plan_decided: _Optional[_Union[PlanDecided, _Mapping]] = ..., question_asked: _Optional[_Union[QuestionAsked, _Mapping]] = ..., question_answered: _Optional[_Union[QuestionAnswered, _Mapping]] = ...) -> None: ...
+    review_decided: ReviewDecided
+    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., task_changed: _Optional[_Union[Task, _Mapping]] = ..., teammate_changed: _Optional[_Union[TeammateChanged, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., plan_submitted: _Optional[_Union[PlanSubmitted, _Mapping]] = ..., shutdown_answered: _Optional[_Union[ShutdownAnswered, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhausted, _Mapping]] = ..., plan_decided: _Optional[_Union[PlanDecided, _Mapping]] = ..., question_asked: _Optional[_Union[QuestionAsked, _Mapping]] = ..., question_answered: _Optional[_Union[QuestionAnswered, _Mapping]] = ..., review_decided: _Optional[_Union[ReviewDecided, _Mapping]] = ...) -> None: ...
+
+class ReviewDecided(_message.Message):
+    __slots__ = ("task_id", "approve", "feedback", "reviewer", "round")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVE_FIELD_NUMBER: _ClassVar[int]
+    FEEDBACK_FIELD_NUMBER: _ClassVar[int]
+    REVIEWER_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    approve: bool
+    feedback: str
+    reviewer: str
+    round: int
+    def __init__(self, task_id: _Optional[str] = ..., approve: _Optional[bool] = ..., feedback: _Optional[str] = ..., reviewer: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
 
 class QuestionAsked(_message.Message):
     __slots__ = ("task_id", "question", "asked_by")
@@ -878,16 +956,18 @@ class RenewLeaseResponse(_message.Message):
     def __init__(self, lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., protocol_pending: _Optional[bool] = ...) -> None: ...
 
 class CompleteTaskRequest(_message.Message):
-    __slots__ = ("task_id", "claim_token", "result", "usage")
+    __slots__ = ("task_id", "claim_token", "result", "usage", "verdict")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     CLAIM_TOKEN_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     claim_token: str
     result: bytes
     usage: Usage
-    def __init__(self, task_id: _Optional[str] = ..., claim_token: _Optional[str] = ..., result: _Optional[bytes] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+    verdict: ReviewVerdict
+    def __init__(self, task_id: _Optional[str] = ..., claim_token: _Optional[str] = ..., result: _Optional[bytes] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., verdict: _Optional[_Union[ReviewVerdict, _Mapping]] = ...) -> None: ...
 
 class CompleteTaskResponse(_message.Message):
     __slots__ = ("task",)

@@ -82,6 +82,11 @@ class LeadServiceStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.AnswerQuestionRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.AnswerQuestionResponse.FromString,
                 _registered_method=True)
+        self.ReviewTask = channel.unary_unary(
+                '/corral.v1.LeadService/ReviewTask',
+                request_serializer=corral_dot_v1_dot_corral__pb2.ReviewTaskRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.ReviewTaskResponse.FromString,
+                _registered_method=True)
         self.Watch = channel.unary_stream(
                 '/corral.v1.LeadService/Watch',
                 request_serializer=corral_dot_v1_dot_corral__pb2.WatchRequest.SerializeToString,
@@ -193,6 +198,14 @@ class LeadServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReviewTask(self, request, context):
+        """Decides a task IN_REVIEW as a reviewer would (a review a teammate holds
+        ends with claim_ended REVOKED); FAILED_PRECONDITION for any other state.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Watch(self, request, context):
         """Board events in order, resumable by sequence number.
         """
@@ -294,6 +307,11 @@ def add_LeadServiceServicer_to_server(servicer, server):
                     servicer.AnswerQuestion,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.AnswerQuestionRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.AnswerQuestionResponse.SerializeToString,
+            ),
+            'ReviewTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReviewTask,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.ReviewTaskRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.ReviewTaskResponse.SerializeToString,
             ),
             'Watch': grpc.unary_stream_rpc_method_handler(
                     servicer.Watch,
@@ -577,6 +595,33 @@ class LeadService:
             '/corral.v1.LeadService/AnswerQuestion',
             corral_dot_v1_dot_corral__pb2.AnswerQuestionRequest.SerializeToString,
             corral_dot_v1_dot_corral__pb2.AnswerQuestionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReviewTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.LeadService/ReviewTask',
+            corral_dot_v1_dot_corral__pb2.ReviewTaskRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.ReviewTaskResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -23,10 +23,12 @@ from ..model import (
     ConcurrencyLimit,
     CreatedTask,
     Event,
+    ReviewPolicy,
     TaskRecord,
     TaskSpec,
     TeammateRecord,
     Usage,
+    Verdict,
     WaitingFor,
     attempts_used,
 )
@@ -139,6 +141,9 @@ def task_spec(message: pb.TaskSpec, at: str = "") -> TaskSpec:
         trace_parent=message.trace_parent,
         concurrency_key=message.concurrency_key,
         attempt_timeout_ms=optional_duration_ms(message, "attempt_timeout", at),
+        review=ReviewPolicy(message.review.reviewer_role, message.review.max_rounds)
+        if message.HasField("review")
+        else None,
     )
 
 
@@ -197,6 +202,10 @@ def fill_task(message: pb.Task, record: TaskRecord, waiting: WaitingFor | None =
     message.result = record.result
     message.error = record.error
     message.question = record.question
+    if record.review is not None:
+        message.review.reviewer_role = record.review.reviewer_role
+        message.review.max_rounds = record.review.max_rounds
+    message.review_rounds = record.review_rounds
     message.seq = record.seq
     message.progress = record.progress
     if record.progress_fraction is not None:
@@ -265,6 +274,13 @@ def budget_exhausted(notice: BudgetExhausted) -> pb.BudgetExhausted:
     return pb.BudgetExhausted(teammate=notice.teammate, spent=usage(notice.spent), budget=budget(notice.budget))
 
 
+def verdict(request: pb.CompleteTaskRequest) -> Verdict | None:
+    """A review's verdict, unchecked (`validate.verdict` checks it); None when it sent none."""
+    if not request.HasField("verdict"):
+        return None
+    return Verdict(request.verdict.approve, request.verdict.feedback)
+
+
 def reported_usage(request: pb.CompleteTaskRequest | pb.FailTaskRequest | pb.RenewLeaseRequest) -> Usage | None:
     """The usage a call reported, unchecked (`validate.usage` checks it); None when it sent none."""
     if not request.HasField("usage"):
@@ -329,6 +345,11 @@ def fill_claim(message: pb.Claim, grant: ClaimGrant) -> None:
     if grant.dependency_results:
         message.dependency_results.update(grant.dependency_results)
     message.dependency_results_omitted.extend(grant.dependency_results_omitted)
+    if grant.review is not None:
+        message.review.result = grant.review.result
+        message.review.author = grant.review.author
+        message.review.round = grant.review.round
+    message.rejected_result = grant.rejected_result
     for asked in grant.answers:
         answer = message.answers.add(question=asked.question, answer=asked.answer or "", asked_by=asked.asked_by)
         _set_ms(answer.ask_time, asked.ask_ms)
@@ -346,12 +367,14 @@ ATTEMPT_OUTCOMES: dict[ClaimOutcome | None, pb.AttemptOutcome] = {
     ClaimOutcome.REVOKED: pb.ATTEMPT_OUTCOME_REVOKED,
     ClaimOutcome.TIMED_OUT: pb.ATTEMPT_OUTCOME_FAILED,  # a failure; its error says it timed out
     ClaimOutcome.ASKED: pb.ATTEMPT_OUTCOME_ASKED,
+    ClaimOutcome.APPROVED: pb.ATTEMPT_OUTCOME_COMPLETED,  # with its verdict
+    ClaimOutcome.REJECTED: pb.ATTEMPT_OUTCOME_REJECTED,
 }
 
 
 def attempt(record: AttemptRecord) -> pb.TaskAttempt:
-    """One claim of a task's history; never its token."""
-    return pb.TaskAttempt(
+    """One claim of a task's history; never its token. A review's shows its verdict."""
+    message = pb.TaskAttempt(
         attempt=record.attempt,
         owner=record.owner,
         fence=record.fence,
@@ -359,7 +382,12 @@ def attempt(record: AttemptRecord) -> pb.TaskAttempt:
         end_time=timestamp(record.end_ms),
         outcome=ATTEMPT_OUTCOMES[record.outcome],
         error=record.error,
+        feedback=record.feedback,
     )
+    if record.outcome in (ClaimOutcome.APPROVED, ClaimOutcome.REJECTED):
+        message.verdict.approve = record.outcome is ClaimOutcome.APPROVED
+        message.verdict.feedback = record.feedback
+    return message
 
 
 def recent_attempts(records: list[AttemptRecord], task_bytes: int) -> list[pb.TaskAttempt]:
@@ -444,7 +472,8 @@ def watch_response(
                     model=data["model"],
                 )
             )
-        if data["state"] != pb.TASK_STATE_COMPLETED:
+        snapshot.review_rounds = data.get("review_rounds", 0)
+        if data["state"] not in (pb.TASK_STATE_COMPLETED, pb.TASK_STATE_IN_REVIEW):  # in review: the result reviewed
             snapshot.result = b""
         response.task_changed.CopyFrom(snapshot)
     elif event.kind == "teammate_changed" and teammate_record is not None:
@@ -485,6 +514,16 @@ def watch_response(
     elif event.kind == "question_asked":
         response.question_asked.CopyFrom(
             pb.QuestionAsked(task_id=data["task_id"], question=data["question"], asked_by=data["asked_by"])
+        )
+    elif event.kind == "review_decided":
+        response.review_decided.CopyFrom(
+            pb.ReviewDecided(
+                task_id=data["task_id"],
+                approve=data["approve"],
+                feedback=data["feedback"],
+                reviewer=data["reviewer"],
+                round=data["round"],
+            )
         )
     elif event.kind == "question_answered":
         response.question_answered.CopyFrom(

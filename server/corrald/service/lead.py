@@ -95,6 +95,14 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
             lambda record: pb.RevokeClaimResponse(task=convert.task(record)),
         )
 
+    async def ReviewTask(self, request: pb.ReviewTaskRequest, context, identity: Identity) -> pb.ReviewTaskResponse:
+        return await self._answer(
+            identity,
+            request,
+            lambda key: self._board.review_task(request.task_id, request.approve, request.feedback, key),
+            lambda record: pb.ReviewTaskResponse(task=convert.task(record)),
+        )
+
     async def AnswerQuestion(
         self, request: pb.AnswerQuestionRequest, context, identity: Identity
     ) -> pb.AnswerQuestionResponse:

@@ -149,6 +149,7 @@ class SessionOps:
             body.claim_token,
             body.result,
             reported=convert.reported_usage(body),
+            verdict=convert.verdict(body),
             stream=view,
             waiters=self._hub.parked,
             op=op,

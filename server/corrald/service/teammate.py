@@ -112,11 +112,11 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
     ) -> pb.CompleteTaskResponse:
         name = identity.name
         self._hub.alive(name)
-        reported = convert.reported_usage(request)
+        reported, verdict = convert.reported_usage(request), convert.verdict(request)
         stream = self._hub.stream_of(name)
         if stream is None:
             done = await self._board.complete(
-                name, request.task_id, request.claim_token, request.result, reported=reported
+                name, request.task_id, request.claim_token, request.result, reported=reported, verdict=verdict
             )
             return pb.CompleteTaskResponse(task=convert.task(done.task))
         # With the teammate's stream open, the completion hands off: the same job
@@ -129,6 +129,7 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
             request.claim_token,
             request.result,
             reported=reported,
+            verdict=verdict,
             stream=view,
             waiters=self._hub.parked,
         )

@@ -15,6 +15,7 @@ from ..model import ConcurrencyLimit, TaskState, Txn
 from .dialect import sql
 
 _IN_PROGRESS = int(TaskState.IN_PROGRESS)
+_IN_REVIEW = int(TaskState.IN_REVIEW)  # a review's claim holds the key as a work claim does
 
 # The claim query's gate, a condition on `tasks`: a row of the ready index with a
 # key costs one primary-key probe, and one without a key none. (A list of the
@@ -92,5 +93,5 @@ def recount(tx: Txn) -> None:
     tx.conn.execute(
         "UPDATE concurrency_keys SET in_progress = (SELECT count(*) FROM tasks"
         " WHERE tasks.concurrency_key = concurrency_keys.key AND tasks.concurrency_key != ''"
-        f" AND tasks.state = {_IN_PROGRESS})"
+        f" AND tasks.state IN ({_IN_PROGRESS}, {_IN_REVIEW}) AND tasks.live_fence IS NOT NULL)"
     )

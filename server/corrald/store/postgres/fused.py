@@ -28,6 +28,9 @@ from .queries import (
 )
 
 _COMPLETED = int(TaskState.COMPLETED)
+# A completion done in one statement: a work claim's, of a task without a review (a
+# review's verdict, or a result that waits for one, takes the general path).
+_PLAIN = f" AND t.state = {int(TaskState.IN_PROGRESS)} AND t.review_role IS NULL"
 
 # A Session op's record as the first WITH clause of a body's statement: `op` has a row if it was written.
 RECORD_CLAUSE = f"op AS ({INSERT_OP} RETURNING seq)"
@@ -103,7 +106,7 @@ def complete_if_live(recording: bool, beside: str | None) -> str:
     return (
         f"WITH {record}live AS (SELECT t.seq, t.live_fence AS fence, t.concurrency_key AS key FROM tasks AS t"
         " JOIN claims AS c ON c.fence = t.live_fence WHERE t.id = %s AND c.token = %s AND c.teammate = %s"
-        f" AND c.outcome IS NULL AND t.lease_expire_ms > %s{needs_record}),"
+        f" AND c.outcome IS NULL AND t.lease_expire_ms > %s{_PLAIN}{needs_record}),"
         " ended AS (UPDATE claims SET outcome = %s, end_ms = %s, error = %s WHERE fence = (SELECT fence FROM live)),"
         f" done AS ({DONE} WHERE seq = (SELECT seq FROM live) RETURNING {TASK_COLUMNS}),"
         f" freed AS ({free_dependents('(SELECT seq FROM live)')}), logged AS ({event_insert('task_changed')} done AS t)"
@@ -128,7 +131,7 @@ def complete_many(beside: str) -> str:
         " live AS (SELECT r.r_n AS l_n, t.seq AS l_seq, t.live_fence AS l_fence, t.concurrency_key AS l_key"
         " FROM r JOIN op ON op.op_teammate = r.r_teammate JOIN tasks AS t ON t.id = r.r_task_id"
         " JOIN claims AS c ON c.fence = t.live_fence WHERE c.token = r.r_token AND c.teammate = r.r_teammate"
-        " AND c.outcome IS NULL AND t.lease_expire_ms > %(now)s),"
+        f" AND c.outcome IS NULL AND t.lease_expire_ms > %(now)s{_PLAIN}),"
         " ended AS (UPDATE claims SET outcome = %(completed)s, end_ms = %(now)s, error = ''"
         " WHERE fence IN (SELECT l_fence FROM live)),"
         f" done AS (UPDATE tasks SET state = {_COMPLETED}, result = r_result, finish_ms = %(now)s, live_fence = NULL,"

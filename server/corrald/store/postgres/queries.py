@@ -16,6 +16,9 @@ from ...model import TaskState, TeammateStatus
 # The states in statements, from the enums (the numbers are the wire's).
 _PENDING, _IN_PROGRESS, _COMPLETED = int(TaskState.PENDING), int(TaskState.IN_PROGRESS), int(TaskState.COMPLETED)
 _NEEDS_INPUT = int(TaskState.NEEDS_INPUT)
+# The states of a task with a live claim: a work claim's, or a review's.
+_HELD = f"({_IN_PROGRESS}, {int(TaskState.IN_REVIEW)})"
+_IN_REVIEW = int(TaskState.IN_REVIEW)
 _BUSY = int(TeammateStatus.BUSY)
 
 # ---------------------------------------------------------------- events
@@ -62,7 +65,8 @@ FULL_AMONG = (
     "AS listed(value)) AND in_progress >= max_in_progress"
 )
 IN_PROGRESS = (
-    f"SELECT count(*) FROM tasks WHERE concurrency_key = %s AND concurrency_key != '' AND state = {_IN_PROGRESS}"
+    f"SELECT count(*) FROM tasks WHERE concurrency_key = %s AND concurrency_key != '' AND state IN {_HELD}"
+    " AND live_fence IS NOT NULL"
 )
 DROP_LIMIT = "DELETE FROM concurrency_keys WHERE key = %s"
 SET_LIMIT = (
@@ -85,7 +89,7 @@ SHUT_GATES = (
     "SELECT t.seq, t.ready_ms FROM json_array_elements_text(%s::json) WITH ORDINALITY AS w(value, key) "
     "JOIN tasks AS t ON t.seq = CAST(w.value AS BIGINT) WHERE t.gate_shut = 1"
 )
-EARLIEST_LEASE = f"SELECT min(lease_expire_ms) FROM tasks WHERE state = {_IN_PROGRESS}"
+EARLIEST_LEASE = f"SELECT min(lease_expire_ms) FROM tasks WHERE state IN {_HELD}"
 EARLIEST_GRACE = "SELECT min(deadline_ms) FROM shutdowns WHERE answered = 0"
 CREATE_REQUEST = "SELECT digest, task_ids FROM create_requests WHERE request_id = %s"
 INSERT_CREATE_REQUEST = "INSERT INTO create_requests (request_id, digest, task_ids) VALUES (%s, %s, %s)"
@@ -99,21 +103,25 @@ DEPENDENCY_RESULTS = (
 )
 LIVE_CLAIM = (
     "SELECT t.seq, t.live_fence, t.lease_expire_ms, t.lease_ms, t.concurrency_key, "
-    "t.attempt_deadline_ms, c.fence, c.task_seq, c.teammate, c.outcome FROM tasks AS t LEFT JOIN claims "
+    "t.attempt_deadline_ms, c.fence, c.task_seq, c.teammate, c.outcome, t.state, t.review_role FROM tasks AS t"
+    " LEFT JOIN claims "
     "AS c ON c.token = %s WHERE t.id = %s"
 )
 PROGRESS_SENT = "UPDATE tasks SET progress_event_ms = %s, progress_unsent = 0 WHERE seq = %s"
 HELD_CLAIMS_OF = (
     "SELECT t.seq, t.live_fence, t.id, c.token, t.concurrency_key FROM tasks AS t JOIN claims AS c ON "
-    f"c.fence = t.live_fence WHERE t.owner = %s AND t.state = {_IN_PROGRESS}"
+    f"c.fence = t.live_fence WHERE t.owner = %s AND t.state IN {_HELD}"
 )
 LIVE_CLAIM_OF_TASK = (
     "SELECT t.seq, t.state, t.owner, t.live_fence, c.token, t.concurrency_key FROM tasks AS t LEFT JOIN "
     "claims AS c ON c.fence = t.live_fence WHERE t.id = %s"
 )
+# A claim given back: a work claim's task is PENDING again, a review's is IN_REVIEW
+# (offered again); the role returned is the one that may take it now.
 BACK_TO_PENDING = (
-    f"UPDATE tasks SET state = {_PENDING}, owner = '', live_fence = NULL, lease_expire_ms = NULL WHERE seq = %s "
-    "RETURNING required_role"
+    f"UPDATE tasks SET state = CASE WHEN state = {_IN_REVIEW} THEN {_IN_REVIEW} ELSE {_PENDING} END, owner = '',"
+    f" live_fence = NULL, lease_expire_ms = NULL WHERE seq = %s"
+    f" RETURNING CASE WHEN state = {_IN_REVIEW} THEN review_role ELSE required_role END"
 )
 # A holder's question: its claim ended (ASKED), the task waits for the Lead's answer.
 ASK_QUESTION = (
@@ -147,8 +155,8 @@ DEPENDENT_SEQS = "SELECT task_seq FROM deps WHERE dep_seq = %s"
 DOOMED = (
     "WITH RECURSIVE doomed(seq) AS ( SELECT t.seq FROM json_array_elements_text(%s::json) WITH "
     "ORDINALITY AS r(value, key) JOIN tasks AS t ON t.seq = CAST(r.value AS BIGINT) WHERE t.state IN "
-    "(%s, %s, %s) UNION SELECT d.task_seq FROM doomed JOIN deps AS d ON d.dep_seq = doomed.seq JOIN tasks AS "
-    "t ON t.seq = d.task_seq WHERE t.state IN (%s, %s, %s)) SELECT t.seq, t.live_fence, t.owner, t.id, "
+    "(%s, %s, %s, %s) UNION SELECT d.task_seq FROM doomed JOIN deps AS d ON d.dep_seq = doomed.seq JOIN tasks AS "
+    "t ON t.seq = d.task_seq WHERE t.state IN (%s, %s, %s, %s)) SELECT t.seq, t.live_fence, t.owner, t.id, "
     "c.token, t.concurrency_key FROM doomed JOIN tasks AS t ON t.seq = doomed.seq LEFT JOIN claims AS c "
     "ON c.fence = t.live_fence ORDER BY t.seq"
 )
@@ -177,11 +185,11 @@ REVIVE = (
     "END WHERE seq = %s"
 )
 EXPIRED_LEASES = (
-    f"SELECT e.*, (SELECT min(lease_expire_ms) FROM tasks WHERE state = {_IN_PROGRESS} AND lease_expire_ms > %s) FROM "
+    f"SELECT e.*, (SELECT min(lease_expire_ms) FROM tasks WHERE state IN {_HELD} AND lease_expire_ms > %s) FROM "
     "(SELECT 1) AS one LEFT JOIN (SELECT t.seq, t.live_fence, t.owner, t.attempt, t.lease_expire_ms, "
-    "t.id, c.token, t.concurrency_key, t.attempt_deadline_ms IS NOT NULL AND t.lease_expire_ms >= "
+    "t.id, c.token, t.concurrency_key, t.state, t.attempt_deadline_ms IS NOT NULL AND t.lease_expire_ms >= "
     "t.attempt_deadline_ms, t.attempt_timeout_ms FROM tasks AS t JOIN claims AS c ON c.fence = "
-    f"t.live_fence WHERE t.state = {_IN_PROGRESS} AND t.lease_expire_ms <= %s) AS e ON 1 = 1"
+    f"t.live_fence WHERE t.state IN {_HELD} AND t.lease_expire_ms <= %s) AS e ON 1 = 1"
     # Reclaimed, and their notices told, in the order the leases ended.
     " ORDER BY e.lease_expire_ms, e.seq"
 )
@@ -189,7 +197,7 @@ NOTE_EXPIRY = "UPDATE teammates SET last_expiry_ms = GREATEST(last_expiry_ms, %s
 NOTE_CLOCK = "UPDATE meta SET value = GREATEST(value, %s) WHERE key = 'clock_ms'"
 EXTEND_LIVE_LEASES = (
     "UPDATE tasks SET lease_expire_ms = CASE WHEN attempt_deadline_ms < %s + lease_ms THEN "
-    f"attempt_deadline_ms ELSE %s + lease_ms END WHERE state = {_IN_PROGRESS}"
+    f"attempt_deadline_ms ELSE %s + lease_ms END WHERE state IN {_HELD} AND live_fence IS NOT NULL"
 )
 
 # ---------------------------------------------------------------- team
@@ -199,7 +207,7 @@ INSERT_TEAMMATE = (
 )
 ROTATE_TEAMMATE_TOKEN = "UPDATE teammates SET token_hash = %s WHERE name = %s AND removed = 0"
 SERVED_BY = "SELECT served_by FROM teammates WHERE name = %s"
-HELD_TASK_IDS = f"SELECT id FROM tasks WHERE owner = %s AND state = {_IN_PROGRESS} ORDER BY seq"
+HELD_TASK_IDS = f"SELECT id FROM tasks WHERE owner = %s AND state IN {_HELD} ORDER BY seq"
 CREDENTIAL = "SELECT name FROM teammates WHERE token_hash = %s AND removed = 0"
 REMOVE_TEAMMATE = "UPDATE teammates SET removed = 1, online = 0 WHERE name = %s"
 ANSWER_SHUTDOWNS_OF = "UPDATE shutdowns SET answered = 1 WHERE teammate = %s AND answered = 0"
@@ -349,7 +357,8 @@ TASK_COLUMNS = (
     " state, owner, attempt, result, error, create_ms, lease_expire_ms, finish_ms,"
     " not_before_ms, retry_backoff_ms, retry_backoff_max_ms, ready_ms,"
     " progress, progress_fraction, progress_ms, trace_parent, concurrency_key,"
-    " input_tokens, output_tokens, cost_micros, model, attempt_timeout_ms, failures, question, " + DEPENDENCY_IDS
+    " input_tokens, output_tokens, cost_micros, model, attempt_timeout_ms, failures, question,"
+    " review_role, review_max_rounds, review_rounds, " + DEPENDENCY_IDS
 )
 
 
@@ -362,7 +371,7 @@ def event_insert(kind: str, now: str = "%s") -> str:
         " 'lease_expire_ms', t.lease_expire_ms, 'finish_ms', t.finish_ms, 'progress', t.progress,"
         " 'progress_fraction', t.progress_fraction, 'progress_ms', t.progress_ms, 'ready_ms', t.ready_ms,"
         " 'input_tokens', t.input_tokens, 'output_tokens', t.output_tokens, 'cost_micros', t.cost_micros,"
-        " 'model', t.model, 'failures', t.failures, 'question', t.question) FROM "
+        " 'model', t.model, 'failures', t.failures, 'question', t.question, 'review_rounds', t.review_rounds) FROM "
     )
 
 
@@ -378,7 +387,7 @@ TASKS_BY_SEQ = (
     f"SELECT {TASK_COLUMNS} FROM tasks"
     " WHERE seq IN (SELECT CAST(value AS BIGINT) FROM json_array_elements_text(%s::json))"
 )
-_ATTEMPT_COLUMNS = "attempt, teammate, fence, claim_ms, end_ms, outcome, error"
+_ATTEMPT_COLUMNS = "attempt, teammate, fence, claim_ms, end_ms, outcome, error, review_round, feedback"
 TASK_ATTEMPTS = f"SELECT {_ATTEMPT_COLUMNS} FROM claims WHERE task_seq = %s ORDER BY fence DESC LIMIT %s"
 PREVIOUS_ATTEMPT = (
     f"SELECT {_ATTEMPT_COLUMNS} FROM claims WHERE task_seq = %s AND fence < %s AND outcome IS NOT NULL"
@@ -419,14 +428,14 @@ CLAIMED_SET = (
 CLAIM_TASK = (
     f"UPDATE tasks SET {CLAIMED_SET} WHERE seq = %s AND state = {_PENDING} AND unmet_deps = 0 RETURNING {TASK_COLUMNS}"
 )
-ANY_LEASE_ENDED = f"SELECT 1 FROM tasks WHERE state = {_IN_PROGRESS} AND lease_expire_ms <= %s LIMIT 1"
+ANY_LEASE_ENDED = f"SELECT 1 FROM tasks WHERE state IN {_HELD} AND lease_expire_ms <= %s LIMIT 1"
 ANY_GATE_DUE = "SELECT 1 FROM tasks WHERE gate_shut = 1 AND ready_ms <= %s LIMIT 1"
 
 
 def held_claims(owner: str = "%s", now: str = "%s") -> str:
     return (
         "SELECT t.seq, c.token, t.lease_expire_ms, c.attempt, c.fence FROM tasks t JOIN claims c"
-        f" ON c.fence = t.live_fence WHERE t.owner = {owner} AND t.state = {_IN_PROGRESS} AND t.lease_expire_ms > {now}"
+        f" ON c.fence = t.live_fence WHERE t.owner = {owner} AND t.state IN {_HELD} AND t.lease_expire_ms > {now}"
     )
 
 
@@ -500,7 +509,7 @@ TEAMMATES_AFTER_LIMIT = "SELECT rowid, name FROM teammates WHERE rowid > %s ORDE
 STATUS = (
     "SELECT removed, online, require_plan, acked_seq, status,"
     " EXISTS (SELECT 1 FROM shutdowns WHERE teammate = %(name)s AND answered = 0),"
-    f" EXISTS (SELECT 1 FROM tasks WHERE owner = %(name)s AND state = {_IN_PROGRESS})"
+    f" EXISTS (SELECT 1 FROM tasks WHERE owner = %(name)s AND state IN {_HELD})"
     " FROM teammates WHERE name = %(name)s"
 )
 
@@ -538,3 +547,56 @@ PROBLEM_ROWS = f"SELECT {_ROW} FROM tasks WHERE state IN (%s, %s) ORDER BY finis
 # ---------------------------------------------------------------- ops
 INSERT_OP = "INSERT INTO session_ops (teammate, op_id, digest, done_ms) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING"
 RECORD_OP = f"{INSERT_OP} RETURNING seq"
+
+
+# ---------------------------------------------------------------- reviews
+# The first review this teammate may take: its role, not its own result, in board order.
+REVIEW_READY = (
+    f"SELECT seq, attempt, author, review_rounds FROM tasks WHERE state = {_IN_REVIEW} AND live_fence IS NULL"
+    " AND review_role IN ({roles}) AND author != %s{full_keys} ORDER BY priority DESC, seq LIMIT 1"
+)
+INSERT_REVIEW_CLAIM = (
+    "INSERT INTO claims (token, task_seq, teammate, attempt, claim_ms, review_round) VALUES (%s, %s, %s, %s, %s, %s)"
+    " RETURNING fence"
+)
+CLAIM_REVIEW = (
+    f"UPDATE tasks SET owner = %s, live_fence = %s, lease_expire_ms = %s + lease_ms, attempt_deadline_ms = NULL"
+    f" WHERE seq = %s AND state = {_IN_REVIEW} AND live_fence IS NULL RETURNING {TASK_COLUMNS}"
+)
+REVIEW_OF_TASK = "SELECT author, review_rounds, rejected_result FROM tasks WHERE seq = %s"
+
+
+# A work claim's completion of a task that needs a review: the result waits IN_REVIEW
+# (`sums`: a usage report's, as complete_task's).
+@functools.cache
+def submit_for_review(sums: str) -> str:
+    return (
+        f"UPDATE tasks SET state = {_IN_REVIEW}, result = %s, author = %s, owner = '', live_fence = NULL,"
+        f" lease_expire_ms = NULL, attempt_deadline_ms = NULL{sums} WHERE seq = %s"
+        f" RETURNING review_role, {TASK_COLUMNS}"
+    )
+
+
+REVIEW_STATE = "SELECT seq, state, live_fence, review_rounds, attempt FROM tasks WHERE id = %s"
+REVIEW_POLICY = "SELECT id, review_rounds, review_max_rounds, author FROM tasks WHERE seq = %s"
+REVIEW_HOLDER = (
+    "SELECT c.teammate, c.token, t.concurrency_key FROM claims AS c JOIN tasks AS t ON t.seq = c.task_seq"
+    " WHERE c.fence = %s"
+)
+END_REVIEW_CLAIM = "UPDATE claims SET outcome = %s, end_ms = %s, feedback = %s WHERE fence = %s"
+LEAD_REVIEW = (
+    "INSERT INTO claims (token, task_seq, teammate, attempt, claim_ms, review_round, end_ms, outcome, feedback)"
+    " VALUES (%s, %s, 'lead', %s, %s, %s, %s, %s, %s)"
+)
+APPROVE = (
+    f"UPDATE tasks SET state = {_COMPLETED}, owner = author, finish_ms = %s, live_fence = NULL, lease_expire_ms = NULL"
+    f" WHERE seq = %s RETURNING {TASK_COLUMNS}"
+)
+REJECT = (
+    f"UPDATE tasks SET state = {_PENDING}, owner = '', live_fence = NULL, lease_expire_ms = NULL, review_rounds = %s,"
+    " rejected_result = result, result = NULL WHERE seq = %s RETURNING required_role"
+)
+REJECT_FINALLY = (
+    "UPDATE tasks SET state = %s, owner = '', live_fence = NULL, lease_expire_ms = NULL, review_rounds = %s,"
+    " finish_ms = %s, error = %s WHERE seq = %s"
+)

@@ -254,6 +254,19 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX questions_by_task ON questions (task_seq, seq);
     """,
+    # 6: reviews (store/sqlite/schema.py's migration 17).
+    """
+    ALTER TABLE tasks ADD COLUMN review_role TEXT;
+    ALTER TABLE tasks ADD COLUMN review_max_rounds BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE tasks ADD COLUMN review_rounds BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE tasks ADD COLUMN author TEXT COLLATE "C" NOT NULL DEFAULT '';
+    ALTER TABLE tasks ADD COLUMN rejected_result BYTEA;
+    ALTER TABLE claims ADD COLUMN review_round BIGINT;
+    ALTER TABLE claims ADD COLUMN feedback TEXT NOT NULL DEFAULT '';
+    DROP INDEX tasks_lease;
+    CREATE INDEX tasks_lease ON tasks (lease_expire_ms) WHERE state IN (2, 7);
+    CREATE INDEX tasks_reviewable ON tasks (priority DESC, seq) WHERE state = 7 AND live_fence IS NULL;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -275,6 +275,22 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX questions_by_task ON questions (task_seq, seq);
     """,
+    # 17: reviews. `review_role` NULL: no review; '' the Lead reviews. A completion of
+    # such a task leaves it IN_REVIEW (7) with the result and its `author`; a review's
+    # claim (`review_round` set) holds it as a work claim does, so the lease index
+    # covers both states. A rejection keeps the result it rejected for the rework.
+    """
+    ALTER TABLE tasks ADD COLUMN review_role TEXT;
+    ALTER TABLE tasks ADD COLUMN review_max_rounds INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE tasks ADD COLUMN review_rounds INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE tasks ADD COLUMN author TEXT NOT NULL DEFAULT '';
+    ALTER TABLE tasks ADD COLUMN rejected_result BLOB;
+    ALTER TABLE claims ADD COLUMN review_round INTEGER;
+    ALTER TABLE claims ADD COLUMN feedback TEXT NOT NULL DEFAULT '';
+    DROP INDEX tasks_lease;
+    CREATE INDEX tasks_lease ON tasks (lease_expire_ms) WHERE state IN (2, 7);
+    CREATE INDEX tasks_reviewable ON tasks (priority DESC, seq) WHERE state = 7 AND live_fence IS NULL;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -28,6 +28,7 @@ from .create import create_batch
 from .ends import RETRY_JITTER, retry_wait_ms
 from .questions import QUESTIONS_PER_TASK_MAX, answer_question, ask_question
 from .reclaim import clock_reached, extend_live_leases, note_clock, reclaim_expired, stamp_clock
+from .reviews import lead_decides as review_task
 from .rows import (
     ATTEMPTS_SHOWN,
     COMPLETED,
@@ -49,6 +50,7 @@ from .rows import (
 from .timegates import any_gate_due, open_due_gates
 
 __all__ = [
+    "review_task",
     "QUESTIONS_PER_TASK_MAX",
     "answer_question",
     "ask_question",

@@ -16,7 +16,13 @@ from .ends import cancel_seqs
 from .rows import COMPLETED, IN_PROGRESS, PENDING, rows_by_id, task_events
 from .timegates import gate_shut
 
-_NOT_FAILED = (PENDING, IN_PROGRESS, COMPLETED, int(TaskState.NEEDS_INPUT))  # a dependency that may yet complete
+_NOT_FAILED = (
+    PENDING,
+    IN_PROGRESS,
+    COMPLETED,
+    int(TaskState.NEEDS_INPUT),
+    int(TaskState.IN_REVIEW),
+)  # a dependency that may yet complete
 
 
 def cancel(tx: Txn, task_ids: Sequence[str]) -> list[CanceledTask]:

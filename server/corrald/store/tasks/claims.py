@@ -8,10 +8,14 @@ from collections.abc import Iterable
 
 from ...config import DEPENDENCY_RESULTS_MAX_BYTES
 from ...model import (
+    AttemptRecord,
     ClaimGrant,
     ClaimRef,
     Progress,
+    QuestionAnswer,
+    ReviewItem,
     TaskRecord,
+    TaskState,
     Txn,
     Usage,
 )
@@ -20,6 +24,7 @@ from .. import usage as spending
 from ..dialect import sql, steps
 from ..gates import protocol_pending
 from ..status import mark_busy
+from . import reviews
 from .ends import live_claim
 from .reclaim import reclaim_expired
 from .rows import IN_PROGRESS, NEEDS_INPUT, PENDING, answers_of, previous_attempt, task_by_seq
@@ -39,17 +44,50 @@ def claim_next(
         reclaim_expired(tx)
     open_due_gates(tx)
     token = secrets.token_urlsafe(24)  # 192 bits; UNIQUE in claims makes reuse impossible
+    roles = tuple(roles)
+    review = reviews.claim_first(tx, teammate, roles, token)  # a review before new work: it unblocks a result
+    if review is not None:
+        task, fence, item = review
+        return _granted(tx, teammate, task, token, fence, busy, review=item)
     ready, allowed = ready_query(tx.conn, roles)
     taken = steps(tx.conn).claim_first_ready(tx, ready, allowed, token, teammate)
     if taken is None:
         return None
     task, fence, last_attempt = taken.task, taken.fence, taken.attempt_before
-    seq, attempt, lease_end = task.seq, task.attempt, task.lease_expire_ms
+    if not last_attempt:  # a first claim asks nothing more
+        return _granted(tx, teammate, task, token, fence, busy)
+    # A task claimed before (tasks.attempt is 0 until its first claim) carries its
+    # latest ended claim, every answer to its questions, and a rework the result the
+    # review rejected.
+    return _granted(
+        tx,
+        teammate,
+        task,
+        token,
+        fence,
+        busy,
+        previous=previous_attempt(tx.conn, task.seq, fence),
+        answers=answers_of(tx.conn, task.seq),
+        rejected=reviews.rejected_result(tx.conn, task),
+    )
+
+
+def _granted(
+    tx: Txn,
+    teammate: str,
+    task: TaskRecord,
+    token: str,
+    fence: int,
+    busy: bool,
+    *,
+    previous: AttemptRecord | None = None,
+    answers: tuple[QuestionAnswer, ...] = (),
+    rejected: bytes = b"",
+    review: ReviewItem | None = None,
+) -> ClaimGrant:
+    """A claim just written, told and counted: its lease's deadline, its key, its holder busy."""
+    lease_end = task.lease_expire_ms
     assert lease_end is not None
-    # A task claimed before (tasks.attempt is 0 until its first claim) carries
-    # its latest ended claim; a first claim asks nothing more.
-    previous = previous_attempt(tx.conn, seq, fence) if last_attempt else None
-    answers = answers_of(tx.conn, seq) if last_attempt else ()  # a question needs a claim before
     tx.wakes.deadline(lease_end)
     tx.leases.lowered_to(lease_end)
     tx.wakes.tally["claims"] += 1
@@ -57,9 +95,14 @@ def claim_next(
         keys.taken(tx, task.concurrency_key)
     if not busy:
         mark_busy(tx, teammate)
-    tx.wakes.note("claimed", task=task.id, teammate=teammate, attempt=attempt, fence=fence)
-    results, omitted = dependency_results(tx.conn, task)
-    return ClaimGrant(task, token, lease_end, attempt, fence, previous, results, omitted, answers)
+    if review is None:
+        tx.wakes.note("claimed", task=task.id, teammate=teammate, attempt=task.attempt, fence=fence)
+    else:
+        tx.wakes.note("review_claimed", task=task.id, teammate=teammate, round=review.round, fence=fence)
+    results, omitted = dependency_results(tx.conn, task) if review is None else ((), ())
+    return ClaimGrant(
+        task, token, lease_end, task.attempt, fence, previous, results, omitted, answers, review, rejected
+    )
 
 
 def ready_query(conn: sqlite3.Connection, roles: Iterable[str]) -> tuple[str, list[str]]:
@@ -117,11 +160,27 @@ def held_claim_refs(conn: sqlite3.Connection, teammate: str, now_ms: int) -> lis
 def grant(conn: sqlite3.Connection, ref: ClaimRef) -> ClaimGrant:
     """A held claim as it is sent again (a new stream): as it was first sent, its previous
     attempt and its dependencies' results included."""
-    previous = previous_attempt(conn, ref.task_seq, ref.fence)
     task = task_by_seq(conn, ref.task_seq)
+    if task.state is TaskState.IN_REVIEW:  # a review's claim: what to review
+        review = reviews.review_item(conn, task)
+        return ClaimGrant(task, ref.token, ref.lease_expire_ms, ref.attempt, ref.fence, review=review)
+    previous = previous_attempt(conn, ref.task_seq, ref.fence)
     results, omitted = dependency_results(conn, task)
     answers = answers_of(conn, ref.task_seq) if previous is not None else ()
-    return ClaimGrant(task, ref.token, ref.lease_expire_ms, ref.attempt, ref.fence, previous, results, omitted, answers)
+    rejected = reviews.rejected_result(conn, task)
+    return ClaimGrant(
+        task,
+        ref.token,
+        ref.lease_expire_ms,
+        ref.attempt,
+        ref.fence,
+        previous,
+        results,
+        omitted,
+        answers,
+        None,
+        rejected,
+    )
 
 
 def dependency_results(
@@ -157,7 +216,8 @@ def renew(
     UPDATE's RETURNING says whether an event is due, so a plain renewal costs
     the statements it always did.
     """
-    seq, _, lease_ms, _ = live_claim(tx, teammate, task_id, token)
+    held = live_claim(tx, teammate, task_id, token)
+    seq, lease_ms = held.seq, held.lease_ms
     if usage is not None:
         spending.charge_teammate(tx, teammate, usage)
     statements = sql(tx.conn)

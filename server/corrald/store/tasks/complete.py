@@ -20,9 +20,10 @@ from ...model import (
 from .. import ops
 from .. import usage as spending
 from ..dialect import sql, steps
-from .ends import back_to_pending, count_failure, end_claim, live_claim, slot_freed
+from . import reviews
+from .ends import LiveClaim, back_to_pending, count_failure, end_claim, live_claim, slot_freed
 from .reclaim import reclaim_expired
-from .rows import IN_PROGRESS, PENDING, task_by_seq
+from .rows import IN_PROGRESS, IN_REVIEW, PENDING, task_by_seq
 
 
 def complete(tx: Txn, completion: Completion, usage: Usage | None = None) -> TaskRecord:
@@ -54,21 +55,41 @@ def complete_claim(
     completed by this token."""
     teammate = completion.teammate
     driver = steps(tx.conn)
-    if usage is None:
+    if usage is None and completion.verdict is None:
         done = driver.complete_if_live(tx, completion, view_after=view_after)
         if done is not None:
             task = _completed(tx, teammate, completion.task_id, done.task, done.dependents, status_after)
             return ClaimCompleted(task, True, done.view)
     ops.write_pending_record(tx)
-    seq, fence, _, key = live_claim(tx, teammate, completion.task_id, completion.token, completed_ok=True)
-    if not fence:
-        return ClaimCompleted(task_by_seq(tx.conn, seq), False)  # completed once: the stored result
+    held = live_claim(tx, teammate, completion.task_id, completion.token, completed_ok=True)
+    if not held.fence:
+        return ClaimCompleted(task_by_seq(tx.conn, held.seq), False)  # completed once: the stored result
+    _check_verdict(held, completion)
+    if held.reviewing:
+        assert completion.verdict is not None
+        if usage is not None:
+            spending.charge(tx, teammate, held.seq, usage)
+        return ClaimCompleted(reviews.answer(tx, teammate, held, completion.verdict, status_after=status_after), True)
     if usage is not None:
         spending.charge_teammate(tx, teammate, usage)
     sums, sum_params = spending.task_sums(tx.conn, usage)
-    done_params = (completion.result, tx.now_ms, *sum_params, seq)
-    task, dependents = driver.complete_live_claim(tx, seq, fence, key, sums, done_params)
+    if held.review_role is not None:  # the result waits for its review
+        task = reviews.submit(tx, teammate, held, completion.result, sums, sum_params)
+        slot_freed(tx, teammate, status_after=status_after)
+        return ClaimCompleted(task, True)
+    done_params = (completion.result, tx.now_ms, *sum_params, held.seq)
+    task, dependents = driver.complete_live_claim(tx, held.seq, held.fence, held.key, sums, done_params)
     return ClaimCompleted(_completed(tx, teammate, completion.task_id, task, dependents, status_after), True)
+
+
+def _check_verdict(held: LiveClaim, completion: Completion) -> None:
+    """A review's claim takes a verdict and no result; any other claim, no verdict."""
+    if held.reviewing and completion.verdict is None:
+        raise errors.InvalidArgument("verdict", "a review's claim is completed with a verdict (approve or reject)")
+    if not held.reviewing and completion.verdict is not None:
+        raise errors.InvalidArgument("verdict", "only a review's claim (Claim.review) takes a verdict")
+    if held.reviewing and completion.result:
+        raise errors.InvalidArgument("result", "a review leaves the result under review as it is: send none")
 
 
 def _completed(
@@ -87,12 +108,18 @@ def _completed(
 def fail(
     tx: Txn, teammate: str, task_id: str, token: str, error: str, retryable: bool, usage: Usage | None = None
 ) -> TaskRecord:
-    seq, fence, _, key = live_claim(tx, teammate, task_id, token)
+    """Ends the claim FAILED: the task is retried or FAILED. A review's claim that fails
+    costs the task nothing: the review is offered again."""
+    held = live_claim(tx, teammate, task_id, token)
+    seq = held.seq
     if usage is not None:
         spending.charge(tx, teammate, seq, usage)
-    end_claim(tx, fence, ClaimOutcome.FAILED, error, key=key)
+    end_claim(tx, held.fence, ClaimOutcome.FAILED, error, key=held.key)
     tx.wakes.tally["failures"] += 1
-    count_failure(tx, seq, error, final=not retryable)
+    if held.reviewing:
+        back_to_pending(tx, seq)
+    else:
+        count_failure(tx, seq, error, final=not retryable)
     slot_freed(tx, teammate)
     task = task_by_seq(tx.conn, seq)
     tx.wakes.note("failed", task=task_id, teammate=teammate, final=task.state is TaskState.FAILED, error=error[:200])
@@ -100,8 +127,9 @@ def fail(
 
 
 def release(tx: Txn, teammate: str, task_id: str, token: str) -> TaskRecord:
-    seq, fence, _, key = live_claim(tx, teammate, task_id, token)
-    end_claim(tx, fence, ClaimOutcome.RELEASED, key=key)
+    held = live_claim(tx, teammate, task_id, token)
+    seq = held.seq
+    end_claim(tx, held.fence, ClaimOutcome.RELEASED, key=held.key)
     tx.wakes.tally["releases"] += 1
     back_to_pending(tx, seq)
     slot_freed(tx, teammate)
@@ -139,7 +167,7 @@ def revoke(tx: Txn, task_id: str, reason: str) -> TaskRecord:
     if row is None:
         raise errors.TaskNotFound(f"no task {task_id!r}", id=task_id)
     seq, state, owner, fence, token, key = row
-    if state != IN_PROGRESS or fence is None:
+    if state not in (IN_PROGRESS, IN_REVIEW) or fence is None:
         raise errors.FailedPrecondition(f"task {task_id!r} has no live claim ({TaskState(state).name})", id=task_id)
     why = reason or "revoked by the lead"
     end_claim(tx, fence, ClaimOutcome.REVOKED, why, key=key)

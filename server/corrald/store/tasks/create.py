@@ -41,6 +41,8 @@ NEW_TASK_COLUMNS = (
     "trace_parent",
     "concurrency_key",
     "attempt_timeout_ms",
+    "review_role",
+    "review_max_rounds",
 )
 
 
@@ -104,6 +106,8 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
                     spec.trace_parent,
                     spec.concurrency_key,
                     spec.attempt_timeout_ms,
+                    None if spec.review is None else spec.review.reviewer_role,
+                    0 if spec.review is None else spec.review.max_rounds,
                 )
                 for (index, spec), count, gated in zip(new_specs, unmet, shut, strict=True)
             ],

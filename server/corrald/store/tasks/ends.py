@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import NamedTuple
 
 from ... import errors
 from ...model import (
@@ -20,14 +21,27 @@ from ..status import refresh_status
 from .rows import IN_PROGRESS, PENDING, task_changed, task_events
 from .timegates import gate_shut
 
+_IN_REVIEW = int(TaskState.IN_REVIEW)
+# A claim that ended by its holder's completion: a work claim's, or a review's verdict.
+_COMPLETING = (ClaimOutcome.COMPLETED, ClaimOutcome.APPROVED, ClaimOutcome.REJECTED)
+
 # The states a cancel or a failed dependency still ends.
-_UNFINISHED = (PENDING, IN_PROGRESS, int(TaskState.NEEDS_INPUT))
+_UNFINISHED = (PENDING, IN_PROGRESS, int(TaskState.NEEDS_INPUT), int(TaskState.IN_REVIEW))
 
 
-def live_claim(
-    tx: Txn, teammate: str, task_id: str, token: str, *, completed_ok: bool = False
-) -> tuple[int, int, int, str]:
-    """Returns (task seq, fence, lease ms, concurrency key) of the caller's live claim, or raises why not.
+class LiveClaim(NamedTuple):
+    """The caller's live claim of a task, as `live_claim` found it."""
+
+    seq: int  # the task's
+    fence: int  # 0: the token completed the task before (`completed_ok`)
+    lease_ms: int
+    key: str  # the task's concurrency key ('' for none)
+    reviewing: bool  # a review's claim: the task is IN_REVIEW
+    review_role: str | None  # the task's review policy (None: no review; '': the Lead)
+
+
+def live_claim(tx: Txn, teammate: str, task_id: str, token: str, *, completed_ok: bool = False) -> LiveClaim:
+    """The caller's live claim of the task, or raises why there is none.
 
     With `completed_ok`, the token that completed the task returns fence 0
     instead of raising (a repeated CompleteTask is answered from the store).
@@ -40,7 +54,7 @@ def live_claim(
     ).fetchone()
     if row is None:
         raise errors.TaskNotFound(f"no task {task_id!r}", id=task_id)
-    seq, live_fence, lease_end, lease_ms, key, attempt_deadline, fence, claim_task, holder, outcome = row
+    seq, live_fence, lease_end, lease_ms, key, attempt_deadline, fence, claim_task, holder, outcome, state, role = row
     if fence is None or claim_task != seq or holder != teammate:
         raise errors.ClaimTokenMismatch(f"token is not your claim on task {task_id!r}", id=task_id)
     if outcome is None and fence == live_fence:
@@ -48,9 +62,9 @@ def live_claim(
             if attempt_deadline is not None and lease_end >= attempt_deadline:
                 raise errors.AttemptTimedOut(f"attempt on task {task_id!r} ran past its attempt_timeout", id=task_id)
             raise errors.LeaseExpired(f"lease on task {task_id!r} ended", id=task_id)
-        return seq, fence, lease_ms, key
-    if outcome == ClaimOutcome.COMPLETED and completed_ok:
-        return seq, 0, lease_ms, key
+        return LiveClaim(seq, fence, lease_ms, key, state == _IN_REVIEW, role)
+    if outcome in _COMPLETING and completed_ok:
+        return LiveClaim(seq, 0, lease_ms, key, False, role)
     if outcome == ClaimOutcome.EXPIRED:
         raise errors.LeaseExpired(f"lease on task {task_id!r} ended", id=task_id)
     if outcome == ClaimOutcome.CANCELED:

@@ -17,7 +17,10 @@ QUESTIONS_PER_TASK_MAX = 20
 def ask_question(tx: Txn, teammate: str, task_id: str, token: str, question: str) -> TaskRecord:
     """Ends the caller's live claim (ASKED: no attempt used) and leaves the task
     NEEDS_INPUT with `question`, claimed by no one until the Lead answers."""
-    seq, fence, _, key = live_claim(tx, teammate, task_id, token)
+    held = live_claim(tx, teammate, task_id, token)
+    if held.reviewing:
+        raise errors.InvalidArgument("task_id", f"task {task_id!r} is under your review: answer it with a verdict")
+    seq, fence, key = held.seq, held.fence, held.key
     statements = sql(tx.conn)
     (asked,) = tx.conn.execute(statements.QUESTIONS_ASKED, (seq,)).fetchone()
     if asked >= QUESTIONS_PER_TASK_MAX:

@@ -9,11 +9,14 @@ from ...model import (
     ClaimEnd,
     ClaimEndReason,
     ClaimOutcome,
+    TaskState,
     Txn,
 )
 from ..dialect import sql
 from ..status import refresh_status
-from .ends import count_failure, end_claim, slot_freed
+from .ends import back_to_pending, count_failure, end_claim, slot_freed
+
+_IN_REVIEW = int(TaskState.IN_REVIEW)
 
 
 def reclaim_expired(tx: Txn) -> dict[str, int]:
@@ -37,7 +40,7 @@ def reclaim_expired(tx: Txn) -> dict[str, int]:
     ).fetchall()
     earliest_left = rows[0][-1]
     expired: dict[str, int] = {}
-    for seq, fence, owner, attempt, lease_end, task_id, token, key, timed_out, timeout_ms, _ in rows:
+    for seq, fence, owner, attempt, lease_end, task_id, token, key, state, timed_out, timeout_ms, _ in rows:
         if seq is None:
             continue  # none ended
         if timed_out:
@@ -54,7 +57,10 @@ def reclaim_expired(tx: Txn) -> dict[str, int]:
         tx.wakes.tally["lease_expirations"] += 1
         tx.wakes.note("lease_expired", task=task_id, teammate=owner, attempt=attempt)
         tx.wakes.claim_ended(owner, ClaimEnd(task_id, token, ClaimEndReason.LEASE_EXPIRED, why))
-        count_failure(tx, seq, why, final=False)
+        if state == _IN_REVIEW:
+            back_to_pending(tx, seq)  # a review's lease: the review is offered again, at no cost
+        else:
+            count_failure(tx, seq, why, final=False)
         # Not woken like a freed slot: a frozen holder whose stream is still
         # open would only take the same task straight back (see delivery).
         tx.conn.execute(sql(tx.conn).NOTE_EXPIRY, (lease_end, owner))

@@ -4,6 +4,7 @@ of the board, and the `task_changed` events."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -13,6 +14,7 @@ from ...model import (
     AttemptRecord,
     ClaimOutcome,
     QuestionAnswer,
+    ReviewPolicy,
     TaskPage,
     TaskRecord,
     TaskState,
@@ -27,12 +29,13 @@ from ..dialect import sql
 
 PENDING, IN_PROGRESS, COMPLETED = int(TaskState.PENDING), int(TaskState.IN_PROGRESS), int(TaskState.COMPLETED)
 NEEDS_INPUT = int(TaskState.NEEDS_INPUT)
+IN_REVIEW = int(TaskState.IN_REVIEW)
 
 
 _STATES = {int(state): state for state in TaskState}  # a dict lookup, where TaskState(n) is a call
 
 
-TASK_WIDTH = 34  # the columns of a task's row (the drivers' TASK_COLUMNS)
+TASK_WIDTH = 37  # the columns of a task's row (the drivers' TASK_COLUMNS)
 
 
 def task_record(row: tuple) -> TaskRecord:
@@ -40,7 +43,7 @@ def task_record(row: tuple) -> TaskRecord:
     costs more): the columns are in TaskRecord's field order but for
     depends_on (the last column), state (an int), result (NULL until completed) and
     usage (four columns), and `failures` (read as the attempts used)."""
-    depends_on = row[33]
+    depends_on = row[36]
     return TaskRecord._make(
         (
             *row[0:5],  # seq .. payload
@@ -55,8 +58,15 @@ def task_record(row: tuple) -> TaskRecord:
             row[30],  # attempt_timeout_ms
             attempts_used(row[9], row[31]),
             row[32],  # question
+            None if row[33] is None else _review_policy(row[33], row[34]),
+            row[35],  # review_rounds
         )
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _review_policy(role: str, max_rounds: int) -> ReviewPolicy:
+    return ReviewPolicy(role, max_rounds)
 
 
 def task_by_seq(conn: sqlite3.Connection, seq: int) -> TaskRecord:
@@ -88,7 +98,7 @@ ATTEMPTS_SHOWN = 100
 
 
 def _attempt(row: tuple) -> AttemptRecord:
-    attempt, owner, fence, claim_ms, end_ms, outcome, error = row
+    attempt, owner, fence, claim_ms, end_ms, outcome, error, review_round, feedback = row
     return AttemptRecord(
         attempt=attempt,
         owner=owner,
@@ -97,6 +107,8 @@ def _attempt(row: tuple) -> AttemptRecord:
         end_ms=end_ms,
         outcome=None if outcome is None else ClaimOutcome(outcome),
         error=error,
+        review_round=review_round,
+        feedback=feedback,
     )
 
 
