@@ -38,18 +38,19 @@ from hypothesis.stateful import (
 from corrald import errors
 from corrald.clock import FakeClock
 from corrald.config import WriterConfig
-from corrald.model import Budget, BudgetExhausted, ClaimGrant, TaskState, Usage
+from corrald.model import Budget, BudgetExhausted, ClaimGrant, ReviewPolicy, TaskState, Usage, Verdict
 from corrald.store import tasks as store_tasks
 from corrald.stream import StreamState
 from tests.support.boardkit import SyncBoard, spec
 
-PENDING, IN_PROGRESS, COMPLETED, FAILED, CANCELED, NEEDS_INPUT = (
+PENDING, IN_PROGRESS, COMPLETED, FAILED, CANCELED, NEEDS_INPUT, IN_REVIEW = (
     TaskState.PENDING,
     TaskState.IN_PROGRESS,
     TaskState.COMPLETED,
     TaskState.FAILED,
     TaskState.CANCELED,
     TaskState.NEEDS_INPUT,
+    TaskState.IN_REVIEW,
 )
 ROLES = {"w1": (), "w2": ("r",), "w3": ()}
 SLOTS = 64
@@ -79,6 +80,10 @@ class MTask:
     canceled_by_lead: bool = False
     key: str = ""
     questions: int = 0  # asked so far
+    review_role: str | None = None  # None: no review; "r": w2 reviews; "": the Lead
+    review_max: int = 0
+    rounds: int = 0  # rejections so far
+    author: str = ""  # whose result is IN_REVIEW
     unanswered: bool = False  # the last one has no answer (NEEDS_INPUT, or canceled while it was)
 
 
@@ -90,6 +95,7 @@ class MClaim:
     attempt: int
     fence: int
     outcome: str | None = None
+    review: bool = False  # a review's claim
 
 
 class Model:
@@ -123,7 +129,7 @@ class Model:
         live = [
             self.claims[t.token]
             for t in self.tasks.values()
-            if t.state is IN_PROGRESS and t.owner == name and t.lease_end > now
+            if t.token is not None and t.owner == name and t.lease_end > now
         ]
         return sorted(live, key=lambda c: c.fence)
 
@@ -132,7 +138,9 @@ class Model:
         task.token, task.lease_end = None, None
 
     def back_to_pending(self, task: MTask) -> None:
-        task.state, task.owner, task.token, task.lease_end = PENDING, "", None, None
+        """A claim given back: a work claim's task is PENDING again, a review's IN_REVIEW."""
+        state = IN_REVIEW if task.state is IN_REVIEW else PENDING
+        task.state, task.owner, task.token, task.lease_end = state, "", None, None
 
     def cancel(self, frontier: list[str], by_lead: bool = False) -> set[str]:
         changed: set[str] = set()
@@ -170,9 +178,13 @@ class Model:
 
     def reclaim(self, now: int, gate_of) -> None:
         for task in list(self.tasks.values()):
-            if task.state is IN_PROGRESS and task.lease_end <= now:
+            if task.token is not None and task.lease_end <= now:
+                reviewing = task.state is IN_REVIEW
                 self.end_claim(task, "expired")
-                self.count_failure(task, False, now, gate_of)
+                if reviewing:
+                    self.back_to_pending(task)  # offered again, at no cost
+                else:
+                    self.count_failure(task, False, now, gate_of)
 
     def strands(self, roots: list[str]) -> bool:
         """Whether RetryTasks(roots) is refused: a root needs a FAILED or CANCELED task
@@ -213,7 +225,7 @@ class Model:
                 t
                 for t in reachable - revived
                 if all(
-                    self.tasks[d].state in (PENDING, IN_PROGRESS, COMPLETED, NEEDS_INPUT) or d in revived
+                    self.tasks[d].state in (PENDING, IN_PROGRESS, COMPLETED, NEEDS_INPUT, IN_REVIEW) or d in revived
                     for d in self.tasks[t].deps
                 )
             }
@@ -221,11 +233,25 @@ class Model:
             grown = bool(more)
         return revived
 
+    def decide(self, task: MTask, approve: bool) -> None:
+        """A review's verdict: COMPLETED with the author as owner, or a rejection: rework,
+        or FAILED (and its dependents canceled) at the policy's rounds."""
+        if approve:
+            task.state, task.owner = COMPLETED, task.author
+            return
+        task.rounds += 1
+        task.owner = ""
+        if task.rounds >= task.review_max:
+            task.state = FAILED
+            self.cancel(self.dependents(task.id))
+        else:
+            task.state, task.result = PENDING, None
+
     def shut_gates(self, now: int) -> list[int]:
         return [t.gate for t in self.tasks.values() if t.gate is not None and t.gate > now]
 
     def in_progress(self, key: str) -> int:
-        return sum(1 for t in self.tasks.values() if t.key == key and t.state is IN_PROGRESS)
+        return sum(1 for t in self.tasks.values() if t.key == key and t.token is not None)
 
     def key_full(self, key: str) -> bool:
         return key in self.limits and self.in_progress(key) >= self.limits[key]
@@ -246,6 +272,18 @@ class Model:
             )
 
     def pick(self, name: str, now: int) -> MTask | None:
+        """A review first (a teammate with the role, never the author), then new work."""
+        reviews = [
+            t
+            for t in self.tasks.values()
+            if t.state is IN_REVIEW
+            and t.token is None
+            and t.review_role in ROLES[name]
+            and t.author != name
+            and not self.key_full(t.key)
+        ]
+        if reviews:
+            return min(reviews, key=lambda t: (-t.priority, t.order))
         allowed = {"", *ROLES[name]}
         ready = [
             t for t in self.tasks.values() if self.ready(t, now) and t.role in allowed and not self.key_full(t.key)
@@ -258,14 +296,18 @@ class Model:
         if claim is None or claim.task_id != task_id or claim.teammate != name:
             return errors.ClaimTokenMismatch
         if claim.outcome is None:
-            return errors.LeaseExpired if now >= self.tasks[task_id].lease_end else None
+            if now >= self.tasks[task_id].lease_end:
+                return errors.LeaseExpired
+            if claim.review != (op == "verdict") and op in ("complete", "verdict") or op == "ask" and claim.review:
+                return errors.InvalidArgument  # a review's claim takes a verdict, and only it
+            return None
         if claim.outcome == "expired":
             return errors.LeaseExpired
         if claim.outcome == "canceled":
             return errors.TaskCanceled
         if claim.outcome == "revoked":
             return errors.ClaimRevoked
-        if op == "complete" and claim.outcome == "completed":
+        if op in ("complete", "verdict") and claim.outcome in ("completed", "approved", "rejected"):
             return "stored"
         return errors.ClaimTokenMismatch
 
@@ -343,6 +385,9 @@ class BoardMachine(RuleBasedStateMachine):
                     retry_backoff_ms=data.draw(st.sampled_from([0, 0, 1000]), label="backoff"),
                     retry_backoff_max_ms=data.draw(st.sampled_from([None, 1500]), label="backoff max"),
                     concurrency_key=data.draw(st.sampled_from(KEYS), label="key"),
+                    review=data.draw(
+                        st.sampled_from([None, None, ReviewPolicy("r", 2), ReviewPolicy("", 1)]), label="review"
+                    ),
                 )
             )
             new_ids.append(task_id)
@@ -375,6 +420,8 @@ class BoardMachine(RuleBasedStateMachine):
                 not_before=s.not_before_ms,
                 gate=s.not_before_ms,
                 key=s.concurrency_key,
+                review_role=None if s.review is None else s.review.reviewer_role,
+                review_max=0 if s.review is None else s.review.max_rounds,
             )
             assert (record.retry_backoff_ms, record.retry_backoff_max_ms) == (
                 backoff,
@@ -428,8 +475,15 @@ class BoardMachine(RuleBasedStateMachine):
         assert all(grant.fence > c.fence for c in self.model.claims.values())
         assert grant.attempt == task.failures + 1
         assert grant.lease_expire_ms == self.now + task.lease_ms
-        task.state, task.owner, task.token, task.lease_end = IN_PROGRESS, name, grant.token, grant.lease_expire_ms
-        self.model.claims[grant.token] = MClaim(grant.token, task.id, name, grant.attempt, grant.fence)
+        reviewing = task.state is IN_REVIEW
+        assert (grant.review is not None) == reviewing
+        if reviewing:  # the author never gets its own round
+            assert grant.review.author == task.author != name and grant.review.round == task.rounds + 1
+        task.state = IN_REVIEW if reviewing else IN_PROGRESS
+        task.owner, task.token, task.lease_end = name, grant.token, grant.lease_expire_ms
+        self.model.claims[grant.token] = MClaim(
+            grant.token, task.id, name, grant.attempt, grant.fence, review=reviewing
+        )
         self.model.sent[name].add(grant.token)
         if task.key in self.model.limits:  # claimed under its limit: within it
             assert self.model.in_progress(task.key) <= self.model.limits[task.key]
@@ -504,13 +558,97 @@ class BoardMachine(RuleBasedStateMachine):
             "complete", lambda: self.board.complete(name, task_id, token, result, usage=usage), name, task_id, token
         )
         task = self.model.tasks[task_id]
-        if expected == "stored":
-            assert value.state is COMPLETED and value.result == task.result
+        if expected == "stored":  # the task as it stands (a reviewed one may have moved on)
+            assert value.state is task.state
+            if task.review_role is None:
+                assert value.result == task.result
         elif expected is None:  # a stored completion counts its usage no second time
             self.model.charge(name, usage)
             self.model.end_claim(task, "completed")
-            task.state, task.result = COMPLETED, result
-            assert value.state is COMPLETED and value.result == result
+            task.result = result
+            if task.review_role is None:
+                task.state = COMPLETED
+            else:  # the result waits for its review
+                task.state, task.owner, task.author = IN_REVIEW, "", name
+            assert value.state is task.state and value.result == result
+
+    @precondition(lambda self: self.model.tasks)
+    @rule(data=st.data(), approve=st.booleans())
+    def verdict(self, data, approve: bool) -> None:
+        """A review's claim answered (mostly a live review's, else any claim: refused)."""
+        reviews = sorted(
+            (c for c in self.model.claims.values() if c.review and c.outcome is None), key=lambda c: c.fence
+        )
+        if reviews and data.draw(st.integers(0, 3), label="a review's claim"):
+            claim = data.draw(st.sampled_from(reviews), label="review")
+            name, task_id, token = claim.teammate, claim.task_id, claim.token
+        else:
+            name, task_id, token = self.pick_call(data)
+        verdict = Verdict(approve, "" if approve else "again")
+        value, expected = self.attempt(
+            "verdict", lambda: self.board.complete(name, task_id, token, b"", verdict=verdict), name, task_id, token
+        )
+        task = self.model.tasks[task_id]
+        if expected == "stored":
+            assert value.state is task.state
+        elif expected is None:
+            self.model.end_claim(task, "approved" if approve else "rejected")
+            self.model.decide(task, approve)
+            assert value.state is task.state
+
+    @precondition(lambda self: any(t.token is not None and t.lease_end > self.now for t in self.model.tasks.values()))
+    @rule(data=st.data(), approve=st.booleans())
+    def finish(self, data, approve: bool) -> None:
+        """A holder finishes its live claim as the SDK would: a result for work, a verdict for
+        a review (by chance the other rules rarely hold a live claim's own token)."""
+        live = sorted(
+            (t for t in self.model.tasks.values() if t.token is not None and t.lease_end > self.now),
+            key=lambda t: t.order,
+        )
+        task = data.draw(st.sampled_from(live), label="finisher")
+        name, token = task.owner, task.token
+        if self.model.claims[token].review:
+            value = self.board.complete(name, task.id, token, b"", verdict=Verdict(approve, "" if approve else "redo"))
+            self.model.end_claim(task, "approved" if approve else "rejected")
+            self.model.decide(task, approve)
+        else:
+            self.results += 1
+            result = f"result-{self.results}".encode()
+            value = self.board.complete(name, task.id, token, result)
+            self.model.end_claim(task, "completed")
+            task.result = result
+            if task.review_role is None:
+                task.state = COMPLETED
+            else:
+                task.state, task.owner, task.author = IN_REVIEW, "", name
+        assert value.state is task.state
+
+    @precondition(lambda self: self.model.tasks)
+    @rule(data=st.data(), approve=st.booleans())
+    def lead_review(self, data, approve: bool) -> None:
+        """The Lead's ReviewTask: mostly a task IN_REVIEW (a teammate's review taken away
+        first); else any task, refused with nothing written."""
+        waiting = sorted(t for t, task in self.model.tasks.items() if task.state is IN_REVIEW)
+        pool = waiting if waiting and data.draw(st.integers(0, 3), label="a wrong one") else sorted(self.model.tasks)
+        task = self.model.tasks[data.draw(st.sampled_from(pool), label="review id")]
+        feedback = "" if approve else "no"
+        if task.state is not IN_REVIEW:
+            before = self.dump_but_clock()
+            with pytest.raises(errors.FailedPrecondition):
+                self.board.review(task.id, approve, feedback)
+            assert self.dump_but_clock() == before
+            return
+        record = self.board.review(task.id, approve, feedback)
+        self.model.reclaim(self.now, self.gate_of)
+        if task.token is not None:
+            self.model.end_claim(task, "revoked")
+        # The Lead's decision is a claim's row of its own, ended with its verdict.
+        token, fence = self.board.rows("SELECT token, fence FROM claims ORDER BY fence DESC LIMIT 1")[0]
+        self.model.claims[token] = MClaim(
+            token, task.id, "lead", task.failures + 1, fence, "approved" if approve else "rejected"
+        )
+        self.model.decide(task, approve)
+        assert record.state is task.state
 
     @precondition(lambda self: self.model.tasks)
     @rule(data=st.data(), retryable=st.booleans())
@@ -523,8 +661,12 @@ class BoardMachine(RuleBasedStateMachine):
         if expected is None:
             self.model.charge(name, usage)
             task = self.model.tasks[task_id]
+            reviewing = task.state is IN_REVIEW
             self.model.end_claim(task, "failed")
-            self.model.count_failure(task, not retryable, self.now, self.gate_of)
+            if reviewing:  # a review that fails costs nothing: offered again
+                self.model.back_to_pending(task)
+            else:
+                self.model.count_failure(task, not retryable, self.now, self.gate_of)
             assert value.state is task.state
 
     @precondition(lambda self: self.model.tasks)
@@ -538,7 +680,7 @@ class BoardMachine(RuleBasedStateMachine):
             task = self.model.tasks[task_id]
             self.model.end_claim(task, "released")
             self.model.back_to_pending(task)
-            assert value.state is PENDING
+            assert value.state is task.state
 
     @precondition(lambda self: self.model.tasks)
     @rule(data=st.data())
@@ -594,15 +736,13 @@ class BoardMachine(RuleBasedStateMachine):
         records, count = self.board.run(self.board.board.retry_tasks(ids, reset))
         assert [r.id for r in records] == self.model.retry(ids, reset, self.now) and count == len(records)
 
-    @precondition(
-        lambda self: any(t.state is IN_PROGRESS and t.lease_end > self.now for t in self.model.tasks.values())
-    )
+    @precondition(lambda self: any(t.token is not None and t.lease_end > self.now for t in self.model.tasks.values()))
     @rule(data=st.data())
     def spend(self, data) -> None:
         """A holder renews reporting what it spent (renewals succeed too rarely by chance
         for budgets to be spent otherwise)."""
         live = sorted(
-            (t for t in self.model.tasks.values() if t.state is IN_PROGRESS and t.lease_end > self.now),
+            (t for t in self.model.tasks.values() if t.token is not None and t.lease_end > self.now),
             key=lambda t: t.order,
         )
         task = data.draw(st.sampled_from(live), label="spender")
@@ -615,7 +755,7 @@ class BoardMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def revoke(self, data) -> None:
         """Mostly a task with a live claim; else any (no live claim: refused, nothing written)."""
-        live = sorted(t.id for t in self.model.tasks.values() if t.state is IN_PROGRESS and t.lease_end > self.now)
+        live = sorted(t.id for t in self.model.tasks.values() if t.token is not None and t.lease_end > self.now)
         pool = live if live and data.draw(st.integers(0, 3), label="a wrong one") else sorted(self.model.tasks)
         task = self.model.tasks[data.draw(st.sampled_from(pool), label="revoke id")]
         if task.id not in live:
@@ -627,8 +767,8 @@ class BoardMachine(RuleBasedStateMachine):
         record = self.board.revoke(task.id)
         self.model.reclaim(self.now, self.gate_of)  # the revoke reclaims ended leases first
         self.model.end_claim(task, "revoked")
-        self.model.back_to_pending(task)  # ready again; no attempt used up
-        assert record.state is PENDING  # its failures are compared after the step
+        self.model.back_to_pending(task)  # ready again (a review: offered again); no attempt used up
+        assert record.state is task.state  # its failures are compared after the step
 
     def dump_but_clock(self) -> list[str]:
         """The database less the daemon's clock stamp (how far its clock got, kept by any call)."""
@@ -663,13 +803,11 @@ class BoardMachine(RuleBasedStateMachine):
     def advance(self, ms: int) -> None:
         self.clock.advance(ms)
 
-    @precondition(
-        lambda self: any(t.state is IN_PROGRESS and t.lease_end > self.now for t in self.model.tasks.values())
-    )
+    @precondition(lambda self: any(t.token is not None and t.lease_end > self.now for t in self.model.tasks.values()))
     @rule(data=st.data(), exactly=st.booleans())
     def advance_to_lease_end(self, data, exactly: bool) -> None:
         ends = sorted(
-            {t.lease_end for t in self.model.tasks.values() if t.state is IN_PROGRESS and t.lease_end > self.now}
+            {t.lease_end for t in self.model.tasks.values() if t.token is not None and t.lease_end > self.now}
         )
         end = data.draw(st.sampled_from(ends), label="lease end")
         self.clock.set(end if exactly else end - 1)
@@ -684,7 +822,7 @@ class BoardMachine(RuleBasedStateMachine):
     def reap(self) -> None:
         deadline = self.board.reap()
         self.model.reclaim(self.now, self.gate_of)
-        ends = [t.lease_end for t in self.model.tasks.values() if t.state is IN_PROGRESS]
+        ends = [t.lease_end for t in self.model.tasks.values() if t.token is not None]
         ends += self.model.shut_gates(self.now)
         assert deadline == (min(ends) if ends else None)
 
@@ -698,7 +836,7 @@ class BoardMachine(RuleBasedStateMachine):
         self.board.restart()
         self.model.reclaim(self.now, self.gate_of)
         for task in self.model.tasks.values():
-            if task.state is IN_PROGRESS:
+            if task.token is not None:
                 task.lease_end = self.now + task.lease_ms
         # Every teammate reconnects with a new stream: held claims are re-sent first.
         for name in ROLES:
@@ -726,8 +864,11 @@ class BoardMachine(RuleBasedStateMachine):
                 # 4. tokens unique
                 "tokens": q("SELECT count(*), count(DISTINCT token) FROM claims")[0],
                 # 9. completed once
+                # (a reviewed task: one approval, whatever the rounds of work before it)
                 "twice": q(
-                    "SELECT task_seq FROM claims WHERE outcome = 'completed' GROUP BY task_seq HAVING count(*) > 1"
+                    "SELECT c.task_seq FROM claims c JOIN tasks t ON t.seq = c.task_seq"
+                    " WHERE c.outcome = 'completed' AND t.review_role IS NULL OR c.outcome = 'approved'"
+                    " GROUP BY c.task_seq HAVING count(*) > 1"
                 ),
                 "tasks": q(
                     "SELECT t.id, t.state, t.owner, t.lease_expire_ms, t.failures, t.result, c.token,"
@@ -740,7 +881,8 @@ class BoardMachine(RuleBasedStateMachine):
                     " ON q.task_seq = t.seq GROUP BY t.id"
                 ),
                 "keys": q(
-                    "SELECT concurrency_key, count(*) FROM tasks WHERE state = 2 AND concurrency_key != ''"
+                    "SELECT concurrency_key, count(*) FROM tasks WHERE state IN (2, 7) AND live_fence IS NOT NULL"
+                    " AND concurrency_key != ''"
                     " GROUP BY concurrency_key"
                 ),
                 "limits": q("SELECT key, max_in_progress, in_progress FROM concurrency_keys"),
@@ -756,7 +898,7 @@ class BoardMachine(RuleBasedStateMachine):
             assert (asked, answered) == (task.questions, task.questions - int(task.unanswered)), task_id
         for task_id, state, owner, lease_end, failures, result, token, holder, outcome, ready_ms in db["tasks"]:
             task = self.model.tasks[task_id]
-            if state == IN_PROGRESS:  # exactly the owner's one live claim
+            if task.token is not None:  # exactly the owner's one live claim (work, or a review)
                 assert (token, holder, outcome) == (task.token, owner, None)
             else:
                 assert token is None
