@@ -15,6 +15,7 @@ from corral._claimstate import (
     DEAD_CLAIM_ERRORS,
     ClaimState,
     check_progress,
+    check_question,
     check_usage,
     claim_ended_error,
     end_reason_of,
@@ -54,6 +55,9 @@ class ClaimCalls(Protocol):
     def release(self, task_id: str, token: str) -> Task:
         """ReleaseTask."""
 
+    def ask(self, task_id: str, token: str, question: str) -> Task:
+        """AskQuestion."""
+
     def forget(self, token: str) -> None:
         """The claim ended: stop counting it as held."""
 
@@ -64,7 +68,7 @@ class ClaimCalls(Protocol):
 class Claim(ClaimState):
     """An exclusive, leased hold on one task, as yielded by `Teammate.idle`.
 
-    Finish it with exactly one of `complete`, `fail` or `release`. Keep the
+    Finish it with exactly one of `complete`, `fail`, `release` or `ask`. Keep the
     lease alive while you work with `with claim.keepalive(): ...`
     (renews at a third of the lease in the background: a thread in `corral`,
     an asyncio task in `corral.aio`). When a renew proves the claim dead
@@ -147,12 +151,26 @@ class Claim(ClaimState):
         """Give the task back without using up an attempt."""
         return self._finish(self._calls.release)
 
+    def ask(self, question: str) -> Task:
+        """Ask the Lead `question` rather than guess, ending the claim (no attempt used):
+        the task waits NEEDS_INPUT, claimed by no one, until `Lead.answer_question`;
+        then its next claim carries every question and answer so far in `answers`.
+        Returns the task as the question left it (NEEDS_INPUT, `question` set).
+
+        Raises InvalidArgument, before any call, for a question with no text or over
+        64 KiB of UTF-8; FailedPrecondition once the task has asked 20 questions
+        (complete or fail it instead); and, for a claim no longer live, what `release`
+        raises.
+        """
+        check_question(question)
+        return self._finish(self._calls.ask, question)
+
     def free_slot(self) -> None:
         """Say that the work on this claim has stopped without finishing it (its claim
         ended under it, or its outcome could not be reported): the slot may take a new
         claim. Needed only on a stream opened with `idle(hold_slots_until_freed=True)`,
-        where such a slot stays taken until then; completing, failing or releasing the
-        claim frees it too. Saying it again changes nothing."""
+        where such a slot stays taken until then; completing, failing, releasing or
+        asking about the claim frees it too. Saying it again changes nothing."""
         self._calls.free_slot(self.token)
 
     def _finish(self, call: Callable[..., Any], *args: Any) -> Task:

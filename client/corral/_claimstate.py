@@ -21,14 +21,16 @@ from corral._errors import (
 )
 from corral._primitives import Flag
 from corral._retry import is_transient
-from corral._types import Attempt, ClaimEnded, ClaimEndReason, ClaimInfo, Task, Usage
+from corral._types import Attempt, ClaimEnded, ClaimEndReason, ClaimInfo, QuestionAnswer, Task, Usage
 
 __all__ = [
     "DEAD_CLAIM_ERRORS",
     "MIN_RENEW_INTERVAL",
     "PROGRESS_MAX_BYTES",
+    "QUESTION_MAX_BYTES",
     "ClaimState",
     "check_progress",
+    "check_question",
     "check_usage",
     "claim_ended_error",
     "end_reason_of",
@@ -50,6 +52,19 @@ def check_progress(text: str, fraction: float | None) -> None:
         _refuse("progress", f"longer than {PROGRESS_MAX_BYTES} bytes of UTF-8")
     if fraction is not None and not 0.0 <= fraction <= 1.0:  # NaN fails both comparisons
         _refuse("progress_fraction", f"{fraction} is outside [0, 1]")
+
+
+# The daemon refuses a longer question (AskQuestionRequest.question).
+QUESTION_MAX_BYTES = 64 * 1024
+
+
+def check_question(question: str) -> None:
+    """Refuse, before any call, a question the daemon would refuse (InvalidArgument):
+    one with no text, or longer than QUESTION_MAX_BYTES of UTF-8."""
+    if not question.strip():
+        _refuse("question", "must not be empty")
+    if len(question.encode("utf-8")) > QUESTION_MAX_BYTES:
+        _refuse("question", f"longer than {QUESTION_MAX_BYTES} bytes of UTF-8")
 
 
 # The daemon refuses a longer model name (Usage.model).
@@ -177,6 +192,12 @@ class ClaimState:
     def dependency_results_omitted(self) -> tuple[str, ...]:
         """Dependencies whose results did not fit the claim; `get_task(id).result` has each."""
         return self._info.dependency_results_omitted
+
+    @property
+    def answers(self) -> tuple[QuestionAnswer, ...]:
+        """Every question asked on this task (`ask`) and the Lead's answer, oldest first:
+        a task claimed again after its question was answered resumes with them."""
+        return self._info.answers
 
     @property
     def fence(self) -> int:

@@ -36,6 +36,9 @@ from corral._types import (
     PlanDecision,
     PlanSubmitted,
     PostgresStats,
+    QuestionAnswer,
+    QuestionAnswered,
+    QuestionAsked,
     ShutdownAnswered,
     ShutdownRequest,
     Stats,
@@ -181,6 +184,7 @@ def task_from_pb(message: pb.Task) -> Task:
         concurrency_key=message.concurrency_key,
         usage=usage_from_pb(message.usage),
         attempt_timeout=duration_from_pb(message, "attempt_timeout"),
+        question=message.question,
     )
 
 
@@ -291,6 +295,7 @@ def task_to_pb(task: Task) -> pb.Task:
         progress=task.progress,
         progress_fraction=task.progress_fraction,
         usage=usage_to_pb(task.usage),
+        question=task.question,
     )
     for name in ("create_time", "lease_expire_time", "finish_time", "progress_time"):
         value = getattr(task, name)
@@ -462,6 +467,18 @@ def claim_from_pb(claim: pb.Claim) -> ClaimInfo:
             dep: claim.dependency_results[dep] for dep in claim.task.depends_on if dep in claim.dependency_results
         },
         dependency_results_omitted=tuple(claim.dependency_results_omitted),
+        answers=tuple(question_answer_from_pb(answer) for answer in claim.answers),
+    )
+
+
+def question_answer_from_pb(message: pb.QuestionAnswer) -> QuestionAnswer:
+    """A wire QuestionAnswer."""
+    return QuestionAnswer(
+        question=message.question,
+        answer=message.answer,
+        asked_by=message.asked_by,
+        ask_time=time_from_pb(message, "ask_time"),
+        answer_time=time_from_pb(message, "answer_time"),
     )
 
 
@@ -528,6 +545,16 @@ def watch_event_from_pb(response: pb.WatchResponse) -> WatchEvent | None:
         )
     if kind == "budget_exhausted":
         return BudgetExhaustedEvent(seq=seq, time=time, exhausted=budget_exhausted_from_pb(response.budget_exhausted))
+    if kind == "question_asked":
+        asked = response.question_asked
+        return QuestionAsked(
+            seq=seq, time=time, task_id=asked.task_id, question=asked.question, asked_by=asked.asked_by
+        )
+    if kind == "question_answered":
+        answered = response.question_answered
+        return QuestionAnswered(
+            seq=seq, time=time, task_id=answered.task_id, question=answered.question, answer=answered.answer
+        )
     return None
 
 

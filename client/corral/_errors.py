@@ -32,6 +32,7 @@ __all__ = [
     "InvalidArgument",
     "LeaseExpired",
     "LeaseLost",
+    "NeedsInput",
     "NotFound",
     "Overloaded",
     "PermanentFailure",
@@ -192,6 +193,18 @@ class TasksFailed(CorralError):
 
 class PermanentFailure(Exception):
     """Raise from a `run_teammate` handler to fail the task without a retry."""
+
+
+class NeedsInput(Exception):
+    """Raise from a `run_teammate` handler to ask the Lead `question` instead of
+    guessing: the runner ends the claim with `Claim.ask` (no attempt used) and the
+    task waits NEEDS_INPUT until the Lead answers; its next claim carries every
+    answer so far (`current_claim().answers`), so the handler can go on from there.
+    """
+
+    def __init__(self, question: str) -> None:
+        super().__init__(question)
+        self.question = question
 
 
 # ---------------------------------------------------------------- mapping

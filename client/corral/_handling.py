@@ -47,11 +47,17 @@ class Tally:
         self._lock = threading.Lock()
         self._summary = RunSummary(exit_reason=ExitReason.IDLE_TIMEOUT)
 
-    def add(self, *, completed: int = 0, failed: int = 0, lost: int = 0) -> None:
+    def add(self, *, completed: int = 0, failed: int = 0, lost: int = 0, asked: int = 0) -> None:
         """Count finished claims."""
         with self._lock:
             s = self._summary
-            self._summary = replace(s, completed=s.completed + completed, failed=s.failed + failed, lost=s.lost + lost)
+            self._summary = replace(
+                s,
+                completed=s.completed + completed,
+                failed=s.failed + failed,
+                lost=s.lost + lost,
+                asked=s.asked + asked,
+            )
 
     def summary(self, exit_reason: ExitReason, *, plan_id: str = "", plan_feedback: str = "") -> RunSummary:
         """The final RunSummary."""

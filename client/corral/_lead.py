@@ -247,6 +247,18 @@ class Lead(BoardClient):
         response = self._write(self._lead.RevokeClaim, request)
         return _convert.task_from_pb(response.task)
 
+    def answer_question(self, task_id: str, answer: str) -> Task:
+        """Answer the question a holder asked about `task_id` (`Claim.ask`; the task is
+        NEEDS_INPUT, `task.question` says what it asks): the task is PENDING again, and
+        its next claim carries every question and answer so far (`Claim.answers`).
+        `answer` may be empty, and is at most 64 KiB of UTF-8. Returns the task as the
+        answer left it. Raises FailedPrecondition when the task is not NEEDS_INPUT,
+        NotFound for an unknown task; `list_tasks(states=[TaskState.NEEDS_INPUT])`
+        lists the questions waiting."""
+        request = pb.AnswerQuestionRequest(task_id=task_id, answer=answer)
+        response = self._write(self._lead.AnswerQuestion, request)
+        return _convert.task_from_pb(response.task)
+
     # ------------------------------------------------------------ teammates
 
     def add_teammate(
@@ -372,11 +384,13 @@ class Lead(BoardClient):
                 raise
 
     def wait_until_done(self, timeout: datetime.timedelta | float, *, raise_on_failure: bool = False) -> DoneSummary:
-        """Wait until no task is PENDING or IN_PROGRESS; returns what became of them.
+        """Wait until no task is PENDING, IN_PROGRESS or NEEDS_INPUT; returns what became of them.
 
         Follows the Watch feed and confirms with GetStats, so it reacts as
         soon as the last task finishes. The summary names the tasks that
-        completed, failed and were canceled. Raises TimeoutError, saying how
+        completed, failed and were canceled. A task waiting for an answer
+        (NEEDS_INPUT) is unfinished: answer it (`answer_question`) from another
+        task or thread, or the wait times out. Raises TimeoutError, saying how
         much is unfinished, after `timeout`; with `raise_on_failure`, raises
         TasksFailed (carrying the summary) when any task failed.
         """
@@ -388,7 +402,8 @@ class Lead(BoardClient):
             raise TimeoutError(
                 f"wait_until_done: {stats.active_tasks} task(s) unfinished after "
                 f"{limit:g}s ({stats.count(TaskState.PENDING)} pending, "
-                f"{stats.count(TaskState.IN_PROGRESS)} in progress)"
+                f"{stats.count(TaskState.IN_PROGRESS)} in progress, "
+                f"{stats.count(TaskState.NEEDS_INPUT)} waiting for an answer)"
             ) from None
         summary = self._done_summary(stats)
         if raise_on_failure and summary.failed:

@@ -24,6 +24,9 @@ __all__ = [
     "PlanDecision",
     "PlanDecided",
     "PlanSubmitted",
+    "QuestionAnswer",
+    "QuestionAnswered",
+    "QuestionAsked",
     "RunSummary",
     "ShutdownAnswered",
     "ShutdownRequest",
@@ -42,13 +45,19 @@ __all__ = [
 
 
 class TaskState(enum.Enum):
-    """Where a task is in its life. COMPLETED, FAILED and CANCELED are final."""
+    """Where a task is in its life. COMPLETED, FAILED and CANCELED are final.
+
+    NEEDS_INPUT: its holder asked the Lead a question (`Claim.ask`); no one claims
+    it until `Lead.answer_question` makes it PENDING again. Unfinished, like
+    PENDING: its dependents wait, and a board holding one is not done.
+    """
 
     PENDING = 1
     IN_PROGRESS = 2
     COMPLETED = 3
     FAILED = 4
     CANCELED = 5
+    NEEDS_INPUT = 6
 
     @property
     def is_final(self) -> bool:
@@ -137,6 +146,7 @@ class AttemptOutcome(enum.Enum):
     RELEASED = 5
     CANCELED = 6
     REVOKED = 7
+    ASKED = 8  # its holder asked the Lead a question (`Claim.ask`): uses no attempt
 
 
 @dataclass(frozen=True)
@@ -259,6 +269,8 @@ class Task:
     usage: Usage = Usage()
     attempt_timeout: datetime.timedelta | None = None  # None: no limit
     attempts_used: int = 0
+    # NEEDS_INPUT: the question its holder asked, waiting for the Lead's answer; "" otherwise.
+    question: str = ""
 
 
 @dataclass(frozen=True)
@@ -398,6 +410,19 @@ class BudgetExhausted:
 
 
 @dataclass(frozen=True)
+class QuestionAnswer:
+    """A question a holder asked the Lead about a task (`Claim.ask`), and the answer
+    (`Lead.answer_question`). A re-claimed task's `Claim.answers` carries them all,
+    so the work resumes with what the Lead said."""
+
+    question: str
+    answer: str
+    asked_by: str  # the teammate that asked
+    ask_time: datetime.datetime | None = None
+    answer_time: datetime.datetime | None = None
+
+
+@dataclass(frozen=True)
 class ClaimInfo:
     """The data of a claim: an exclusive, leased hold on one task.
 
@@ -417,6 +442,8 @@ class ClaimInfo:
     # 4 MiB in all), and the ids of those left out (get_task fetches them).
     dependency_results: Mapping[str, bytes] = field(default_factory=dict, hash=False)
     dependency_results_omitted: tuple[str, ...] = ()
+    # Every question asked on the task and its answer, oldest first (at most 20).
+    answers: tuple[QuestionAnswer, ...] = ()
 
 
 # ---------------------------------------------------------------- stats
@@ -480,8 +507,8 @@ class Stats:
 
     @property
     def active_tasks(self) -> int:
-        """Tasks not yet final (PENDING or IN_PROGRESS)."""
-        return self.count(TaskState.PENDING, TaskState.IN_PROGRESS)
+        """Tasks not yet final (PENDING, IN_PROGRESS or NEEDS_INPUT)."""
+        return self.count(TaskState.PENDING, TaskState.IN_PROGRESS, TaskState.NEEDS_INPUT)
 
 
 @dataclass(frozen=True)
@@ -589,8 +616,39 @@ class BudgetExhaustedEvent:
     exhausted: BudgetExhausted
 
 
+@dataclass(frozen=True)
+class QuestionAsked:
+    """A teammate asked the Lead a question about a task (now NEEDS_INPUT); answer it
+    with `Lead.answer_question`."""
+
+    seq: int
+    time: datetime.datetime | None
+    task_id: str
+    question: str
+    asked_by: str
+
+
+@dataclass(frozen=True)
+class QuestionAnswered:
+    """The Lead answered a task's question (from any client): the task is PENDING again."""
+
+    seq: int
+    time: datetime.datetime | None
+    task_id: str
+    question: str
+    answer: str
+
+
 WatchEvent = (
-    TaskChanged | TeammateChanged | LeadMessage | PlanSubmitted | PlanDecided | ShutdownAnswered | BudgetExhaustedEvent
+    TaskChanged
+    | TeammateChanged
+    | LeadMessage
+    | PlanSubmitted
+    | PlanDecided
+    | ShutdownAnswered
+    | BudgetExhaustedEvent
+    | QuestionAsked
+    | QuestionAnswered
 )
 """Any event `Lead.watch` yields."""
 
@@ -612,7 +670,8 @@ class RunSummary:
     """What a `run_teammate` loop did.
 
     `completed` counts tasks the handler finished and the daemon accepted;
-    `failed` counts handler exceptions reported with FailTask; `lost` counts
+    `failed` counts handler exceptions reported with FailTask; `asked` counts
+    questions the handler asked the Lead (`NeedsInput`); `lost` counts
     claims whose outcome was dropped: the lease was lost, the task was
     canceled under the handler, or the daemon could not be told.
     """
@@ -621,5 +680,6 @@ class RunSummary:
     completed: int = 0
     failed: int = 0
     lost: int = 0
+    asked: int = 0
     plan_id: str = ""
     plan_feedback: str = ""

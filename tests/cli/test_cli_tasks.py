@@ -39,6 +39,7 @@ TASK_KEYS = {
     "progress_time",
     "concurrency_key",
     "usage",
+    "question",
     "payload",
     "result",
 }

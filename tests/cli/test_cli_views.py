@@ -48,7 +48,14 @@ def test_stats_json_shape(cli, worked_board):
         "store",
     }
     assert stats["store"] == "sqlite"  # a PostgreSQL board adds "postgres" (tests/postgres)
-    assert stats["tasks_by_state"] == {"pending": 0, "in_progress": 0, "completed": 4, "failed": 0, "canceled": 0}
+    assert stats["tasks_by_state"] == {
+        "pending": 0,
+        "in_progress": 0,
+        "completed": 4,
+        "failed": 0,
+        "canceled": 0,
+        "needs_input": 0,
+    }
     assert set(stats["teammates_by_status"]) == {s.name.lower() for s in corral.TeammateStatus}
     assert stats["active_tasks"] == 0
     writer = stats["writer"]

@@ -15,6 +15,9 @@ from corral._types import (
     PlanDecided,
     PlanDecision,
     PlanSubmitted,
+    QuestionAnswer,
+    QuestionAnswered,
+    QuestionAsked,
     ShutdownAnswered,
     ShutdownRequest,
     Task,
@@ -70,6 +73,7 @@ tasks = st.builds(
     create_time=st.none() | instants,
     lease_expire_time=st.none() | instants,
     finish_time=st.none() | instants,
+    question=st.text(max_size=50),
 )
 
 
@@ -191,6 +195,41 @@ def test_watch_events_convert_by_kind() -> None:
     )
     assert _convert.watch_event_from_pb(pb.WatchResponse(seq=8)) is None
 
+    asked = _convert.watch_event_from_pb(
+        event(question_asked=pb.QuestionAsked(task_id="t", question="which branch?", asked_by="ann"))
+    )
+    assert asked == QuestionAsked(seq=7, time=_stamp(40), task_id="t", question="which branch?", asked_by="ann")
+    answered = _convert.watch_event_from_pb(
+        event(question_answered=pb.QuestionAnswered(task_id="t", question="which branch?", answer="main"))
+    )
+    assert answered == QuestionAnswered(seq=7, time=_stamp(40), task_id="t", question="which branch?", answer="main")
+
+
+def test_a_waiting_question_and_a_claims_answers_convert() -> None:
+    waiting = _convert.task_from_pb(pb.Task(id="t", state=pb.TASK_STATE_NEEDS_INPUT, question="which branch?"))
+    assert (waiting.state, waiting.question) == (TaskState.NEEDS_INPUT, "which branch?")
+    assert not waiting.state.is_final
+
+    claim = pb.Claim(task=pb.Task(id="t", state=pb.TASK_STATE_IN_PROGRESS), claim_token="tok", attempt=1, fence=3)
+    first = claim.answers.add(question="which branch?", answer="main", asked_by="ann")
+    first.ask_time.FromSeconds(10)
+    first.answer_time.FromSeconds(20)
+    claim.answers.add(question="and the tag?", answer="", asked_by="bob")
+    info = _convert.claim_from_pb(claim)
+    assert info.answers == (
+        QuestionAnswer("which branch?", "main", "ann", _stamp(10), _stamp(20)),
+        QuestionAnswer("and the tag?", "", "bob", None, None),
+    )
+    assert _convert.claim_from_pb(pb.Claim(task=pb.Task(id="u", state=pb.TASK_STATE_IN_PROGRESS))).answers == ()
+
+    asked = _convert.attempt_from_pb(pb.TaskAttempt(attempt=1, owner="ann", outcome=pb.ATTEMPT_OUTCOME_ASKED))
+    assert asked.outcome is corral.AttemptOutcome.ASKED
+
+    stats = _convert.stats_from_pb(
+        pb.GetStatsResponse(tasks_by_state={"TASK_STATE_NEEDS_INPUT": 2, "TASK_STATE_COMPLETED": 1})
+    )
+    assert stats.count(TaskState.NEEDS_INPUT) == 2 and stats.active_tasks == 2, "a waiting question is unfinished"
+
 
 def test_unknown_change_reason_is_reported_as_unspecified() -> None:
     response = pb.WatchResponse(teammate_changed=pb.TeammateChanged(reason=99))
@@ -235,6 +274,12 @@ def test_request_builders_use_zero_for_defaults() -> None:
 def test_enum_values_match_the_wire() -> None:
     for state in TaskState:
         assert pb.TaskState.Name(state.value) == f"TASK_STATE_{state.name}"
+    assert {state.value for state in TaskState} == set(pb.TaskState.values()) - {pb.TASK_STATE_UNSPECIFIED}
+    for outcome in corral.AttemptOutcome:
+        assert pb.AttemptOutcome.Name(outcome.value) == f"ATTEMPT_OUTCOME_{outcome.name}"
+    assert {o.value for o in corral.AttemptOutcome} == set(pb.AttemptOutcome.values()) - {
+        pb.ATTEMPT_OUTCOME_UNSPECIFIED
+    }
     for status in TeammateStatus:
         assert pb.TeammateStatus.Name(status.value) == f"TEAMMATE_STATUS_{status.name}"
     for reason in TeammateChangeReason:

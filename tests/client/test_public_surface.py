@@ -36,6 +36,7 @@ EXPECTED_CORRAL = [
     "LeaseExpired",
     "LeaseLost",
     "Message",
+    "NeedsInput",
     "NewTeammate",
     "NotFound",
     "Overloaded",
@@ -45,6 +46,9 @@ EXPECTED_CORRAL = [
     "PlanDecision",
     "PlanSubmitted",
     "PostgresStats",
+    "QuestionAnswer",
+    "QuestionAnswered",
+    "QuestionAsked",
     "RunSummary",
     "ShutdownAnswered",
     "ShutdownRequest",
@@ -139,6 +143,27 @@ def test_claims_report_usage_and_the_lead_sets_budgets() -> None:
     assert "usage" in {f.name for f in dataclasses.fields(corral.Task)}
     assert {f.name for f in dataclasses.fields(corral.TeammateInfo)} >= {"usage", "budget"}
     assert "usage" in {f.name for f in dataclasses.fields(corral.Stats)}
+
+
+def test_claims_ask_the_lead_and_the_lead_answers() -> None:
+    for claim in (corral.Claim, corral.aio.Claim):
+        assert list(inspect.signature(claim.ask).parameters) == ["self", "question"]
+        assert isinstance(inspect.getattr_static(claim, "answers"), property)
+    for lead in (corral.Lead, corral.aio.Lead):
+        assert list(inspect.signature(lead.answer_question).parameters) == ["self", "task_id", "answer"]
+    assert not corral.TaskState.NEEDS_INPUT.is_final
+    assert corral.NeedsInput("which branch?").question == "which branch?"
+    assert not issubclass(corral.NeedsInput, corral.CorralError), "raised by handlers, like PermanentFailure"
+    assert {f.name: f.default for f in dataclasses.fields(corral.Task)}["question"] == ""
+    assert [f.name for f in dataclasses.fields(corral.QuestionAnswer)] == [
+        "question",
+        "answer",
+        "asked_by",
+        "ask_time",
+        "answer_time",
+    ]
+    assert dataclasses.fields(corral.ClaimInfo)[-1].name == "answers"
+    assert corral.RunSummary(corral.ExitReason.SHUTDOWN).asked == 0
 
 
 def test_the_lazy_table_matches_the_imports_type_checkers_see() -> None:

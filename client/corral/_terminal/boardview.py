@@ -91,6 +91,10 @@ class BoardModel:
             self.answers[event.request_id] = event
             answer = "approved" if event.approve else "rejected"
             self.note(f"{event.teammate} {answer} shutdown: {short(event.reason, 60)}")
+        elif isinstance(event, corral.QuestionAsked):
+            self.note(f"{event.asked_by} asked about {event.task_id}: {short(event.question, 80)}")
+        elif isinstance(event, corral.QuestionAnswered):
+            self.note(f"the lead answered {event.task_id}: {short(event.answer, 60)}")
 
     def note(self, line: str, *, notable: bool = True) -> None:
         """Add a line to the history (and, if notable, to the plain output)."""
@@ -191,17 +195,25 @@ class BoardModel:
     def counts(self) -> dict[corral.TaskState, int]:
         return {state: self.count(state) for state in corral.TaskState}
 
+    def questions(self) -> dict[str, str]:
+        """The questions waiting for the Lead's answer, by task id (NEEDS_INPUT tasks)."""
+        return {task.id: task.question for task in self.tasks.values() if task.state is corral.TaskState.NEEDS_INPUT}
+
     def all_final(self) -> bool:
         """True when the board has tasks and every one is final (a hint; confirm with GetStats)."""
         return bool(self.tasks) and all(task.state.is_final for task in self.tasks.values())
 
     def caught_up(self) -> None:
         """The replay of the history is folded in: what it noted is no news, but what
-        runs now is, with its holder's latest progress."""
+        runs now is, with its holder's latest progress, and so is each question still
+        waiting for the Lead's answer."""
         self.notable = [
             f"{task.owner or '?'} on {task.id}: {label}"
             for task in self.tasks.values()
             if task.state is corral.TaskState.IN_PROGRESS and (label := progress_label(task))
+        ]
+        self.notable += [
+            f"{task_id} waits for an answer: {short(question, 80)}" for task_id, question in self.questions().items()
         ]
 
     def drain_notable(self) -> list[str]:
@@ -290,6 +302,9 @@ class LiveBoard:
         parts: list[RenderableType] = [header, bar, states, Text(""), self._mates_table()]
         if self._model.waiting:
             parts.append(self._waiting_table())
+        questions = self._model.questions()
+        if questions:
+            parts.append(self._questions_table(questions))
         return Group(*parts, self._history())
 
     def _mates_table(self) -> Table:
@@ -321,6 +336,15 @@ class LiveBoard:
             table.add_row(escape(task_id), escape(short(waiting[task_id], 80)))
         if len(ordered) > WAITING_LINES:
             table.add_row(f"... {len(ordered) - WAITING_LINES} more", "")
+        return table
+
+    def _questions_table(self, questions: dict[str, str]) -> Table:
+        """Tasks waiting for the Lead's answer (`corral tasks answer ID TEXT`), and what each asks."""
+        table = Table("task", "asks", title="questions for the lead", title_justify="left")
+        for task_id in sorted(questions)[:WAITING_LINES]:
+            table.add_row(escape(task_id), escape(short(questions[task_id], 80)))
+        if len(questions) > WAITING_LINES:
+            table.add_row(f"... {len(questions) - WAITING_LINES} more", "")
         return table
 
     def _history(self) -> Table:

@@ -134,6 +134,8 @@ def describe(event: corral.WatchEvent) -> str:
             parts.append(f"error={short(first_line(task.error), 60)!r}")
         if task.state is corral.TaskState.IN_PROGRESS and progress_label(task):
             parts.append(f"progress={progress_label(task)!r}")
+        if task.question:
+            parts.append(f"question={short(task.question, 60)!r}")
         return " ".join(parts)
     if isinstance(event, corral.TeammateChanged):
         reason = event.reason
@@ -150,6 +152,10 @@ def describe(event: corral.WatchEvent) -> str:
     if isinstance(event, corral.BudgetExhaustedEvent):
         spent = event.exhausted.spent
         return f"budget of {event.exhausted.teammate} spent: {spent.tokens} tokens, {spent.cost_micros} micros"
+    if isinstance(event, corral.QuestionAsked):
+        return f"{event.asked_by} asked about task {event.task_id}: {short(event.question, 100)}"
+    if isinstance(event, corral.QuestionAnswered):
+        return f"question on task {event.task_id} answered: {short(event.answer, 100)}"
     answer = "approved" if event.approve else "rejected"
     because = f" ({short(event.reason, 60)})" if event.reason else ""
     return f"shutdown {event.request_id} {answer} by {event.teammate}{because}"

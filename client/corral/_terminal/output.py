@@ -30,6 +30,7 @@ STATE_STYLES = {
     corral.TaskState.COMPLETED: "green",
     corral.TaskState.FAILED: "bold red",
     corral.TaskState.CANCELED: "magenta",
+    corral.TaskState.NEEDS_INPUT: "bold yellow",
 }
 STATUS_STYLES = {
     corral.TeammateStatus.OFFLINE: "dim",
@@ -101,6 +102,7 @@ def task_json(task: corral.Task) -> dict[str, Any]:
         "progress_time": iso(task.progress_time),
         "concurrency_key": task.concurrency_key,
         "usage": usage_json(task.usage),
+        "question": task.question,
     }
     _blob(data, "payload", task.payload)
     _blob(data, "result", task.result)
@@ -214,6 +216,22 @@ def event_json(event: corral.WatchEvent) -> dict[str, Any]:
             "teammate": exhausted.teammate,
             "spent": usage_json(exhausted.spent),
             "budget": budget_json(exhausted.budget),
+        }
+    if isinstance(event, corral.QuestionAsked):
+        return {
+            **base,
+            "type": "question_asked",
+            "task_id": event.task_id,
+            "question": event.question,
+            "asked_by": event.asked_by,
+        }
+    if isinstance(event, corral.QuestionAnswered):
+        return {
+            **base,
+            "type": "question_answered",
+            "task_id": event.task_id,
+            "question": event.question,
+            "answer": event.answer,
         }
     return {
         **base,
@@ -387,6 +405,7 @@ def task_detail(task: corral.Task) -> Table:
         ("lease expires", iso(task.lease_expire_time) or ""),
         ("finished", iso(task.finish_time) or ""),
         ("progress", _progress_detail(task)),
+        ("question", task.question),
         ("payload", blob_text(task.payload)),
         ("result", blob_text(task.result)),
         ("error", task.error),

@@ -12,8 +12,10 @@ from corral._channel import unreachable_error, unreachable_warning
 from corral._claimstate import DEAD_CLAIM_ERRORS
 from corral._errors import (
     CorralError,
+    FailedPrecondition,
     InvalidArgument,
     LeaseLost,
+    NeedsInput,
     PermanentFailure,
     Unauthenticated,
     Unavailable,
@@ -54,7 +56,8 @@ def current_claim() -> Claim:
 
     Use it for the `fence` (to guard external writes), `check()` (to stop
     long work once the lease is lost or the claim ended), `report_progress()`
-    and `renew(usage=...)` (to count what the work spends as it goes). Raises
+    and `renew(usage=...)` (to count what the work spends as it goes), and
+    `answers` (what the Lead said to the task's questions so far). Raises
     LookupError outside a handler.
     """
     return _current_claim.get()
@@ -79,8 +82,10 @@ async def run_teammate(
     once) while a keepalive renews the lease; on `corral.aio` a coroutine
     function is awaited on the event loop instead. Its return value (bytes,
     str or None) completes the task; an exception fails it, retryably unless
-    it is `PermanentFailure`. `current_claim()` inside the handler gives the
-    claim.
+    it is `PermanentFailure`, and `NeedsInput(question)` asks the Lead that
+    question instead (`Claim.ask`: the claim ends, the slot is free again, and the
+    task comes back once answered, with `current_claim().answers`).
+    `current_claim()` inside the handler gives the claim.
 
     When the claim ends under the handler (the Lead revoked it or canceled the
     task, its attempt time limit passed, its lease was lost) a coroutine
@@ -289,7 +294,12 @@ class _Runner:
                 await self._quietly(claim.release)
             return False
         try:
-            if error is None:
+            if isinstance(error, NeedsInput):
+                error = await self._ask(claim, error.question)
+                if error is None:
+                    self._tally.add(asked=1)
+                    return True
+            elif error is None:
                 error = await self._complete(claim, result)
                 if error is None:
                     self._tally.add(completed=1)
@@ -315,6 +325,19 @@ class _Runner:
         except InvalidArgument as exc:
             # e.g. a result over the size limit: retrying cannot help
             return PermanentFailure(f"result refused by the daemon: {exc}")
+        return None
+
+    async def _ask(self, claim: Claim, question: str) -> Exception | None:
+        """Ask the Lead; returns the failure to report if the question is refused."""
+        try:
+            await self._retry(claim.ask, question)
+        except DEAD_CLAIM_ERRORS:
+            raise
+        except (InvalidArgument, FailedPrecondition) as exc:
+            # An empty or oversized question, or a task that asked too many: the
+            # handler would ask the same again, so fail the task for good.
+            return PermanentFailure(f"the handler's question was refused ({exc})")
+        _log.info("task %s: asked the lead: %s", claim.task.id, question.splitlines()[0][:200])
         return None
 
     async def _quietly(self, call: Callable[..., Any], *args: Any) -> None:

@@ -166,8 +166,8 @@ class Teammate(BoardClient):
 
         With `hold_slots_until_freed`, a slot whose claim ended under this client
         (ClaimEnded, or a call that found it dead) stays taken until you call
-        `claim.free_slot()` once its work stopped (completing, failing or
-        releasing a claim frees its slot too): no claim arrives while every
+        `claim.free_slot()` once its work stopped (completing, failing, releasing
+        or asking about a claim frees its slot too): no claim arrives while every
         worker is still busy. `run_teammate` does this for you.
 
         Options left as None take the daemon's defaults (12 polls of 5 s, one slot).
@@ -339,6 +339,14 @@ class _ClaimCalls:
         if answer is None:
             answer = await self._unary(self._stub.ReleaseTask, request)
         self._working.pop(token, None)
+        return _convert.task_from_pb(answer.task)
+
+    async def ask(self, task_id: str, token: str, question: str) -> Task:
+        request = pb.AskQuestionRequest(task_id=task_id, claim_token=token, question=question)
+        answer = await self._session.call(pb.SessionRequest(ask=request))
+        if answer is None:
+            answer = await self._unary(self._stub.AskQuestion, request)
+        self._working.pop(token, None)  # the daemon freed its slot with the question
         return _convert.task_from_pb(answer.task)
 
     def forget(self, token: str) -> None:

@@ -19,6 +19,7 @@ _COLOURS = {
     corral.TaskState.COMPLETED: ("#d4f7d4", "#2da44e"),
     corral.TaskState.FAILED: ("#ffd7d5", "#cf222e"),
     corral.TaskState.CANCELED: ("#eeeeee", "#8c959f"),
+    corral.TaskState.NEEDS_INPUT: ("#ffe2c4", "#d4661c"),
 }
 
 

@@ -1,4 +1,4 @@
-"""`corral tasks add|list|show|cancel|revoke`."""
+"""`corral tasks add|list|show|cancel|retry|revoke|answer`."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 
 @click.group("tasks")
 def tasks_group() -> None:
-    """Add, list, show, cancel and revoke tasks."""
+    """Add, list, show, cancel, retry and revoke tasks, and answer their questions."""
 
 
 @tasks_group.command("add")
@@ -158,3 +158,24 @@ def revoke_command(ctx: click.Context, task_id: str, reason: str, as_json: bool)
         emit_json(task_json(task))
         return
     click.echo(f"revoked the claim on {task.id}; it is {task.state.name.lower()} again")
+
+
+@tasks_group.command("answer")
+@click.argument("task_id")
+@click.argument("text")
+@json_option
+@connection_options
+@click.pass_context
+def answer_command(ctx: click.Context, task_id: str, text: str, as_json: bool) -> None:
+    """Answer the question TASK_ID's holder asked (the task is NEEDS_INPUT: see
+    `tasks list --state needs_input`) with TEXT: the task is PENDING again, and its
+    next claim carries every question and answer so far."""
+    with lead_session(ctx) as lead:
+        try:
+            task = lead.answer_question(task_id, text)
+        except corral.FailedPrecondition as exc:
+            raise CliError(f"{exc.reason or 'FAILED_PRECONDITION'}: cannot answer: {exc.details}") from None
+    if as_json:
+        emit_json(task_json(task))
+        return
+    click.echo(f"answered the question on {task.id}; it is {task.state.name.lower()} again")
