@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from corrald.model import ReviewPolicy
 from corrald.service import convert
 from corrald.store import tasks
 from tests.support.boardkit import spec
@@ -72,9 +73,13 @@ def test_the_stored_size_is_never_less_than_the_wire_size(board):
     board.fail("w1", grant.task.id, grant.token, error="é" * 5000, retryable=True)
     grant = board.claim("w1")
     board.complete("w1", grant.task.id, grant.token, result=b"r" * 3000)
+    # A question waiting for the Lead and a review policy are on the wire too.
+    board.create(spec("asker", review=ReviewPolicy("r" * 128, 0)))
+    grant = board.claim("w1")
+    board.ask("w1", "asker", grant.token, "ä" * 30_000)
     page = listing(board)
-    assert [t.id for t in page.tasks] == ["first", "wide"]
-    sizes = board.run(board.board.read(lambda conn: tasks.wire_bytes_by_id(conn, ["first", "wide"])))
+    assert [t.id for t in page.tasks] == ["first", "wide", "asker"]
+    sizes = board.run(board.board.read(lambda conn: tasks.wire_bytes_by_id(conn, ["first", "wide", "asker"])))
     for record in page.tasks:
         # Each task in a reply also takes its field tag and length prefix.
         assert sizes[record.id] >= convert.task(record).ByteSize() + 4, record.id

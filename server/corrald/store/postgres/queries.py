@@ -403,7 +403,8 @@ WIRE_BYTES = (
     " + octet_length(tasks.required_role) + octet_length(tasks.progress)"
     " + octet_length(tasks.trace_parent)"
     " + octet_length(tasks.concurrency_key)"
-    " + octet_length(tasks.model)"
+    " + octet_length(tasks.model) + octet_length(tasks.question)"
+    " + coalesce(octet_length(tasks.review_role), 0)"
     " + (SELECT coalesce(sum(octet_length(dep.id) + 4), 0)"
     " FROM deps d JOIN tasks dep ON dep.seq = d.dep_seq WHERE d.task_seq = tasks.seq)"
 )

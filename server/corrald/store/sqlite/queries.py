@@ -402,7 +402,8 @@ WIRE_BYTES = (
     " + length(CAST(tasks.required_role AS BLOB)) + length(CAST(tasks.progress AS BLOB))"
     " + length(CAST(tasks.trace_parent AS BLOB))"
     " + length(CAST(tasks.concurrency_key AS BLOB))"
-    " + length(CAST(tasks.model AS BLOB))"
+    " + length(CAST(tasks.model AS BLOB)) + length(CAST(tasks.question AS BLOB))"
+    " + coalesce(length(CAST(tasks.review_role AS BLOB)), 0)"
     " + (SELECT coalesce(sum(length(CAST(dep.id AS BLOB)) + 4), 0)"
     " FROM deps d JOIN tasks dep ON dep.seq = d.dep_seq WHERE d.task_seq = tasks.seq)"
 )
