@@ -44,9 +44,10 @@ def _grow(database, start: int, stop: int) -> float:
     """Adds tasks b{start}..b{stop-1} with the store's own create_batch; returns seconds."""
     from corrald import validate  # noqa: PLC0415 (server internals only for the build)
     from corrald.config import Limits  # noqa: PLC0415
-    from corrald.model import TaskSpec, Txn  # noqa: PLC0415
+    from corrald.model import TaskSpec
     from corrald.store import tasks  # noqa: PLC0415
     from corrald.store.sqlite import storage  # noqa: PLC0415
+    from corrald.txn import Txn
 
     started = time.perf_counter()
     conn = storage.open_writer(database, synchronous="OFF")

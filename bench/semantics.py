@@ -69,10 +69,10 @@ def _build(database: pathlib.Path, ready: int, delayed: int, keys: int, key_limi
     `delayed` gated tasks before them. Returns seconds."""
     from corrald import validate  # noqa: PLC0415
     from corrald.config import Limits  # noqa: PLC0415
-    from corrald.model import Txn  # noqa: PLC0415
     from corrald.store import keys as store_keys  # noqa: PLC0415
     from corrald.store import tasks, team  # noqa: PLC0415
     from corrald.store.sqlite import storage  # noqa: PLC0415
+    from corrald.txn import Txn
 
     started = time.perf_counter()
     now_ms = time.time_ns() // 1_000_000

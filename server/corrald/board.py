@@ -12,9 +12,10 @@ import dataclasses
 import logging
 import pathlib
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from . import cpu, delivery, errors, requestids, stats, validate
+from .answers import Completed, Renewed, ack_record, acked_again
 from .clock import Clock
 from .config import Limits, WriterConfig
 from .credentials import (
@@ -35,15 +36,12 @@ from .model import (
     ConcurrencyLimit,
     CreatedBatch,
     FeedPage,
-    Mergeable,
     OpCompletion,
-    OpOutcome,
     TaskPage,
     TaskRecord,
     TaskSpec,
     TaskState,
     TeammateRecord,
-    Txn,
     Usage,
     Verdict,
     ViewerRecord,
@@ -57,6 +55,7 @@ from .store import inbox, keys, ops, overview, protocol, status, tasks, team, us
 from .store.driver import BoardDriver
 from .store.sqlite.driver import SqliteBoard
 from .stream import ParkedStreams, StreamView
+from .txn import Mergeable, OpOutcome, Txn
 from .writer import CommitFailed, Writer
 
 if TYPE_CHECKING:
@@ -66,37 +65,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 log = logging.getLogger("corrald.board")
-
-
-class Renewed(NamedTuple):
-    """A renewal's answer. A Session op's record keeps it as (value, flag)."""
-
-    lease_end_ms: int
-    protocol_pending: bool  # a protocol message waits for the teammate
-
-    def record(self) -> OpOutcome:
-        return OpOutcome(value=self.lease_end_ms, flag=self.protocol_pending)
-
-    @staticmethod
-    def again(tx: Txn, recorded: OpOutcome) -> Renewed:
-        return Renewed(recorded.value or 0, recorded.flag)
-
-
-class Completed(NamedTuple):
-    """A completion's answer: the task, and the stream's next item when the call came
-    with its stream's snapshot and ran now (None otherwise)."""
-
-    task: TaskRecord
-    handoff: delivery.Delivery | None
-
-
-def _ack_record(acked: int) -> OpOutcome:
-    """An acknowledgement's record keeps how far the messages are acknowledged as its value."""
-    return OpOutcome(value=acked)
-
-
-def _acked_again(tx: Txn, recorded: OpOutcome) -> int:
-    return recorded.value or 0
 
 
 class Board:
@@ -403,7 +371,7 @@ class Board:
         if op is None:
             return await self.writer.run(lambda tx: inbox.ack(tx, name, through_seq))
         return await self._once(
-            name, op, lambda tx: inbox.ack(tx, name, through_seq), _acked_again, recorded_as=_ack_record
+            name, op, lambda tx: inbox.ack(tx, name, through_seq), acked_again, recorded_as=ack_record
         )
 
     async def renew(

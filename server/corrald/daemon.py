@@ -33,7 +33,6 @@ from .errors import CorralError
 from .listen import bind
 from .looplag import LoopLag
 from .metrics import Metrics
-from .model import Wakes
 from .overload import heap
 from .overload.lanes import CallLanes, LaneConfig
 from .overload.pacing import Pacer
@@ -45,6 +44,7 @@ from .service.interceptor import CorralInterceptor
 from .service.lead import LeadServicer
 from .service.teammate import TeammateServicer
 from .statedir import StateDir
+from .txn import Wakes
 from .wake import WakeHub
 from .web.config import WebConfig
 

@@ -33,12 +33,11 @@ from .model import (
     HandedClaim,
     TaskRecord,
     TeammateView,
-    Txn,
     Usage,
-    Wakes,
 )
 from .store import gates, inbox, status, tasks, team, usage
 from .stream import Delivery, ParkedStreams, StreamItem, StreamView
+from .txn import Txn, Wakes
 
 
 def next_for_teammate(

@@ -16,9 +16,10 @@ if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
 from .board import Board
-from .model import TaskState, TeammateStatus, Wakes
+from .model import TaskState, TeammateStatus
 from .overload.lanes import CallLanes
 from .overload.queue_bound import LEVELS
+from .txn import Wakes
 from .wake import WakeHub
 
 OPERATIONS = (

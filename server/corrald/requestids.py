@@ -20,8 +20,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .errors import CorralError
-from .model import OpOutcome, Txn
 from .store import ops
+from .txn import OpOutcome, Txn
 
 T = TypeVar("T")
 

@@ -10,8 +10,8 @@ import asyncio
 from collections.abc import Callable
 
 from .clock import Clock, SystemClock
-from .model import Wakes
 from .stream import Check, Delivery, ParkedStreams, StreamState
+from .txn import Wakes
 
 
 class WakeHub:

@@ -47,12 +47,12 @@ from . import failpoints
 from .clock import Clock
 from .config import WriterConfig
 from .errors import CommitInDoubt, Overloaded, ReentrantSubmit, Unavailable
-from .model import Mergeable, Txn, Wakes
 from .overload.costs import CostLedger
 from .overload.fairqueue import FairQueue
 from .overload.queue_bound import QueueBound, level
 from .store.driver import Rerun, Shift
 from .store.driver import WriterStorage as Storage
+from .txn import Mergeable, Txn, Wakes
 
 log = logging.getLogger("corrald.writer")
 T = TypeVar("T")
@@ -114,7 +114,7 @@ class WriterStats:
     job_time_max_ms: float
     writers: int = 1
     writers_in_transaction: int = 0
-    # Committed jobs whose first statement ran once for their run of jobs (`model.Mergeable`).
+    # Committed jobs whose first statement ran once for their run of jobs (`txn.Mergeable`).
     jobs_run_together: int = 0
 
 

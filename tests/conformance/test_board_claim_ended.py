@@ -11,8 +11,9 @@ import pytest
 
 from corrald import activity, errors, validate
 from corrald.config import Limits
-from corrald.model import ClaimEnd, ClaimEndReason, ClaimOutcome, Completion, TaskState, Txn
+from corrald.model import ClaimEnd, ClaimEndReason, ClaimOutcome, Completion, TaskState
 from corrald.store import claim_ends, tasks, team
+from corrald.txn import Txn
 from tests.support.boardkit import spec
 
 pytestmark = pytest.mark.timeout(30)

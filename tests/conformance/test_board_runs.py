@@ -17,10 +17,11 @@ import time
 import pytest
 
 from corrald import errors, failpoints
-from corrald.model import ClaimGrant, OpOutcome, TaskState
+from corrald.model import ClaimGrant, TaskState
 from corrald.requestids import OpKey
 from corrald.store.postgres.storage import BENCH_SWITCHES_ENV
 from corrald.stream import ParkedStreams, StreamState
+from corrald.txn import OpOutcome
 from corrald.writer import CommitFailed, job_owner
 from tests.support.boardkit import Blocker, spec
 

@@ -17,9 +17,9 @@ import pytest
 
 from corrald import delivery
 from corrald.clock import FakeClock
-from corrald.model import Mergeable, RanAhead
 from corrald.store.postgres.storage import PgStorage
 from corrald.store.postgres.target import PgTarget
+from corrald.txn import Mergeable, RanAhead
 from corrald.writer import Writer
 from tests.support.postgres import run_database_dsn, scratch_schema
 

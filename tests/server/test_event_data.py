@@ -6,9 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from corrald.model import Txn
 from corrald.store import events
 from corrald.store.sqlite.storage import open_writer
+from corrald.txn import Txn
 
 SCALARS = st.one_of(st.text(), st.integers(min_value=-(2**63), max_value=2**63 - 1), st.none())
 # SQLite writes simple events with json_object; PostgreSQL always takes json.dumps' path.

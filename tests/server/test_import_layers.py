@@ -20,14 +20,17 @@ SERVER_ROOT = pathlib.Path(__file__).resolve().parents[2] / "server" / "corrald"
 
 # The one copy of server/DESIGN.md's table, lowest layer first.
 SERVER_LAYERS = (
-    Layer("foundation", ("__init__", "errors", "config", "clock", "cpu", "failpoints", "looplag", "model", "statedir")),
+    Layer(
+        "foundation",
+        ("__init__", "errors", "config", "clock", "cpu", "failpoints", "looplag", "model", "statedir", "txn"),
+    ),
     Layer("rules", ("validate",), ("foundation",)),
     Layer("store", ("store",), ("foundation", "rules")),
     Layer("overload", ("overload",), ("foundation",)),
     Layer("engine", ("writer", "readers", "stream", "delivery"), ("foundation", "rules", "store", "overload")),
     Layer(
         "board",
-        ("board", "credentials", "stats", "wake", "requestids", "reconcile"),
+        ("board", "answers", "credentials", "stats", "wake", "requestids", "reconcile"),
         ("foundation", "rules", "store", "engine"),
     ),
     Layer("service", ("service",), ("foundation", "rules", "overload", "engine", "board")),

@@ -8,8 +8,9 @@ import threading
 
 import pytest
 
-from corrald.model import ClaimEnd, ClaimEndReason, Wakes
+from corrald.model import ClaimEnd, ClaimEndReason
 from corrald.stream import Check, Claims, Delivery, Phase
+from corrald.txn import Wakes
 from corrald.wake import WakeHub
 from tests.support.boardkit import claim_grant
 

@@ -19,7 +19,8 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from ..clock import Clock
-from ..model import Completion, DeadlineWatch, DeliveryView, Mergeable, OpCompletion, TaskRecord, Txn, Wakes
+from ..model import Completion, DeliveryView, OpCompletion, TaskRecord
+from ..txn import DeadlineWatch, Mergeable, Txn, Wakes
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

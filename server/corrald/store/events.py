@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from ..model import Event, Txn
+from ..model import Event
+from ..txn import Txn
 from .dialect import sql
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..model import Txn
+from ..txn import Txn
 from .driver import Queued
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sqlite3
 
 from .. import errors
-from ..model import InboxItem, Txn
+from ..model import InboxItem
+from ..txn import Txn
 from .dialect import sql
 from .events import emit
 from .status import refresh_status

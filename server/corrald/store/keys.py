@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from ..model import ConcurrencyLimit, TaskState, Txn
+from ..model import ConcurrencyLimit, TaskState
+from ..txn import Txn
 from .dialect import sql
 
 _IN_PROGRESS = int(TaskState.IN_PROGRESS)

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from .. import errors
-from ..model import OpOutcome, PendingOpRecord, Txn
+from ..txn import OpOutcome, PendingOpRecord, Txn
 from .dialect import sql
 
 KEEP_MS = 24 * 3600 * 1000

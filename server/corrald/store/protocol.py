@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from .. import errors
-from ..model import ClaimOutcome, Txn
+from ..model import ClaimOutcome
+from ..txn import Txn
 from .dialect import sql
 from .events import emit
 from .inbox import enqueue

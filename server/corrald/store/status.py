@@ -5,7 +5,8 @@ from __future__ import annotations
 import sqlite3
 
 from .. import errors
-from ..model import TeammateStatus, Txn
+from ..model import TeammateStatus
+from ..txn import Txn
 from .dialect import sql
 from .events import emit
 from .gates import plan_approved

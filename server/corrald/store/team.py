@@ -7,16 +7,8 @@ import json
 import sqlite3
 
 from .. import errors
-from ..model import (
-    ClaimEndReason,
-    ClaimOutcome,
-    ClaimRef,
-    DeliveryView,
-    TeammateRecord,
-    TeammateStatus,
-    TeammateView,
-    Txn,
-)
+from ..model import ClaimEndReason, ClaimOutcome, ClaimRef, DeliveryView, TeammateRecord, TeammateStatus, TeammateView
+from ..txn import Txn
 from . import usage
 from .claim_ends import removal_note
 from .dialect import sql, steps

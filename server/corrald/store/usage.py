@@ -12,7 +12,8 @@ from __future__ import annotations
 import sqlite3
 
 from .. import errors
-from ..model import Budget, BudgetExhausted, Txn, Usage
+from ..model import Budget, BudgetExhausted, Usage
+from ..txn import Txn
 from .dialect import sql
 from .events import emit
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sqlite3
 
 from .. import errors
-from ..model import Txn, ViewerRecord
+from ..model import ViewerRecord
+from ..txn import Txn
 from .dialect import sql
 
 

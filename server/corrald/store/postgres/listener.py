@@ -29,7 +29,8 @@ from collections.abc import Awaitable, Callable
 import psycopg
 
 from ... import failpoints
-from ...model import ClaimEnd, ClaimEndReason, Wakes
+from ...model import ClaimEnd, ClaimEndReason
+from ...txn import Wakes
 from .storage import describe, notify_channel
 from .target import PgTarget
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ...model import DeadlineWatch
+from ...txn import DeadlineWatch
 
 
 class WriterPool:

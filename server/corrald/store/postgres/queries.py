@@ -131,9 +131,7 @@ ASK_QUESTION = (
 QUESTIONS_ASKED = "SELECT count(*) FROM questions WHERE task_seq = %s"
 INSERT_QUESTION = "INSERT INTO questions (task_seq, fence, asked_by, question, ask_ms) VALUES (%s, %s, %s, %s, %s)"
 QUESTION_OF_TASK = "SELECT seq, state, question FROM tasks WHERE id = %s"
-ANSWER_QUESTION = (
-    "UPDATE questions SET answer = %s, answer_ms = %s WHERE task_seq = %s AND answer IS NULL RETURNING asked_by"
-)
+ANSWER_QUESTION = "UPDATE questions SET answer = %s, answer_ms = %s WHERE task_seq = %s AND answer IS NULL"
 # The answer puts the task back in line, ready (it held a claim, so no dependency or gate is unmet).
 ANSWERED = f"UPDATE tasks SET state = {_PENDING}, question = '' WHERE seq = %s RETURNING required_role"
 ANSWERS = "SELECT question, asked_by, ask_ms, answer, answer_ms FROM questions WHERE task_seq = %s ORDER BY seq"
@@ -578,12 +576,9 @@ def submit_for_review(sums: str) -> str:
     )
 
 
-REVIEW_STATE = "SELECT seq, state, live_fence, review_rounds, attempt FROM tasks WHERE id = %s"
+REVIEW_STATE = "SELECT seq, state, live_fence, review_rounds, attempt, concurrency_key FROM tasks WHERE id = %s"
 REVIEW_POLICY = "SELECT id, review_rounds, review_max_rounds, author FROM tasks WHERE seq = %s"
-REVIEW_HOLDER = (
-    "SELECT c.teammate, c.token, t.concurrency_key FROM claims AS c JOIN tasks AS t ON t.seq = c.task_seq"
-    " WHERE c.fence = %s"
-)
+REVIEW_HOLDER = "SELECT teammate, token FROM claims WHERE fence = %s"
 END_REVIEW_CLAIM = "UPDATE claims SET outcome = %s, end_ms = %s, feedback = %s WHERE fence = %s"
 LEAD_REVIEW = (
     "INSERT INTO claims (token, task_seq, teammate, attempt, claim_ms, review_round, end_ms, outcome, feedback)"

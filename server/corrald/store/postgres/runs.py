@@ -9,7 +9,7 @@ failures (a stale token, a missing task) are found before the first write.
 
 A Session completion's statement costs the server more to start and finish than
 to run, and a group commit holds many of them. So the first statement of a run of
-mergeable jobs (`model.Mergeable`, `steps.complete_many`) runs once, ahead of them,
+mergeable jobs (`txn.Mergeable`, `steps.complete_many`) runs once, ahead of them,
 and each job then finds its row there (`Txn.ahead`) and goes on as if it had run its
 own statement. A job of a run that fails makes its batch run again, with savepoints
 and so without runs: its share was written before it ran. SQLite, whose statements
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...model import RanAhead, Txn
+from ...txn import RanAhead, Txn
 from ..driver import Queued, Rerun
 
 

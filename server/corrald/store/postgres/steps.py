@@ -14,7 +14,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from ...model import ClaimOutcome, Completion, DeliveryView, OpCompletion, TaskRecord, Txn
+from ...model import ClaimOutcome, Completion, DeliveryView, OpCompletion, TaskRecord
+from ...txn import Txn
 from .. import keys, ops
 from ..driver import ClaimTaken, CompletedAtOnce, GatesOpened
 from ..tasks.rows import TASK_WIDTH, task_record

@@ -55,7 +55,7 @@ from psycopg import sql
 from ...clock import SystemClock
 from ...config import ConfigError
 from ...errors import CommitInDoubt, Unavailable
-from ...model import Wakes
+from ...txn import Wakes
 from ..driver import JobGuard
 from ..guard import SAVEPOINTS
 from .pool import PoolShift, WriterPool

@@ -18,7 +18,8 @@ from collections.abc import Callable, Collection
 import psycopg
 
 from ...clock import Clock
-from ...model import Mergeable, OpCompletion, Txn, Wakes
+from ...model import OpCompletion
+from ...txn import Mergeable, Txn, Wakes
 from ..driver import DatabaseHealth
 from . import steps
 from .schema import BoardCreator, BoardIdentity, migrate

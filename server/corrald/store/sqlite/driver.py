@@ -10,7 +10,8 @@ from collections.abc import Callable, Collection
 
 from ...clock import Clock
 from ...config import WriterConfig
-from ...model import Mergeable, OpCompletion, Txn, Wakes
+from ...model import OpCompletion
+from ...txn import Mergeable, Txn, Wakes
 from .. import tasks
 from ..driver import DatabaseHealth
 from .storage import SqliteStorage, open_reader, open_writer

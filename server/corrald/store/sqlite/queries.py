@@ -126,9 +126,7 @@ ASK_QUESTION = (
 QUESTIONS_ASKED = "SELECT count(*) FROM questions WHERE task_seq = ?"
 INSERT_QUESTION = "INSERT INTO questions (task_seq, fence, asked_by, question, ask_ms) VALUES (?, ?, ?, ?, ?)"
 QUESTION_OF_TASK = "SELECT seq, state, question FROM tasks WHERE id = ?"
-ANSWER_QUESTION = (
-    "UPDATE questions SET answer = ?, answer_ms = ? WHERE task_seq = ? AND answer IS NULL RETURNING asked_by"
-)
+ANSWER_QUESTION = "UPDATE questions SET answer = ?, answer_ms = ? WHERE task_seq = ? AND answer IS NULL"
 # The answer puts the task back in line, ready (it held a claim, so no dependency or gate is unmet).
 ANSWERED = f"UPDATE tasks SET state = {_PENDING}, question = '' WHERE seq = ? RETURNING required_role"
 ANSWERS = "SELECT question, asked_by, ask_ms, answer, answer_ms FROM questions WHERE task_seq = ? ORDER BY seq"
@@ -566,12 +564,9 @@ def submit_for_review(sums: str) -> str:
     )
 
 
-REVIEW_STATE = "SELECT seq, state, live_fence, review_rounds, attempt FROM tasks WHERE id = ?"
+REVIEW_STATE = "SELECT seq, state, live_fence, review_rounds, attempt, concurrency_key FROM tasks WHERE id = ?"
 REVIEW_POLICY = "SELECT id, review_rounds, review_max_rounds, author FROM tasks WHERE seq = ?"
-REVIEW_HOLDER = (
-    "SELECT c.teammate, c.token, t.concurrency_key FROM claims AS c JOIN tasks AS t ON t.seq = c.task_seq"
-    " WHERE c.fence = ?"
-)
+REVIEW_HOLDER = "SELECT teammate, token FROM claims WHERE fence = ?"
 END_REVIEW_CLAIM = "UPDATE claims SET outcome = ?, end_ms = ?, feedback = ? WHERE fence = ?"
 LEAD_REVIEW = (
     "INSERT INTO claims (token, task_seq, teammate, attempt, claim_ms, review_round, end_ms, outcome, feedback)"

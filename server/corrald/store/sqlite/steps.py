@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from ...model import ClaimOutcome, Completion, DeliveryView, TaskRecord, Txn
+from ...model import ClaimOutcome, Completion, DeliveryView, TaskRecord
+from ...txn import Txn
 from ..driver import ClaimTaken, CompletedAtOnce, GatesOpened
 from ..tasks.claims import held_claim_refs
 from ..tasks.ends import end_claim

@@ -17,7 +17,7 @@ from typing import Any
 
 from ... import failpoints
 from ...errors import CommitInDoubt
-from ...model import DeadlineWatch
+from ...txn import DeadlineWatch
 from ..guard import SAVEPOINTS, Savepoints
 from . import queries, steps
 from .schema import migrate

@@ -6,11 +6,8 @@ import json
 from collections.abc import Sequence
 
 from ... import errors
-from ...model import (
-    CanceledTask,
-    TaskState,
-    Txn,
-)
+from ...model import CanceledTask, TaskState
+from ...txn import Txn
 from ..dialect import sql
 from .ends import cancel_seqs
 from .rows import COMPLETED, IN_PROGRESS, PENDING, rows_by_id, task_events

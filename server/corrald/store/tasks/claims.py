@@ -16,9 +16,9 @@ from ...model import (
     ReviewItem,
     TaskRecord,
     TaskState,
-    Txn,
     Usage,
 )
+from ...txn import Txn
 from .. import keys
 from .. import usage as spending
 from ..dialect import sql, steps

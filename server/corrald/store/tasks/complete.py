@@ -6,17 +6,8 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 
 from ... import errors
-from ...model import (
-    ClaimEnd,
-    ClaimEndReason,
-    ClaimOutcome,
-    Completion,
-    DeliveryView,
-    TaskRecord,
-    TaskState,
-    Txn,
-    Usage,
-)
+from ...model import ClaimEnd, ClaimEndReason, ClaimOutcome, Completion, DeliveryView, TaskRecord, TaskState, Usage
+from ...txn import Txn
 from .. import ops
 from .. import usage as spending
 from ..dialect import sql, steps

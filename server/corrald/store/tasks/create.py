@@ -7,13 +7,8 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 
 from ... import errors
-from ...model import (
-    CreatedBatch,
-    CreatedTask,
-    TaskSpec,
-    TaskState,
-    Txn,
-)
+from ...model import CreatedBatch, CreatedTask, TaskSpec, TaskState
+from ...txn import Txn
 from ...validate import PreparedBatch
 from ..dialect import sql
 from .rows import PENDING, BoardRow, rows_by_id, task_events

@@ -8,13 +8,8 @@ import random
 from typing import NamedTuple
 
 from ... import errors
-from ...model import (
-    ClaimEnd,
-    ClaimEndReason,
-    ClaimOutcome,
-    TaskState,
-    Txn,
-)
+from ...model import ClaimEnd, ClaimEndReason, ClaimOutcome, TaskState
+from ...txn import Txn
 from .. import keys
 from ..dialect import sql
 from ..status import refresh_status

@@ -4,7 +4,8 @@ Lead answers (the task is PENDING again, and its next claims carry every answer)
 from __future__ import annotations
 
 from ... import errors
-from ...model import ClaimOutcome, TaskRecord, TaskState, Txn
+from ...model import ClaimOutcome, TaskRecord, TaskState
+from ...txn import Txn
 from ..dialect import sql
 from ..events import emit
 from .ends import end_claim, live_claim, slot_freed
@@ -51,7 +52,7 @@ def answer_question(tx: Txn, task_id: str, text: str) -> TaskRecord:
             f"task {task_id!r} is {TaskState(state).name}: only a NEEDS_INPUT task has a question to answer",
             id=task_id,
         )
-    tx.conn.execute(statements.ANSWER_QUESTION, (text, tx.now_ms, seq)).fetchall()
+    tx.conn.execute(statements.ANSWER_QUESTION, (text, tx.now_ms, seq))
     (role,) = tx.conn.execute(statements.ANSWERED, (seq,)).fetchone()
     tx.wakes.ready_roles[role] += 1
     task_changed(tx, seq)

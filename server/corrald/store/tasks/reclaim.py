@@ -5,13 +5,8 @@ from __future__ import annotations
 import sqlite3
 
 from ...errors import ClaimError
-from ...model import (
-    ClaimEnd,
-    ClaimEndReason,
-    ClaimOutcome,
-    TaskState,
-    Txn,
-)
+from ...model import ClaimEnd, ClaimEndReason, ClaimOutcome, TaskState
+from ...txn import Txn
 from ..dialect import sql
 from ..status import refresh_status
 from .ends import back_to_pending, count_failure, end_claim, slot_freed

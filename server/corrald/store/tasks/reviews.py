@@ -15,7 +15,8 @@ import secrets
 from collections.abc import Iterable
 
 from ... import errors
-from ...model import ClaimEnd, ClaimEndReason, ClaimOutcome, ReviewItem, TaskRecord, TaskState, Txn, Verdict
+from ...model import ClaimEnd, ClaimEndReason, ClaimOutcome, ReviewItem, TaskRecord, TaskState, Verdict
+from ...txn import Txn
 from .. import keys
 from ..dialect import sql
 from ..events import emit
@@ -105,13 +106,13 @@ def lead_decides(tx: Txn, task_id: str, verdict: Verdict) -> TaskRecord:
     row = tx.conn.execute(statements.REVIEW_STATE + statements.row_lock(), (task_id,)).fetchone()
     if row is None:
         raise errors.TaskNotFound(f"no task {task_id!r}", id=task_id)
-    seq, state, fence, rounds, attempt = row
+    seq, state, fence, rounds, attempt, key = row
     if state != IN_REVIEW:
         raise errors.FailedPrecondition(
             f"task {task_id!r} is {TaskState(state).name}: only a task IN_REVIEW is reviewed", id=task_id
         )
     if fence is not None:  # a teammate's review: taken away, as RevokeClaim would
-        holder, token, key = tx.conn.execute(statements.REVIEW_HOLDER, (fence,)).fetchone()
+        holder, token = tx.conn.execute(statements.REVIEW_HOLDER, (fence,)).fetchone()
         why = "the lead decided the review"
         end_claim(tx, fence, ClaimOutcome.REVOKED, why, key=key)
         tx.wakes.claim_ended(holder, ClaimEnd(task_id, token, ClaimEndReason.REVOKED, why))

@@ -19,11 +19,11 @@ from ...model import (
     TaskRecord,
     TaskState,
     TeammateAvailability,
-    Txn,
     Usage,
     WaitingFor,
     attempts_used,
 )
+from ...txn import Txn
 from .. import keys
 from ..dialect import sql
 

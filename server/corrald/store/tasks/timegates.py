@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from ...model import Txn
+from ...txn import Txn
 from ..dialect import sql, steps
 from .rows import PENDING, task_changed
 
