@@ -249,7 +249,8 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
             "next_item",
             "Wait up to wait_seconds (1-50) for your next item, in the daemon's order: a held claim re-sent, "
             "shutdown_request, plan_decision, message, claim, claim_ended, idle_timeout, or none with blocked_by "
-            "and a hint. Call it again after handling each item (that acknowledges it). Always call this "
+            "and a hint. A claim of a task asked about before carries answers: each question with the Lead's "
+            "answer. Call it again after handling each item (that acknowledges it). Always call this "
             "instead of picking tasks yourself.",
             NextItemArgs,
             obj(
