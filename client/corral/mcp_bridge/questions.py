@@ -213,7 +213,7 @@ class AskingTeammate(aio.Teammate):
                 yield response
 
     def _read_claim(self, response: Any) -> None:
-        if response.WhichOneof("event") != "claim":
+        if "event" not in response.DESCRIPTOR.oneofs_by_name or response.WhichOneof("event") != "claim":
             return
         claim: pb.Claim = response.claim
         previous: pb.TaskAttempt | None = None
