@@ -377,13 +377,14 @@ const graph = {
     this.cy.on("mouseover", "node", (event) => this.tip(event.target));
     this.cy.on("mouseout", "node", () => this.tip(null));
     this.cy.on("viewport", () => this.tip(null));
-    // A window resized refits the drawing, unless the person moved it themselves since it was laid out.
+    // A panel resized (the window, or the header wrapping to another line) refits the drawing,
+    // unless the person moved it themselves since it was laid out.
     this.cy.on("dragpan scrollzoom pinchzoom", () => { this.moved = true; });
     let resizing = null;
-    window.addEventListener("resize", () => {
+    new ResizeObserver(() => {
       clearTimeout(resizing);
       resizing = setTimeout(() => { this.cy.resize(); if (!this.moved) this.fit(); this.noteView(); }, 150);
-    });
+    }).observe($("graph"));
   },
   moved: false,
   // The full title (and id) of the node under the pointer, as text.
