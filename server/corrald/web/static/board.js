@@ -165,8 +165,8 @@ function trackClaim(task, previous, atMs) {
     const open = [...board.claims].reverse().find((c) => c.task === task.id && c.end_ms === null);
     if (open) {
       open.end_ms = atMs;
-      // A task's new state tells a completion or a cancel; any other end (failed, expired,
-      // revoked, released) is read from the task's claim history.
+      // A task's new state tells a completion, a cancel or a question to the lead; any other
+      // end (failed, expired, revoked, released) is read from the task's claim history.
       open.outcome = reclaimed ? "" : { COMPLETED: "completed", CANCELED: "canceled", NEEDS_INPUT: "asked" }[task.state] ?? "";
       if (!open.outcome) outcomes.ask(open);
     }
