@@ -136,6 +136,7 @@ def test_every_write_in_read_only_mode_gets_405(web_daemon):
             ("PATCH", "/api/board"),
             ("POST", "/api/actions/cancel-task"),
             ("POST", "/api/actions/decide-plan"),
+            ("POST", "/api/actions/answer-question"),
         ):
             status, headers, _ = await fetch(http, method, web_daemon.url + path, json={})
             assert status == 405 and headers["Allow"] == "GET, HEAD", (method, path)

@@ -159,7 +159,15 @@ def test_timeline_bars_are_coloured_by_how_each_claim_ended(daemon, browser):
         kinds = page.evaluate("Object.fromEntries(window.corral.timelineBars.map((b) => [b.kind, b.color]))")
         assert len(set(kinds.values())) == len(kinds) == 6  # one colour per way a claim ends
         legend = after.locator("#timeline-legend .key").all_inner_texts()
-        assert legend == ["running", "completed", "failed", "expired (reclaimed)", "revoked / released", "canceled"]
+        assert legend == [
+            "running",
+            "completed",
+            "failed",
+            "expired (reclaimed)",
+            "revoked / released",
+            "canceled",
+            "asked the lead",
+        ]
         screenshot(after, "timeline-outcomes")
         during.context.close()
         after.context.close()

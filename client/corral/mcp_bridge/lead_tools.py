@@ -19,7 +19,7 @@ import corral
 from corral import aio
 from corral._dagfile import DagError, DagFile, explain_create_error, parse_dag
 
-from . import views
+from . import questions, views
 from .errors import ToolFailure
 from .registry import ANY_OBJECT, BOOLEAN, INTEGER, STRING, Arguments, Count, Outcome, Progress, ToolSpec, array, obj
 from .rendering import TextBudget
@@ -33,6 +33,8 @@ _log = logging.getLogger("corral.mcp")
 Name = Annotated[str, pydantic.Field(min_length=1, max_length=200)]
 _RECENT_FAILURES = 10
 _PLANS_KEPT = 1000
+# board_summary lists at most this many tasks waiting for an answer; the count says how many there are.
+_QUESTIONS_LISTED = 20
 _PROGRESS_EVERY = 10.0
 # A result's share of the 32 KiB of model-visible text that listings may fill.
 _EVENTS_MAX_BYTES = 24 * 1024
@@ -69,6 +71,11 @@ class CreateTasksArgs(Arguments):
 
 class CancelTasksArgs(Arguments):
     ids: Annotated[list[Name], pydantic.Field(min_length=1)]
+
+
+class AnswerQuestionArgs(Arguments):
+    task_id: Name
+    answer: Annotated[str, pydantic.Field(max_length=TEXT_MAX_CHARS)]
 
 
 class RevokeClaimArgs(Arguments):
@@ -117,13 +124,15 @@ class AddTeammateArgs(Arguments):
 
 class LeadLink:
     """A Lead bridge's state: its client, and a Watch follower that keeps what
-    board_summary reports (plans waiting for a decision, recent failures)."""
+    board_summary reports (plans waiting for a decision, recent failures, who asked
+    each question still waiting for an answer)."""
 
     def __init__(self, lead: aio.Lead, *, mint_dir: Path | None) -> None:
         self.lead = lead
         self.mint_dir = mint_dir
         self.plans: collections.OrderedDict[str, corral.PlanSubmitted] = collections.OrderedDict()
         self.failures: collections.deque[corral.Task] = collections.deque(maxlen=_RECENT_FAILURES)
+        self.askers: collections.OrderedDict[str, str] = collections.OrderedDict()  # task id -> who asked
         self._follower = asyncio.create_task(self._follow(), name="corral-mcp-lead-watch")
 
     async def close(self) -> None:
@@ -136,7 +145,7 @@ class LeadLink:
         after = 0
         while True:
             try:
-                async with contextlib.aclosing(self.lead.watch(after)) as events:
+                async with contextlib.aclosing(questions.watch(self.lead, after)) as events:
                     async for event in events:
                         after = event.seq
                         self._note(event)
@@ -144,28 +153,34 @@ class LeadLink:
                 _log.info("watch for board_summary broke (%s); following again", exc)
             await asyncio.sleep(1.0)
 
-    def _note(self, event: corral.WatchEvent) -> None:
+    def _note(self, event: questions.WatchItem) -> None:
         if isinstance(event, corral.PlanSubmitted):
             self.plans[event.plan_id] = event
             while len(self.plans) > _PLANS_KEPT:
                 self.plans.popitem(last=False)
         elif isinstance(event, corral.PlanDecided):
             self.plans.pop(event.plan_id, None)  # decided here or by any other client
-        elif isinstance(event, corral.TaskChanged) and event.task.state is corral.TaskState.FAILED:
-            self.failures.append(event.task)
+        elif isinstance(event, questions.AskedQuestion):
+            self.askers[event.task_id] = event.asked_by
+            while len(self.askers) > _PLANS_KEPT:
+                self.askers.popitem(last=False)
+        elif isinstance(event, corral.TaskChanged):  # answered, or canceled while it waited
+            self.askers.pop(event.task.id, None)
+            if event.task.state is corral.TaskState.FAILED:
+                self.failures.append(event.task)
 
     async def watch_events(self, after_seq: int, wait_seconds: float, limit: int, progress: Progress) -> list[Any]:
         """Events after `after_seq`: waits up to `wait_seconds` for the first, then takes
         what is already there (up to `limit`)."""
-        arrived: asyncio.Queue[corral.WatchEvent] = asyncio.Queue(maxsize=limit)
+        arrived: asyncio.Queue[questions.WatchItem] = asyncio.Queue(maxsize=limit)
 
         async def read() -> None:
-            async with contextlib.aclosing(self.lead.watch(after_seq)) as events:
+            async with contextlib.aclosing(questions.watch(self.lead, after_seq)) as events:
                 async for event in events:
                     await arrived.put(event)
 
         reader = asyncio.create_task(read(), name="corral-mcp-watch-events")
-        found: list[corral.WatchEvent] = []
+        found: list[questions.WatchItem] = []
         deadline = time.monotonic() + wait_seconds
         try:
             while len(found) < limit:
@@ -223,6 +238,18 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
             f"claim on {task.id} revoked; now {task.state.name}", {"task_id": task.id, "state": task.state.name}
         )
 
+    async def answer_question(args: AnswerQuestionArgs, progress: Progress) -> Outcome:
+        size = len(args.answer.encode("utf-8"))
+        if size > questions.QUESTION_MAX_BYTES:
+            raise ToolFailure("INVALID_ARGUMENT", f"answer: {size} bytes is over the 64 KiB limit; answer shorter")
+        task = await questions.answer_question(lead, args.task_id, args.answer)
+        link.askers.pop(task.id, None)
+        state = questions.state_name(task.state)
+        return Outcome(
+            f"answered the question of {task.id}; now {state}: its next claim carries the answer",
+            {"task_id": task.id, "state": state},
+        )
+
     async def set_budget(args: SetBudgetArgs, progress: Progress) -> Outcome:
         budget = await lead.set_budget(args.teammate, max_cost_micros=args.max_cost_micros, max_tokens=args.max_tokens)
         out = {"teammate": args.teammate, "max_cost_micros": budget.max_cost_micros, "max_tokens": budget.max_tokens}
@@ -247,10 +274,10 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
         return Outcome(f"sent to {', '.join(recipients) or 'nobody'}", {"recipients": recipients})
 
     async def board_summary(args: NoArgs, progress: Progress) -> Outcome:
-        stats = await lead.get_stats()
+        by_state = await questions.tasks_by_state(lead)
+        asked, more_asked = await questions.tasks_needing_input(lead, _QUESTIONS_LISTED)
         mates = await lead.list_teammates()
         budget = TextBudget()
-        by_state = {state.name: count for state, count in stats.tasks_by_state.items()}
         waiting = list(link.plans.values())[-20:]
         out: dict[str, Any] = {
             "tasks_by_state": by_state,
@@ -264,14 +291,25 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
                 }
                 for plan in waiting
             ],
+            "questions_waiting": [
+                {
+                    "task_id": t.id,
+                    "question": budget.labelled(t.question, source=link.askers.get(t.id, "teammate"), role="teammate"),
+                }
+                for t in asked
+            ],
+            "questions_waiting_total": by_state.get(questions.NEEDS_INPUT, len(asked)),
             "recent_failures": [
                 {"task_id": t.id, "error": budget.labelled(t.error, source=t.owner or "teammate", role="teammate")}
                 for t in link.failures
             ],
-            "truncated": budget.truncated,
+            "truncated": budget.truncated or more_asked,
         }
         counts = ", ".join(f"{n} {s}" for s, n in by_state.items() if n) or "no tasks"
-        return Outcome(f"{counts}; {len(mates)} teammate(s); {len(waiting)} plan(s) waiting", out)
+        summary = f"{counts}; {len(mates)} teammate(s); {len(waiting)} plan(s) waiting"
+        if asked:
+            summary += f"; {out['questions_waiting_total']} question(s) waiting: answer them with answer_question"
+        return Outcome(summary, out)
 
     async def watch_events(args: WatchEventsArgs, progress: Progress) -> Outcome:
         events = await link.watch_events(args.after_seq, args.wait_seconds, args.limit, progress)
@@ -330,6 +368,15 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
             revoke_claim,
         ),
         ToolSpec(
+            "answer_question",
+            "Answer the question of a task waiting for you (NEEDS_INPUT; board_summary lists them with their "
+            "questions, watch_events shows question_asked): the answer is text, at most 64 KiB. The task is "
+            "PENDING again, and its next claim carries every question asked on it with its answer.",
+            AnswerQuestionArgs,
+            obj(["task_id", "state"], task_id=STRING, state=STRING),
+            answer_question,
+        ),
+        ToolSpec(
             "set_budget",
             'Set a teammate\'s budget ("*" for the default); 0 means no limit on that measure.',
             SetBudgetArgs,
@@ -368,14 +415,17 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
         ),
         ToolSpec(
             "board_summary",
-            "Tasks by state, teammates, plans waiting for a decision and recent failures.",
+            "Tasks by state, teammates, plans waiting for a decision, questions waiting for your answer "
+            "(NEEDS_INPUT tasks, answered with answer_question) and recent failures.",
             NoArgs,
             obj(
-                ["tasks_by_state", "teammates", "plans_waiting", "recent_failures"],
+                ["tasks_by_state", "teammates", "plans_waiting", "questions_waiting", "recent_failures"],
                 tasks_by_state=ANY_OBJECT,
                 teammates=array(ANY_OBJECT),
                 teammates_total=INTEGER,
                 plans_waiting=array(ANY_OBJECT),
+                questions_waiting=array(ANY_OBJECT),
+                questions_waiting_total=INTEGER,
                 recent_failures=array(ANY_OBJECT),
                 truncated=BOOLEAN,
             ),
@@ -384,8 +434,9 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
         ),
         ToolSpec(
             "watch_events",
-            "Board events after after_seq (task changes, teammates, messages to the Lead, plans, shutdown "
-            "answers): waits up to wait_seconds (1-50) for the first; continue with next_after_seq.",
+            "Board events after after_seq (task changes, teammates, messages to the Lead, plans, questions "
+            "asked and answered, shutdown answers): waits up to wait_seconds (1-50) for the first; continue "
+            "with next_after_seq.",
             WatchEventsArgs,
             obj(["events", "next_after_seq"], events=array(ANY_OBJECT), next_after_seq=INTEGER, truncated=BOOLEAN),
             watch_events,

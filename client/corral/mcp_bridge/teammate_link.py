@@ -23,9 +23,11 @@ import tenacity
 
 import corral
 from corral import aio
-from corral._claimstate import seconds_until
+from corral._claimstate import DEAD_CLAIM_ERRORS, seconds_until
 from corral._retry import is_transient
+from corral.v1 import corral_pb2 as pb
 
+from . import questions
 from . import views as view
 from .errors import ToolFailure, failure_from_error
 from .rendering import TextBudget
@@ -233,7 +235,8 @@ class TeammateLink:
             self._resumable.discard(item.task.id)
             self._unshown.pop(item.token, None)
             self._claims[item.task.id] = item
-            return {"kind": "claim", "claim": view.claim(item, TextBudget(), resumed=resumed)}
+            asked = self.teammate.answers_of(item) if isinstance(self.teammate, questions.AskingTeammate) else None
+            return {"kind": "claim", "claim": view.claim(item, TextBudget(), resumed=resumed, asked=asked)}
         if isinstance(item, corral.ShutdownRequest):
             self._shutdown_request = item
             return {
@@ -327,6 +330,25 @@ class TeammateLink:
     async def release(self, task_id: str) -> corral.Task:
         claim = self._claim(task_id)
         return await self._finish(task_id, claim, claim.release())
+
+    async def ask(self, task_id: str, question: str) -> pb.Task:
+        """Ask the Lead about a held task: the claim ends, the task waits NEEDS_INPUT.
+
+        A refusal that leaves the claim alive (a task past its questions, an overloaded
+        daemon) keeps it held and renewed; only a dead claim is dropped."""
+        claim = self._claim(task_id)
+        try:
+            task = await questions.ask_question(self.teammate, claim, question)
+        except corral.CorralError as exc:
+            if isinstance(exc, (*DEAD_CLAIM_ERRORS, corral.Unauthenticated)):
+                self._claims.pop(task_id, None)
+                raise failure_from_error(exc, task_id=task_id) from None
+            if self._renewing and not claim.lost:
+                claim.start_keepalive()
+            failure = failure_from_error(exc, task_id=task_id)
+            raise ToolFailure(failure.reason, f"{failure.message}; you still hold the task") from None
+        self._claims.pop(task_id, None)
+        return task
 
     async def _finish(self, task_id: str, claim: aio.Claim, call: Any, *, remember: bool = False) -> corral.Task:
         try:

@@ -8,7 +8,7 @@ import pydantic
 
 import corral
 
-from . import views
+from . import questions, views
 from .errors import ToolFailure
 from .registry import (
     ANY_OBJECT,
@@ -65,7 +65,7 @@ class GetTaskArgs(Arguments):
     offset: Annotated[int, pydantic.Field(ge=0)] = 0
 
 
-TaskStateName = Literal["PENDING", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELED"]
+TaskStateName = Literal["PENDING", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELED", "NEEDS_INPUT"]
 
 
 class ListTasksArgs(Arguments):
@@ -102,6 +102,11 @@ class ReleaseArgs(Arguments):
     task_id: TaskId
 
 
+class AskLeadArgs(Arguments):
+    task_id: TaskId
+    question: Annotated[str, pydantic.Field(min_length=1, max_length=TEXT_MAX_CHARS)]
+
+
 class SendMessageArgs(Arguments):
     to: Annotated[str, pydantic.Field(min_length=1, max_length=200)]
     body: Annotated[str, pydantic.Field(max_length=TEXT_MAX_CHARS)]
@@ -135,6 +140,8 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
         kind = item["kind"]
         if kind == "claim":
             summary = f"claim: task {item['claim']['task_id']}; do it, then complete_task or fail_task"
+            if item["claim"].get("answers"):
+                summary += " (the lead answered the questions asked on it: see claim.answers)"
         elif kind == "none":
             summary = f"none (blocked_by {item['blocked_by']}): {item['hint']}"
         else:
@@ -143,19 +150,18 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
 
     async def get_task(args: GetTaskArgs, progress: Progress) -> Outcome:
         budget = TextBudget()
-        found = await link.teammate.get_task(args.task_id)
+        found = await questions.get_task(link.teammate, args.task_id)
         view = views.task(found, budget, offset=args.offset)
         out: dict[str, Any] = {"task": view, "truncated": budget.truncated}
         if budget.truncated:
             out["next_offset"] = min(
                 part["next_offset"] for part in view.values() if isinstance(part, dict) and "next_offset" in part
             )
-        return Outcome(f"task {found.id}: {found.state.name}", out)
+        return Outcome(f"task {found.task.id}: {found.state}", out)
 
     async def list_tasks(args: ListTasksArgs, progress: Progress) -> Outcome:
-        states = [corral.TaskState[name] for name in args.states]
-        tasks, next_token = await link.teammate.list_tasks_page(
-            states=states, owner=args.owner, page_size=_PAGE_SIZE, page_token=args.page_token
+        tasks, next_token = await questions.list_tasks_page(
+            link.teammate, states=list(args.states), owner=args.owner, page_size=_PAGE_SIZE, page_token=args.page_token
         )
         budget = TextBudget()
         listed = [views.task(t, budget, brief=True) for t in tasks]
@@ -193,6 +199,25 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
     async def release_task(args: ReleaseArgs, progress: Progress) -> Outcome:
         return _finished("released", await link.release(args.task_id))
 
+    async def ask_lead(args: AskLeadArgs, progress: Progress) -> Outcome:
+        if not args.question.strip():
+            raise ToolFailure(
+                "INVALID_ARGUMENT", "question: must not be empty; ask the lead something, or finish the task"
+            )
+        size = len(args.question.encode("utf-8"))
+        if size > questions.QUESTION_MAX_BYTES:
+            raise ToolFailure("INVALID_ARGUMENT", f"question: {size} bytes is over the 64 KiB limit; ask it shorter")
+        task = await link.ask(args.task_id, args.question)
+        state = questions.state_name(task.state)
+        hint = (
+            "your claim on it ended; the lead answers, then the task is claimed again and that claim's answers "
+            "carry the answer; call next_item for other work meanwhile"
+        )
+        return Outcome(
+            f"task {task.id} waits for the lead's answer ({state}): {hint}",
+            {"task_id": task.id, "state": state, "hint": hint},
+        )
+
     async def send_message(args: SendMessageArgs, progress: Progress) -> Outcome:
         recipients = await link.teammate.send_message(args.to, args.body)
         return Outcome(f"sent to {', '.join(recipients) or 'nobody'}", {"recipients": recipients})
@@ -224,7 +249,8 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
             "next_item",
             "Wait up to wait_seconds (1-50) for your next item, in the daemon's order: a held claim re-sent, "
             "shutdown_request, plan_decision, message, claim, claim_ended, idle_timeout, or none with blocked_by "
-            "and a hint. Call it again after handling each item (that acknowledges it). Always call this "
+            "and a hint. A claim of a task asked about before carries answers: each question with the Lead's "
+            "answer. Call it again after handling each item (that acknowledges it). Always call this "
             "instead of picking tasks yourself.",
             NextItemArgs,
             obj(
@@ -300,6 +326,16 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
             _FINISHED_OUT,
             release_task,
             idempotent=True,
+        ),
+        ToolSpec(
+            "ask_lead",
+            "Ask the Lead a question about a task you hold, when you cannot go on without the answer (the "
+            "question: text, at most 64 KiB). Your claim ends (no attempt is used) and the task waits, "
+            "NEEDS_INPUT, for the Lead's answer; then it is claimed again, and that claim's answers carry every "
+            "question asked on the task with its answer. Call next_item after it.",
+            AskLeadArgs,
+            obj(["task_id", "state"], task_id=STRING, state=STRING, hint=STRING),
+            ask_lead,
         ),
         ToolSpec(
             "send_message",

@@ -73,6 +73,7 @@ class Actions:
             "decide-plan": self._decide_plan,
             "cancel-task": self._cancel_task,
             "revoke-claim": self._revoke_claim,
+            "answer-question": self._answer_question,
             "set-budget": self._set_budget,
             "request-shutdown": self._request_shutdown,
         }
@@ -122,6 +123,11 @@ class Actions:
         request = pb.RevokeClaimRequest(task_id=_text(body, "task_id"), reason=_text(body, "reason"))
         reply = await self._lead.RevokeClaim(request, None, identity)
         return {"task_id": reply.task.id}
+
+    async def _answer_question(self, body: dict[str, Any], identity: Identity) -> dict[str, object]:
+        request = pb.AnswerQuestionRequest(task_id=_text(body, "task_id"), answer=_text(body, "answer"))
+        reply = await self._lead.AnswerQuestion(request, None, identity)
+        return {"task_id": reply.task.id, "state": pb.TaskState.Name(reply.task.state).removeprefix("TASK_STATE_")}
 
     async def _set_budget(self, body: dict[str, Any], identity: Identity) -> dict[str, object]:
         request = pb.SetBudgetRequest(

@@ -263,6 +263,7 @@ class WebBoard:
             description=shapes.preview(record.description),
             payload=shapes.preview(record.payload),
             result=shapes.preview(record.result),
+            question=shapes.preview(record.question),
             attempts=[
                 {
                     "attempt": a.attempt,

@@ -109,6 +109,22 @@ def event(response: pb.WatchResponse) -> dict[str, object]:
             approve=decided.approve,
             feedback=_cut(decided.feedback, EVENT_TEXT_CHARS),
         )
+    elif kind == "question_asked":
+        asked = response.question_asked
+        shaped.update(
+            kind="question",
+            task_id=asked.task_id,
+            asked_by=asked.asked_by,
+            question=_cut(asked.question, EVENT_TEXT_CHARS),
+        )
+    elif kind == "question_answered":
+        answered = response.question_answered
+        shaped.update(
+            kind="question_answered",
+            task_id=answered.task_id,
+            question=_cut(answered.question, EVENT_TEXT_CHARS),
+            answer=_cut(answered.answer, EVENT_TEXT_CHARS),
+        )
     else:
         detail = json_format.MessageToDict(getattr(response, kind), preserving_proto_field_name=True) if kind else {}
         shaped.update(kind=kind or "unknown", detail=detail)

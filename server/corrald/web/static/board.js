@@ -2,7 +2,7 @@
 // Every string that came from a client reaches the DOM through textContent only.
 
 const $ = (id) => document.getElementById(id);
-const STATES = ["PENDING", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELED"];
+const STATES = ["PENDING", "IN_PROGRESS", "NEEDS_INPUT", "COMPLETED", "FAILED", "CANCELED"];
 const FINAL = new Set(["COMPLETED", "FAILED", "CANCELED"]);
 const EVENTS_KEPT = 2000;
 const HISTORY_PAGE = 100;
@@ -16,6 +16,7 @@ const board = {
 };
 window.corral = board;
 board.graphLabel = (id) => graph.cy?.getElementById(id).data("label") ?? null;
+board.graphColor = (id) => graph.cy?.getElementById(id).data("color") ?? null;
 
 function el(tag, text, cls) {
   const node = document.createElement(tag);
@@ -151,7 +152,7 @@ function enterFrontier() {
 
 // How a claim ended, as the timeline colours it (the claims table's outcome, lower case).
 const OUTCOME_KINDS = { completed: "completed", failed: "failed", timed_out: "failed", expired: "expired",
-  revoked: "released", released: "released", canceled: "canceled" };
+  revoked: "released", released: "released", canceled: "canceled", asked: "asked" };
 function outcomeKind(claim) {
   if (claim.end_ms === null || claim.end_ms === undefined) return "running";
   return OUTCOME_KINDS[(claim.outcome || "").toLowerCase()] ?? "ended";
@@ -164,9 +165,9 @@ function trackClaim(task, previous, atMs) {
     const open = [...board.claims].reverse().find((c) => c.task === task.id && c.end_ms === null);
     if (open) {
       open.end_ms = atMs;
-      // A task's new state tells a completion or a cancel; any other end (failed, expired,
-      // revoked, released) is read from the task's claim history.
-      open.outcome = task.state === "COMPLETED" && !reclaimed ? "completed" : task.state === "CANCELED" ? "canceled" : "";
+      // A task's new state tells a completion, a cancel or a question to the lead; any other
+      // end (failed, expired, revoked, released) is read from the task's claim history.
+      open.outcome = reclaimed ? "" : { COMPLETED: "completed", CANCELED: "canceled", NEEDS_INPUT: "asked" }[task.state] ?? "";
       if (!open.outcome) outcomes.ask(open);
     }
   }
@@ -283,7 +284,7 @@ const header = {
       Object.assign(counts, board.stats.tasks_by_state);
     }
     const shown = [["blocked", blocked], ["ready", ready], ["in_progress", counts.IN_PROGRESS],
-      ["completed", counts.COMPLETED], ["failed", counts.FAILED], ["canceled", counts.CANCELED]];
+      ["needs_input", counts.NEEDS_INPUT || 0], ["completed", counts.COMPLETED], ["failed", counts.FAILED], ["canceled", counts.CANCELED]];
     if (!source) shown.splice(0, 2, ["pending", counts.PENDING]);
     const box = $("counts");
     box.replaceChildren(...shown.map(([name, n]) => el("span", `${n} ${name.replace("_", " ")}`, `count ${name}`)));
@@ -376,13 +377,14 @@ const graph = {
     this.cy.on("mouseover", "node", (event) => this.tip(event.target));
     this.cy.on("mouseout", "node", () => this.tip(null));
     this.cy.on("viewport", () => this.tip(null));
-    // A window resized refits the drawing, unless the person moved it themselves since it was laid out.
+    // A panel resized (the window, or the header wrapping to another line) refits the drawing,
+    // unless the person moved it themselves since it was laid out.
     this.cy.on("dragpan scrollzoom pinchzoom", () => { this.moved = true; });
     let resizing = null;
-    window.addEventListener("resize", () => {
+    new ResizeObserver(() => {
       clearTimeout(resizing);
       resizing = setTimeout(() => { this.cy.resize(); if (!this.moved) this.fit(); this.noteView(); }, 150);
-    });
+    }).observe($("graph"));
   },
   moved: false,
   // The full title (and id) of the node under the pointer, as text.
@@ -406,7 +408,8 @@ const graph = {
       fill: Math.max(box.w / width, box.h / height), zoom: this.cy.zoom(),
     };
   },
-  colors: { blocked: "#5b6676", ready: "#3b82f6", in_progress: "#f59e0b", completed: "#22c55e", failed: "#ef4444", canceled: "#a855f7" },
+  colors: { blocked: "#5b6676", ready: "#3b82f6", in_progress: "#f59e0b", needs_input: "#14b8a6", completed: "#22c55e",
+    failed: "#ef4444", canceled: "#a855f7" },
   lines(title) {
     let lines = this.titleLines.get(title);
     if (!lines) {
@@ -605,15 +608,17 @@ const tables = {
 
 // ---------------------------------------------------------------- actions
 
+// `body` is the action's JSON, or a function giving it when the button is clicked (a typed answer).
 function actionButton(label, name, body) {
   const button = el("button", label);
   button.type = "button";
   button.dataset.action = name;
   button.addEventListener("click", async () => {
     button.disabled = true;
+    const sent = typeof body === "function" ? body() : body;
     const response = await fetch(`/api/actions/${name}`, {
       method: "POST", credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-Corral-CSRF": board.session.csrf }, body: JSON.stringify(body),
+      headers: { "Content-Type": "application/json", "X-Corral-CSRF": board.session.csrf }, body: JSON.stringify(sent),
     });
     const answer = await response.json().catch(() => ({}));
     button.textContent = response.ok ? `${label} ✓` : `${label}: ${answer.error || response.status}`;
@@ -673,6 +678,18 @@ const drawer = {
       row.append(el("td", a.attempt), el("td", a.owner), el("td", a.fence), el("td", held), el("td", (a.outcome || "live").toLowerCase()), el("td", a.error));
       return row;
     }));
+    // A NEEDS_INPUT task's question; a lead session with actions answers it here.
+    $("d-question-box").hidden = !task.question.bytes;
+    $("d-question").textContent = task.question.text + (task.question.truncated ? `\n… (truncated, ${task.question.bytes} bytes in all)` : "");
+    const answer = $("d-answer");
+    answer.replaceChildren();
+    if (board.session?.actions && task.state === "NEEDS_INPUT") {
+      const text = el("textarea");
+      text.id = "d-answer-text";
+      text.setAttribute("aria-label", "answer");
+      text.maxLength = 65536;
+      answer.append(text, actionButton("answer", "answer-question", () => ({ task_id: id, answer: text.value })));
+    }
     const actions = $("d-actions");
     actions.replaceChildren();
     if (board.session?.actions) {
@@ -698,6 +715,8 @@ const eventsView = {
     if (e.kind === "teammate") return `${e.name} ${e.status.toLowerCase()} (${e.reason})`;
     if (e.kind === "message") return `${e.sender}: ${e.body}`;
     if (e.kind === "plan") return `${e.author} submitted plan ${e.plan_id}`;
+    if (e.kind === "question") return `${e.asked_by} asked about ${e.task_id}: ${e.question}`;
+    if (e.kind === "question_answered") return `${e.task_id} answered: ${e.answer}`;
     if (e.kind === "plan_decided") return `plan ${e.plan_id} of ${e.author} ${e.approve ? "approved" : "rejected"}${e.feedback ? `: ${e.feedback}` : ""}`;
     return JSON.stringify(e.detail || {});
   },
@@ -769,7 +788,7 @@ const eventsView = {
 
 // One lane per teammate; each claim a bar coloured by how it ended (the legend under it).
 const OUTCOME_COLORS = { running: "#f59e0b", completed: "#22c55e", failed: "#ef4444", expired: "#f472b6",
-  released: "#38bdf8", canceled: "#a855f7", ended: "#5b6676" };
+  released: "#38bdf8", canceled: "#a855f7", asked: "#14b8a6", ended: "#5b6676" };
 
 const timeline = {
   draw() {

@@ -1,0 +1,261 @@
+"""Questions to the Lead on the web board, with --web-actions: a NEEDS_INPUT task is
+coloured and counted like every state, its drawer shows the question, a lead
+session answers it there, and bad answers get the actions' HTTP statuses and write
+nothing. One daemon; the teammate side speaks the wire (the SDK does not ask yet).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import corral
+from corral._channel import bearer_metadata, open_channel
+from corral.v1 import corral_pb2 as pb
+from corral.v1 import corral_pb2_grpc as pb_grpc
+from tests.support.waiting import wait_until
+from tests.web.board_support import WebDaemon, open_board, run, screenshot, start_web_daemon, stop_web_daemon
+
+pytestmark = pytest.mark.timeout(90)
+
+QUESTION = "Should the report cover <b>March</b> too, or only February?"
+TEAL = "#14b8a6"  # needs input, on the graph and the timeline alike
+RPC_TIMEOUT_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def acting(tmp_path_factory):
+    daemon = start_web_daemon(tmp_path_factory.mktemp("questions") / "state", ["--web-actions"])
+    try:
+        yield daemon
+    finally:
+        stop_web_daemon(daemon)
+
+
+class Mate:
+    """A teammate on the wire: the generated stubs with its token (no SDK conversions)."""
+
+    def __init__(self, daemon: WebDaemon, name: str, roles: list[str]) -> None:
+        self.token = daemon.lead.add_teammate(name, roles=roles).token
+        self.channel = open_channel(daemon.lead.address)
+        self.stub = pb_grpc.TeammateServiceStub(self.channel)
+        self.metadata = bearer_metadata(self.token)
+
+    def claim(self) -> pb.Claim:
+        """The first claim of a new Idle stream (which is then closed)."""
+        request = pb.IdleRequest(max_idle_polls=40)
+        request.poll_interval.FromMilliseconds(50)
+        stream = self.stub.Idle(request, metadata=self.metadata, timeout=RPC_TIMEOUT_S)
+        try:
+            for response in stream:
+                if response.WhichOneof("event") == "claim":
+                    return response.claim
+            raise AssertionError("the stream ended with no claim")
+        finally:
+            stream.cancel()
+
+    def ask(self, claim: pb.Claim, question: str) -> pb.Task:
+        request = pb.AskQuestionRequest(task_id=claim.task.id, claim_token=claim.claim_token, question=question)
+        return self.stub.AskQuestion(request, metadata=self.metadata, timeout=RPC_TIMEOUT_S).task
+
+    def complete(self, claim: pb.Claim, result: bytes) -> None:
+        request = pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token, result=result)
+        self.stub.CompleteTask(request, metadata=self.metadata, timeout=RPC_TIMEOUT_S)
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+def board_get(daemon: WebDaemon, path: str) -> Any:
+    async def body(http):
+        async with http.post(f"{daemon.url}/login", json={"token": daemon.token}) as response:
+            assert response.status == 200
+        async with http.get(f"{daemon.url}{path}") as response:
+            assert response.status == 200, path
+            return json.loads(await response.text())
+
+    return run(body)
+
+
+def task_state(daemon: WebDaemon, task_id: str) -> str:
+    return board_get(daemon, f"/api/tasks/{task_id}")["state"]
+
+
+def test_a_question_is_coloured_counted_shown_in_the_drawer_and_answered_from_it(acting, browser):
+    lead = acting.lead
+    lead.create_tasks([corral.TaskSpec(id="report", title="monthly report", required_role="writer")])
+    mate = Mate(acting, "writer-1", ["writer"])
+    try:
+        page = open_board(browser, acting)
+        claim = mate.claim()
+        asked = mate.ask(claim, QUESTION)
+        assert asked.state == pb.TASK_STATE_NEEDS_INPUT and asked.question == QUESTION
+
+        # Counted and coloured like every state: the header, the table, the graph.
+        page.click("button[data-tab='tasks']")
+        row = page.locator("#tasks tr[data-task-id='report']")
+        wait_until(lambda: row.get_attribute("data-state") == "NEEDS_INPUT", 10, "the row NEEDS_INPUT")
+        assert row.get_attribute("data-shown") == "needs_input"
+        assert row.locator(".state.needs_input").inner_text() == "needs input"
+        assert page.locator("#counts .count.needs_input").inner_text() == "1 needs input"
+        assert page.evaluate("window.corral.graphColor('report')") == TEAL
+        swatch = page.eval_on_selector(
+            "#counts .count.needs_input", "n => getComputedStyle(n).getPropertyValue('--swatch')"
+        )
+        assert swatch.strip() == TEAL
+        assert "needs input" in page.locator(".legend").inner_text()
+
+        # The claim that asked ends as "asked" on the timeline.
+        page.click("button[data-tab='timeline']")
+        page.check("#timeline-all")
+        wait_until(
+            lambda: (
+                [(b["kind"], b["color"]) for b in page.evaluate("window.corral.timelineBars") if b["task"] == "report"]
+                == [("asked", TEAL)]
+            ),
+            10,
+            "the asked claim's bar",
+        )
+        assert "asked the lead" in page.locator("#timeline-legend").inner_text()
+
+        # The question in the drawer, as text; the answer typed there.
+        page.click("button[data-tab='tasks']")
+        row.click()
+        page.wait_for_selector("#drawer[data-task-id='report'] #d-question-box:not([hidden])")
+        assert page.locator("#d-question").inner_text() == QUESTION
+        assert page.locator("#d-question b").count() == 0
+        page.fill("#d-answer-text", "Only February.")
+        page.click("#drawer button[data-action='answer-question']")
+        page.wait_for_selector("#drawer button[data-action='answer-question'][data-done='ok']")
+        wait_until(lambda: row.get_attribute("data-state") == "PENDING", 10, "the answered task PENDING")
+        assert page.locator("#counts .count.needs_input").inner_text() == "0 needs input"
+
+        # The events panel shows the question and its answer.
+        page.click("button[data-tab='events']")
+        page.select_option("#event-kind", "question")
+        wait_until(
+            lambda: (
+                page.eval_on_selector_all("#events li", "items => items.map((i) => i.dataset.kind)")
+                == ["question_answered", "question"]
+            ),
+            10,
+            "the question events",
+        )
+        events = page.locator("#events").inner_text()
+        assert f"writer-1 asked about report: {QUESTION}" in events and "report answered: Only February." in events
+        screenshot(page, "question-answered")
+
+        # The task's next claim carries the answer typed on the page.
+        again = mate.claim()
+        assert again.task.id == "report" and again.previous_attempt.outcome == pb.ATTEMPT_OUTCOME_ASKED
+        assert [(a.question, a.answer, a.asked_by) for a in again.answers] == [(QUESTION, "Only February.", "writer-1")]
+        mate.complete(again, b"the February report")
+        wait_until(lambda: task_state(acting, "report") == "COMPLETED", 10, "the report done")
+
+        # Once answered, the drawer offers no answer any more.
+        page.click("button[data-tab='tasks']")
+        row.click()
+        page.wait_for_selector("#drawer[data-task-id='report']")
+        wait_until(lambda: page.locator("#d-question-box").is_hidden(), 5, "no question box")
+        assert page.locator("#d-answer-text").count() == 0
+        assert page.evaluate("window.__csp") == []
+        page.context.close()
+    finally:
+        mate.close()
+
+
+def test_a_viewer_sees_the_question_and_no_answer_form(acting, browser):
+    lead = acting.lead
+    lead.create_tasks([corral.TaskSpec(id="watched", required_role="asker")])
+    mate = Mate(acting, "asker-1", ["asker"])
+    try:
+        mate.ask(mate.claim(), "Which branch?")
+        viewer = open_board(browser, acting, lead.add_viewer("question-watcher"))
+        viewer.click("button[data-tab='tasks']")
+        row = viewer.locator("#tasks tr[data-task-id='watched']")
+        wait_until(lambda: row.get_attribute("data-state") == "NEEDS_INPUT", 10, "the row NEEDS_INPUT")
+        row.click()
+        viewer.wait_for_selector("#drawer[data-task-id='watched'] #d-question-box:not([hidden])")
+        assert viewer.locator("#d-question").inner_text() == "Which branch?"
+        assert viewer.locator("#d-answer-text, button[data-action]").count() == 0
+        viewer.context.close()
+    finally:
+        mate.close()
+
+
+def test_bad_answers_get_the_actions_statuses_and_write_nothing(acting):
+    lead = acting.lead
+    lead.create_tasks(
+        [
+            corral.TaskSpec(id="asked-one", required_role="http-asker"),
+            corral.TaskSpec(id="never-claimed", required_role="nobody-here"),
+            corral.TaskSpec(id="held-one", required_role="http-holder"),
+        ]
+    )
+    asker, holder = Mate(acting, "http-asker", ["http-asker"]), Mate(acting, "http-holder", ["http-holder"])
+    try:
+        asker.ask(asker.claim(), "Tabs or spaces?")
+        holder.claim()  # held: IN_PROGRESS, no question
+        viewer_token = lead.add_viewer("http-viewer")
+
+        async def body(http):
+            async def log_in(token: str) -> str:
+                async with http.post(f"{acting.url}/login", json={"token": token}) as response:
+                    assert response.status == 200
+                async with http.get(f"{acting.url}/api/board") as response:
+                    return json.loads(await response.text())["session"]["csrf"]
+
+            async def seq() -> int:
+                async with http.get(f"{acting.url}/api/board") as response:
+                    return json.loads(await response.text())["seq"]
+
+            csrf = await log_in(acting.token)
+            url = f"{acting.url}/api/actions/answer-question"
+            headers = {"Origin": acting.url, "X-Corral-CSRF": csrf}
+
+            async def answer(sent: Any, with_headers: dict[str, str] = headers) -> tuple[int, Any]:
+                async with http.post(url, json=sent, headers=with_headers) as response:
+                    text = await response.text()
+                    return response.status, json.loads(text) if text else {}
+
+            before = await seq()
+            refused = []
+            for sent in (
+                {"task_id": "", "answer": "spaces"},
+                {"answer": "spaces"},
+                {"task_id": "asked-one", "answer": 7},
+                {"task_id": ["asked-one"], "answer": "spaces"},
+                {"task_id": "asked-one", "answer": "x" * (64 * 1024 + 1)},
+                {"task_id": "no-such-task", "answer": "spaces"},
+                {"task_id": "never-claimed", "answer": "spaces"},
+                {"task_id": "held-one", "answer": "spaces"},
+                [],
+            ):
+                status, answered = await answer(sent)
+                refused.append((status, answered.get("error", "")))
+            no_csrf, _ = await answer({"task_id": "asked-one", "answer": "spaces"}, {"Origin": acting.url})
+            after = await seq()
+            good = await answer({"task_id": "asked-one", "answer": "spaces"})
+            twice, _ = await answer({"task_id": "asked-one", "answer": "tabs"})
+            await log_in(viewer_token)
+            as_viewer, _ = await answer({"task_id": "asked-one", "answer": "tabs"})
+            return refused, before, after, good, twice, no_csrf, as_viewer
+
+        refused, before, after, good, twice, no_csrf, as_viewer = run(body)
+        statuses = [status for status, _ in refused]
+        assert statuses == [400, 400, 400, 400, 413, 404, 409, 409, 400], refused
+        assert refused[0][1].startswith("task_id:") and refused[2][1].startswith("answer:"), refused
+        assert "PENDING" in refused[6][1] and "IN_PROGRESS" in refused[7][1], refused
+        assert no_csrf == 403
+        assert after == before  # nothing written by any refused answer
+        assert good == (200, {"task_id": "asked-one", "state": "PENDING"})
+        assert twice == 409  # answered already: PENDING, no question waits
+        assert as_viewer == 403
+        claim = asker.claim()
+        assert [(a.question, a.answer) for a in claim.answers] == [("Tabs or spaces?", "spaces")]
+        asker.complete(claim, b"spaces")
+    finally:
+        asker.close()
+        holder.close()
