@@ -1,9 +1,12 @@
-"""What the shared store functions ask of the connection's driver: its statements and its steps."""
+"""What the shared store functions ask of the connection's driver: its statements, its
+steps, and how it inserts a batch of rows."""
 
 from __future__ import annotations
 
 import sqlite3
 import types
+from collections.abc import Sequence
+from typing import Any
 
 
 def sql(conn: sqlite3.Connection) -> types.ModuleType:
@@ -16,3 +19,9 @@ def steps(conn: sqlite3.Connection) -> types.ModuleType:
     """The driver's steps (`store.driver.DriverSteps`: `store/sqlite/steps.py` or
     `store/postgres/steps.py`), which take the same steps each in its own way."""
     return conn.steps  # type: ignore[attr-defined]
+
+
+def insert_rows(conn: sqlite3.Connection, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Inserts `rows` of `columns` into `table` as the connection's driver does it best
+    (`SqliteConnection.insert_rows`, `PgConnection.insert_rows`: COPY from 64 rows)."""
+    conn.insert_rows(table, columns, rows)  # type: ignore[attr-defined]

@@ -10,7 +10,7 @@ from ... import errors
 from ...model import CreatedBatch, CreatedTask, TaskSpec, TaskState
 from ...txn import Txn
 from ...validate import PreparedBatch
-from ..dialect import sql
+from ..dialect import insert_rows, sql
 from .rows import PENDING, BoardRow, rows_by_id, task_events
 from .timegates import gate_shut
 
@@ -76,7 +76,8 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
     ]
     seq_of: dict[str, int] = {}
     if new_specs:
-        conn.insert_rows(
+        insert_rows(
+            conn,
             "tasks",
             NEW_TASK_COLUMNS,
             [
@@ -113,7 +114,8 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
                 gate_shut(tx, spec.not_before_ms)
         seq_of.update(_inserted_seqs(conn, [spec.id for _, spec in new_specs]))
         seq_of.update((task_id, row.seq) for task_id, row in outside.items())
-        conn.insert_rows(
+        insert_rows(
+            conn,
             "deps",
             ("task_seq", "dep_seq", "position"),
             [
