@@ -36,6 +36,7 @@ from corral._types import (
 
 __all__ = [
     "DEAD_CLAIM_ERRORS",
+    "FEEDBACK_MAX_BYTES",
     "MIN_RENEW_INTERVAL",
     "PROGRESS_MAX_BYTES",
     "QUESTION_MAX_BYTES",
@@ -88,17 +89,27 @@ def check_complete(review: ReviewItem | None) -> None:
         _refuse("result", "a review's claim is answered with decide(corral.Approve() or corral.Reject(feedback))")
 
 
-def check_verdict(verdict: object) -> None:
-    """Refuse, before any call, a verdict that is not an Approve or a Reject (whose
-    feedback each checked when built) with InvalidArgument."""
+# The daemon refuses longer review feedback (ReviewVerdict.feedback, ReviewTaskRequest.feedback).
+FEEDBACK_MAX_BYTES = 64 * 1024
+
+
+def check_verdict(verdict: object, feedback_field: str) -> None:
+    """Refuse, before any call, a verdict the daemon would refuse (InvalidArgument): a
+    value that is not an Approve or a Reject, a rejection without feedback, or feedback
+    over FEEDBACK_MAX_BYTES of UTF-8. `feedback_field` names the feedback as the
+    daemon would (`verdict.feedback` on a claim, `feedback` for the Lead)."""
     if not isinstance(verdict, (Approve, Reject)):
         _refuse("verdict", f"expected corral.Approve or corral.Reject, got {type(verdict).__name__}")
+    if isinstance(verdict, Reject) and not verdict.feedback.strip():
+        _refuse(feedback_field, "a rejection says why: feedback must not be empty")
+    if len(verdict.feedback.encode("utf-8")) > FEEDBACK_MAX_BYTES:
+        _refuse(feedback_field, f"longer than {FEEDBACK_MAX_BYTES} bytes of UTF-8")
 
 
 def check_decide(review: ReviewItem | None, verdict: object) -> None:
-    """Refuse, before any call, a verdict the daemon would refuse (InvalidArgument):
-    one on a work claim, or a value that is not an Approve or a Reject."""
-    check_verdict(verdict)
+    """Refuse, before any call, a verdict the daemon would refuse on a claim
+    (InvalidArgument): one on a work claim, or what `check_verdict` refuses."""
+    check_verdict(verdict, "verdict.feedback")
     if review is None:
         _refuse("verdict", "a work claim is finished with complete(result); only a review's claim decides")
 

@@ -156,11 +156,8 @@ def verdict_to_pb(verdict: Verdict) -> pb.ReviewVerdict:
 
 
 def verdict_from_pb(message: pb.ReviewVerdict) -> Verdict:
-    """A wire ReviewVerdict as Approve or Reject. The daemon refuses a rejection
-    without feedback, so one is only ever shown here, never built anew."""
-    if message.approve:
-        return Approve(message.feedback)
-    return Reject(message.feedback if message.feedback.strip() else "(no feedback)")
+    """A wire ReviewVerdict as Approve or Reject."""
+    return Approve(message.feedback) if message.approve else Reject(message.feedback)
 
 
 def task_spec_from_pb(message: pb.TaskSpec) -> TaskSpec:

@@ -163,52 +163,32 @@ class TaskSpec:
     review: ReviewPolicy | None = None
 
 
-# The daemon refuses longer review feedback (ReviewVerdict.feedback).
-FEEDBACK_MAX_BYTES = 64 * 1024
-
-
-def _check_feedback(feedback: str, *, required: bool) -> None:
-    # Imported here: _errors imports this module's types.
-    from corral._errors import FieldViolation, InvalidArgument
-
-    problem = ""
-    if required and not feedback.strip():
-        problem = "a rejection says why: feedback must not be empty"
-    elif len(feedback.encode("utf-8")) > FEEDBACK_MAX_BYTES:
-        problem = f"longer than {FEEDBACK_MAX_BYTES} bytes of UTF-8"
-    if problem:
-        raise InvalidArgument(f"feedback: {problem}", field_violations=(FieldViolation("feedback", problem),))
-
-
 @dataclass(frozen=True)
 class Approve:
     """A review's verdict: the result is good, the task COMPLETED with it. `feedback`
-    (optional, at most 64 KiB) is kept on the review's attempt."""
+    (optional, at most 64 KiB of UTF-8) is kept on the review's attempt."""
 
     feedback: str = ""
 
-    def __post_init__(self) -> None:
-        _check_feedback(self.feedback, required=False)
-
     @property
     def approve(self) -> bool:
+        """True: the wire's ReviewVerdict.approve."""
         return True
 
 
 @dataclass(frozen=True)
 class Reject:
     """A review's verdict: the result goes back for rework. `feedback` says what to
-    change (required, at most 64 KiB: refused with InvalidArgument when built); the
-    next work claim carries it (`previous_attempt.feedback`) with the result it
+    change: required and at most 64 KiB of UTF-8 (`Claim.decide` and
+    `Lead.review_task` refuse an empty one with InvalidArgument before any call).
+    The next work claim carries it (`previous_attempt.feedback`) with the result it
     rejects (`Claim.rejected_result`)."""
 
     feedback: str
 
-    def __post_init__(self) -> None:
-        _check_feedback(self.feedback, required=True)
-
     @property
     def approve(self) -> bool:
+        """False: the wire's ReviewVerdict.approve."""
         return False
 
 

@@ -376,13 +376,46 @@ def test_the_rejection_that_reaches_max_rounds_fails_the_task(lead: corral.Lead)
         lead.request_shutdown(name, reason="done")
 
 
-def test_a_rejection_needs_feedback_and_verdicts_are_values() -> None:
-    for feedback in ("", "  \n", "x" * (64 * 1024 + 1)):
+@pytest.mark.timeout(60)
+def test_a_rejection_without_feedback_is_refused_before_any_call(
+    lead: corral.Lead, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lead.create_tasks([corral.TaskSpec("t", lease_duration=LONG_LEASE, review=corral.ReviewPolicy("rev"))])
+    ann, rev = lead.add_teammate("ann"), lead.add_teammate("rev", roles=("rev",))
+    with corral.Teammate.connect(lead.address, ann.token) as author:
+        work_events = author.idle()
+        work = next(work_events)
+        assert isinstance(work, corral.Claim)
+        work.complete("v1")
+        work_events.close()
+
+    def no_call(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the SDK called the daemon")
+
+    bad = [corral.Reject(""), corral.Reject("  \n"), corral.Reject("x" * (64 * 1024 + 1))]
+    with corral.Teammate.connect(lead.address, rev.token) as reviewer:
+        events = reviewer.idle()
+        claim = next(events)
+        assert isinstance(claim, corral.Claim) and claim.review is not None
+        with monkeypatch.context() as patched:
+            patched.setattr(claim._calls, "complete", no_call)
+            patched.setattr(lead, "_write", no_call)
+            for verdict in bad:
+                with pytest.raises(corral.InvalidArgument) as refused:
+                    claim.decide(verdict)
+                assert [v.field for v in refused.value.field_violations] == ["verdict.feedback"]
+                with pytest.raises(corral.InvalidArgument) as refused:
+                    lead.review_task("t", verdict)
+                assert [v.field for v in refused.value.field_violations] == ["feedback"]
+            with pytest.raises(corral.InvalidArgument):
+                lead.review_task("t", corral.Approve("x" * (64 * 1024 + 1)))
+        # The daemon refuses one just the same, on either transport (the SDK's check is a courtesy).
         with pytest.raises(corral.InvalidArgument) as refused:
-            corral.Reject(feedback)
-        assert [v.field for v in refused.value.field_violations] == ["feedback"]
-    with pytest.raises(corral.InvalidArgument):
-        corral.Approve("x" * (64 * 1024 + 1))
+            claim._calls.complete("t", claim.token, b"", None, corral.Reject(" "))
+        assert [v.field for v in refused.value.field_violations] == ["verdict.feedback"]
+        assert claim in reviewer.held_claims() and lead.get_task("t").state is corral.TaskState.IN_REVIEW
+        assert claim.decide(corral.Reject("why")).state is corral.TaskState.PENDING
+        events.close()
     assert corral.Approve() == corral.Approve("") and corral.Approve().approve
     assert corral.Reject("why").approve is False and corral.Reject("why") == corral.Reject("why")
     with pytest.raises(AttributeError):

@@ -155,8 +155,9 @@ class Claim(ClaimState):
         `Lead.review_task` takes. Returns the task as the verdict left it.
 
         Raises InvalidArgument, before any call, on a work claim (finish it with
-        `complete`) or for a verdict that is not an Approve or a Reject; for a claim
-        no longer live, what `complete` raises.
+        `complete`), for a Reject with no feedback, feedback over 64 KiB, or a value
+        that is not an Approve or a Reject; for a claim no longer live, what
+        `complete` raises.
         """
         check_usage(usage)
         check_decide(self.review, verdict)

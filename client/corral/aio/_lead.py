@@ -267,10 +267,11 @@ class Lead(BoardClient):
         `Reject(feedback)` sends it back for rework (the next claim carries the
         feedback and the rejected result), or fails it at its policy's max_rounds. A
         review a teammate holds ends under it (ClaimEnded REVOKED). Returns the task
-        as the verdict left it. Raises FailedPrecondition when the task is not
-        IN_REVIEW, NotFound for an unknown task;
+        as the verdict left it. Raises InvalidArgument, before any call, for a
+        Reject with no feedback or feedback over 64 KiB; FailedPrecondition when the
+        task is not IN_REVIEW, NotFound for an unknown task;
         `list_tasks(states=[TaskState.IN_REVIEW])` lists the reviews waiting."""
-        check_verdict(verdict)
+        check_verdict(verdict, "feedback")
         request = pb.ReviewTaskRequest(task_id=task_id, approve=verdict.approve, feedback=verdict.feedback)
         response = await self._write(self._lead.ReviewTask, request)
         return _convert.task_from_pb(response.task)

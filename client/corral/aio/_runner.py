@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from corral._channel import unreachable_error, unreachable_warning
-from corral._claimstate import DEAD_CLAIM_ERRORS
+from corral._claimstate import DEAD_CLAIM_ERRORS, check_verdict
 from corral._errors import (
     CorralError,
     FailedPrecondition,
@@ -328,6 +328,7 @@ class _Runner:
                     if not isinstance(verdict, (Approve, Reject)):
                         returned = type(verdict).__name__
                         raise TypeError(f"reviewer returned {returned}; return corral.Approve() or corral.Reject(...)")
+                    check_verdict(verdict, "verdict.feedback")  # e.g. a Reject with no feedback
                 except LeaseLost:
                     self._tally.add(lost=1)
                     await self._quietly(claim.free_slot)
