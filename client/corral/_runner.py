@@ -62,9 +62,12 @@ def current_claim() -> Claim:
 
     Use it for the `fence` (to guard external writes), `check()` (to stop
     long work once the lease is lost or the claim ended), `report_progress()`
-    and `renew(usage=...)` (to count what the work spends as it goes), and
-    `answers` (what the Lead said to the task's questions so far). Raises
-    LookupError outside a handler.
+    and `renew(usage=...)` (to count what the work spends as it goes),
+    `answers` (what the Lead said to the task's questions so far), and on a
+    rework `rejected_result` (the result a review sent back; why is in
+    `previous_attempt.feedback`). In a `reviewer`, it is the review's claim
+    (`review` says whose result, and which round). Raises LookupError outside a
+    handler.
     """
     return _current_claim.get()
 
