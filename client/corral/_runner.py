@@ -104,9 +104,10 @@ def run_teammate(
     handler, the same way (a thread, or the event loop for a coroutine function on
     `corral.aio`), and the `corral.Approve()` or `corral.Reject(feedback)` it returns
     decides the review (`Claim.decide`). A reviewer that raises, or returns
-    anything else, releases the claim: the review is offered again, no attempt
+    anything else, fails the claim: the review is offered again, no attempt
     used. Without a `reviewer`, a review's claim is released at once (logged the
-    first time) so a teammate that can review takes it.
+    first time) so a teammate that can review takes it: the daemon does not offer
+    a review to a teammate that released it in the same round.
 
     When the claim ends under the handler (the Lead revoked it or canceled the
     task, its attempt time limit passed, its lease was lost) a coroutine
@@ -306,8 +307,9 @@ class _Runner:
             self._quietly(claim.free_slot)
 
     def _review(self, claim: Claim) -> None:
-        """A review's claim: the reviewer's verdict decides it; no reviewer, a reviewer
-        that raises or a verdict refused gives the claim back, to be offered again."""
+        """A review's claim: the reviewer's verdict decides it. No reviewer, or a verdict
+        refused, releases it (offered to another reviewer); a reviewer that raises fails
+        it (offered again, to this teammate too)."""
         review = claim.review
         assert review is not None
         reviewer = self._options.reviewer
@@ -337,9 +339,10 @@ class _Runner:
                     self._quietly(claim.free_slot)
                     return
                 except Exception as exc:  # noqa: BLE001 (the review is offered again)
-                    _log.warning("task %s: the reviewer raised (%s); released, to be offered again", claim.task.id, exc)
+                    _log.warning("task %s: the reviewer raised (%s); the review is offered again", claim.task.id, exc)
                     _log.debug("task %s: the reviewer's traceback", claim.task.id, exc_info=exc)
-                    self._quietly(claim.release)
+                    # Failed, not released: this teammate may take it again (a release says "not mine").
+                    self._quietly(functools.partial(claim.fail, f"the reviewer raised: {exc}"[:4096]))
                     return
         except BaseException:
             self._quietly(claim.release)

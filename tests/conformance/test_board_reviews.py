@@ -109,27 +109,33 @@ def test_the_rejection_that_reaches_max_rounds_fails_the_task_and_its_dependents
 
 
 def test_a_review_released_expired_failed_or_revoked_is_offered_again_at_no_cost(team_, clock):
+    """Offered again: not to a reviewer that released this round ("not mine"), but to one
+    whose claim failed, was revoked or ran out."""
+    team_.add("rhea", roles=("rev",))
     team_.create(_reviewed("a", lease_ms=LEASE))
     team_.complete("ann", "a", team_.claim("ann").token)
     review = team_.claim("rita")
     team_.release("rita", "a", review.token)
     review = team_.claim("ravi")
     team_.fail("ravi", "a", review.token, "my model is down", retryable=False)
-    review = team_.claim("rita")
+    assert team_.claim("rita") is None, "she released this round"
+    team_.release("ravi", "a", team_.claim("ravi").token)  # ravi may take it again after a failure
+    team_.claim("rhea")
     team_.revoke("a")
-    review = team_.claim("ravi")
+    team_.claim("rhea")
     clock.advance(LEASE)
     team_.reap()
     task = team_.task("a")
     assert (task.state, task.owner, task.attempts_used, task.review_rounds) == (TaskState.IN_REVIEW, "", 1, 0)
-    again = team_.claim("rita")
+    again = team_.claim("rhea")
     assert again.review.round == 1, "no verdict was given: still the first round"
-    assert team_.complete("rita", "a", again.token, b"", verdict=APPROVE).state is TaskState.COMPLETED
+    assert team_.complete("rhea", "a", again.token, b"", verdict=APPROVE).state is TaskState.COMPLETED
     ends = [a.outcome for a in _history(team_, "a")]
     assert ends == [
         ClaimOutcome.COMPLETED,
         ClaimOutcome.RELEASED,
         ClaimOutcome.FAILED,
+        ClaimOutcome.RELEASED,
         ClaimOutcome.REVOKED,
         ClaimOutcome.EXPIRED,
         ClaimOutcome.APPROVED,

@@ -96,6 +96,7 @@ class MClaim:
     fence: int
     outcome: str | None = None
     review: bool = False  # a review's claim
+    round: int = 0  # a review's: its round
 
 
 class Model:
@@ -271,6 +272,14 @@ class Model:
                 s.cost_micros + usage.cost_micros,
             )
 
+    def gave_back(self, task: MTask, name: str) -> bool:
+        """Whether `name` released this round's review of `task` (never offered to it again)."""
+        return any(
+            c.review and c.task_id == task.id and c.teammate == name and c.round == task.rounds + 1
+            for c in self.claims.values()
+            if c.outcome == "released"
+        )
+
     def pick(self, name: str, now: int) -> MTask | None:
         """A review first (a teammate with the role, never the author), then new work."""
         reviews = [
@@ -281,6 +290,7 @@ class Model:
             and t.review_role in ROLES[name]
             and t.author != name
             and not self.key_full(t.key)
+            and not self.gave_back(t, name)
         ]
         if reviews:
             return min(reviews, key=lambda t: (-t.priority, t.order))
@@ -482,7 +492,7 @@ class BoardMachine(RuleBasedStateMachine):
         task.state = IN_REVIEW if reviewing else IN_PROGRESS
         task.owner, task.token, task.lease_end = name, grant.token, grant.lease_expire_ms
         self.model.claims[grant.token] = MClaim(
-            grant.token, task.id, name, grant.attempt, grant.fence, review=reviewing
+            grant.token, task.id, name, grant.attempt, grant.fence, review=reviewing, round=task.rounds + 1
         )
         self.model.sent[name].add(grant.token)
         if task.key in self.model.limits:  # claimed under its limit: within it

@@ -46,8 +46,8 @@ def _task(daemon, task_id: str) -> pb.Task:
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_review_is_handed_to_a_waiting_reviewer_and_a_rejection_comes_back_as_rework(daemon, transport):
-    ann, rita = daemon.add_teammate("ann"), daemon.add_teammate("rita", roles=["rev"])
-    daemon.create_tasks(_reviewed("a"), spec("b", "a"))
+    ann, rita = daemon.add_teammate("ann", roles=["writer"]), daemon.add_teammate("rita", roles=["rev"])
+    daemon.create_tasks(_reviewed("a"), spec("b", "a", required_role="writer"))  # b is ann's: rita could race her
     watch = daemon.watch(0)
     author = _open(ann, transport)
     work = author.next_event("claim", timeout=5.0)  # before rita's stream opens: she may take work too

@@ -342,7 +342,7 @@ def test_a_reviewer_that_raises_gives_the_review_back(lead: corral.Lead) -> None
     assert calls == [b"v1", b"v1"] and task.result == b"v1" and task.review_rounds == 0
     assert [(a.owner, a.outcome) for a in task.attempts] == [
         ("ann", Outcome.COMPLETED),
-        ("rev", Outcome.RELEASED),
+        ("rev", Outcome.FAILED),
         ("rev", Outcome.COMPLETED),
     ]
     for name in ("ann", "rev"):

@@ -539,9 +539,12 @@ RECORD_OP = (
 
 # ---------------------------------------------------------------- reviews
 # The first review this teammate may take: its role, not its own result, in board order.
+# A teammate that released this round's review ("not mine") is not offered it again.
 REVIEW_READY = (
     f"SELECT seq, attempt, author, review_rounds FROM tasks WHERE state = {_IN_REVIEW} AND live_fence IS NULL"
-    " AND review_role IN ({roles}) AND author != ?{full_keys} ORDER BY priority DESC, seq LIMIT 1"
+    " AND review_role IN ({roles}) AND author != ?{full_keys} AND NOT EXISTS (SELECT 1 FROM claims AS p"
+    " WHERE p.task_seq = tasks.seq AND p.teammate = ? AND p.review_round = tasks.review_rounds + 1"
+    " AND p.outcome = 'released') ORDER BY priority DESC, seq LIMIT 1"
 )
 INSERT_REVIEW_CLAIM = (
     "INSERT INTO claims (token, task_seq, teammate, attempt, claim_ms, review_round) VALUES (?, ?, ?, ?, ?, ?)"

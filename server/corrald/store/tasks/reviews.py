@@ -44,8 +44,11 @@ def submit(tx: Txn, teammate: str, held: LiveClaim, result: bytes, sums: str, su
 
 
 def ready_query(conn, roles: Iterable[str]) -> tuple[str, list[str]] | None:
-    """The query, and its parameters but the teammate's name (last), for the first review a
-    teammate with `roles` may take; None when it holds no role (a review needs one)."""
+    """The query, and its parameters but the teammate's name (last, twice), for the first
+    review a teammate with `roles` may take; None when it holds no role (a review needs one).
+    One the teammate released in this round is not offered to it again: a teammate that
+    cannot review it would otherwise be handed it straight back (a failed one may be,
+    as a failed attempt at work is)."""
     roles = list(roles)
     if not roles:
         return None
@@ -57,7 +60,7 @@ def ready_query(conn, roles: Iterable[str]) -> tuple[str, list[str]] | None:
 def any_for(conn, roles: Iterable[str], teammate: str) -> bool:
     """Whether a review waits that a teammate with `roles` may take (not `teammate`'s own)."""
     ready = ready_query(conn, roles)
-    return ready is not None and conn.execute(ready[0], (*ready[1], teammate)).fetchone() is not None
+    return ready is not None and conn.execute(ready[0], (*ready[1], teammate, teammate)).fetchone() is not None
 
 
 def claim_first(tx: Txn, teammate: str, roles: Iterable[str], token: str) -> tuple[TaskRecord, int, ReviewItem] | None:
@@ -68,7 +71,8 @@ def claim_first(tx: Txn, teammate: str, roles: Iterable[str], token: str) -> tup
         return None
     statements = sql(tx.conn)
     query, params = ready
-    picked = tx.conn.execute(query + statements.row_lock("UPDATE SKIP LOCKED"), (*params, teammate)).fetchone()
+    lock = statements.row_lock("UPDATE OF tasks SKIP LOCKED")
+    picked = tx.conn.execute(query + lock, (*params, teammate, teammate)).fetchone()
     if picked is None:
         return None
     seq, attempt, author, rounds = picked
