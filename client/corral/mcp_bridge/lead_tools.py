@@ -19,12 +19,19 @@ import corral
 from corral import aio
 from corral._dagfile import DagError, DagFile, explain_create_error, parse_dag
 
-from . import questions, views
+from . import views
 from .errors import ToolFailure
 from .registry import ANY_OBJECT, BOOLEAN, INTEGER, STRING, Arguments, Count, Outcome, Progress, ToolSpec, array, obj
 from .rendering import TextBudget
 from .snippets import mcp_config_snippet
-from .teammate_tools import TEAMMATES_LISTED, TEXT_MAX_CHARS, WAIT_MAX_SECONDS, WAIT_MIN_SECONDS, SendMessageArgs
+from .teammate_tools import (
+    TEAMMATES_LISTED,
+    TEXT_MAX_BYTES,
+    TEXT_MAX_CHARS,
+    WAIT_MAX_SECONDS,
+    WAIT_MIN_SECONDS,
+    SendMessageArgs,
+)
 
 __all__ = ["LeadLink", "lead_tools"]
 
@@ -145,7 +152,7 @@ class LeadLink:
         after = 0
         while True:
             try:
-                async with contextlib.aclosing(questions.watch(self.lead, after)) as events:
+                async with contextlib.aclosing(self.lead.watch(after)) as events:
                     async for event in events:
                         after = event.seq
                         self._note(event)
@@ -153,14 +160,14 @@ class LeadLink:
                 _log.info("watch for board_summary broke (%s); following again", exc)
             await asyncio.sleep(1.0)
 
-    def _note(self, event: questions.WatchItem) -> None:
+    def _note(self, event: corral.WatchEvent) -> None:
         if isinstance(event, corral.PlanSubmitted):
             self.plans[event.plan_id] = event
             while len(self.plans) > _PLANS_KEPT:
                 self.plans.popitem(last=False)
         elif isinstance(event, corral.PlanDecided):
             self.plans.pop(event.plan_id, None)  # decided here or by any other client
-        elif isinstance(event, questions.AskedQuestion):
+        elif isinstance(event, corral.QuestionAsked):
             self.askers[event.task_id] = event.asked_by
             while len(self.askers) > _PLANS_KEPT:
                 self.askers.popitem(last=False)
@@ -172,15 +179,15 @@ class LeadLink:
     async def watch_events(self, after_seq: int, wait_seconds: float, limit: int, progress: Progress) -> list[Any]:
         """Events after `after_seq`: waits up to `wait_seconds` for the first, then takes
         what is already there (up to `limit`)."""
-        arrived: asyncio.Queue[questions.WatchItem] = asyncio.Queue(maxsize=limit)
+        arrived: asyncio.Queue[corral.WatchEvent] = asyncio.Queue(maxsize=limit)
 
         async def read() -> None:
-            async with contextlib.aclosing(questions.watch(self.lead, after_seq)) as events:
+            async with contextlib.aclosing(self.lead.watch(after_seq)) as events:
                 async for event in events:
                     await arrived.put(event)
 
         reader = asyncio.create_task(read(), name="corral-mcp-watch-events")
-        found: list[questions.WatchItem] = []
+        found: list[corral.WatchEvent] = []
         deadline = time.monotonic() + wait_seconds
         try:
             while len(found) < limit:
@@ -240,11 +247,11 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
 
     async def answer_question(args: AnswerQuestionArgs, progress: Progress) -> Outcome:
         size = len(args.answer.encode("utf-8"))
-        if size > questions.QUESTION_MAX_BYTES:
+        if size > TEXT_MAX_BYTES:
             raise ToolFailure("INVALID_ARGUMENT", f"answer: {size} bytes is over the 64 KiB limit; answer shorter")
-        task = await questions.answer_question(lead, args.task_id, args.answer)
+        task = await lead.answer_question(args.task_id, args.answer)
         link.askers.pop(task.id, None)
-        state = questions.state_name(task.state)
+        state = task.state.name
         return Outcome(
             f"answered the question of {task.id}; now {state}: its next claim carries the answer",
             {"task_id": task.id, "state": state},
@@ -274,8 +281,11 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
         return Outcome(f"sent to {', '.join(recipients) or 'nobody'}", {"recipients": recipients})
 
     async def board_summary(args: NoArgs, progress: Progress) -> Outcome:
-        by_state = await questions.tasks_by_state(lead)
-        asked, more_asked = await questions.tasks_needing_input(lead, _QUESTIONS_LISTED)
+        stats = await lead.get_stats()
+        by_state = {state.name: count for state, count in stats.tasks_by_state.items()}
+        asked, more_asked = await lead.list_tasks_page(
+            states=[corral.TaskState.NEEDS_INPUT], page_size=_QUESTIONS_LISTED
+        )
         mates = await lead.list_teammates()
         budget = TextBudget()
         waiting = list(link.plans.values())[-20:]
@@ -298,12 +308,12 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
                 }
                 for t in asked
             ],
-            "questions_waiting_total": by_state.get(questions.NEEDS_INPUT, len(asked)),
+            "questions_waiting_total": stats.tasks_by_state.get(corral.TaskState.NEEDS_INPUT, len(asked)),
             "recent_failures": [
                 {"task_id": t.id, "error": budget.labelled(t.error, source=t.owner or "teammate", role="teammate")}
                 for t in link.failures
             ],
-            "truncated": budget.truncated or more_asked,
+            "truncated": budget.truncated or bool(more_asked),
         }
         counts = ", ".join(f"{n} {s}" for s, n in by_state.items() if n) or "no tasks"
         summary = f"{counts}; {len(mates)} teammate(s); {len(waiting)} plan(s) waiting"

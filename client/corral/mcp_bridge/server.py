@@ -28,7 +28,6 @@ from corral import aio
 
 from .errors import ToolFailure, failure_from_error
 from .lead_tools import LeadLink, lead_tools
-from .questions import AskingTeammate
 from .registry import Outcome, ToolSpec, error_result, parse_arguments, success_result
 from .teammate_link import LinkSettings, TeammateLink
 from .teammate_tools import teammate_tools
@@ -125,8 +124,7 @@ class Bridge:
     async def open(cls, config: BridgeConfig) -> Bridge:
         """Check the credential (raises Unauthenticated when revoked or unknown) and set up its role."""
         # An unreachable daemon exits 3 at once (the MCP client shows it), as the CLI does.
-        # The teammate client also reads what the SDK does not read of a claim yet (its answers).
-        teammate = await AskingTeammate.connect(config.address, config.token, connect_timeout=0)
+        teammate = await aio.Teammate.connect(config.address, config.token, connect_timeout=0)
         try:
             identity = await teammate.get_identity()
             opener = _ROLES.get(identity.role)

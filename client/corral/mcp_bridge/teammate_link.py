@@ -23,11 +23,9 @@ import tenacity
 
 import corral
 from corral import aio
-from corral._claimstate import DEAD_CLAIM_ERRORS, seconds_until
+from corral._claimstate import seconds_until
 from corral._retry import is_transient
-from corral.v1 import corral_pb2 as pb
 
-from . import questions
 from . import views as view
 from .errors import ToolFailure, failure_from_error
 from .rendering import TextBudget
@@ -38,6 +36,14 @@ _log = logging.getLogger("corral.mcp")
 
 _INBOX = (corral.Message, corral.ShutdownRequest, corral.PlanDecision)
 _PROTOCOL = (corral.ShutdownRequest, corral.PlanDecision)
+# What a finish call raises for a claim that is no longer live (the holder lost it).
+_DEAD_CLAIM = (
+    corral.LeaseExpired,
+    corral.ClaimTokenMismatch,
+    corral.TaskCanceled,
+    corral.ClaimRevoked,
+    corral.AttemptTimedOut,
+)
 # Finished claims remembered so a repeated complete_task gets the stored result.
 _REMEMBER_FINISHED = 256
 
@@ -235,8 +241,7 @@ class TeammateLink:
             self._resumable.discard(item.task.id)
             self._unshown.pop(item.token, None)
             self._claims[item.task.id] = item
-            asked = self.teammate.answers_of(item) if isinstance(self.teammate, questions.AskingTeammate) else None
-            return {"kind": "claim", "claim": view.claim(item, TextBudget(), resumed=resumed, asked=asked)}
+            return {"kind": "claim", "claim": view.claim(item, TextBudget(), resumed=resumed)}
         if isinstance(item, corral.ShutdownRequest):
             self._shutdown_request = item
             return {
@@ -331,16 +336,17 @@ class TeammateLink:
         claim = self._claim(task_id)
         return await self._finish(task_id, claim, claim.release())
 
-    async def ask(self, task_id: str, question: str) -> pb.Task:
-        """Ask the Lead about a held task: the claim ends, the task waits NEEDS_INPUT.
+    async def ask(self, task_id: str, question: str) -> corral.Task:
+        """Ask the Lead about a held task (`Claim.ask`): the claim ends, the task waits
+        NEEDS_INPUT.
 
         A refusal that leaves the claim alive (a task past its questions, an overloaded
         daemon) keeps it held and renewed; only a dead claim is dropped."""
         claim = self._claim(task_id)
         try:
-            task = await questions.ask_question(self.teammate, claim, question)
+            task = await claim.ask(question)
         except corral.CorralError as exc:
-            if isinstance(exc, (*DEAD_CLAIM_ERRORS, corral.Unauthenticated)):
+            if isinstance(exc, (*_DEAD_CLAIM, corral.Unauthenticated)):
                 self._claims.pop(task_id, None)
                 raise failure_from_error(exc, task_id=task_id) from None
             if self._renewing and not claim.lost:

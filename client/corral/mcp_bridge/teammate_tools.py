@@ -8,7 +8,7 @@ import pydantic
 
 import corral
 
-from . import questions, views
+from . import views
 from .errors import ToolFailure
 from .registry import (
     ANY_OBJECT,
@@ -31,6 +31,8 @@ __all__ = ["UsageArgument", "teammate_tools"]
 # The daemon refuses bigger results (design §7); refused here first, naming the field.
 RESULT_MAX_BYTES = 1024 * 1024
 TEXT_MAX_CHARS = 64 * 1024
+# The daemon's text limit on a question, an answer or a review's feedback: refused here first, naming the field.
+TEXT_MAX_BYTES = 64 * 1024
 WAIT_MIN_SECONDS, WAIT_MAX_SECONDS = 1, 50
 # Listings stop here to stay within a result's text cap; the total says how many there are.
 TEAMMATES_LISTED = 100
@@ -150,18 +152,21 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
 
     async def get_task(args: GetTaskArgs, progress: Progress) -> Outcome:
         budget = TextBudget()
-        found = await questions.get_task(link.teammate, args.task_id)
+        found = await link.teammate.get_task(args.task_id)
         view = views.task(found, budget, offset=args.offset)
         out: dict[str, Any] = {"task": view, "truncated": budget.truncated}
         if budget.truncated:
             out["next_offset"] = min(
                 part["next_offset"] for part in view.values() if isinstance(part, dict) and "next_offset" in part
             )
-        return Outcome(f"task {found.task.id}: {found.state}", out)
+        return Outcome(f"task {found.id}: {found.state.name}", out)
 
     async def list_tasks(args: ListTasksArgs, progress: Progress) -> Outcome:
-        tasks, next_token = await questions.list_tasks_page(
-            link.teammate, states=list(args.states), owner=args.owner, page_size=_PAGE_SIZE, page_token=args.page_token
+        tasks, next_token = await link.teammate.list_tasks_page(
+            states=[corral.TaskState[name] for name in args.states],
+            owner=args.owner,
+            page_size=_PAGE_SIZE,
+            page_token=args.page_token,
         )
         budget = TextBudget()
         listed = [views.task(t, budget, brief=True) for t in tasks]
@@ -205,10 +210,10 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
                 "INVALID_ARGUMENT", "question: must not be empty; ask the lead something, or finish the task"
             )
         size = len(args.question.encode("utf-8"))
-        if size > questions.QUESTION_MAX_BYTES:
+        if size > TEXT_MAX_BYTES:
             raise ToolFailure("INVALID_ARGUMENT", f"question: {size} bytes is over the 64 KiB limit; ask it shorter")
         task = await link.ask(args.task_id, args.question)
-        state = questions.state_name(task.state)
+        state = task.state.name
         hint = (
             "your claim on it ended; the lead answers, then the task is claimed again and that claim's answers "
             "carry the answer; call next_item for other work meanwhile"

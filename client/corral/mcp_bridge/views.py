@@ -9,9 +9,7 @@ from typing import Any
 import corral
 from corral import aio
 from corral._claimstate import seconds_until
-from corral.v1 import corral_pb2 as pb
 
-from . import questions
 from .rendering import TextBudget
 
 __all__ = [
@@ -45,16 +43,12 @@ def _seconds(span: datetime.timedelta | None) -> float | None:
     return span.total_seconds() if span is not None else None
 
 
-def task(
-    shown: corral.Task | questions.WireTask, budget: TextBudget, *, offset: int = 0, brief: bool = False
-) -> dict[str, Any]:
+def task(found: corral.Task, budget: TextBudget, *, offset: int = 0, brief: bool = False) -> dict[str, Any]:
     """A task; `brief` leaves out its texts (for listings), else they are labelled and paged.
-    A NEEDS_INPUT task (read off the wire) carries its question, labelled as the asker's."""
-    wire = shown if isinstance(shown, questions.WireTask) else None
-    found: corral.Task = shown.task if isinstance(shown, questions.WireTask) else shown
+    A NEEDS_INPUT task carries its question, labelled as the asker's."""
     out: dict[str, Any] = {
         "id": found.id,
-        "state": wire.state if wire is not None else found.state.name,
+        "state": found.state.name,
         "depends_on": list(found.depends_on),
         "priority": found.priority,
         "owner": found.owner,
@@ -68,8 +62,8 @@ def task(
         "finish_time": iso(found.finish_time),
     }
     out["title"] = budget.labelled(found.title, source="lead", role="lead")
-    if wire is not None and wire.question:
-        out["question"] = budget.labelled(wire.question, source="teammate", role="teammate")
+    if found.question:
+        out["question"] = budget.labelled(found.question, source="teammate", role="teammate")
     if brief:
         return out
     out["description"] = budget.labelled(found.description, source="lead", role="lead", offset=offset)
@@ -79,19 +73,16 @@ def task(
     if found.error:
         out["error"] = budget.labelled(found.error, source=found.owner or "teammate", role="teammate")
     if found.attempts:
-        outcomes = wire.attempt_outcomes if wire is not None else tuple(a.outcome.name for a in found.attempts)
         out["attempts"] = [
-            {"attempt": a.attempt, "owner": a.owner, "outcome": outcome, "error": a.error[:500]}
-            for a, outcome in list(zip(found.attempts, outcomes, strict=True))[-5:]
+            {"attempt": a.attempt, "owner": a.owner, "outcome": a.outcome.name, "error": a.error[:500]}
+            for a in found.attempts[-5:]
         ]
     return out
 
 
-def claim(
-    held: aio.Claim, budget: TextBudget, *, resumed: bool, asked: questions.ClaimAnswers | None = None
-) -> dict[str, Any]:
+def claim(held: aio.Claim, budget: TextBudget, *, resumed: bool) -> dict[str, Any]:
     """A claim as the model sees it: the task, its lease, the Lead's answers to the
-    questions asked on it (`asked`), what its dependencies produced."""
+    questions asked on it, what its dependencies produced."""
     info = held.info
     out: dict[str, Any] = {
         "task_id": held.task.id,
@@ -102,8 +93,8 @@ def claim(
         "resumed": resumed,
         "task": task(held.task, budget),
     }
-    if asked is not None and asked.answers:
-        out["answers"] = [answer(given, budget) for given in asked.answers]
+    if held.answers:
+        out["answers"] = [answer(given, budget) for given in held.answers]
     out["dependency_results"] = {}
     out["dependency_results_omitted"] = list(info.dependency_results_omitted)
     for dep, result in info.dependency_results.items():
@@ -112,15 +103,7 @@ def claim(
             continue
         out["dependency_results"][dep] = budget.labelled(result, source=f"task {dep}", role="teammate")
     previous = info.previous_attempt
-    if asked is not None and asked.previous_attempt is not None:
-        ended = asked.previous_attempt  # an outcome the SDK does not read (ASKED)
-        out["previous_attempt"] = {
-            "attempt": ended.attempt,
-            "owner": ended.owner,
-            "outcome": questions.attempt_outcome_name(ended.outcome),
-            "error": budget.labelled(ended.error, source=ended.owner, role="teammate"),
-        }
-    elif previous is not None:
+    if previous is not None:
         out["previous_attempt"] = {
             "attempt": previous.attempt,
             "owner": previous.owner,
@@ -130,13 +113,13 @@ def claim(
     return out
 
 
-def answer(given: pb.QuestionAnswer, budget: TextBudget) -> dict[str, Any]:
+def answer(given: corral.QuestionAnswer, budget: TextBudget) -> dict[str, Any]:
     """A question asked on a task and the Lead's answer to it."""
     return {
         "question": budget.labelled(given.question, source=given.asked_by, role="teammate"),
         "answer": budget.labelled(given.answer, source="lead", role="lead"),
-        "ask_time": iso(questions.time_of(given, "ask_time")),
-        "answer_time": iso(questions.time_of(given, "answer_time")),
+        "ask_time": iso(given.ask_time),
+        "answer_time": iso(given.answer_time),
     }
 
 
@@ -178,19 +161,13 @@ def teammate(mate: corral.TeammateInfo) -> dict[str, Any]:
     }
 
 
-def event(item: questions.WatchItem, budget: TextBudget) -> dict[str, Any]:
+def event(item: corral.WatchEvent, budget: TextBudget) -> dict[str, Any]:
     """One Watch event, for the Lead's watch_events."""
     out: dict[str, Any] = {"seq": item.seq, "time": iso(item.time)}
-    if isinstance(item, questions.UnreadTask):
-        w = item.task
-        out.update(kind="task_changed", task_id=w.id, state=questions.state_name(w.state), owner=w.owner)
-        out["attempt"] = w.attempt
-        if w.question:
-            out["question"] = budget.labelled(w.question, source="teammate", role="teammate")
-    elif isinstance(item, questions.AskedQuestion):
+    if isinstance(item, corral.QuestionAsked):
         out.update(kind="question_asked", task_id=item.task_id, asked_by=item.asked_by)
         out["question"] = budget.labelled(item.question, source=item.asked_by, role="teammate")
-    elif isinstance(item, questions.AnsweredQuestion):
+    elif isinstance(item, corral.QuestionAnswered):
         out.update(kind="question_answered", task_id=item.task_id)
         out["question"] = budget.labelled(item.question, source="teammate", role="teammate")
         out["answer"] = budget.labelled(item.answer, source="lead", role="lead")
@@ -201,6 +178,8 @@ def event(item: questions.WatchItem, budget: TextBudget) -> dict[str, Any]:
             out["error"] = budget.labelled(t.error, source=t.owner or "teammate", role="teammate")
         if t.progress:
             out["progress"] = budget.labelled(t.progress, source=t.owner or "teammate", role="teammate")
+        if t.question:
+            out["question"] = budget.labelled(t.question, source="teammate", role="teammate")
     elif isinstance(item, corral.TeammateChanged):
         out.update(kind="teammate_changed", teammate=item.teammate.name, status=item.status.name)
         out["reason"] = item.reason.name
