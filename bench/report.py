@@ -847,6 +847,7 @@ def markdown(sections: dict, items: list[dict], context: dict) -> str:
     parts += _mcp(_r(sections, "mcp"))
     parts += _web(_r(sections, "web"))
     parts += _postgres(_r(sections, "postgres"))
+    parts += _reviews(_r(sections, "reviews"))
     if ANALYSIS.exists():
         parts += ["\n", ANALYSIS.read_text()]
     return "".join(parts)
@@ -1296,6 +1297,77 @@ def _semantics(sem: dict | None) -> list[str]:
         f"\n{cycles['teammates']} teammates on the Session (raw stubs, slots=1), {cycles['tasks']:,} tasks per run,"
         " a fresh daemon per variant; rounds alternate the variants.\n\n",
         _table(["variant", "cycles/s", "p99 ms", "daemon CPU ms/cycle", "errors"], cycle_rows),
+    ]
+
+
+def _reviews(rev: dict | None) -> list[str]:
+    """Section 9 (bench/reviews.py): cycles of tasks that each pass a review, against plain tasks."""
+    if not rev:
+        return []
+    if "unavailable" in rev:
+        return [f"\n## 9. Review before done\n\nNot measured: {rev['unavailable']}\n"]
+    rows = [
+        [
+            label,
+            _cell(rev[name]["throughput"]),
+            _cell(rev[name]["tasks_per_s"]),
+            _cell(rev[name]["p50_ms"], 2),
+            _cell(rev[name]["p99_ms"], 2),
+            _cell(rev[name]["server_cpu_ms"], 2),
+            _cell(rev[name]["jobs_per_cycle"], 3),
+            _share(rev[name]["handoff_share"]),
+            str(rev[name]["errors"]),
+        ]
+        for label, name in (
+            ("plain: claim → complete", "plain"),
+            (f'reviewed: claim → complete, then a review claim → approve (role "{rev["role"]}")', "reviewed"),
+        )
+    ]
+    rows.append(
+        [
+            "ratio reviewed/plain (per round, median)",
+            _ratio(rev["ratio"]["median"]),
+            _ratio(rev["tasks_ratio"]["median"]),
+            "",
+            "",
+            "",
+            _ratio(rev["jobs_ratio"]["median"]),
+            "",
+            "",
+        ]
+    )
+    per_round = "; ".join(
+        f"{' then '.join(r['order'])}: {r['plain']['throughput']:,.0f} / {r['reviewed']['throughput']:,.0f}"
+        f" cycles/s, ratio {r['ratio']:.2f}"
+        for r in rev["rounds"]
+    )
+    reviewed = rev["reviewed"]
+    return [
+        "\n## 9. Review before done\n\n",
+        f'{rev["teammates"]} teammates on the Session (raw stubs, slots=1), all holding role "{rev["role"]}",'
+        f" {rev['tasks']:,} independent tasks per run, a fresh daemon per variant; rounds alternate the"
+        ' variants. Reviewed tasks carry `review=ReviewPolicy(reviewer_role="rev")`: the holder\'s completion'
+        " leaves the task IN_REVIEW and the daemon hands a review's claim to another teammate, which answers it"
+        " with `verdict=ReviewVerdict(approve=True)` and no result. A cycle is one completion op answered, so a"
+        " reviewed task is two cycles (work and review) and its run ends when every task is COMPLETED. Writer"
+        " jobs per cycle are GetStats `writer.jobs` over the run (task creation left out) divided by the"
+        " cycles: the review's claim is handed off in the completing transaction when reviewed stays close to"
+        f" plain. The reviews' own cycles: p50 {_cell(reviewed['review_p50_ms'], 2)} ms, p99"
+        f" {_cell(reviewed['review_p99_ms'], 2)} ms. Per round (plain / reviewed): {per_round}.\n\n",
+        _table(
+            [
+                "variant",
+                "cycles/s",
+                "tasks/s",
+                "p50 ms",
+                "p99 ms",
+                "daemon CPU ms/cycle",
+                "writer jobs/cycle",
+                "claims handed off",
+                "errors",
+            ],
+            rows,
+        ),
     ]
 
 

@@ -21,6 +21,12 @@ Processes are started with the `spawn` context (gRPC does not survive fork),
 wait at a barrier, then run until a shared completion counter reaches the
 target or the deadline passes. Each teammate's completions are counted, so the
 driver can tell how evenly the work was shared.
+
+A review's claim (`Claim.review`, a task with `TaskSpec.review`) is answered
+like any claim, by the same loads (`idle`, `session`, `session_renew`,
+`session_rich`): its completion carries `verdict=ReviewVerdict(approve=True)`
+and no result. It counts as a cycle of its own (tallied as `reviews` besides),
+so a reviewed task is two cycles: its work and its review (bench/reviews.py).
 """
 
 from __future__ import annotations
@@ -76,6 +82,8 @@ class _Tally:
     errors: int = 0
     refused: int = 0  # RESOURCE_EXHAUSTED answers, retried
     claims: int = 0  # claims received
+    reviews: int = 0  # of `completed`: reviews' claims answered (approved)
+    review_latencies: list[float] = dataclasses.field(default_factory=list)  # theirs, also in `latencies`
     first_claim: float = 0.0
     last_done: float = 0.0
     per_teammate: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -121,6 +129,8 @@ async def _main(job: ClientJob, ready: mp.Queue, go, counter) -> dict:
         "error_samples": failures[:3],
         "refused": tally.refused,
         "claims": tally.claims,
+        "reviews": tally.reviews,
+        "review_latencies": tally.review_latencies,
         "first_claim": tally.first_claim,
         "last_done": tally.last_done,
         "per_teammate": {name: tally.per_teammate.get(name, 0) for name, _ in job.members},
@@ -134,14 +144,28 @@ def _claimed(tally: _Tally) -> float:
     return started
 
 
-def _count(tally: _Tally, counter, name: str, started: float) -> None:
+def _count(tally: _Tally, counter, name: str, started: float, review: bool = False) -> None:
     done = time.monotonic()
     tally.latencies.append(done - started)
+    if review:
+        tally.reviews += 1
+        tally.review_latencies.append(done - started)
     tally.completed += 1
     tally.per_teammate[name] = tally.per_teammate.get(name, 0) + 1
     tally.last_done = max(tally.last_done, done)
     with counter.get_lock():
         counter.value += 1
+
+
+APPROVE = pb.ReviewVerdict(approve=True)
+
+
+def _completion(claim: pb.Claim, **fields) -> pb.CompleteTaskRequest:
+    """The completion of `claim`: on a review's claim, an approving verdict and no result
+    (a result there is INVALID_ARGUMENT); on any other, exactly the request it always was."""
+    if claim.HasField("review"):
+        fields["verdict"] = APPROVE
+    return pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token, **fields)
 
 
 def _open_request() -> pb.IdleRequest:
@@ -166,9 +190,9 @@ async def _idle_teammate(channel, address: str, name: str, token: str, tally: _T
                     continue
                 started = _claimed(tally)
                 claim = response.claim
-                complete = pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token)
+                complete = _completion(claim)
                 if await _retrying(stub.CompleteTask, complete, md, tally):
-                    _count(tally, counter, name, started)
+                    _count(tally, counter, name, started, review=complete.HasField("verdict"))
             return
         except grpc.aio.AioRpcError as error:
             if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -256,10 +280,10 @@ async def _session_cycles(call, op_ids, name: str, tally: _Tally, counter) -> No
             if claim is None:
                 return
         started = _claimed(tally)
-        complete = pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token)
+        complete = _completion(claim)
         result, claim = await _op(call, op_ids, pb.SessionRequest(complete=complete), tally)
         if result.status.code == 0:
-            _count(tally, counter, name, started)
+            _count(tally, counter, name, started, review=complete.HasField("verdict"))
         else:
             tally.errors += 1
 
@@ -285,17 +309,17 @@ async def _renewing_cycles(call, op_ids, name: str, tally: _Tally, counter, rich
                 progress_fraction=0.5,
                 usage=RICH_USAGE,
             )
-            complete = pb.CompleteTaskRequest(task_id=task_id, claim_token=claim_token, usage=RICH_USAGE)
+            complete = _completion(claim, usage=RICH_USAGE)
         else:
             renew = pb.RenewLeaseRequest(task_id=task_id, claim_token=claim_token)
-            complete = pb.CompleteTaskRequest(task_id=task_id, claim_token=claim_token)
+            complete = _completion(claim)
         result, claim = await _op(call, op_ids, pb.SessionRequest(renew=renew), tally)
         if result.status.code != 0:
             tally.errors += 1
             continue
         result, claim = await _op(call, op_ids, pb.SessionRequest(complete=complete), tally, claim)
         if result.status.code == 0:
-            _count(tally, counter, name, started)
+            _count(tally, counter, name, started, review=complete.HasField("verdict"))
         else:
             tally.errors += 1
 
@@ -448,6 +472,8 @@ def run_clients(
     per_teammate = {name: n for o in outs for name, n in o["per_teammate"].items()}
     return {
         "completed": completed,
+        "reviews": sum(o["reviews"] for o in outs),
+        "review_latencies": [x for o in outs for x in o["review_latencies"]],
         "wall_s": wall,
         "throughput": completed / wall,
         "latencies": latencies,

@@ -21,17 +21,32 @@ from corral._errors import (
 )
 from corral._primitives import Flag
 from corral._retry import is_transient
-from corral._types import Attempt, ClaimEnded, ClaimEndReason, ClaimInfo, QuestionAnswer, Task, Usage
+from corral._types import (
+    Approve,
+    Attempt,
+    ClaimEnded,
+    ClaimEndReason,
+    ClaimInfo,
+    QuestionAnswer,
+    Reject,
+    ReviewItem,
+    Task,
+    Usage,
+)
 
 __all__ = [
     "DEAD_CLAIM_ERRORS",
+    "FEEDBACK_MAX_BYTES",
     "MIN_RENEW_INTERVAL",
     "PROGRESS_MAX_BYTES",
     "QUESTION_MAX_BYTES",
     "ClaimState",
+    "check_complete",
+    "check_decide",
     "check_progress",
     "check_question",
     "check_usage",
+    "check_verdict",
     "claim_ended_error",
     "end_reason_of",
     "lease_seconds",
@@ -65,6 +80,38 @@ def check_question(question: str) -> None:
         _refuse("question", "must not be empty")
     if len(question.encode("utf-8")) > QUESTION_MAX_BYTES:
         _refuse("question", f"longer than {QUESTION_MAX_BYTES} bytes of UTF-8")
+
+
+def check_complete(review: ReviewItem | None) -> None:
+    """Refuse, before any call, `complete` on a review's claim: the daemon wants a
+    verdict and no result there (InvalidArgument)."""
+    if review is not None:
+        _refuse("result", "a review's claim is answered with decide(corral.Approve() or corral.Reject(feedback))")
+
+
+# The daemon refuses longer review feedback (ReviewVerdict.feedback, ReviewTaskRequest.feedback).
+FEEDBACK_MAX_BYTES = 64 * 1024
+
+
+def check_verdict(verdict: object, feedback_field: str) -> None:
+    """Refuse, before any call, a verdict the daemon would refuse (InvalidArgument): a
+    value that is not an Approve or a Reject, a rejection without feedback, or feedback
+    over FEEDBACK_MAX_BYTES of UTF-8. `feedback_field` names the feedback as the
+    daemon would (`verdict.feedback` on a claim, `feedback` for the Lead)."""
+    if not isinstance(verdict, (Approve, Reject)):
+        _refuse("verdict", f"expected corral.Approve or corral.Reject, got {type(verdict).__name__}")
+    if isinstance(verdict, Reject) and not verdict.feedback.strip():
+        _refuse(feedback_field, "a rejection says why: feedback must not be empty")
+    if len(verdict.feedback.encode("utf-8")) > FEEDBACK_MAX_BYTES:
+        _refuse(feedback_field, f"longer than {FEEDBACK_MAX_BYTES} bytes of UTF-8")
+
+
+def check_decide(review: ReviewItem | None, verdict: object) -> None:
+    """Refuse, before any call, a verdict the daemon would refuse on a claim
+    (InvalidArgument): one on a work claim, or what `check_verdict` refuses."""
+    check_verdict(verdict, "verdict.feedback")
+    if review is None:
+        _refuse("verdict", "a work claim is finished with complete(result); only a review's claim decides")
 
 
 # The daemon refuses a longer model name (Usage.model).
@@ -198,6 +245,18 @@ class ClaimState:
         """Every question asked on this task (`ask`) and the Lead's answer, oldest first:
         a task claimed again after its question was answered resumes with them."""
         return self._info.answers
+
+    @property
+    def review(self) -> ReviewItem | None:
+        """Set on a review's claim: the result to judge (`task` is the task under
+        review, IN_REVIEW). Answer with `decide`, not `complete`. None on a work claim."""
+        return self._info.review
+
+    @property
+    def rejected_result(self) -> bytes:
+        """On a rework after a rejection: the result the review rejected, to revise
+        (`previous_attempt.feedback` says why); b"" otherwise."""
+        return self._info.rejected_result
 
     @property
     def fence(self) -> int:

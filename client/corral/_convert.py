@@ -18,6 +18,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from corral._errors import CorralError, FieldViolation, InvalidArgument
 from corral._tracing import current_trace_parent
 from corral._types import (
+    Approve,
     Attempt,
     AttemptOutcome,
     Budget,
@@ -39,6 +40,10 @@ from corral._types import (
     QuestionAnswer,
     QuestionAnswered,
     QuestionAsked,
+    Reject,
+    ReviewDecided,
+    ReviewItem,
+    ReviewPolicy,
     ShutdownAnswered,
     ShutdownRequest,
     Stats,
@@ -52,6 +57,7 @@ from corral._types import (
     TeammateInfo,
     TeammateStatus,
     Usage,
+    Verdict,
     WaitingFor,
     WatchEvent,
     WriterStats,
@@ -126,7 +132,32 @@ def task_spec_to_pb(spec: TaskSpec) -> pb.TaskSpec:
         trace_parent=spec.trace_parent,
         concurrency_key=spec.concurrency_key,
         attempt_timeout=duration_to_pb(spec.attempt_timeout),
+        review=review_policy_to_pb(spec.review),
     )
+
+
+def review_policy_to_pb(policy: ReviewPolicy | None) -> pb.ReviewPolicy | None:
+    """A ReviewPolicy as the wire message; None (no review) stays unset."""
+    if policy is None:
+        return None
+    return pb.ReviewPolicy(reviewer_role=policy.reviewer_role, max_rounds=policy.max_rounds)
+
+
+def review_policy_from_pb(message: Any) -> ReviewPolicy | None:
+    """The `review` field of a wire TaskSpec or Task; None when unset (no review)."""
+    if not message.HasField("review"):
+        return None
+    return ReviewPolicy(reviewer_role=message.review.reviewer_role, max_rounds=message.review.max_rounds)
+
+
+def verdict_to_pb(verdict: Verdict) -> pb.ReviewVerdict:
+    """An Approve or Reject as the wire ReviewVerdict."""
+    return pb.ReviewVerdict(approve=verdict.approve, feedback=verdict.feedback)
+
+
+def verdict_from_pb(message: pb.ReviewVerdict) -> Verdict:
+    """A wire ReviewVerdict as Approve or Reject."""
+    return Approve(message.feedback) if message.approve else Reject(message.feedback)
 
 
 def task_spec_from_pb(message: pb.TaskSpec) -> TaskSpec:
@@ -147,6 +178,7 @@ def task_spec_from_pb(message: pb.TaskSpec) -> TaskSpec:
         trace_parent=message.trace_parent,
         concurrency_key=message.concurrency_key,
         attempt_timeout=duration_from_pb(message, "attempt_timeout"),
+        review=review_policy_from_pb(message),
     )
 
 
@@ -185,6 +217,8 @@ def task_from_pb(message: pb.Task) -> Task:
         usage=usage_from_pb(message.usage),
         attempt_timeout=duration_from_pb(message, "attempt_timeout"),
         question=message.question,
+        review=review_policy_from_pb(message),
+        review_rounds=message.review_rounds,
     )
 
 
@@ -254,6 +288,8 @@ def attempt_from_pb(message: pb.TaskAttempt) -> Attempt:
         end_time=time_from_pb(message, "end_time"),
         outcome=AttemptOutcome(message.outcome),
         error=message.error,
+        verdict=verdict_from_pb(message.verdict) if message.HasField("verdict") else None,
+        feedback=message.feedback,
     )
 
 
@@ -296,6 +332,8 @@ def task_to_pb(task: Task) -> pb.Task:
         progress_fraction=task.progress_fraction,
         usage=usage_to_pb(task.usage),
         question=task.question,
+        review=review_policy_to_pb(task.review),
+        review_rounds=task.review_rounds,
     )
     for name in ("create_time", "lease_expire_time", "finish_time", "progress_time"):
         value = getattr(task, name)
@@ -325,6 +363,7 @@ def created_tasks_from_pb(request: pb.CreateTasksRequest, response: pb.CreateTas
             finish_time=time_from_pb(stored, "finish_time"),
             not_before_time=time_from_pb(sent, "not_before_time"),
             trace_parent=sent.trace_parent,
+            review=review_policy_from_pb(stored) or review_policy_from_pb(sent),
         )
         for sent, stored in zip(request.tasks, response.tasks, strict=True)
     ]
@@ -468,7 +507,14 @@ def claim_from_pb(claim: pb.Claim) -> ClaimInfo:
         },
         dependency_results_omitted=tuple(claim.dependency_results_omitted),
         answers=tuple(question_answer_from_pb(answer) for answer in claim.answers),
+        review=review_item_from_pb(claim.review) if claim.HasField("review") else None,
+        rejected_result=claim.rejected_result,
     )
+
+
+def review_item_from_pb(message: pb.ReviewItem) -> ReviewItem:
+    """A wire ReviewItem: the result a review's claim decides on."""
+    return ReviewItem(result=message.result, author=message.author, round=message.round)
 
 
 def question_answer_from_pb(message: pb.QuestionAnswer) -> QuestionAnswer:
@@ -554,6 +600,17 @@ def watch_event_from_pb(response: pb.WatchResponse) -> WatchEvent | None:
         answered = response.question_answered
         return QuestionAnswered(
             seq=seq, time=time, task_id=answered.task_id, question=answered.question, answer=answered.answer
+        )
+    if kind == "review_decided":
+        decided = response.review_decided
+        return ReviewDecided(
+            seq=seq,
+            time=time,
+            task_id=decided.task_id,
+            approve=decided.approve,
+            feedback=decided.feedback,
+            reviewer=decided.reviewer,
+            round=decided.round,
         )
     return None
 

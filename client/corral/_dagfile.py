@@ -52,7 +52,10 @@ _FIELDS: dict[str, str] = {
     "retry_backoff_max_seconds": "number",
     "concurrency_key": "string",
     "attempt_timeout_seconds": "number",
+    "review": "table",
 }
+# The keys of a task's `review` table (corral.ReviewPolicy) and the kind of each.
+_REVIEW_KEYS: dict[str, str] = {"reviewer_role": "string", "max_rounds": "integer"}
 # The daemon's TaskSpec field names that differ from the file's.
 _WIRE_TO_FILE = {
     "lease_duration": "lease_seconds",
@@ -63,7 +66,7 @@ _WIRE_TO_FILE = {
 }
 # Durations the daemon words in milliseconds and the file gives in seconds.
 _SECONDS_IN_FILE = frozenset({"lease_duration", "retry_backoff", "retry_backoff_max", "attempt_timeout"})
-_FIELD_PATH = re.compile(r"^tasks\[(\d+)\](?:\.(\w+))?")
+_FIELD_PATH = re.compile(r"^tasks\[(\d+)\](?:\.([\w.]+))?")
 _MILLISECONDS = re.compile(r"(\d+)ms\b")
 
 
@@ -187,7 +190,20 @@ def _spec(name: str, index: int, raw: Any, defaults: Mapping[str, Any]) -> corra
         retry_backoff_max=datetime.timedelta(seconds=backoff_max) if backoff_max is not None else None,
         concurrency_key=fields.get("concurrency_key", ""),
         attempt_timeout=datetime.timedelta(seconds=attempt_timeout) if attempt_timeout is not None else None,
+        review=_review(where, fields.get("review")),
     )
+
+
+def _review(where: str, table: dict[str, Any] | None) -> corral.ReviewPolicy | None:
+    """A task's `review` table as its ReviewPolicy: `{}` has the Lead review, with the
+    daemon's max_rounds; None (no table) means no review."""
+    if table is None:
+        return None
+    for key, value in table.items():
+        if key not in _REVIEW_KEYS:
+            raise DagError(f"{where}: review: unknown key {key!r}{_suggest(key, _REVIEW_KEYS)}")
+        _check_type(f"{where}: review.{key}", _REVIEW_KEYS[key], value)
+    return corral.ReviewPolicy(reviewer_role=table.get("reviewer_role", ""), max_rounds=table.get("max_rounds", 0))
 
 
 def _instant(where: str, text: str | None) -> datetime.datetime | None:
@@ -209,6 +225,7 @@ def _check_type(where: str, kind: str, value: Any) -> None:
         "integer": isinstance(value, int) and not isinstance(value, bool),
         "number": isinstance(value, (int, float)) and not isinstance(value, bool),
         "list of strings": isinstance(value, list) and all(isinstance(item, str) for item in value),
+        "table": isinstance(value, dict),
     }[kind]
     if not ok:
         article = "an" if kind[0] in "aeiou" else "a"

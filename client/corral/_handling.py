@@ -10,13 +10,17 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from corral._errors import PermanentFailure
-from corral._types import ExitReason, Message, RunSummary, ShutdownRequest, Task
+from corral._types import ExitReason, Message, RunSummary, ShutdownRequest, Task, Verdict
 
 Result = bytes | str | None
 Handler = Callable[[Task], Result]
 """A `corral.run_teammate` handler: the task in, its result out."""
 AsyncHandler = Callable[[Task], Result | Awaitable[Result]]
 """A `corral.aio.run_teammate` handler: a coroutine function or a plain one."""
+Reviewer = Callable[[Task, bytes], Verdict]
+"""A `corral.run_teammate` reviewer: the task under review and its result in, a verdict out."""
+AsyncReviewer = Callable[[Task, bytes], Verdict | Awaitable[Verdict]]
+"""A `corral.aio.run_teammate` reviewer: a coroutine function or a plain one."""
 
 # FailTask's error text is for people and agents reading the board: keep it
 # far below the daemon's message limits.
@@ -34,6 +38,7 @@ class RunOptions:
     on_message: Callable[[Message], Any] | None = None
     stop_on_idle_timeout: bool = True
     reconnect_timeout: float = 60.0
+    reviewer: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         if self.slots < 1:
@@ -47,7 +52,7 @@ class Tally:
         self._lock = threading.Lock()
         self._summary = RunSummary(exit_reason=ExitReason.IDLE_TIMEOUT)
 
-    def add(self, *, completed: int = 0, failed: int = 0, lost: int = 0, asked: int = 0) -> None:
+    def add(self, *, completed: int = 0, failed: int = 0, lost: int = 0, asked: int = 0, reviewed: int = 0) -> None:
         """Count finished claims."""
         with self._lock:
             s = self._summary
@@ -57,6 +62,7 @@ class Tally:
                 failed=s.failed + failed,
                 lost=s.lost + lost,
                 asked=s.asked + asked,
+                reviewed=s.reviewed + reviewed,
             )
 
     def summary(self, exit_reason: ExitReason, *, plan_id: str = "", plan_feedback: str = "") -> RunSummary:

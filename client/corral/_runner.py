@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import contextvars
 import datetime
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from corral._channel import unreachable_error, unreachable_warning
 from corral._claim import Claim
-from corral._claimstate import DEAD_CLAIM_ERRORS
+from corral._claimstate import DEAD_CLAIM_ERRORS, check_verdict
 from corral._errors import (
     CorralError,
     FailedPrecondition,
@@ -25,6 +26,7 @@ from corral._errors import (
 )
 from corral._handling import (
     Handler,
+    Reviewer,
     RunOptions,
     Tally,
     describe_failure,
@@ -37,11 +39,13 @@ from corral._retry import is_transient, retrying
 from corral._teammate import IdleEvent, Teammate
 from corral._tracing import handler_span
 from corral._types import (
+    Approve,
     BudgetExhausted,
     ExitReason,
     IdleTimeout,
     Message,
     PlanDecision,
+    Reject,
     RunSummary,
     ShutdownRequest,
 )
@@ -58,9 +62,12 @@ def current_claim() -> Claim:
 
     Use it for the `fence` (to guard external writes), `check()` (to stop
     long work once the lease is lost or the claim ended), `report_progress()`
-    and `renew(usage=...)` (to count what the work spends as it goes), and
-    `answers` (what the Lead said to the task's questions so far). Raises
-    LookupError outside a handler.
+    and `renew(usage=...)` (to count what the work spends as it goes),
+    `answers` (what the Lead said to the task's questions so far), and on a
+    rework `rejected_result` (the result a review sent back; why is in
+    `previous_attempt.feedback`). In a `reviewer`, it is the review's claim
+    (`review` says whose result, and which round). Raises LookupError outside a
+    handler.
     """
     return _current_claim.get()
 
@@ -77,6 +84,7 @@ def run_teammate(
     on_message: Callable[[Message], Any] | None = None,
     stop_on_idle_timeout: bool = True,
     reconnect_timeout: float = 60.0,
+    reviewer: Reviewer | None = None,
 ) -> RunSummary:
     """Connect as a teammate and work until told to stop; returns a RunSummary.
 
@@ -87,7 +95,18 @@ def run_teammate(
     it is `PermanentFailure`, and `NeedsInput(question)` asks the Lead that
     question instead (`Claim.ask`: the claim ends, the slot is free again, and the
     task comes back once answered, with `current_claim().answers`).
-    `current_claim()` inside the handler gives the claim.
+    `current_claim()` inside the handler gives the claim. A rework after a
+    rejected review carries the rejected result (`current_claim().rejected_result`)
+    and why (`current_claim().previous_attempt.feedback`).
+
+    `reviewer`: for a teammate holding a task's `ReviewPolicy.reviewer_role`. A
+    review's claim (`Claim.review`) runs `reviewer(task, result)` instead of the
+    handler, the same way (a thread, or the event loop for a coroutine function on
+    `corral.aio`), and the `corral.Approve()` or `corral.Reject(feedback)` it returns
+    decides the review (`Claim.decide`). A reviewer that raises, or returns
+    anything else, releases the claim: the review is offered again, no attempt
+    used. Without a `reviewer`, a review's claim is released at once (logged the
+    first time) so a teammate that can review takes it.
 
     When the claim ends under the handler (the Lead revoked it or canceled the
     task, its attempt time limit passed, its lease was lost) a coroutine
@@ -122,6 +141,7 @@ def run_teammate(
         on_message=on_message,
         stop_on_idle_timeout=stop_on_idle_timeout,
         reconnect_timeout=reconnect_timeout,
+        reviewer=reviewer,
     )
     with Teammate.connect(address, token, connect_timeout=reconnect_timeout) as teammate:
         return _Runner(teammate, handler, options).run()
@@ -142,6 +162,7 @@ class _Runner:
         self._connected = False
         self._plan_id = ""
         self._plan_feedback = ""
+        self._declined_a_review = False
 
     def run(self) -> RunSummary:
         try:
@@ -259,6 +280,9 @@ class _Runner:
     # ------------------------------------------------------------ claims
 
     def _work(self, claim: Claim) -> None:
+        if claim.review is not None:
+            self._review(claim)
+            return
         context_token = _current_claim.set(claim)
         try:
             with claim.keepalive():
@@ -280,6 +304,62 @@ class _Runner:
         if not self._report(claim, result, error):
             # The handler is done with a claim it did not finish: its slot is free now.
             self._quietly(claim.free_slot)
+
+    def _review(self, claim: Claim) -> None:
+        """A review's claim: the reviewer's verdict decides it; no reviewer, a reviewer
+        that raises or a verdict refused gives the claim back, to be offered again."""
+        review = claim.review
+        assert review is not None
+        reviewer = self._options.reviewer
+        if reviewer is None:
+            if not self._declined_a_review:
+                self._declined_a_review = True
+                _log.warning(
+                    "task %s: a review's claim came, but run_teammate has no reviewer=; "
+                    "released for a teammate that reviews (said once)",
+                    claim.task.id,
+                )
+            self._quietly(claim.release)
+            return
+        context_token = _current_claim.set(claim)
+        try:
+            with claim.keepalive():
+                try:
+                    with handler_span(claim.task.id, claim.attempt, claim.task.trace_parent):
+                        verdict = run_handler(functools.partial(reviewer, claim.task), review.result, stop=claim.ended)
+                    claim.check()
+                    if not isinstance(verdict, (Approve, Reject)):
+                        returned = type(verdict).__name__
+                        raise TypeError(f"reviewer returned {returned}; return corral.Approve() or corral.Reject(...)")
+                    check_verdict(verdict, "verdict.feedback")  # e.g. a Reject with no feedback
+                except LeaseLost:
+                    self._tally.add(lost=1)
+                    self._quietly(claim.free_slot)
+                    return
+                except Exception as exc:  # noqa: BLE001 (the review is offered again)
+                    _log.warning("task %s: the reviewer raised (%s); released, to be offered again", claim.task.id, exc)
+                    _log.debug("task %s: the reviewer's traceback", claim.task.id, exc_info=exc)
+                    self._quietly(claim.release)
+                    return
+        except BaseException:
+            self._quietly(claim.release)
+            raise
+        finally:
+            _current_claim.reset(context_token)
+        try:
+            self._retry(claim.decide, verdict)
+        except DEAD_CLAIM_ERRORS as exc:
+            _log.warning("task %s: verdict dropped, claim is dead (%s)", claim.task.id, exc)
+            self._tally.add(lost=1)
+            self._quietly(claim.free_slot)
+        except CorralError as exc:
+            _log.error("task %s: the verdict could not be given (%s); released", claim.task.id, exc)
+            self._tally.add(lost=1)
+            self._quietly(claim.release)
+        else:
+            self._tally.add(reviewed=1)
+            decided = "approved" if verdict.approve else f"rejected: {verdict.feedback.splitlines()[0][:200]}"
+            _log.info("task %s: review round %d %s", claim.task.id, review.round, decided)
 
     def _report(
         self,

@@ -30,6 +30,7 @@ from corral._types import (
     ShutdownRequest,
     Task,
     Usage,
+    Verdict,
 )
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
@@ -313,9 +314,15 @@ class _ClaimCalls:
         assert expire_time is not None, "a renew answered without lease_expire_time"
         return expire_time, answer.protocol_pending
 
-    def complete(self, task_id: str, token: str, result: bytes, usage: Usage | None = None) -> Task:
+    def complete(
+        self, task_id: str, token: str, result: bytes, usage: Usage | None = None, verdict: Verdict | None = None
+    ) -> Task:
         request = pb.CompleteTaskRequest(
-            task_id=task_id, claim_token=token, result=result, usage=_convert.usage_to_pb(usage)
+            task_id=task_id,
+            claim_token=token,
+            result=result,
+            usage=_convert.usage_to_pb(usage),
+            verdict=_convert.verdict_to_pb(verdict) if verdict is not None else None,
         )
         answer = self._session.call(pb.SessionRequest(complete=request))
         if answer is None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 __all__ = [
+    "Approve",
     "Attempt",
     "AttemptOutcome",
     "ClaimInfo",
@@ -27,6 +28,10 @@ __all__ = [
     "QuestionAnswer",
     "QuestionAnswered",
     "QuestionAsked",
+    "Reject",
+    "ReviewDecided",
+    "ReviewItem",
+    "ReviewPolicy",
     "RunSummary",
     "ShutdownAnswered",
     "ShutdownRequest",
@@ -39,6 +44,7 @@ __all__ = [
     "TeammateChanged",
     "TeammateInfo",
     "TeammateStatus",
+    "Verdict",
     "WatchEvent",
     "WriterStats",
 ]
@@ -50,6 +56,10 @@ class TaskState(enum.Enum):
     NEEDS_INPUT: its holder asked the Lead a question (`Claim.ask`); no one claims
     it until `Lead.answer_question` makes it PENDING again. Unfinished, like
     PENDING: its dependents wait, and a board holding one is not done.
+
+    IN_REVIEW: its holder completed it, but it was created with a `ReviewPolicy`:
+    its result (`Task.result`) waits for a reviewer's verdict (`Claim.decide`) or
+    the Lead's (`Lead.review_task`). Unfinished too: its dependents wait.
     """
 
     PENDING = 1
@@ -58,6 +68,7 @@ class TaskState(enum.Enum):
     FAILED = 4
     CANCELED = 5
     NEEDS_INPUT = 6
+    IN_REVIEW = 7
 
     @property
     def is_final(self) -> bool:
@@ -92,6 +103,20 @@ class TeammateChangeReason(enum.Enum):
     AWAITING_PLAN = 8
     ADDED = 9
     WAITING = 10
+
+
+@dataclass(frozen=True)
+class ReviewPolicy:
+    """A task whose completed result needs an approved review before it is COMPLETED.
+
+    `reviewer_role`: a teammate holding this role reviews (never the author of the
+    result); empty, the Lead does (`Lead.review_task`). `max_rounds` (1 to 20; 0:
+    the daemon's 3) is how many rejections fail the task, so a result that never
+    satisfies the reviewer cannot loop forever.
+    """
+
+    reviewer_role: str = ""
+    max_rounds: int = 0
 
 
 @dataclass(frozen=True)
@@ -134,6 +159,42 @@ class TaskSpec:
     trace_parent: str = ""
     concurrency_key: str = ""
     attempt_timeout: datetime.timedelta | None = None
+    # Set: a completion puts the task IN_REVIEW until a review approves it.
+    review: ReviewPolicy | None = None
+
+
+@dataclass(frozen=True)
+class Approve:
+    """A review's verdict: the result is good, the task COMPLETED with it. `feedback`
+    (optional, at most 64 KiB of UTF-8) is kept on the review's attempt."""
+
+    feedback: str = ""
+
+    @property
+    def approve(self) -> bool:
+        """True: the wire's ReviewVerdict.approve."""
+        return True
+
+
+@dataclass(frozen=True)
+class Reject:
+    """A review's verdict: the result goes back for rework. `feedback` says what to
+    change: required and at most 64 KiB of UTF-8 (`Claim.decide` and
+    `Lead.review_task` refuse an empty one with InvalidArgument before any call).
+    The next work claim carries it (`previous_attempt.feedback`) with the result it
+    rejects (`Claim.rejected_result`)."""
+
+    feedback: str
+
+    @property
+    def approve(self) -> bool:
+        """False: the wire's ReviewVerdict.approve."""
+        return False
+
+
+Verdict = Approve | Reject
+"""What a review decides: `Claim.decide`, a `run_teammate` reviewer's return value,
+`Lead.review_task`, and `Attempt.verdict`."""
 
 
 class AttemptOutcome(enum.Enum):
@@ -147,6 +208,7 @@ class AttemptOutcome(enum.Enum):
     CANCELED = 6
     REVOKED = 7
     ASKED = 8  # its holder asked the Lead a question (`Claim.ask`): uses no attempt
+    REJECTED = 9  # a review rejected the result (`Attempt.feedback`): rework, using no attempt
 
 
 @dataclass(frozen=True)
@@ -156,6 +218,10 @@ class Attempt:
     `attempt` counts failures and expiries (a release does not use one up),
     so two entries may share a number; `fence` is the claim's own. `error` is
     FailTask's error, the expiry's or cancel's reason, or empty.
+
+    A review's claim (or the Lead's `review_task`, owner "lead") carries its
+    `verdict` once decided: an approval ends COMPLETED, a rejection REJECTED with
+    the verdict's `feedback` (which a rework's `previous_attempt` passes on).
     """
 
     attempt: int
@@ -165,6 +231,8 @@ class Attempt:
     end_time: datetime.datetime | None  # None while in progress
     outcome: AttemptOutcome
     error: str = ""
+    verdict: Verdict | None = None  # a review's verdict; None for work
+    feedback: str = ""  # a rejection's feedback (REJECTED)
 
 
 class TeammateAvailability(enum.Enum):
@@ -271,6 +339,10 @@ class Task:
     attempts_used: int = 0
     # NEEDS_INPUT: the question its holder asked, waiting for the Lead's answer; "" otherwise.
     question: str = ""
+    # As created (max_rounds filled in); None: no review. While IN_REVIEW, `result`
+    # is the result waiting for the verdict.
+    review: ReviewPolicy | None = None
+    review_rounds: int = 0  # rejections so far
 
 
 @dataclass(frozen=True)
@@ -423,6 +495,17 @@ class QuestionAnswer:
 
 
 @dataclass(frozen=True)
+class ReviewItem:
+    """What a review's claim (`Claim.review`) asks a verdict on: the result its
+    author's claim completed, and which review of the task this is (1, then one
+    more after each rejection)."""
+
+    result: bytes
+    author: str  # the teammate whose result it is (never the reviewer)
+    round: int
+
+
+@dataclass(frozen=True)
 class ClaimInfo:
     """The data of a claim: an exclusive, leased hold on one task.
 
@@ -444,6 +527,11 @@ class ClaimInfo:
     dependency_results_omitted: tuple[str, ...] = ()
     # Every question asked on the task and its answer, oldest first (at most 20).
     answers: tuple[QuestionAnswer, ...] = ()
+    # Set on a review's claim (answer it with `Claim.decide`); None on a work claim.
+    review: ReviewItem | None = None
+    # A rework after a rejection: the result the review rejected (the feedback is
+    # `previous_attempt.feedback`), to revise rather than start over.
+    rejected_result: bytes = b""
 
 
 # ---------------------------------------------------------------- stats
@@ -507,8 +595,8 @@ class Stats:
 
     @property
     def active_tasks(self) -> int:
-        """Tasks not yet final (PENDING, IN_PROGRESS or NEEDS_INPUT)."""
-        return self.count(TaskState.PENDING, TaskState.IN_PROGRESS, TaskState.NEEDS_INPUT)
+        """Tasks not yet final (PENDING, IN_PROGRESS, NEEDS_INPUT or IN_REVIEW)."""
+        return self.count(TaskState.PENDING, TaskState.IN_PROGRESS, TaskState.NEEDS_INPUT, TaskState.IN_REVIEW)
 
 
 @dataclass(frozen=True)
@@ -639,6 +727,21 @@ class QuestionAnswered:
     answer: str
 
 
+@dataclass(frozen=True)
+class ReviewDecided:
+    """A review of a task was decided (by a reviewer teammate, or by the Lead:
+    `reviewer` "lead"): approved, the task is COMPLETED; rejected, it is PENDING
+    for rework (or FAILED, at its policy's max_rounds)."""
+
+    seq: int
+    time: datetime.datetime | None
+    task_id: str
+    approve: bool
+    feedback: str
+    reviewer: str
+    round: int
+
+
 WatchEvent = (
     TaskChanged
     | TeammateChanged
@@ -649,6 +752,7 @@ WatchEvent = (
     | BudgetExhaustedEvent
     | QuestionAsked
     | QuestionAnswered
+    | ReviewDecided
 )
 """Any event `Lead.watch` yields."""
 
@@ -671,7 +775,8 @@ class RunSummary:
 
     `completed` counts tasks the handler finished and the daemon accepted;
     `failed` counts handler exceptions reported with FailTask; `asked` counts
-    questions the handler asked the Lead (`NeedsInput`); `lost` counts
+    questions the handler asked the Lead (`NeedsInput`); `reviewed` counts
+    verdicts the `reviewer` handler gave and the daemon accepted; `lost` counts
     claims whose outcome was dropped: the lease was lost, the task was
     canceled under the handler, or the daemon could not be told.
     """
@@ -683,3 +788,4 @@ class RunSummary:
     asked: int = 0
     plan_id: str = ""
     plan_feedback: str = ""
+    reviewed: int = 0

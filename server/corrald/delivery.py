@@ -92,7 +92,7 @@ def serve_waiters(tx: Txn, waiters: Sequence[StreamView], *, besides: str = "") 
         return False
     checked = False
     for stream in waiters:
-        if not tasks.any_ready(tx.conn, stream.roles):
+        if not tasks.any_ready(tx.conn, stream.roles, stream.name):
             continue
         checked = True
         found = next_for_teammate(tx, stream.name, stream)
@@ -178,7 +178,7 @@ def look(conn: sqlite3.Connection, name: str, stream: StreamView, now_ms: int) -
     alive_ms = stream.last_alive_ms
     if _claims_paused(alive_ms, checked.teammate.last_expiry_ms, now_ms):
         return Delivery([], checked.live, can_claim=False, claims_paused=True, alive_ms=alive_ms)
-    if tasks.any_ready(conn, checked.teammate.roles):
+    if tasks.any_ready(conn, checked.teammate.roles, name):
         return None
     # As after a claim attempt that found nothing: a task becoming ready wakes this stream.
     return Delivery([], checked.live, can_claim=True, claims_paused=False)

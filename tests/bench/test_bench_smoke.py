@@ -26,6 +26,7 @@ SECTIONS = [
     "latency",
     "scale",
     "semantics",
+    "reviews",
     "mcp",
 ]
 EXPECTED = {
@@ -45,6 +46,7 @@ EXPECTED = {
     ],
     "scale": ["board_size", "streams", "busy_writer", "submissions"],
     "semantics": ["claims", "cycles"],
+    "reviews": ["rounds", "ratio", "tasks_ratio", "jobs_ratio", "plain", "reviewed"],
     "mcp": ["sdk", "in_process", "stdio", "ready_to_return", "bridge_rss_mib"],
     "postgres": [
         "shared_cores",
@@ -155,6 +157,16 @@ def _check_figures(results: pathlib.Path) -> None:
     assert "unavailable" not in cycles, cycles
     assert cycles["plain"]["errors"] == 0 and cycles["semantics"]["errors"] == 0, cycles
     assert FIGURE_KEYS <= cycles["ratio"].keys() and FIGURE_KEYS <= semantics["claims"]["ratio_p50"].keys()
+    reviews = _results(results, "reviews")
+    # Every reviewed task was worked and then approved by a review's claim, and ended COMPLETED.
+    assert "unavailable" not in reviews, reviews
+    for name in ("plain", "reviewed"):
+        assert reviews[name]["errors"] == 0 and not reviews[name]["timed_out"], (name, reviews[name])
+        assert reviews[name]["tasks_completed"] == [reviews["tasks"]] * len(reviews["rounds"]), reviews[name]
+        assert FIGURE_KEYS <= reviews[name]["jobs_per_cycle"].keys()
+    assert reviews["reviewed"]["reviews"] == [reviews["tasks"]] * len(reviews["rounds"]), reviews["reviewed"]
+    assert reviews["plain"]["reviews"] == [0] * len(reviews["rounds"])
+    assert FIGURE_KEYS <= reviews["ratio"].keys()
 
 
 @pytest.mark.timeout(240)

@@ -71,6 +71,12 @@ REFUSED_BY_THE_DAEMON = [
         ["later.yaml: task 'a' (tasks[0]): not_before: more than a year ahead"],
         id="not-before-too-far",
     ),
+    pytest.param(
+        "rounds.toml",
+        '[[tasks]]\nid = "a"\nreview = { reviewer_role = "qa", max_rounds = 50 }\n',
+        ["rounds.toml: task 'a' (tasks[0]): review.max_rounds:", "50"],
+        id="review-rounds-out-of-range",
+    ),
 ]
 
 REFUSED_BY_THE_CLI = [
@@ -115,6 +121,24 @@ REFUSED_BY_THE_CLI = [
         '[[tasks]]\ntitle = "who am I"\n',
         ["noid.toml: tasks[0]: id: missing"],
         id="missing-id",
+    ),
+    pytest.param(
+        "review.toml",
+        '[[tasks]]\nid = "a"\nreview = "yes"\n',
+        ["review.toml: task 'a' (tasks[0]): review: expected a table, got string \"yes\""],
+        id="review-not-a-table",
+    ),
+    pytest.param(
+        "reviewer.yaml",
+        "tasks:\n  - id: a\n    review: {reviewer: qa}\n",
+        ["reviewer.yaml: task 'a' (tasks[0]): review: unknown key 'reviewer' (did you mean 'reviewer_role'?)"],
+        id="review-unknown-key",
+    ),
+    pytest.param(
+        "rounds.json",
+        '{"tasks": [{"id": "a", "review": {"max_rounds": "3"}}]}',
+        ["rounds.json: task 'a' (tasks[0]): review.max_rounds: expected an integer, got string \"3\""],
+        id="review-rounds-not-an-integer",
     ),
     pytest.param("broken.toml", '[[tasks]\nid = "a"\n', ["broken.toml: not valid TOML:", "line 1"], id="bad-toml"),
     pytest.param("broken.json", '{"tasks": [{"id": "a"},', ["broken.json: not valid JSON:", "line 1"], id="bad-json"),
@@ -202,3 +226,17 @@ def test_parser_accepts_a_bare_list_and_refuses_unknown_top_level_keys():
         parse_dag('[defaults]\ntitle = "t"\n[[tasks]]\nid = "a"\n', "toml", name="x")
     with pytest.raises(DagError, match="max_attempts: expected an integer, got boolean true"):
         parse_dag('[[tasks]]\nid = "a"\nmax_attempts = true\n', "toml", name="x")
+
+
+@pytest.mark.timeout(10)
+def test_parser_reads_a_review_table_as_the_tasks_review_policy():
+    dag = parse_dag(
+        '[[tasks]]\nid = "a"\nreview = { reviewer_role = "qa", max_rounds = 2 }\n'
+        '[[tasks]]\nid = "b"\nreview = {}\n[[tasks]]\nid = "c"\n',
+        "toml",
+        name="x.toml",
+    )
+    a, b, c = dag.specs
+    assert a.review == corral.ReviewPolicy("qa", 2)
+    assert b.review == corral.ReviewPolicy(), "an empty table: the Lead reviews, with the daemon's max_rounds"
+    assert c.review is None

@@ -62,6 +62,11 @@ def test_sample_dag_has_the_promised_shapes():
     assert [spec.id for spec in specs.values() if spec.required_role] == ["security-review"]
     assert len({spec.priority for spec in specs.values()}) >= 4
     assert sum(b'"fail_first_attempt": true' in spec.payload for spec in specs.values()) == 1
+    # One result an editor reviews (two teammates hold the role: never the author), one question to the Lead.
+    assert [(spec.id, spec.review) for spec in specs.values() if spec.review is not None] == [
+        ("changelog", corral.ReviewPolicy("editor", 3))
+    ]
+    assert [spec.id for spec in specs.values() if b'"ask":' in spec.payload] == ["release-notes"]
     assert set(expected_values(list(specs.values()))) == set(specs)  # every task computes a value from its deps
 
 
@@ -82,11 +87,25 @@ def test_demo_runs_to_completion_without_a_terminal(short_dir):
     assert "eve submitted plan" in out and "lead approved eve's plan" in out
     assert "message from brook:" in out
     assert "integration attempt 1 failed (SimulatedFailure:" in out
+    assert re.search(r"^\[\s*\d+\.\ds\] (cyd|dee) rejected changelog \(review round 1\): Say which", out, re.MULTILINE)
+    assert re.search(r"^\[\s*\d+\.\ds\] (cyd|dee) approved changelog \(review round 2\)$", out, re.MULTILINE)
+    assert re.search(r"^\[\s*\d+\.\ds\] \w+ asked about release-notes: Which version", out, re.MULTILINE)
+    assert "the lead answered release-notes: Announce version 1.0." in out
     # The summary.
     assert f"corral demo: {total}/{total} tasks completed in" in out
     assert f"attempts    {total + 1} (1 retry: integration)" in out
     assert re.search(r"throughput  \d+\.\d cycles/s", out)
     assert re.search(r"writer      queue depth p99 \d", out)
+    assert re.search(
+        r"^  reviews     changelog: round 1 rejected by (cyd|dee) \('Say which services changed\.'\), "
+        r"round 2 approved by (cyd|dee)$",
+        out,
+        re.MULTILINE,
+    ), out
+    assert (
+        "  questions   release-notes asked 'Which version do the notes announce?', "
+        "the lead answered 'Announce version 1.0.'"
+    ) in out
     assert "every one approved its shutdown and exited 0" in out
 
     # The state directory is kept: a daemon on it shows every task completed.
@@ -102,6 +121,9 @@ def test_demo_runs_to_completion_without_a_terminal(short_dir):
     by_id = {task.id: task for task in tasks}
     assert by_id["security-review"].owner == "dee"  # the only reviewer
     assert by_id["integration"].attempt == 2
+    changelog = by_id["changelog"]
+    assert changelog.review_rounds == 1 and b'"revised":"Say which services changed."' in changelog.result
+    assert b'"answer":"Announce version 1.0."' in by_id["release-notes"].result
 
 
 @pytest.mark.timeout(120)
@@ -158,7 +180,9 @@ def test_demo_refuses_a_role_no_teammate_holds(tmp_path):
     dag.write_text("tasks:\n  - id: ship\n    required_role: deployer\n", encoding="utf-8")
     result = run_demo("--dag", str(dag), "--dir", str(tmp_path))
     assert result.returncode == 1
-    assert "task 'ship' requires role 'deployer', which no demo teammate holds (roles: reviewer)" in result.stderr
+    assert (
+        "task 'ship' requires role 'deployer', which no demo teammate holds (roles: editor, reviewer)" in result.stderr
+    )
 
 
 @pytest.mark.timeout(60)

@@ -40,6 +40,8 @@ TASK_KEYS = {
     "concurrency_key",
     "usage",
     "question",
+    "review",
+    "review_rounds",
     "payload",
     "result",
 }
@@ -161,7 +163,7 @@ def test_list_filters_by_state_and_show_gives_one_task(cli, write_file, lead, st
     mate.result()
 
 
-ATTEMPT_KEYS = {"attempt", "owner", "fence", "claim_time", "end_time", "outcome", "error"}
+ATTEMPT_KEYS = {"attempt", "owner", "fence", "claim_time", "end_time", "outcome", "error", "verdict", "feedback"}
 
 
 @pytest.mark.timeout(60)

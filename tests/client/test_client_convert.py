@@ -18,6 +18,9 @@ from corral._types import (
     QuestionAnswer,
     QuestionAnswered,
     QuestionAsked,
+    ReviewDecided,
+    ReviewItem,
+    ReviewPolicy,
     ShutdownAnswered,
     ShutdownRequest,
     Task,
@@ -38,6 +41,9 @@ int32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
 instants = st.datetimes(
     min_value=datetime.datetime(1970, 1, 2), max_value=datetime.datetime(2200, 1, 1), timezones=st.just(UTC)
 )
+policies = st.none() | st.builds(
+    ReviewPolicy, reviewer_role=st.text(max_size=10), max_rounds=st.integers(min_value=0, max_value=20)
+)
 spans = st.timedeltas(min_value=datetime.timedelta(microseconds=1), max_value=datetime.timedelta(days=1))
 
 task_specs = st.builds(
@@ -51,6 +57,7 @@ task_specs = st.builds(
     max_attempts=st.none() | st.integers(min_value=1, max_value=100),
     lease_duration=st.none() | spans,
     required_role=st.text(max_size=10),
+    review=policies,
 )
 
 tasks = st.builds(
@@ -74,6 +81,8 @@ tasks = st.builds(
     lease_expire_time=st.none() | instants,
     finish_time=st.none() | instants,
     question=st.text(max_size=50),
+    review=policies,
+    review_rounds=st.integers(min_value=0, max_value=20),
 )
 
 
@@ -229,6 +238,64 @@ def test_a_waiting_question_and_a_claims_answers_convert() -> None:
         pb.GetStatsResponse(tasks_by_state={"TASK_STATE_NEEDS_INPUT": 2, "TASK_STATE_COMPLETED": 1})
     )
     assert stats.count(TaskState.NEEDS_INPUT) == 2 and stats.active_tasks == 2, "a waiting question is unfinished"
+
+
+def test_reviews_convert() -> None:
+    wire = _convert.task_spec_to_pb(TaskSpec("t", review=ReviewPolicy()))
+    assert wire.HasField("review") and wire.review.max_rounds == 0, "a policy with the defaults is still one"
+    assert not _convert.task_spec_to_pb(TaskSpec("t")).HasField("review")
+
+    task = _convert.task_from_pb(
+        pb.Task(
+            id="t",
+            state=pb.TASK_STATE_IN_REVIEW,
+            result=b"draft",
+            review=pb.ReviewPolicy(reviewer_role="qa", max_rounds=3),
+            review_rounds=1,
+        )
+    )
+    assert (task.state, task.review, task.review_rounds) == (TaskState.IN_REVIEW, ReviewPolicy("qa", 3), 1)
+    assert not task.state.is_final
+
+    claim = pb.Claim(task=pb.Task(id="t", state=pb.TASK_STATE_IN_REVIEW), claim_token="tok", attempt=1, fence=3)
+    claim.review.CopyFrom(pb.ReviewItem(result=b"draft", author="ann", round=2))
+    assert _convert.claim_from_pb(claim).review == ReviewItem(b"draft", "ann", 2)
+    work = pb.Claim(task=pb.Task(id="t", state=pb.TASK_STATE_IN_PROGRESS), rejected_result=b"draft")
+    work.previous_attempt.CopyFrom(
+        pb.TaskAttempt(
+            attempt=1,
+            owner="rev",
+            outcome=pb.ATTEMPT_OUTCOME_REJECTED,
+            verdict=pb.ReviewVerdict(approve=False, feedback="add tests"),
+            feedback="add tests",
+        )
+    )
+    info = _convert.claim_from_pb(work)
+    assert (info.review, info.rejected_result) == (None, b"draft")
+    assert info.previous_attempt is not None
+    previous = info.previous_attempt
+    assert (previous.outcome, previous.verdict, previous.feedback) == (
+        corral.AttemptOutcome.REJECTED,
+        corral.Reject("add tests"),
+        "add tests",
+    )
+    approved = _convert.attempt_from_pb(
+        pb.TaskAttempt(outcome=pb.ATTEMPT_OUTCOME_COMPLETED, verdict=pb.ReviewVerdict(approve=True))
+    )
+    assert approved.verdict == corral.Approve()
+    assert _convert.attempt_from_pb(pb.TaskAttempt(outcome=pb.ATTEMPT_OUTCOME_COMPLETED)).verdict is None
+    for verdict in (corral.Approve(), corral.Approve("nice"), corral.Reject("why")):
+        assert _convert.verdict_from_pb(_convert.verdict_to_pb(verdict)) == verdict
+
+    response = pb.WatchResponse(
+        seq=9, review_decided=pb.ReviewDecided(task_id="t", approve=False, feedback="why", reviewer="rev", round=1)
+    )
+    response.time.FromSeconds(40)
+    event = _convert.watch_event_from_pb(response)
+    assert event == ReviewDecided(9, _stamp(40), "t", False, "why", "rev", 1)
+
+    stats = _convert.stats_from_pb(pb.GetStatsResponse(tasks_by_state={"TASK_STATE_IN_REVIEW": 2}))
+    assert stats.count(TaskState.IN_REVIEW) == 2 and stats.active_tasks == 2, "a task in review is unfinished"
 
 
 def test_unknown_change_reason_is_reported_as_unspecified() -> None:

@@ -8,6 +8,7 @@ import corral.aio
 
 EXPECTED_CORRAL = [
     "AlreadyExists",
+    "Approve",
     "Attempt",
     "AttemptOutcome",
     "AttemptTimedOut",
@@ -49,6 +50,10 @@ EXPECTED_CORRAL = [
     "QuestionAnswer",
     "QuestionAnswered",
     "QuestionAsked",
+    "Reject",
+    "ReviewDecided",
+    "ReviewItem",
+    "ReviewPolicy",
     "RunSummary",
     "ShutdownAnswered",
     "ShutdownRequest",
@@ -68,6 +73,7 @@ EXPECTED_CORRAL = [
     "Unauthenticated",
     "Unavailable",
     "Usage",
+    "Verdict",
     "ViewerInfo",
     "WaitingFor",
     "WatchEvent",
@@ -162,8 +168,43 @@ def test_claims_ask_the_lead_and_the_lead_answers() -> None:
         "ask_time",
         "answer_time",
     ]
-    assert dataclasses.fields(corral.ClaimInfo)[-1].name == "answers"
+    assert "answers" in {f.name for f in dataclasses.fields(corral.ClaimInfo)}
     assert corral.RunSummary(corral.ExitReason.SHUTDOWN).asked == 0
+
+
+def test_reviews_have_a_small_typed_surface() -> None:
+    for claim in (corral.Claim, corral.aio.Claim):
+        parameters = inspect.signature(claim.decide).parameters
+        assert list(parameters) == ["self", "verdict", "usage"] and parameters["usage"].default is None
+        for name in ("review", "rejected_result"):
+            assert isinstance(inspect.getattr_static(claim, name), property)
+    for lead in (corral.Lead, corral.aio.Lead):
+        assert list(inspect.signature(lead.review_task).parameters) == ["self", "task_id", "verdict"]
+    for run in (corral.run_teammate, corral.aio.run_teammate):
+        reviewer = inspect.signature(run).parameters["reviewer"]
+        assert reviewer.kind is inspect.Parameter.KEYWORD_ONLY and reviewer.default is None
+    assert not corral.TaskState.IN_REVIEW.is_final
+    assert corral.AttemptOutcome.REJECTED.value == 9
+    assert corral.ReviewPolicy() == corral.ReviewPolicy(reviewer_role="", max_rounds=0)
+    assert {f.name: f.default for f in dataclasses.fields(corral.TaskSpec)}["review"] is None
+    task_fields = {f.name: f.default for f in dataclasses.fields(corral.Task)}
+    assert (task_fields["review"], task_fields["review_rounds"]) == (None, 0)
+    attempt_fields = {f.name: f.default for f in dataclasses.fields(corral.Attempt)}
+    assert (attempt_fields["verdict"], attempt_fields["feedback"]) == (None, "")
+    assert [f.name for f in dataclasses.fields(corral.ReviewItem)] == ["result", "author", "round"]
+    assert [f.name for f in dataclasses.fields(corral.ClaimInfo)][-2:] == ["review", "rejected_result"]
+    assert [f.name for f in dataclasses.fields(corral.ReviewDecided)] == [
+        "seq",
+        "time",
+        "task_id",
+        "approve",
+        "feedback",
+        "reviewer",
+        "round",
+    ]
+    for value in (corral.ReviewPolicy(), corral.Approve(), corral.Reject("why"), corral.ReviewItem(b"", "a", 1)):
+        assert dataclasses.is_dataclass(value) and type(value).__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert corral.RunSummary(corral.ExitReason.SHUTDOWN).reviewed == 0
 
 
 def test_the_lazy_table_matches_the_imports_type_checkers_see() -> None:

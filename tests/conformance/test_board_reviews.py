@@ -205,6 +205,21 @@ def test_a_bad_review_policy_is_refused_naming_the_field(board, policy, field):
     assert board.dump() == before
 
 
+def test_a_retry_with_reset_attempts_gives_a_failed_review_its_rounds_again(team_):
+    team_.create(_reviewed("a", rounds=1))
+    team_.complete("ann", "a", team_.claim("ann").token)
+    team_.complete("rita", "a", team_.claim("rita").token, b"", verdict=REJECT)
+    assert team_.task("a").state is TaskState.FAILED
+    team_.run(team_.board.retry_tasks(["a"], False))
+    team_.complete("ann", "a", team_.claim("ann").token)
+    team_.complete("rita", "a", team_.claim("rita").token, b"", verdict=REJECT)
+    assert (team_.state("a"), team_.task("a").review_rounds) == (TaskState.FAILED, 2), "kept: one rejection fails it"
+    team_.run(team_.board.retry_tasks(["a"], True))
+    assert team_.task("a").review_rounds == 0
+    team_.complete("ann", "a", team_.claim("ann").token)
+    assert team_.complete("ravi", "a", team_.claim("ravi").token, b"", verdict=APPROVE).state is TaskState.COMPLETED
+
+
 def test_the_same_spec_with_another_review_is_another_task(board):
     board.create(_reviewed("a"))
     board.create(_reviewed("a"))  # the same: idempotent

@@ -151,3 +151,44 @@ def test_bad_reviews_are_refused_with_the_field_and_nothing_is_written(daemon):
     error = rpc_error(ann.lead.ReviewTask, pb.ReviewTaskRequest(task_id="plain", approve=True))
     assert_status(error, grpc.StatusCode.PERMISSION_DENIED, reason="PERMISSION_DENIED")
     stream.cancel()
+
+
+def test_a_waiting_reviewer_is_handed_the_review_in_the_completing_job(daemon):
+    """No writer job of its own: the completion's job claims the review for the parked
+    reviewer, as it would a ready task (GetStats counts the jobs and the handoffs)."""
+    ann, rita = daemon.add_teammate("ann"), daemon.add_teammate("rita", roles=["rev"])
+    daemon.create_tasks(_reviewed("a"))
+    author = _open(ann, "session")
+    work = author.next_event("claim", timeout=5.0)
+    reviewer = _open(rita, "session")
+    reviewer.expect_quiet(0.3, then=lambda: _task(daemon, "a"))  # parked: nothing for rita yet
+    before = daemon.lead.board.GetStats(pb.GetStatsRequest())
+    _complete(ann, author, work, b"draft")
+    review = reviewer.next_event("claim", timeout=5.0)
+    after = daemon.lead.board.GetStats(pb.GetStatsRequest())
+    assert review.review.author == "ann"
+    assert after.writer.jobs - before.writer.jobs == 1, "the completion's job, and none for the review"
+    assert after.claims_handed_off - before.claims_handed_off == 1
+    author.cancel()
+    reviewer.cancel()
+
+
+def test_a_reviewer_that_connects_after_the_review_waits_gets_it(daemon):
+    ann = daemon.add_teammate("ann")
+    reviewers = {
+        "idle": daemon.add_teammate("rita", roles=["rev"]),
+        "session": daemon.add_teammate("ravi", roles=["rev"]),
+    }
+    daemon.create_tasks(_reviewed("a"), _reviewed("b"))
+    author = Stream(ann.teammate.Idle(pb.IdleRequest(slots=2), timeout=STREAM_TIMEOUT_S), ann.name)
+    for claim in [author.next_event("claim", timeout=5.0) for _ in range(2)]:
+        _complete(ann, author, claim, claim.task.id.encode())
+    got = set()
+    for transport, mate in reviewers.items():
+        reviewer = _open(mate, transport)  # its first check finds the review waiting
+        review = reviewer.next_event("claim", timeout=5.0)
+        assert review.review.author == "ann" and review.review.result == review.task.id.encode()
+        got.add(review.task.id)
+        reviewer.cancel()
+    assert got == {"a", "b"}
+    author.cancel()

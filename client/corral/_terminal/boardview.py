@@ -25,7 +25,7 @@ from rich.text import Text
 
 import corral
 
-from .output import first_line, progress_label, short, state_name, styled, waiting_text
+from .output import blob_text, first_line, progress_label, short, state_name, styled, waiting_text
 
 HISTORY_LINES = 8
 PLAIN_PROGRESS_EVERY = 0.5
@@ -95,6 +95,10 @@ class BoardModel:
             self.note(f"{event.asked_by} asked about {event.task_id}: {short(event.question, 80)}")
         elif isinstance(event, corral.QuestionAnswered):
             self.note(f"the lead answered {event.task_id}: {short(event.answer, 60)}")
+        elif isinstance(event, corral.ReviewDecided):
+            verdict = "approved" if event.approve else "rejected"
+            because = f": {short(event.feedback, 60)}" if event.feedback else ""
+            self.note(f"{event.reviewer} {verdict} {event.task_id} (review round {event.round}){because}")
 
     def note(self, line: str, *, notable: bool = True) -> None:
         """Add a line to the history (and, if notable, to the plain output)."""
@@ -118,6 +122,9 @@ class BoardModel:
             return
         if was_running and old is not None and old.owner:
             self._clear_current(old.owner, task.id)
+        reviewing = old is not None and old.state is corral.TaskState.IN_REVIEW and old.owner
+        if reviewing and old is not None and (task.owner, task.state) != (old.owner, old.state):
+            self._clear_current(old.owner, task.id)  # the review's claim ended
         state = task.state
         if state is corral.TaskState.IN_PROGRESS:
             self.first_claim = self.first_claim or time.monotonic()
@@ -138,6 +145,11 @@ class BoardModel:
             self.note(f"{task.id} FAILED after {task.attempt} attempt(s): {short(first_line(task.error), 60)}")
         elif state is corral.TaskState.CANCELED:
             self.note(f"{task.id} canceled")
+        elif state is corral.TaskState.IN_REVIEW and task.owner:
+            # A review's claim holds the task: its reviewer is busy on it.
+            self.mate(task.owner).current = task.id
+        elif state is corral.TaskState.IN_REVIEW and was_running and old is not None:
+            self.note(f"{old.owner or '?'} submitted {task.id} for review", notable=False)
 
     def _back_to_pending(self, old: corral.Task, task: corral.Task) -> None:
         # A release does not use up an attempt; a failure or an expiry does, and records why.
@@ -199,6 +211,15 @@ class BoardModel:
         """The questions waiting for the Lead's answer, by task id (NEEDS_INPUT tasks)."""
         return {task.id: task.question for task in self.tasks.values() if task.state is corral.TaskState.NEEDS_INPUT}
 
+    def lead_reviews(self) -> dict[str, bytes]:
+        """The results waiting for the Lead's review, by task id: IN_REVIEW tasks whose
+        policy names no reviewer role (`corral tasks review ID --approve|--reject`)."""
+        return {
+            task.id: task.result
+            for task in self.tasks.values()
+            if task.state is corral.TaskState.IN_REVIEW and task.review is not None and not task.review.reviewer_role
+        }
+
     def all_final(self) -> bool:
         """True when the board has tasks and every one is final (a hint; confirm with GetStats)."""
         return bool(self.tasks) and all(task.state.is_final for task in self.tasks.values())
@@ -206,7 +227,7 @@ class BoardModel:
     def caught_up(self) -> None:
         """The replay of the history is folded in: what it noted is no news, but what
         runs now is, with its holder's latest progress, and so is each question still
-        waiting for the Lead's answer."""
+        waiting for the Lead's answer and each result waiting for the Lead's review."""
         self.notable = [
             f"{task.owner or '?'} on {task.id}: {label}"
             for task in self.tasks.values()
@@ -214,6 +235,10 @@ class BoardModel:
         ]
         self.notable += [
             f"{task_id} waits for an answer: {short(question, 80)}" for task_id, question in self.questions().items()
+        ]
+        self.notable += [
+            f"{task_id} waits for the lead's review: {short(first_line(blob_text(result)), 80)}"
+            for task_id, result in self.lead_reviews().items()
         ]
 
     def drain_notable(self) -> list[str]:
@@ -305,6 +330,9 @@ class LiveBoard:
         questions = self._model.questions()
         if questions:
             parts.append(self._questions_table(questions))
+        reviews = self._model.lead_reviews()
+        if reviews:
+            parts.append(self._reviews_table(reviews))
         return Group(*parts, self._history())
 
     def _mates_table(self) -> Table:
@@ -345,6 +373,15 @@ class LiveBoard:
             table.add_row(escape(task_id), escape(short(questions[task_id], 80)))
         if len(questions) > WAITING_LINES:
             table.add_row(f"... {len(questions) - WAITING_LINES} more", "")
+        return table
+
+    def _reviews_table(self, reviews: dict[str, bytes]) -> Table:
+        """Results waiting for the Lead's review (`corral tasks review ID --approve|--reject`)."""
+        table = Table("task", "result", title="reviews for the lead", title_justify="left", min_width=24)
+        for task_id in sorted(reviews)[:WAITING_LINES]:
+            table.add_row(escape(task_id), escape(short(first_line(blob_text(reviews[task_id])), 80)))
+        if len(reviews) > WAITING_LINES:
+            table.add_row(f"... {len(reviews) - WAITING_LINES} more", "")
         return table
 
     def _history(self) -> Table:

@@ -136,6 +136,8 @@ def describe(event: corral.WatchEvent) -> str:
             parts.append(f"progress={progress_label(task)!r}")
         if task.question:
             parts.append(f"question={short(task.question, 60)!r}")
+        if task.review_rounds:
+            parts.append(f"review_rounds={task.review_rounds}")
         return " ".join(parts)
     if isinstance(event, corral.TeammateChanged):
         reason = event.reason
@@ -156,6 +158,10 @@ def describe(event: corral.WatchEvent) -> str:
         return f"{event.asked_by} asked about task {event.task_id}: {short(event.question, 100)}"
     if isinstance(event, corral.QuestionAnswered):
         return f"question on task {event.task_id} answered: {short(event.answer, 100)}"
+    if isinstance(event, corral.ReviewDecided):
+        verdict = "approved" if event.approve else "rejected"
+        because = f": {short(event.feedback, 100)}" if event.feedback else ""
+        return f"review round {event.round} of task {event.task_id} {verdict} by {event.reviewer}{because}"
     answer = "approved" if event.approve else "rejected"
     because = f" ({short(event.reason, 60)})" if event.reason else ""
     return f"shutdown {event.request_id} {answer} by {event.teammate}{because}"

@@ -31,6 +31,7 @@ STATE_STYLES = {
     corral.TaskState.FAILED: "bold red",
     corral.TaskState.CANCELED: "magenta",
     corral.TaskState.NEEDS_INPUT: "bold yellow",
+    corral.TaskState.IN_REVIEW: "bold blue",
 }
 STATUS_STYLES = {
     corral.TeammateStatus.OFFLINE: "dim",
@@ -103,6 +104,8 @@ def task_json(task: corral.Task) -> dict[str, Any]:
         "concurrency_key": task.concurrency_key,
         "usage": usage_json(task.usage),
         "question": task.question,
+        "review": None if task.review is None else dataclasses.asdict(task.review),
+        "review_rounds": task.review_rounds,
     }
     _blob(data, "payload", task.payload)
     _blob(data, "result", task.result)
@@ -143,7 +146,13 @@ def attempt_json(attempt: corral.Attempt) -> dict[str, Any]:
         "end_time": iso(attempt.end_time),
         "outcome": attempt.outcome.name.lower(),
         "error": attempt.error,
+        "verdict": None if attempt.verdict is None else verdict_json(attempt.verdict),
+        "feedback": attempt.feedback,
     }
+
+
+def verdict_json(verdict: corral.Verdict) -> dict[str, Any]:
+    return {"approve": verdict.approve, "feedback": verdict.feedback}
 
 
 def task_with_attempts_json(task: corral.Task) -> dict[str, Any]:
@@ -233,6 +242,16 @@ def event_json(event: corral.WatchEvent) -> dict[str, Any]:
             "question": event.question,
             "answer": event.answer,
         }
+    if isinstance(event, corral.ReviewDecided):
+        return {
+            **base,
+            "type": "review_decided",
+            "task_id": event.task_id,
+            "approve": event.approve,
+            "feedback": event.feedback,
+            "reviewer": event.reviewer,
+            "round": event.round,
+        }
     return {
         **base,
         "type": "shutdown_answered",
@@ -320,9 +339,17 @@ def attempts_table(attempts: Iterable[corral.Attempt]) -> Table:
             str(attempt.fence),
             ended.strftime("%Y-%m-%d %H:%M:%S") if ended is not None else "-",
             attempt.outcome.name.lower().replace("_", " "),
-            escape(attempt.error or "-"),
+            escape(attempt.error or _verdict_label(attempt.verdict) or "-"),
         )
     return result
+
+
+def _verdict_label(verdict: corral.Verdict | None) -> str:
+    """A review's verdict for the attempts table: `approved`, or `rejected: why`."""
+    if verdict is None:
+        return ""
+    decided = "approved" if verdict.approve else "rejected"
+    return f"{decided}: {verdict.feedback}" if verdict.feedback else decided
 
 
 def teammates_table(mates: Iterable[corral.TeammateInfo]) -> Table:
@@ -406,6 +433,7 @@ def task_detail(task: corral.Task) -> Table:
         ("finished", iso(task.finish_time) or ""),
         ("progress", _progress_detail(task)),
         ("question", task.question),
+        ("review", _review_detail(task)),
         ("payload", blob_text(task.payload)),
         ("result", blob_text(task.result)),
         ("error", task.error),
@@ -414,3 +442,11 @@ def task_detail(task: corral.Task) -> Table:
         if value:
             result.add_row(label, value if label == "state" else escape(value))
     return result
+
+
+def _review_detail(task: corral.Task) -> str:
+    """Who reviews the task's result, and the rejections so far of its max_rounds."""
+    if task.review is None:
+        return ""
+    who = f"role {task.review.reviewer_role}" if task.review.reviewer_role else "the lead"
+    return f"by {who}; {task.review_rounds} of {task.review.max_rounds} rounds rejected"

@@ -12,6 +12,8 @@ from typing import Any, Protocol
 from corral._claimstate import (
     DEAD_CLAIM_ERRORS,
     ClaimState,
+    check_complete,
+    check_decide,
     check_progress,
     check_question,
     check_usage,
@@ -22,7 +24,7 @@ from corral._claimstate import (
 from corral._errors import ClaimEndedError, CorralError
 from corral._primitives import AsyncLock, AsyncTicker
 from corral._retry import is_transient
-from corral._types import ClaimEnded, ClaimEndReason, ClaimInfo, Task, Usage
+from corral._types import ClaimEnded, ClaimEndReason, ClaimInfo, Task, Usage, Verdict
 
 __all__ = ["Claim", "ClaimCalls"]
 
@@ -44,8 +46,10 @@ class ClaimCalls(Protocol):
     ) -> tuple[datetime.datetime, bool]:
         """RenewLease (with progress and usage, if any): the new expiry, and whether a protocol message waits."""
 
-    async def complete(self, task_id: str, token: str, result: bytes, usage: Usage | None = None) -> Task:
-        """CompleteTask."""
+    async def complete(
+        self, task_id: str, token: str, result: bytes, usage: Usage | None = None, verdict: Verdict | None = None
+    ) -> Task:
+        """CompleteTask (a review's claim: with its verdict and no result)."""
 
     async def fail(self, task_id: str, token: str, error: str, retryable: bool, usage: Usage | None = None) -> Task:
         """FailTask."""
@@ -66,7 +70,8 @@ class ClaimCalls(Protocol):
 class Claim(ClaimState):
     """An exclusive, leased hold on one task, as yielded by `Teammate.idle`.
 
-    Finish it with exactly one of `complete`, `fail`, `release` or `ask`. Keep the
+    Finish it with exactly one of `complete`, `fail`, `release` or `ask`; a review's
+    claim (`review` set) with `decide` instead of `complete`. Keep the
     lease alive while you work with `async with claim.keepalive(): ...`
     (renews at a third of the lease in the background: a thread in `corral`,
     an asyncio task in `corral.aio`). When a renew proves the claim dead
@@ -136,8 +141,27 @@ class Claim(ClaimState):
         """Finish the task with `result`; safe to repeat (the daemon is idempotent, and
         counts `usage`, what the work spent since the last report, once)."""
         check_usage(usage)
+        check_complete(self.review)
         payload = result.encode("utf-8") if isinstance(result, str) else result
         return await self._finish(self._calls.complete, payload, usage)
+
+    async def decide(self, verdict: Verdict, *, usage: Usage | None = None) -> Task:
+        """Answer a review's claim (`review` set): `Approve()` completes the task with
+        the reviewed result (its dependents get it); `Reject(feedback)` sends it back
+        for rework, where the next work claim carries the feedback and the rejected
+        result (or fails it, once its policy's max_rounds rejections are reached).
+        One method taking a verdict value, rather than approve() and reject(): the
+        same `Approve` / `Reject` a `run_teammate` reviewer returns and
+        `Lead.review_task` takes. Returns the task as the verdict left it.
+
+        Raises InvalidArgument, before any call, on a work claim (finish it with
+        `complete`), for a Reject with no feedback, feedback over 64 KiB, or a value
+        that is not an Approve or a Reject; for a claim no longer live, what
+        `complete` raises.
+        """
+        check_usage(usage)
+        check_decide(self.review, verdict)
+        return await self._finish(self._calls.complete, b"", usage, verdict)
 
     async def fail(self, error: str, *, retryable: bool = True, usage: Usage | None = None) -> Task:
         """Report failure; retryable ones go back to PENDING while attempts remain.

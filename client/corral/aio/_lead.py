@@ -15,6 +15,7 @@ import grpc.aio
 
 from corral import _batches, _convert
 from corral._channel import DEFAULT_CONNECT_TIMEOUT, async_reach, open_aio_channel, teammate_env
+from corral._claimstate import check_verdict
 from corral._errors import CorralError, TasksFailed, Unavailable
 from corral._launch import DaemonProcess, launch_daemon
 from corral._primitives import async_run_blocking, async_time_limit
@@ -30,6 +31,7 @@ from corral._types import (
     TaskSpec,
     TaskState,
     TeammateInfo,
+    Verdict,
     ViewerInfo,
     WatchEvent,
 )
@@ -259,6 +261,21 @@ class Lead(BoardClient):
         response = await self._write(self._lead.AnswerQuestion, request)
         return _convert.task_from_pb(response.task)
 
+    async def review_task(self, task_id: str, verdict: Verdict) -> Task:
+        """Decide the review of `task_id` (IN_REVIEW: its result, `task.result`, waits
+        for a verdict) as a reviewer would: `Approve()` completes it with that result,
+        `Reject(feedback)` sends it back for rework (the next claim carries the
+        feedback and the rejected result), or fails it at its policy's max_rounds. A
+        review a teammate holds ends under it (ClaimEnded REVOKED). Returns the task
+        as the verdict left it. Raises InvalidArgument, before any call, for a
+        Reject with no feedback or feedback over 64 KiB; FailedPrecondition when the
+        task is not IN_REVIEW, NotFound for an unknown task;
+        `list_tasks(states=[TaskState.IN_REVIEW])` lists the reviews waiting."""
+        check_verdict(verdict, "feedback")
+        request = pb.ReviewTaskRequest(task_id=task_id, approve=verdict.approve, feedback=verdict.feedback)
+        response = await self._write(self._lead.ReviewTask, request)
+        return _convert.task_from_pb(response.task)
+
     # ------------------------------------------------------------ teammates
 
     async def add_teammate(
@@ -386,13 +403,14 @@ class Lead(BoardClient):
     async def wait_until_done(
         self, timeout: datetime.timedelta | float, *, raise_on_failure: bool = False
     ) -> DoneSummary:
-        """Wait until no task is PENDING, IN_PROGRESS or NEEDS_INPUT; returns what became of them.
+        """Wait until no task is PENDING, IN_PROGRESS, NEEDS_INPUT or IN_REVIEW; returns what became of them.
 
         Follows the Watch feed and confirms with GetStats, so it reacts as
         soon as the last task finishes. The summary names the tasks that
         completed, failed and were canceled. A task waiting for an answer
-        (NEEDS_INPUT) is unfinished: answer it (`answer_question`) from another
-        task or thread, or the wait times out. Raises TimeoutError, saying how
+        (NEEDS_INPUT) is unfinished, and so is a result waiting for its review
+        (IN_REVIEW): answer it (`answer_question`) or decide it (`review_task`)
+        from another task or thread, or the wait times out. Raises TimeoutError, saying how
         much is unfinished, after `timeout`; with `raise_on_failure`, raises
         TasksFailed (carrying the summary) when any task failed.
         """
@@ -405,7 +423,8 @@ class Lead(BoardClient):
                 f"wait_until_done: {stats.active_tasks} task(s) unfinished after "
                 f"{limit:g}s ({stats.count(TaskState.PENDING)} pending, "
                 f"{stats.count(TaskState.IN_PROGRESS)} in progress, "
-                f"{stats.count(TaskState.NEEDS_INPUT)} waiting for an answer)"
+                f"{stats.count(TaskState.NEEDS_INPUT)} waiting for an answer, "
+                f"{stats.count(TaskState.IN_REVIEW)} in review)"
             ) from None
         summary = await self._done_summary(stats)
         if raise_on_failure and summary.failed:

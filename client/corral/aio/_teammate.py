@@ -25,6 +25,7 @@ from corral._types import (
     ShutdownRequest,
     Task,
     Usage,
+    Verdict,
 )
 from corral.aio._board import BoardClient
 from corral.aio._claim import Claim
@@ -313,9 +314,15 @@ class _ClaimCalls:
         assert expire_time is not None, "a renew answered without lease_expire_time"
         return expire_time, answer.protocol_pending
 
-    async def complete(self, task_id: str, token: str, result: bytes, usage: Usage | None = None) -> Task:
+    async def complete(
+        self, task_id: str, token: str, result: bytes, usage: Usage | None = None, verdict: Verdict | None = None
+    ) -> Task:
         request = pb.CompleteTaskRequest(
-            task_id=task_id, claim_token=token, result=result, usage=_convert.usage_to_pb(usage)
+            task_id=task_id,
+            claim_token=token,
+            result=result,
+            usage=_convert.usage_to_pb(usage),
+            verdict=_convert.verdict_to_pb(verdict) if verdict is not None else None,
         )
         answer = await self._session.call(pb.SessionRequest(complete=request))
         if answer is None:

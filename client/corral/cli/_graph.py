@@ -20,6 +20,7 @@ _COLOURS = {
     corral.TaskState.FAILED: ("#ffd7d5", "#cf222e"),
     corral.TaskState.CANCELED: ("#eeeeee", "#8c959f"),
     corral.TaskState.NEEDS_INPUT: ("#ffe2c4", "#d4661c"),
+    corral.TaskState.IN_REVIEW: ("#e8dcff", "#8250df"),
 }
 
 

@@ -1,4 +1,4 @@
-"""`corral tasks add|list|show|cancel|retry|revoke|answer`."""
+"""`corral tasks add|list|show|cancel|retry|revoke|answer|review`."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 
 @click.group("tasks")
 def tasks_group() -> None:
-    """Add, list, show, cancel, retry and revoke tasks, and answer their questions."""
+    """Add, list, show, cancel, retry and revoke tasks, answer their questions and review their results."""
 
 
 @tasks_group.command("add")
@@ -179,3 +179,37 @@ def answer_command(ctx: click.Context, task_id: str, text: str, as_json: bool) -
         emit_json(task_json(task))
         return
     click.echo(f"answered the question on {task.id}; it is {task.state.name.lower()} again")
+
+
+@tasks_group.command("review")
+@click.argument("task_id")
+@click.option("--approve/--reject", "approve", default=None, help="Approve the result, or reject it for rework.")
+@click.option("--feedback", default="", help="Why (required with --reject): the rework's claim carries it.")
+@json_option
+@connection_options
+@click.pass_context
+def review_command(ctx: click.Context, task_id: str, approve: bool | None, feedback: str, as_json: bool) -> None:
+    """Decide the review of TASK_ID's result (the task is IN_REVIEW: see `tasks list
+    --state in_review` and `tasks show`): --approve completes it with that result;
+    --reject --feedback TEXT sends it back for rework (its next claim carries the
+    feedback and the rejected result), or fails it at its policy's max_rounds. A
+    review a teammate holds is taken from it."""
+    if approve is None:
+        raise click.UsageError("say --approve or --reject")
+    if not approve and not feedback.strip():
+        raise click.UsageError("--reject needs --feedback TEXT: the rework is told why")
+    verdict: corral.Verdict = corral.Approve(feedback) if approve else corral.Reject(feedback)
+    with lead_session(ctx) as lead:
+        try:
+            task = lead.review_task(task_id, verdict)
+        except corral.FailedPrecondition as exc:
+            raise CliError(f"{exc.reason or 'FAILED_PRECONDITION'}: cannot review: {exc.details}") from None
+    if as_json:
+        emit_json(task_json(task))
+        return
+    if task.state is corral.TaskState.COMPLETED:
+        click.echo(f"approved {task.id}; it is completed")
+    elif task.state is corral.TaskState.FAILED:
+        click.echo(f"rejected {task.id} for the last time; it failed: {task.error}")
+    else:
+        click.echo(f"rejected {task.id} (round {task.review_rounds}); it is {task.state.name.lower()} again for rework")

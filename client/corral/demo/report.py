@@ -45,7 +45,12 @@ def expected_values(specs: Sequence[corral.TaskSpec]) -> dict[str, int]:
 
 
 def verify(
-    tasks: Sequence[corral.Task], specs: Sequence[corral.TaskSpec], model: BoardModel, members: Sequence[Member]
+    tasks: Sequence[corral.Task],
+    specs: Sequence[corral.TaskSpec],
+    model: BoardModel,
+    members: Sequence[Member],
+    *,
+    answer: str = "",
 ) -> None:
     """Raise DemoFailed unless the run did everything the demo promises."""
     by_id = {task.id: task for task in tasks}
@@ -66,6 +71,16 @@ def verify(
     for spec in specs:
         if _payload(spec.payload).get("fail_first_attempt") and by_id[spec.id].attempt < 2:
             raise DemoFailed(f"task {spec.id} should have failed once and been retried, but took 1 attempt")
+    for spec in specs:
+        payload, task = _payload(spec.payload), by_id[spec.id]
+        if payload.get("review_feedback") and task.review_rounds != 1:
+            raise DemoFailed(
+                f"task {spec.id} should have been rejected once, then approved; rejections: {task.review_rounds}"
+            )
+        if payload.get("review_feedback") and _payload(task.result).get("revised") != payload["review_feedback"]:
+            raise DemoFailed(f"task {spec.id} was approved without the revision its review asked for")
+        if payload.get("ask") and _payload(task.result).get("answer") != answer:
+            raise DemoFailed(f"task {spec.id} asked the Lead a question but its result has no answer {answer!r}")
     senders = {event.message.sender for event in model.messages}
     authors = {event.author for event in model.plans.values()}
     for member in members:
@@ -90,6 +105,10 @@ class DemoReport:
     done_by: dict[str, int] = field(default_factory=dict)
     messages: tuple[tuple[str, str], ...] = ()
     plans_approved: tuple[str, ...] = ()
+    # (task id, question, answer) for each question a teammate asked the Lead.
+    questions: tuple[tuple[str, str, str], ...] = ()
+    # Each review decided, in order: (task id, reviewer, round, approved, feedback).
+    reviews: tuple[tuple[str, str, int, bool, str], ...] = ()
     # What `corral serve --state-dir state/` takes besides to serve the run's board again
     # (" --store DSN --pg-schema S" for PostgreSQL); None when that board was dropped.
     serve_args: str | None = ""
@@ -119,6 +138,8 @@ class DemoReport:
             f"  teammates   tasks done: {team}; every one approved its shutdown and exited 0",
             f"  lead inbox  {len(self.messages)} message(s): {messages}",
             f"  plans       approved: {plans}",
+            f"  reviews     {self._reviews()}",
+            f"  questions   {self._questions()}",
             (
                 f"  writer      queue depth p99 {writer.queue_depth_p99:g}, {writer.commits} commits of "
                 f"{writer.jobs} jobs (mean batch {writer.mean_batch_size:.2f}), commit p99 "
@@ -126,6 +147,22 @@ class DemoReport:
             ),
             self._kept(),
         ]
+
+    def _reviews(self) -> str:
+        """`changelog: round 1 rejected by cyd ("..."), round 2 approved by cyd`, per task."""
+        rounds: dict[str, list[str]] = {}
+        for task_id, reviewer, number, approved, feedback in self.reviews:
+            why = f" ({short(feedback, 50)!r})" if feedback and not approved else ""
+            rounds.setdefault(task_id, []).append(
+                f"round {number} {'approved' if approved else 'rejected'} by {reviewer}{why}"
+            )
+        return "; ".join(f"{task_id}: {', '.join(lines)}" for task_id, lines in rounds.items()) or "none"
+
+    def _questions(self) -> str:
+        asked = [
+            f"{task_id} asked {short(q, 50)!r}, the lead answered {short(a, 40)!r}" for task_id, q, a in self.questions
+        ]
+        return "; ".join(asked) or "none"
 
     def _kept(self) -> str:
         state = self.run_dir / "state"
@@ -142,6 +179,8 @@ def build_report(
     stats: corral.Stats,
     wall_seconds: float,
     approved: Sequence[str],
+    answered: Sequence[tuple[corral.QuestionAsked, str]] = (),
+    reviews: Sequence[corral.ReviewDecided] = (),
     serve_args: str | None = "",
 ) -> DemoReport:
     first, last = model.first_claim, model.last_finish
@@ -158,5 +197,7 @@ def build_report(
         done_by={mate.name: mate.done for mate in model.mates.values()},
         messages=tuple((event.message.sender, event.message.body) for event in model.messages),
         plans_approved=tuple(approved),
+        questions=tuple((asked.task_id, asked.question, answer) for asked, answer in answered),
+        reviews=tuple((r.task_id, r.reviewer, r.round, r.approve, r.feedback) for r in reviews),
         serve_args=serve_args,
     )

@@ -2,7 +2,8 @@
 
 The Lead side is one loop on the main thread: take the watch events that
 arrived (a pump thread follows the stream), fold them into the board, react
-(approve plans), redraw, check the teammate processes and the deadline.
+(approve plans, answer the questions teammates ask), redraw, check the teammate
+processes and the deadline.
 Every wait is bounded by the run's deadline.
 """
 
@@ -39,6 +40,8 @@ MAX_SOCKET_PATH = 103
 TICK_SECONDS = 0.1
 INTERRUPT_CHECK_S = 0.1  # how often the last prompt looks for a Ctrl-C that came between its selects
 SHUTDOWN_GRACE_SECONDS = 30.0
+# What the demo's Lead answers a teammate's question (the sample DAG's release-notes asks one).
+LEAD_ANSWER = "Announce version 1.0."
 
 
 class Deadline:
@@ -63,7 +66,8 @@ def load_sample_dag() -> DagFile:
 
 
 class Conductor:
-    """The Lead's loop: follow events, approve plans, draw the board, shut the team down."""
+    """The Lead's loop: follow events, approve plans, answer questions, draw the board,
+    shut the team down."""
 
     def __init__(
         self,
@@ -78,11 +82,14 @@ class Conductor:
     ) -> None:
         self.model = BoardModel(expected_tasks=task_count)
         self.approved: list[str] = []
+        self.answered: list[tuple[corral.QuestionAsked, str]] = []  # each question and the Lead's answer
+        self.reviews: list[corral.ReviewDecided] = []
         self._lead = lead
         self._team = team
         self._deadline = deadline
         self._task_count = task_count
         self._decided: set[str] = set()
+        self._decided_seqs: set[int] = set()
         self._pump = EventPump(lead.address, lead.token)
         self._view = open_view(self.model, "corral demo", plain=plain, out=out, started=started)
 
@@ -122,6 +129,18 @@ class Conductor:
             self._lead.decide_plan(event.plan_id, approve=True, feedback="Approved: go ahead.")
             self.approved.append(event.author)
             self.model.note(f"lead approved {event.author}'s plan {event.plan_id}")
+        elif isinstance(event, corral.QuestionAsked) and event.seq not in self._decided_seqs:
+            # The watch follows the board from its start: each question is seen once, and
+            # answered at once (the task waits NEEDS_INPUT, claimed by no one, until then).
+            self._decided_seqs.add(event.seq)
+            self._lead.answer_question(event.task_id, LEAD_ANSWER)
+            self.answered.append((event, LEAD_ANSWER))
+        elif isinstance(event, corral.ReviewDecided):
+            self.reviews.append(event)
+        elif isinstance(event, corral.TaskChanged) and _waits_for_the_lead(event.task):
+            # A DAG of one's own may have the Lead review (`review = {}`): the demo's Lead approves.
+            with contextlib.suppress(corral.FailedPrecondition):  # decided already (a replayed event)
+                self._lead.review_task(event.task.id, corral.Approve("the demo's lead approves"))
 
     def _work_done(self) -> bool:
         if len(self.model.tasks) < self._task_count or not self.model.all_final():
@@ -151,6 +170,12 @@ class Conductor:
 
     def _unanswered(self, requests: dict[str, str]) -> list[str]:
         return [name for name, request_id in requests.items() if request_id not in self.model.answers]
+
+
+def _waits_for_the_lead(task: corral.Task) -> bool:
+    """True for a result waiting IN_REVIEW for the Lead's review (no reviewer role)."""
+    in_review = task.state is corral.TaskState.IN_REVIEW
+    return in_review and task.review is not None and not task.review.reviewer_role
 
 
 def run_demo(
@@ -237,7 +262,7 @@ def _run(
             _pause("the board stays up: press Enter (or Ctrl-C) to stop the daemon", interrupt_goes_on=True)
         wall = time.monotonic() - started
     team.check_exits()
-    verify(tasks, dag.specs, conductor.model, team.members)
+    verify(tasks, dag.specs, conductor.model, team.members, answer=LEAD_ANSWER)
     report = build_report(
         run_dir=run_dir,
         tasks=tasks,
@@ -245,6 +270,8 @@ def _run(
         stats=stats,
         wall_seconds=wall,
         approved=conductor.approved,
+        answered=conductor.answered,
+        reviews=conductor.reviews,
         serve_args=board.serve_hint() if board is not None else "",
     )
     for line in report.lines():
@@ -266,12 +293,19 @@ def _announce_board(lead: corral.Lead, state_dir: Path, say: Callable[[str], Non
 
 
 def _check_roles(dag: DagFile) -> None:
-    """Refuse at once a task no demo teammate may take (it would wait until the timeout)."""
+    """Refuse at once a task no demo teammate may take, or whose result none may review
+    (it would wait until the timeout)."""
     roles = {role for member in TEAM for role in member.roles}
     for spec in dag.specs:
         if spec.required_role and spec.required_role not in roles:
             raise DemoFailed(
                 f"{dag.name}: task {spec.id!r} requires role {spec.required_role!r}, which no demo teammate holds "
+                f"(roles: {', '.join(sorted(roles))})"
+            )
+        reviewer_role = spec.review.reviewer_role if spec.review is not None else ""
+        if reviewer_role and reviewer_role not in roles:
+            raise DemoFailed(
+                f"{dag.name}: task {spec.id!r} is reviewed by role {reviewer_role!r}, which no demo teammate holds "
                 f"(roles: {', '.join(sorted(roles))})"
             )
 

@@ -46,8 +46,9 @@ class Member:
 TEAM: tuple[Member, ...] = (
     Member("ada"),
     Member("brook", hello="brook here: ready to work; I'll take whatever is ready"),
-    Member("cyd"),
-    Member("dee", roles=("reviewer",)),
+    # Two editors: a result is never reviewed by its author, so either can review the other's.
+    Member("cyd", roles=("editor",)),
+    Member("dee", roles=("reviewer", "editor")),
     Member("eve", plan="Take any ready task, read the results it depends on, report my share of the total."),
 )
 

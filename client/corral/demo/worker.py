@@ -4,7 +4,12 @@ It gets CORRAL_ADDRESS and CORRAL_TOKEN from its environment and runs
 `corral.run_teammate` until the Lead asks it to shut down. Its handler
 understands the sample DAG's JSON payloads: it reads the results of the
 tasks named in `reads` (GetTask), adds its own `weight`, and raises on the
-first attempt of a task marked `fail_first_attempt`.
+first attempt of a task marked `fail_first_attempt`. A task marked `ask` asks the
+Lead that question first (`NeedsInput`) and carries the answer in its result. A
+teammate holding the reviewer role of a task's review (`DemoReviewer`) rejects a
+first draft with the task's `review_feedback`; the author's rework (its claim
+carries the rejected result and the feedback) marks its result `revised`, and the
+reviewer approves that.
 
 The last line on stdout is a JSON summary of the run. Exit status 0 means
 the run ended with an approved shutdown.
@@ -43,13 +48,24 @@ class DemoHandler:
         time.sleep(self._work_seconds * self._random.uniform(0.5, 1.5))
         if spec.get("fail_first_attempt") and claim.attempt == 1:
             raise SimulatedFailure(f"{task.id}: simulated flaky failure on attempt 1 (a retry will succeed)")
+        if spec.get("ask") and not claim.answers:
+            raise corral.NeedsInput(spec["ask"])  # the task comes back, answered, to whoever is free
         inputs = {dep: self._value_of(dep) for dep in spec.get("reads", ())}
         weight = spec.get("weight")
         value = None if weight is None else weight + sum(v or 0 for v in inputs.values())
-        return json.dumps(
-            {"value": value, "inputs": inputs, "by": self._name, "attempt": claim.attempt, "fence": claim.fence},
-            separators=(",", ":"),
-        )
+        result: dict[str, Any] = {
+            "value": value,
+            "inputs": inputs,
+            "by": self._name,
+            "attempt": claim.attempt,
+            "fence": claim.fence,
+        }
+        if claim.answers:
+            result["answer"] = claim.answers[-1].answer
+        if claim.rejected_result and claim.previous_attempt is not None:
+            # A rework: the same work, revised as the review asked.
+            result["revised"] = claim.previous_attempt.feedback
+        return json.dumps(result, separators=(",", ":"))
 
     def _value_of(self, task_id: str) -> Any:
         dep = self._reader.get_task(task_id)
@@ -57,6 +73,22 @@ class DemoHandler:
             # Cannot happen (claims wait for their dependencies); fail loudly if it does.
             raise corral.PermanentFailure(f"dependency {task_id} is {dep.state.name}, not COMPLETED")
         return _payload(dep.result).get("value")
+
+
+class DemoReviewer:
+    """The review handler: a first draft of a task with `review_feedback` is sent back
+    with that feedback; a result marked `revised` (or any other) is approved."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __call__(self, task: corral.Task, result: bytes) -> corral.Verdict:
+        feedback = _payload(task.payload).get("review_feedback")
+        if feedback and "revised" not in _payload(result):
+            print(f"{self._name}: rejecting {task.id}: {feedback}", flush=True)
+            return corral.Reject(feedback)
+        print(f"{self._name}: approving {task.id}", flush=True)
+        return corral.Approve()
 
 
 def _payload(data: bytes) -> dict[str, Any]:
@@ -85,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = corral.run_teammate(
             handler,
             plan=args.plan,
+            reviewer=DemoReviewer(args.name),  # only a teammate holding a review's role is offered one
             on_message=on_message,
             stop_on_idle_timeout=False,  # stay until the Lead says stop
             reconnect_timeout=10.0,
@@ -97,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                 "completed": summary.completed,
                 "failed": summary.failed,
                 "lost": summary.lost,
+                "asked": summary.asked,
+                "reviewed": summary.reviewed,
                 "plan_id": summary.plan_id,
             }
         ),

@@ -180,7 +180,7 @@ REVIVE = (
     f"UPDATE tasks SET state = {_PENDING}, owner = '', error = '', result = NULL, finish_ms = NULL, live_fence = "
     "NULL, lease_expire_ms = NULL, unmet_deps = %s, gate_shut = %s, ready_ms = CASE WHEN %s = 1 THEN %s "
     "WHEN ready_ms > %s THEN NULL ELSE ready_ms END, failures = CASE WHEN %s = 1 THEN 0 ELSE failures "
-    "END WHERE seq = %s"
+    "END, review_rounds = CASE WHEN %s = 1 THEN 0 ELSE review_rounds END WHERE seq = %s"
 )
 EXPIRED_LEASES = (
     f"SELECT e.*, (SELECT min(lease_expire_ms) FROM tasks WHERE state IN {_HELD} AND lease_expire_ms > %s) FROM "

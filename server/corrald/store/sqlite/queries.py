@@ -177,7 +177,8 @@ REVIVE = (
     " lease_expire_ms = NULL, unmet_deps = ?, gate_shut = ?,"
     # A retry skips what is left of a backoff: a gate still ahead is dropped.
     " ready_ms = CASE WHEN ? = 1 THEN ? WHEN ready_ms > ? THEN NULL ELSE ready_ms END,"
-    " failures = CASE WHEN ? = 1 THEN 0 ELSE failures END WHERE seq = ?"
+    " failures = CASE WHEN ? = 1 THEN 0 ELSE failures END,"
+    " review_rounds = CASE WHEN ? = 1 THEN 0 ELSE review_rounds END WHERE seq = ?"
 )
 EXPIRED_LEASES = (
     f"SELECT e.*, (SELECT min(lease_expire_ms) FROM tasks INDEXED BY tasks_lease WHERE state IN {_HELD}"

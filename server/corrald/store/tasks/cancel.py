@@ -99,12 +99,13 @@ def retry(tx: Txn, task_ids: Sequence[str], reset_attempts: bool) -> list[int]:
 
 def _revive(tx: Txn, seq: int, *, unmet: int, reset_attempts: bool) -> None:
     """One FAILED or CANCELED task PENDING again, behind its unmet dependencies and
-    its not_before (if still ahead); its result and error are cleared."""
+    its not_before (if still ahead); its result and error are cleared, and with
+    `reset_attempts` its failures and its review's rejections too."""
     (not_before, role) = tx.conn.execute(sql(tx.conn).REVIVED_GATE, (seq,)).fetchone()
     shut = not_before is not None and not_before > tx.now_ms
     tx.conn.execute(
         sql(tx.conn).REVIVE,
-        (unmet + shut, int(shut), shut, not_before, tx.now_ms, reset_attempts, seq),
+        (unmet + shut, int(shut), shut, not_before, tx.now_ms, reset_attempts, reset_attempts, seq),
     )
     if shut:
         gate_shut(tx, not_before)

@@ -27,7 +27,7 @@ from ..status import mark_busy
 from . import reviews
 from .ends import live_claim
 from .reclaim import reclaim_expired
-from .rows import IN_PROGRESS, NEEDS_INPUT, PENDING, answers_of, previous_attempt, task_by_seq
+from .rows import IN_PROGRESS, IN_REVIEW, NEEDS_INPUT, PENDING, answers_of, previous_attempt, task_by_seq
 from .timegates import open_due_gates
 
 
@@ -120,16 +120,19 @@ def _first_ready(conn: sqlite3.Connection, roles: Iterable[str]) -> tuple[int, i
     return conn.execute(*ready_query(conn, roles)).fetchone()
 
 
-def any_ready(conn: sqlite3.Connection, roles: Iterable[str]) -> bool:
-    return _first_ready(conn, roles) is not None
+def any_ready(conn: sqlite3.Connection, roles: Iterable[str], teammate: str = "") -> bool:
+    """Whether a teammate with `roles` could claim now: a review it may take (never of
+    `teammate`'s own result; '' for anyone's), or a ready task."""
+    roles = tuple(roles)
+    return reviews.any_for(conn, roles, teammate) or _first_ready(conn, roles) is not None
 
 
 def work_waited_for(conn: sqlite3.Connection, teammate: str, roles: Iterable[str], limit: int = 10) -> list[str]:
     """Up to `limit` unfinished tasks that `teammate` could still take, in board order.
 
     PENDING, ready or not (its dependencies may still complete), NEEDS_INPUT (the
-    Lead's answer brings it back), or IN_PROGRESS under another holder (that claim
-    may end and the task come back), and
+    Lead's answer brings it back), IN_REVIEW (a rejection does), or IN_PROGRESS
+    under another holder (that claim may end and the task come back), and
     open to this teammate's roles. While one remains the teammate is waiting
     for work, not idle, and its idle budget is not spent.
     """
@@ -138,7 +141,8 @@ def work_waited_for(conn: sqlite3.Connection, teammate: str, roles: Iterable[str
     p = statements.P
     role_test = f"required_role IN ('', {statements.marks(len(roles))})" if roles else "required_role = ''"
     rows = conn.execute(
-        f"SELECT id FROM tasks WHERE (state IN ({PENDING}, {NEEDS_INPUT}) OR (state = {IN_PROGRESS} AND owner != {p}))"
+        f"SELECT id FROM tasks WHERE (state IN ({PENDING}, {NEEDS_INPUT}, {IN_REVIEW})"
+        f" OR (state = {IN_PROGRESS} AND owner != {p}))"
         f" AND {role_test}"
         f" ORDER BY seq LIMIT {p}",
         (teammate, *roles, limit),

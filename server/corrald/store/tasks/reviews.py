@@ -54,6 +54,12 @@ def ready_query(conn, roles: Iterable[str]) -> tuple[str, list[str]] | None:
     return query, roles
 
 
+def any_for(conn, roles: Iterable[str], teammate: str) -> bool:
+    """Whether a review waits that a teammate with `roles` may take (not `teammate`'s own)."""
+    ready = ready_query(conn, roles)
+    return ready is not None and conn.execute(ready[0], (*ready[1], teammate)).fetchone() is not None
+
+
 def claim_first(tx: Txn, teammate: str, roles: Iterable[str], token: str) -> tuple[TaskRecord, int, ReviewItem] | None:
     """Claims the first review `teammate` may take, under `token`: the task (IN_REVIEW), the
     claim's fence and what to review; None when there is none for it."""
