@@ -241,6 +241,13 @@ class TeammateLink:
             self._resumable.discard(item.task.id)
             self._unshown.pop(item.token, None)
             self._claims[item.task.id] = item
+            if item.review is not None:
+                return {
+                    "kind": "review",
+                    "review": view.review(item, TextBudget(), resumed=resumed),
+                    "hint": "judge the result, then answer with submit_review(task_id, approve, feedback); "
+                    "feedback is required to reject",
+                }
             return {"kind": "claim", "claim": view.claim(item, TextBudget(), resumed=resumed)}
         if isinstance(item, corral.ShutdownRequest):
             self._shutdown_request = item
@@ -284,9 +291,12 @@ class TeammateLink:
             return "plan_required", "submit a plan with submit_plan(plan), then call next_item for the decision"
         if me is not None and me.status is corral.TeammateStatus.SHUTTING_DOWN:
             return "shutdown_pending", "a shutdown request waits: call next_item to receive it"
-        held = ", ".join(sorted(self._claims))
+        held = ", ".join(sorted(t for t, c in self._claims.items() if c.review is None))
         if held:
             return "no_ready_task", f"you hold {held}: finish it with complete_task, fail_task or release_task"
+        reviews = ", ".join(sorted(self._claims))
+        if reviews:
+            return "no_ready_task", f"you hold the review of {reviews}: answer it with submit_review or release_task"
         if self._budget_exhausted:
             return "no_ready_task", "your budget is spent: no claims until the Lead raises it; call next_item later"
         return "no_ready_task", "no task is ready for you now; call next_item again to keep waiting"
@@ -326,7 +336,25 @@ class TeammateLink:
 
     async def complete(self, task_id: str, result: bytes, usage: corral.Usage | None) -> corral.Task:
         claim = self._claim(task_id, finished_too=True)
+        if claim.review is not None:
+            raise ToolFailure(
+                "INVALID_ARGUMENT",
+                f"task {task_id!r} is a review you hold, not work: answer it with submit_review(task_id, approve, "
+                "feedback)",
+            )
         return await self._finish(task_id, claim, claim.complete(result, usage=usage), remember=True)
+
+    async def submit_review(self, task_id: str, verdict: corral.Verdict) -> corral.Task:
+        """Answer the review of `task_id` this bridge holds (`Claim.decide`)."""
+        claim = self._claims.get(task_id)
+        if claim is None or claim.review is None:
+            reviews = ", ".join(sorted(t for t, c in self._claims.items() if c.review is not None)) or "none"
+            raise ToolFailure(
+                "NOT_HELD",
+                f"this bridge holds no review of task {task_id!r} (reviews held: {reviews}); only reviews next_item "
+                "gave you can be answered",
+            )
+        return await self._finish(task_id, claim, claim.decide(verdict))
 
     async def fail(self, task_id: str, error: str, retryable: bool, usage: corral.Usage | None) -> corral.Task:
         claim = self._claim(task_id)
@@ -410,6 +438,7 @@ class TeammateLink:
         return [
             {
                 "task_id": claim.task.id,
+                "kind": "review" if claim.review is not None else "claim",
                 "attempt": claim.attempt,
                 "lease_seconds_left": round(seconds_until(claim.lease_expire_time), 3),
                 "lost": claim.lost,

@@ -38,7 +38,7 @@ WAIT_MIN_SECONDS, WAIT_MAX_SECONDS = 1, 50
 TEAMMATES_LISTED = 100
 
 TaskId = Annotated[str, pydantic.Field(min_length=1, max_length=200)]
-KINDS = ["claim", "shutdown_request", "plan_decision", "message", "claim_ended", "idle_timeout", "none"]
+KINDS = ["claim", "review", "shutdown_request", "plan_decision", "message", "claim_ended", "idle_timeout", "none"]
 BLOCKED_BY = ["shutdown_pending", "plan_required", "protocol_unacknowledged", "no_ready_task"]
 
 
@@ -67,7 +67,7 @@ class GetTaskArgs(Arguments):
     offset: Annotated[int, pydantic.Field(ge=0)] = 0
 
 
-TaskStateName = Literal["PENDING", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELED", "NEEDS_INPUT"]
+TaskStateName = Literal["PENDING", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELED", "NEEDS_INPUT", "IN_REVIEW"]
 
 
 class ListTasksArgs(Arguments):
@@ -109,6 +109,27 @@ class AskLeadArgs(Arguments):
     question: Annotated[str, pydantic.Field(min_length=1, max_length=TEXT_MAX_CHARS)]
 
 
+class SubmitReviewArgs(Arguments):
+    task_id: TaskId
+    approve: bool
+    feedback: Annotated[str, pydantic.Field(max_length=TEXT_MAX_CHARS)] = ""
+
+
+def verdict_of(approve: bool, feedback: str) -> corral.Verdict:
+    """A review's verdict, checked as the daemon checks it (before any call): feedback
+    at most 64 KiB of UTF-8, and required to reject."""
+    size = len(feedback.encode("utf-8"))
+    if size > TEXT_MAX_BYTES:
+        raise ToolFailure("INVALID_ARGUMENT", f"feedback: {size} bytes is over the 64 KiB limit; say it shorter")
+    if approve:
+        return corral.Approve(feedback)
+    if not feedback.strip():
+        raise ToolFailure(
+            "INVALID_ARGUMENT", "feedback: required to reject; say what to change so the author can revise the result"
+        )
+    return corral.Reject(feedback)
+
+
 class SendMessageArgs(Arguments):
     to: Annotated[str, pydantic.Field(min_length=1, max_length=200)]
     body: Annotated[str, pydantic.Field(max_length=TEXT_MAX_CHARS)]
@@ -144,6 +165,17 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
             summary = f"claim: task {item['claim']['task_id']}; do it, then complete_task or fail_task"
             if item["claim"].get("answers"):
                 summary += " (the lead answered the questions asked on it: see claim.answers)"
+            if "rejected_result" in item["claim"]:
+                summary += (
+                    " (a review rejected its result: revise claim.rejected_result as "
+                    "claim.previous_attempt.feedback says)"
+                )
+        elif kind == "review":
+            shown = item["review"]
+            summary = (
+                f"review: task {shown['task_id']}, round {shown['round']}, the result of {shown['author']}; "
+                "answer with submit_review"
+            )
         elif kind == "none":
             summary = f"none (blocked_by {item['blocked_by']}): {item['hint']}"
         else:
@@ -223,6 +255,15 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
             {"task_id": task.id, "state": state, "hint": hint},
         )
 
+    async def submit_review(args: SubmitReviewArgs, progress: Progress) -> Outcome:
+        verdict = verdict_of(args.approve, args.feedback)
+        task = await link.submit_review(args.task_id, verdict)
+        said = "approved" if args.approve else "rejected"
+        return Outcome(
+            f"review of {task.id} {said}: now {task.state.name}",
+            {"task_id": task.id, "state": task.state.name, "approved": args.approve},
+        )
+
     async def send_message(args: SendMessageArgs, progress: Progress) -> Outcome:
         recipients = await link.teammate.send_message(args.to, args.body)
         return Outcome(f"sent to {', '.join(recipients) or 'nobody'}", {"recipients": recipients})
@@ -253,15 +294,18 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
         ToolSpec(
             "next_item",
             "Wait up to wait_seconds (1-50) for your next item, in the daemon's order: a held claim re-sent, "
-            "shutdown_request, plan_decision, message, claim, claim_ended, idle_timeout, or none with blocked_by "
-            "and a hint. A claim of a task asked about before carries answers: each question with the Lead's "
-            "answer. Call it again after handling each item (that acknowledges it). Always call this "
-            "instead of picking tasks yourself.",
+            "shutdown_request, plan_decision, message, claim, review, claim_ended, idle_timeout, or none with "
+            "blocked_by and a hint. A claim of a task asked about before carries answers: each question with the "
+            "Lead's answer; a claim whose result a review rejected carries rejected_result and, in "
+            "previous_attempt, the reviewer's feedback. A review is another teammate's result for you to judge "
+            "(answer with submit_review). Call it again after handling each item (that acknowledges it). Always "
+            "call this instead of picking tasks yourself.",
             NextItemArgs,
             obj(
                 ["kind"],
                 kind={"type": "string", "enum": KINDS},
                 claim=ANY_OBJECT,
+                review=ANY_OBJECT,
                 shutdown_request=ANY_OBJECT,
                 plan_decision=ANY_OBJECT,
                 message=ANY_OBJECT,
@@ -341,6 +385,15 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
             AskLeadArgs,
             obj(["task_id", "state"], task_id=STRING, state=STRING, hint=STRING),
             ask_lead,
+        ),
+        ToolSpec(
+            "submit_review",
+            "Answer a review next_item gave you (kind review: the result of another teammate's task): "
+            "approve=true completes the task with that result; approve=false sends it back to its author for "
+            "rework, and feedback (required then, at most 64 KiB) says what to change.",
+            SubmitReviewArgs,
+            obj(["task_id", "state", "approved"], task_id=STRING, state=STRING, approved=BOOLEAN),
+            submit_review,
         ),
         ToolSpec(
             "send_message",

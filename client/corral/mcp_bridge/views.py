@@ -15,6 +15,7 @@ from .rendering import TextBudget
 __all__ = [
     "answer",
     "claim",
+    "review",
     "claim_ended",
     "event",
     "message",
@@ -61,6 +62,10 @@ def task(found: corral.Task, budget: TextBudget, *, offset: int = 0, brief: bool
         "lease_expire_time": iso(found.lease_expire_time),
         "finish_time": iso(found.finish_time),
     }
+    if found.review is not None:
+        # Who reviews the result before it is COMPLETED ("": the Lead), and the rejections so far.
+        out["review"] = {"reviewer_role": found.review.reviewer_role, "max_rounds": found.review.max_rounds}
+        out["review_rounds"] = found.review_rounds
     out["title"] = budget.labelled(found.title, source="lead", role="lead")
     if found.question:
         out["question"] = budget.labelled(found.question, source="teammate", role="teammate")
@@ -73,11 +78,41 @@ def task(found: corral.Task, budget: TextBudget, *, offset: int = 0, brief: bool
     if found.error:
         out["error"] = budget.labelled(found.error, source=found.owner or "teammate", role="teammate")
     if found.attempts:
-        out["attempts"] = [
-            {"attempt": a.attempt, "owner": a.owner, "outcome": a.outcome.name, "error": a.error[:500]}
-            for a in found.attempts[-5:]
-        ]
+        out["attempts"] = [_attempt(a, budget) for a in found.attempts[-5:]]
     return out
+
+
+def _attempt(ended: corral.Attempt, budget: TextBudget) -> dict[str, Any]:
+    """One claim of a task's history; a review's says its verdict, a rejection its feedback."""
+    out: dict[str, Any] = {
+        "attempt": ended.attempt,
+        "owner": ended.owner,
+        "outcome": ended.outcome.name,
+        "error": ended.error[:500],
+    }
+    if ended.verdict is not None:
+        out["verdict"] = "approve" if ended.verdict.approve else "reject"
+    if ended.feedback:
+        out["feedback"] = budget.labelled(ended.feedback, source=ended.owner, role=role_of(ended.owner))
+    return out
+
+
+def review(held: aio.Claim, budget: TextBudget, *, resumed: bool) -> dict[str, Any]:
+    """A review's claim as the model sees it: the task, the result to judge (labelled as
+    its author's), whose it is and which round; answered with submit_review."""
+    item = held.review
+    assert item is not None, "a work claim is shown with claim()"
+    return {
+        "task_id": held.task.id,
+        "author": item.author,
+        "round": item.round,
+        "fence": held.fence,
+        "lease_expire_time": iso(held.lease_expire_time),
+        "lease_seconds_left": round(seconds_until(held.lease_expire_time), 3),
+        "resumed": resumed,
+        "task": task(held.task, budget, brief=True),
+        "result": budget.labelled(item.result, source=item.author, role="teammate"),
+    }
 
 
 def claim(held: aio.Claim, budget: TextBudget, *, resumed: bool) -> dict[str, Any]:
@@ -95,6 +130,9 @@ def claim(held: aio.Claim, budget: TextBudget, *, resumed: bool) -> dict[str, An
     }
     if held.answers:
         out["answers"] = [answer(given, budget) for given in held.answers]
+    if held.rejected_result:
+        # A rework: the result a review rejected (the feedback is in previous_attempt).
+        out["rejected_result"] = budget.labelled(held.rejected_result, source=f"task {held.task.id}", role="teammate")
     out["dependency_results"] = {}
     out["dependency_results_omitted"] = list(info.dependency_results_omitted)
     for dep, result in info.dependency_results.items():
@@ -110,6 +148,10 @@ def claim(held: aio.Claim, budget: TextBudget, *, resumed: bool) -> dict[str, An
             "outcome": previous.outcome.name,
             "error": budget.labelled(previous.error, source=previous.owner, role="teammate"),
         }
+        if previous.feedback:  # a review's rejection: what to change
+            out["previous_attempt"]["feedback"] = budget.labelled(
+                previous.feedback, source=previous.owner, role=role_of(previous.owner)
+            )
     return out
 
 
@@ -171,6 +213,10 @@ def event(item: corral.WatchEvent, budget: TextBudget) -> dict[str, Any]:
         out.update(kind="question_answered", task_id=item.task_id)
         out["question"] = budget.labelled(item.question, source="teammate", role="teammate")
         out["answer"] = budget.labelled(item.answer, source="lead", role="lead")
+    elif isinstance(item, corral.ReviewDecided):
+        out.update(kind="review_decided", task_id=item.task_id, approve=item.approve, reviewer=item.reviewer)
+        out["round"] = item.round
+        out["feedback"] = budget.labelled(item.feedback, source=item.reviewer, role=role_of(item.reviewer))
     elif isinstance(item, corral.TaskChanged):
         t = item.task
         out.update(kind="task_changed", task_id=t.id, state=t.state.name, owner=t.owner, attempt=t.attempt)
