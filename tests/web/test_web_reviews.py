@@ -4,20 +4,18 @@ rounds so far, the result under review and each review's verdict (a rejection's
 feedback), a lead session approves or rejects it there (review-task), review
 claims end approved or rejected on the timeline, the Events panel shows each
 review_decided, and bad requests get the actions' HTTP statuses and write nothing.
-One daemon; the teammate side and the reviewed tasks' creation speak the wire.
+One daemon; the teammate side is the SDK (`Claim.decide`, `Claim.rejected_result`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
 import pytest
 
 import corral
-from corral._channel import bearer_metadata, open_channel
-from corral.v1 import corral_pb2 as pb
-from corral.v1 import corral_pb2_grpc as pb_grpc
 from tests.support.waiting import wait_until
 from tests.web.board_support import WebDaemon, open_board, run, screenshot, start_web_daemon, stop_web_daemon
 
@@ -26,7 +24,6 @@ pytestmark = pytest.mark.timeout(90)
 INDIGO = "#818cf8"  # in review on the graph, and an approved review's bar on the timeline
 ORANGE = "#fb923c"  # a rejected review's bar on the timeline
 DRAFT = b"A draft with <i>markup</i> that stays text."
-RPC_TIMEOUT_S = 10.0
 
 
 @pytest.fixture(scope="module")
@@ -39,56 +36,36 @@ def acting(tmp_path_factory):
 
 
 def create_reviewed(daemon: WebDaemon, task_id: str, role: str, reviewer_role: str = "", max_rounds: int = 3) -> None:
-    """A task that needs a review (the SDK's TaskSpec has no review policy yet: the wire)."""
-    channel = open_channel(daemon.lead.address)
-    try:
-        spec = pb.TaskSpec(
-            id=task_id,
-            title=f"{task_id} (reviewed)",
-            required_role=role,
-            review=pb.ReviewPolicy(reviewer_role=reviewer_role, max_rounds=max_rounds),
-        )
-        stub = pb_grpc.LeadServiceStub(channel)
-        stub.CreateTasks(
-            pb.CreateTasksRequest(tasks=[spec]), metadata=bearer_metadata(daemon.token), timeout=RPC_TIMEOUT_S
-        )
-    finally:
-        channel.close()
+    """A task that needs a review before it is COMPLETED."""
+    policy = corral.ReviewPolicy(reviewer_role=reviewer_role, max_rounds=max_rounds)
+    daemon.lead.create_tasks(
+        [corral.TaskSpec(id=task_id, title=f"{task_id} (reviewed)", required_role=role, review=policy)]
+    )
 
 
 class Mate:
-    """A teammate on the wire: the generated stubs with its token."""
+    """A teammate through the SDK: work claims completed, review claims decided."""
 
     def __init__(self, daemon: WebDaemon, name: str, roles: list[str]) -> None:
-        self.token = daemon.lead.add_teammate(name, roles=roles).token
-        self.channel = open_channel(daemon.lead.address)
-        self.stub = pb_grpc.TeammateServiceStub(self.channel)
-        self.metadata = bearer_metadata(self.token)
+        token = daemon.lead.add_teammate(name, roles=roles).token
+        self.teammate = corral.Teammate.connect(daemon.lead.address, token)
 
-    def claim(self) -> pb.Claim:
-        """The first claim of a new Idle stream (which is then closed)."""
-        request = pb.IdleRequest(max_idle_polls=40)
-        request.poll_interval.FromMilliseconds(50)
-        stream = self.stub.Idle(request, metadata=self.metadata, timeout=RPC_TIMEOUT_S)
-        try:
-            for response in stream:
-                if response.WhichOneof("event") == "claim":
-                    return response.claim
-            raise AssertionError("the stream ended with no claim")
-        finally:
-            stream.cancel()
+    def claim(self) -> corral.Claim:
+        """The first claim of a new stream (which is then closed; the claim stays held)."""
+        with contextlib.closing(self.teammate.idle(max_idle_polls=40, poll_interval=0.05)) as events:
+            for event in events:
+                if isinstance(event, corral.Claim):
+                    return event
+        raise AssertionError("the stream ended with no claim")
 
-    def complete(self, claim: pb.Claim, result: bytes) -> None:
-        request = pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token, result=result)
-        self.stub.CompleteTask(request, metadata=self.metadata, timeout=RPC_TIMEOUT_S)
+    def complete(self, claim: corral.Claim, result: bytes) -> None:
+        claim.complete(result)
 
-    def review(self, claim: pb.Claim, approve: bool, feedback: str = "") -> None:
-        verdict = pb.ReviewVerdict(approve=approve, feedback=feedback)
-        request = pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token, verdict=verdict)
-        self.stub.CompleteTask(request, metadata=self.metadata, timeout=RPC_TIMEOUT_S)
+    def review(self, claim: corral.Claim, approve: bool, feedback: str = "") -> None:
+        claim.decide(corral.Approve(feedback) if approve else corral.Reject(feedback))
 
     def close(self) -> None:
-        self.channel.close()
+        self.teammate.close()
 
 
 def board_get(daemon: WebDaemon, path: str) -> Any:
@@ -182,7 +159,8 @@ def test_the_lead_rejects_and_approves_a_result_from_the_drawer(acting, browser)
         # The rework carries the rejected result and the feedback typed on the page.
         rework = author.claim()
         assert rework.task.id == "essay" and rework.rejected_result == DRAFT
-        assert rework.previous_attempt.outcome == pb.ATTEMPT_OUTCOME_REJECTED
+        assert rework.previous_attempt is not None
+        assert rework.previous_attempt.outcome is corral.AttemptOutcome.REJECTED
         assert rework.previous_attempt.feedback == "Cite your sources."
         author.complete(rework, b"A draft with sources.")
         wait_until(lambda: row.get_attribute("data-state") == "IN_REVIEW", 10, "the rework IN_REVIEW")
@@ -231,7 +209,8 @@ def test_a_teammates_review_claims_end_approved_and_rejected_on_the_timeline(act
         page = open_board(browser, acting)
         author.complete(author.claim(), b"patch v1")
         review = critic.claim()
-        assert review.task.id == "patch" and review.review.author == "coder-1" and review.review.round == 1
+        assert review.task.id == "patch" and review.review is not None
+        assert (review.review.author, review.review.round) == ("coder-1", 1)
 
         # Held by the reviewer: IN_REVIEW with an owner, a running bar in the critic's lane.
         page.click("button[data-tab='tasks']")
@@ -251,7 +230,8 @@ def test_a_teammates_review_claims_end_approved_and_rejected_on_the_timeline(act
         wait_until(lambda: ("critic-1", "running", "#f59e0b") in bars(), 10, "the review's running bar")
         critic.review(review, approve=False, feedback="Add a test.")
         rework = author.claim()
-        assert rework.rejected_result == b"patch v1" and rework.previous_attempt.feedback == "Add a test."
+        assert rework.rejected_result == b"patch v1"
+        assert rework.previous_attempt is not None and rework.previous_attempt.feedback == "Add a test."
         author.complete(rework, b"patch v2")
         critic.review(critic.claim(), approve=True)
         wait_until(lambda: task_state(acting, "patch") == "COMPLETED", 10, "the patch approved")
@@ -285,6 +265,49 @@ def test_a_teammates_review_claims_end_approved_and_rejected_on_the_timeline(act
         page.click("button[data-tab='timeline']")
         page.check("#timeline-all")
         wait_until(lambda: bars() == expected, 10, "bars")
+        page.context.close()
+    finally:
+        author.close()
+        critic.close()
+
+
+def test_the_lead_approving_a_review_a_teammate_holds_takes_it_from_the_reviewer(acting, browser):
+    create_reviewed(acting, "taken", "taken-author", reviewer_role="slow-critic")
+    author, critic = Mate(acting, "taken-author-1", ["taken-author"]), Mate(acting, "slow-critic-1", ["slow-critic"])
+    try:
+        page = open_board(browser, acting)
+        author.complete(author.claim(), b"waiting on a slow critic")
+        held = critic.claim()
+        assert held.review is not None and held.task.id == "taken"
+        page.click("button[data-tab='tasks']")
+        row = page.locator("#tasks tr[data-task-id='taken']")
+        wait_until(lambda: row.locator("td").nth(3).inner_text() == "slow-critic-1", 10, "the review held")
+
+        # Held by the critic, the review is still the lead's to decide from the drawer.
+        open_drawer(page, "taken")
+        assert page.locator("#d-review dd").first.inner_text() == "a teammate holding slow-critic"
+        page.click("#d-verdict button[data-verdict='approve']")
+        page.wait_for_selector("#d-verdict button[data-verdict='approve'][data-done='ok']")
+        wait_until(lambda: row.get_attribute("data-state") == "COMPLETED", 10, "the task approved")
+
+        # The critic's claim ended under it (revoked): its bar says so, not "approved".
+        page.click("button[data-tab='timeline']")
+        page.check("#timeline-all")
+        wait_until(
+            lambda: (
+                [
+                    (b["teammate"], b["kind"])
+                    for b in page.evaluate("window.corral.timelineBars")
+                    if b["task"] == "taken"
+                ]
+                == [("taken-author-1", "completed"), ("slow-critic-1", "released")]
+            ),
+            10,
+            "the bars",
+        )
+        open_drawer(page, "taken")
+        wait_until(lambda: len(review_rows(page)) == 2, 5, "both review rows")
+        assert review_rows(page) == ["review 1: revoked | the lead decided the review", "review 1: approved | "]
         page.context.close()
     finally:
         author.close()

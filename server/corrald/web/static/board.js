@@ -171,11 +171,12 @@ function trackClaim(task, previous, atMs) {
     const open = [...board.claims].reverse().find((c) => c.task === task.id && c.end_ms === null);
     if (open) {
       open.end_ms = atMs;
-      // A task's new state tells a completion (its result IN_REVIEW, or a review's approval), a
-      // cancel or a question to the lead; any other end (failed, expired, revoked, released, a
-      // review's rejection) is read from the task's claim history.
+      // A task's new state tells a completion (its result now COMPLETED or IN_REVIEW), a cancel
+      // or a question to the lead; any other end (failed, expired, revoked, released) is read
+      // from the task's claim history, and so is a review's (approved, rejected, or taken away
+      // by the lead's own decision).
       const told = previous.state === "IN_REVIEW"
-        ? { COMPLETED: "approved", CANCELED: "canceled" }
+        ? { CANCELED: "canceled" }
         : { COMPLETED: "completed", IN_REVIEW: "completed", CANCELED: "canceled", NEEDS_INPUT: "asked" };
       open.outcome = reclaimed ? "" : told[task.state] ?? "";
       if (!open.outcome) outcomes.ask(open);
