@@ -1,20 +1,18 @@
 """Questions to the Lead on the web board, with --web-actions: a NEEDS_INPUT task is
 coloured and counted like every state, its drawer shows the question, a lead
 session answers it there, and bad answers get the actions' HTTP statuses and write
-nothing. One daemon; the teammate side speaks the wire (the SDK does not ask yet).
+nothing. One daemon; the teammate side is the SDK (`Claim.ask`, `Claim.answers`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
 import pytest
 
 import corral
-from corral._channel import bearer_metadata, open_channel
-from corral.v1 import corral_pb2 as pb
-from corral.v1 import corral_pb2_grpc as pb_grpc
 from tests.support.waiting import wait_until
 from tests.web.board_support import WebDaemon, open_board, run, screenshot, start_web_daemon, stop_web_daemon
 
@@ -22,7 +20,6 @@ pytestmark = pytest.mark.timeout(90)
 
 QUESTION = "Should the report cover <b>March</b> too, or only February?"
 TEAL = "#14b8a6"  # needs input, on the graph and the timeline alike
-RPC_TIMEOUT_S = 10.0
 
 
 @pytest.fixture(scope="module")
@@ -35,37 +32,28 @@ def acting(tmp_path_factory):
 
 
 class Mate:
-    """A teammate on the wire: the generated stubs with its token (no SDK conversions)."""
+    """A teammate through the SDK: its claims from `idle`, asked about with `Claim.ask`."""
 
     def __init__(self, daemon: WebDaemon, name: str, roles: list[str]) -> None:
-        self.token = daemon.lead.add_teammate(name, roles=roles).token
-        self.channel = open_channel(daemon.lead.address)
-        self.stub = pb_grpc.TeammateServiceStub(self.channel)
-        self.metadata = bearer_metadata(self.token)
+        token = daemon.lead.add_teammate(name, roles=roles).token
+        self.teammate = corral.Teammate.connect(daemon.lead.address, token)
 
-    def claim(self) -> pb.Claim:
-        """The first claim of a new Idle stream (which is then closed)."""
-        request = pb.IdleRequest(max_idle_polls=40)
-        request.poll_interval.FromMilliseconds(50)
-        stream = self.stub.Idle(request, metadata=self.metadata, timeout=RPC_TIMEOUT_S)
-        try:
-            for response in stream:
-                if response.WhichOneof("event") == "claim":
-                    return response.claim
-            raise AssertionError("the stream ended with no claim")
-        finally:
-            stream.cancel()
+    def claim(self) -> corral.Claim:
+        """The first claim of a new stream (which is then closed; the claim stays held)."""
+        with contextlib.closing(self.teammate.idle(max_idle_polls=40, poll_interval=0.05)) as events:
+            for event in events:
+                if isinstance(event, corral.Claim):
+                    return event
+        raise AssertionError("the stream ended with no claim")
 
-    def ask(self, claim: pb.Claim, question: str) -> pb.Task:
-        request = pb.AskQuestionRequest(task_id=claim.task.id, claim_token=claim.claim_token, question=question)
-        return self.stub.AskQuestion(request, metadata=self.metadata, timeout=RPC_TIMEOUT_S).task
+    def ask(self, claim: corral.Claim, question: str) -> corral.Task:
+        return claim.ask(question)
 
-    def complete(self, claim: pb.Claim, result: bytes) -> None:
-        request = pb.CompleteTaskRequest(task_id=claim.task.id, claim_token=claim.claim_token, result=result)
-        self.stub.CompleteTask(request, metadata=self.metadata, timeout=RPC_TIMEOUT_S)
+    def complete(self, claim: corral.Claim, result: bytes) -> None:
+        claim.complete(result)
 
     def close(self) -> None:
-        self.channel.close()
+        self.teammate.close()
 
 
 def board_get(daemon: WebDaemon, path: str) -> Any:
@@ -91,7 +79,7 @@ def test_a_question_is_coloured_counted_shown_in_the_drawer_and_answered_from_it
         page = open_board(browser, acting)
         claim = mate.claim()
         asked = mate.ask(claim, QUESTION)
-        assert asked.state == pb.TASK_STATE_NEEDS_INPUT and asked.question == QUESTION
+        assert asked.state is corral.TaskState.NEEDS_INPUT and asked.question == QUESTION
 
         # Counted and coloured like every state: the header, the table, the graph.
         page.click("button[data-tab='tasks']")
@@ -149,7 +137,8 @@ def test_a_question_is_coloured_counted_shown_in_the_drawer_and_answered_from_it
 
         # The task's next claim carries the answer typed on the page.
         again = mate.claim()
-        assert again.task.id == "report" and again.previous_attempt.outcome == pb.ATTEMPT_OUTCOME_ASKED
+        assert again.task.id == "report" and again.previous_attempt is not None
+        assert again.previous_attempt.outcome is corral.AttemptOutcome.ASKED
         assert [(a.question, a.answer, a.asked_by) for a in again.answers] == [(QUESTION, "Only February.", "writer-1")]
         mate.complete(again, b"the February report")
         wait_until(lambda: task_state(acting, "report") == "COMPLETED", 10, "the report done")

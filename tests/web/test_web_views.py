@@ -167,6 +167,8 @@ def test_timeline_bars_are_coloured_by_how_each_claim_ended(daemon, browser):
             "revoked / released",
             "canceled",
             "asked the lead",
+            "review approved",
+            "review rejected",
         ]
         screenshot(after, "timeline-outcomes")
         during.context.close()

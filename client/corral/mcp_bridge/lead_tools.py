@@ -19,12 +19,20 @@ import corral
 from corral import aio
 from corral._dagfile import DagError, DagFile, explain_create_error, parse_dag
 
-from . import questions, views
+from . import views
 from .errors import ToolFailure
 from .registry import ANY_OBJECT, BOOLEAN, INTEGER, STRING, Arguments, Count, Outcome, Progress, ToolSpec, array, obj
 from .rendering import TextBudget
 from .snippets import mcp_config_snippet
-from .teammate_tools import TEAMMATES_LISTED, TEXT_MAX_CHARS, WAIT_MAX_SECONDS, WAIT_MIN_SECONDS, SendMessageArgs
+from .teammate_tools import (
+    TEAMMATES_LISTED,
+    TEXT_MAX_BYTES,
+    TEXT_MAX_CHARS,
+    WAIT_MAX_SECONDS,
+    WAIT_MIN_SECONDS,
+    SendMessageArgs,
+    verdict_of,
+)
 
 __all__ = ["LeadLink", "lead_tools"]
 
@@ -35,6 +43,10 @@ _RECENT_FAILURES = 10
 _PLANS_KEPT = 1000
 # board_summary lists at most this many tasks waiting for an answer; the count says how many there are.
 _QUESTIONS_LISTED = 20
+# ... and at most this many results waiting for the Lead's review, found among this many tasks IN_REVIEW
+# (those a reviewer role reviews are not the Lead's to decide, though it may).
+_REVIEWS_LISTED = 20
+_REVIEWS_SCANNED = 1000
 _PROGRESS_EVERY = 10.0
 # A result's share of the 32 KiB of model-visible text that listings may fill.
 _EVENTS_MAX_BYTES = 24 * 1024
@@ -43,6 +55,13 @@ _EVENTS_MAX_BYTES = 24 * 1024
 # busy host that read takes well over 50 ms: a shorter wait cut long backlogs
 # into short pages.
 _NEXT_EVENT_WAIT = 0.25
+
+
+class ReviewArgument(Arguments):
+    """A task's review before done: a teammate holding reviewer_role reviews ("": the Lead)."""
+
+    reviewer_role: Annotated[str, pydantic.Field(max_length=200)] = ""
+    max_rounds: Annotated[int, pydantic.Field(ge=1, le=20)] | None = None
 
 
 class TaskArgument(Arguments):
@@ -62,6 +81,7 @@ class TaskArgument(Arguments):
     retry_backoff_max_seconds: float | None = None
     concurrency_key: str = ""
     attempt_timeout_seconds: float | None = None
+    review: ReviewArgument | None = None
 
 
 class CreateTasksArgs(Arguments):
@@ -76,6 +96,12 @@ class CancelTasksArgs(Arguments):
 class AnswerQuestionArgs(Arguments):
     task_id: Name
     answer: Annotated[str, pydantic.Field(max_length=TEXT_MAX_CHARS)]
+
+
+class ReviewTaskArgs(Arguments):
+    task_id: Name
+    approve: bool
+    feedback: Annotated[str, pydantic.Field(max_length=TEXT_MAX_CHARS)] = ""
 
 
 class RevokeClaimArgs(Arguments):
@@ -145,7 +171,7 @@ class LeadLink:
         after = 0
         while True:
             try:
-                async with contextlib.aclosing(questions.watch(self.lead, after)) as events:
+                async with contextlib.aclosing(self.lead.watch(after)) as events:
                     async for event in events:
                         after = event.seq
                         self._note(event)
@@ -153,14 +179,14 @@ class LeadLink:
                 _log.info("watch for board_summary broke (%s); following again", exc)
             await asyncio.sleep(1.0)
 
-    def _note(self, event: questions.WatchItem) -> None:
+    def _note(self, event: corral.WatchEvent) -> None:
         if isinstance(event, corral.PlanSubmitted):
             self.plans[event.plan_id] = event
             while len(self.plans) > _PLANS_KEPT:
                 self.plans.popitem(last=False)
         elif isinstance(event, corral.PlanDecided):
             self.plans.pop(event.plan_id, None)  # decided here or by any other client
-        elif isinstance(event, questions.AskedQuestion):
+        elif isinstance(event, corral.QuestionAsked):
             self.askers[event.task_id] = event.asked_by
             while len(self.askers) > _PLANS_KEPT:
                 self.askers.popitem(last=False)
@@ -172,15 +198,15 @@ class LeadLink:
     async def watch_events(self, after_seq: int, wait_seconds: float, limit: int, progress: Progress) -> list[Any]:
         """Events after `after_seq`: waits up to `wait_seconds` for the first, then takes
         what is already there (up to `limit`)."""
-        arrived: asyncio.Queue[questions.WatchItem] = asyncio.Queue(maxsize=limit)
+        arrived: asyncio.Queue[corral.WatchEvent] = asyncio.Queue(maxsize=limit)
 
         async def read() -> None:
-            async with contextlib.aclosing(questions.watch(self.lead, after_seq)) as events:
+            async with contextlib.aclosing(self.lead.watch(after_seq)) as events:
                 async for event in events:
                     await arrived.put(event)
 
         reader = asyncio.create_task(read(), name="corral-mcp-watch-events")
-        found: list[questions.WatchItem] = []
+        found: list[corral.WatchEvent] = []
         deadline = time.monotonic() + wait_seconds
         try:
             while len(found) < limit:
@@ -240,15 +266,40 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
 
     async def answer_question(args: AnswerQuestionArgs, progress: Progress) -> Outcome:
         size = len(args.answer.encode("utf-8"))
-        if size > questions.QUESTION_MAX_BYTES:
+        if size > TEXT_MAX_BYTES:
             raise ToolFailure("INVALID_ARGUMENT", f"answer: {size} bytes is over the 64 KiB limit; answer shorter")
-        task = await questions.answer_question(lead, args.task_id, args.answer)
+        task = await lead.answer_question(args.task_id, args.answer)
         link.askers.pop(task.id, None)
-        state = questions.state_name(task.state)
+        state = task.state.name
         return Outcome(
             f"answered the question of {task.id}; now {state}: its next claim carries the answer",
             {"task_id": task.id, "state": state},
         )
+
+    async def review_task(args: ReviewTaskArgs, progress: Progress) -> Outcome:
+        verdict = verdict_of(args.approve, args.feedback)
+        task = await lead.review_task(args.task_id, verdict)
+        said = "approved" if args.approve else "rejected"
+        return Outcome(
+            f"review of {task.id} {said}; now {task.state.name}",
+            {"task_id": task.id, "state": task.state.name, "review_rounds": task.review_rounds},
+        )
+
+    async def lead_reviews() -> tuple[list[corral.Task], int, bool]:
+        """Tasks IN_REVIEW whose reviewer is the Lead: the first listed, how many were found,
+        and whether the search stopped before the end."""
+        found: list[corral.Task] = []
+        count = scanned = 0
+        async with contextlib.aclosing(lead.list_tasks(states=[corral.TaskState.IN_REVIEW])) as tasks:
+            async for task in tasks:
+                scanned += 1
+                if task.review is not None and not task.review.reviewer_role:
+                    count += 1
+                    if len(found) < _REVIEWS_LISTED:
+                        found.append(task)
+                if scanned >= _REVIEWS_SCANNED:
+                    return found, count, True
+        return found, count, False
 
     async def set_budget(args: SetBudgetArgs, progress: Progress) -> Outcome:
         budget = await lead.set_budget(args.teammate, max_cost_micros=args.max_cost_micros, max_tokens=args.max_tokens)
@@ -274,8 +325,12 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
         return Outcome(f"sent to {', '.join(recipients) or 'nobody'}", {"recipients": recipients})
 
     async def board_summary(args: NoArgs, progress: Progress) -> Outcome:
-        by_state = await questions.tasks_by_state(lead)
-        asked, more_asked = await questions.tasks_needing_input(lead, _QUESTIONS_LISTED)
+        stats = await lead.get_stats()
+        by_state = {state.name: count for state, count in stats.tasks_by_state.items()}
+        asked, more_asked = await lead.list_tasks_page(
+            states=[corral.TaskState.NEEDS_INPUT], page_size=_QUESTIONS_LISTED
+        )
+        reviews, reviews_total, more_reviews = await lead_reviews()
         mates = await lead.list_teammates()
         budget = TextBudget()
         waiting = list(link.plans.values())[-20:]
@@ -298,17 +353,28 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
                 }
                 for t in asked
             ],
-            "questions_waiting_total": by_state.get(questions.NEEDS_INPUT, len(asked)),
+            "questions_waiting_total": stats.tasks_by_state.get(corral.TaskState.NEEDS_INPUT, len(asked)),
+            "reviews_waiting": [
+                {
+                    "task_id": t.id,
+                    "round": t.review_rounds + 1,
+                    "result": budget.labelled(t.result, source=f"task {t.id}", role="teammate"),
+                }
+                for t in reviews
+            ],
+            "reviews_waiting_total": reviews_total,
             "recent_failures": [
                 {"task_id": t.id, "error": budget.labelled(t.error, source=t.owner or "teammate", role="teammate")}
                 for t in link.failures
             ],
-            "truncated": budget.truncated or more_asked,
+            "truncated": budget.truncated or bool(more_asked) or more_reviews,
         }
         counts = ", ".join(f"{n} {s}" for s, n in by_state.items() if n) or "no tasks"
         summary = f"{counts}; {len(mates)} teammate(s); {len(waiting)} plan(s) waiting"
         if asked:
             summary += f"; {out['questions_waiting_total']} question(s) waiting: answer them with answer_question"
+        if reviews:
+            summary += f"; {reviews_total} result(s) waiting for your review: decide them with review_task"
         return Outcome(summary, out)
 
     async def watch_events(args: WatchEventsArgs, progress: Progress) -> Outcome:
@@ -347,7 +413,9 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
             "create_tasks",
             "Add tasks atomically (all or nothing), with the fields of a DAG file: id, title, description, "
             "payload, depends_on, priority, max_attempts, lease_seconds, required_role, not_before, "
-            "retry_backoff_seconds, retry_backoff_max_seconds, concurrency_key, attempt_timeout_seconds. "
+            "retry_backoff_seconds, retry_backoff_max_seconds, concurrency_key, attempt_timeout_seconds, review "
+            "({reviewer_role, max_rounds}: the result needs an approved review before it is COMPLETED; "
+            "reviewer_role empty: you review it with review_task). "
             "A retry with the same request_id returns the same tasks.",
             CreateTasksArgs,
             obj(["task_ids"], task_ids=array(STRING)),
@@ -375,6 +443,17 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
             AnswerQuestionArgs,
             obj(["task_id", "state"], task_id=STRING, state=STRING),
             answer_question,
+        ),
+        ToolSpec(
+            "review_task",
+            "Decide the review of a task IN_REVIEW (board_summary lists those waiting for you, with their "
+            "results; watch_events shows review_decided): approve=true completes it with its result; "
+            "approve=false sends it back for rework, and feedback (required then, at most 64 KiB) says what to "
+            "change; the rejection that reaches the task's max_rounds fails it. A review a teammate holds is "
+            "taken from it.",
+            ReviewTaskArgs,
+            obj(["task_id", "state"], task_id=STRING, state=STRING, review_rounds=INTEGER),
+            review_task,
         ),
         ToolSpec(
             "set_budget",
@@ -416,16 +495,26 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
         ToolSpec(
             "board_summary",
             "Tasks by state, teammates, plans waiting for a decision, questions waiting for your answer "
-            "(NEEDS_INPUT tasks, answered with answer_question) and recent failures.",
+            "(NEEDS_INPUT tasks, answered with answer_question), results waiting for your review (IN_REVIEW "
+            "tasks the Lead reviews, decided with review_task) and recent failures.",
             NoArgs,
             obj(
-                ["tasks_by_state", "teammates", "plans_waiting", "questions_waiting", "recent_failures"],
+                [
+                    "tasks_by_state",
+                    "teammates",
+                    "plans_waiting",
+                    "questions_waiting",
+                    "reviews_waiting",
+                    "recent_failures",
+                ],
                 tasks_by_state=ANY_OBJECT,
                 teammates=array(ANY_OBJECT),
                 teammates_total=INTEGER,
                 plans_waiting=array(ANY_OBJECT),
                 questions_waiting=array(ANY_OBJECT),
                 questions_waiting_total=INTEGER,
+                reviews_waiting=array(ANY_OBJECT),
+                reviews_waiting_total=INTEGER,
                 recent_failures=array(ANY_OBJECT),
                 truncated=BOOLEAN,
             ),
@@ -435,8 +524,8 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
         ToolSpec(
             "watch_events",
             "Board events after after_seq (task changes, teammates, messages to the Lead, plans, questions "
-            "asked and answered, shutdown answers): waits up to wait_seconds (1-50) for the first; continue "
-            "with next_after_seq.",
+            "asked and answered, reviews decided, shutdown answers): waits up to wait_seconds (1-50) for the "
+            "first; continue with next_after_seq.",
             WatchEventsArgs,
             obj(["events", "next_after_seq"], events=array(ANY_OBJECT), next_after_seq=INTEGER, truncated=BOOLEAN),
             watch_events,

@@ -28,7 +28,6 @@ from corral import aio
 
 from .errors import ToolFailure, failure_from_error
 from .lead_tools import LeadLink, lead_tools
-from .questions import AskingTeammate
 from .registry import Outcome, ToolSpec, error_result, parse_arguments, success_result
 from .teammate_link import LinkSettings, TeammateLink
 from .teammate_tools import teammate_tools
@@ -43,7 +42,8 @@ CLOSE_TIMEOUT_S = 1.5
 _INSTRUCTIONS = (
     "corral coordinates a team of agents. As a teammate: call next_item, handle the one item it returns "
     "(do a claimed task and finish it with complete_task or fail_task, or ask_lead when you cannot go on without "
-    "the Lead's answer; answer a shutdown_request with respond_shutdown), then call next_item again. Text from "
+    "the Lead's answer; judge a review and answer it with submit_review; answer a shutdown_request with "
+    "respond_shutdown), then call next_item again. Text from "
     "other parties is labelled with its author."
 )
 
@@ -97,9 +97,10 @@ _ROLES: dict[str, Callable[[BridgeConfig, aio.Teammate, corral.Identity], Awaita
 ALL_TOOL_NAMES = frozenset(
     {
         *("next_item", "get_task", "list_tasks", "list_teammates", "renew_lease", "complete_task", "fail_task"),
-        *("release_task", "ask_lead", "send_message", "submit_plan", "respond_shutdown", "my_status"),
-        *("create_tasks", "cancel_tasks", "revoke_claim", "answer_question", "set_budget", "set_concurrency_limit"),
-        "decide_plan",
+        *("release_task", "ask_lead", "submit_review", "send_message", "submit_plan", "respond_shutdown"),
+        "my_status",
+        *("create_tasks", "cancel_tasks", "revoke_claim", "answer_question", "review_task", "set_budget"),
+        *("set_concurrency_limit", "decide_plan"),
         *("request_shutdown", "board_summary", "watch_events", "add_teammate"),
     }
 )
@@ -125,8 +126,7 @@ class Bridge:
     async def open(cls, config: BridgeConfig) -> Bridge:
         """Check the credential (raises Unauthenticated when revoked or unknown) and set up its role."""
         # An unreachable daemon exits 3 at once (the MCP client shows it), as the CLI does.
-        # The teammate client also reads what the SDK does not read of a claim yet (its answers).
-        teammate = await AskingTeammate.connect(config.address, config.token, connect_timeout=0)
+        teammate = await aio.Teammate.connect(config.address, config.token, connect_timeout=0)
         try:
             identity = await teammate.get_identity()
             opener = _ROLES.get(identity.role)

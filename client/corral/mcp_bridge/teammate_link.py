@@ -23,11 +23,9 @@ import tenacity
 
 import corral
 from corral import aio
-from corral._claimstate import DEAD_CLAIM_ERRORS, seconds_until
+from corral._claimstate import seconds_until
 from corral._retry import is_transient
-from corral.v1 import corral_pb2 as pb
 
-from . import questions
 from . import views as view
 from .errors import ToolFailure, failure_from_error
 from .rendering import TextBudget
@@ -38,6 +36,14 @@ _log = logging.getLogger("corral.mcp")
 
 _INBOX = (corral.Message, corral.ShutdownRequest, corral.PlanDecision)
 _PROTOCOL = (corral.ShutdownRequest, corral.PlanDecision)
+# What a finish call raises for a claim that is no longer live (the holder lost it).
+_DEAD_CLAIM = (
+    corral.LeaseExpired,
+    corral.ClaimTokenMismatch,
+    corral.TaskCanceled,
+    corral.ClaimRevoked,
+    corral.AttemptTimedOut,
+)
 # Finished claims remembered so a repeated complete_task gets the stored result.
 _REMEMBER_FINISHED = 256
 
@@ -235,8 +241,14 @@ class TeammateLink:
             self._resumable.discard(item.task.id)
             self._unshown.pop(item.token, None)
             self._claims[item.task.id] = item
-            asked = self.teammate.answers_of(item) if isinstance(self.teammate, questions.AskingTeammate) else None
-            return {"kind": "claim", "claim": view.claim(item, TextBudget(), resumed=resumed, asked=asked)}
+            if item.review is not None:
+                return {
+                    "kind": "review",
+                    "review": view.review(item, TextBudget(), resumed=resumed),
+                    "hint": "judge the result, then answer with submit_review(task_id, approve, feedback); "
+                    "feedback is required to reject",
+                }
+            return {"kind": "claim", "claim": view.claim(item, TextBudget(), resumed=resumed)}
         if isinstance(item, corral.ShutdownRequest):
             self._shutdown_request = item
             return {
@@ -279,9 +291,12 @@ class TeammateLink:
             return "plan_required", "submit a plan with submit_plan(plan), then call next_item for the decision"
         if me is not None and me.status is corral.TeammateStatus.SHUTTING_DOWN:
             return "shutdown_pending", "a shutdown request waits: call next_item to receive it"
-        held = ", ".join(sorted(self._claims))
+        held = ", ".join(sorted(t for t, c in self._claims.items() if c.review is None))
         if held:
             return "no_ready_task", f"you hold {held}: finish it with complete_task, fail_task or release_task"
+        reviews = ", ".join(sorted(self._claims))
+        if reviews:
+            return "no_ready_task", f"you hold the review of {reviews}: answer it with submit_review or release_task"
         if self._budget_exhausted:
             return "no_ready_task", "your budget is spent: no claims until the Lead raises it; call next_item later"
         return "no_ready_task", "no task is ready for you now; call next_item again to keep waiting"
@@ -321,7 +336,25 @@ class TeammateLink:
 
     async def complete(self, task_id: str, result: bytes, usage: corral.Usage | None) -> corral.Task:
         claim = self._claim(task_id, finished_too=True)
+        if claim.review is not None:
+            raise ToolFailure(
+                "INVALID_ARGUMENT",
+                f"task {task_id!r} is a review you hold, not work: answer it with submit_review(task_id, approve, "
+                "feedback)",
+            )
         return await self._finish(task_id, claim, claim.complete(result, usage=usage), remember=True)
+
+    async def submit_review(self, task_id: str, verdict: corral.Verdict) -> corral.Task:
+        """Answer the review of `task_id` this bridge holds (`Claim.decide`)."""
+        claim = self._claims.get(task_id)
+        if claim is None or claim.review is None:
+            reviews = ", ".join(sorted(t for t, c in self._claims.items() if c.review is not None)) or "none"
+            raise ToolFailure(
+                "NOT_HELD",
+                f"this bridge holds no review of task {task_id!r} (reviews held: {reviews}); only reviews next_item "
+                "gave you can be answered",
+            )
+        return await self._finish(task_id, claim, claim.decide(verdict))
 
     async def fail(self, task_id: str, error: str, retryable: bool, usage: corral.Usage | None) -> corral.Task:
         claim = self._claim(task_id)
@@ -331,16 +364,17 @@ class TeammateLink:
         claim = self._claim(task_id)
         return await self._finish(task_id, claim, claim.release())
 
-    async def ask(self, task_id: str, question: str) -> pb.Task:
-        """Ask the Lead about a held task: the claim ends, the task waits NEEDS_INPUT.
+    async def ask(self, task_id: str, question: str) -> corral.Task:
+        """Ask the Lead about a held task (`Claim.ask`): the claim ends, the task waits
+        NEEDS_INPUT.
 
         A refusal that leaves the claim alive (a task past its questions, an overloaded
         daemon) keeps it held and renewed; only a dead claim is dropped."""
         claim = self._claim(task_id)
         try:
-            task = await questions.ask_question(self.teammate, claim, question)
+            task = await claim.ask(question)
         except corral.CorralError as exc:
-            if isinstance(exc, (*DEAD_CLAIM_ERRORS, corral.Unauthenticated)):
+            if isinstance(exc, (*_DEAD_CLAIM, corral.Unauthenticated)):
                 self._claims.pop(task_id, None)
                 raise failure_from_error(exc, task_id=task_id) from None
             if self._renewing and not claim.lost:
@@ -404,6 +438,7 @@ class TeammateLink:
         return [
             {
                 "task_id": claim.task.id,
+                "kind": "review" if claim.review is not None else "claim",
                 "attempt": claim.attempt,
                 "lease_seconds_left": round(seconds_until(claim.lease_expire_time), 3),
                 "lost": claim.lost,

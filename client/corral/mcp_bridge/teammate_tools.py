@@ -8,7 +8,7 @@ import pydantic
 
 import corral
 
-from . import questions, views
+from . import views
 from .errors import ToolFailure
 from .registry import (
     ANY_OBJECT,
@@ -31,12 +31,14 @@ __all__ = ["UsageArgument", "teammate_tools"]
 # The daemon refuses bigger results (design §7); refused here first, naming the field.
 RESULT_MAX_BYTES = 1024 * 1024
 TEXT_MAX_CHARS = 64 * 1024
+# The daemon's text limit on a question, an answer or a review's feedback: refused here first, naming the field.
+TEXT_MAX_BYTES = 64 * 1024
 WAIT_MIN_SECONDS, WAIT_MAX_SECONDS = 1, 50
 # Listings stop here to stay within a result's text cap; the total says how many there are.
 TEAMMATES_LISTED = 100
 
 TaskId = Annotated[str, pydantic.Field(min_length=1, max_length=200)]
-KINDS = ["claim", "shutdown_request", "plan_decision", "message", "claim_ended", "idle_timeout", "none"]
+KINDS = ["claim", "review", "shutdown_request", "plan_decision", "message", "claim_ended", "idle_timeout", "none"]
 BLOCKED_BY = ["shutdown_pending", "plan_required", "protocol_unacknowledged", "no_ready_task"]
 
 
@@ -65,7 +67,7 @@ class GetTaskArgs(Arguments):
     offset: Annotated[int, pydantic.Field(ge=0)] = 0
 
 
-TaskStateName = Literal["PENDING", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELED", "NEEDS_INPUT"]
+TaskStateName = Literal["PENDING", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELED", "NEEDS_INPUT", "IN_REVIEW"]
 
 
 class ListTasksArgs(Arguments):
@@ -107,6 +109,27 @@ class AskLeadArgs(Arguments):
     question: Annotated[str, pydantic.Field(min_length=1, max_length=TEXT_MAX_CHARS)]
 
 
+class SubmitReviewArgs(Arguments):
+    task_id: TaskId
+    approve: bool
+    feedback: Annotated[str, pydantic.Field(max_length=TEXT_MAX_CHARS)] = ""
+
+
+def verdict_of(approve: bool, feedback: str) -> corral.Verdict:
+    """A review's verdict, checked as the daemon checks it (before any call): feedback
+    at most 64 KiB of UTF-8, and required to reject."""
+    size = len(feedback.encode("utf-8"))
+    if size > TEXT_MAX_BYTES:
+        raise ToolFailure("INVALID_ARGUMENT", f"feedback: {size} bytes is over the 64 KiB limit; say it shorter")
+    if approve:
+        return corral.Approve(feedback)
+    if not feedback.strip():
+        raise ToolFailure(
+            "INVALID_ARGUMENT", "feedback: required to reject; say what to change so the author can revise the result"
+        )
+    return corral.Reject(feedback)
+
+
 class SendMessageArgs(Arguments):
     to: Annotated[str, pydantic.Field(min_length=1, max_length=200)]
     body: Annotated[str, pydantic.Field(max_length=TEXT_MAX_CHARS)]
@@ -142,6 +165,17 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
             summary = f"claim: task {item['claim']['task_id']}; do it, then complete_task or fail_task"
             if item["claim"].get("answers"):
                 summary += " (the lead answered the questions asked on it: see claim.answers)"
+            if "rejected_result" in item["claim"]:
+                summary += (
+                    " (a review rejected its result: revise claim.rejected_result as "
+                    "claim.previous_attempt.feedback says)"
+                )
+        elif kind == "review":
+            shown = item["review"]
+            summary = (
+                f"review: task {shown['task_id']}, round {shown['round']}, the result of {shown['author']}; "
+                "answer with submit_review"
+            )
         elif kind == "none":
             summary = f"none (blocked_by {item['blocked_by']}): {item['hint']}"
         else:
@@ -150,18 +184,21 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
 
     async def get_task(args: GetTaskArgs, progress: Progress) -> Outcome:
         budget = TextBudget()
-        found = await questions.get_task(link.teammate, args.task_id)
+        found = await link.teammate.get_task(args.task_id)
         view = views.task(found, budget, offset=args.offset)
         out: dict[str, Any] = {"task": view, "truncated": budget.truncated}
         if budget.truncated:
             out["next_offset"] = min(
                 part["next_offset"] for part in view.values() if isinstance(part, dict) and "next_offset" in part
             )
-        return Outcome(f"task {found.task.id}: {found.state}", out)
+        return Outcome(f"task {found.id}: {found.state.name}", out)
 
     async def list_tasks(args: ListTasksArgs, progress: Progress) -> Outcome:
-        tasks, next_token = await questions.list_tasks_page(
-            link.teammate, states=list(args.states), owner=args.owner, page_size=_PAGE_SIZE, page_token=args.page_token
+        tasks, next_token = await link.teammate.list_tasks_page(
+            states=[corral.TaskState[name] for name in args.states],
+            owner=args.owner,
+            page_size=_PAGE_SIZE,
+            page_token=args.page_token,
         )
         budget = TextBudget()
         listed = [views.task(t, budget, brief=True) for t in tasks]
@@ -205,10 +242,10 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
                 "INVALID_ARGUMENT", "question: must not be empty; ask the lead something, or finish the task"
             )
         size = len(args.question.encode("utf-8"))
-        if size > questions.QUESTION_MAX_BYTES:
+        if size > TEXT_MAX_BYTES:
             raise ToolFailure("INVALID_ARGUMENT", f"question: {size} bytes is over the 64 KiB limit; ask it shorter")
         task = await link.ask(args.task_id, args.question)
-        state = questions.state_name(task.state)
+        state = task.state.name
         hint = (
             "your claim on it ended; the lead answers, then the task is claimed again and that claim's answers "
             "carry the answer; call next_item for other work meanwhile"
@@ -216,6 +253,15 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
         return Outcome(
             f"task {task.id} waits for the lead's answer ({state}): {hint}",
             {"task_id": task.id, "state": state, "hint": hint},
+        )
+
+    async def submit_review(args: SubmitReviewArgs, progress: Progress) -> Outcome:
+        verdict = verdict_of(args.approve, args.feedback)
+        task = await link.submit_review(args.task_id, verdict)
+        said = "approved" if args.approve else "rejected"
+        return Outcome(
+            f"review of {task.id} {said}: now {task.state.name}",
+            {"task_id": task.id, "state": task.state.name, "approved": args.approve},
         )
 
     async def send_message(args: SendMessageArgs, progress: Progress) -> Outcome:
@@ -248,15 +294,18 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
         ToolSpec(
             "next_item",
             "Wait up to wait_seconds (1-50) for your next item, in the daemon's order: a held claim re-sent, "
-            "shutdown_request, plan_decision, message, claim, claim_ended, idle_timeout, or none with blocked_by "
-            "and a hint. A claim of a task asked about before carries answers: each question with the Lead's "
-            "answer. Call it again after handling each item (that acknowledges it). Always call this "
-            "instead of picking tasks yourself.",
+            "shutdown_request, plan_decision, message, claim, review, claim_ended, idle_timeout, or none with "
+            "blocked_by and a hint. A claim of a task asked about before carries answers: each question with the "
+            "Lead's answer; a claim whose result a review rejected carries rejected_result and, in "
+            "previous_attempt, the reviewer's feedback. A review is another teammate's result for you to judge "
+            "(answer with submit_review). Call it again after handling each item (that acknowledges it). Always "
+            "call this instead of picking tasks yourself.",
             NextItemArgs,
             obj(
                 ["kind"],
                 kind={"type": "string", "enum": KINDS},
                 claim=ANY_OBJECT,
+                review=ANY_OBJECT,
                 shutdown_request=ANY_OBJECT,
                 plan_decision=ANY_OBJECT,
                 message=ANY_OBJECT,
@@ -336,6 +385,15 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
             AskLeadArgs,
             obj(["task_id", "state"], task_id=STRING, state=STRING, hint=STRING),
             ask_lead,
+        ),
+        ToolSpec(
+            "submit_review",
+            "Answer a review next_item gave you (kind review: the result of another teammate's task): "
+            "approve=true completes the task with that result; approve=false sends it back to its author for "
+            "rework, and feedback (required then, at most 64 KiB) says what to change.",
+            SubmitReviewArgs,
+            obj(["task_id", "state", "approved"], task_id=STRING, state=STRING, approved=BOOLEAN),
+            submit_review,
         ),
         ToolSpec(
             "send_message",

@@ -9,14 +9,13 @@ from typing import Any
 import corral
 from corral import aio
 from corral._claimstate import seconds_until
-from corral.v1 import corral_pb2 as pb
 
-from . import questions
 from .rendering import TextBudget
 
 __all__ = [
     "answer",
     "claim",
+    "review",
     "claim_ended",
     "event",
     "message",
@@ -45,16 +44,12 @@ def _seconds(span: datetime.timedelta | None) -> float | None:
     return span.total_seconds() if span is not None else None
 
 
-def task(
-    shown: corral.Task | questions.WireTask, budget: TextBudget, *, offset: int = 0, brief: bool = False
-) -> dict[str, Any]:
+def task(found: corral.Task, budget: TextBudget, *, offset: int = 0, brief: bool = False) -> dict[str, Any]:
     """A task; `brief` leaves out its texts (for listings), else they are labelled and paged.
-    A NEEDS_INPUT task (read off the wire) carries its question, labelled as the asker's."""
-    wire = shown if isinstance(shown, questions.WireTask) else None
-    found: corral.Task = shown.task if isinstance(shown, questions.WireTask) else shown
+    A NEEDS_INPUT task carries its question, labelled as the asker's."""
     out: dict[str, Any] = {
         "id": found.id,
-        "state": wire.state if wire is not None else found.state.name,
+        "state": found.state.name,
         "depends_on": list(found.depends_on),
         "priority": found.priority,
         "owner": found.owner,
@@ -67,9 +62,13 @@ def task(
         "lease_expire_time": iso(found.lease_expire_time),
         "finish_time": iso(found.finish_time),
     }
+    if found.review is not None:
+        # Who reviews the result before it is COMPLETED ("": the Lead), and the rejections so far.
+        out["review"] = {"reviewer_role": found.review.reviewer_role, "max_rounds": found.review.max_rounds}
+        out["review_rounds"] = found.review_rounds
     out["title"] = budget.labelled(found.title, source="lead", role="lead")
-    if wire is not None and wire.question:
-        out["question"] = budget.labelled(wire.question, source="teammate", role="teammate")
+    if found.question:
+        out["question"] = budget.labelled(found.question, source="teammate", role="teammate")
     if brief:
         return out
     out["description"] = budget.labelled(found.description, source="lead", role="lead", offset=offset)
@@ -79,19 +78,46 @@ def task(
     if found.error:
         out["error"] = budget.labelled(found.error, source=found.owner or "teammate", role="teammate")
     if found.attempts:
-        outcomes = wire.attempt_outcomes if wire is not None else tuple(a.outcome.name for a in found.attempts)
-        out["attempts"] = [
-            {"attempt": a.attempt, "owner": a.owner, "outcome": outcome, "error": a.error[:500]}
-            for a, outcome in list(zip(found.attempts, outcomes, strict=True))[-5:]
-        ]
+        out["attempts"] = [_attempt(a, budget) for a in found.attempts[-5:]]
     return out
 
 
-def claim(
-    held: aio.Claim, budget: TextBudget, *, resumed: bool, asked: questions.ClaimAnswers | None = None
-) -> dict[str, Any]:
+def _attempt(ended: corral.Attempt, budget: TextBudget) -> dict[str, Any]:
+    """One claim of a task's history; a review's says its verdict, a rejection its feedback."""
+    out: dict[str, Any] = {
+        "attempt": ended.attempt,
+        "owner": ended.owner,
+        "outcome": ended.outcome.name,
+        "error": ended.error[:500],
+    }
+    if ended.verdict is not None:
+        out["verdict"] = "approve" if ended.verdict.approve else "reject"
+    if ended.feedback:
+        out["feedback"] = budget.labelled(ended.feedback, source=ended.owner, role=role_of(ended.owner))
+    return out
+
+
+def review(held: aio.Claim, budget: TextBudget, *, resumed: bool) -> dict[str, Any]:
+    """A review's claim as the model sees it: the task, the result to judge (labelled as
+    its author's), whose it is and which round; answered with submit_review."""
+    item = held.review
+    assert item is not None, "a work claim is shown with claim()"
+    return {
+        "task_id": held.task.id,
+        "author": item.author,
+        "round": item.round,
+        "fence": held.fence,
+        "lease_expire_time": iso(held.lease_expire_time),
+        "lease_seconds_left": round(seconds_until(held.lease_expire_time), 3),
+        "resumed": resumed,
+        "task": task(held.task, budget, brief=True),
+        "result": budget.labelled(item.result, source=item.author, role="teammate"),
+    }
+
+
+def claim(held: aio.Claim, budget: TextBudget, *, resumed: bool) -> dict[str, Any]:
     """A claim as the model sees it: the task, its lease, the Lead's answers to the
-    questions asked on it (`asked`), what its dependencies produced."""
+    questions asked on it, what its dependencies produced."""
     info = held.info
     out: dict[str, Any] = {
         "task_id": held.task.id,
@@ -102,8 +128,11 @@ def claim(
         "resumed": resumed,
         "task": task(held.task, budget),
     }
-    if asked is not None and asked.answers:
-        out["answers"] = [answer(given, budget) for given in asked.answers]
+    if held.answers:
+        out["answers"] = [answer(given, budget) for given in held.answers]
+    if held.rejected_result:
+        # A rework: the result a review rejected (the feedback is in previous_attempt).
+        out["rejected_result"] = budget.labelled(held.rejected_result, source=f"task {held.task.id}", role="teammate")
     out["dependency_results"] = {}
     out["dependency_results_omitted"] = list(info.dependency_results_omitted)
     for dep, result in info.dependency_results.items():
@@ -112,31 +141,27 @@ def claim(
             continue
         out["dependency_results"][dep] = budget.labelled(result, source=f"task {dep}", role="teammate")
     previous = info.previous_attempt
-    if asked is not None and asked.previous_attempt is not None:
-        ended = asked.previous_attempt  # an outcome the SDK does not read (ASKED)
-        out["previous_attempt"] = {
-            "attempt": ended.attempt,
-            "owner": ended.owner,
-            "outcome": questions.attempt_outcome_name(ended.outcome),
-            "error": budget.labelled(ended.error, source=ended.owner, role="teammate"),
-        }
-    elif previous is not None:
+    if previous is not None:
         out["previous_attempt"] = {
             "attempt": previous.attempt,
             "owner": previous.owner,
             "outcome": previous.outcome.name,
             "error": budget.labelled(previous.error, source=previous.owner, role="teammate"),
         }
+        if previous.feedback:  # a review's rejection: what to change
+            out["previous_attempt"]["feedback"] = budget.labelled(
+                previous.feedback, source=previous.owner, role=role_of(previous.owner)
+            )
     return out
 
 
-def answer(given: pb.QuestionAnswer, budget: TextBudget) -> dict[str, Any]:
+def answer(given: corral.QuestionAnswer, budget: TextBudget) -> dict[str, Any]:
     """A question asked on a task and the Lead's answer to it."""
     return {
         "question": budget.labelled(given.question, source=given.asked_by, role="teammate"),
         "answer": budget.labelled(given.answer, source="lead", role="lead"),
-        "ask_time": iso(questions.time_of(given, "ask_time")),
-        "answer_time": iso(questions.time_of(given, "answer_time")),
+        "ask_time": iso(given.ask_time),
+        "answer_time": iso(given.answer_time),
     }
 
 
@@ -178,22 +203,20 @@ def teammate(mate: corral.TeammateInfo) -> dict[str, Any]:
     }
 
 
-def event(item: questions.WatchItem, budget: TextBudget) -> dict[str, Any]:
+def event(item: corral.WatchEvent, budget: TextBudget) -> dict[str, Any]:
     """One Watch event, for the Lead's watch_events."""
     out: dict[str, Any] = {"seq": item.seq, "time": iso(item.time)}
-    if isinstance(item, questions.UnreadTask):
-        w = item.task
-        out.update(kind="task_changed", task_id=w.id, state=questions.state_name(w.state), owner=w.owner)
-        out["attempt"] = w.attempt
-        if w.question:
-            out["question"] = budget.labelled(w.question, source="teammate", role="teammate")
-    elif isinstance(item, questions.AskedQuestion):
+    if isinstance(item, corral.QuestionAsked):
         out.update(kind="question_asked", task_id=item.task_id, asked_by=item.asked_by)
         out["question"] = budget.labelled(item.question, source=item.asked_by, role="teammate")
-    elif isinstance(item, questions.AnsweredQuestion):
+    elif isinstance(item, corral.QuestionAnswered):
         out.update(kind="question_answered", task_id=item.task_id)
         out["question"] = budget.labelled(item.question, source="teammate", role="teammate")
         out["answer"] = budget.labelled(item.answer, source="lead", role="lead")
+    elif isinstance(item, corral.ReviewDecided):
+        out.update(kind="review_decided", task_id=item.task_id, approve=item.approve, reviewer=item.reviewer)
+        out["round"] = item.round
+        out["feedback"] = budget.labelled(item.feedback, source=item.reviewer, role=role_of(item.reviewer))
     elif isinstance(item, corral.TaskChanged):
         t = item.task
         out.update(kind="task_changed", task_id=t.id, state=t.state.name, owner=t.owner, attempt=t.attempt)
@@ -201,6 +224,8 @@ def event(item: questions.WatchItem, budget: TextBudget) -> dict[str, Any]:
             out["error"] = budget.labelled(t.error, source=t.owner or "teammate", role="teammate")
         if t.progress:
             out["progress"] = budget.labelled(t.progress, source=t.owner or "teammate", role="teammate")
+        if t.question:
+            out["question"] = budget.labelled(t.question, source="teammate", role="teammate")
     elif isinstance(item, corral.TeammateChanged):
         out.update(kind="teammate_changed", teammate=item.teammate.name, status=item.status.name)
         out["reason"] = item.reason.name

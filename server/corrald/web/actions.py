@@ -74,6 +74,7 @@ class Actions:
             "cancel-task": self._cancel_task,
             "revoke-claim": self._revoke_claim,
             "answer-question": self._answer_question,
+            "review-task": self._review_task,
             "set-budget": self._set_budget,
             "request-shutdown": self._request_shutdown,
         }
@@ -127,6 +128,16 @@ class Actions:
     async def _answer_question(self, body: dict[str, Any], identity: Identity) -> dict[str, object]:
         request = pb.AnswerQuestionRequest(task_id=_text(body, "task_id"), answer=_text(body, "answer"))
         reply = await self._lead.AnswerQuestion(request, None, identity)
+        return {"task_id": reply.task.id, "state": pb.TaskState.Name(reply.task.state).removeprefix("TASK_STATE_")}
+
+    async def _review_task(self, body: dict[str, Any], identity: Identity) -> dict[str, object]:
+        approve = body.get("approve")
+        if not isinstance(approve, bool):
+            raise errors.InvalidArgument("approve", "must be true or false")
+        request = pb.ReviewTaskRequest(
+            task_id=_text(body, "task_id"), approve=approve, feedback=_text(body, "feedback")
+        )
+        reply = await self._lead.ReviewTask(request, None, identity)
         return {"task_id": reply.task.id, "state": pb.TaskState.Name(reply.task.state).removeprefix("TASK_STATE_")}
 
     async def _set_budget(self, body: dict[str, Any], identity: Identity) -> dict[str, object]:

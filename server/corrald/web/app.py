@@ -264,6 +264,8 @@ class WebBoard:
             payload=shapes.preview(record.payload),
             result=shapes.preview(record.result),
             question=shapes.preview(record.question),
+            review=shapes.review_policy(record.review),
+            review_rounds=record.review_rounds,
             attempts=[
                 {
                     "attempt": a.attempt,
@@ -273,6 +275,8 @@ class WebBoard:
                     "end_ms": a.end_ms,
                     "outcome": a.outcome.name if a.outcome is not None else None,
                     "error": a.error[: shapes.ERROR_CHARS],
+                    "review_round": a.review_round,
+                    "feedback": shapes.cut(a.feedback, shapes.EVENT_TEXT_CHARS),
                 }
                 for a in attempts
             ],

@@ -14,7 +14,7 @@ from google.protobuf import json_format
 
 from corral.v1 import corral_pb2 as pb
 
-from ..model import TaskState, TeammateRecord
+from ..model import ReviewPolicy, TaskState, TeammateRecord
 from ..stats import BoardStats
 
 PREVIEW_BYTES = 16 * 1024
@@ -29,7 +29,7 @@ def _ms(parent: Any, field: str) -> int | None:
     return stamp.seconds * 1000 + stamp.nanos // 1_000_000
 
 
-def _cut(text: str, chars: int) -> str:
+def cut(text: str, chars: int) -> str:
     return text if len(text) <= chars else text[:chars] + "…"
 
 
@@ -38,6 +38,13 @@ def preview(data: bytes | str) -> dict[str, object]:
     raw = data.encode() if isinstance(data, str) else data
     shown = raw[:PREVIEW_BYTES].decode("utf-8", errors="replace")
     return {"text": shown, "truncated": len(raw) > PREVIEW_BYTES, "bytes": len(raw)}
+
+
+def review_policy(policy: ReviewPolicy | None) -> dict[str, object] | None:
+    """A task's review policy for its detail; None when it needs no review ('' : the Lead reviews)."""
+    if policy is None:
+        return None
+    return {"reviewer_role": policy.reviewer_role, "max_rounds": policy.max_rounds}
 
 
 def task(t: pb.Task) -> dict[str, object]:
@@ -55,7 +62,7 @@ def task(t: pb.Task) -> dict[str, object]:
         "finish_ms": _ms(t, "finish_time"),
         "ready_ms": _ms(t, "ready_time"),
         "create_ms": _ms(t, "create_time"),
-        "error": _cut(t.error, ERROR_CHARS),
+        "error": cut(t.error, ERROR_CHARS),
         "progress": t.progress,
         "progress_fraction": t.progress_fraction if t.HasField("progress_fraction") else None,
         "depends_on": list(t.depends_on),
@@ -96,10 +103,10 @@ def event(response: pb.WatchResponse) -> dict[str, object]:
         )
     elif kind == "message":
         message = response.message
-        shaped.update(kind="message", sender=message.sender, body=_cut(message.body, EVENT_TEXT_CHARS))
+        shaped.update(kind="message", sender=message.sender, body=cut(message.body, EVENT_TEXT_CHARS))
     elif kind == "plan_submitted":
         plan = response.plan_submitted
-        shaped.update(kind="plan", plan_id=plan.plan_id, author=plan.author, plan=_cut(plan.plan, PREVIEW_BYTES))
+        shaped.update(kind="plan", plan_id=plan.plan_id, author=plan.author, plan=cut(plan.plan, PREVIEW_BYTES))
     elif kind == "plan_decided":
         decided = response.plan_decided
         shaped.update(
@@ -107,7 +114,7 @@ def event(response: pb.WatchResponse) -> dict[str, object]:
             plan_id=decided.plan_id,
             author=decided.author,
             approve=decided.approve,
-            feedback=_cut(decided.feedback, EVENT_TEXT_CHARS),
+            feedback=cut(decided.feedback, EVENT_TEXT_CHARS),
         )
     elif kind == "question_asked":
         asked = response.question_asked
@@ -115,15 +122,25 @@ def event(response: pb.WatchResponse) -> dict[str, object]:
             kind="question",
             task_id=asked.task_id,
             asked_by=asked.asked_by,
-            question=_cut(asked.question, EVENT_TEXT_CHARS),
+            question=cut(asked.question, EVENT_TEXT_CHARS),
         )
     elif kind == "question_answered":
         answered = response.question_answered
         shaped.update(
             kind="question_answered",
             task_id=answered.task_id,
-            question=_cut(answered.question, EVENT_TEXT_CHARS),
-            answer=_cut(answered.answer, EVENT_TEXT_CHARS),
+            question=cut(answered.question, EVENT_TEXT_CHARS),
+            answer=cut(answered.answer, EVENT_TEXT_CHARS),
+        )
+    elif kind == "review_decided":
+        decided_review = response.review_decided
+        shaped.update(
+            kind="review_decided",
+            task_id=decided_review.task_id,
+            approve=decided_review.approve,
+            feedback=cut(decided_review.feedback, EVENT_TEXT_CHARS),
+            reviewer=decided_review.reviewer,
+            round=decided_review.round,
         )
     else:
         detail = json_format.MessageToDict(getattr(response, kind), preserving_proto_field_name=True) if kind else {}

@@ -2,7 +2,7 @@
 // Every string that came from a client reaches the DOM through textContent only.
 
 const $ = (id) => document.getElementById(id);
-const STATES = ["PENDING", "IN_PROGRESS", "NEEDS_INPUT", "COMPLETED", "FAILED", "CANCELED"];
+const STATES = ["PENDING", "IN_PROGRESS", "NEEDS_INPUT", "IN_REVIEW", "COMPLETED", "FAILED", "CANCELED"];
 const FINAL = new Set(["COMPLETED", "FAILED", "CANCELED"]);
 const EVENTS_KEPT = 2000;
 const HISTORY_PAGE = 100;
@@ -36,6 +36,11 @@ function ago(ms) {
 function clock(ms) { return new Date(ms).toLocaleTimeString(); }
 
 // A PENDING task is ready when every dependency the page knows is COMPLETED.
+// Held by a claim: a task IN_PROGRESS, or IN_REVIEW while a reviewer holds its review's claim.
+function isHeld(task) {
+  return !!task && (task.state === "IN_PROGRESS" || (task.state === "IN_REVIEW" && !!task.owner));
+}
+
 function shownState(task) {
   if (task.state !== "PENDING") return task.state.toLowerCase();
   const waiting = task.depends_on.some((dep) => (board.tasks.get(dep)?.state ?? "COMPLETED") !== "COMPLETED");
@@ -150,28 +155,34 @@ function enterFrontier() {
   $("graph-note").textContent = `more than ${board.graphMax.toLocaleString()} tasks: reload for the frontier of the board`;
 }
 
-// How a claim ended, as the timeline colours it (the claims table's outcome, lower case).
+// How a claim ended, as the timeline colours it (the claims table's outcome, lower case);
+// a review's claim ends approved or rejected.
 const OUTCOME_KINDS = { completed: "completed", failed: "failed", timed_out: "failed", expired: "expired",
-  revoked: "released", released: "released", canceled: "canceled", asked: "asked" };
+  revoked: "released", released: "released", canceled: "canceled", asked: "asked", approved: "approved", rejected: "rejected" };
 function outcomeKind(claim) {
   if (claim.end_ms === null || claim.end_ms === undefined) return "running";
   return OUTCOME_KINDS[(claim.outcome || "").toLowerCase()] ?? "ended";
 }
 
 function trackClaim(task, previous, atMs) {
-  const before = previous?.state;
-  const reclaimed = before === "IN_PROGRESS" && task.state === "IN_PROGRESS" && previous.attempt !== task.attempt;
-  if (before === "IN_PROGRESS" && (task.state !== "IN_PROGRESS" || reclaimed)) {
+  const heldBefore = isHeld(previous), heldNow = isHeld(task);
+  const reclaimed = heldBefore && heldNow && (previous.state !== task.state || previous.attempt !== task.attempt || previous.owner !== task.owner);
+  if (heldBefore && (!heldNow || reclaimed)) {
     const open = [...board.claims].reverse().find((c) => c.task === task.id && c.end_ms === null);
     if (open) {
       open.end_ms = atMs;
-      // A task's new state tells a completion, a cancel or a question to the lead; any other
-      // end (failed, expired, revoked, released) is read from the task's claim history.
-      open.outcome = reclaimed ? "" : { COMPLETED: "completed", CANCELED: "canceled", NEEDS_INPUT: "asked" }[task.state] ?? "";
+      // A task's new state tells a completion (its result now COMPLETED or IN_REVIEW), a cancel
+      // or a question to the lead; any other end (failed, expired, revoked, released) is read
+      // from the task's claim history, and so is a review's (approved, rejected, or taken away
+      // by the lead's own decision).
+      const told = previous.state === "IN_REVIEW"
+        ? { CANCELED: "canceled" }
+        : { COMPLETED: "completed", IN_REVIEW: "completed", CANCELED: "canceled", NEEDS_INPUT: "asked" };
+      open.outcome = reclaimed ? "" : told[task.state] ?? "";
       if (!open.outcome) outcomes.ask(open);
     }
   }
-  if (task.state === "IN_PROGRESS" && (before !== "IN_PROGRESS" || reclaimed)) {
+  if (heldNow && (!heldBefore || reclaimed)) {
     board.claims.push({ task: task.id, teammate: task.owner, attempt: task.attempt, claim_ms: atMs, end_ms: null, outcome: "" });
     if (board.claims.length > CLAIMS_KEPT) board.claims.splice(0, board.claims.length - CLAIMS_KEPT);
   }
@@ -207,8 +218,8 @@ function applyEvent(event) {
   if (event.kind === "task") {
     const previous = putTask(event.task);
     trackClaim(event.task, previous, event.time_ms);
-    if (previous?.state === "IN_PROGRESS") hold(previous.owner, previous.id, false, event.time_ms);
-    if (event.task.state === "IN_PROGRESS") hold(event.task.owner, event.task.id, true, event.time_ms);
+    if (isHeld(previous)) hold(previous.owner, previous.id, false, event.time_ms);
+    if (isHeld(event.task)) hold(event.task.owner, event.task.id, true, event.time_ms);
   } else if (event.kind === "teammate") {
     const known = board.teammates.get(event.name) || { name: event.name, roles: event.roles, held: [], usage: {}, budget: {} };
     known.status = event.status;
@@ -284,7 +295,8 @@ const header = {
       Object.assign(counts, board.stats.tasks_by_state);
     }
     const shown = [["blocked", blocked], ["ready", ready], ["in_progress", counts.IN_PROGRESS],
-      ["needs_input", counts.NEEDS_INPUT || 0], ["completed", counts.COMPLETED], ["failed", counts.FAILED], ["canceled", counts.CANCELED]];
+      ["needs_input", counts.NEEDS_INPUT || 0], ["in_review", counts.IN_REVIEW || 0], ["completed", counts.COMPLETED],
+      ["failed", counts.FAILED], ["canceled", counts.CANCELED]];
     if (!source) shown.splice(0, 2, ["pending", counts.PENDING]);
     const box = $("counts");
     box.replaceChildren(...shown.map(([name, n]) => el("span", `${n} ${name.replace("_", " ")}`, `count ${name}`)));
@@ -408,8 +420,8 @@ const graph = {
       fill: Math.max(box.w / width, box.h / height), zoom: this.cy.zoom(),
     };
   },
-  colors: { blocked: "#5b6676", ready: "#3b82f6", in_progress: "#f59e0b", needs_input: "#14b8a6", completed: "#22c55e",
-    failed: "#ef4444", canceled: "#a855f7" },
+  colors: { blocked: "#5b6676", ready: "#3b82f6", in_progress: "#f59e0b", needs_input: "#14b8a6", in_review: "#818cf8",
+    completed: "#22c55e", failed: "#ef4444", canceled: "#a855f7" },
   lines(title) {
     let lines = this.titleLines.get(title);
     if (!lines) {
@@ -422,7 +434,7 @@ const graph = {
   data(task) {
     const shown = shownState(task);
     const lines = [...this.lines(task.title || task.id)];
-    if (task.state === "IN_PROGRESS") {
+    if (isHeld(task)) {
       const left = task.lease_expire_ms ? Math.max(0, Math.round((task.lease_expire_ms - nowMs()) / 1000)) : "?";
       const pct = task.progress_fraction !== null && task.progress_fraction !== undefined ? ` ${Math.round(task.progress_fraction * 100)}%` : "";
       lines.push(ellipsize(`${task.owner} · ${left}s${pct}`, TEXT_W));
@@ -484,7 +496,7 @@ const graph = {
   },
   tickLeases() {
     if (!this.cy) return;
-    this.cy.batch(() => { for (const t of board.tasks.values()) if (t.state === "IN_PROGRESS") this.restyle(t.id); });
+    this.cy.batch(() => { for (const t of board.tasks.values()) if (isHeld(t)) this.restyle(t.id); });
   },
 };
 board.labelBoxes = () => graph.labelBoxes();
@@ -675,9 +687,40 @@ const drawer = {
     $("d-attempts").replaceChildren(...task.attempts.map((a) => {
       const row = el("tr");
       const held = a.end_ms ? `${((a.end_ms - a.claim_ms) / 1000).toFixed(1)}s` : "live";
-      row.append(el("td", a.attempt), el("td", a.owner), el("td", a.fence), el("td", held), el("td", (a.outcome || "live").toLowerCase()), el("td", a.error));
+      // A review's claim (or the lead's decision) says so, with its round; a rejection its feedback.
+      const reviewed = a.review_round !== null && a.review_round !== undefined;
+      const outcome = (a.outcome || "live").toLowerCase();
+      row.dataset.review = reviewed ? "yes" : "no";
+      row.append(el("td", a.attempt), el("td", a.owner), el("td", a.fence), el("td", held),
+        el("td", reviewed ? `review ${a.review_round}: ${outcome}` : outcome), el("td", a.feedback || a.error));
       return row;
     }));
+    // A reviewed task: its policy, the rounds so far, and the result under review (IN_REVIEW).
+    $("d-review-box").hidden = !task.review;
+    if (task.review) {
+      const reviewer = task.review.reviewer_role ? `a teammate holding ${task.review.reviewer_role}` : "the lead";
+      const author = [...task.attempts].reverse().find((a) => (a.review_round === null || a.review_round === undefined) && a.outcome === "COMPLETED");
+      const review = [["reviewer", reviewer], ["rounds", `${task.review_rounds} rejected of ${task.review.max_rounds}`],
+        ["author", task.state === "IN_REVIEW" && author ? author.owner : "—"]];
+      $("d-review").replaceChildren(...review.flatMap(([k, v]) => [el("dt", k), el("dd", v)]));
+    }
+    $("d-result-title").textContent = task.state === "IN_REVIEW" ? "Result under review" : "Result";
+    const verdict = $("d-verdict");
+    verdict.replaceChildren();
+    if (board.session?.actions && task.state === "IN_REVIEW") {
+      const text = el("textarea");
+      text.id = "d-feedback-text";
+      text.setAttribute("aria-label", "feedback");
+      text.placeholder = "feedback (required to reject)";
+      text.maxLength = 65536;
+      const approve = actionButton("approve", "review-task", () => ({ task_id: id, approve: true, feedback: text.value }));
+      const reject = actionButton("reject", "review-task", () => ({ task_id: id, approve: false, feedback: text.value }));
+      approve.dataset.verdict = "approve";
+      reject.dataset.verdict = "reject";
+      const buttons = el("div", null, "actions");
+      buttons.append(approve, reject);
+      verdict.append(text, buttons);
+    }
     // A NEEDS_INPUT task's question; a lead session with actions answers it here.
     $("d-question-box").hidden = !task.question.bytes;
     $("d-question").textContent = task.question.text + (task.question.truncated ? `\n… (truncated, ${task.question.bytes} bytes in all)` : "");
@@ -717,6 +760,7 @@ const eventsView = {
     if (e.kind === "plan") return `${e.author} submitted plan ${e.plan_id}`;
     if (e.kind === "question") return `${e.asked_by} asked about ${e.task_id}: ${e.question}`;
     if (e.kind === "question_answered") return `${e.task_id} answered: ${e.answer}`;
+    if (e.kind === "review_decided") return `${e.task_id} ${e.approve ? "approved" : "rejected"} by ${e.reviewer} (round ${e.round})${e.feedback ? `: ${e.feedback}` : ""}`;
     if (e.kind === "plan_decided") return `plan ${e.plan_id} of ${e.author} ${e.approve ? "approved" : "rejected"}${e.feedback ? `: ${e.feedback}` : ""}`;
     return JSON.stringify(e.detail || {});
   },
@@ -788,7 +832,7 @@ const eventsView = {
 
 // One lane per teammate; each claim a bar coloured by how it ended (the legend under it).
 const OUTCOME_COLORS = { running: "#f59e0b", completed: "#22c55e", failed: "#ef4444", expired: "#f472b6",
-  released: "#38bdf8", canceled: "#a855f7", asked: "#14b8a6", ended: "#5b6676" };
+  released: "#38bdf8", canceled: "#a855f7", asked: "#14b8a6", approved: "#818cf8", rejected: "#fb923c", ended: "#5b6676" };
 
 const timeline = {
   draw() {
