@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Mapping
+from typing import NoReturn
 
 from corral._errors import (
     AttemptTimedOut,
@@ -152,7 +153,7 @@ def end_reason_of(cause: CorralError | None) -> ClaimEndReason | None:
     return None
 
 
-def _refuse(field: str, why: str) -> None:
+def _refuse(field: str, why: str) -> NoReturn:
     raise InvalidArgument(f"{field}: {why}", field_violations=[FieldViolation(field, why)])
 
 

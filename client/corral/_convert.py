@@ -602,15 +602,15 @@ def watch_event_from_pb(response: pb.WatchResponse) -> WatchEvent | None:
             seq=seq, time=time, task_id=answered.task_id, question=answered.question, answer=answered.answer
         )
     if kind == "review_decided":
-        decided = response.review_decided
+        review = response.review_decided
         return ReviewDecided(
             seq=seq,
             time=time,
-            task_id=decided.task_id,
-            approve=decided.approve,
-            feedback=decided.feedback,
-            reviewer=decided.reviewer,
-            round=decided.round,
+            task_id=review.task_id,
+            approve=review.approve,
+            feedback=review.feedback,
+            reviewer=review.reviewer,
+            round=review.round,
         )
     return None
 
