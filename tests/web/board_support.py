@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import json
 import pathlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -104,6 +105,39 @@ def run(body: Callable[[aiohttp.ClientSession], Awaitable[Any]], peer: str = "12
     # A thread of its own: Playwright's sync API keeps an event loop running on this one.
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, main()).result()
+
+
+@dataclasses.dataclass
+class ActionSession:
+    """A web session posting one of the board's actions (`/api/actions/NAME`) as the task
+    drawer does: with its CSRF token and the board's Origin, unless told otherwise."""
+
+    http: aiohttp.ClientSession
+    board_url: str
+    action: str
+    csrf: str = ""
+
+    async def log_in(self, token: str) -> None:
+        """Logs in with `token` (the session is that credential's from now on) and keeps its CSRF token."""
+        async with self.http.post(f"{self.board_url}/login", json={"token": token}) as response:
+            assert response.status == 200
+        self.csrf = (await self.board())["session"]["csrf"]
+
+    async def board(self) -> dict[str, Any]:
+        async with self.http.get(f"{self.board_url}/api/board") as response:
+            return json.loads(await response.text())
+
+    async def seq(self) -> int:
+        """The board's last event: unchanged when nothing was written."""
+        return (await self.board())["seq"]
+
+    async def post(self, sent: Any, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        """The action's status and its JSON answer (`{}` when it has none)."""
+        if headers is None:
+            headers = {"Origin": self.board_url, "X-Corral-CSRF": self.csrf}
+        async with self.http.post(f"{self.board_url}/api/actions/{self.action}", json=sent, headers=headers) as reply:
+            text = await reply.text()
+            return reply.status, json.loads(text) if text else {}
 
 
 def self_signed(directory: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:

@@ -14,7 +14,15 @@ import pytest
 
 import corral
 from tests.support.waiting import wait_until
-from tests.web.board_support import WebDaemon, open_board, run, screenshot, start_web_daemon, stop_web_daemon
+from tests.web.board_support import (
+    ActionSession,
+    WebDaemon,
+    open_board,
+    run,
+    screenshot,
+    start_web_daemon,
+    stop_web_daemon,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -190,26 +198,11 @@ def test_bad_answers_get_the_actions_statuses_and_write_nothing(acting):
         viewer_token = lead.add_viewer("http-viewer")
 
         async def body(http):
-            async def log_in(token: str) -> str:
-                async with http.post(f"{acting.url}/login", json={"token": token}) as response:
-                    assert response.status == 200
-                async with http.get(f"{acting.url}/api/board") as response:
-                    return json.loads(await response.text())["session"]["csrf"]
+            session = ActionSession(http, acting.url, "answer-question")
+            await session.log_in(acting.token)
+            answer = session.post
 
-            async def seq() -> int:
-                async with http.get(f"{acting.url}/api/board") as response:
-                    return json.loads(await response.text())["seq"]
-
-            csrf = await log_in(acting.token)
-            url = f"{acting.url}/api/actions/answer-question"
-            headers = {"Origin": acting.url, "X-Corral-CSRF": csrf}
-
-            async def answer(sent: Any, with_headers: dict[str, str] = headers) -> tuple[int, Any]:
-                async with http.post(url, json=sent, headers=with_headers) as response:
-                    text = await response.text()
-                    return response.status, json.loads(text) if text else {}
-
-            before = await seq()
+            before = await session.seq()
             refused = []
             for sent in (
                 {"task_id": "", "answer": "spaces"},
@@ -225,10 +218,10 @@ def test_bad_answers_get_the_actions_statuses_and_write_nothing(acting):
                 status, answered = await answer(sent)
                 refused.append((status, answered.get("error", "")))
             no_csrf, _ = await answer({"task_id": "asked-one", "answer": "spaces"}, {"Origin": acting.url})
-            after = await seq()
+            after = await session.seq()
             good = await answer({"task_id": "asked-one", "answer": "spaces"})
             twice, _ = await answer({"task_id": "asked-one", "answer": "tabs"})
-            await log_in(viewer_token)
+            await session.log_in(viewer_token)  # a viewer's own session, with its own CSRF token
             as_viewer, _ = await answer({"task_id": "asked-one", "answer": "tabs"})
             return refused, before, after, good, twice, no_csrf, as_viewer
 

@@ -17,7 +17,15 @@ import pytest
 
 import corral
 from tests.support.waiting import wait_until
-from tests.web.board_support import WebDaemon, open_board, run, screenshot, start_web_daemon, stop_web_daemon
+from tests.web.board_support import (
+    ActionSession,
+    WebDaemon,
+    open_board,
+    run,
+    screenshot,
+    start_web_daemon,
+    stop_web_daemon,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -340,26 +348,11 @@ def test_bad_reviews_get_the_actions_statuses_and_write_nothing(acting):
         viewer_token = acting.lead.add_viewer("http-review-viewer")
 
         async def body(http):
-            async def log_in(token: str) -> str:
-                async with http.post(f"{acting.url}/login", json={"token": token}) as response:
-                    assert response.status == 200
-                async with http.get(f"{acting.url}/api/board") as response:
-                    return json.loads(await response.text())["session"]["csrf"]
+            session = ActionSession(http, acting.url, "review-task")
+            await session.log_in(acting.token)
+            review = session.post
 
-            async def seq() -> int:
-                async with http.get(f"{acting.url}/api/board") as response:
-                    return json.loads(await response.text())["seq"]
-
-            csrf = await log_in(acting.token)
-            url = f"{acting.url}/api/actions/review-task"
-            headers = {"Origin": acting.url, "X-Corral-CSRF": csrf}
-
-            async def review(sent: Any, with_headers: dict[str, str] = headers) -> tuple[int, Any]:
-                async with http.post(url, json=sent, headers=with_headers) as response:
-                    text = await response.text()
-                    return response.status, json.loads(text) if text else {}
-
-            before = await seq()
+            before = await session.seq()
             refused = []
             for sent in (
                 {"task_id": "http-review"},
@@ -379,12 +372,13 @@ def test_bad_reviews_get_the_actions_statuses_and_write_nothing(acting):
                 refused.append((status, answered.get("error", "")))
             no_csrf, _ = await review({"task_id": "http-review", "approve": True}, {"Origin": acting.url})
             other_origin, _ = await review(
-                {"task_id": "http-review", "approve": True}, {"Origin": "http://evil.example", "X-Corral-CSRF": csrf}
+                {"task_id": "http-review", "approve": True},
+                {"Origin": "http://evil.example", "X-Corral-CSRF": session.csrf},
             )
-            after = await seq()
+            after = await session.seq()
             good = await review({"task_id": "http-review", "approve": True})
             twice, _ = await review({"task_id": "http-review", "approve": False, "feedback": "too late"})
-            await log_in(viewer_token)
+            await session.log_in(viewer_token)  # a viewer's own session, with its own CSRF token
             as_viewer, _ = await review({"task_id": "http-review", "approve": True})
             return refused, before, after, good, twice, no_csrf, other_origin, as_viewer
 
