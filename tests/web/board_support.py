@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import pathlib
@@ -138,6 +139,52 @@ class ActionSession:
         async with self.http.post(f"{self.board_url}/api/actions/{self.action}", json=sent, headers=headers) as reply:
             text = await reply.text()
             return reply.status, json.loads(text) if text else {}
+
+
+class Mate:
+    """A teammate through the SDK, for the gate tests: its claims from `idle`, completed,
+    asked about (`Claim.ask`) or, a review's, decided (`Claim.decide`)."""
+
+    def __init__(self, daemon: WebDaemon, name: str, roles: list[str]) -> None:
+        token = daemon.lead.add_teammate(name, roles=roles).token
+        self.teammate = corral.Teammate.connect(daemon.lead.address, token)
+
+    def claim(self) -> corral.Claim:
+        """The first claim of a new stream (which is then closed; the claim stays held)."""
+        with contextlib.closing(self.teammate.idle(max_idle_polls=40, poll_interval=0.05)) as events:
+            for event in events:
+                if isinstance(event, corral.Claim):
+                    return event
+        raise AssertionError("the stream ended with no claim")
+
+    def ask(self, claim: corral.Claim, question: str) -> corral.Task:
+        return claim.ask(question)
+
+    def complete(self, claim: corral.Claim, result: bytes) -> None:
+        claim.complete(result)
+
+    def review(self, claim: corral.Claim, approve: bool, feedback: str = "") -> None:
+        claim.decide(corral.Approve(feedback) if approve else corral.Reject(feedback))
+
+    def close(self) -> None:
+        self.teammate.close()
+
+
+def board_get(daemon: WebDaemon, path: str) -> Any:
+    """`path` of the board's HTTP API, read by a fresh session logged in as the Lead."""
+
+    async def body(http):
+        async with http.post(f"{daemon.url}/login", json={"token": daemon.token}) as response:
+            assert response.status == 200
+        async with http.get(f"{daemon.url}{path}") as response:
+            assert response.status == 200, path
+            return json.loads(await response.text())
+
+    return run(body)
+
+
+def task_state(daemon: WebDaemon, task_id: str) -> str:
+    return board_get(daemon, f"/api/tasks/{task_id}")["state"]
 
 
 def self_signed(directory: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:

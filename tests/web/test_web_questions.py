@@ -6,22 +6,19 @@ nothing. One daemon; the teammate side is the SDK (`Claim.ask`, `Claim.answers`)
 
 from __future__ import annotations
 
-import contextlib
-import json
-from typing import Any
-
 import pytest
 
 import corral
 from tests.support.waiting import wait_until
 from tests.web.board_support import (
     ActionSession,
-    WebDaemon,
+    Mate,
     open_board,
     run,
     screenshot,
     start_web_daemon,
     stop_web_daemon,
+    task_state,
 )
 
 pytestmark = pytest.mark.timeout(90)
@@ -37,46 +34,6 @@ def acting(tmp_path_factory):
         yield daemon
     finally:
         stop_web_daemon(daemon)
-
-
-class Mate:
-    """A teammate through the SDK: its claims from `idle`, asked about with `Claim.ask`."""
-
-    def __init__(self, daemon: WebDaemon, name: str, roles: list[str]) -> None:
-        token = daemon.lead.add_teammate(name, roles=roles).token
-        self.teammate = corral.Teammate.connect(daemon.lead.address, token)
-
-    def claim(self) -> corral.Claim:
-        """The first claim of a new stream (which is then closed; the claim stays held)."""
-        with contextlib.closing(self.teammate.idle(max_idle_polls=40, poll_interval=0.05)) as events:
-            for event in events:
-                if isinstance(event, corral.Claim):
-                    return event
-        raise AssertionError("the stream ended with no claim")
-
-    def ask(self, claim: corral.Claim, question: str) -> corral.Task:
-        return claim.ask(question)
-
-    def complete(self, claim: corral.Claim, result: bytes) -> None:
-        claim.complete(result)
-
-    def close(self) -> None:
-        self.teammate.close()
-
-
-def board_get(daemon: WebDaemon, path: str) -> Any:
-    async def body(http):
-        async with http.post(f"{daemon.url}/login", json={"token": daemon.token}) as response:
-            assert response.status == 200
-        async with http.get(f"{daemon.url}{path}") as response:
-            assert response.status == 200, path
-            return json.loads(await response.text())
-
-    return run(body)
-
-
-def task_state(daemon: WebDaemon, task_id: str) -> str:
-    return board_get(daemon, f"/api/tasks/{task_id}")["state"]
 
 
 def test_a_question_is_coloured_counted_shown_in_the_drawer_and_answered_from_it(acting, browser):

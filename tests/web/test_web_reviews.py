@@ -9,22 +9,20 @@ One daemon; the teammate side is the SDK (`Claim.decide`, `Claim.rejected_result
 
 from __future__ import annotations
 
-import contextlib
-import json
-from typing import Any
-
 import pytest
 
 import corral
 from tests.support.waiting import wait_until
 from tests.web.board_support import (
     ActionSession,
+    Mate,
     WebDaemon,
     open_board,
     run,
     screenshot,
     start_web_daemon,
     stop_web_daemon,
+    task_state,
 )
 
 pytestmark = pytest.mark.timeout(90)
@@ -49,46 +47,6 @@ def create_reviewed(daemon: WebDaemon, task_id: str, role: str, reviewer_role: s
     daemon.lead.create_tasks(
         [corral.TaskSpec(id=task_id, title=f"{task_id} (reviewed)", required_role=role, review=policy)]
     )
-
-
-class Mate:
-    """A teammate through the SDK: work claims completed, review claims decided."""
-
-    def __init__(self, daemon: WebDaemon, name: str, roles: list[str]) -> None:
-        token = daemon.lead.add_teammate(name, roles=roles).token
-        self.teammate = corral.Teammate.connect(daemon.lead.address, token)
-
-    def claim(self) -> corral.Claim:
-        """The first claim of a new stream (which is then closed; the claim stays held)."""
-        with contextlib.closing(self.teammate.idle(max_idle_polls=40, poll_interval=0.05)) as events:
-            for event in events:
-                if isinstance(event, corral.Claim):
-                    return event
-        raise AssertionError("the stream ended with no claim")
-
-    def complete(self, claim: corral.Claim, result: bytes) -> None:
-        claim.complete(result)
-
-    def review(self, claim: corral.Claim, approve: bool, feedback: str = "") -> None:
-        claim.decide(corral.Approve(feedback) if approve else corral.Reject(feedback))
-
-    def close(self) -> None:
-        self.teammate.close()
-
-
-def board_get(daemon: WebDaemon, path: str) -> Any:
-    async def body(http):
-        async with http.post(f"{daemon.url}/login", json={"token": daemon.token}) as response:
-            assert response.status == 200
-        async with http.get(f"{daemon.url}{path}") as response:
-            assert response.status == 200, path
-            return json.loads(await response.text())
-
-    return run(body)
-
-
-def task_state(daemon: WebDaemon, task_id: str) -> str:
-    return board_get(daemon, f"/api/tasks/{task_id}")["state"]
 
 
 def open_drawer(page, task_id: str) -> None:
