@@ -21,6 +21,7 @@ import aiohttp
 import corral
 from corral._launch import DaemonProcess, launch_daemon
 from tests.support.tls import self_signed as _self_signed
+from tests.support.waiting import wait_until
 
 ARTIFACTS = pathlib.Path(__file__).resolve().parents[1] / "artifacts" / "web"
 VIEWPORT = {"width": 1280, "height": 800}
@@ -139,6 +140,24 @@ class ActionSession:
         async with self.http.post(f"{self.board_url}/api/actions/{self.action}", json=sent, headers=headers) as reply:
             text = await reply.text()
             return reply.status, json.loads(text) if text else {}
+
+
+def assert_state_shown(page, task_id: str, state: str, colour: str):
+    """A task in `state` (the wire's name, e.g. "IN_REVIEW") is counted and coloured like
+    every state: its row in the tasks table, the header's count, the graph, the legend.
+    Returns its row; leaves the page on the tasks tab."""
+    shown, words = state.lower(), state.lower().replace("_", " ")
+    page.click("button[data-tab='tasks']")
+    row = page.locator(f"#tasks tr[data-task-id='{task_id}']")
+    wait_until(lambda: row.get_attribute("data-state") == state, 10, f"the row {state}")
+    assert row.get_attribute("data-shown") == shown
+    assert row.locator(f".state.{shown}").inner_text() == words
+    assert page.locator(f"#counts .count.{shown}").inner_text() == f"1 {words}"
+    assert page.evaluate(f"window.corral.graphColor('{task_id}')") == colour
+    swatch = page.eval_on_selector(f"#counts .count.{shown}", "n => getComputedStyle(n).getPropertyValue('--swatch')")
+    assert swatch.strip() == colour
+    assert words in page.locator(".legend").inner_text()
+    return row
 
 
 class Mate:

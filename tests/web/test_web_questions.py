@@ -13,6 +13,7 @@ from tests.support.waiting import wait_until
 from tests.web.board_support import (
     ActionSession,
     Mate,
+    assert_state_shown,
     open_board,
     run,
     screenshot,
@@ -46,19 +47,7 @@ def test_a_question_is_coloured_counted_shown_in_the_drawer_and_answered_from_it
         asked = mate.ask(claim, QUESTION)
         assert asked.state is corral.TaskState.NEEDS_INPUT and asked.question == QUESTION
 
-        # Counted and coloured like every state: the header, the table, the graph.
-        page.click("button[data-tab='tasks']")
-        row = page.locator("#tasks tr[data-task-id='report']")
-        wait_until(lambda: row.get_attribute("data-state") == "NEEDS_INPUT", 10, "the row NEEDS_INPUT")
-        assert row.get_attribute("data-shown") == "needs_input"
-        assert row.locator(".state.needs_input").inner_text() == "needs input"
-        assert page.locator("#counts .count.needs_input").inner_text() == "1 needs input"
-        assert page.evaluate("window.corral.graphColor('report')") == TEAL
-        swatch = page.eval_on_selector(
-            "#counts .count.needs_input", "n => getComputedStyle(n).getPropertyValue('--swatch')"
-        )
-        assert swatch.strip() == TEAL
-        assert "needs input" in page.locator(".legend").inner_text()
+        row = assert_state_shown(page, "report", "NEEDS_INPUT", TEAL)
 
         # The claim that asked ends as "asked" on the timeline.
         page.click("button[data-tab='timeline']")

@@ -17,6 +17,7 @@ from tests.web.board_support import (
     ActionSession,
     Mate,
     WebDaemon,
+    assert_state_shown,
     open_board,
     run,
     screenshot,
@@ -69,19 +70,7 @@ def test_the_lead_rejects_and_approves_a_result_from_the_drawer(acting, browser)
         page = open_board(browser, acting)
         author.complete(author.claim(), DRAFT)
 
-        # Counted and coloured like every state: the header, the table, the graph, the legend.
-        page.click("button[data-tab='tasks']")
-        row = page.locator("#tasks tr[data-task-id='essay']")
-        wait_until(lambda: row.get_attribute("data-state") == "IN_REVIEW", 10, "the row IN_REVIEW")
-        assert row.get_attribute("data-shown") == "in_review"
-        assert row.locator(".state.in_review").inner_text() == "in review"
-        assert page.locator("#counts .count.in_review").inner_text() == "1 in review"
-        assert page.evaluate("window.corral.graphColor('essay')") == INDIGO
-        swatch = page.eval_on_selector(
-            "#counts .count.in_review", "n => getComputedStyle(n).getPropertyValue('--swatch')"
-        )
-        assert swatch.strip() == INDIGO
-        assert "in review" in page.locator(".legend").inner_text()
+        row = assert_state_shown(page, "essay", "IN_REVIEW", INDIGO)
         # The header keeps its one line at 1280 px with every state's count and the writer's health.
         page.wait_for_selector("#health div")
         tops = page.eval_on_selector_all(
