@@ -14,8 +14,9 @@ import pathlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-from . import cpu, delivery, errors, requestids, stats, validate
+from . import cpu, delivery, errors, requestids, validate
 from .answers import Completed, Renewed, ack_record, acked_again
+from .board_reads import BoardReads
 from .clock import Clock
 from .config import Limits, WriterConfig
 from .credentials import (
@@ -29,29 +30,25 @@ from .credentials import (
     viewer_identity,
 )
 from .model import (
-    AttemptRecord,
     Budget,
     CanceledTask,
     Completion,
     ConcurrencyLimit,
     CreatedBatch,
-    FeedPage,
     OpCompletion,
-    TaskPage,
+    Proposed,
+    TaskCreation,
     TaskRecord,
     TaskSpec,
-    TaskState,
     TeammateRecord,
     Usage,
     Verdict,
     ViewerRecord,
-    WaitingFor,
 )
 from .readers import ReaderPool
 from .requestids import OpKey, RequestKey
-from .stats import BoardOverview, BoardStats
 from .stats import PostgresHealth as PostgresHealth  # GetStats' conversion names it here
-from .store import inbox, keys, ops, overview, protocol, status, tasks, team, usage, viewers
+from .store import inbox, keys, ops, proposals, protocol, status, tasks, team, usage, viewers
 from .store.driver import BoardDriver
 from .store.sqlite.driver import SqliteBoard
 from .stream import ParkedStreams, StreamView
@@ -67,7 +64,9 @@ T = TypeVar("T")
 log = logging.getLogger("corrald.board")
 
 
-class Board:
+class Board(BoardReads):
+    """The board's writes (each one writer job) and, from `BoardReads`, its reads."""
+
     def __init__(
         self,
         database: pathlib.Path | BoardDriver,
@@ -180,15 +179,13 @@ class Board:
         because of them); returns the first of them, named ones first, and how many
         changed in all."""
         validate.task_ids(task_ids, self.limits)
-        shown_max = self.limits.page_size_max
+        return await self._write(lambda tx: self._changed(tx, tasks.retry(tx, list(task_ids), reset_attempts)), key)
 
-        def job(tx: Txn) -> tuple[list[TaskRecord], int]:
-            seqs = tasks.retry(tx, list(task_ids), reset_attempts)
-            # The reply holds a few MiB of them at most: read no more than could fit, as they
-            # stand when this commits (a request id keeps this answer).
-            return tasks.records_by_seq(tx.conn, seqs[:shown_max]), len(seqs)
-
-        return await self._write(job, key)
+    def _changed(self, tx: Txn, seqs: list[int]) -> tuple[list[TaskRecord], int]:
+        """The first of the tasks a call changed, and how many it changed: the reply holds a
+        few MiB of them at most, so no more are read than could fit, as they stand when this
+        commits (a request id keeps this answer)."""
+        return tasks.records_by_seq(tx.conn, seqs[: self.limits.page_size_max]), len(seqs)
 
     async def revoke_claim(self, task_id: str, reason: str, key: RequestKey | None = None) -> TaskRecord:
         """Takes the task's live claim from its holder (see `tasks.revoke`)."""
@@ -216,6 +213,30 @@ class Board:
             raise errors.InvalidArgument("task_id", "must not be empty")
         validate.check_text("answer", answer, self.limits.text_max_bytes)
         return await self._write(lambda tx: tasks.answer_question(tx, task_id, answer), key)
+
+    async def decide_proposals(
+        self, task_ids: Sequence[str], approve: bool, feedback: str, key: RequestKey | None = None
+    ) -> tuple[list[TaskRecord], int]:
+        """Approves or rejects PROPOSED tasks (see `proposals.decide`): the first of
+        the tasks it changed, as RetryTasks answers, and how many changed in all."""
+        validate.graph_ids("task_ids", task_ids)
+        validate.check_text("feedback", feedback, self.limits.text_max_bytes)
+        return await self._write(lambda tx: self._changed(tx, proposals.decide(tx, task_ids, approve, feedback)), key)
+
+    async def add_dependencies(
+        self, task_id: str, depends_on: Sequence[str], key: RequestKey | None = None
+    ) -> TaskRecord:
+        """Makes a PENDING or PROPOSED task wait for more tasks (see `tasks.add_dependencies`)."""
+        if not task_id:
+            raise errors.InvalidArgument("task_id", "must not be empty")
+        validate.graph_ids("depends_on", depends_on)
+        return await self._write(lambda tx: tasks.add_dependencies(tx, task_id, depends_on), key)
+
+    async def set_task_creation(self, name: str, policy: TaskCreation, key: RequestKey | None = None) -> TaskCreation:
+        """How a teammate's proposed tasks land, or with "*" the default of those without their own."""
+        if not name:
+            raise errors.InvalidArgument("teammate", 'must name a teammate or "*"')
+        return await self._write(lambda tx: proposals.set_task_creation(tx, name, policy), key)
 
     async def add_teammate(
         self, name: str, roles: Sequence[str], require_plan: bool, key: RequestKey | None = None
@@ -473,6 +494,17 @@ class Board:
         validate.question(question, self.limits)
         return await self._end(name, task_id, op, lambda tx: tasks.ask_question(tx, name, task_id, token, question))
 
+    async def propose_tasks(
+        self, name: str, specs: Sequence[TaskSpec], task_id: str, token: str, block: bool, *, op: OpKey | None = None
+    ) -> Proposed:
+        """A teammate's discovered tasks, as the Lead's policy for it says (see `proposals.propose`)."""
+        batch = validate.proposal(specs, task_id, token, block, self.limits, self.clock.now_ms())
+
+        def body(tx: Txn) -> Proposed:  # sent again, it answers as it did (`tasks.propose`)
+            return proposals.propose(tx, name, batch, task_id, token, block=block)
+
+        return await (self.writer.run(body) if op is None else self._once(name, op, body, lambda tx, _: body(tx)))
+
     async def _end(self, name: str, task_id: str, op: OpKey | None, body: Callable[[Txn], TaskRecord]) -> TaskRecord:
         """A failure, a release or a question: the task as it ends, or, for an op sent again, as it stands."""
         if op is None:
@@ -522,74 +554,6 @@ class Board:
         limit = self.limits.unacked_inbox_max
         return await self._write(lambda tx: inbox.send_message(tx, sender, to, body, inbox_limit=limit), key)
 
-    async def read(self, query: Callable):
-        assert self.readers is not None
-        return await self.readers.run(query)
-
-    def call_read(self, query: Callable[..., T]) -> T:
-        """A read from any thread, blocking it until answered."""
-        assert self.readers is not None
-        return self.readers.call(query)
-
-    async def get_task(self, task_id: str) -> TaskRecord:
-        return await self.read(lambda conn: tasks.get_task(conn, task_id))
-
-    async def task_history(self, task_id: str) -> tuple[TaskRecord, list[AttemptRecord], WaitingFor | None]:
-        """The task, its most recent claims (oldest first) and what it waits for (a read)."""
-        return await self.read(lambda conn: tasks.task_history(conn, task_id))
-
-    async def list_tasks(
-        self, *, states: Sequence[TaskState], owner: str, after_seq: int, limit: int, max_bytes: int
-    ) -> TaskPage:
-        """A page of tasks chosen within `max_bytes` before any payload is read (a read)."""
-        return await self.read(
-            lambda conn: tasks.list_tasks(
-                conn, states=states, owner=owner, after_seq=after_seq, limit=limit, max_bytes=max_bytes
-            )
-        )
-
-    async def list_teammates(self, after: int = 0, limit: int = -1) -> list[tuple[int, TeammateRecord]]:
-        """Teammates in the order they were added, each with its position (a page cursor)."""
-        return await self.read(lambda conn: team.list_teammates(conn, after, limit))
-
-    async def work_waited_for(self, name: str, roles: tuple[str, ...]) -> list[str]:
-        """Some unfinished tasks this teammate could still take; empty when none remains (a read)."""
-        return await self.read(lambda conn: tasks.work_waited_for(conn, name, roles, limit=1))
-
     async def set_waiting(self, name: str, waiting: bool) -> None:
         """Records that the teammate waits for work still to come (or no longer does)."""
         await self.writer.run(lambda tx: status.set_waiting(tx, name, waiting))
-
-    async def teammate_roles(self, name: str) -> tuple[str, ...]:
-        return await self.read(lambda conn: team.roles_of(conn, name))
-
-    async def read_feed(self, after_seq: int, limit: int, max_bytes: int) -> FeedPage:
-        """Events after `after_seq` with the task or teammate each one is about (a read:
-        `overview.feed_page`)."""
-        return await self.read(lambda conn: overview.feed_page(conn, after_seq, limit, max_bytes))
-
-    async def overview(self, graph_limit: int, claims_limit: int = 2000) -> BoardOverview:
-        """The board for a page, in one read transaction (see `BoardOverview`)."""
-
-        page_max = self.limits.page_size_max
-        return await self.read(
-            lambda conn: stats.overview(conn, graph_limit, claims_limit, page_max, self._stats(conn))
-        )
-
-    async def task_rows(self, after_seq: int, limit: int) -> list[dict[str, object]]:
-        """A page of the board as the page's table shows it (a read)."""
-        return await self.read(lambda conn: overview.task_rows(conn, after_seq, limit))
-
-    async def last_event_seq(self) -> int:
-        return await self.read(overview.last_event_seq)
-
-    def _stats(self, conn) -> BoardStats:
-        return stats.read(conn, self.driver, self.writer, self.readers, self.listener)
-
-    async def stats(self) -> BoardStats:
-        return await self.read(self._stats)
-
-    def stats_blocking(self) -> BoardStats:
-        """`stats` for a thread off the event loop (the metrics endpoint); the board must be open."""
-        assert self.readers is not None
-        return self.readers.call(self._stats)

@@ -17,6 +17,7 @@ class TaskState(enum.IntEnum):
     CANCELED = 5
     NEEDS_INPUT = 6  # its holder asked the Lead a question; claimed by no one until answered
     IN_REVIEW = 7  # completed by its holder, waiting for a review (TaskSpec.review) before COMPLETED
+    PROPOSED = 8  # proposed by a teammate, waiting for the Lead's decision; never claimed
 
     @property
     def is_final(self) -> bool:
@@ -52,6 +53,16 @@ class ClaimOutcome(enum.StrEnum):
     # A review's verdict (a review's claim, or the Lead's ReviewTask): COMPLETED, or rework.
     APPROVED = "approved"
     REJECTED = "rejected"
+    # Its holder split the task on tasks it proposed (the task waits for them); uses no attempt.
+    SPLIT = "split"
+
+
+class TaskCreation(enum.IntEnum):
+    """How a teammate's proposed tasks land; numbers match corral.v1.TaskCreationPolicy."""
+
+    PROPOSE = 1  # PROPOSED, for the Lead to decide (the default)
+    ALLOW = 2  # PENDING at once
+    DENY = 3  # refused, nothing written
 
 
 class ClaimEndReason(enum.IntEnum):
@@ -191,6 +202,8 @@ class TaskRecord(typing.NamedTuple):
     question: str = ""  # NEEDS_INPUT: the question waiting for the Lead's answer
     review: ReviewPolicy | None = None  # as created; None: no review
     review_rounds: int = 0  # the rejections so far
+    proposed_by: str = ""  # the teammate that proposed it ('' : the Lead created it)
+    discovered_from: str = ""  # the task whose claim it was proposed from ('' : none named)
 
 
 def attempts_used(state: int, failures: int) -> int:
@@ -319,7 +332,7 @@ class InboxItem:
     """One per-recipient inbox entry: a plain message or a protocol message."""
 
     seq: int
-    kind: str  # "message" | "shutdown_request" | "plan_decision"
+    kind: str  # "message" | "shutdown_request" | "plan_decision" | "proposals_decided"
     send_ms: int
     sender: str = ""
     body: str = ""
@@ -343,6 +356,7 @@ class TeammateRecord:
     usage: Usage = NO_USAGE
     budget: Budget = Budget()  # the effective one: its own, else the "*" default
     daemon: str = ""  # the daemon whose stream serves it, on a PostgreSQL board ('' while offline)
+    task_creation: TaskCreation = TaskCreation.PROPOSE  # the effective one: its own, else the "*" default
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -414,6 +428,15 @@ class Completion:
     token: str
     result: bytes
     verdict: Verdict | None = None  # a review's claim is completed with one, any other without
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Proposed:
+    """What a teammate's proposal left: its tasks in its order, and the task it split
+    (None when it split none)."""
+
+    tasks: list[TaskRecord]
+    split_task: TaskRecord | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -111,6 +111,40 @@ def task_ids(ids: Sequence[str], limits: Limits) -> None:
         raise InvalidArgument("ids", f"more than {limits.batch_max} ids in one call")
 
 
+# A teammate's proposal: discovered work comes in handfuls, and each waits for the Lead.
+PROPOSAL_TASKS_MAX = 100
+# The ids one DecideProposals or AddDependencies call names.
+GRAPH_EDIT_IDS_MAX = 1_000
+
+
+def proposal(
+    raw_specs: Sequence[TaskSpec], task_id: str, token: str, block: bool, limits: Limits, now_ms: int
+) -> PreparedBatch:
+    """A teammate's ProposeTasks: 1 to 100 tasks checked as CreateTasks checks a batch, and
+    the claim it names (a task and its token, both or neither; a split needs them)."""
+    if not raw_specs:
+        raise InvalidArgument("tasks", "must not be empty")
+    if len(raw_specs) > PROPOSAL_TASKS_MAX:
+        raise InvalidArgument("tasks", f"{len(raw_specs)} tasks, more than the {PROPOSAL_TASKS_MAX} one proposal holds")
+    if bool(task_id) != bool(token):
+        raise InvalidArgument("claim_token" if task_id else "task_id", "task_id and claim_token go together")
+    if block and not task_id:
+        raise InvalidArgument("block_claimed_task", "splits the task of a live claim: give task_id and claim_token")
+    if token:
+        check_claim_token("claim_token", token)
+    return prepare_batch(raw_specs, limits, now_ms)
+
+
+def graph_ids(field: str, ids: Sequence[str]) -> None:
+    """The ids of a DecideProposals or AddDependencies call: 1 to 1,000, none empty."""
+    if not ids:
+        raise InvalidArgument(field, "must not be empty")
+    if len(ids) > GRAPH_EDIT_IDS_MAX:
+        raise InvalidArgument(field, f"{len(ids)} ids, more than {GRAPH_EDIT_IDS_MAX} in one call")
+    if any(not task_id for task_id in ids):
+        raise InvalidArgument(field, "an id is empty")
+
+
 def teammate(name: str, roles: Sequence[str], limits: Limits) -> None:
     """A new teammate's name and roles (AddTeammate)."""
     check_id("name", name, limits)

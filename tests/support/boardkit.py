@@ -21,7 +21,17 @@ from typing import Any
 from corrald.board import Board
 from corrald.clock import Clock
 from corrald.config import Limits, WriterConfig
-from corrald.model import ClaimGrant, ReviewPolicy, TaskRecord, TaskSpec, TaskState, Usage, Verdict
+from corrald.model import (
+    ClaimGrant,
+    Proposed,
+    ReviewPolicy,
+    TaskCreation,
+    TaskRecord,
+    TaskSpec,
+    TaskState,
+    Usage,
+    Verdict,
+)
 from corrald.store import tasks, team
 from corrald.store.postgres.target import DEFAULT_WRITERS as PG_DEFAULT_WRITERS
 from corrald.stream import StreamState
@@ -235,6 +245,18 @@ class SyncBoard:
 
     def answer(self, task_id: str, answer: str = "this one") -> TaskRecord:
         return self.run(self.board.answer_question(task_id, answer))
+
+    def propose(self, name: str, *specs: TaskSpec, task_id: str = "", token: str = "", block: bool = False) -> Proposed:
+        return self.run(self.board.propose_tasks(name, list(specs), task_id, token, block))
+
+    def decide(self, *task_ids: str, approve: bool = True, feedback: str = "") -> list[TaskRecord]:
+        return self.run(self.board.decide_proposals(list(task_ids), approve, feedback))[0]
+
+    def depend(self, task_id: str, *depends_on: str) -> TaskRecord:
+        return self.run(self.board.add_dependencies(task_id, list(depends_on)))
+
+    def set_creation(self, name: str, policy: TaskCreation) -> TaskCreation:
+        return self.run(self.board.set_task_creation(name, policy))
 
     def cancel(self, *task_ids: str) -> list[TaskRecord]:
         return self.run(self.board.cancel_tasks(list(task_ids)))

@@ -22,6 +22,7 @@ class TaskState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_STATE_CANCELED: _ClassVar[TaskState]
     TASK_STATE_NEEDS_INPUT: _ClassVar[TaskState]
     TASK_STATE_IN_REVIEW: _ClassVar[TaskState]
+    TASK_STATE_PROPOSED: _ClassVar[TaskState]
 
 class TeammateAvailability(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -41,6 +42,7 @@ class AttemptOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ATTEMPT_OUTCOME_REVOKED: _ClassVar[AttemptOutcome]
     ATTEMPT_OUTCOME_ASKED: _ClassVar[AttemptOutcome]
     ATTEMPT_OUTCOME_REJECTED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_SPLIT: _ClassVar[AttemptOutcome]
 
 class TeammateStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -52,6 +54,13 @@ class TeammateStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TEAMMATE_STATUS_SHUTTING_DOWN: _ClassVar[TeammateStatus]
     TEAMMATE_STATUS_REMOVED: _ClassVar[TeammateStatus]
     TEAMMATE_STATUS_WAITING: _ClassVar[TeammateStatus]
+
+class TaskCreationPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TASK_CREATION_POLICY_UNSPECIFIED: _ClassVar[TaskCreationPolicy]
+    TASK_CREATION_POLICY_PROPOSE: _ClassVar[TaskCreationPolicy]
+    TASK_CREATION_POLICY_ALLOW: _ClassVar[TaskCreationPolicy]
+    TASK_CREATION_POLICY_DENY: _ClassVar[TaskCreationPolicy]
 
 class TeammateChangeReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -83,6 +92,7 @@ TASK_STATE_FAILED: TaskState
 TASK_STATE_CANCELED: TaskState
 TASK_STATE_NEEDS_INPUT: TaskState
 TASK_STATE_IN_REVIEW: TaskState
+TASK_STATE_PROPOSED: TaskState
 TEAMMATE_AVAILABILITY_UNSPECIFIED: TeammateAvailability
 TEAMMATE_AVAILABILITY_NONE_REGISTERED: TeammateAvailability
 TEAMMATE_AVAILABILITY_NONE_ONLINE: TeammateAvailability
@@ -96,6 +106,7 @@ ATTEMPT_OUTCOME_CANCELED: AttemptOutcome
 ATTEMPT_OUTCOME_REVOKED: AttemptOutcome
 ATTEMPT_OUTCOME_ASKED: AttemptOutcome
 ATTEMPT_OUTCOME_REJECTED: AttemptOutcome
+ATTEMPT_OUTCOME_SPLIT: AttemptOutcome
 TEAMMATE_STATUS_UNSPECIFIED: TeammateStatus
 TEAMMATE_STATUS_OFFLINE: TeammateStatus
 TEAMMATE_STATUS_IDLE: TeammateStatus
@@ -104,6 +115,10 @@ TEAMMATE_STATUS_AWAITING_PLAN: TeammateStatus
 TEAMMATE_STATUS_SHUTTING_DOWN: TeammateStatus
 TEAMMATE_STATUS_REMOVED: TeammateStatus
 TEAMMATE_STATUS_WAITING: TeammateStatus
+TASK_CREATION_POLICY_UNSPECIFIED: TaskCreationPolicy
+TASK_CREATION_POLICY_PROPOSE: TaskCreationPolicy
+TASK_CREATION_POLICY_ALLOW: TaskCreationPolicy
+TASK_CREATION_POLICY_DENY: TaskCreationPolicy
 TEAMMATE_CHANGE_REASON_UNSPECIFIED: TeammateChangeReason
 TEAMMATE_CHANGE_REASON_JOINED: TeammateChangeReason
 TEAMMATE_CHANGE_REASON_IDLE: TeammateChangeReason
@@ -167,7 +182,7 @@ class TaskSpec(_message.Message):
     def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., required_role: _Optional[str] = ..., not_before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff_max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., trace_parent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., attempt_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., review: _Optional[_Union[ReviewPolicy, _Mapping]] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "required_role", "max_attempts", "lease_duration", "state", "owner", "attempt", "result", "error", "seq", "create_time", "lease_expire_time", "finish_time", "not_before_time", "retry_backoff", "retry_backoff_max", "ready_time", "progress", "progress_fraction", "progress_time", "waiting_for", "trace_parent", "concurrency_key", "usage", "attempt_timeout", "attempts_used", "question", "review", "review_rounds")
+    __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "required_role", "max_attempts", "lease_duration", "state", "owner", "attempt", "result", "error", "seq", "create_time", "lease_expire_time", "finish_time", "not_before_time", "retry_backoff", "retry_backoff_max", "ready_time", "progress", "progress_fraction", "progress_time", "waiting_for", "trace_parent", "concurrency_key", "usage", "attempt_timeout", "attempts_used", "question", "review", "review_rounds", "discovered_from", "proposed_by")
     ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -202,6 +217,8 @@ class Task(_message.Message):
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     REVIEW_FIELD_NUMBER: _ClassVar[int]
     REVIEW_ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    DISCOVERED_FROM_FIELD_NUMBER: _ClassVar[int]
+    PROPOSED_BY_FIELD_NUMBER: _ClassVar[int]
     id: str
     title: str
     description: str
@@ -236,7 +253,9 @@ class Task(_message.Message):
     question: str
     review: ReviewPolicy
     review_rounds: int
-    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., required_role: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., owner: _Optional[str] = ..., attempt: _Optional[int] = ..., result: _Optional[bytes] = ..., error: _Optional[str] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., not_before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff_max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., ready_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[str] = ..., progress_fraction: _Optional[float] = ..., progress_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waiting_for: _Optional[_Union[WaitingFor, _Mapping]] = ..., trace_parent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., attempt_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts_used: _Optional[int] = ..., question: _Optional[str] = ..., review: _Optional[_Union[ReviewPolicy, _Mapping]] = ..., review_rounds: _Optional[int] = ...) -> None: ...
+    discovered_from: str
+    proposed_by: str
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., required_role: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., owner: _Optional[str] = ..., attempt: _Optional[int] = ..., result: _Optional[bytes] = ..., error: _Optional[str] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., not_before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff_max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., ready_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[str] = ..., progress_fraction: _Optional[float] = ..., progress_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waiting_for: _Optional[_Union[WaitingFor, _Mapping]] = ..., trace_parent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., attempt_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts_used: _Optional[int] = ..., question: _Optional[str] = ..., review: _Optional[_Union[ReviewPolicy, _Mapping]] = ..., review_rounds: _Optional[int] = ..., discovered_from: _Optional[str] = ..., proposed_by: _Optional[str] = ...) -> None: ...
 
 class WaitingFor(_message.Message):
     __slots__ = ("dependencies", "ready_time", "concurrency_key", "teammates")
@@ -303,7 +322,7 @@ class TaskAttempt(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., owner: _Optional[str] = ..., fence: _Optional[int] = ..., claim_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., error: _Optional[str] = ..., verdict: _Optional[_Union[ReviewVerdict, _Mapping]] = ..., feedback: _Optional[str] = ...) -> None: ...
 
 class Teammate(_message.Message):
-    __slots__ = ("name", "roles", "status", "require_plan_approval", "held_task_ids", "waiting_for_task_ids", "usage", "budget", "daemon")
+    __slots__ = ("name", "roles", "status", "require_plan_approval", "held_task_ids", "waiting_for_task_ids", "usage", "budget", "daemon", "task_creation")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ROLES_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -313,6 +332,7 @@ class Teammate(_message.Message):
     USAGE_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     DAEMON_FIELD_NUMBER: _ClassVar[int]
+    TASK_CREATION_FIELD_NUMBER: _ClassVar[int]
     name: str
     roles: _containers.RepeatedScalarFieldContainer[str]
     status: TeammateStatus
@@ -322,7 +342,8 @@ class Teammate(_message.Message):
     usage: Usage
     budget: Budget
     daemon: str
-    def __init__(self, name: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., status: _Optional[_Union[TeammateStatus, str]] = ..., require_plan_approval: _Optional[bool] = ..., held_task_ids: _Optional[_Iterable[str]] = ..., waiting_for_task_ids: _Optional[_Iterable[str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., daemon: _Optional[str] = ...) -> None: ...
+    task_creation: TaskCreationPolicy
+    def __init__(self, name: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., status: _Optional[_Union[TeammateStatus, str]] = ..., require_plan_approval: _Optional[bool] = ..., held_task_ids: _Optional[_Iterable[str]] = ..., waiting_for_task_ids: _Optional[_Iterable[str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., daemon: _Optional[str] = ..., task_creation: _Optional[_Union[TaskCreationPolicy, str]] = ...) -> None: ...
 
 class Message(_message.Message):
     __slots__ = ("seq", "send_time", "sender", "body")
@@ -363,6 +384,20 @@ class PlanDecision(_message.Message):
     approve: bool
     feedback: str
     def __init__(self, seq: _Optional[int] = ..., send_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., plan_id: _Optional[str] = ..., approve: _Optional[bool] = ..., feedback: _Optional[str] = ...) -> None: ...
+
+class ProposalDecision(_message.Message):
+    __slots__ = ("seq", "send_time", "task_ids", "approve", "feedback")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    SEND_TIME_FIELD_NUMBER: _ClassVar[int]
+    TASK_IDS_FIELD_NUMBER: _ClassVar[int]
+    APPROVE_FIELD_NUMBER: _ClassVar[int]
+    FEEDBACK_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    send_time: _timestamp_pb2.Timestamp
+    task_ids: _containers.RepeatedScalarFieldContainer[str]
+    approve: bool
+    feedback: str
+    def __init__(self, seq: _Optional[int] = ..., send_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., task_ids: _Optional[_Iterable[str]] = ..., approve: _Optional[bool] = ..., feedback: _Optional[str] = ...) -> None: ...
 
 class Claim(_message.Message):
     __slots__ = ("task", "claim_token", "lease_expire_time", "attempt", "fence", "previous_attempt", "dependency_results", "dependency_results_omitted", "answers", "review", "rejected_result")
@@ -436,7 +471,7 @@ class IdleTimeout(_message.Message):
     def __init__(self, idle_polls: _Optional[int] = ...) -> None: ...
 
 class SessionRequest(_message.Message):
-    __slots__ = ("op_id", "open", "ack", "renew", "complete", "fail", "release", "free_slot", "ask")
+    __slots__ = ("op_id", "open", "ack", "renew", "complete", "fail", "release", "free_slot", "ask", "propose")
     OP_ID_FIELD_NUMBER: _ClassVar[int]
     OPEN_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
@@ -446,6 +481,7 @@ class SessionRequest(_message.Message):
     RELEASE_FIELD_NUMBER: _ClassVar[int]
     FREE_SLOT_FIELD_NUMBER: _ClassVar[int]
     ASK_FIELD_NUMBER: _ClassVar[int]
+    PROPOSE_FIELD_NUMBER: _ClassVar[int]
     op_id: str
     open: IdleRequest
     ack: AckMessagesRequest
@@ -455,10 +491,11 @@ class SessionRequest(_message.Message):
     release: ReleaseTaskRequest
     free_slot: FreeSlotRequest
     ask: AskQuestionRequest
-    def __init__(self, op_id: _Optional[str] = ..., open: _Optional[_Union[IdleRequest, _Mapping]] = ..., ack: _Optional[_Union[AckMessagesRequest, _Mapping]] = ..., renew: _Optional[_Union[RenewLeaseRequest, _Mapping]] = ..., complete: _Optional[_Union[CompleteTaskRequest, _Mapping]] = ..., fail: _Optional[_Union[FailTaskRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseTaskRequest, _Mapping]] = ..., free_slot: _Optional[_Union[FreeSlotRequest, _Mapping]] = ..., ask: _Optional[_Union[AskQuestionRequest, _Mapping]] = ...) -> None: ...
+    propose: ProposeTasksRequest
+    def __init__(self, op_id: _Optional[str] = ..., open: _Optional[_Union[IdleRequest, _Mapping]] = ..., ack: _Optional[_Union[AckMessagesRequest, _Mapping]] = ..., renew: _Optional[_Union[RenewLeaseRequest, _Mapping]] = ..., complete: _Optional[_Union[CompleteTaskRequest, _Mapping]] = ..., fail: _Optional[_Union[FailTaskRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseTaskRequest, _Mapping]] = ..., free_slot: _Optional[_Union[FreeSlotRequest, _Mapping]] = ..., ask: _Optional[_Union[AskQuestionRequest, _Mapping]] = ..., propose: _Optional[_Union[ProposeTasksRequest, _Mapping]] = ...) -> None: ...
 
 class SessionResponse(_message.Message):
-    __slots__ = ("op_result", "message", "shutdown_request", "plan_decision", "claim", "idle_timeout", "budget_exhausted", "claim_ended")
+    __slots__ = ("op_result", "message", "shutdown_request", "plan_decision", "claim", "idle_timeout", "budget_exhausted", "claim_ended", "proposals_decided")
     OP_RESULT_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     SHUTDOWN_REQUEST_FIELD_NUMBER: _ClassVar[int]
@@ -467,6 +504,7 @@ class SessionResponse(_message.Message):
     IDLE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     BUDGET_EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
     CLAIM_ENDED_FIELD_NUMBER: _ClassVar[int]
+    PROPOSALS_DECIDED_FIELD_NUMBER: _ClassVar[int]
     op_result: SessionOpResult
     message: Message
     shutdown_request: ShutdownRequest
@@ -475,23 +513,26 @@ class SessionResponse(_message.Message):
     idle_timeout: IdleTimeout
     budget_exhausted: BudgetExhausted
     claim_ended: ClaimEnded
-    def __init__(self, op_result: _Optional[_Union[SessionOpResult, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., shutdown_request: _Optional[_Union[ShutdownRequest, _Mapping]] = ..., plan_decision: _Optional[_Union[PlanDecision, _Mapping]] = ..., claim: _Optional[_Union[Claim, _Mapping]] = ..., idle_timeout: _Optional[_Union[IdleTimeout, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhausted, _Mapping]] = ..., claim_ended: _Optional[_Union[ClaimEnded, _Mapping]] = ...) -> None: ...
+    proposals_decided: ProposalDecision
+    def __init__(self, op_result: _Optional[_Union[SessionOpResult, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., shutdown_request: _Optional[_Union[ShutdownRequest, _Mapping]] = ..., plan_decision: _Optional[_Union[PlanDecision, _Mapping]] = ..., claim: _Optional[_Union[Claim, _Mapping]] = ..., idle_timeout: _Optional[_Union[IdleTimeout, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhausted, _Mapping]] = ..., claim_ended: _Optional[_Union[ClaimEnded, _Mapping]] = ..., proposals_decided: _Optional[_Union[ProposalDecision, _Mapping]] = ...) -> None: ...
 
 class SessionOpResult(_message.Message):
-    __slots__ = ("op_id", "status", "lease_expire_time", "result", "task", "protocol_pending")
+    __slots__ = ("op_id", "status", "lease_expire_time", "result", "task", "protocol_pending", "proposed_tasks")
     OP_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     LEASE_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_PENDING_FIELD_NUMBER: _ClassVar[int]
+    PROPOSED_TASKS_FIELD_NUMBER: _ClassVar[int]
     op_id: str
     status: _status_pb2.Status
     lease_expire_time: _timestamp_pb2.Timestamp
     result: bytes
     task: Task
     protocol_pending: bool
-    def __init__(self, op_id: _Optional[str] = ..., status: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result: _Optional[bytes] = ..., task: _Optional[_Union[Task, _Mapping]] = ..., protocol_pending: _Optional[bool] = ...) -> None: ...
+    proposed_tasks: _containers.RepeatedCompositeFieldContainer[Task]
+    def __init__(self, op_id: _Optional[str] = ..., status: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result: _Optional[bytes] = ..., task: _Optional[_Union[Task, _Mapping]] = ..., protocol_pending: _Optional[bool] = ..., proposed_tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ...) -> None: ...
 
 class CreateTasksRequest(_message.Message):
     __slots__ = ("tasks", "request_id")
@@ -608,6 +649,58 @@ class ReviewTaskRequest(_message.Message):
     feedback: str
     request_id: str
     def __init__(self, task_id: _Optional[str] = ..., approve: _Optional[bool] = ..., feedback: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class SetTaskCreationRequest(_message.Message):
+    __slots__ = ("teammate", "policy", "request_id")
+    TEAMMATE_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    teammate: str
+    policy: TaskCreationPolicy
+    request_id: str
+    def __init__(self, teammate: _Optional[str] = ..., policy: _Optional[_Union[TaskCreationPolicy, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class SetTaskCreationResponse(_message.Message):
+    __slots__ = ("policy",)
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    policy: TaskCreationPolicy
+    def __init__(self, policy: _Optional[_Union[TaskCreationPolicy, str]] = ...) -> None: ...
+
+class DecideProposalsRequest(_message.Message):
+    __slots__ = ("task_ids", "approve", "feedback", "request_id")
+    TASK_IDS_FIELD_NUMBER: _ClassVar[int]
+    APPROVE_FIELD_NUMBER: _ClassVar[int]
+    FEEDBACK_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    task_ids: _containers.RepeatedScalarFieldContainer[str]
+    approve: bool
+    feedback: str
+    request_id: str
+    def __init__(self, task_ids: _Optional[_Iterable[str]] = ..., approve: _Optional[bool] = ..., feedback: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class DecideProposalsResponse(_message.Message):
+    __slots__ = ("tasks", "omitted_count")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    OMITTED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[Task]
+    omitted_count: int
+    def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., omitted_count: _Optional[int] = ...) -> None: ...
+
+class AddDependenciesRequest(_message.Message):
+    __slots__ = ("task_id", "depends_on", "request_id")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    depends_on: _containers.RepeatedScalarFieldContainer[str]
+    request_id: str
+    def __init__(self, task_id: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class AddDependenciesResponse(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
 
 class ReviewTaskResponse(_message.Message):
     __slots__ = ("task",)
@@ -816,7 +909,7 @@ class ShutdownAnswered(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., teammate: _Optional[str] = ..., approve: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class WatchResponse(_message.Message):
-    __slots__ = ("seq", "time", "task_changed", "teammate_changed", "message", "plan_submitted", "shutdown_answered", "budget_exhausted", "plan_decided", "question_asked", "question_answered", "review_decided")
+    __slots__ = ("seq", "time", "task_changed", "teammate_changed", "message", "plan_submitted", "shutdown_answered", "budget_exhausted", "plan_decided", "question_asked", "question_answered", "review_decided", "tasks_proposed", "proposals_decided")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     TASK_CHANGED_FIELD_NUMBER: _ClassVar[int]
@@ -829,6 +922,8 @@ class WatchResponse(_message.Message):
     QUESTION_ASKED_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ANSWERED_FIELD_NUMBER: _ClassVar[int]
     REVIEW_DECIDED_FIELD_NUMBER: _ClassVar[int]
+    TASKS_PROPOSED_FIELD_NUMBER: _ClassVar[int]
+    PROPOSALS_DECIDED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     time: _timestamp_pb2.Timestamp
     task_changed: Task
@@ -841,7 +936,33 @@ class WatchResponse(_message.Message):
     question_asked: QuestionAsked
     question_answered: QuestionAnswered
     review_decided: ReviewDecided
-    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., task_changed: _Optional[_Union[Task, _Mapping]] = ..., teammate_changed: _Optional[_Union[TeammateChanged, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., plan_submitted: _Optional[_Union[PlanSubmitted, _Mapping]] = ..., shutdown_answered: _Optional[_Union[ShutdownAnswered, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhausted, _Mapping]] = ..., plan_decided: _Optional[_Union[PlanDecided, _Mapping]] = ..., question_asked: _Optional[_Union[QuestionAsked, _Mapping]] = ..., question_answered: _Optional[_Union[QuestionAnswered, _Mapping]] = ..., review_decided: _Optional[_Union[ReviewDecided, _Mapping]] = ...) -> None: ...
+    tasks_proposed: TasksProposed
+    proposals_decided: ProposalsDecided
+    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., task_changed: _Optional[_Union[Task, _Mapping]] = ..., teammate_changed: _Optional[_Union[TeammateChanged, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., plan_submitted: _Optional[_Union[PlanSubmitted, _Mapping]] = ..., shutdown_answered: _Optional[_Union[ShutdownAnswered, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhausted, _Mapping]] = ..., plan_decided: _Optional[_Union[PlanDecided, _Mapping]] = ..., question_asked: _Optional[_Union[QuestionAsked, _Mapping]] = ..., question_answered: _Optional[_Union[QuestionAnswered, _Mapping]] = ..., review_decided: _Optional[_Union[ReviewDecided, _Mapping]] = ..., tasks_proposed: _Optional[_Union[TasksProposed, _Mapping]] = ..., proposals_decided: _Optional[_Union[ProposalsDecided, _Mapping]] = ...) -> None: ...
+
+class TasksProposed(_message.Message):
+    __slots__ = ("teammate", "task_ids", "discovered_from", "needs_decision", "split")
+    TEAMMATE_FIELD_NUMBER: _ClassVar[int]
+    TASK_IDS_FIELD_NUMBER: _ClassVar[int]
+    DISCOVERED_FROM_FIELD_NUMBER: _ClassVar[int]
+    NEEDS_DECISION_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    teammate: str
+    task_ids: _containers.RepeatedScalarFieldContainer[str]
+    discovered_from: str
+    needs_decision: bool
+    split: bool
+    def __init__(self, teammate: _Optional[str] = ..., task_ids: _Optional[_Iterable[str]] = ..., discovered_from: _Optional[str] = ..., needs_decision: _Optional[bool] = ..., split: _Optional[bool] = ...) -> None: ...
+
+class ProposalsDecided(_message.Message):
+    __slots__ = ("task_ids", "approve", "feedback")
+    TASK_IDS_FIELD_NUMBER: _ClassVar[int]
+    APPROVE_FIELD_NUMBER: _ClassVar[int]
+    FEEDBACK_FIELD_NUMBER: _ClassVar[int]
+    task_ids: _containers.RepeatedScalarFieldContainer[str]
+    approve: bool
+    feedback: str
+    def __init__(self, task_ids: _Optional[_Iterable[str]] = ..., approve: _Optional[bool] = ..., feedback: _Optional[str] = ...) -> None: ...
 
 class ReviewDecided(_message.Message):
     __slots__ = ("task_id", "approve", "feedback", "reviewer", "round")
@@ -892,7 +1013,7 @@ class IdleRequest(_message.Message):
     def __init__(self, max_idle_polls: _Optional[int] = ..., poll_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., slots: _Optional[int] = ..., hold_slots_until_freed: _Optional[bool] = ..., busy_claim_tokens: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class IdleResponse(_message.Message):
-    __slots__ = ("message", "shutdown_request", "plan_decision", "claim", "idle_timeout", "budget_exhausted", "claim_ended")
+    __slots__ = ("message", "shutdown_request", "plan_decision", "claim", "idle_timeout", "budget_exhausted", "claim_ended", "proposals_decided")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     SHUTDOWN_REQUEST_FIELD_NUMBER: _ClassVar[int]
     PLAN_DECISION_FIELD_NUMBER: _ClassVar[int]
@@ -900,6 +1021,7 @@ class IdleResponse(_message.Message):
     IDLE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     BUDGET_EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
     CLAIM_ENDED_FIELD_NUMBER: _ClassVar[int]
+    PROPOSALS_DECIDED_FIELD_NUMBER: _ClassVar[int]
     message: Message
     shutdown_request: ShutdownRequest
     plan_decision: PlanDecision
@@ -907,7 +1029,8 @@ class IdleResponse(_message.Message):
     idle_timeout: IdleTimeout
     budget_exhausted: BudgetExhausted
     claim_ended: ClaimEnded
-    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., shutdown_request: _Optional[_Union[ShutdownRequest, _Mapping]] = ..., plan_decision: _Optional[_Union[PlanDecision, _Mapping]] = ..., claim: _Optional[_Union[Claim, _Mapping]] = ..., idle_timeout: _Optional[_Union[IdleTimeout, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhausted, _Mapping]] = ..., claim_ended: _Optional[_Union[ClaimEnded, _Mapping]] = ...) -> None: ...
+    proposals_decided: ProposalDecision
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., shutdown_request: _Optional[_Union[ShutdownRequest, _Mapping]] = ..., plan_decision: _Optional[_Union[PlanDecision, _Mapping]] = ..., claim: _Optional[_Union[Claim, _Mapping]] = ..., idle_timeout: _Optional[_Union[IdleTimeout, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhausted, _Mapping]] = ..., claim_ended: _Optional[_Union[ClaimEnded, _Mapping]] = ..., proposals_decided: _Optional[_Union[ProposalDecision, _Mapping]] = ...) -> None: ...
 
 class ClaimEnded(_message.Message):
     __slots__ = ("task_id", "claim_token", "reason", "detail")
@@ -1024,6 +1147,26 @@ class AskQuestionResponse(_message.Message):
     TASK_FIELD_NUMBER: _ClassVar[int]
     task: Task
     def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
+
+class ProposeTasksRequest(_message.Message):
+    __slots__ = ("tasks", "task_id", "claim_token", "block_claimed_task")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_CLAIMED_TASK_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskSpec]
+    task_id: str
+    claim_token: str
+    block_claimed_task: bool
+    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., task_id: _Optional[str] = ..., claim_token: _Optional[str] = ..., block_claimed_task: _Optional[bool] = ...) -> None: ...
+
+class ProposeTasksResponse(_message.Message):
+    __slots__ = ("tasks", "claimed_task")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    CLAIMED_TASK_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[Task]
+    claimed_task: Task
+    def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., claimed_task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
 
 class SubmitPlanRequest(_message.Message):
     __slots__ = ("plan",)

@@ -87,6 +87,21 @@ class LeadServiceStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.ReviewTaskRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.ReviewTaskResponse.FromString,
                 _registered_method=True)
+        self.SetTaskCreation = channel.unary_unary(
+                '/corral.v1.LeadService/SetTaskCreation',
+                request_serializer=corral_dot_v1_dot_corral__pb2.SetTaskCreationRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.SetTaskCreationResponse.FromString,
+                _registered_method=True)
+        self.DecideProposals = channel.unary_unary(
+                '/corral.v1.LeadService/DecideProposals',
+                request_serializer=corral_dot_v1_dot_corral__pb2.DecideProposalsRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.DecideProposalsResponse.FromString,
+                _registered_method=True)
+        self.AddDependencies = channel.unary_unary(
+                '/corral.v1.LeadService/AddDependencies',
+                request_serializer=corral_dot_v1_dot_corral__pb2.AddDependenciesRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.AddDependenciesResponse.FromString,
+                _registered_method=True)
         self.Watch = channel.unary_stream(
                 '/corral.v1.LeadService/Watch',
                 request_serializer=corral_dot_v1_dot_corral__pb2.WatchRequest.SerializeToString,
@@ -206,6 +221,33 @@ class LeadServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetTaskCreation(self, request, context):
+        """Sets how a teammate's ProposeTasks land (PROPOSE, ALLOW or DENY), or with
+        teammate "*" the default of every teammate without a policy of its own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DecideProposals(self, request, context):
+        """Approves PROPOSED tasks (PENDING: claimed like any task once ready) or
+        rejects them (CANCELED, error "proposal rejected: <feedback>", with their
+        PROPOSED dependents; a task split on a rejected one drops that dependency).
+        A task not PROPOSED: FAILED_PRECONDITION, nothing decided.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddDependencies(self, request, context):
+        """Adds dependencies to a PENDING or PROPOSED task: it waits for them as for
+        those it was created with. IN_PROGRESS or finished: FAILED_PRECONDITION;
+        an edge that would close a cycle: INVALID_ARGUMENT naming the cycle.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Watch(self, request, context):
         """Board events in order, resumable by sequence number.
         """
@@ -312,6 +354,21 @@ def add_LeadServiceServicer_to_server(servicer, server):
                     servicer.ReviewTask,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.ReviewTaskRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.ReviewTaskResponse.SerializeToString,
+            ),
+            'SetTaskCreation': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTaskCreation,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.SetTaskCreationRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.SetTaskCreationResponse.SerializeToString,
+            ),
+            'DecideProposals': grpc.unary_unary_rpc_method_handler(
+                    servicer.DecideProposals,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.DecideProposalsRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.DecideProposalsResponse.SerializeToString,
+            ),
+            'AddDependencies': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddDependencies,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.AddDependenciesRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.AddDependenciesResponse.SerializeToString,
             ),
             'Watch': grpc.unary_stream_rpc_method_handler(
                     servicer.Watch,
@@ -633,6 +690,87 @@ class LeadService:
             _registered_method=True)
 
     @staticmethod
+    def SetTaskCreation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.LeadService/SetTaskCreation',
+            corral_dot_v1_dot_corral__pb2.SetTaskCreationRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.SetTaskCreationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DecideProposals(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.LeadService/DecideProposals',
+            corral_dot_v1_dot_corral__pb2.DecideProposalsRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.DecideProposalsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddDependencies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.LeadService/AddDependencies',
+            corral_dot_v1_dot_corral__pb2.AddDependenciesRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.AddDependenciesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def Watch(request,
             target,
             options=(),
@@ -872,6 +1010,11 @@ class TeammateServiceStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.AskQuestionRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.AskQuestionResponse.FromString,
                 _registered_method=True)
+        self.ProposeTasks = channel.unary_unary(
+                '/corral.v1.TeammateService/ProposeTasks',
+                request_serializer=corral_dot_v1_dot_corral__pb2.ProposeTasksRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.ProposeTasksResponse.FromString,
+                _registered_method=True)
         self.SubmitPlan = channel.unary_unary(
                 '/corral.v1.TeammateService/SubmitPlan',
                 request_serializer=corral_dot_v1_dot_corral__pb2.SubmitPlanRequest.SerializeToString,
@@ -950,6 +1093,16 @@ class TeammateServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ProposeTasks(self, request, context):
+        """Submits tasks the teammate discovered, as the Lead's policy for it says
+        (SetTaskCreation): PROPOSED for the Lead to decide (the default), PENDING
+        at once, or PERMISSION_DENIED. With `block_claimed_task`, the claimed task
+        is split: it waits for them, and its claim ends (SPLIT, no attempt used).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SubmitPlan(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -1013,6 +1166,11 @@ def add_TeammateServiceServicer_to_server(servicer, server):
                     servicer.AskQuestion,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.AskQuestionRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.AskQuestionResponse.SerializeToString,
+            ),
+            'ProposeTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProposeTasks,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.ProposeTasksRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.ProposeTasksResponse.SerializeToString,
             ),
             'SubmitPlan': grpc.unary_unary_rpc_method_handler(
                     servicer.SubmitPlan,
@@ -1247,6 +1405,33 @@ class TeammateService:
             '/corral.v1.TeammateService/AskQuestion',
             corral_dot_v1_dot_corral__pb2.AskQuestionRequest.SerializeToString,
             corral_dot_v1_dot_corral__pb2.AskQuestionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProposeTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.TeammateService/ProposeTasks',
+            corral_dot_v1_dot_corral__pb2.ProposeTasksRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.ProposeTasksResponse.FromString,
             options,
             channel_credentials,
             insecure,

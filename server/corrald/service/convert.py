@@ -23,7 +23,9 @@ from ..model import (
     ConcurrencyLimit,
     CreatedTask,
     Event,
+    Proposed,
     ReviewPolicy,
+    TaskCreation,
     TaskRecord,
     TaskSpec,
     TeammateRecord,
@@ -33,6 +35,7 @@ from ..model import (
     attempts_used,
 )
 from ..stream import StreamItem
+from ..validate import PROPOSAL_TASKS_MAX
 
 if TYPE_CHECKING:
     from ..board import PostgresHealth
@@ -161,6 +164,30 @@ def created_task(created: CreatedTask) -> pb.Task:
     )
 
 
+def proposal(request: pb.ProposeTasksRequest) -> tuple[list[TaskSpec], str, str, bool]:
+    """A ProposeTasks request's specs (unchecked: `validate.proposal` checks them), the
+    task and token of the claim it names, and whether it splits that task."""
+    if len(request.tasks) > PROPOSAL_TASKS_MAX:  # refused before any is converted
+        raise InvalidArgument("tasks", f"more than the {PROPOSAL_TASKS_MAX} tasks one proposal holds")
+    specs = [task_spec(spec, f"tasks[{i}]") for i, spec in enumerate(request.tasks)]
+    return specs, request.task_id, request.claim_token, request.block_claimed_task
+
+
+def task_creation(policy: int) -> TaskCreation:
+    """SetTaskCreation's policy; unset or unknown is INVALID_ARGUMENT."""
+    try:
+        return TaskCreation(policy)
+    except ValueError:
+        raise InvalidArgument("policy", "must be TASK_CREATION_POLICY_PROPOSE, _ALLOW or _DENY") from None
+
+
+def proposed(answer: Proposed) -> pb.ProposeTasksResponse:
+    response = pb.ProposeTasksResponse(tasks=[task(record) for record in answer.tasks])
+    if answer.split_task is not None:
+        fill_task(response.claimed_task, answer.split_task)
+    return response
+
+
 def canceled_task(canceled: CanceledTask) -> pb.Task:
     """A task of a CancelTasks reply: id, seq, state, why and when."""
     return pb.Task(
@@ -206,6 +233,8 @@ def fill_task(message: pb.Task, record: TaskRecord, waiting: WaitingFor | None =
         message.review.reviewer_role = record.review.reviewer_role
         message.review.max_rounds = record.review.max_rounds
     message.review_rounds = record.review_rounds
+    message.proposed_by = record.proposed_by
+    message.discovered_from = record.discovered_from
     message.seq = record.seq
     message.progress = record.progress
     if record.progress_fraction is not None:
@@ -329,6 +358,7 @@ def teammate(record: TeammateRecord) -> pb.Teammate:
         usage=usage(record.usage),
         budget=budget(record.budget),
         daemon=record.daemon,
+        task_creation=int(record.task_creation),  # type: ignore[arg-type]
     )
 
 
@@ -369,6 +399,7 @@ ATTEMPT_OUTCOMES: dict[ClaimOutcome | None, pb.AttemptOutcome] = {
     ClaimOutcome.ASKED: pb.ATTEMPT_OUTCOME_ASKED,
     ClaimOutcome.APPROVED: pb.ATTEMPT_OUTCOME_COMPLETED,  # with its verdict
     ClaimOutcome.REJECTED: pb.ATTEMPT_OUTCOME_REJECTED,
+    ClaimOutcome.SPLIT: pb.ATTEMPT_OUTCOME_SPLIT,
 }
 
 
@@ -430,6 +461,11 @@ def fill_event(response: pb.IdleResponse | pb.SessionResponse, item: StreamItem)
         decision.seq, decision.plan_id, decision.approve = item.seq, item.ref, item.approve
         decision.feedback = item.body
         _set_ms(decision.send_time, item.send_ms)
+    elif item.kind == "proposals_decided":
+        proposals = response.proposals_decided
+        proposals.seq, proposals.approve, proposals.feedback = item.seq, item.approve, item.body
+        proposals.task_ids.extend(item.ref.split("\n"))
+        _set_ms(proposals.send_time, item.send_ms)
     else:
         message = response.message
         message.seq, message.sender, message.body = item.seq, item.sender, item.body
@@ -528,6 +564,20 @@ def watch_response(
     elif event.kind == "question_answered":
         response.question_answered.CopyFrom(
             pb.QuestionAnswered(task_id=data["task_id"], question=data["question"], answer=data["answer"])
+        )
+    elif event.kind == "tasks_proposed":
+        response.tasks_proposed.CopyFrom(
+            pb.TasksProposed(
+                teammate=data["teammate"],
+                task_ids=data["task_ids"],
+                discovered_from=data["discovered_from"],
+                needs_decision=data["needs_decision"],
+                split=data["split"],
+            )
+        )
+    elif event.kind == "proposals_decided":
+        response.proposals_decided.CopyFrom(
+            pb.ProposalsDecided(task_ids=data["task_ids"], approve=data["approve"], feedback=data["feedback"])
         )
     return response
 

@@ -113,6 +113,42 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
             lambda record: pb.AnswerQuestionResponse(task=convert.task(record)),
         )
 
+    async def SetTaskCreation(
+        self, request: pb.SetTaskCreationRequest, context, identity: Identity
+    ) -> pb.SetTaskCreationResponse:
+        policy = convert.task_creation(request.policy)
+        return await self._answer(
+            identity,
+            request,
+            lambda key: self._board.set_task_creation(request.teammate, policy, key),
+            lambda stored: pb.SetTaskCreationResponse(policy=int(stored)),  # type: ignore[arg-type]
+        )
+
+    async def DecideProposals(
+        self, request: pb.DecideProposalsRequest, context, identity: Identity
+    ) -> pb.DecideProposalsResponse:
+        def reply(decided: tuple[list[TaskRecord], int]) -> pb.DecideProposalsResponse:
+            records, count = decided
+            kept = convert.fitting(convert.task(record) for record in records)
+            return pb.DecideProposalsResponse(tasks=kept, omitted_count=count - len(kept))
+
+        return await self._answer(
+            identity,
+            request,
+            lambda key: self._board.decide_proposals(list(request.task_ids), request.approve, request.feedback, key),
+            reply,
+        )
+
+    async def AddDependencies(
+        self, request: pb.AddDependenciesRequest, context, identity: Identity
+    ) -> pb.AddDependenciesResponse:
+        return await self._answer(
+            identity,
+            request,
+            lambda key: self._board.add_dependencies(request.task_id, list(request.depends_on), key),
+            lambda record: pb.AddDependenciesResponse(task=convert.task(record)),
+        )
+
     async def RequestShutdown(
         self, request: pb.RequestShutdownRequest, context, identity: Identity
     ) -> pb.RequestShutdownResponse:

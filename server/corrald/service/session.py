@@ -58,6 +58,7 @@ class SessionOps:
             "release": self._release,
             "free_slot": self._free_slot,
             "ask": self._ask,
+            "propose": self._propose,
         }
 
     # ------------------------------------------------------------ reading
@@ -182,6 +183,16 @@ class SessionOps:
         task = await self._board.ask_question(self._name, body.task_id, body.claim_token, body.question, op=op)
         stream.free_slot(body.claim_token)
         return _with_task(op.op_id, task), None
+
+    async def _propose(self, op: OpKey, body: pb.ProposeTasksRequest, stream: StreamState):
+        proposed = await self._board.propose_tasks(self._name, *convert.proposal(body), op=op)
+        response = _result(op.op_id)
+        answer = convert.proposed(proposed)
+        response.op_result.proposed_tasks.extend(answer.tasks)
+        if proposed.split_task is not None:
+            stream.free_slot(body.claim_token)
+            response.op_result.task.CopyFrom(answer.claimed_task)
+        return response, None
 
     async def _free_slot(self, op: OpKey, body: pb.FreeSlotRequest, stream: StreamState):
         # Not recorded: it writes nothing, and freeing a slot again changes nothing.

@@ -163,6 +163,15 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
         self._freed(identity.name, request.claim_token)
         return pb.AskQuestionResponse(task=convert.task(task))
 
+    async def ProposeTasks(
+        self, request: pb.ProposeTasksRequest, context, identity: Identity
+    ) -> pb.ProposeTasksResponse:
+        self._hub.alive(identity.name)
+        proposed = await self._board.propose_tasks(identity.name, *convert.proposal(request))
+        if proposed.split_task is not None:
+            self._freed(identity.name, request.claim_token)
+        return convert.proposed(proposed)
+
     async def FreeSlot(self, request: pb.FreeSlotRequest, context, identity: Identity) -> pb.FreeSlotResponse:
         self._hub.alive(identity.name)
         validate.check_claim_token("claim_token", request.claim_token)

@@ -98,6 +98,11 @@ class DriverSteps(Protocol):
     def view_for_delivery(self, conn: Any, name: str, now_ms: int) -> DeliveryView:
         """The teammate's delivery view and its live claims; Unauthenticated once it is removed."""
 
+    def lock_graph(self, tx: Txn) -> None:
+        """Holds, until the transaction ends, the right to add dependencies to tasks on the
+        board (AddDependencies, a split): two such edits checked for cycles side by side
+        could each pass and close one together."""
+
 
 class Rerun(Exception):
     """A job failed having written, with nothing to take its writes back alone: its batch

@@ -7,7 +7,16 @@ import json
 import sqlite3
 
 from .. import errors
-from ..model import ClaimEndReason, ClaimOutcome, ClaimRef, DeliveryView, TeammateRecord, TeammateStatus, TeammateView
+from ..model import (
+    ClaimEndReason,
+    ClaimOutcome,
+    ClaimRef,
+    DeliveryView,
+    TaskCreation,
+    TeammateRecord,
+    TeammateStatus,
+    TeammateView,
+)
 from ..txn import Txn
 from . import usage
 from .claim_ends import removal_note
@@ -65,6 +74,7 @@ def get_teammate(conn: sqlite3.Connection, name: str) -> TeammateRecord:
     role_list = _roles(roles)
     waiting_for = tuple(work_waited_for(conn, name, role_list)) if status == TeammateStatus.WAITING else ()
     spent, budget = usage.of_teammate(conn, name)
+    (policy,) = conn.execute(sql(conn).TASK_CREATION_OF, (name,)).fetchone()
     return TeammateRecord(
         name,
         role_list,
@@ -75,6 +85,7 @@ def get_teammate(conn: sqlite3.Connection, name: str) -> TeammateRecord:
         usage=spent,
         budget=budget,
         daemon=served_by,
+        task_creation=TaskCreation(policy),
     )
 
 

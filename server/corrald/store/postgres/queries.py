@@ -19,6 +19,9 @@ _NEEDS_INPUT = int(TaskState.NEEDS_INPUT)
 # The states of a task with a live claim: a work claim's, or a review's.
 _HELD = f"({_IN_PROGRESS}, {int(TaskState.IN_REVIEW)})"
 _IN_REVIEW = int(TaskState.IN_REVIEW)
+_PROPOSED = int(TaskState.PROPOSED)
+# The states a cancel or a failed dependency still ends (every state but the final ones).
+_UNFINISHED = "(" + ", ".join(str(int(s)) for s in TaskState if not s.is_final) + ")"
 _BUSY = int(TeammateStatus.BUSY)
 
 # ---------------------------------------------------------------- events
@@ -153,8 +156,8 @@ DEPENDENT_SEQS = "SELECT task_seq FROM deps WHERE dep_seq = %s"
 DOOMED = (
     "WITH RECURSIVE doomed(seq) AS ( SELECT t.seq FROM json_array_elements_text(%s::json) WITH "
     "ORDINALITY AS r(value, key) JOIN tasks AS t ON t.seq = CAST(r.value AS BIGINT) WHERE t.state IN "
-    "(%s, %s, %s, %s) UNION SELECT d.task_seq FROM doomed JOIN deps AS d ON d.dep_seq = doomed.seq JOIN tasks AS "
-    "t ON t.seq = d.task_seq WHERE t.state IN (%s, %s, %s, %s)) SELECT t.seq, t.live_fence, t.owner, t.id, "
+    f"{_UNFINISHED} UNION SELECT d.task_seq FROM doomed JOIN deps AS d ON d.dep_seq = doomed.seq JOIN tasks AS "
+    f"t ON t.seq = d.task_seq WHERE t.state IN {_UNFINISHED}) SELECT t.seq, t.live_fence, t.owner, t.id, "
     "c.token, t.concurrency_key FROM doomed JOIN tasks AS t ON t.seq = doomed.seq LEFT JOIN claims AS c "
     "ON c.fence = t.live_fence ORDER BY t.seq"
 )
@@ -356,7 +359,7 @@ TASK_COLUMNS = (
     " not_before_ms, retry_backoff_ms, retry_backoff_max_ms, ready_ms,"
     " progress, progress_fraction, progress_ms, trace_parent, concurrency_key,"
     " input_tokens, output_tokens, cost_micros, model, attempt_timeout_ms, failures, question,"
-    " review_role, review_max_rounds, review_rounds, " + DEPENDENCY_IDS
+    " review_role, review_max_rounds, review_rounds, proposed_by, discovered_from, " + DEPENDENCY_IDS
 )
 
 
@@ -403,6 +406,7 @@ WIRE_BYTES = (
     " + octet_length(tasks.concurrency_key)"
     " + octet_length(tasks.model) + octet_length(tasks.question)"
     " + coalesce(octet_length(tasks.review_role), 0)"
+    " + octet_length(tasks.proposed_by) + octet_length(tasks.discovered_from)"
     " + (SELECT coalesce(sum(octet_length(dep.id) + 4), 0)"
     " FROM deps d JOIN tasks dep ON dep.seq = d.dep_seq WHERE d.task_seq = tasks.seq)"
 )
@@ -599,3 +603,58 @@ REJECT_FINALLY = (
     "UPDATE tasks SET state = %s, owner = '', live_fence = NULL, lease_expire_ms = NULL, review_rounds = %s,"
     " finish_ms = %s, error = %s WHERE seq = %s"
 )
+
+
+# ---------------------------------------------------------------- discovered work
+TASK_CREATION_OF = (
+    "SELECT coalesce(task_creation, (SELECT value FROM meta WHERE key = 'task_creation')) FROM teammates"
+    " WHERE name = %s"
+)
+SET_TASK_CREATION = "UPDATE teammates SET task_creation = %s WHERE name = %s AND removed = 0"
+SET_DEFAULT_TASK_CREATION = "UPDATE meta SET value = %s WHERE key = 'task_creation'"
+DEFAULT_TASK_CREATION = "SELECT value FROM meta WHERE key = 'task_creation'"
+PROPOSALS_WAITING = f"SELECT count(*) FROM tasks WHERE proposed_by = %s AND state = {_PROPOSED}"
+TASK_PRIORITY = "SELECT priority FROM tasks WHERE seq = %s"
+NEXT_DEPENDENCY_POSITION = "SELECT coalesce(max(position) + 1, 0) FROM deps WHERE task_seq = %s"
+DEPENDENCY_SEQS = "SELECT dep_seq FROM deps WHERE task_seq = %s"
+# A split: the claimed task waits for the tasks it gained (its claim ended by the caller).
+SPLIT_TASK = (
+    f"UPDATE tasks SET state = {_PENDING}, owner = '', live_fence = NULL, lease_expire_ms = NULL,"
+    " unmet_deps = unmet_deps + %s WHERE seq = %s"
+)
+ADD_UNMET = "UPDATE tasks SET unmet_deps = unmet_deps + %s WHERE seq = %s"
+GRAPH_NODE = "SELECT seq, state FROM tasks WHERE id = %s FOR UPDATE"
+PROPOSALS_BY_ID = (
+    "SELECT t.id, t.seq, t.state, t.proposed_by, t.discovered_from FROM json_array_elements_text(%s::json)"
+    " AS w(value) JOIN tasks AS t ON t.id = w.value ORDER BY t.seq FOR UPDATE OF t"
+)
+APPROVE_PROPOSED = (
+    f"UPDATE tasks SET state = {_PENDING} WHERE seq = %s AND state = {_PROPOSED} RETURNING required_role, unmet_deps"
+)
+# The edges from a split task to the proposals discovered from it, among `doomed` (seqs).
+SPLIT_EDGES_AMONG = (
+    "SELECT d.task_seq, d.dep_seq FROM json_array_elements_text(%s::json) AS w(value)"
+    " JOIN deps AS d ON d.dep_seq = CAST(w.value AS BIGINT)"
+    " JOIN tasks AS p ON p.seq = d.dep_seq JOIN tasks AS s ON s.seq = d.task_seq"
+    f" WHERE p.discovered_from = s.id AND s.state = {_PENDING}"
+)
+DROP_DEPENDENCY = "DELETE FROM deps WHERE task_seq = %s AND dep_seq = %s"
+DEPENDENCY_DROPPED = "UPDATE tasks SET unmet_deps = unmet_deps - 1 WHERE seq = %s RETURNING required_role, unmet_deps"
+SPLIT_REJECTED = (
+    "UPDATE claims SET error = %s WHERE fence = (SELECT max(fence) FROM claims WHERE task_seq = %s"
+    " AND outcome = 'split')"
+)
+# One level of a walk through the graph, over the unfinished tasks only (nothing a
+# COMPLETED task depends on can be unfinished): the dependencies of `frontier`...
+DEPENDENCIES_OF = (
+    "SELECT d.task_seq, d.dep_seq FROM json_array_elements_text(%s::json) AS w(value)"
+    " JOIN deps AS d ON d.task_seq = CAST(w.value AS BIGINT)"
+    f" JOIN tasks AS t ON t.seq = d.dep_seq WHERE t.state != {_COMPLETED}"
+)
+# ... and its dependents.
+DEPENDENTS_OF = (
+    "SELECT d.dep_seq, d.task_seq FROM json_array_elements_text(%s::json) AS w(value)"
+    " JOIN deps AS d ON d.dep_seq = CAST(w.value AS BIGINT)"
+    f" JOIN tasks AS t ON t.seq = d.task_seq WHERE t.state != {_COMPLETED}"
+)
+IDS_OF = "SELECT seq, id FROM tasks WHERE seq IN (SELECT CAST(value AS BIGINT) FROM json_array_elements_text(%s::json))"

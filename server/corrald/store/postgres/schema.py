@@ -267,6 +267,14 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX tasks_lease ON tasks (lease_expire_ms) WHERE state IN (2, 7);
     CREATE INDEX tasks_reviewable ON tasks (priority DESC, seq) WHERE state = 7 AND live_fence IS NULL;
     """,
+    # 7: discovered work (store/sqlite/schema.py's migration 18).
+    """
+    ALTER TABLE tasks ADD COLUMN proposed_by TEXT COLLATE "C" NOT NULL DEFAULT '';
+    ALTER TABLE tasks ADD COLUMN discovered_from TEXT COLLATE "C" NOT NULL DEFAULT '';
+    ALTER TABLE teammates ADD COLUMN task_creation BIGINT;
+    INSERT INTO meta (key, value) VALUES ('task_creation', 1);
+    CREATE INDEX tasks_proposed ON tasks (proposed_by) WHERE state = 8;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -131,3 +131,13 @@ def complete_many(conn: sqlite3.Connection, now_ms: int, requests: Sequence[OpCo
     ).fetchall()
     assert [row[0] for row in rows] == list(range(1, len(requests) + 1)), "one row per request, in order"
     return [(op_seq, *rest) for _, op_seq, _done_n, *rest in rows]
+
+
+# The advisory lock of the board's dependency graph: one number per schema is enough,
+# each board being its own schema (pg_advisory_xact_lock is per database).
+_GRAPH_LOCK = "SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':graph'))"
+
+
+def lock_graph(tx: Txn) -> None:
+    """Waits for the other writers' edits of the graph (of this daemon or another) to commit."""
+    tx.conn.execute(_GRAPH_LOCK)

@@ -19,6 +19,9 @@ _NEEDS_INPUT = int(TaskState.NEEDS_INPUT)
 # The states of a task with a live claim: a work claim's, or a review's.
 _HELD = f"({_IN_PROGRESS}, {int(TaskState.IN_REVIEW)})"
 _IN_REVIEW = int(TaskState.IN_REVIEW)
+_PROPOSED = int(TaskState.PROPOSED)
+# The states a cancel or a failed dependency still ends (every state but the final ones).
+_UNFINISHED = "(" + ", ".join(str(int(s)) for s in TaskState if not s.is_final) + ")"
 _BUSY = int(TeammateStatus.BUSY)
 
 # ---------------------------------------------------------------- events
@@ -148,9 +151,9 @@ DEPENDENT_SEQS = "SELECT task_seq FROM deps WHERE dep_seq = ?"
 DOOMED = (
     "WITH RECURSIVE doomed(seq) AS ("
     " SELECT t.seq FROM json_each(?) AS r JOIN tasks AS t ON t.seq = CAST(r.value AS BIGINT)"
-    " WHERE t.state IN (?, ?, ?, ?)"
+    f" WHERE t.state IN {_UNFINISHED}"
     " UNION SELECT d.task_seq FROM doomed JOIN deps AS d ON d.dep_seq = doomed.seq"
-    " JOIN tasks AS t ON t.seq = d.task_seq WHERE t.state IN (?, ?, ?, ?))"
+    f" JOIN tasks AS t ON t.seq = d.task_seq WHERE t.state IN {_UNFINISHED})"
     " SELECT t.seq, t.live_fence, t.owner, t.id, c.token, t.concurrency_key FROM doomed"
     " JOIN tasks AS t ON t.seq = doomed.seq LEFT JOIN claims AS c ON c.fence = t.live_fence ORDER BY t.seq"
 )
@@ -359,7 +362,7 @@ TASK_COLUMNS = (
     " not_before_ms, retry_backoff_ms, retry_backoff_max_ms, ready_ms,"
     " progress, progress_fraction, progress_ms, trace_parent, concurrency_key,"
     " input_tokens, output_tokens, cost_micros, model, attempt_timeout_ms, failures, question,"
-    " review_role, review_max_rounds, review_rounds, " + DEPENDENCY_IDS
+    " review_role, review_max_rounds, review_rounds, proposed_by, discovered_from, " + DEPENDENCY_IDS
 )
 
 
@@ -403,6 +406,7 @@ WIRE_BYTES = (
     " + length(CAST(tasks.concurrency_key AS BLOB))"
     " + length(CAST(tasks.model AS BLOB)) + length(CAST(tasks.question AS BLOB))"
     " + coalesce(length(CAST(tasks.review_role AS BLOB)), 0)"
+    " + length(CAST(tasks.proposed_by AS BLOB)) + length(CAST(tasks.discovered_from AS BLOB))"
     " + (SELECT coalesce(sum(length(CAST(dep.id AS BLOB)) + 4), 0)"
     " FROM deps d JOIN tasks dep ON dep.seq = d.dep_seq WHERE d.task_seq = tasks.seq)"
 )
@@ -588,3 +592,54 @@ REJECT_FINALLY = (
     "UPDATE tasks SET state = ?, owner = '', live_fence = NULL, lease_expire_ms = NULL, review_rounds = ?,"
     " finish_ms = ?, error = ? WHERE seq = ?"
 )
+
+
+# ---------------------------------------------------------------- discovered work
+TASK_CREATION_OF = (
+    "SELECT coalesce(task_creation, (SELECT value FROM meta WHERE key = 'task_creation')) FROM teammates WHERE name = ?"
+)
+SET_TASK_CREATION = "UPDATE teammates SET task_creation = ? WHERE name = ? AND removed = 0"
+SET_DEFAULT_TASK_CREATION = "UPDATE meta SET value = ? WHERE key = 'task_creation'"
+DEFAULT_TASK_CREATION = "SELECT value FROM meta WHERE key = 'task_creation'"
+PROPOSALS_WAITING = f"SELECT count(*) FROM tasks WHERE proposed_by = ? AND state = {_PROPOSED}"
+TASK_PRIORITY = "SELECT priority FROM tasks WHERE seq = ?"
+NEXT_DEPENDENCY_POSITION = "SELECT coalesce(max(position) + 1, 0) FROM deps WHERE task_seq = ?"
+DEPENDENCY_SEQS = "SELECT dep_seq FROM deps WHERE task_seq = ?"
+# A split: the claimed task waits for the tasks it gained (its claim ended by the caller).
+SPLIT_TASK = (
+    f"UPDATE tasks SET state = {_PENDING}, owner = '', live_fence = NULL, lease_expire_ms = NULL,"
+    " unmet_deps = unmet_deps + ? WHERE seq = ?"
+)
+ADD_UNMET = "UPDATE tasks SET unmet_deps = unmet_deps + ? WHERE seq = ?"
+GRAPH_NODE = "SELECT seq, state FROM tasks WHERE id = ?"
+PROPOSALS_BY_ID = (
+    "SELECT t.id, t.seq, t.state, t.proposed_by, t.discovered_from FROM json_each(?) AS w"
+    " JOIN tasks AS t ON t.id = w.value ORDER BY t.seq"
+)
+APPROVE_PROPOSED = (
+    f"UPDATE tasks SET state = {_PENDING} WHERE seq = ? AND state = {_PROPOSED} RETURNING required_role, unmet_deps"
+)
+# The edges from a split task to the proposals discovered from it, among `doomed` (seqs).
+SPLIT_EDGES_AMONG = (
+    "SELECT d.task_seq, d.dep_seq FROM json_each(?) AS w JOIN deps AS d ON d.dep_seq = CAST(w.value AS BIGINT)"
+    " JOIN tasks AS p ON p.seq = d.dep_seq JOIN tasks AS s ON s.seq = d.task_seq"
+    f" WHERE p.discovered_from = s.id AND s.state = {_PENDING}"
+)
+DROP_DEPENDENCY = "DELETE FROM deps WHERE task_seq = ? AND dep_seq = ?"
+# What a task that lost a dependency waits for now (parameter: the seq, twice).
+DEPENDENCY_DROPPED = "UPDATE tasks SET unmet_deps = unmet_deps - 1 WHERE seq = ? RETURNING required_role, unmet_deps"
+SPLIT_REJECTED = (
+    "UPDATE claims SET error = ? WHERE fence = (SELECT max(fence) FROM claims WHERE task_seq = ? AND outcome = 'split')"
+)
+# One level of a walk through the graph, over the unfinished tasks only (nothing a
+# COMPLETED task depends on can be unfinished): the dependencies of `frontier`...
+DEPENDENCIES_OF = (
+    "SELECT d.task_seq, d.dep_seq FROM json_each(?) AS w JOIN deps AS d ON d.task_seq = CAST(w.value AS BIGINT)"
+    f" JOIN tasks AS t ON t.seq = d.dep_seq WHERE t.state != {_COMPLETED}"
+)
+# ... and its dependents.
+DEPENDENTS_OF = (
+    "SELECT d.dep_seq, d.task_seq FROM json_each(?) AS w JOIN deps AS d ON d.dep_seq = CAST(w.value AS BIGINT)"
+    f" JOIN tasks AS t ON t.seq = d.task_seq WHERE t.state != {_COMPLETED}"
+)
+IDS_OF = "SELECT seq, id FROM tasks WHERE seq IN (SELECT CAST(value AS BIGINT) FROM json_each(?))"

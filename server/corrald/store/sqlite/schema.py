@@ -291,6 +291,16 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX tasks_lease ON tasks (lease_expire_ms) WHERE state IN (2, 7);
     CREATE INDEX tasks_reviewable ON tasks (priority DESC, seq) WHERE state = 7 AND live_fence IS NULL;
     """,
+    # 18: discovered work. A teammate's proposed task keeps who proposed it and the task
+    # whose claim it came from; PROPOSED (8) waits for the Lead. `task_creation` is a
+    # teammate's own policy (NULL: the "*" default in meta; 1 propose, 2 allow, 3 deny).
+    """
+    ALTER TABLE tasks ADD COLUMN proposed_by TEXT NOT NULL DEFAULT '';
+    ALTER TABLE tasks ADD COLUMN discovered_from TEXT NOT NULL DEFAULT '';
+    ALTER TABLE teammates ADD COLUMN task_creation INTEGER;
+    INSERT INTO meta (key, value) VALUES ('task_creation', 1);
+    CREATE INDEX tasks_proposed ON tasks (proposed_by) WHERE state = 8;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -58,3 +58,7 @@ def open_due_gates(tx: Txn) -> GatesOpened:
 def view_for_delivery(conn: sqlite3.Connection, name: str, now_ms: int) -> DeliveryView:
     row = conn.execute(VIEW_FOR_DELIVERY, (name,)).fetchone()
     return DeliveryView(delivery_view(name, row), held_claim_refs(conn, name, now_ms))
+
+
+def lock_graph(tx: Txn) -> None:
+    """Nothing to take: the board's one writer runs one edit at a time."""

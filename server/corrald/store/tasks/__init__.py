@@ -3,7 +3,9 @@
 Modules, each importing only those before it: `rows` (reads and events),
 `timegates`, `create`, `ends` (how a claim ends and where its task goes),
 `reclaim` (leases run out, the clock), `claims`, `complete` (and fail, release,
-revoke), `questions` (to the Lead), `cancel` (and retry). The rest of the daemon
+revoke), `questions` (to the Lead), `reviews`, `cancel` (and retry), `graph`
+(AddDependencies and the cycle check; store/proposals.py, above this package, holds
+the rest of discovered work). The rest of the daemon
 uses the names below (`store.tasks.claim_next`, ...).
 """
 
@@ -26,6 +28,7 @@ from .claims import (
 from .complete import ClaimCompleted, complete, complete_claim, fail, release, release_all, revoke
 from .create import create_batch
 from .ends import RETRY_JITTER, retry_wait_ms
+from .graph import add_dependencies
 from .questions import QUESTIONS_PER_TASK_MAX, answer_question, ask_question
 from .reclaim import clock_reached, extend_live_leases, note_clock, reclaim_expired, stamp_clock
 from .reviews import lead_decides as review_task
@@ -50,6 +53,7 @@ from .rows import (
 from .timegates import any_gate_due, open_due_gates
 
 __all__ = [
+    "add_dependencies",
     "review_task",
     "QUESTIONS_PER_TASK_MAX",
     "answer_question",

@@ -19,6 +19,7 @@ _NOT_FAILED = (
     COMPLETED,
     int(TaskState.NEEDS_INPUT),
     int(TaskState.IN_REVIEW),
+    int(TaskState.PROPOSED),
 )  # a dependency that may yet complete
 
 

@@ -27,7 +27,7 @@ from ..status import mark_busy
 from . import reviews
 from .ends import live_claim
 from .reclaim import reclaim_expired
-from .rows import IN_PROGRESS, IN_REVIEW, NEEDS_INPUT, PENDING, answers_of, previous_attempt, task_by_seq
+from .rows import IN_PROGRESS, IN_REVIEW, NEEDS_INPUT, PENDING, PROPOSED, answers_of, previous_attempt, task_by_seq
 from .timegates import open_due_gates
 
 
@@ -131,7 +131,8 @@ def work_waited_for(conn: sqlite3.Connection, teammate: str, roles: Iterable[str
     """Up to `limit` unfinished tasks that `teammate` could still take, in board order.
 
     PENDING, ready or not (its dependencies may still complete), NEEDS_INPUT (the
-    Lead's answer brings it back), IN_REVIEW (a rejection does), or IN_PROGRESS
+    Lead's answer brings it back), IN_REVIEW (a rejection does), PROPOSED (the
+    Lead's approval does), or IN_PROGRESS
     under another holder (that claim may end and the task come back), and
     open to this teammate's roles. While one remains the teammate is waiting
     for work, not idle, and its idle budget is not spent.
@@ -141,7 +142,7 @@ def work_waited_for(conn: sqlite3.Connection, teammate: str, roles: Iterable[str
     p = statements.P
     role_test = f"required_role IN ('', {statements.marks(len(roles))})" if roles else "required_role = ''"
     rows = conn.execute(
-        f"SELECT id FROM tasks WHERE (state IN ({PENDING}, {NEEDS_INPUT}, {IN_REVIEW})"
+        f"SELECT id FROM tasks WHERE (state IN ({PENDING}, {NEEDS_INPUT}, {IN_REVIEW}, {PROPOSED})"
         f" OR (state = {IN_PROGRESS} AND owner != {p}))"
         f" AND {role_test}"
         f" ORDER BY seq LIMIT {p}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -11,7 +12,7 @@ from ...model import CreatedBatch, CreatedTask, TaskSpec, TaskState
 from ...txn import Txn
 from ...validate import PreparedBatch
 from ..dialect import insert_rows, sql
-from .rows import PENDING, BoardRow, rows_by_id, task_events
+from .rows import BoardRow, rows_by_id, task_events
 from .timegates import gate_shut
 
 # A new task's row as both drivers insert it (`insert_rows`: COPY for many on PostgreSQL).
@@ -38,11 +39,27 @@ NEW_TASK_COLUMNS = (
     "attempt_timeout_ms",
     "review_role",
     "review_max_rounds",
+    "proposed_by",
+    "discovered_from",
 )
 
 
-def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> CreatedBatch:
-    """Adds a checked batch, all or nothing; an identical re-send changes nothing.
+@dataclasses.dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a teammate's proposed batch comes from: who proposed it, the task whose
+    claim it was discovered from ('' for none), and whether it waits for the Lead."""
+
+    proposed_by: str
+    discovered_from: str
+    needs_decision: bool  # PROPOSED until the Lead decides; else PENDING at once
+
+
+_THE_LEAD = Origin("", "", needs_decision=False)
+
+
+def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "", origin: Origin = _THE_LEAD) -> CreatedBatch:
+    """Adds a checked batch, all or nothing; an identical re-send changes nothing. A
+    teammate's proposal (`origin`) enters PROPOSED where it waits for the Lead.
 
     Set-based, so the job's time grows with rows written, not with statements:
     one lookup of the batch's ids, one of the dependencies outside it, one
@@ -74,6 +91,7 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
     unmet = [
         _unmet_deps(index, spec, new_ids, outside) + gated for (index, spec), gated in zip(new_specs, shut, strict=True)
     ]
+    state = TaskState.PROPOSED if origin.needs_decision else TaskState.PENDING
     seq_of: dict[str, int] = {}
     if new_specs:
         insert_rows(
@@ -91,7 +109,7 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
                     spec.max_attempts,
                     spec.lease_ms,
                     batch.spec_digests[index],
-                    PENDING,
+                    int(state),
                     count,
                     tx.now_ms,
                     spec.not_before_ms,
@@ -104,6 +122,8 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
                     spec.attempt_timeout_ms,
                     None if spec.review is None else spec.review.reviewer_role,
                     0 if spec.review is None else spec.review.max_rounds,
+                    origin.proposed_by,
+                    origin.discovered_from,
                 )
                 for (index, spec), count, gated in zip(new_specs, unmet, shut, strict=True)
             ],
@@ -126,7 +146,7 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
         )
         task_events(tx, [seq_of[spec.id] for _, spec in new_specs])
         for (_, spec), count in zip(new_specs, unmet, strict=True):
-            if count == 0:
+            if count == 0 and state is TaskState.PENDING:
                 tx.wakes.ready_roles[spec.required_role] += 1
     if request_id:
         conn.execute(
@@ -135,7 +155,7 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "") -> Created
         )
     unchanged = tuple(spec.id for spec in specs if spec.id not in new_ids)
     created = [
-        CreatedTask(spec.id, seq_of[spec.id], TaskState.PENDING, tx.now_ms, None, spec.max_attempts, spec.lease_ms)
+        CreatedTask(spec.id, seq_of[spec.id], state, tx.now_ms, None, spec.max_attempts, spec.lease_ms)
         if spec.id in new_ids
         else _created(spec.id, on_board[spec.id])
         for spec in specs

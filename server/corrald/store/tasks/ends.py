@@ -13,15 +13,12 @@ from ...txn import Txn
 from .. import keys
 from ..dialect import sql
 from ..status import refresh_status
-from .rows import IN_PROGRESS, PENDING, task_changed, task_events
+from .rows import task_changed, task_events
 from .timegates import gate_shut
 
 _IN_REVIEW = int(TaskState.IN_REVIEW)
 # A claim that ended by its holder's completion: a work claim's, or a review's verdict.
 _COMPLETING = (ClaimOutcome.COMPLETED, ClaimOutcome.APPROVED, ClaimOutcome.REJECTED)
-
-# The states a cancel or a failed dependency still ends.
-_UNFINISHED = (PENDING, IN_PROGRESS, int(TaskState.NEEDS_INPUT), int(TaskState.IN_REVIEW))
 
 
 class LiveClaim(NamedTuple):
@@ -161,7 +158,7 @@ def cancel_seqs(tx: Txn, roots: list[tuple[int, str]]) -> list[int]:
         reasons.setdefault(seq, why)
     doomed = conn.execute(
         sql(conn).DOOMED,
-        (json.dumps(list(reasons)), *_UNFINISHED, *_UNFINISHED),
+        (json.dumps(list(reasons)),),
     ).fetchall()
     if not doomed:
         return []

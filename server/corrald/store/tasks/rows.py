@@ -30,12 +30,13 @@ from ..dialect import sql
 PENDING, IN_PROGRESS, COMPLETED = int(TaskState.PENDING), int(TaskState.IN_PROGRESS), int(TaskState.COMPLETED)
 NEEDS_INPUT = int(TaskState.NEEDS_INPUT)
 IN_REVIEW = int(TaskState.IN_REVIEW)
+PROPOSED = int(TaskState.PROPOSED)
 
 
 _STATES = {int(state): state for state in TaskState}  # a dict lookup, where TaskState(n) is a call
 
 
-TASK_WIDTH = 37  # the columns of a task's row (the drivers' TASK_COLUMNS)
+TASK_WIDTH = 39  # the columns of a task's row (the drivers' TASK_COLUMNS)
 
 
 def task_record(row: tuple) -> TaskRecord:
@@ -43,7 +44,7 @@ def task_record(row: tuple) -> TaskRecord:
     costs more): the columns are in TaskRecord's field order but for
     depends_on (the last column), state (an int), result (NULL until completed) and
     usage (four columns), and `failures` (read as the attempts used)."""
-    depends_on = row[36]
+    depends_on = row[38]
     return TaskRecord._make(
         (
             *row[0:5],  # seq .. payload
@@ -60,6 +61,8 @@ def task_record(row: tuple) -> TaskRecord:
             row[32],  # question
             None if row[33] is None else _review_policy(row[33], row[34]),
             row[35],  # review_rounds
+            row[36],  # proposed_by
+            row[37],  # discovered_from
         )
     )
 
