@@ -191,3 +191,13 @@ def test_proposals_and_decisions_survive_a_restart(team):
     assert part.task.id == "p1"
     team.complete("w2", "p1", part.token)
     assert team.claim("w1").task.id == "big"
+
+
+def test_a_proposal_with_some_ids_taken_names_the_first_and_writes_nothing(team):
+    team.propose("w1", spec("x"))
+    before = team.snapshot()
+    for sender in ("w1", "w2"):
+        with pytest.raises(errors.AlreadyExists) as taken:
+            team.propose(sender, spec("y"), spec("x"))
+        assert taken.value.metadata["field"] == "tasks[1].id"
+    assert team.snapshot() == before

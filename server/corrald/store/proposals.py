@@ -54,7 +54,13 @@ def propose(
     specs = batch.specs
     on_board = rows_by_id(tx.conn, [spec.id for spec in specs])
     if on_board:
-        return _sent_before(tx, teammate, batch, task_id, block, on_board)
+        replay = _sent_before(tx, teammate, batch, task_id, block, on_board)
+        if replay is not None:
+            return replay
+        index, taken = next((i, spec.id) for i, spec in enumerate(specs) if spec.id in on_board)
+        raise errors.AlreadyExists(
+            f"task {taken!r} is on the board already: a proposed task needs a new id", field=f"tasks[{index}].id"
+        )
     policy = task_creation_of(tx, teammate)
     if policy is TaskCreation.DENY:
         raise errors.PermissionDenied(f"teammate {teammate!r} may not propose tasks (the lead's policy: deny)")
@@ -105,7 +111,7 @@ def propose(
     if block:
         assert source is not None
         end_claim(tx, source.fence, ClaimOutcome.SPLIT, key=source.key)
-        link(tx, source.seq, [(seq, int(TaskState.PROPOSED)) for seq in seqs])
+        link(tx, source.seq, seqs)
         tx.conn.execute(sql(tx.conn).SPLIT_TASK, (len(seqs), source.seq))
         task_changed(tx, source.seq)
         slot_freed(tx, teammate)
@@ -113,27 +119,20 @@ def propose(
     return Proposed(records_by_seq(tx.conn, seqs), split_task)
 
 
-def _sent_before(tx: Txn, teammate: str, batch: PreparedBatch, task_id: str, block: bool, on_board: dict) -> Proposed:
-    """The answer to a proposal made before (every task on the board as this teammate
-    proposed it from the same task); AlreadyExists for any other id already taken."""
+def _sent_before(
+    tx: Txn, teammate: str, batch: PreparedBatch, task_id: str, block: bool, on_board: dict
+) -> Proposed | None:
+    """The answer to this very proposal made before: every task on the board with the same
+    spec, proposed by this teammate from the same task. None when it is not that."""
     specs = batch.specs
-    seqs = [on_board[spec.id].seq for spec in specs if spec.id in on_board]
-    records = {record.id: record for record in records_by_seq(tx.conn, seqs)}
-    for index, (spec, digest) in enumerate(zip(specs, batch.spec_digests, strict=True)):
-        record = records.get(spec.id)
-        if (
-            record is None
-            or on_board[spec.id].spec_digest != digest
-            or record.proposed_by != teammate
-            or record.discovered_from != task_id
-        ):
-            raise errors.AlreadyExists(
-                f"task {spec.id!r} is on the board already: a proposed task needs a new id",
-                field=f"tasks[{index}].id",
-            )
-    split_task = None
-    if block:
-        split_task = task_by_seq(tx.conn, rows_by_id(tx.conn, [task_id])[task_id].seq)
+    if len(on_board) != len(specs) or any(
+        on_board[spec.id].spec_digest != digest for spec, digest in zip(specs, batch.spec_digests, strict=True)
+    ):
+        return None
+    records = {record.id: record for record in records_by_seq(tx.conn, [on_board[spec.id].seq for spec in specs])}
+    if any(record.proposed_by != teammate or record.discovered_from != task_id for record in records.values()):
+        return None
+    split_task = task_by_seq(tx.conn, rows_by_id(tx.conn, [task_id])[task_id].seq) if block else None
     return Proposed([records[spec.id] for spec in specs], split_task)
 
 

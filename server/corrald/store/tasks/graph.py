@@ -45,22 +45,22 @@ def add_dependencies(tx: Txn, task_id: str, depends_on: Sequence[str]) -> TaskRe
     if not new:
         return task_by_seq(conn, seq)
     refuse_cycle(conn, seq, [found[dep].seq for dep in new], "depends_on")
-    link(tx, seq, [(found[dep].seq, found[dep].state) for dep in new])
+    link(tx, seq, [found[dep].seq for dep in new])
     conn.execute(statements.ADD_UNMET, (sum(found[dep].state != COMPLETED for dep in new), seq))
     task_changed(tx, seq)
     tx.wakes.note("dependencies_added", task=task_id, added=len(new))
     return task_by_seq(conn, seq)
 
 
-def link(tx: Txn, seq: int, deps: Sequence[tuple[int, int]]) -> None:
-    """Adds the edges from task `seq` to `deps` ((seq, state) each), after its others in
+def link(tx: Txn, seq: int, dep_seqs: Sequence[int]) -> None:
+    """Adds the edges from task `seq` to the tasks `dep_seqs`, after its others in
     depends_on order; what it now waits for is the caller's to count."""
     (first,) = tx.conn.execute(sql(tx.conn).NEXT_DEPENDENCY_POSITION, (seq,)).fetchone()
     insert_rows(
         tx.conn,
         "deps",
         ("task_seq", "dep_seq", "position"),
-        [(seq, dep_seq, first + offset) for offset, (dep_seq, _) in enumerate(deps)],
+        [(seq, dep_seq, first + offset) for offset, dep_seq in enumerate(dep_seqs)],
     )
 
 
