@@ -162,9 +162,24 @@ def describe(event: corral.WatchEvent) -> str:
         verdict = "approved" if event.approve else "rejected"
         because = f": {short(event.feedback, 100)}" if event.feedback else ""
         return f"review round {event.round} of task {event.task_id} {verdict} by {event.reviewer}{because}"
+    if isinstance(event, corral.TasksProposed):
+        return tasks_proposed_line(event)
+    if isinstance(event, corral.ProposalsDecidedEvent):
+        verdict = "approved" if event.approve else "rejected"
+        because = f": {short(event.feedback, 100)}" if event.feedback else ""
+        return f"proposed tasks {', '.join(event.task_ids)} {verdict}{because}"
     answer = "approved" if event.approve else "rejected"
     because = f" ({short(event.reason, 60)})" if event.reason else ""
     return f"shutdown {event.request_id} {answer} by {event.teammate}{because}"
+
+
+def tasks_proposed_line(event: corral.TasksProposed) -> str:
+    """`ann proposed tasks a, b from t (split; waiting for the lead)`."""
+    origin = f" from {event.discovered_from}" if event.discovered_from else ""
+    notes = [note for note, on in (("split", event.split), ("waiting for the lead", event.needs_decision)) if on]
+    return f"{event.teammate} proposed tasks {', '.join(event.task_ids)}{origin}" + (
+        f" ({'; '.join(notes)})" if notes else " (added)"
+    )
 
 
 def stamp(event: corral.WatchEvent) -> str:

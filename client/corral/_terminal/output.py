@@ -32,6 +32,7 @@ STATE_STYLES = {
     corral.TaskState.CANCELED: "magenta",
     corral.TaskState.NEEDS_INPUT: "bold yellow",
     corral.TaskState.IN_REVIEW: "bold blue",
+    corral.TaskState.PROPOSED: "italic dim yellow",
 }
 STATUS_STYLES = {
     corral.TeammateStatus.OFFLINE: "dim",
@@ -106,6 +107,8 @@ def task_json(task: corral.Task) -> dict[str, Any]:
         "question": task.question,
         "review": None if task.review is None else dataclasses.asdict(task.review),
         "review_rounds": task.review_rounds,
+        "proposed_by": task.proposed_by,
+        "discovered_from": task.discovered_from,
     }
     _blob(data, "payload", task.payload)
     _blob(data, "result", task.result)
@@ -174,6 +177,7 @@ def teammate_json(mate: corral.TeammateInfo) -> dict[str, Any]:
         "waiting_for_task_ids": list(mate.waiting_for_task_ids),
         "usage": usage_json(mate.usage),
         "budget": budget_json(mate.budget),
+        "task_creation": mate.task_creation.name.lower(),
         **({"daemon": mate.daemon} if mate.daemon else {}),
     }
 
@@ -251,6 +255,24 @@ def event_json(event: corral.WatchEvent) -> dict[str, Any]:
             "feedback": event.feedback,
             "reviewer": event.reviewer,
             "round": event.round,
+        }
+    if isinstance(event, corral.TasksProposed):
+        return {
+            **base,
+            "type": "tasks_proposed",
+            "teammate": event.teammate,
+            "task_ids": list(event.task_ids),
+            "discovered_from": event.discovered_from,
+            "needs_decision": event.needs_decision,
+            "split": event.split,
+        }
+    if isinstance(event, corral.ProposalsDecidedEvent):
+        return {
+            **base,
+            "type": "proposals_decided",
+            "task_ids": list(event.task_ids),
+            "approve": event.approve,
+            "feedback": event.feedback,
         }
     return {
         **base,
@@ -434,6 +456,8 @@ def task_detail(task: corral.Task) -> Table:
         ("progress", _progress_detail(task)),
         ("question", task.question),
         ("review", _review_detail(task)),
+        ("proposed by", task.proposed_by),
+        ("discovered from", task.discovered_from),
         ("payload", blob_text(task.payload)),
         ("result", blob_text(task.result)),
         ("error", task.error),
