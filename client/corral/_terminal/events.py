@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import corral
 
-from .output import first_line, progress_label, short, state_name
+from .output import first_line, progress_label, short, state_name, tasks_proposed_line
 
 QUIET_SECONDS = 0.3
 REPLAY_LIMIT_SECONDS = 10.0
@@ -171,15 +171,6 @@ def describe(event: corral.WatchEvent) -> str:
     answer = "approved" if event.approve else "rejected"
     because = f" ({short(event.reason, 60)})" if event.reason else ""
     return f"shutdown {event.request_id} {answer} by {event.teammate}{because}"
-
-
-def tasks_proposed_line(event: corral.TasksProposed) -> str:
-    """`ann proposed tasks a, b from t (split; waiting for the lead)`."""
-    origin = f" from {event.discovered_from}" if event.discovered_from else ""
-    notes = [note for note, on in (("split", event.split), ("waiting for the lead", event.needs_decision)) if on]
-    return f"{event.teammate} proposed tasks {', '.join(event.task_ids)}{origin}" + (
-        f" ({'; '.join(notes)})" if notes else " (added)"
-    )
 
 
 def stamp(event: corral.WatchEvent) -> str:

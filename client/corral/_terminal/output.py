@@ -314,6 +314,15 @@ def progress_label(task: corral.Task, limit: int = 60) -> str:
     return " ".join(parts)
 
 
+def tasks_proposed_line(event: corral.TasksProposed) -> str:
+    """`ann proposed tasks a, b from t (split; waiting for the lead)`."""
+    origin = f" from {event.discovered_from}" if event.discovered_from else ""
+    notes = [note for note, on in (("split", event.split), ("waiting for the lead", event.needs_decision)) if on]
+    return f"{event.teammate} proposed tasks {', '.join(event.task_ids)}{origin}" + (
+        f" ({'; '.join(notes)})" if notes else " (added)"
+    )
+
+
 def first_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     # A traceback's cause is its last line.
@@ -342,6 +351,21 @@ def tasks_table(tasks: Iterable[corral.Task], title: str | None = None) -> Table
             escape(task.owner or "-"),
             f"{task.attempt}/{task.max_attempts}",
             escape(task.required_role or "-"),
+            escape(", ".join(task.depends_on) or "-"),
+            escape(short(task.title, 40)),
+        )
+    return result
+
+
+def proposals_table(tasks: Iterable[corral.Task]) -> Table:
+    """Proposed tasks: who proposed each, and the task it was discovered from."""
+    result = table("id", "proposed by", "discovered from", "prio", "depends on", "title")
+    for task in tasks:
+        result.add_row(
+            escape(task.id),
+            escape(task.proposed_by or "-"),
+            escape(task.discovered_from or "-"),
+            str(task.priority),
             escape(", ".join(task.depends_on) or "-"),
             escape(short(task.title, 40)),
         )
