@@ -8,9 +8,10 @@ import contextlib
 import datetime
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
+from corral import _convert
 from corral._claimstate import (
     DEAD_CLAIM_ERRORS,
     ClaimState,
@@ -26,7 +27,7 @@ from corral._claimstate import (
 from corral._errors import ClaimEndedError, CorralError
 from corral._primitives import Lock, Ticker
 from corral._retry import is_transient
-from corral._types import ClaimEnded, ClaimEndReason, ClaimInfo, Task, Usage, Verdict
+from corral._types import ClaimEnded, ClaimEndReason, ClaimInfo, Task, TaskSpec, Usage, Verdict
 
 __all__ = ["Claim", "ClaimCalls"]
 
@@ -62,6 +63,9 @@ class ClaimCalls(Protocol):
     def ask(self, task_id: str, token: str, question: str) -> Task:
         """AskQuestion."""
 
+    def propose(self, request: Any) -> tuple[list[Task], Task | None]:
+        """ProposeTasks (a `pb.ProposeTasksRequest`): the tasks, and a split's task."""
+
     def forget(self, token: str) -> None:
         """The claim ended: stop counting it as held."""
 
@@ -72,8 +76,9 @@ class ClaimCalls(Protocol):
 class Claim(ClaimState):
     """An exclusive, leased hold on one task, as yielded by `Teammate.idle`.
 
-    Finish it with exactly one of `complete`, `fail`, `release` or `ask`; a review's
-    claim (`review` set) with `decide` instead of `complete`. Keep the
+    Finish it with exactly one of `complete`, `fail`, `release`, `ask` or a split
+    (`propose_tasks(..., block=True)`); a review's claim (`review` set) with `decide`
+    instead of `complete`. Keep the
     lease alive while you work with `with claim.keepalive(): ...`
     (renews at a third of the lease in the background: a thread in `corral`,
     an asyncio task in `corral.aio`). When a renew proves the claim dead
@@ -188,6 +193,56 @@ class Claim(ClaimState):
         """
         check_question(question)
         return self._finish(self._calls.ask, question)
+
+    def propose_tasks(self, specs: Iterable[TaskSpec], *, block: bool = False) -> list[str]:
+        """Propose tasks discovered while working on this claim; returns their ids.
+        They record where they came from (`Task.discovered_from` is this task,
+        `proposed_by` this teammate) and, as the Lead's policy for this teammate says
+        (`Lead.set_task_creation`), are PROPOSED, waiting for the Lead's decision (a
+        `ProposalsDecided` on the stream says it), or PENDING at once. The claim
+        goes on: keep working, or finish it as usual.
+
+        With `block`, the task is split instead: it gains the proposed tasks as
+        dependencies, the claim ends (no attempt used; `split` turns True, the
+        keepalive stops, the slot is free) and the task is PENDING until they
+        complete; its next claim carries their results in `dependency_results`. If
+        the Lead rejects one, that dependency is dropped and the task is ready again.
+        In `run_teammate`, return from the handler after a split: its outcome is
+        not reported.
+
+        1 to 100 specs, checked as `Lead.create_tasks` checks a batch (they may depend
+        on tasks on the board and on each other; their ids must be new, AlreadyExists
+        otherwise), none with a priority above this task's (InvalidArgument). Raises
+        PermissionDenied when the Lead denies this teammate task creation,
+        FailedPrecondition when 1,000 of its proposals already wait, InvalidArgument
+        for a split that would close a dependency cycle; and, for a claim no longer
+        live, what `renew` raises (and records the loss). Any other error leaves the
+        claim as it was.
+        """
+        request = _convert.propose_tasks_request(specs, self.task.id, self.token, block=block)
+        if not block:
+            return self._propose(request)
+        with self._lock:
+            renewing = self._keepalive is not None
+        # No renew may race the split, which ends the claim: it would find it dead.
+        self.stop_keepalive()
+        try:
+            ids = self._propose(request)
+        except BaseException:
+            if renewing and self._lost is None:
+                self.start_keepalive()
+            raise
+        self._split = True
+        self._calls.forget(self.token)
+        return ids
+
+    def _propose(self, request: Any) -> list[str]:
+        try:
+            tasks, _ = self._calls.propose(request)
+        except DEAD_CLAIM_ERRORS as exc:
+            self._record_lost(exc)
+            raise
+        return [task.id for task in tasks]
 
     def free_slot(self) -> None:
         """Say that the work on this claim has stopped without finishing it (its claim

@@ -44,6 +44,7 @@ __all__ = [
     "ClaimState",
     "check_complete",
     "check_decide",
+    "check_feedback",
     "check_progress",
     "check_question",
     "check_usage",
@@ -103,8 +104,13 @@ def check_verdict(verdict: object, feedback_field: str) -> None:
         _refuse("verdict", f"expected corral.Approve or corral.Reject, got {type(verdict).__name__}")
     if isinstance(verdict, Reject) and not verdict.feedback.strip():
         _refuse(feedback_field, "a rejection says why: feedback must not be empty")
-    if len(verdict.feedback.encode("utf-8")) > FEEDBACK_MAX_BYTES:
-        _refuse(feedback_field, f"longer than {FEEDBACK_MAX_BYTES} bytes of UTF-8")
+    check_feedback(verdict.feedback, feedback_field)
+
+
+def check_feedback(feedback: str, field: str) -> None:
+    """Refuse, before any call, feedback over FEEDBACK_MAX_BYTES of UTF-8 (InvalidArgument)."""
+    if len(feedback.encode("utf-8")) > FEEDBACK_MAX_BYTES:
+        _refuse(field, f"longer than {FEEDBACK_MAX_BYTES} bytes of UTF-8")
 
 
 def check_decide(review: ReviewItem | None, verdict: object) -> None:
@@ -198,6 +204,7 @@ class ClaimState:
         self._lost: LeaseLost | None = None
         self._ended = Flag()
         self._end_reason: ClaimEndReason | None = None
+        self._split = False
 
     def __repr__(self) -> str:
         return f"Claim(task={self.task.id!r}, attempt={self.attempt}, fence={self.fence}, lost={self.lost})"
@@ -274,6 +281,13 @@ class ClaimState:
     def protocol_pending(self) -> bool:
         """True when the last renew said a shutdown request or plan decision waits."""
         return self._protocol_pending
+
+    @property
+    def split(self) -> bool:
+        """True once `propose_tasks(..., block=True)` split the task: the claim is over
+        (its holder ended it, as with `complete`), and the task waits for the tasks
+        proposed. `run_teammate` reports nothing more for a handler that split its task."""
+        return self._split
 
     @property
     def lost(self) -> bool:

@@ -37,6 +37,8 @@ from corral._types import (
     PlanDecision,
     PlanSubmitted,
     PostgresStats,
+    ProposalsDecided,
+    ProposalsDecidedEvent,
     QuestionAnswer,
     QuestionAnswered,
     QuestionAsked,
@@ -49,7 +51,9 @@ from corral._types import (
     Stats,
     Task,
     TaskChanged,
+    TaskCreationPolicy,
     TaskSpec,
+    TasksProposed,
     TaskState,
     TeammateAvailability,
     TeammateChanged,
@@ -64,7 +68,7 @@ from corral._types import (
 )
 from corral.v1 import corral_pb2 as pb
 
-InboxItem = Message | ShutdownRequest | PlanDecision
+InboxItem = Message | ShutdownRequest | PlanDecision | ProposalsDecided
 IdleItem = InboxItem | ClaimInfo | IdleTimeout | BudgetExhausted | ClaimEnded
 
 _UTC = datetime.UTC
@@ -219,6 +223,8 @@ def task_from_pb(message: pb.Task) -> Task:
         question=message.question,
         review=review_policy_from_pb(message),
         review_rounds=message.review_rounds,
+        proposed_by=message.proposed_by,
+        discovered_from=message.discovered_from,
     )
 
 
@@ -334,6 +340,8 @@ def task_to_pb(task: Task) -> pb.Task:
         question=task.question,
         review=review_policy_to_pb(task.review),
         review_rounds=task.review_rounds,
+        proposed_by=task.proposed_by,
+        discovered_from=task.discovered_from,
     )
     for name in ("create_time", "lease_expire_time", "finish_time", "progress_time"):
         value = getattr(task, name)
@@ -391,7 +399,24 @@ def teammate_from_pb(message: pb.Teammate) -> TeammateInfo:
         usage=usage_from_pb(message.usage),
         budget=budget_from_pb(message.budget),
         daemon=message.daemon,
+        task_creation=task_creation_from_pb(message.task_creation),
     )
+
+
+def task_creation_from_pb(value: int) -> TaskCreationPolicy:
+    """A wire TaskCreationPolicy; unset (an older daemon) is the default, PROPOSE."""
+    try:
+        return TaskCreationPolicy(value)
+    except ValueError:
+        return TaskCreationPolicy.PROPOSE
+
+
+def task_creation_to_pb(policy: TaskCreationPolicy) -> str:
+    """The wire enum name of a TaskCreationPolicy (protobuf accepts names for enum fields)."""
+    if not isinstance(policy, TaskCreationPolicy):
+        description = f"expected corral.TaskCreationPolicy, got {type(policy).__name__}"
+        raise InvalidArgument(f"policy: {description}", field_violations=[FieldViolation("policy", description)])
+    return f"TASK_CREATION_POLICY_{policy.name}"
 
 
 def new_teammate_from_pb(response: pb.AddTeammateResponse) -> NewTeammate:
@@ -469,6 +494,15 @@ def idle_item_from_pb(response: pb.IdleResponse | pb.SessionResponse) -> IdleIte
             plan_id=decision.plan_id,
             approve=decision.approve,
             feedback=decision.feedback,
+        )
+    if kind == "proposals_decided":
+        notice = response.proposals_decided
+        return ProposalsDecided(
+            seq=notice.seq,
+            send_time=time_from_pb(notice, "send_time"),
+            task_ids=tuple(notice.task_ids),
+            approve=notice.approve,
+            feedback=notice.feedback,
         )
     if kind == "claim":
         return claim_from_pb(response.claim)
@@ -612,6 +646,22 @@ def watch_event_from_pb(response: pb.WatchResponse) -> WatchEvent | None:
             reviewer=review.reviewer,
             round=review.round,
         )
+    if kind == "tasks_proposed":
+        proposed = response.tasks_proposed
+        return TasksProposed(
+            seq=seq,
+            time=time,
+            teammate=proposed.teammate,
+            task_ids=tuple(proposed.task_ids),
+            discovered_from=proposed.discovered_from,
+            needs_decision=proposed.needs_decision,
+            split=proposed.split,
+        )
+    if kind == "proposals_decided":
+        verdict = response.proposals_decided
+        return ProposalsDecidedEvent(
+            seq=seq, time=time, task_ids=tuple(verdict.task_ids), approve=verdict.approve, feedback=verdict.feedback
+        )
     return None
 
 
@@ -628,12 +678,35 @@ def _change_reason(value: int) -> TeammateChangeReason:
 def create_tasks_request(specs: Iterable[TaskSpec], request_id: str | None) -> pb.CreateTasksRequest:
     """The CreateTasks request for a batch; specs without a trace_parent get the
     caller's current span (with OpenTelemetry installed)."""
-    request = pb.CreateTasksRequest(tasks=[task_spec_to_pb(spec) for spec in specs], request_id=request_id or "")
+    return pb.CreateTasksRequest(tasks=_specs_to_pb(specs), request_id=request_id or "")
+
+
+# The daemon takes 1 to this many tasks in one ProposeTasks.
+PROPOSE_MAX_TASKS = 100
+
+
+def propose_tasks_request(
+    specs: Iterable[TaskSpec], task_id: str = "", claim_token: str = "", *, block: bool = False
+) -> pb.ProposeTasksRequest:
+    """The ProposeTasks request: `task_id` and `claim_token` name the claim the tasks
+    were discovered from (both empty: none). Refuses, before any call, an empty
+    proposal or one over PROPOSE_MAX_TASKS tasks (InvalidArgument, as the daemon would)."""
+    tasks = _specs_to_pb(specs)
+    if not 1 <= len(tasks) <= PROPOSE_MAX_TASKS:
+        description = f"a proposal holds 1 to {PROPOSE_MAX_TASKS} tasks, not {len(tasks)}"
+        raise InvalidArgument(f"tasks: {description}", field_violations=[FieldViolation("tasks", description)])
+    return pb.ProposeTasksRequest(tasks=tasks, task_id=task_id, claim_token=claim_token, block_claimed_task=block)
+
+
+def _specs_to_pb(specs: Iterable[TaskSpec]) -> list[pb.TaskSpec]:
+    """Specs for the wire; those without a trace_parent get the caller's current span
+    (with OpenTelemetry installed)."""
+    messages = [task_spec_to_pb(spec) for spec in specs]
     trace_parent = current_trace_parent()
     if trace_parent:
-        for message in request.tasks:
+        for message in messages:
             message.trace_parent = message.trace_parent or trace_parent
-    return request
+    return messages
 
 
 def request_shutdown_request(

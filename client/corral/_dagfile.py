@@ -254,10 +254,12 @@ def _suggest(key: str, choices: Sequence[str] | Mapping[str, Any]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(choices)})"
 
 
-def explain_create_error(exc: corral.CorralError, dag: DagFile) -> str | None:
+def explain_create_error(exc: corral.CorralError, dag: DagFile, positions: Sequence[int] | None = None) -> str | None:
     """A daemon refusal of CreateTasks, pointed at the task and field in the file.
 
-    None when the error names no `tasks[i]` field (the caller reports it as is).
+    `positions` maps the batch's `tasks[i]` to the file's, when the batch sent was not
+    the whole file. None when the error names no `tasks[i]` field (the caller reports
+    it as is).
     """
     candidates: list[tuple[str, str]] = []
     if isinstance(exc, corral.InvalidArgument):
@@ -270,6 +272,8 @@ def explain_create_error(exc: corral.CorralError, dag: DagFile) -> str | None:
         if match is None:
             continue
         index = int(match.group(1))
+        if positions is not None:
+            index = positions[index] if 0 <= index < len(positions) else -1
         task_id = dag.task_id(index)
         where = f"task {task_id!r} (tasks[{index}])" if task_id else f"tasks[{index}]"
         wire_field = match.group(2)

@@ -52,7 +52,9 @@ class Tally:
         self._lock = threading.Lock()
         self._summary = RunSummary(exit_reason=ExitReason.IDLE_TIMEOUT)
 
-    def add(self, *, completed: int = 0, failed: int = 0, lost: int = 0, asked: int = 0, reviewed: int = 0) -> None:
+    def add(
+        self, *, completed: int = 0, failed: int = 0, lost: int = 0, asked: int = 0, reviewed: int = 0, split: int = 0
+    ) -> None:
         """Count finished claims."""
         with self._lock:
             s = self._summary
@@ -63,6 +65,7 @@ class Tally:
                 lost=s.lost + lost,
                 asked=s.asked + asked,
                 reviewed=s.reviewed + reviewed,
+                split=s.split + split,
             )
 
     def summary(self, exit_reason: ExitReason, *, plan_id: str = "", plan_feedback: str = "") -> RunSummary:

@@ -64,7 +64,7 @@ RESEND_WINDOW = 10.0
 # come at once; see may_write).
 _HEADERS_WAIT = 1.0
 
-_INBOX_EVENTS = frozenset({"message", "shutdown_request", "plan_decision"})
+_INBOX_EVENTS = frozenset({"message", "shutdown_request", "plan_decision", "proposals_decided"})
 
 
 class _Again(enum.Enum):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import functools
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from types import TracebackType
 from typing import Any, Self
 
@@ -27,8 +27,10 @@ from corral._types import (
     IdleTimeout,
     Message,
     PlanDecision,
+    ProposalsDecided,
     ShutdownRequest,
     Task,
+    TaskSpec,
     Usage,
     Verdict,
 )
@@ -37,7 +39,9 @@ from corral.v1 import corral_pb2_grpc as pb_grpc
 
 __all__ = ["IdleEvent", "Teammate"]
 
-IdleEvent = Message | ShutdownRequest | PlanDecision | Claim | ClaimEnded | IdleTimeout | BudgetExhausted
+IdleEvent = (
+    Message | ShutdownRequest | PlanDecision | ProposalsDecided | Claim | ClaimEnded | IdleTimeout | BudgetExhausted
+)
 """Anything `Teammate.idle` yields."""
 
 
@@ -148,6 +152,7 @@ class Teammate(BoardClient):
 
         Yields `Claim` handles (each claim once, even when a new stream
         re-sends it), `Message`, `ShutdownRequest`, `PlanDecision`,
+        `ProposalsDecided` (the Lead decided tasks this teammate proposed),
         `BudgetExhausted` once when this teammate's spending reaches its budget
         (no new claim follows until the Lead raises it; held claims stay) and,
         last, `IdleTimeout` before the daemon ends the stream. `ClaimEnded` says a
@@ -159,7 +164,7 @@ class Teammate(BoardClient):
         (i.e. once your loop body handled it), so an item whose handling
         raised, or that was the last before you stopped iterating, is sent
         again on the next stream. The daemon sends no claim while a
-        shutdown request or plan decision is unacknowledged. Close the
+        shutdown request, plan decision or proposals' decision is unacknowledged. Close the
         iterator (`contextlib.closing`) to end the stream promptly when you
         stop early.
 
@@ -203,7 +208,7 @@ class Teammate(BoardClient):
                         # A renewal proved it dead before the notice came: the claim knows
                         # already, and the notice still says why.
                         yield item
-                elif isinstance(item, (Message, ShutdownRequest, PlanDecision)):
+                elif isinstance(item, (Message, ShutdownRequest, PlanDecision, ProposalsDecided)):
                     yield item
                     self.ack(item.seq)
                 elif item is not None:
@@ -232,7 +237,24 @@ class Teammate(BoardClient):
     def _make_claim(self, info: ClaimInfo) -> Claim:
         return Claim(info, self._claim_calls)
 
-    # ------------------------------------------------------------ plans and shutdown
+    # ------------------------------------------------------------ plans, proposals and shutdown
+
+    def propose_tasks(self, specs: Iterable[TaskSpec]) -> list[str]:
+        """Propose tasks this teammate found to be needed, discovered from no claim
+        (to name the task they come from, or to split it, use `Claim.propose_tasks`);
+        returns their ids. As the Lead's policy for this teammate says
+        (`Lead.set_task_creation`), they are PROPOSED and wait for the Lead's decision
+        (a `ProposalsDecided` on the stream says it), or PENDING at once.
+
+        1 to 100 specs, checked as `Lead.create_tasks` checks a batch: they may depend
+        on tasks on the board and on each other, and their ids must be new
+        (AlreadyExists; sending the very same proposal again answers as before).
+        Raises PermissionDenied when the Lead denies this teammate task creation,
+        FailedPrecondition when 1,000 of its proposals already wait, InvalidArgument
+        for a spec `create_tasks` would refuse.
+        """
+        tasks, _ = self._claim_calls.propose(_convert.propose_tasks_request(specs))
+        return [task.id for task in tasks]
 
     def submit_plan(self, plan: str) -> str:
         """Submit a plan for the Lead to decide; returns its plan id.
@@ -355,6 +377,18 @@ class _ClaimCalls:
             answer = self._unary(self._stub.AskQuestion, request)
         self._working.pop(token, None)  # the daemon freed its slot with the question
         return _convert.task_from_pb(answer.task)
+
+    def propose(self, request: pb.ProposeTasksRequest) -> tuple[list[Task], Task | None]:
+        """ProposeTasks: the tasks, and with block_claimed_task the split task."""
+        answer = self._session.call(pb.SessionRequest(propose=request))
+        if answer is not None:
+            tasks, split = answer.proposed_tasks, answer.task if answer.HasField("task") else None
+        else:
+            response = self._unary(self._stub.ProposeTasks, request)
+            tasks, split = response.tasks, response.claimed_task if response.HasField("claimed_task") else None
+        if request.block_claimed_task:
+            self._working.pop(request.claim_token, None)  # the daemon freed its slot with the split
+        return _convert.tasks_from_pb(tasks), _convert.task_from_pb(split) if split is not None else None
 
     def forget(self, token: str) -> None:
         self._claims.forget(token)

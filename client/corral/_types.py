@@ -25,6 +25,8 @@ __all__ = [
     "PlanDecision",
     "PlanDecided",
     "PlanSubmitted",
+    "ProposalsDecided",
+    "ProposalsDecidedEvent",
     "QuestionAnswer",
     "QuestionAnswered",
     "QuestionAsked",
@@ -38,8 +40,10 @@ __all__ = [
     "Stats",
     "Task",
     "TaskChanged",
+    "TaskCreationPolicy",
     "TaskSpec",
     "TaskState",
+    "TasksProposed",
     "TeammateChangeReason",
     "TeammateChanged",
     "TeammateInfo",
@@ -60,6 +64,10 @@ class TaskState(enum.Enum):
     IN_REVIEW: its holder completed it, but it was created with a `ReviewPolicy`:
     its result (`Task.result`) waits for a reviewer's verdict (`Claim.decide`) or
     the Lead's (`Lead.review_task`). Unfinished too: its dependents wait.
+
+    PROPOSED: a teammate proposed it (`Claim.propose_tasks`) and it waits for the
+    Lead's decision (`Lead.decide_proposals`): never claimed, unfinished (its
+    dependents wait). Approved it is PENDING; rejected, CANCELED.
     """
 
     PENDING = 1
@@ -69,6 +77,7 @@ class TaskState(enum.Enum):
     CANCELED = 5
     NEEDS_INPUT = 6
     IN_REVIEW = 7
+    PROPOSED = 8
 
     @property
     def is_final(self) -> bool:
@@ -209,6 +218,17 @@ class AttemptOutcome(enum.Enum):
     REVOKED = 7
     ASKED = 8  # its holder asked the Lead a question (`Claim.ask`): uses no attempt
     REJECTED = 9  # a review rejected the result (`Attempt.feedback`): rework, using no attempt
+    # Its holder split the task on proposed tasks (`Claim.propose_tasks(..., block=True)`):
+    # it waits for them, using no attempt. A rejected split's `error` says so and why.
+    SPLIT = 10
+
+
+class TaskCreationPolicy(enum.Enum):
+    """How a teammate's proposed tasks land (`Lead.set_task_creation`)."""
+
+    PROPOSE = 1  # the default: PROPOSED, waiting for the Lead's `decide_proposals`
+    ALLOW = 2  # PENDING at once
+    DENY = 3  # refused (PermissionDenied), nothing written
 
 
 @dataclass(frozen=True)
@@ -343,6 +363,10 @@ class Task:
     # is the result waiting for the verdict.
     review: ReviewPolicy | None = None
     review_rounds: int = 0  # rejections so far
+    # A task a teammate proposed: the teammate, and the task whose claim it was
+    # discovered from ("" when none was named).
+    proposed_by: str = ""
+    discovered_from: str = ""
 
 
 @dataclass(frozen=True)
@@ -370,6 +394,8 @@ class TeammateInfo:
     budget: Budget = Budget()  # its own, else the "*" default
     # On a board several daemons serve (PostgreSQL): the daemon serving its stream ('' offline).
     daemon: str = ""
+    # How its proposed tasks land: its own policy, else the "*" default.
+    task_creation: TaskCreationPolicy = TaskCreationPolicy.PROPOSE
 
 
 @dataclass(frozen=True)
@@ -439,6 +465,19 @@ class PlanDecision:
     seq: int
     send_time: datetime.datetime | None
     plan_id: str
+    approve: bool
+    feedback: str
+
+
+@dataclass(frozen=True)
+class ProposalsDecided:
+    """The Lead decided tasks this teammate proposed (`Lead.decide_proposals`):
+    approved, they are PENDING; rejected, CANCELED (`feedback` says why). Like a
+    plan decision it comes before any new claim; `idle()` acknowledges it."""
+
+    seq: int
+    send_time: datetime.datetime | None
+    task_ids: tuple[str, ...]  # those of the decided tasks this teammate proposed
     approve: bool
     feedback: str
 
@@ -595,8 +634,10 @@ class Stats:
 
     @property
     def active_tasks(self) -> int:
-        """Tasks not yet final (PENDING, IN_PROGRESS, NEEDS_INPUT or IN_REVIEW)."""
-        return self.count(TaskState.PENDING, TaskState.IN_PROGRESS, TaskState.NEEDS_INPUT, TaskState.IN_REVIEW)
+        """Tasks not yet final (PENDING, IN_PROGRESS, NEEDS_INPUT, IN_REVIEW or PROPOSED)."""
+        return self.count(
+            TaskState.PENDING, TaskState.IN_PROGRESS, TaskState.NEEDS_INPUT, TaskState.IN_REVIEW, TaskState.PROPOSED
+        )
 
 
 @dataclass(frozen=True)
@@ -742,6 +783,34 @@ class ReviewDecided:
     round: int
 
 
+@dataclass(frozen=True)
+class TasksProposed:
+    """A teammate proposed tasks (`Claim.propose_tasks`): `needs_decision`, they are
+    PROPOSED and wait for `Lead.decide_proposals`; otherwise its policy let them in
+    PENDING. `split`: the task it held (`discovered_from`) now waits for them."""
+
+    seq: int
+    time: datetime.datetime | None
+    teammate: str
+    task_ids: tuple[str, ...]
+    discovered_from: str
+    needs_decision: bool
+    split: bool
+
+
+@dataclass(frozen=True)
+class ProposalsDecidedEvent:
+    """The Lead decided proposed tasks (from any client): approved, PENDING;
+    rejected, CANCELED with their proposed dependents (the proposer's stream gets
+    a `ProposalsDecided`)."""
+
+    seq: int
+    time: datetime.datetime | None
+    task_ids: tuple[str, ...]
+    approve: bool
+    feedback: str
+
+
 WatchEvent = (
     TaskChanged
     | TeammateChanged
@@ -753,6 +822,8 @@ WatchEvent = (
     | QuestionAsked
     | QuestionAnswered
     | ReviewDecided
+    | TasksProposed
+    | ProposalsDecidedEvent
 )
 """Any event `Lead.watch` yields."""
 
@@ -776,7 +847,8 @@ class RunSummary:
     `completed` counts tasks the handler finished and the daemon accepted;
     `failed` counts handler exceptions reported with FailTask; `asked` counts
     questions the handler asked the Lead (`NeedsInput`); `reviewed` counts
-    verdicts the `reviewer` handler gave and the daemon accepted; `lost` counts
+    verdicts the `reviewer` handler gave and the daemon accepted; `split` counts
+    tasks the handler split (`propose_tasks(..., block=True)`); `lost` counts
     claims whose outcome was dropped: the lease was lost, the task was
     canceled under the handler, or the daemon could not be told.
     """
@@ -789,3 +861,4 @@ class RunSummary:
     plan_id: str = ""
     plan_feedback: str = ""
     reviewed: int = 0
+    split: int = 0

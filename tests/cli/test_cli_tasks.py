@@ -42,6 +42,8 @@ TASK_KEYS = {
     "question",
     "review",
     "review_rounds",
+    "proposed_by",
+    "discovered_from",
     "payload",
     "result",
 }

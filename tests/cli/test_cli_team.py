@@ -18,6 +18,7 @@ TEAMMATE_KEYS = {
     "waiting_for_task_ids",
     "usage",
     "budget",
+    "task_creation",
 }
 
 

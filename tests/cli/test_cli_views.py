@@ -56,6 +56,7 @@ def test_stats_json_shape(cli, worked_board):
         "canceled": 0,
         "needs_input": 0,
         "in_review": 0,
+        "proposed": 0,
     }
     assert set(stats["teammates_by_status"]) == {s.name.lower() for s in corral.TeammateStatus}
     assert stats["active_tasks"] == 0

@@ -351,3 +351,40 @@ def test_enum_values_match_the_wire() -> None:
         assert pb.TeammateStatus.Name(status.value) == f"TEAMMATE_STATUS_{status.name}"
     for reason in TeammateChangeReason:
         assert pb.TeammateChangeReason.Name(reason.value) == f"TEAMMATE_CHANGE_REASON_{reason.name}"
+    for policy in corral.TaskCreationPolicy:
+        assert pb.TaskCreationPolicy.Value(_convert.task_creation_to_pb(policy)) == policy.value
+    assert {p.value for p in corral.TaskCreationPolicy} == set(pb.TaskCreationPolicy.values()) - {
+        pb.TASK_CREATION_POLICY_UNSPECIFIED
+    }
+
+
+def test_discovered_work_converts() -> None:
+    task = _convert.task_from_pb(pb.Task(id="p", state=pb.TASK_STATE_PROPOSED, proposed_by="ann", discovered_from="t"))
+    assert (task.state, task.proposed_by, task.discovered_from) == (TaskState.PROPOSED, "ann", "t")
+    assert _convert.task_from_pb(_convert.task_to_pb(task)) == task
+    mate = _convert.teammate_from_pb(pb.Teammate(name="ann", task_creation=pb.TASK_CREATION_POLICY_DENY))
+    assert mate.task_creation is corral.TaskCreationPolicy.DENY
+    unset = _convert.teammate_from_pb(pb.Teammate(name="old"))
+    assert unset.task_creation is corral.TaskCreationPolicy.PROPOSE, "an older daemon's teammate: the default"
+
+    notice = pb.ProposalDecision(seq=4, task_ids=["p", "q"], approve=False, feedback="no")
+    notice.send_time.FromSeconds(20)
+    item = _convert.idle_item_from_pb(pb.IdleResponse(proposals_decided=notice))
+    assert item == corral.ProposalsDecided(4, _stamp(20), ("p", "q"), False, "no")
+    assert _convert.idle_item_from_pb(pb.SessionResponse(proposals_decided=notice)) == item
+
+    proposed = pb.WatchResponse(
+        seq=7,
+        tasks_proposed=pb.TasksProposed(
+            teammate="ann", task_ids=["p"], discovered_from="t", needs_decision=True, split=True
+        ),
+    )
+    assert _convert.watch_event_from_pb(proposed) == corral.TasksProposed(7, None, "ann", ("p",), "t", True, True)
+    decided = pb.WatchResponse(seq=8, proposals_decided=pb.ProposalsDecided(task_ids=["p"], approve=True))
+    assert _convert.watch_event_from_pb(decided) == corral.ProposalsDecidedEvent(8, None, ("p",), True, "")
+
+    request = _convert.propose_tasks_request([TaskSpec("p")], "t", "tok", block=True)
+    assert (request.task_id, request.claim_token, request.block_claimed_task) == ("t", "tok", True)
+    assert [spec.id for spec in request.tasks] == ["p"]
+    stats = _convert.stats_from_pb(pb.GetStatsResponse(tasks_by_state={"TASK_STATE_PROPOSED": 3}))
+    assert stats.active_tasks == 3, "a proposed task is unfinished"

@@ -44,7 +44,7 @@ CLIENT_LAYERS = (
         ("wire", "values", "plumbing"),
     ),
     Layer("surface", ("__init__",), ("values", "clients")),
-    Layer("views", ("_dagfile", "_terminal"), ("values", "surface")),
+    Layer("views", ("_dagfile", "_dagadd", "_terminal"), ("values", "surface")),
     Layer("demo", ("demo",), ("values", "surface", "views")),
     Layer("mcp", ("mcp_bridge",), ("values", "plumbing", "clients", "surface", "views")),
     Layer("cli", ("cli", "__main__"), ("surface", "views", "demo", "mcp")),

@@ -47,6 +47,8 @@ EXPECTED_CORRAL = [
     "PlanDecision",
     "PlanSubmitted",
     "PostgresStats",
+    "ProposalsDecided",
+    "ProposalsDecidedEvent",
     "QuestionAnswer",
     "QuestionAnswered",
     "QuestionAsked",
@@ -61,9 +63,11 @@ EXPECTED_CORRAL = [
     "Task",
     "TaskCanceled",
     "TaskChanged",
+    "TaskCreationPolicy",
     "TaskSpec",
     "TaskState",
     "TasksFailed",
+    "TasksProposed",
     "Teammate",
     "TeammateAvailability",
     "TeammateChangeReason",
@@ -205,6 +209,41 @@ def test_reviews_have_a_small_typed_surface() -> None:
     for value in (corral.ReviewPolicy(), corral.Approve(), corral.Reject("why"), corral.ReviewItem(b"", "a", 1)):
         assert dataclasses.is_dataclass(value) and type(value).__dataclass_params__.frozen  # type: ignore[attr-defined]
     assert corral.RunSummary(corral.ExitReason.SHUTDOWN).reviewed == 0
+
+
+def test_discovered_work_has_a_small_typed_surface() -> None:
+    for claim in (corral.Claim, corral.aio.Claim):
+        parameters = inspect.signature(claim.propose_tasks).parameters
+        assert list(parameters) == ["self", "specs", "block"]
+        assert parameters["block"].kind is inspect.Parameter.KEYWORD_ONLY and parameters["block"].default is False
+        assert isinstance(inspect.getattr_static(claim, "split"), property)
+    for teammate in (corral.Teammate, corral.aio.Teammate):
+        assert list(inspect.signature(teammate.propose_tasks).parameters) == ["self", "specs"]
+    for lead in (corral.Lead, corral.aio.Lead):
+        parameters = inspect.signature(lead.decide_proposals).parameters
+        assert list(parameters) == ["self", "task_ids", "approve", "feedback"] and parameters["feedback"].default == ""
+        assert list(inspect.signature(lead.add_dependencies).parameters) == ["self", "task_id", "depends_on"]
+        assert list(inspect.signature(lead.set_task_creation).parameters) == ["self", "teammate", "policy"]
+    assert [p.name for p in corral.TaskCreationPolicy] == ["PROPOSE", "ALLOW", "DENY"]
+    assert not corral.TaskState.PROPOSED.is_final and corral.TaskState.PROPOSED.value == 8
+    assert corral.AttemptOutcome.SPLIT.value == 10
+    task_fields = {f.name: f.default for f in dataclasses.fields(corral.Task)}
+    assert (task_fields["proposed_by"], task_fields["discovered_from"]) == ("", "")
+    mate_fields = {f.name: f.default for f in dataclasses.fields(corral.TeammateInfo)}
+    assert mate_fields["task_creation"] is corral.TaskCreationPolicy.PROPOSE
+    fields = ["seq", "send_time", "task_ids", "approve", "feedback"]
+    assert [f.name for f in dataclasses.fields(corral.ProposalsDecided)] == fields
+    assert [f.name for f in dataclasses.fields(corral.ProposalsDecidedEvent)] == ["seq", "time", *fields[2:]]
+    assert [f.name for f in dataclasses.fields(corral.TasksProposed)] == [
+        "seq",
+        "time",
+        "teammate",
+        "task_ids",
+        "discovered_from",
+        "needs_decision",
+        "split",
+    ]
+    assert corral.RunSummary(corral.ExitReason.SHUTDOWN).split == 0
 
 
 def test_the_lazy_table_matches_the_imports_type_checkers_see() -> None:

@@ -25,7 +25,16 @@ from rich.text import Text
 
 import corral
 
-from .output import blob_text, first_line, progress_label, short, state_name, styled, waiting_text
+from .output import (
+    blob_text,
+    first_line,
+    progress_label,
+    short,
+    state_name,
+    styled,
+    tasks_proposed_line,
+    waiting_text,
+)
 
 HISTORY_LINES = 8
 PLAIN_PROGRESS_EVERY = 0.5
@@ -99,6 +108,12 @@ class BoardModel:
             verdict = "approved" if event.approve else "rejected"
             because = f": {short(event.feedback, 60)}" if event.feedback else ""
             self.note(f"{event.reviewer} {verdict} {event.task_id} (review round {event.round}){because}")
+        elif isinstance(event, corral.TasksProposed):
+            self.note(tasks_proposed_line(event))
+        elif isinstance(event, corral.ProposalsDecidedEvent):
+            verdict = "approved" if event.approve else "rejected"
+            because = f": {short(event.feedback, 60)}" if event.feedback else ""
+            self.note(f"the lead {verdict} the proposed {', '.join(event.task_ids)}{because}")
 
     def note(self, line: str, *, notable: bool = True) -> None:
         """Add a line to the history (and, if notable, to the plain output)."""
@@ -152,8 +167,11 @@ class BoardModel:
             self.note(f"{old.owner or '?'} submitted {task.id} for review", notable=False)
 
     def _back_to_pending(self, old: corral.Task, task: corral.Task) -> None:
-        # A release does not use up an attempt; a failure or an expiry does, and records why.
-        if task.attempt < old.attempt:
+        # A release or a split does not use up an attempt; a failure or an expiry does, and records why.
+        added = [dep for dep in task.depends_on if dep not in old.depends_on]
+        if added:
+            self.note(f"{old.owner or '?'} split {task.id}: it waits for {', '.join(added)}", notable=False)
+        elif task.attempt < old.attempt:
             self.note(f"{old.owner or '?'} released {task.id}")
         elif task.error.startswith("lease expired"):
             self.note(f"{task.id}: lease of {old.owner or '?'} expired on attempt {old.attempt}; will retry")
@@ -220,6 +238,11 @@ class BoardModel:
             if task.state is corral.TaskState.IN_REVIEW and task.review is not None and not task.review.reviewer_role
         }
 
+    def proposals(self) -> dict[str, corral.Task]:
+        """The tasks teammates proposed, waiting for the Lead's decision, by task id
+        (PROPOSED tasks: `corral proposals approve|reject ID`)."""
+        return {task.id: task for task in self.tasks.values() if task.state is corral.TaskState.PROPOSED}
+
     def all_final(self) -> bool:
         """True when the board has tasks and every one is final (a hint; confirm with GetStats)."""
         return bool(self.tasks) and all(task.state.is_final for task in self.tasks.values())
@@ -227,7 +250,8 @@ class BoardModel:
     def caught_up(self) -> None:
         """The replay of the history is folded in: what it noted is no news, but what
         runs now is, with its holder's latest progress, and so is each question still
-        waiting for the Lead's answer and each result waiting for the Lead's review."""
+        waiting for the Lead's answer, each result waiting for the Lead's review and
+        each proposed task waiting for the Lead's decision."""
         self.notable = [
             f"{task.owner or '?'} on {task.id}: {label}"
             for task in self.tasks.values()
@@ -240,10 +264,20 @@ class BoardModel:
             f"{task_id} waits for the lead's review: {short(first_line(blob_text(result)), 80)}"
             for task_id, result in self.lead_reviews().items()
         ]
+        self.notable += [
+            f"{task_id} waits for the lead's decision: {_proposal(task)}" for task_id, task in self.proposals().items()
+        ]
 
     def drain_notable(self) -> list[str]:
         lines, self.notable = self.notable, []
         return lines
+
+
+def _proposal(task: corral.Task) -> str:
+    """`proposed by ann from t: the title`."""
+    origin = f" from {task.discovered_from}" if task.discovered_from else ""
+    title = f": {short(task.title, 60)}" if task.title else ""
+    return f"proposed by {task.proposed_by or '?'}{origin}{title}"
 
 
 def _same_attempt(old: corral.Task, task: corral.Task) -> bool:
@@ -333,6 +367,9 @@ class LiveBoard:
         reviews = self._model.lead_reviews()
         if reviews:
             parts.append(self._reviews_table(reviews))
+        proposals = self._model.proposals()
+        if proposals:
+            parts.append(self._proposals_table(proposals))
         return Group(*parts, self._history())
 
     def _mates_table(self) -> Table:
@@ -382,6 +419,15 @@ class LiveBoard:
             table.add_row(escape(task_id), escape(short(first_line(blob_text(reviews[task_id])), 80)))
         if len(reviews) > WAITING_LINES:
             table.add_row(f"... {len(reviews) - WAITING_LINES} more", "")
+        return table
+
+    def _proposals_table(self, proposals: dict[str, corral.Task]) -> Table:
+        """Proposed tasks waiting for the Lead (`corral proposals approve|reject ID`)."""
+        table = Table("task", "proposed", title="proposals for the lead", title_justify="left", min_width=24)
+        for task_id in sorted(proposals)[:WAITING_LINES]:
+            table.add_row(escape(task_id), escape(_proposal(proposals[task_id])))
+        if len(proposals) > WAITING_LINES:
+            table.add_row(f"... {len(proposals) - WAITING_LINES} more", "")
         return table
 
     def _history(self) -> Table:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import corral
 
-from .output import first_line, progress_label, short, state_name
+from .output import first_line, progress_label, short, state_name, tasks_proposed_line
 
 QUIET_SECONDS = 0.3
 REPLAY_LIMIT_SECONDS = 10.0
@@ -162,6 +162,12 @@ def describe(event: corral.WatchEvent) -> str:
         verdict = "approved" if event.approve else "rejected"
         because = f": {short(event.feedback, 100)}" if event.feedback else ""
         return f"review round {event.round} of task {event.task_id} {verdict} by {event.reviewer}{because}"
+    if isinstance(event, corral.TasksProposed):
+        return tasks_proposed_line(event)
+    if isinstance(event, corral.ProposalsDecidedEvent):
+        verdict = "approved" if event.approve else "rejected"
+        because = f": {short(event.feedback, 100)}" if event.feedback else ""
+        return f"proposed tasks {', '.join(event.task_ids)} {verdict}{because}"
     answer = "approved" if event.approve else "rejected"
     because = f" ({short(event.reason, 60)})" if event.reason else ""
     return f"shutdown {event.request_id} {answer} by {event.teammate}{because}"

@@ -32,6 +32,7 @@ STATE_STYLES = {
     corral.TaskState.CANCELED: "magenta",
     corral.TaskState.NEEDS_INPUT: "bold yellow",
     corral.TaskState.IN_REVIEW: "bold blue",
+    corral.TaskState.PROPOSED: "italic dim yellow",
 }
 STATUS_STYLES = {
     corral.TeammateStatus.OFFLINE: "dim",
@@ -106,6 +107,8 @@ def task_json(task: corral.Task) -> dict[str, Any]:
         "question": task.question,
         "review": None if task.review is None else dataclasses.asdict(task.review),
         "review_rounds": task.review_rounds,
+        "proposed_by": task.proposed_by,
+        "discovered_from": task.discovered_from,
     }
     _blob(data, "payload", task.payload)
     _blob(data, "result", task.result)
@@ -174,6 +177,7 @@ def teammate_json(mate: corral.TeammateInfo) -> dict[str, Any]:
         "waiting_for_task_ids": list(mate.waiting_for_task_ids),
         "usage": usage_json(mate.usage),
         "budget": budget_json(mate.budget),
+        "task_creation": mate.task_creation.name.lower(),
         **({"daemon": mate.daemon} if mate.daemon else {}),
     }
 
@@ -252,6 +256,24 @@ def event_json(event: corral.WatchEvent) -> dict[str, Any]:
             "reviewer": event.reviewer,
             "round": event.round,
         }
+    if isinstance(event, corral.TasksProposed):
+        return {
+            **base,
+            "type": "tasks_proposed",
+            "teammate": event.teammate,
+            "task_ids": list(event.task_ids),
+            "discovered_from": event.discovered_from,
+            "needs_decision": event.needs_decision,
+            "split": event.split,
+        }
+    if isinstance(event, corral.ProposalsDecidedEvent):
+        return {
+            **base,
+            "type": "proposals_decided",
+            "task_ids": list(event.task_ids),
+            "approve": event.approve,
+            "feedback": event.feedback,
+        }
     return {
         **base,
         "type": "shutdown_answered",
@@ -292,6 +314,15 @@ def progress_label(task: corral.Task, limit: int = 60) -> str:
     return " ".join(parts)
 
 
+def tasks_proposed_line(event: corral.TasksProposed) -> str:
+    """`ann proposed tasks a, b from t (split; waiting for the lead)`."""
+    origin = f" from {event.discovered_from}" if event.discovered_from else ""
+    notes = [note for note, on in (("split", event.split), ("waiting for the lead", event.needs_decision)) if on]
+    return f"{event.teammate} proposed tasks {', '.join(event.task_ids)}{origin}" + (
+        f" ({'; '.join(notes)})" if notes else " (added)"
+    )
+
+
 def first_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     # A traceback's cause is its last line.
@@ -320,6 +351,21 @@ def tasks_table(tasks: Iterable[corral.Task], title: str | None = None) -> Table
             escape(task.owner or "-"),
             f"{task.attempt}/{task.max_attempts}",
             escape(task.required_role or "-"),
+            escape(", ".join(task.depends_on) or "-"),
+            escape(short(task.title, 40)),
+        )
+    return result
+
+
+def proposals_table(tasks: Iterable[corral.Task]) -> Table:
+    """Proposed tasks: who proposed each, and the task it was discovered from."""
+    result = table("id", "proposed by", "discovered from", "prio", "depends on", "title")
+    for task in tasks:
+        result.add_row(
+            escape(task.id),
+            escape(task.proposed_by or "-"),
+            escape(task.discovered_from or "-"),
+            str(task.priority),
             escape(", ".join(task.depends_on) or "-"),
             escape(short(task.title, 40)),
         )
@@ -434,6 +480,8 @@ def task_detail(task: corral.Task) -> Table:
         ("progress", _progress_detail(task)),
         ("question", task.question),
         ("review", _review_detail(task)),
+        ("proposed by", task.proposed_by),
+        ("discovered from", task.discovered_from),
         ("payload", blob_text(task.payload)),
         ("result", blob_text(task.result)),
         ("error", task.error),

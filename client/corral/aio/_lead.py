@@ -15,7 +15,7 @@ import grpc.aio
 
 from corral import _batches, _convert
 from corral._channel import DEFAULT_CONNECT_TIMEOUT, async_reach, open_aio_channel, teammate_env
-from corral._claimstate import check_verdict
+from corral._claimstate import check_feedback, check_verdict
 from corral._errors import CorralError, TasksFailed, Unavailable
 from corral._launch import DaemonProcess, launch_daemon
 from corral._primitives import async_run_blocking, async_time_limit
@@ -28,6 +28,7 @@ from corral._types import (
     Stats,
     Task,
     TaskChanged,
+    TaskCreationPolicy,
     TaskSpec,
     TaskState,
     TeammateInfo,
@@ -276,6 +277,50 @@ class Lead(BoardClient):
         response = await self._write(self._lead.ReviewTask, request)
         return _convert.task_from_pb(response.task)
 
+    # ------------------------------------------------------------ discovered work
+
+    async def decide_proposals(self, task_ids: Iterable[str], approve: bool, feedback: str = "") -> list[Task]:
+        """Decide tasks teammates proposed (PROPOSED; 1 to 1,000 ids): approved, they
+        are PENDING and claimed like any task once ready; rejected, they are CANCELED
+        with error "proposal rejected: <feedback>", their PROPOSED dependents with them,
+        and a task split on one drops that dependency and is ready again (its next
+        claim's `previous_attempt.error` says the split was rejected and why). Each
+        proposer's stream gets a `ProposalsDecided`. Returns the tasks decided, the
+        named ones first, then those canceled or freed with them (at most 3 MiB).
+
+        Raises InvalidArgument, before any call, for feedback over 64 KiB of UTF-8;
+        NotFound for an unknown id, FailedPrecondition for a task not PROPOSED, and
+        nothing is decided; `list_tasks(states=[TaskState.PROPOSED])` lists them.
+        """
+        check_feedback(feedback, "feedback")
+        request = pb.DecideProposalsRequest(task_ids=list(task_ids), approve=approve, feedback=feedback)
+        response = await self._write(self._lead.DecideProposals, request)
+        return _convert.tasks_from_pb(response.tasks)
+
+    async def add_dependencies(self, task_id: str, depends_on: Iterable[str]) -> Task:
+        """Make `task_id` (PENDING or PROPOSED) wait for `depends_on` too (1 to 1,000
+        ids; those it depends on already are left alone), as for the dependencies it
+        was created with. Returns the task with its dependencies as they are now.
+
+        Raises InvalidArgument for an edge that would close a cycle (the message names
+        it: "dependency cycle: a → c → b → a") or a FAILED or CANCELED dependency;
+        FailedPrecondition for a task IN_PROGRESS or finished; NotFound for an unknown id.
+        """
+        request = pb.AddDependenciesRequest(task_id=task_id, depends_on=list(depends_on))
+        response = await self._write(self._lead.AddDependencies, request)
+        return _convert.task_from_pb(response.task)
+
+    async def set_task_creation(self, teammate: str, policy: TaskCreationPolicy) -> TaskCreationPolicy:
+        """Set how `teammate`'s proposed tasks land, or with "*" the default of every
+        teammate without a policy of its own: `TaskCreationPolicy.PROPOSE` (the
+        default: PROPOSED, waiting for `decide_proposals`), `ALLOW` (PENDING at once)
+        or `DENY` (ProposeTasks raises PermissionDenied). `list_teammates` shows each
+        teammate's (`task_creation`). Returns the policy set; raises NotFound for an
+        unknown teammate."""
+        request = pb.SetTaskCreationRequest(teammate=teammate, policy=_convert.task_creation_to_pb(policy))
+        response: pb.SetTaskCreationResponse = await self._write(self._lead.SetTaskCreation, request)
+        return _convert.task_creation_from_pb(response.policy)
+
     # ------------------------------------------------------------ teammates
 
     async def add_teammate(
@@ -403,14 +448,15 @@ class Lead(BoardClient):
     async def wait_until_done(
         self, timeout: datetime.timedelta | float, *, raise_on_failure: bool = False
     ) -> DoneSummary:
-        """Wait until no task is PENDING, IN_PROGRESS, NEEDS_INPUT or IN_REVIEW; returns what became of them.
+        """Wait until no task is PENDING, IN_PROGRESS, NEEDS_INPUT, IN_REVIEW or PROPOSED; returns what became of them.
 
         Follows the Watch feed and confirms with GetStats, so it reacts as
         soon as the last task finishes. The summary names the tasks that
         completed, failed and were canceled. A task waiting for an answer
         (NEEDS_INPUT) is unfinished, and so is a result waiting for its review
-        (IN_REVIEW): answer it (`answer_question`) or decide it (`review_task`)
-        from another task or thread, or the wait times out. Raises TimeoutError, saying how
+        (IN_REVIEW), and so is a proposed task (PROPOSED): answer it
+        (`answer_question`) or decide it (`review_task`, `decide_proposals`) from
+        another task or thread, or the wait times out. Raises TimeoutError, saying how
         much is unfinished, after `timeout`; with `raise_on_failure`, raises
         TasksFailed (carrying the summary) when any task failed.
         """
@@ -424,7 +470,8 @@ class Lead(BoardClient):
                 f"{limit:g}s ({stats.count(TaskState.PENDING)} pending, "
                 f"{stats.count(TaskState.IN_PROGRESS)} in progress, "
                 f"{stats.count(TaskState.NEEDS_INPUT)} waiting for an answer, "
-                f"{stats.count(TaskState.IN_REVIEW)} in review)"
+                f"{stats.count(TaskState.IN_REVIEW)} in review, "
+                f"{stats.count(TaskState.PROPOSED)} proposed)"
             ) from None
         summary = await self._done_summary(stats)
         if raise_on_failure and summary.failed:

@@ -41,6 +41,7 @@ from corral._types import (
     IdleTimeout,
     Message,
     PlanDecision,
+    ProposalsDecided,
     Reject,
     RunSummary,
     ShutdownRequest,
@@ -93,7 +94,11 @@ async def run_teammate(
     it is `PermanentFailure`, and `NeedsInput(question)` asks the Lead that
     question instead (`Claim.ask`: the claim ends, the slot is free again, and the
     task comes back once answered, with `current_claim().answers`).
-    `current_claim()` inside the handler gives the claim. A rework after a
+    `current_claim()` inside the handler gives the claim: a handler that finds a
+    prerequisite missing may split its task on it
+    (`current_claim().propose_tasks(specs, block=True)`) and return; the task comes
+    back once they complete, with their results in `dependency_results`, and what
+    the handler returned or raised after the split is not reported. A rework after a
     rejected review carries the rejected result (`current_claim().rejected_result`)
     and why (`current_claim().previous_attempt.feedback`).
 
@@ -131,6 +136,7 @@ async def run_teammate(
     - Removal by the Lead ends the run (REMOVED).
     - A spent budget (`BudgetExhausted`) is logged as a warning; the run keeps
       waiting, and claims come again once the Lead raises the budget.
+    - The Lead's decisions on proposed tasks (`ProposalsDecided`) are logged.
     """
     options = RunOptions(
         plan=plan,
@@ -241,6 +247,10 @@ class _Runner:
         elif isinstance(event, ShutdownRequest):
             await self._shut_down(event)
             return ExitReason.SHUTDOWN
+        elif isinstance(event, ProposalsDecided):
+            decided = "approved" if event.approve else "rejected"
+            because = f": {event.feedback.splitlines()[0][:200]}" if event.feedback else ""
+            _log.info("the lead %s the proposed tasks %s%s", decided, ", ".join(event.task_ids), because)
         elif isinstance(event, IdleTimeout):
             return ExitReason.IDLE_TIMEOUT
         elif isinstance(event, BudgetExhausted):
@@ -299,6 +309,13 @@ class _Runner:
             raise
         finally:
             _current_claim.reset(context_token)
+        if claim.split:
+            # The handler ended the claim itself: there is no outcome to report.
+            self._tally.add(split=1)
+            _log.info("task %s: split; it comes back once the tasks it waits for complete", claim.task.id)
+            if error is not None:
+                _log.warning("task %s: the handler raised after its split (ignored): %s", claim.task.id, error)
+            return
         # A failure to report is logged by the workers.
         if not await self._report(claim, result, error):
             # The handler is done with a claim it did not finish: its slot is free now.

@@ -26,6 +26,7 @@ import corral
 from ._connect import EXIT_FAILED, CliError, connection_options
 from ._limits import limits_group
 from ._mcp import mcp_command
+from ._proposals import proposals_group
 from ._stop import stop_command
 from ._tasks import tasks_group
 from ._team import plans_group, send_command, shutdown_command, teammates_group
@@ -165,6 +166,7 @@ for _command in (
     tasks_group,
     teammates_group,
     plans_group,
+    proposals_group,
     limits_group,
     send_command,
     shutdown_command,

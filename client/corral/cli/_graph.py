@@ -21,7 +21,10 @@ _COLOURS = {
     corral.TaskState.CANCELED: ("#eeeeee", "#8c959f"),
     corral.TaskState.NEEDS_INPUT: ("#ffe2c4", "#d4661c"),
     corral.TaskState.IN_REVIEW: ("#e8dcff", "#8250df"),
+    corral.TaskState.PROPOSED: ("#f6f8fa", "#57606a"),
 }
+# A proposed task is not on the plan until the Lead approves it: drawn dashed.
+_DASHED = frozenset({corral.TaskState.PROPOSED})
 
 
 def _node_ids(tasks: Sequence[corral.Task]) -> dict[str, str]:
@@ -35,6 +38,8 @@ def _label_lines(task: corral.Task) -> list[str]:
     detail = state_name(task.state)
     if task.owner:
         detail += f" · {task.owner}"
+    if task.state is corral.TaskState.PROPOSED and task.proposed_by:
+        detail += f" · by {task.proposed_by}"
     if task.attempt > 1:
         detail += f" · attempt {task.attempt}"
     lines.append(detail)
@@ -65,7 +70,8 @@ def mermaid(tasks: Sequence[corral.Task]) -> str:
     for name, node in externals.items():
         out.append(f'    {node}(["{_mermaid_escape(name)}"])')
     for state, (fill, stroke) in _COLOURS.items():
-        out.append(f"    classDef {state_name(state)} fill:{fill},stroke:{stroke},color:#111")
+        dashes = ",stroke-dasharray:5 5" if state in _DASHED else ""
+        out.append(f"    classDef {state_name(state)} fill:{fill},stroke:{stroke},color:#111{dashes}")
     return "\n".join(out) + "\n"
 
 
@@ -87,7 +93,8 @@ def dot(tasks: Sequence[corral.Task]) -> str:
     for task in tasks:
         fill, stroke = _COLOURS[task.state]
         label = "\\n".join(_dot_escape(line) for line in _label_lines(task))
-        out.append(f'    {ids[task.id]} [label="{label}", fillcolor="{fill}", color="{stroke}"];')
+        style = ', style="rounded,filled,dashed"' if task.state in _DASHED else ""
+        out.append(f'    {ids[task.id]} [label="{label}", fillcolor="{fill}", color="{stroke}"{style}];')
     externals: dict[str, str] = {}
     for source, target, external in _edges(tasks, ids):
         if external:

@@ -1,4 +1,4 @@
-"""`corral tasks add|list|show|cancel|retry|revoke|answer|review`."""
+"""`corral tasks add|list|show|cancel|retry|revoke|answer|review|depend`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 import corral
-from corral._dagfile import FORMATS, DagError, explain_create_error, load_dag
+from corral._dagadd import AddRefused, add_dag
+from corral._dagfile import FORMATS, DagError, load_dag
 from corral._terminal.output import (
     attempts_table,
     console,
@@ -26,7 +27,8 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 
 @click.group("tasks")
 def tasks_group() -> None:
-    """Add, list, show, cancel, retry and revoke tasks, answer their questions and review their results."""
+    """Add, list, show, cancel, retry and revoke tasks, answer their questions, review
+    their results and add dependencies."""
 
 
 @tasks_group.command("add")
@@ -41,6 +43,8 @@ def add_command(ctx: click.Context, file: Path, fmt: str | None, request_id: str
 
     See docs/dag-format.md for the schema. Nothing is written if any task is refused
     (a file too big for one request goes in parts, each all or nothing: see there).
+    A task already on the board that the file gives more dependencies (the same spec
+    otherwise) gains them once the new tasks are added.
     """
     try:
         dag = load_dag(file, fmt)
@@ -48,19 +52,20 @@ def add_command(ctx: click.Context, file: Path, fmt: str | None, request_id: str
         raise CliError(str(exc)) from None
     with lead_session(ctx) as lead:
         try:
-            # The CLI reports what the file added, so it asks for what create_tasks leaves out.
-            created, unchanged = lead._create_batch(dag.specs, request_id=request_id)
-        except (corral.InvalidArgument, corral.AlreadyExists) as exc:
-            explained = explain_create_error(exc, dag)
+            added = add_dag(lead, dag, request_id=request_id)
+        except AddRefused as refused:
+            explained = refused.explain(dag)
             if explained is None:
-                raise
+                raise refused.error from None
             raise CliError(explained) from None
     if as_json:
-        emit_json([task_json(task) for task in created])
+        emit_json([task_json(task) for task in [*added.created, *(task for task, _ in added.deepened)]])
         return
-    added = len(created) - len(unchanged)
-    existing = f"; {len(unchanged)} already existed unchanged" if unchanged else ""
-    click.echo(f"added {added} new task(s) from {file}{existing}")
+    new = len(added.created) - len(set(added.unchanged) & {task.id for task in added.created})
+    existing = f"; {len(added.unchanged)} already existed unchanged" if added.unchanged else ""
+    click.echo(f"added {new} new task(s) from {file}{existing}")
+    for task, edges in added.deepened:
+        click.echo(f"{task.id} (on the board already) now also depends on {', '.join(edges)}")
 
 
 @tasks_group.command("list")
@@ -213,3 +218,27 @@ def review_command(ctx: click.Context, task_id: str, approve: bool | None, feedb
         click.echo(f"rejected {task.id} for the last time; it failed: {task.error}")
     else:
         click.echo(f"rejected {task.id} (round {task.review_rounds}); it is {task.state.name.lower()} again for rework")
+
+
+@tasks_group.command("depend")
+@click.argument("task_id")
+@click.option("--on", "depends_on", required=True, metavar="A,B", help="The tasks it must wait for, comma-separated.")
+@json_option
+@connection_options
+@click.pass_context
+def depend_command(ctx: click.Context, task_id: str, depends_on: str, as_json: bool) -> None:
+    """Make TASK_ID (PENDING or PROPOSED) wait for the tasks named by --on too, as for
+    the dependencies it was created with. An edge that would close a cycle is refused,
+    naming the cycle; so is a task IN_PROGRESS or finished."""
+    wanted = [task.strip() for task in depends_on.split(",") if task.strip()]
+    if not wanted:
+        raise click.UsageError("--on names at least one task: --on A,B")
+    with lead_session(ctx) as lead:
+        try:
+            task = lead.add_dependencies(task_id, wanted)
+        except corral.FailedPrecondition as exc:
+            raise CliError(f"{exc.reason or 'FAILED_PRECONDITION'}: cannot add dependencies: {exc.details}") from None
+    if as_json:
+        emit_json(task_json(task))
+        return
+    click.echo(f"{task.id} now depends on {', '.join(task.depends_on)}")

@@ -31,7 +31,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 
 @click.group("teammates")
 def teammates_group() -> None:
-    """Mint, list and remove teammates."""
+    """Mint, list and remove teammates; set their budgets and task creation."""
 
 
 @teammates_group.command("add")
@@ -131,6 +131,28 @@ def budget_command(ctx: click.Context, name: str, cost_micros: int, tokens: int,
         return
     who = "the default budget" if name == "*" else f"budget of {name!r}"
     click.echo(f"{who}: {budget_label(budget) or 'no limit'}")
+
+
+_POLICIES = {policy.name.lower(): policy for policy in corral.TaskCreationPolicy}
+
+
+@teammates_group.command("task-creation")
+@click.argument("name")
+@click.argument("policy", type=click.Choice(list(_POLICIES), case_sensitive=False))
+@json_option
+@connection_options
+@click.pass_context
+def task_creation_command(ctx: click.Context, name: str, policy: str, as_json: bool) -> None:
+    """Set how teammate NAME's proposed tasks land, or with "*" the default of every
+    teammate without its own: propose (the default: PROPOSED, waiting for `corral
+    proposals approve|reject`), allow (PENDING at once) or deny (refused)."""
+    with lead_session(ctx) as lead:
+        stored = lead.set_task_creation(name, _POLICIES[policy.lower()])
+    if as_json:
+        emit_json({"teammate": name, "task_creation": stored.name.lower()})
+        return
+    who = "the default task creation" if name == "*" else f"task creation of {name!r}"
+    click.echo(f"{who}: {stored.name.lower()}")
 
 
 # ---------------------------------------------------------------- messages and shutdown
