@@ -85,6 +85,7 @@ def test_a_proposal_is_counted_dashed_and_names_its_proposer_and_source(acting, 
         assert [t.state for t in answer.tasks] == [pb.TASK_STATE_PROPOSED]
 
         assert_state_shown(page, "fix-flaky", "PROPOSED", PINK)
+        assert page.locator("#page-text").inner_text() == "2 tasks"
         assert page.evaluate("window.corral.graphBorder('fix-flaky')") == "dashed"
         assert page.evaluate("window.corral.graphBorder('survey')") == "solid"
         # The header keeps its one line at 1280 px with every state's count and the writer's health.
@@ -210,6 +211,8 @@ def test_a_split_claim_ends_split_and_a_rejected_split_frees_its_task(acting, br
         # Split: the task waits for its proposal (blocked), the claim's bar ends split.
         wait_until(lambda: port.get_attribute("data-shown") == "blocked", 10, "port blocked on shim")
         assert page.evaluate("window.corral.tasks.get('port').depends_on") == ["shim"]
+        edge = "window.corral.graphEdges().includes('shim->port')"
+        wait_until(lambda: page.evaluate(edge), 10, "the split's edge drawn")
         page.click("button[data-tab='timeline']")
         page.check("#timeline-all")
 
@@ -236,6 +239,7 @@ def test_a_split_claim_ends_split_and_a_rejected_split_frees_its_task(acting, br
         page.click("#d-decision button[data-decision='reject']")
         page.wait_for_selector("#d-decision button[data-decision='reject'][data-done='ok']")
         wait_until(lambda: port.get_attribute("data-shown") == "ready", 10, "port ready again")
+        wait_until(lambda: not page.evaluate(edge), 10, "the rejected split's edge gone")
         open_drawer(page, "port")
         claims = page.eval_on_selector_all(
             "#d-attempts tr", "rows => rows.map((r) => [...r.cells].slice(4).map((c) => c.textContent))"

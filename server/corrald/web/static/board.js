@@ -18,6 +18,7 @@ window.corral = board;
 board.graphLabel = (id) => graph.cy?.getElementById(id).data("label") ?? null;
 board.graphColor = (id) => graph.cy?.getElementById(id).data("color") ?? null;
 board.graphBorder = (id) => graph.cy?.getElementById(id).style("border-style") ?? null;
+board.graphEdges = () => graph.cy?.edges().map((e) => e.id()).sort() ?? [];
 
 function el(tag, text, cls) {
   const node = document.createElement(tag);
@@ -574,7 +575,10 @@ const tables = {
     const task = board.tasks.get(id) || board.offGraph.get(id);
     const tbody = $("tasks").tBodies[0];
     let row = this.rowFor(tbody, "data-task-id", id);
-    if (!row && !board.frontier) { row = el("tr"); tbody.append(row); }
+    if (!row && !board.frontier) {
+      row = el("tr"); tbody.append(row);
+      $("page-text").textContent = `${board.tasks.size} tasks`;
+    }
     if (row && task) this.fillTask(row, task);
   },
   failure(id) {
