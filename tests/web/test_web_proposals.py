@@ -109,6 +109,7 @@ def test_a_proposal_is_counted_dashed_and_names_its_proposer_and_source(acting, 
         )
         screenshot(page, "proposal-graph")
         page.mouse.move(1, 1)
+        tip.wait_for(state="hidden")
 
         # The drawer: the proposer, the source (a link to its drawer), the decision form.
         open_drawer(page, "fix-flaky")

@@ -405,6 +405,8 @@ const graph = {
     this.cy.on("mouseover", "node", (event) => this.tip(event.target));
     this.cy.on("mouseout", "node", () => this.tip(null));
     this.cy.on("viewport", () => this.tip(null));
+    // The pointer may leave the panel straight from a node, with no mouseout on the node.
+    $("graph").addEventListener("mouseleave", () => this.tip(null));
     // A panel resized (the window, or the header wrapping to another line) refits the drawing,
     // unless the person moved it themselves since it was laid out.
     this.cy.on("dragpan scrollzoom pinchzoom", () => { this.moved = true; });
