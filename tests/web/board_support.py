@@ -17,9 +17,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import aiohttp
+import grpc
 
 import corral
 from corral._launch import DaemonProcess, launch_daemon
+from corral.v1 import corral_pb2 as pb
+from corral.v1 import corral_pb2_grpc as pb_grpc
 from tests.support.tls import self_signed as _self_signed
 from tests.support.waiting import wait_until
 
@@ -153,7 +156,9 @@ def assert_state_shown(page, task_id: str, state: str, colour: str):
     assert row.get_attribute("data-shown") == shown
     assert row.locator(f".state.{shown}").inner_text() == words
     assert page.locator(f"#counts .count.{shown}").inner_text() == f"1 {words}"
-    assert page.evaluate(f"window.corral.graphColor('{task_id}')") == colour
+    # A task new to the page is drawn with the next layout (at most one a second).
+    drawn = f"window.corral.graphColor('{task_id}')"
+    wait_until(lambda: page.evaluate(drawn) == colour, 10, f"the node drawn {colour}")
     swatch = page.eval_on_selector(f"#counts .count.{shown}", "n => getComputedStyle(n).getPropertyValue('--swatch')")
     assert swatch.strip() == colour
     assert words in page.locator(".legend").inner_text()
@@ -165,8 +170,9 @@ class Mate:
     asked about (`Claim.ask`) or, a review's, decided (`Claim.decide`)."""
 
     def __init__(self, daemon: WebDaemon, name: str, roles: list[str]) -> None:
-        token = daemon.lead.add_teammate(name, roles=roles).token
-        self.teammate = corral.Teammate.connect(daemon.lead.address, token)
+        self.token = daemon.lead.add_teammate(name, roles=roles).token
+        self.address = daemon.lead.address
+        self.teammate = corral.Teammate.connect(daemon.lead.address, self.token)
 
     def claim(self) -> corral.Claim:
         """The first claim of a new stream (which is then closed; the claim stays held)."""
@@ -184,6 +190,21 @@ class Mate:
 
     def review(self, claim: corral.Claim, approve: bool, feedback: str = "") -> None:
         claim.decide(corral.Approve(feedback) if approve else corral.Reject(feedback))
+
+    def propose(
+        self, *specs: pb.TaskSpec, claim: corral.Claim | None = None, block: bool = False
+    ) -> pb.ProposeTasksResponse:
+        """`TeammateService.ProposeTasks` on the wire with this teammate's credential, from
+        `claim` when given (splitting its task with `block`)."""
+        request = pb.ProposeTasksRequest(
+            tasks=specs,
+            task_id=claim.task.id if claim else "",
+            claim_token=claim.token if claim else "",
+            block_claimed_task=block,
+        )
+        with grpc.insecure_channel(self.address) as channel:
+            stub = pb_grpc.TeammateServiceStub(channel)
+            return stub.ProposeTasks(request, metadata=(("authorization", f"Bearer {self.token}"),), timeout=10)
 
     def close(self) -> None:
         self.teammate.close()

@@ -138,6 +138,7 @@ def test_every_write_in_read_only_mode_gets_405(web_daemon):
             ("POST", "/api/actions/decide-plan"),
             ("POST", "/api/actions/answer-question"),
             ("POST", "/api/actions/review-task"),
+            ("POST", "/api/actions/decide-proposals"),
         ):
             status, headers, _ = await fetch(http, method, web_daemon.url + path, json={})
             assert status == 405 and headers["Allow"] == "GET, HEAD", (method, path)

@@ -169,6 +169,7 @@ def test_timeline_bars_are_coloured_by_how_each_claim_ended(daemon, browser):
             "asked the lead",
             "review approved",
             "review rejected",
+            "split (waits for proposed tasks)",
         ]
         screenshot(after, "timeline-outcomes")
         during.context.close()

@@ -59,6 +59,17 @@ def _text(body: dict[str, Any], key: str) -> str:
 _INT64_MAX = 2**63 - 1
 
 
+def _ids(body: dict[str, Any], key: str) -> list[str]:
+    value = body.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise errors.InvalidArgument(key, "must be a list of task ids")
+    return value
+
+
+def _state(task: pb.Task) -> str:
+    return pb.TaskState.Name(task.state).removeprefix("TASK_STATE_")
+
+
 def _count(body: dict[str, Any], key: str) -> int:
     value = body.get(key, 0)
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _INT64_MAX:
@@ -75,6 +86,7 @@ class Actions:
             "revoke-claim": self._revoke_claim,
             "answer-question": self._answer_question,
             "review-task": self._review_task,
+            "decide-proposals": self._decide_proposals,
             "set-budget": self._set_budget,
             "request-shutdown": self._request_shutdown,
         }
@@ -128,7 +140,7 @@ class Actions:
     async def _answer_question(self, body: dict[str, Any], identity: Identity) -> dict[str, object]:
         request = pb.AnswerQuestionRequest(task_id=_text(body, "task_id"), answer=_text(body, "answer"))
         reply = await self._lead.AnswerQuestion(request, None, identity)
-        return {"task_id": reply.task.id, "state": pb.TaskState.Name(reply.task.state).removeprefix("TASK_STATE_")}
+        return {"task_id": reply.task.id, "state": _state(reply.task)}
 
     async def _review_task(self, body: dict[str, Any], identity: Identity) -> dict[str, object]:
         approve = body.get("approve")
@@ -138,7 +150,18 @@ class Actions:
             task_id=_text(body, "task_id"), approve=approve, feedback=_text(body, "feedback")
         )
         reply = await self._lead.ReviewTask(request, None, identity)
-        return {"task_id": reply.task.id, "state": pb.TaskState.Name(reply.task.state).removeprefix("TASK_STATE_")}
+        return {"task_id": reply.task.id, "state": _state(reply.task)}
+
+    async def _decide_proposals(self, body: dict[str, Any], identity: Identity) -> dict[str, object]:
+        approve = body.get("approve")
+        if not isinstance(approve, bool):
+            raise errors.InvalidArgument("approve", "must be true or false")
+        request = pb.DecideProposalsRequest(
+            task_ids=_ids(body, "task_ids"), approve=approve, feedback=_text(body, "feedback")
+        )
+        reply = await self._lead.DecideProposals(request, None, identity)
+        # The named tasks first, then (rejecting) dependents canceled with them and split tasks freed.
+        return {"tasks": [{"task_id": t.id, "state": _state(t)} for t in reply.tasks], "omitted": reply.omitted_count}
 
     async def _set_budget(self, body: dict[str, Any], identity: Identity) -> dict[str, object]:
         request = pb.SetBudgetRequest(

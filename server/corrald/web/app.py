@@ -266,6 +266,8 @@ class WebBoard:
             question=shapes.preview(record.question),
             review=shapes.review_policy(record.review),
             review_rounds=record.review_rounds,
+            proposed_by=record.proposed_by,
+            discovered_from=record.discovered_from,
             attempts=[
                 {
                     "attempt": a.attempt,

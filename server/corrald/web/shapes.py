@@ -20,6 +20,9 @@ from ..stats import BoardStats
 PREVIEW_BYTES = 16 * 1024
 ERROR_CHARS = 1024
 EVENT_TEXT_CHARS = 4096
+# A proposal names at most 100 tasks, a decision up to 1,000: an event lists this many
+# of them and counts the rest.
+EVENT_IDS_MAX = 100
 
 
 def _ms(parent: Any, field: str) -> int | None:
@@ -141,6 +144,26 @@ def event(response: pb.WatchResponse) -> dict[str, object]:
             feedback=cut(decided_review.feedback, EVENT_TEXT_CHARS),
             reviewer=decided_review.reviewer,
             round=decided_review.round,
+        )
+    elif kind == "tasks_proposed":
+        proposed = response.tasks_proposed
+        shaped.update(
+            kind="tasks_proposed",
+            teammate=proposed.teammate,
+            task_ids=list(proposed.task_ids[:EVENT_IDS_MAX]),
+            task_count=len(proposed.task_ids),
+            discovered_from=proposed.discovered_from,
+            needs_decision=proposed.needs_decision,
+            split=proposed.split,
+        )
+    elif kind == "proposals_decided":
+        decided_proposals = response.proposals_decided
+        shaped.update(
+            kind="proposals_decided",
+            task_ids=list(decided_proposals.task_ids[:EVENT_IDS_MAX]),
+            task_count=len(decided_proposals.task_ids),
+            approve=decided_proposals.approve,
+            feedback=cut(decided_proposals.feedback, EVENT_TEXT_CHARS),
         )
     else:
         detail = json_format.MessageToDict(getattr(response, kind), preserving_proto_field_name=True) if kind else {}

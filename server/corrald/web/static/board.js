@@ -2,7 +2,7 @@
 // Every string that came from a client reaches the DOM through textContent only.
 
 const $ = (id) => document.getElementById(id);
-const STATES = ["PENDING", "IN_PROGRESS", "NEEDS_INPUT", "IN_REVIEW", "COMPLETED", "FAILED", "CANCELED"];
+const STATES = ["PROPOSED", "PENDING", "IN_PROGRESS", "NEEDS_INPUT", "IN_REVIEW", "COMPLETED", "FAILED", "CANCELED"];
 const FINAL = new Set(["COMPLETED", "FAILED", "CANCELED"]);
 const EVENTS_KEPT = 2000;
 const HISTORY_PAGE = 100;
@@ -17,6 +17,8 @@ const board = {
 window.corral = board;
 board.graphLabel = (id) => graph.cy?.getElementById(id).data("label") ?? null;
 board.graphColor = (id) => graph.cy?.getElementById(id).data("color") ?? null;
+board.graphBorder = (id) => graph.cy?.getElementById(id).style("border-style") ?? null;
+board.graphEdges = () => graph.cy?.edges().map((e) => e.id()).sort() ?? [];
 
 function el(tag, text, cls) {
   const node = document.createElement(tag);
@@ -129,10 +131,14 @@ function putTask(task) {
       return undefined;
     }
     dirty.layout = true;
-    for (const dep of task.depends_on) {
-      if (!board.dependents.has(dep)) board.dependents.set(dep, new Set());
-      board.dependents.get(dep).add(task.id);
-    }
+    addDependents(task, task.depends_on);
+  } else {
+    // A task on the board may gain dependencies (a split, AddDependencies) or lose one (a
+    // rejected proposal it was split on): new edges, so a new layout.
+    const had = new Set(known.depends_on);
+    const added = task.depends_on.filter((dep) => !had.has(dep));
+    if (added.length || known.depends_on.length !== task.depends_on.length) dirty.layout = true;
+    addDependents(task, added);
   }
   board.tasks.set(task.id, task);
   dirty.tasks.add(task.id);
@@ -142,6 +148,13 @@ function putTask(task) {
   }
   trackProblem(task);
   return known;
+}
+
+function addDependents(task, deps) {
+  for (const dep of deps) {
+    if (!board.dependents.has(dep)) board.dependents.set(dep, new Set());
+    board.dependents.get(dep).add(task.id);
+  }
 }
 
 function trackProblem(task) {
@@ -158,7 +171,8 @@ function enterFrontier() {
 // How a claim ended, as the timeline colours it (the claims table's outcome, lower case);
 // a review's claim ends approved or rejected.
 const OUTCOME_KINDS = { completed: "completed", failed: "failed", timed_out: "failed", expired: "expired",
-  revoked: "released", released: "released", canceled: "canceled", asked: "asked", approved: "approved", rejected: "rejected" };
+  revoked: "released", released: "released", canceled: "canceled", asked: "asked", approved: "approved", rejected: "rejected",
+  split: "split" };
 function outcomeKind(claim) {
   if (claim.end_ms === null || claim.end_ms === undefined) return "running";
   return OUTCOME_KINDS[(claim.outcome || "").toLowerCase()] ?? "ended";
@@ -294,7 +308,7 @@ const header = {
     } else {
       Object.assign(counts, board.stats.tasks_by_state);
     }
-    const shown = [["blocked", blocked], ["ready", ready], ["in_progress", counts.IN_PROGRESS],
+    const shown = [["blocked", blocked], ["ready", ready], ["proposed", counts.PROPOSED || 0], ["in_progress", counts.IN_PROGRESS],
       ["needs_input", counts.NEEDS_INPUT || 0], ["in_review", counts.IN_REVIEW || 0], ["completed", counts.COMPLETED],
       ["failed", counts.FAILED], ["canceled", counts.CANCELED]];
     if (!source) shown.splice(0, 2, ["pending", counts.PENDING]);
@@ -380,6 +394,8 @@ const graph = {
           label: "data(label)", color: "#dfe6ee", "font-size": FONT_PX, "font-family": FONT_FAMILY, "line-height": 1.2,
           "text-valign": "center", "text-halign": "center", "text-wrap": "wrap", "text-max-width": TEXT_W + 4 } },
         { selector: "node.in_progress", style: { "background-opacity": 0.4, "border-width": 3 } },
+        // A proposal is not yet work: dashed until the lead approves it.
+        { selector: "node.proposed", style: { "border-style": "dashed", "background-opacity": 0.1 } },
         { selector: "node:selected", style: { "border-width": 3, "border-color": "#38bdf8" } },
         { selector: "edge", style: { width: 1.2, "line-color": "#3a4658", "target-arrow-color": "#3a4658",
           "target-arrow-shape": "triangle", "arrow-scale": 0.7, "curve-style": "bezier" } },
@@ -389,6 +405,8 @@ const graph = {
     this.cy.on("mouseover", "node", (event) => this.tip(event.target));
     this.cy.on("mouseout", "node", () => this.tip(null));
     this.cy.on("viewport", () => this.tip(null));
+    // The pointer may leave the panel straight from a node, with no mouseout on the node.
+    $("graph").addEventListener("mouseleave", () => this.tip(null));
     // A panel resized (the window, or the header wrapping to another line) refits the drawing,
     // unless the person moved it themselves since it was laid out.
     this.cy.on("dragpan scrollzoom pinchzoom", () => { this.moved = true; });
@@ -405,7 +423,15 @@ const graph = {
     if (!node) { tip.hidden = true; return; }
     const task = board.tasks.get(node.id());
     if (!task) return;
-    tip.textContent = task.title && task.title !== task.id ? `${task.title} (${task.id})` : task.id;
+    const named = task.title && task.title !== task.id ? `${task.title} (${task.id})` : task.id;
+    tip.textContent = named;
+    // A proposal's tip says who proposed it and from which task (read from its detail, once).
+    if (task.state === "PROPOSED") {
+      proposals.about(task.id).then((about) => {
+        if (!about || tip.hidden || tip.dataset.taskId !== task.id) return;
+        tip.textContent = `${named} · ${proposals.describe(about)}`;
+      });
+    }
     const box = node.renderedBoundingBox();
     tip.style.left = `${Math.max(0, box.x1)}px`;
     tip.style.top = `${box.y2 + 4}px`;
@@ -421,7 +447,7 @@ const graph = {
     };
   },
   colors: { blocked: "#5b6676", ready: "#3b82f6", in_progress: "#f59e0b", needs_input: "#14b8a6", in_review: "#818cf8",
-    completed: "#22c55e", failed: "#ef4444", canceled: "#a855f7" },
+    completed: "#22c55e", failed: "#ef4444", canceled: "#a855f7", proposed: "#f472b6" },
   lines(title) {
     let lines = this.titleLines.get(title);
     if (!lines) {
@@ -551,7 +577,10 @@ const tables = {
     const task = board.tasks.get(id) || board.offGraph.get(id);
     const tbody = $("tasks").tBodies[0];
     let row = this.rowFor(tbody, "data-task-id", id);
-    if (!row && !board.frontier) { row = el("tr"); tbody.append(row); }
+    if (!row && !board.frontier) {
+      row = el("tr"); tbody.append(row);
+      $("page-text").textContent = `${board.tasks.size} tasks`;
+    }
     if (row && task) this.fillTask(row, task);
   },
   failure(id) {
@@ -661,12 +690,40 @@ function budgetButton(name, budget) {
   return button;
 }
 
+// ---------------------------------------------------------------- proposals
+
+// Who proposed a task and from which task: the board's rows do not carry them, so the page
+// reads them from the task's detail when it needs them, and keeps them (they never change).
+const proposals = {
+  known: new Map(),
+  async about(id) {
+    if (this.known.has(id)) return this.known.get(id);
+    const response = await fetch(`/api/tasks/${encodeURIComponent(id)}`, { credentials: "same-origin" }).catch(() => null);
+    if (!response || !response.ok) return null;
+    const task = await response.json();
+    return this.learn(task);
+  },
+  learn(task) {
+    if (!task.proposed_by) return null;
+    const about = { proposed_by: task.proposed_by, discovered_from: task.discovered_from };
+    if (this.known.size > 4 * (board.graphMax || 2000)) this.known.clear();
+    this.known.set(task.id, about);
+    return about;
+  },
+  describe(about) {
+    return `proposed by ${about.proposed_by}${about.discovered_from ? ` from ${about.discovered_from}` : ""}`;
+  },
+};
+
 // ---------------------------------------------------------------- drawer
 
 const drawer = {
   current: null,
   async open(id) {
     this.current = id;
+    // Until the detail is drawn the drawer names no task, so a test waiting for it (a task
+    // opened again, say) never reads the form of the last drawing.
+    delete $("drawer").dataset.taskId;
     const response = await fetch(`/api/tasks/${encodeURIComponent(id)}`, { credentials: "same-origin" });
     if (!response.ok || this.current !== id) return;
     const task = await response.json();
@@ -695,6 +752,7 @@ const drawer = {
         el("td", reviewed ? `review ${a.review_round}: ${outcome}` : outcome), el("td", a.feedback || a.error));
       return row;
     }));
+    this.proposal(task);
     // A reviewed task: its policy, the rounds so far, and the result under review (IN_REVIEW).
     $("d-review-box").hidden = !task.review;
     if (task.review) {
@@ -743,6 +801,38 @@ const drawer = {
       }
     }
   },
+  // A task a teammate proposed: who and from which task (a link to it); a lead session with
+  // actions approves or rejects it while it waits (PROPOSED).
+  proposal(task) {
+    proposals.learn(task);
+    $("d-proposal-box").hidden = !task.proposed_by;
+    const source = task.discovered_from ? el("button", task.discovered_from, "link") : el("span", "— (none named)");
+    if (task.discovered_from) {
+      source.type = "button";
+      source.dataset.openTask = task.discovered_from;
+      source.addEventListener("click", () => this.open(task.discovered_from));
+    }
+    const decided = task.state === "PROPOSED" ? "waiting for the lead"
+      : task.state !== "CANCELED" ? "approved" : task.error.startsWith("proposal rejected") ? "rejected" : "canceled";
+    const rows = [["proposed by", el("span", task.proposed_by)], ["discovered from", source], ["decision", el("span", decided)]];
+    $("d-proposal").replaceChildren(...rows.flatMap(([k, v]) => { const dd = el("dd"); dd.append(v); return [el("dt", k), dd]; }));
+    const decision = $("d-decision");
+    decision.replaceChildren();
+    if (!board.session?.actions || task.state !== "PROPOSED") return;
+    const text = el("textarea");
+    text.id = "d-proposal-feedback";
+    text.setAttribute("aria-label", "feedback to the proposer");
+    text.placeholder = "feedback to the proposer (optional)";
+    text.maxLength = 65536;
+    const decide = (approve) => () => ({ task_ids: [task.id], approve, feedback: text.value });
+    const approve = actionButton("approve", "decide-proposals", decide(true));
+    const reject = actionButton("reject", "decide-proposals", decide(false));
+    approve.dataset.decision = "approve";
+    reject.dataset.decision = "reject";
+    const buttons = el("div", null, "actions");
+    buttons.append(approve, reject);
+    decision.append(text, buttons);
+  },
   close() { this.current = null; $("drawer").hidden = true; },
 };
 
@@ -761,8 +851,15 @@ const eventsView = {
     if (e.kind === "question") return `${e.asked_by} asked about ${e.task_id}: ${e.question}`;
     if (e.kind === "question_answered") return `${e.task_id} answered: ${e.answer}`;
     if (e.kind === "review_decided") return `${e.task_id} ${e.approve ? "approved" : "rejected"} by ${e.reviewer} (round ${e.round})${e.feedback ? `: ${e.feedback}` : ""}`;
+    if (e.kind === "tasks_proposed") return `${e.teammate} proposed ${this.ids(e)}${e.discovered_from ? ` from ${e.discovered_from}` : ""}`
+      + `${e.split ? ", splitting it" : ""}${e.needs_decision ? ": waiting for the lead" : ": added pending"}`;
+    if (e.kind === "proposals_decided") return `${this.ids(e)} ${e.approve ? "approved" : "rejected"}${e.feedback ? `: ${e.feedback}` : ""}`;
     if (e.kind === "plan_decided") return `plan ${e.plan_id} of ${e.author} ${e.approve ? "approved" : "rejected"}${e.feedback ? `: ${e.feedback}` : ""}`;
     return JSON.stringify(e.detail || {});
+  },
+  ids(e) {  // an event's task ids, at most the first 100 of them
+    const more = e.task_count > e.task_ids.length ? ` and ${e.task_count - e.task_ids.length} more` : "";
+    return `${e.task_ids.join(", ")}${more}`;
   },
   item(e) {
     const item = el("li");
@@ -823,8 +920,8 @@ const eventsView = {
     const kind = $("event-kind").value;
     $("events").replaceChildren(...this.kept.filter((e) => this.shown(e, kind)).reverse().map((e) => this.item(e)));
   },
-  shown(e, kind) {  // "plan" also shows "plan_decided"
-    return !kind || e.kind === kind || e.kind.startsWith(`${kind}_`);
+  shown(e, kind) {  // "plan" also shows "plan_decided"; "proposals" both tasks_proposed and proposals_decided
+    return !kind || e.kind === kind || e.kind.startsWith(`${kind}_`) || (kind === "proposals" && e.kind === "tasks_proposed");
   },
 };
 
@@ -832,7 +929,8 @@ const eventsView = {
 
 // One lane per teammate; each claim a bar coloured by how it ended (the legend under it).
 const OUTCOME_COLORS = { running: "#f59e0b", completed: "#22c55e", failed: "#ef4444", expired: "#f472b6",
-  released: "#38bdf8", canceled: "#a855f7", asked: "#14b8a6", approved: "#818cf8", rejected: "#fb923c", ended: "#5b6676" };
+  released: "#38bdf8", canceled: "#a855f7", asked: "#14b8a6", approved: "#818cf8", rejected: "#fb923c", split: "#a3e635",
+  ended: "#5b6676" };
 
 const timeline = {
   draw() {
