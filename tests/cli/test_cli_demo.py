@@ -67,6 +67,7 @@ def test_sample_dag_has_the_promised_shapes():
         ("changelog", corral.ReviewPolicy("editor", 3))
     ]
     assert [spec.id for spec in specs.values() if b'"ask":' in spec.payload] == ["release-notes"]
+    assert [spec.id for spec in specs.values() if b'"discovers":' in spec.payload] == ["migrate"]
     assert set(expected_values(list(specs.values()))) == set(specs)  # every task computes a value from its deps
 
 
@@ -79,7 +80,7 @@ def test_demo_runs_to_completion_without_a_terminal(short_dir):
     board = re.search(r"^  web board (http://127\.0\.0\.1:\d+)$", out, re.MULTILINE)
     assert board, out
     assert re.search(rf"^  open {re.escape(board[1])}/login#ticket=corral-ticket-\S+ ", out, re.MULTILINE), out
-    total = len(load_sample_dag().specs)
+    total = len(load_sample_dag().specs) + 1  # and backup-db, which migrate's teammate discovers
     # Plain progress lines, not a live board.
     assert "\x1b[" not in out
     assert re.search(rf"^\[\s*\d+\.\ds\] {total}/{total} completed \| completed {total}$", out, re.MULTILINE), out
@@ -91,6 +92,7 @@ def test_demo_runs_to_completion_without_a_terminal(short_dir):
     assert re.search(r"^\[\s*\d+\.\ds\] (cyd|dee) approved changelog \(review round 2\)$", out, re.MULTILINE)
     assert re.search(r"^\[\s*\d+\.\ds\] \w+ asked about release-notes: Which version", out, re.MULTILINE)
     assert "the lead answered release-notes: Announce version 1.0." in out
+    assert re.search(r"^\[\s*\d+\.\ds\] lead approved backup-db, proposed by \w+$", out, re.MULTILINE), out
     # The summary.
     assert f"corral demo: {total}/{total} tasks completed in" in out
     assert f"attempts    {total + 1} (1 retry: integration)" in out
@@ -106,6 +108,8 @@ def test_demo_runs_to_completion_without_a_terminal(short_dir):
         "  questions   release-notes asked 'Which version do the notes announce?', "
         "the lead answered 'Announce version 1.0.'"
     ) in out
+    discovered = r"^  discovered  migrate: \w+ proposed backup-db and split its task on it; the lead approved$"
+    assert re.search(discovered, out, re.MULTILINE), out
     assert "every one approved its shutdown and exited 0" in out
 
     # The state directory is kept: a daemon on it shows every task completed.
@@ -124,6 +128,9 @@ def test_demo_runs_to_completion_without_a_terminal(short_dir):
     changelog = by_id["changelog"]
     assert changelog.review_rounds == 1 and b'"revised":"Say which services changed."' in changelog.result
     assert b'"answer":"Announce version 1.0."' in by_id["release-notes"].result
+    backup, migrate = by_id["backup-db"], by_id["migrate"]
+    assert backup.discovered_from == "migrate" and backup.proposed_by in {"ada", "brook", "cyd", "dee", "eve"}
+    assert migrate.depends_on == ("schema", "backup-db") and b'"after":"backup-db"' in migrate.result
 
 
 @pytest.mark.timeout(120)

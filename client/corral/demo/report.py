@@ -81,6 +81,8 @@ def verify(
             raise DemoFailed(f"task {spec.id} was approved without the revision its review asked for")
         if payload.get("ask") and _payload(task.result).get("answer") != answer:
             raise DemoFailed(f"task {spec.id} asked the Lead a question but its result has no answer {answer!r}")
+        if payload.get("discovers"):
+            _check_discovered(spec.id, payload["discovers"]["id"], by_id)
     senders = {event.message.sender for event in model.messages}
     authors = {event.author for event in model.plans.values()}
     for member in members:
@@ -88,6 +90,18 @@ def verify(
             raise DemoFailed(f"the Lead never saw the message {member.name} sends on start")
         if member.plan is not None and member.name not in authors:
             raise DemoFailed(f"the Lead never saw the plan {member.name} submits on start")
+
+
+def _check_discovered(task_id: str, found_id: str, by_id: dict[str, corral.Task]) -> None:
+    """The task's teammate proposed `found_id` from it and split the task on it; the Lead
+    approved it, it completed, and the task then completed knowing it."""
+    found = by_id.get(found_id)
+    if found is None or found.discovered_from != task_id or not found.proposed_by:
+        raise DemoFailed(f"task {task_id} should have discovered {found_id} and proposed it, but the board has no such")
+    if found_id not in by_id[task_id].depends_on:
+        raise DemoFailed(f"task {task_id} should have been split on {found_id}, which it does not depend on")
+    if _payload(by_id[task_id].result).get("after") != found_id:
+        raise DemoFailed(f"task {task_id} completed without the result of {found_id}, the prerequisite it found")
 
 
 @dataclass(frozen=True)
@@ -109,6 +123,8 @@ class DemoReport:
     questions: tuple[tuple[str, str, str], ...] = ()
     # Each review decided, in order: (task id, reviewer, round, approved, feedback).
     reviews: tuple[tuple[str, str, int, bool, str], ...] = ()
+    # Each proposal the Lead approved: (the task it came from, the teammate, the ids, split or not).
+    proposals: tuple[tuple[str, str, tuple[str, ...], bool], ...] = ()
     # What `corral serve --state-dir state/` takes besides to serve the run's board again
     # (" --store DSN --pg-schema S" for PostgreSQL); None when that board was dropped.
     serve_args: str | None = ""
@@ -140,6 +156,7 @@ class DemoReport:
             f"  plans       approved: {plans}",
             f"  reviews     {self._reviews()}",
             f"  questions   {self._questions()}",
+            f"  discovered  {self._proposals()}",
             (
                 f"  writer      queue depth p99 {writer.queue_depth_p99:g}, {writer.commits} commits of "
                 f"{writer.jobs} jobs (mean batch {writer.mean_batch_size:.2f}), commit p99 "
@@ -164,6 +181,16 @@ class DemoReport:
         ]
         return "; ".join(asked) or "none"
 
+    def _proposals(self) -> str:
+        """`migrate: dee proposed backup-db and split its task on it; the lead approved`."""
+        shown = [
+            f"{source}: {teammate} proposed {', '.join(ids)}"
+            + (" and split its task on it" if split else "")
+            + "; the lead approved"
+            for source, teammate, ids, split in self.proposals
+        ]
+        return "; ".join(shown) or "none"
+
     def _kept(self) -> str:
         state = self.run_dir / "state"
         if self.serve_args is None:
@@ -181,6 +208,7 @@ def build_report(
     approved: Sequence[str],
     answered: Sequence[tuple[corral.QuestionAsked, str]] = (),
     reviews: Sequence[corral.ReviewDecided] = (),
+    proposals: Sequence[corral.TasksProposed] = (),
     serve_args: str | None = "",
 ) -> DemoReport:
     first, last = model.first_claim, model.last_finish
@@ -199,5 +227,6 @@ def build_report(
         plans_approved=tuple(approved),
         questions=tuple((asked.task_id, asked.question, answer) for asked, answer in answered),
         reviews=tuple((r.task_id, r.reviewer, r.round, r.approve, r.feedback) for r in reviews),
+        proposals=tuple((p.discovered_from, p.teammate, p.task_ids, p.split) for p in proposals),
         serve_args=serve_args,
     )

@@ -2,7 +2,8 @@
 
 The Lead side is one loop on the main thread: take the watch events that
 arrived (a pump thread follows the stream), fold them into the board, react
-(approve plans, answer the questions teammates ask), redraw, check the teammate
+(approve plans, answer the questions teammates ask, approve the tasks they
+discover), redraw, check the teammate
 processes and the deadline.
 Every wait is bounded by the run's deadline.
 """
@@ -42,6 +43,8 @@ INTERRUPT_CHECK_S = 0.1  # how often the last prompt looks for a Ctrl-C that cam
 SHUTDOWN_GRACE_SECONDS = 30.0
 # What the demo's Lead answers a teammate's question (the sample DAG's release-notes asks one).
 LEAD_ANSWER = "Announce version 1.0."
+# Why the demo's Lead approves what a teammate discovered (the sample DAG's migrate finds backup-db).
+LEAD_APPROVAL = "Yes: do it first."
 
 
 class Deadline:
@@ -84,6 +87,7 @@ class Conductor:
         self.approved: list[str] = []
         self.answered: list[tuple[corral.QuestionAsked, str]] = []  # each question and the Lead's answer
         self.reviews: list[corral.ReviewDecided] = []
+        self.proposals: list[corral.TasksProposed] = []  # each proposal the Lead approved
         self._lead = lead
         self._team = team
         self._deadline = deadline
@@ -137,6 +141,14 @@ class Conductor:
             self.answered.append((event, LEAD_ANSWER))
         elif isinstance(event, corral.ReviewDecided):
             self.reviews.append(event)
+        elif isinstance(event, corral.TasksProposed) and event.needs_decision and event.seq not in self._decided_seqs:
+            # A teammate found work its task needs: the demo's Lead approves it (the split
+            # task waits for it, PENDING, and comes back with its result).
+            self._decided_seqs.add(event.seq)
+            with contextlib.suppress(corral.FailedPrecondition):  # decided already (a replayed event)
+                self._lead.decide_proposals(list(event.task_ids), True, LEAD_APPROVAL)
+                self.proposals.append(event)
+                self.model.note(f"lead approved {', '.join(event.task_ids)}, proposed by {event.teammate}")
         elif isinstance(event, corral.TaskChanged) and _waits_for_the_lead(event.task):
             # A DAG of one's own may have the Lead review (`review = {}`): the demo's Lead approves.
             with contextlib.suppress(corral.FailedPrecondition):  # decided already (a replayed event)
@@ -272,6 +284,7 @@ def _run(
         approved=conductor.approved,
         answered=conductor.answered,
         reviews=conductor.reviews,
+        proposals=conductor.proposals,
         serve_args=board.serve_hint() if board is not None else "",
     )
     for line in report.lines():

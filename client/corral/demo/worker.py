@@ -6,6 +6,9 @@ understands the sample DAG's JSON payloads: it reads the results of the
 tasks named in `reads` (GetTask), adds its own `weight`, and raises on the
 first attempt of a task marked `fail_first_attempt`. A task marked `ask` asks the
 Lead that question first (`NeedsInput`) and carries the answer in its result. A
+task marked `discovers` proposes that prerequisite and splits itself on it
+(`Claim.propose_tasks(..., block=True)`); claimed again once it is done, it names
+it in its result. A
 teammate holding the reviewer role of a task's review (`DemoReviewer`) rejects a
 first draft with the task's `review_feedback`; the author's rework (its claim
 carries the rejected result and the feedback) marks its result `revised`, and the
@@ -50,6 +53,18 @@ class DemoHandler:
             raise SimulatedFailure(f"{task.id}: simulated flaky failure on attempt 1 (a retry will succeed)")
         if spec.get("ask") and not claim.answers:
             raise corral.NeedsInput(spec["ask"])  # the task comes back, answered, to whoever is free
+        found = spec.get("discovers")
+        if found and found["id"] not in claim.dependency_results:
+            # Found mid-task: the prerequisite goes to the Lead, and this task waits for it.
+            prerequisite = corral.TaskSpec(
+                id=found["id"],
+                title=found["title"],
+                payload=json.dumps({"weight": found["weight"]}).encode(),
+                priority=task.priority,
+            )
+            claim.propose_tasks([prerequisite], block=True)
+            print(f"{self._name}: {task.id} needs {found['id']} first: proposed it and split the task", flush=True)
+            return ""  # a split claim is over: run_teammate reports no outcome for it
         inputs = {dep: self._value_of(dep) for dep in spec.get("reads", ())}
         weight = spec.get("weight")
         value = None if weight is None else weight + sum(v or 0 for v in inputs.values())
@@ -62,6 +77,8 @@ class DemoHandler:
         }
         if claim.answers:
             result["answer"] = claim.answers[-1].answer
+        if found:
+            result["after"] = found["id"]  # the prerequisite it waited for
         if claim.rejected_result and claim.previous_attempt is not None:
             # A rework: the same work, revised as the review asked.
             result["revised"] = claim.previous_attempt.feedback
@@ -132,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                 "lost": summary.lost,
                 "asked": summary.asked,
                 "reviewed": summary.reviewed,
+                "split": summary.split,
                 "plan_id": summary.plan_id,
             }
         ),
