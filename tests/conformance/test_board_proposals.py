@@ -106,6 +106,24 @@ def test_a_rejected_split_drops_the_dependency_and_says_why(team):
     assert "proposal rejected: not needed" in again.previous_attempt.error
 
 
+def test_a_rejection_frees_only_the_split_it_reaches_first(team):
+    """b's split waits for pb, which waits for a; a's split waits for pa. Rejecting pa frees
+    a (its split's edge goes), and with it pb's dependency is a task ready again: b keeps
+    waiting for pb, its own split's proposal, still PROPOSED."""
+    team.create(spec("a", priority=1), spec("b", priority=1))
+    held = {grant.task.id: grant for grant in (team.claim("w1"), team.claim("w2"))}
+    team.propose("w1", spec("pa"), task_id="a", token=held["a"].token, block=True)
+    team.propose("w2", spec("pb", "a"), task_id="b", token=held["b"].token, block=True)
+    decided = team.decide("pa", approve=False)
+    assert {t.id: t.state for t in decided} == {"pa": TaskState.CANCELED, "a": TaskState.PENDING}
+    assert (team.task("a").depends_on, team.task("b").depends_on) == ((), ("pb",))
+    assert (team.state("b"), team.state("pb")) == (TaskState.PENDING, TaskState.PROPOSED)
+    again = team.claim("w1")
+    assert again.task.id == "a" and "split rejected" in again.previous_attempt.error
+    assert team.claim("w2") is None, "b still waits for pb"
+    assert "split rejected" not in _history(team, "b")[-1].error
+
+
 def test_proposals_are_refused_with_nothing_written(team):
     team.create(spec("a", priority=1), spec("done"))
     grant = team.claim("w1")
