@@ -498,10 +498,12 @@ def _race(calls: list) -> list:
         gate.wait(10)
         try:
             outcomes[index] = calls[index]()
-        except errors.CorralError as error:
+        except Exception as error:  # noqa: BLE001 (a CorralError is an outcome, anything else fails below)
             outcomes[index] = error
 
     _run_threads([(f"racer{n}", lambda n=n: run(n)) for n in range(len(calls))], timeout=30)
+    unexpected = [o for o in outcomes if isinstance(o, Exception) and not isinstance(o, errors.CorralError)]
+    assert not unexpected and None not in outcomes, unexpected
     return outcomes
 
 
