@@ -10,6 +10,7 @@ python -m bench                  # everything, 3 runs per figure (takes a while)
 python -m bench --quick          # tiny sizes, for the smoke test
 python -m bench --only latency   # one section (repeatable; comma-separated works too)
 python -m bench --only reviews   # Session cycles of tasks that pass a review, against plain tasks
+python -m bench --only proposals # claims beside PROPOSED tasks; AddDependencies on a 100,000-task board
 python -m bench --only postgres  # PostgreSQL boards (CORRAL_BENCH_PG_DSN, default 127.0.0.1:5432)
 python -m bench --runs 5
 python -m bench --report-only    # rebuild docs/benchmarks.md from bench/results/*.json
@@ -36,6 +37,7 @@ from . import (
     mcp,
     paired,
     postgres,
+    proposals,
     report,
     reviews,
     scale,
@@ -58,6 +60,7 @@ SECTIONS = {
     "big_batch": big_batch.run,
     "semantics": semantics.run,
     "reviews": reviews.run,
+    "proposals": proposals.run,
     "web": web.run,
     "mcp": mcp.run,
     "postgres": postgres.run,

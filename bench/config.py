@@ -66,6 +66,13 @@ class Sizes:
     pg_mvcc_hold_s: float = 60.0
     pg_mvcc_churn: int = 20_000
     pg_switch_teammates: int = 32
+    # Discovered work (bench/proposals.py): claims on a board of this many ready tasks, plain and
+    # with this many PROPOSED tasks before them; AddDependencies calls on a board of this many tasks.
+    proposals_ready: int = 10_000
+    proposals_proposed: int = 1_000
+    proposals_claims: int = 1_000  # timed claims per board per round
+    proposals_board: int = 100_000
+    proposals_depend_samples: int = 1_000  # AddDependencies calls per round
 
     def tasks(self, teammates: int) -> int:
         table = dict(self.tasks_for)
@@ -118,4 +125,9 @@ QUICK = Sizes(
     pg_mvcc_hold_s=1.0,
     pg_mvcc_churn=100,
     pg_switch_teammates=4,
+    proposals_ready=200,
+    proposals_proposed=50,
+    proposals_claims=40,
+    proposals_board=2_000,
+    proposals_depend_samples=40,
 )

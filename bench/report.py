@@ -408,6 +408,9 @@ def targets(sections: dict) -> list[dict]:
     sem = _r(sections, "semantics")
     if sem:
         out += _semantics_targets(sem)
+    prop = _r(sections, "proposals")
+    if prop:
+        out += _proposals_targets(prop)
     bridge = _r(sections, "mcp")
     if bridge:
         out.append(_mcp_target(bridge))
@@ -653,6 +656,40 @@ def _semantics_targets(sem: dict) -> list[dict]:
     return out
 
 
+def _proposals_targets(prop: dict) -> list[dict]:
+    """#34's targets: a claim beside PROPOSED tasks against a board without, and AddDependencies' p99."""
+    claims, depend = prop["claims"], prop["depend"]
+    ratio = claims["ratio_p50"]["median"]
+    p99 = depend["all"]["p99_ms"]["median"]
+    return [
+        _target(
+            "10a",
+            f"claim p50 with {claims['proposed']:,} PROPOSED tasks / without ({claims['ready']:,} ready tasks)",
+            claims["proposals"]["p50_ms"]["median"],
+            "ms",
+            "≤ 1.1×",
+            ratio,
+            ratio <= 1.1,
+            f"in-process claim job through the Writer, median of {len(claims['rounds'])} alternating round(s) of"
+            f" {claims['claims_per_round']:,} claims (ratios {_span(claims['ratio_p50'])}); without"
+            f" {claims['plain']['p50_ms']['median']:.3f} ms",
+        ),
+        _target(
+            "10b",
+            f"AddDependencies p99 on a board of {depend['board_tasks']:,} unfinished tasks",
+            p99,
+            "ms",
+            "≤ 20 ms",
+            None,
+            p99 <= 20.0,
+            f"unary calls through the wire, {depend['samples_per_round']:,} per round, median of"
+            f" {len(depend['rounds'])} round(s) (p99 {_span(depend['all']['p99_ms'])}); p50"
+            f" {depend['all']['p50_ms']['median']:.2f} ms; edges within a project, across projects, and some"
+            f" closing a cycle (refused)",
+        ),
+    ]
+
+
 def _span(figure: dict) -> str:
     return f"{figure['min']:.2f}–{figure['max']:.2f}"
 
@@ -848,6 +885,7 @@ def markdown(sections: dict, items: list[dict], context: dict) -> str:
     parts += _web(_r(sections, "web"))
     parts += _postgres(_r(sections, "postgres"))
     parts += _reviews(_r(sections, "reviews"))
+    parts += _proposals(_r(sections, "proposals"))
     if ANALYSIS.exists():
         parts += ["\n", ANALYSIS.read_text()]
     return "".join(parts)
@@ -1297,6 +1335,46 @@ def _semantics(sem: dict | None) -> list[str]:
         f"\n{cycles['teammates']} teammates on the Session (raw stubs, slots=1), {cycles['tasks']:,} tasks per run,"
         " a fresh daemon per variant; rounds alternate the variants.\n\n",
         _table(["variant", "cycles/s", "p99 ms", "daemon CPU ms/cycle", "errors"], cycle_rows),
+    ]
+
+
+def _proposals(prop: dict | None) -> list[str]:
+    """Section 10 (bench/proposals.py): claims beside PROPOSED tasks; AddDependencies on a big board."""
+    if not prop:
+        return []
+    claims, depend = prop["claims"], prop["depend"]
+    rows = [
+        [
+            f"claim job, {claims['ready']:,} ready tasks",
+            _cell(claims["plain"]["p50_ms"], 3),
+            _cell(claims["plain"]["p99_ms"], 3),
+        ],
+        [
+            f"claim job, the same with {claims['proposed']:,} PROPOSED tasks before them",
+            _cell(claims["proposals"]["p50_ms"], 3),
+            _cell(claims["proposals"]["p99_ms"], 3),
+        ],
+        ["ratio (per round, median)", _ratio(claims["ratio_p50"]["median"]), _ratio(claims["ratio_p99"]["median"])],
+    ]
+    for kind, label in (
+        ("all", "every call"),
+        ("within", "a task of a lower layer of its project"),
+        ("across", "a task of another project"),
+        ("cycle", "a task of a higher layer (refused where it closes a cycle)"),
+    ):
+        rows.append([f"AddDependencies, {label}", _cell(depend[kind]["p50_ms"], 2), _cell(depend[kind]["p99_ms"], 2)])
+    return [
+        "\n## 10. Discovered work\n\n",
+        "Claims: the in-process claim job through the Writer (as 5a: one teammate holds a window of"
+        f" {claims['window']} claims and completes the oldest before each claim; commits at synchronous=NORMAL),"
+        f" {claims['claims_per_round']:,} claims per board per round, each round alternating the boards ten"
+        " times; the PROPOSED tasks (a teammate's,"
+        " waiting for the Lead) come first in board order. AddDependencies: unary calls through the wire, one"
+        f" at a time, on a daemon whose board holds {depend['board_tasks']:,} PENDING tasks in"
+        f" {depend['projects']:,} projects of {depend['layers']} layers of {depend['width']}, each task after"
+        f" {depend['deps_each']} of the layer before; {depend['samples_per_round']:,} calls per round, each"
+        " adding one dependency.\n\n",
+        _table(["measure", "p50 ms", "p99 ms"], rows),
     ]
 
 

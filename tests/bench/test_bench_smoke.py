@@ -27,6 +27,7 @@ SECTIONS = [
     "scale",
     "semantics",
     "reviews",
+    "proposals",
     "mcp",
 ]
 EXPECTED = {
@@ -47,6 +48,7 @@ EXPECTED = {
     "scale": ["board_size", "streams", "busy_writer", "submissions"],
     "semantics": ["claims", "cycles"],
     "reviews": ["rounds", "ratio", "tasks_ratio", "jobs_ratio", "plain", "reviewed"],
+    "proposals": ["claims", "depend"],
     "mcp": ["sdk", "in_process", "stdio", "ready_to_return", "bridge_rss_mib"],
     "postgres": [
         "shared_cores",
@@ -82,6 +84,8 @@ TARGETS = {
     "5a",
     "5b",
     "6a",
+    "10a",
+    "10b",
 }
 
 

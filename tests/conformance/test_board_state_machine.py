@@ -6,8 +6,14 @@ or CANCELED tasks back, with the dependents canceled because of them), advance
 the clock (also to exactly a lease end or time gate, or 1 ms before), reap,
 restart (close the Board, open a new one on the file), set a concurrency key's
 limit, revoke a claim, and set a teammate's (or the "*" default) budget; renew,
-complete and fail report small usage.
-After every step the database is checked for invariants 1, 2, 4 and 9, for no
+complete and fail report small usage. Discovered work: set a teammate's (or the
+"*") task creation policy, propose tasks (from no claim or a live one, splitting
+it or not; DENY and a split closing a cycle refused), decide proposals (approve,
+or reject: a split waiting on one is freed) and add dependencies (refused for a
+task not PENDING or PROPOSED, a FAILED or CANCELED dependency, a cycle).
+After every step the database is checked for invariants 1, 2 (no live claim
+before a dependency completes, a split's or one added live too), 4 and 9, for no
+PROPOSED task ever claimed, for the graph the model holds (acyclic), for no
 key over the limit it had when its tasks were claimed, and compared with the
 model (usage sums and key counts too); invariant 3 is checked by each rule's
 expected outcome (success only with the owner's live token strictly before
@@ -38,7 +44,7 @@ from hypothesis.stateful import (
 from corrald import errors
 from corrald.clock import FakeClock
 from corrald.config import WriterConfig
-from corrald.model import Budget, BudgetExhausted, ClaimGrant, ReviewPolicy, TaskState, Usage, Verdict
+from corrald.model import Budget, BudgetExhausted, ClaimGrant, ReviewPolicy, TaskCreation, TaskState, Usage, Verdict
 from corrald.store import tasks as store_tasks
 from corrald.stream import StreamState
 from tests.support.boardkit import SyncBoard, spec
@@ -52,6 +58,7 @@ PENDING, IN_PROGRESS, COMPLETED, FAILED, CANCELED, NEEDS_INPUT, IN_REVIEW = (
     TaskState.NEEDS_INPUT,
     TaskState.IN_REVIEW,
 )
+PROPOSED = TaskState.PROPOSED
 ROLES = {"w1": (), "w2": ("r",), "w3": ()}
 SLOTS = 64
 KEYS = ("", "k1", "k2")  # "" is no key
@@ -85,6 +92,7 @@ class MTask:
     rounds: int = 0  # rejections so far
     author: str = ""  # whose result is IN_REVIEW
     unanswered: bool = False  # the last one has no answer (NEEDS_INPUT, or canceled while it was)
+    discovered_from: str = ""  # a proposed task's: the task whose claim it came from
 
 
 @dataclasses.dataclass
@@ -114,6 +122,43 @@ class Model:
         self.allowed: dict[str, int] = {}
         self.spent: dict[str, Usage] = {name: Usage() for name in ROLES}
         self.budgets: dict[str, Budget] = {}  # a teammate's own; "*" the default
+        self.creation: dict[str, TaskCreation] = {}  # a teammate's own policy; "*" the default
+
+    def creation_of(self, name: str) -> TaskCreation:
+        return self.creation.get(name, self.creation.get("*", TaskCreation.PROPOSE))
+
+    def reaches(self, start: str, target: str) -> bool:
+        """Whether `start` waits for `target`, directly or through others (or is it)."""
+        seen, frontier = set(), [start]
+        while frontier:
+            task_id = frontier.pop()
+            if task_id == target:
+                return True
+            if task_id not in seen:
+                seen.add(task_id)
+                frontier.extend(self.tasks[task_id].deps)
+        return False
+
+    def reject(self, named: list[str]) -> set[str]:
+        """DecideProposals(reject): a split task waiting on a rejected proposal (or on a dependent
+        of one, reached before any other split) drops that dependency; then the named ones are
+        canceled with their dependents. Returns the split tasks freed."""
+        freed: set[str] = set()
+        seen, frontier = set(named), list(named)
+        while frontier:
+            following = []
+            for task_id in frontier:
+                for dependent in self.dependents(task_id):
+                    split = self.tasks[dependent]
+                    if self.tasks[task_id].discovered_from == dependent and split.state is PENDING:
+                        split.deps = tuple(d for d in split.deps if d != task_id)
+                        freed.add(dependent)
+                    elif split.state is not COMPLETED and dependent not in seen:
+                        seen.add(dependent)
+                        following.append(dependent)
+            frontier = following
+        self.cancel(list(named), by_lead=True)
+        return freed
 
     def dependents(self, task_id: str) -> list[str]:
         return [t.id for t in self.tasks.values() if task_id in t.deps]
@@ -226,7 +271,8 @@ class Model:
                 t
                 for t in reachable - revived
                 if all(
-                    self.tasks[d].state in (PENDING, IN_PROGRESS, COMPLETED, NEEDS_INPUT, IN_REVIEW) or d in revived
+                    self.tasks[d].state in (PENDING, IN_PROGRESS, COMPLETED, NEEDS_INPUT, IN_REVIEW, PROPOSED)
+                    or d in revived
                     for d in self.tasks[t].deps
                 )
             }
@@ -784,6 +830,139 @@ class BoardMachine(RuleBasedStateMachine):
         """The database less the daemon's clock stamp (how far its clock got, kept by any call)."""
         return [line for line in self.board.dump().splitlines() if "'clock_ms'" not in line]
 
+    # ------------------------------------------------------------ discovered work
+
+    @rule(name=st.sampled_from([*sorted(ROLES), "*"]), policy=st.sampled_from(list(TaskCreation)[1:]))
+    def set_task_creation(self, name: str, policy: TaskCreation) -> None:
+        assert self.board.set_creation(name, policy) is policy
+        self.model.creation[name] = policy
+
+    def live_work(self) -> list[MTask]:
+        return sorted(
+            (
+                t
+                for t in self.model.tasks.values()
+                if t.token is not None and t.lease_end > self.now and t.state is IN_PROGRESS
+            ),
+            key=lambda t: t.order,
+        )
+
+    @rule(data=st.data())
+    def propose(self, data) -> None:
+        """A teammate proposes one or two tasks: from no claim, or from a live work claim of
+        its own, maybe splitting it (refused: DENY, or a split that would close a cycle)."""
+        live = self.live_work()
+        source = None  # mostly a live claim's, when there is one
+        if live and data.draw(st.integers(0, 3), label="from no claim"):
+            source = data.draw(st.sampled_from(live), label="source")
+        self.proposal(data, source, source is not None and data.draw(st.booleans(), label="block"))
+
+    @precondition(lambda self: self.live_work())
+    @rule(data=st.data())
+    def split(self, data) -> None:
+        """A holder splits its task on tasks it proposes (live claims are too rare at random)."""
+        self.proposal(data, data.draw(st.sampled_from(self.live_work()), label="split source"), True)
+
+    def proposal(self, data, source: MTask | None, block: bool) -> None:
+        name = source.owner if source else data.draw(st.sampled_from(sorted(ROLES)), label="proposer")
+        open_ = sorted(t for t, task in self.model.tasks.items() if task.state not in (FAILED, CANCELED))
+        ids, specs = [], []
+        for _ in range(data.draw(st.integers(1, 2), label="proposed")):
+            task_id = f"t{self.next_id}"
+            self.next_id += 1
+            pool = open_ + ids
+            deps = data.draw(st.lists(st.sampled_from(pool), max_size=2, unique=True), label="deps") if pool else []
+            ceiling = source.priority if source else 2
+            priority = data.draw(st.integers(0, ceiling), label="priority")
+            specs.append(
+                spec(task_id, *deps, priority=priority, max_attempts=data.draw(st.integers(1, 3)), lease_ms=1000)
+            )
+            ids.append(task_id)
+        policy = self.model.creation_of(name)
+        outside = {d for s in specs for d in s.depends_on if d not in ids}
+        cycle = block and any(self.model.reaches(d, source.id) for d in outside)
+        token, from_id = (source.token, source.id) if source else ("", "")
+        if policy is TaskCreation.DENY or cycle:
+            before = self.dump_but_clock()
+            with pytest.raises(errors.PermissionDenied if policy is TaskCreation.DENY else errors.InvalidArgument):
+                self.board.propose(name, *specs, task_id=from_id, token=token, block=block)
+            assert self.dump_but_clock() == before
+            return
+        proposed = self.board.propose(name, *specs, task_id=from_id, token=token, block=block)
+        state = PROPOSED if policy is TaskCreation.PROPOSE else PENDING
+        assert [(t.id, t.state, t.proposed_by, t.discovered_from) for t in proposed.tasks] == [
+            (i, state, name, from_id) for i in ids
+        ]
+        for s_ in specs:
+            self.model.tasks[s_.id] = MTask(
+                s_.id,
+                len(self.model.tasks),
+                s_.depends_on,
+                s_.priority,
+                "",
+                s_.max_attempts,
+                1000,
+                state=state,
+                discovered_from=from_id,
+            )
+        if block:
+            self.model.end_claim(source, "split")
+            source.state, source.owner, source.deps = PENDING, "", source.deps + tuple(ids)
+            assert (proposed.split_task.state, proposed.split_task.depends_on) == (PENDING, source.deps)
+        else:
+            assert proposed.split_task is None
+
+    @precondition(lambda self: self.model.tasks)
+    @rule(data=st.data(), approve=st.booleans())
+    def decide_proposals(self, data, approve: bool) -> None:
+        """The Lead decides proposals: mostly PROPOSED ones; else any (refused, nothing written)."""
+        waiting = sorted(t for t, task in self.model.tasks.items() if task.state is PROPOSED)
+        pool = waiting if waiting and data.draw(st.integers(0, 3), label="a wrong one") else sorted(self.model.tasks)
+        ids = data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=2, unique=True), label="decide ids")
+        if any(self.model.tasks[t].state is not PROPOSED for t in ids):
+            before = self.dump_but_clock()
+            with pytest.raises(errors.FailedPrecondition):
+                self.board.decide(*ids, approve=approve)
+            assert self.dump_but_clock() == before
+            return
+        decided = self.board.decide(*ids, approve=approve, feedback="" if approve else "no")
+        # Each proposer acks its notice at once (no claim reaches it before it does: tests of
+        # their own say so); the checks that follow see claims only.
+        for name, seq in self.board.rows("SELECT recipient, max(seq) FROM inbox GROUP BY recipient"):
+            self.board.ack(name, seq)
+        if approve:
+            for task_id in ids:
+                self.model.tasks[task_id].state = PENDING
+            assert [t.id for t in decided] == ids
+            return
+        freed = self.model.reject(ids)
+        assert {t.id for t in decided} >= set(ids) | freed
+
+    @precondition(lambda self: self.model.tasks)
+    @rule(data=st.data())
+    def add_dependencies(self, data) -> None:
+        """The Lead makes a task wait for another: mostly a PENDING or PROPOSED one on any
+        task; refused for a task in another state, a FAILED or CANCELED dependency, a cycle."""
+        editable = sorted(t for t, task in self.model.tasks.items() if task.state in (PENDING, PROPOSED))
+        pool = editable if editable and data.draw(st.integers(0, 3), label="a wrong one") else sorted(self.model.tasks)
+        task = self.model.tasks[data.draw(st.sampled_from(pool), label="depend id")]
+        dep = self.model.tasks[data.draw(st.sampled_from(sorted(self.model.tasks)), label="on")]
+        if task.state not in (PENDING, PROPOSED):
+            expected: type[errors.CorralError] | None = errors.FailedPrecondition
+        elif dep.state in (FAILED, CANCELED) or (dep.id not in task.deps and self.model.reaches(dep.id, task.id)):
+            expected = errors.InvalidArgument
+        else:
+            expected = None
+        if expected is not None:
+            before = self.dump_but_clock()
+            with pytest.raises(expected):
+                self.board.depend(task.id, dep.id)
+            assert self.dump_but_clock() == before
+            return
+        if dep.id not in task.deps:
+            task.deps = task.deps + (dep.id,)
+        assert self.board.depend(task.id, dep.id).depends_on == task.deps
+
     # ------------------------------------------------------------ keys and budgets
 
     @rule(key=st.sampled_from(KEYS[1:]), limit=st.sampled_from([0, 1, 1, 2]))
@@ -866,10 +1045,18 @@ class BoardMachine(RuleBasedStateMachine):
                 "double": q(
                     "SELECT task_seq, count(*) FROM claims WHERE outcome IS NULL GROUP BY task_seq HAVING count(*) > 1"
                 ),
-                # 2. never a claim on a task whose dependency is not COMPLETED
+                # 2. never a live claim on a task whose dependency is not COMPLETED (a split task's
+                # new dependencies, or the Lead's added live, included: those come after its claims)
                 "early": q(
                     "SELECT c.fence FROM claims c JOIN deps d ON d.task_seq = c.task_seq"
-                    " JOIN tasks t ON t.seq = d.dep_seq WHERE t.state != 3"
+                    " JOIN tasks t ON t.seq = d.dep_seq WHERE t.state != 3 AND c.outcome IS NULL"
+                ),
+                # a PROPOSED task has never been claimed
+                "proposed_claimed": q(
+                    "SELECT c.fence FROM claims c JOIN tasks t ON t.seq = c.task_seq WHERE t.state = 8"
+                ),
+                "edges": q(
+                    "SELECT t.id, d.id FROM deps e JOIN tasks t ON t.seq = e.task_seq JOIN tasks d ON d.seq = e.dep_seq"
                 ),
                 # 4. tokens unique
                 "tokens": q("SELECT count(*), count(DISTINCT token) FROM claims")[0],
@@ -900,7 +1087,11 @@ class BoardMachine(RuleBasedStateMachine):
             }
 
         db = self.board.call(snapshot)
-        assert db["double"] == [] and db["early"] == [] and db["twice"] == []
+        assert db["double"] == [] and db["early"] == [] and db["twice"] == [] and db["proposed_claimed"] == []
+        # The graph is the model's (so acyclic, as the model's edges only ever are).
+        assert sorted(db["edges"]) == sorted((t.id, d) for t in self.model.tasks.values() for d in t.deps)
+        for task in self.model.tasks.values():
+            assert not any(self.model.reaches(d, task.id) for d in task.deps), task.id
         assert db["tokens"][0] == db["tokens"][1] == len(self.model.claims)
         assert dict(db["claims"]) == {c.token: c.outcome for c in self.model.claims.values()}
         for task_id, asked, answered in db["questions"]:

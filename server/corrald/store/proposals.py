@@ -179,21 +179,29 @@ def decide(tx: Txn, task_ids: Sequence[str], approve: bool, feedback: str) -> li
 def _drop_split_edges(tx: Txn, rejected: list[int], why: str) -> list[int]:
     """Before a rejection cancels `rejected` and their dependents: a task split on one of
     them (or on a dependent of one it proposed from the same claim) waits for it no more,
-    and its split's history says why. Returns the split tasks freed, in seq order."""
+    and its split's history says why. Returns the split tasks freed, in seq order.
+
+    Walked from the rejected tasks down their dependents, a level at a time, never across
+    a split's edge: a task that waits for the rejection only through a split task freed on
+    the way (s → p → f, f split on a rejected task) keeps its own split's edge (s → p)."""
     conn = tx.conn
     statements = sql(conn)
     freed: set[int] = set()
-    while True:
-        doomed = [seq for (seq, *_) in conn.execute(statements.DOOMED, (json.dumps(rejected),))]
-        edges = conn.execute(statements.SPLIT_EDGES_AMONG, (json.dumps(doomed),)).fetchall()
-        if not edges:
-            break
+    seen, frontier = set(rejected), list(rejected)
+    while frontier:
+        edges = conn.execute(statements.SPLIT_EDGES_AMONG, (json.dumps(frontier),)).fetchall()
         for split_seq, proposal_seq in edges:
             conn.execute(statements.DROP_DEPENDENCY, (split_seq, proposal_seq))
             role, unmet = conn.execute(statements.DEPENDENCY_DROPPED, (split_seq,)).fetchone()
             if unmet == 0:
                 tx.wakes.ready_roles[role] += 1
             freed.add(split_seq)
+        following = []  # the edges just dropped are gone: no dependent is reached across one
+        for _, dependent in conn.execute(statements.DEPENDENTS_OF, (json.dumps(frontier),)).fetchall():
+            if dependent not in seen:
+                seen.add(dependent)
+                following.append(dependent)
+        frontier = following
     for seq in sorted(freed):
         conn.execute(statements.SPLIT_REJECTED, (f"split rejected: {why}", seq))
         task_changed(tx, seq)
