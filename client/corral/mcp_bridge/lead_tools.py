@@ -17,13 +17,13 @@ import pydantic
 
 import corral
 from corral import aio
-from corral._dagfile import DagError, DagFile, explain_create_error, parse_dag
 
 from . import views
 from .errors import ToolFailure
 from .registry import ANY_OBJECT, BOOLEAN, INTEGER, STRING, Arguments, Count, Outcome, Progress, ToolSpec, array, obj
 from .rendering import TextBudget
 from .snippets import mcp_config_snippet
+from .task_specs import TaskArgument, explain_refusal, specs_of
 from .teammate_tools import (
     TEAMMATES_LISTED,
     TEXT_MAX_BYTES,
@@ -55,33 +55,6 @@ _EVENTS_MAX_BYTES = 24 * 1024
 # busy host that read takes well over 50 ms: a shorter wait cut long backlogs
 # into short pages.
 _NEXT_EVENT_WAIT = 0.25
-
-
-class ReviewArgument(Arguments):
-    """A task's review before done: a teammate holding reviewer_role reviews ("": the Lead)."""
-
-    reviewer_role: Annotated[str, pydantic.Field(max_length=200)] = ""
-    max_rounds: Annotated[int, pydantic.Field(ge=1, le=20)] | None = None
-
-
-class TaskArgument(Arguments):
-    """One task, with the fields of a DAG file (docs/dag-format.md)."""
-
-    id: Name
-    title: str = ""
-    description: str = ""
-    payload: str = ""
-    depends_on: list[str] = []
-    priority: int = 0
-    max_attempts: int | None = None
-    lease_seconds: float | None = None
-    required_role: str = ""
-    not_before: str | None = None
-    retry_backoff_seconds: float | None = None
-    retry_backoff_max_seconds: float | None = None
-    concurrency_key: str = ""
-    attempt_timeout_seconds: float | None = None
-    review: ReviewArgument | None = None
 
 
 class CreateTasksArgs(Arguments):
@@ -230,26 +203,18 @@ class LeadLink:
         return found
 
 
-def _specs(tasks: list[TaskArgument]) -> tuple[corral.TaskSpec, ...]:
-    document = {"tasks": [task.model_dump(exclude_defaults=True) | {"id": task.id} for task in tasks]}
-    try:
-        return parse_dag(json.dumps(document), "json", name="tasks").specs
-    except DagError as exc:
-        raise ToolFailure("INVALID_ARGUMENT", f"{exc}; fix that task and call again") from None
-
-
 def lead_tools(link: LeadLink) -> list[ToolSpec]:
     """The tool set of a Lead bridge (add_teammate only with a mint directory)."""
     lead = link.lead
 
     async def create_tasks(args: CreateTasksArgs, progress: Progress) -> Outcome:
-        specs = _specs(args.tasks)
+        specs = specs_of(args.tasks)
         try:
             created = await lead.create_tasks(specs, request_id=args.request_id or None)
         except corral.CorralError as exc:
-            explained = explain_create_error(exc, DagFile("tasks", specs))
-            if explained is not None:
-                raise ToolFailure(exc.reason or (exc.code.name if exc.code else "ERROR"), explained) from None
+            failure = explain_refusal(exc, specs)
+            if failure is not None:
+                raise failure from None
             raise
         ids = [task.id for task in created]
         return Outcome(f"{len(ids)} task(s) on the board", {"task_ids": ids})
