@@ -20,6 +20,7 @@ from corral import aio
 
 from . import views
 from .errors import ToolFailure
+from .proposals import proposal_lead_tools, proposals_waiting
 from .registry import ANY_OBJECT, BOOLEAN, INTEGER, STRING, Arguments, Count, Outcome, Progress, ToolSpec, array, obj
 from .rendering import TextBudget
 from .snippets import mcp_config_snippet
@@ -298,6 +299,7 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
         reviews, reviews_total, more_reviews = await lead_reviews()
         mates = await lead.list_teammates()
         budget = TextBudget()
+        proposals, more_proposals = await proposals_waiting(lead, budget)
         waiting = list(link.plans.values())[-20:]
         out: dict[str, Any] = {
             "tasks_by_state": by_state,
@@ -328,11 +330,13 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
                 for t in reviews
             ],
             "reviews_waiting_total": reviews_total,
+            "proposals_waiting": proposals,
+            "proposals_waiting_total": stats.tasks_by_state.get(corral.TaskState.PROPOSED, len(proposals)),
             "recent_failures": [
                 {"task_id": t.id, "error": budget.labelled(t.error, source=t.owner or "teammate", role="teammate")}
                 for t in link.failures
             ],
-            "truncated": budget.truncated or bool(more_asked) or more_reviews,
+            "truncated": budget.truncated or bool(more_asked) or more_reviews or more_proposals,
         }
         counts = ", ".join(f"{n} {s}" for s, n in by_state.items() if n) or "no tasks"
         summary = f"{counts}; {len(mates)} teammate(s); {len(waiting)} plan(s) waiting"
@@ -340,6 +344,9 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
             summary += f"; {out['questions_waiting_total']} question(s) waiting: answer them with answer_question"
         if reviews:
             summary += f"; {reviews_total} result(s) waiting for your review: decide them with review_task"
+        if proposals:
+            total = out["proposals_waiting_total"]
+            summary += f"; {total} proposed task(s) waiting: decide them with decide_proposals"
         return Outcome(summary, out)
 
     async def watch_events(args: WatchEventsArgs, progress: Progress) -> Outcome:
@@ -461,7 +468,8 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
             "board_summary",
             "Tasks by state, teammates, plans waiting for a decision, questions waiting for your answer "
             "(NEEDS_INPUT tasks, answered with answer_question), results waiting for your review (IN_REVIEW "
-            "tasks the Lead reviews, decided with review_task) and recent failures.",
+            "tasks the Lead reviews, decided with review_task), tasks teammates proposed (PROPOSED, with who "
+            "proposed each and from which task, decided with decide_proposals) and recent failures.",
             NoArgs,
             obj(
                 [
@@ -470,6 +478,7 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
                     "plans_waiting",
                     "questions_waiting",
                     "reviews_waiting",
+                    "proposals_waiting",
                     "recent_failures",
                 ],
                 tasks_by_state=ANY_OBJECT,
@@ -480,6 +489,8 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
                 questions_waiting_total=INTEGER,
                 reviews_waiting=array(ANY_OBJECT),
                 reviews_waiting_total=INTEGER,
+                proposals_waiting=array(ANY_OBJECT),
+                proposals_waiting_total=INTEGER,
                 recent_failures=array(ANY_OBJECT),
                 truncated=BOOLEAN,
             ),
@@ -489,14 +500,15 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
         ToolSpec(
             "watch_events",
             "Board events after after_seq (task changes, teammates, messages to the Lead, plans, questions "
-            "asked and answered, reviews decided, shutdown answers): waits up to wait_seconds (1-50) for the "
-            "first; continue with next_after_seq.",
+            "asked and answered, reviews decided, tasks proposed and proposals decided, shutdown answers): "
+            "waits up to wait_seconds (1-50) for the first; continue with next_after_seq.",
             WatchEventsArgs,
             obj(["events", "next_after_seq"], events=array(ANY_OBJECT), next_after_seq=INTEGER, truncated=BOOLEAN),
             watch_events,
             read_only=True,
         ),
     ]
+    tools += proposal_lead_tools(lead)
     if link.mint_dir is not None:
         tools.append(
             ToolSpec(
