@@ -17,13 +17,14 @@ import pydantic
 
 import corral
 from corral import aio
-from corral._dagfile import DagError, DagFile, explain_create_error, parse_dag
 
 from . import views
 from .errors import ToolFailure
+from .proposals import proposal_lead_tools, proposals_waiting
 from .registry import ANY_OBJECT, BOOLEAN, INTEGER, STRING, Arguments, Count, Outcome, Progress, ToolSpec, array, obj
 from .rendering import TextBudget
 from .snippets import mcp_config_snippet
+from .task_specs import TaskArgument, explain_refusal, specs_of
 from .teammate_tools import (
     TEAMMATES_LISTED,
     TEXT_MAX_BYTES,
@@ -55,33 +56,6 @@ _EVENTS_MAX_BYTES = 24 * 1024
 # busy host that read takes well over 50 ms: a shorter wait cut long backlogs
 # into short pages.
 _NEXT_EVENT_WAIT = 0.25
-
-
-class ReviewArgument(Arguments):
-    """A task's review before done: a teammate holding reviewer_role reviews ("": the Lead)."""
-
-    reviewer_role: Annotated[str, pydantic.Field(max_length=200)] = ""
-    max_rounds: Annotated[int, pydantic.Field(ge=1, le=20)] | None = None
-
-
-class TaskArgument(Arguments):
-    """One task, with the fields of a DAG file (docs/dag-format.md)."""
-
-    id: Name
-    title: str = ""
-    description: str = ""
-    payload: str = ""
-    depends_on: list[str] = []
-    priority: int = 0
-    max_attempts: int | None = None
-    lease_seconds: float | None = None
-    required_role: str = ""
-    not_before: str | None = None
-    retry_backoff_seconds: float | None = None
-    retry_backoff_max_seconds: float | None = None
-    concurrency_key: str = ""
-    attempt_timeout_seconds: float | None = None
-    review: ReviewArgument | None = None
 
 
 class CreateTasksArgs(Arguments):
@@ -230,26 +204,18 @@ class LeadLink:
         return found
 
 
-def _specs(tasks: list[TaskArgument]) -> tuple[corral.TaskSpec, ...]:
-    document = {"tasks": [task.model_dump(exclude_defaults=True) | {"id": task.id} for task in tasks]}
-    try:
-        return parse_dag(json.dumps(document), "json", name="tasks").specs
-    except DagError as exc:
-        raise ToolFailure("INVALID_ARGUMENT", f"{exc}; fix that task and call again") from None
-
-
 def lead_tools(link: LeadLink) -> list[ToolSpec]:
     """The tool set of a Lead bridge (add_teammate only with a mint directory)."""
     lead = link.lead
 
     async def create_tasks(args: CreateTasksArgs, progress: Progress) -> Outcome:
-        specs = _specs(args.tasks)
+        specs = specs_of(args.tasks)
         try:
             created = await lead.create_tasks(specs, request_id=args.request_id or None)
         except corral.CorralError as exc:
-            explained = explain_create_error(exc, DagFile("tasks", specs))
-            if explained is not None:
-                raise ToolFailure(exc.reason or (exc.code.name if exc.code else "ERROR"), explained) from None
+            failure = explain_refusal(exc, specs)
+            if failure is not None:
+                raise failure from None
             raise
         ids = [task.id for task in created]
         return Outcome(f"{len(ids)} task(s) on the board", {"task_ids": ids})
@@ -333,6 +299,7 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
         reviews, reviews_total, more_reviews = await lead_reviews()
         mates = await lead.list_teammates()
         budget = TextBudget()
+        proposals, more_proposals = await proposals_waiting(lead, budget)
         waiting = list(link.plans.values())[-20:]
         out: dict[str, Any] = {
             "tasks_by_state": by_state,
@@ -363,11 +330,13 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
                 for t in reviews
             ],
             "reviews_waiting_total": reviews_total,
+            "proposals_waiting": proposals,
+            "proposals_waiting_total": stats.tasks_by_state.get(corral.TaskState.PROPOSED, len(proposals)),
             "recent_failures": [
                 {"task_id": t.id, "error": budget.labelled(t.error, source=t.owner or "teammate", role="teammate")}
                 for t in link.failures
             ],
-            "truncated": budget.truncated or bool(more_asked) or more_reviews,
+            "truncated": budget.truncated or bool(more_asked) or more_reviews or more_proposals,
         }
         counts = ", ".join(f"{n} {s}" for s, n in by_state.items() if n) or "no tasks"
         summary = f"{counts}; {len(mates)} teammate(s); {len(waiting)} plan(s) waiting"
@@ -375,6 +344,9 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
             summary += f"; {out['questions_waiting_total']} question(s) waiting: answer them with answer_question"
         if reviews:
             summary += f"; {reviews_total} result(s) waiting for your review: decide them with review_task"
+        if proposals:
+            total = out["proposals_waiting_total"]
+            summary += f"; {total} proposed task(s) waiting: decide them with decide_proposals"
         return Outcome(summary, out)
 
     async def watch_events(args: WatchEventsArgs, progress: Progress) -> Outcome:
@@ -496,7 +468,8 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
             "board_summary",
             "Tasks by state, teammates, plans waiting for a decision, questions waiting for your answer "
             "(NEEDS_INPUT tasks, answered with answer_question), results waiting for your review (IN_REVIEW "
-            "tasks the Lead reviews, decided with review_task) and recent failures.",
+            "tasks the Lead reviews, decided with review_task), tasks teammates proposed (PROPOSED, with who "
+            "proposed each and from which task, decided with decide_proposals) and recent failures.",
             NoArgs,
             obj(
                 [
@@ -505,6 +478,7 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
                     "plans_waiting",
                     "questions_waiting",
                     "reviews_waiting",
+                    "proposals_waiting",
                     "recent_failures",
                 ],
                 tasks_by_state=ANY_OBJECT,
@@ -515,6 +489,8 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
                 questions_waiting_total=INTEGER,
                 reviews_waiting=array(ANY_OBJECT),
                 reviews_waiting_total=INTEGER,
+                proposals_waiting=array(ANY_OBJECT),
+                proposals_waiting_total=INTEGER,
                 recent_failures=array(ANY_OBJECT),
                 truncated=BOOLEAN,
             ),
@@ -524,14 +500,15 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
         ToolSpec(
             "watch_events",
             "Board events after after_seq (task changes, teammates, messages to the Lead, plans, questions "
-            "asked and answered, reviews decided, shutdown answers): waits up to wait_seconds (1-50) for the "
-            "first; continue with next_after_seq.",
+            "asked and answered, reviews decided, tasks proposed and proposals decided, shutdown answers): "
+            "waits up to wait_seconds (1-50) for the first; continue with next_after_seq.",
             WatchEventsArgs,
             obj(["events", "next_after_seq"], events=array(ANY_OBJECT), next_after_seq=INTEGER, truncated=BOOLEAN),
             watch_events,
             read_only=True,
         ),
     ]
+    tools += proposal_lead_tools(lead)
     if link.mint_dir is not None:
         tools.append(
             ToolSpec(

@@ -42,9 +42,9 @@ CLOSE_TIMEOUT_S = 1.5
 _INSTRUCTIONS = (
     "corral coordinates a team of agents. As a teammate: call next_item, handle the one item it returns "
     "(do a claimed task and finish it with complete_task or fail_task, or ask_lead when you cannot go on without "
-    "the Lead's answer; judge a review and answer it with submit_review; answer a shutdown_request with "
-    "respond_shutdown), then call next_item again. Text from "
-    "other parties is labelled with its author."
+    "the Lead's answer, or propose_tasks for work you discovered, splitting your task on it when that work "
+    "must come first; judge a review and answer it with submit_review; answer a shutdown_request with "
+    "respond_shutdown), then call next_item again. Text from other parties is labelled with its author."
 )
 
 
@@ -98,9 +98,9 @@ ALL_TOOL_NAMES = frozenset(
     {
         *("next_item", "get_task", "list_tasks", "list_teammates", "renew_lease", "complete_task", "fail_task"),
         *("release_task", "ask_lead", "submit_review", "send_message", "submit_plan", "respond_shutdown"),
-        "my_status",
+        *("my_status", "propose_tasks"),
         *("create_tasks", "cancel_tasks", "revoke_claim", "answer_question", "review_task", "set_budget"),
-        *("set_concurrency_limit", "decide_plan"),
+        *("set_concurrency_limit", "decide_plan", "decide_proposals", "add_dependencies", "set_task_creation"),
         *("request_shutdown", "board_summary", "watch_events", "add_teammate"),
     }
 )

@@ -34,8 +34,9 @@ __all__ = ["LinkSettings", "TeammateLink"]
 
 _log = logging.getLogger("corral.mcp")
 
-_INBOX = (corral.Message, corral.ShutdownRequest, corral.PlanDecision)
-_PROTOCOL = (corral.ShutdownRequest, corral.PlanDecision)
+_INBOX = (corral.Message, corral.ShutdownRequest, corral.PlanDecision, corral.ProposalsDecided)
+# Inbox items the daemon sends no claim past until acknowledged.
+_PROTOCOL = (corral.ShutdownRequest, corral.PlanDecision, corral.ProposalsDecided)
 # What a finish call raises for a claim that is no longer live (the holder lost it).
 _DEAD_CLAIM = (
     corral.LeaseExpired,
@@ -258,6 +259,18 @@ class TeammateLink:
             }
         if isinstance(item, corral.PlanDecision):
             return {"kind": "plan_decision", "plan_decision": view.plan_decision(item, TextBudget())}
+        if isinstance(item, corral.ProposalsDecided):
+            then = (
+                "they are PENDING and claimed like any task"
+                if item.approve
+                else "they are CANCELED (feedback says why); a task you split on them is ready again without them"
+            )
+            return {
+                "kind": "proposals_decided",
+                "proposals_decided": view.proposals_decided(item, TextBudget()),
+                "hint": f"the Lead {'approved' if item.approve else 'rejected'} tasks you proposed: {then}; "
+                "call next_item",
+            }
         if isinstance(item, corral.Message):
             return {"kind": "message", "message": view.message(item, TextBudget())}
         if isinstance(item, corral.ClaimEnded):
@@ -384,6 +397,41 @@ class TeammateLink:
         self._claims.pop(task_id, None)
         return task
 
+    async def propose(self, specs: tuple[corral.TaskSpec, ...], source: str, block: bool) -> list[str]:
+        """Propose tasks discovered from the held claim on `source` (`Claim.propose_tasks`;
+        "": from no claim); returns their ids. With `block` that task is split: its claim
+        ends (the SDK stops renewing it) and the bridge forgets it. A dead claim is dropped;
+        other refusals leave the claim held."""
+        if not source:
+            return await self.teammate.propose_tasks(specs)
+        claim = self._claims[source]
+        try:
+            ids = await claim.propose_tasks(specs, block=block)
+        except (*_DEAD_CLAIM, corral.Unauthenticated) as exc:
+            self._claims.pop(source, None)
+            raise failure_from_error(exc, task_id=source) from None
+        if block:
+            self._claims.pop(source, None)
+        return ids
+
+    def proposal_source(self, task_id: str, block: bool) -> str:
+        """The task a proposal comes from: `task_id` (NOT_HELD unless held), else the one
+        task held ("" when none is, unless `block` needs one)."""
+        if task_id:
+            self._claim(task_id)  # NOT_HELD unless held
+            return task_id
+        work = sorted(t for t, c in self._claims.items() if c.review is None)
+        if len(work) > 1:
+            raise ToolFailure(
+                "INVALID_ARGUMENT", f"task_id: you hold {', '.join(work)}: name the task the work was discovered from"
+            )
+        if not work and block:
+            raise ToolFailure(
+                "INVALID_ARGUMENT",
+                "block_current_task: you hold no task to split; propose without it, or call next_item for a task",
+            )
+        return work[0] if work else ""
+
     async def _finish(self, task_id: str, claim: aio.Claim, call: Any, *, remember: bool = False) -> corral.Task:
         try:
             task: corral.Task = await call
@@ -425,6 +473,8 @@ class TeammateLink:
             notes.append("a shutdown request from the Lead waits: call next_item")
         elif any(isinstance(i, corral.PlanDecision) for i in waiting):
             notes.append("a plan decision waits: call next_item")
+        elif any(isinstance(i, corral.ProposalsDecided) for i in waiting):
+            notes.append("the Lead's decision on tasks you proposed waits: call next_item")
         elif any(claim.protocol_pending for claim in self._claims.values()):
             notes.append("a protocol message from the Lead waits: call next_item")
         if self._shutdown_request is not None:

@@ -10,6 +10,7 @@ import corral
 
 from . import views
 from .errors import ToolFailure
+from .proposals import propose_tool
 from .registry import (
     ANY_OBJECT,
     BOOLEAN,
@@ -38,7 +39,10 @@ WAIT_MIN_SECONDS, WAIT_MAX_SECONDS = 1, 50
 TEAMMATES_LISTED = 100
 
 TaskId = Annotated[str, pydantic.Field(min_length=1, max_length=200)]
-KINDS = ["claim", "review", "shutdown_request", "plan_decision", "message", "claim_ended", "idle_timeout", "none"]
+KINDS = [
+    *("claim", "review", "shutdown_request", "plan_decision", "proposals_decided", "message", "claim_ended"),
+    *("idle_timeout", "none"),
+]
 BLOCKED_BY = ["shutdown_pending", "plan_required", "protocol_unacknowledged", "no_ready_task"]
 
 
@@ -67,7 +71,9 @@ class GetTaskArgs(Arguments):
     offset: Annotated[int, pydantic.Field(ge=0)] = 0
 
 
-TaskStateName = Literal["PENDING", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELED", "NEEDS_INPUT", "IN_REVIEW"]
+TaskStateName = Literal[
+    "PENDING", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELED", "NEEDS_INPUT", "IN_REVIEW", "PROPOSED"
+]
 
 
 class ListTasksArgs(Arguments):
@@ -294,9 +300,11 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
         ToolSpec(
             "next_item",
             "Wait up to wait_seconds (1-50) for your next item, in the daemon's order: a held claim re-sent, "
-            "shutdown_request, plan_decision, message, claim, review, claim_ended, idle_timeout, or none with "
+            "shutdown_request, plan_decision, proposals_decided (the Lead's decision on tasks you proposed: "
+            "task_ids, approve, feedback), message, claim, review, claim_ended, idle_timeout, or none with "
             "blocked_by and a hint. A claim of a task asked about before carries answers: each question with the "
-            "Lead's answer; a claim whose result a review rejected carries rejected_result and, in "
+            "Lead's answer; a task you split (propose_tasks) comes back with the proposed tasks' results in "
+            "dependency_results; a claim whose result a review rejected carries rejected_result and, in "
             "previous_attempt, the reviewer's feedback. A review is another teammate's result for you to judge "
             "(answer with submit_review). Call it again after handling each item (that acknowledges it). Always "
             "call this instead of picking tasks yourself.",
@@ -308,6 +316,7 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
                 review=ANY_OBJECT,
                 shutdown_request=ANY_OBJECT,
                 plan_decision=ANY_OBJECT,
+                proposals_decided=ANY_OBJECT,
                 message=ANY_OBJECT,
                 claim_ended=ANY_OBJECT,
                 idle_timeout=ANY_OBJECT,
@@ -386,6 +395,7 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
             obj(["task_id", "state"], task_id=STRING, state=STRING, hint=STRING),
             ask_lead,
         ),
+        propose_tool(link),
         ToolSpec(
             "submit_review",
             "Answer a review next_item gave you (kind review: the result of another teammate's task): "

@@ -20,6 +20,7 @@ __all__ = [
     "event",
     "message",
     "plan_decision",
+    "proposals_decided",
     "role_of",
     "shutdown_request",
     "task",
@@ -46,7 +47,8 @@ def _seconds(span: datetime.timedelta | None) -> float | None:
 
 def task(found: corral.Task, budget: TextBudget, *, offset: int = 0, brief: bool = False) -> dict[str, Any]:
     """A task; `brief` leaves out its texts (for listings), else they are labelled and paged.
-    A NEEDS_INPUT task carries its question, labelled as the asker's."""
+    A NEEDS_INPUT task carries its question, labelled as the asker's; a proposed task
+    says who proposed it and from which task, and its texts are labelled as the proposer's."""
     out: dict[str, Any] = {
         "id": found.id,
         "state": found.state.name,
@@ -66,13 +68,17 @@ def task(found: corral.Task, budget: TextBudget, *, offset: int = 0, brief: bool
         # Who reviews the result before it is COMPLETED ("": the Lead), and the rejections so far.
         out["review"] = {"reviewer_role": found.review.reviewer_role, "max_rounds": found.review.max_rounds}
         out["review_rounds"] = found.review_rounds
-    out["title"] = budget.labelled(found.title, source="lead", role="lead")
+    if found.proposed_by:
+        out["proposed_by"] = found.proposed_by
+        out["discovered_from"] = found.discovered_from
+    author, role = (found.proposed_by, "teammate") if found.proposed_by else ("lead", "lead")
+    out["title"] = budget.labelled(found.title, source=author, role=role)
     if found.question:
         out["question"] = budget.labelled(found.question, source="teammate", role="teammate")
     if brief:
         return out
-    out["description"] = budget.labelled(found.description, source="lead", role="lead", offset=offset)
-    out["payload"] = budget.labelled(found.payload, source="lead", role="lead", offset=offset)
+    out["description"] = budget.labelled(found.description, source=author, role=role, offset=offset)
+    out["payload"] = budget.labelled(found.payload, source=author, role=role, offset=offset)
     if found.result:
         out["result"] = budget.labelled(found.result, source=found.owner or "teammate", role="teammate", offset=offset)
     if found.error:
@@ -189,6 +195,15 @@ def plan_decision(item: corral.PlanDecision, budget: TextBudget) -> dict[str, An
     }
 
 
+def proposals_decided(item: corral.ProposalsDecided, budget: TextBudget) -> dict[str, Any]:
+    """The Lead's decision on tasks this teammate proposed."""
+    return {
+        "task_ids": list(item.task_ids),
+        "approve": item.approve,
+        "feedback": budget.labelled(item.feedback, source="lead", role="lead"),
+    }
+
+
 def claim_ended(item: corral.ClaimEnded) -> dict[str, Any]:
     return {"task_id": item.task_id, "reason": item.reason.name, "detail": item.detail[:500]}
 
@@ -200,6 +215,7 @@ def teammate(mate: corral.TeammateInfo) -> dict[str, Any]:
         "status": mate.status.name,
         "require_plan_approval": mate.require_plan_approval,
         "held_task_ids": list(mate.held_task_ids),
+        "task_creation": mate.task_creation.name,
     }
 
 
@@ -241,6 +257,12 @@ def event(item: corral.WatchEvent, budget: TextBudget) -> dict[str, Any]:
         out.update(kind="shutdown_answered", request_id=item.request_id, teammate=item.teammate)
         out["approve"] = item.approve
         out["reason"] = budget.labelled(item.reason, source=item.teammate, role="teammate")
+    elif isinstance(item, corral.TasksProposed):
+        out.update(kind="tasks_proposed", teammate=item.teammate, task_ids=list(item.task_ids))
+        out.update(discovered_from=item.discovered_from, needs_decision=item.needs_decision, split=item.split)
+    elif isinstance(item, corral.ProposalsDecidedEvent):
+        out.update(kind="proposals_decided", task_ids=list(item.task_ids), approve=item.approve)
+        out["feedback"] = budget.labelled(item.feedback, source="lead", role="lead")
     elif isinstance(item, corral.BudgetExhaustedEvent):
         out.update(kind="budget_exhausted", teammate=item.exhausted.teammate)
     else:
