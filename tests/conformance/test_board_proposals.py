@@ -558,6 +558,8 @@ def test_a_split_and_an_add_dependencies_racing_to_close_a_cycle_leave_none(boar
         assert len(failed) == 1, (split, depend)
         assert isinstance(failed[0], errors.InvalidArgument)
         assert failed[0].metadata.get("field") == ("block_claimed_task" if failed[0] is split else "depends_on")
+        cycle = f"{s} → {p} → {x} → {s}" if failed[0] is split else f"{x} → {s} → {p} → {x}"
+        assert f"dependency cycle: {cycle}" in str(failed[0]), failed[0]
         assert _a_cycle(_edges(board)) is None
         if failed[0] is split:  # the claim is still live: end it, so the next round claims its own task
             board.complete("w1", s, grant.token)

@@ -281,8 +281,8 @@ def test_bad_proposals_and_decisions_are_refused_with_a_clear_text_and_write_not
                 (
                     {"tasks": [{"id": f"{name}-loop", "depends_on": [held]}], "block_current_task": True},
                     "INVALID_ARGUMENT:",
-                    # The daemon names the cycle by the tasks on the board (the new one is not yet).
-                    ["block_current_task", "dependency cycle:", held],
+                    # The split would make the held task wait for the new one, which waits for it.
+                    ["block_current_task", f"dependency cycle: {held} → {name}-loop → {held}"],
                 ),
                 ({"tasks": [{"id": taken}]}, "ALREADY_EXISTS:", [taken]),
             ]

@@ -90,9 +90,10 @@ def propose(
         assert source is not None
         steps(tx.conn).lock_graph(tx)
         inside = {spec.id for spec in specs}
-        outside = sorted({dep for spec in specs for dep in spec.depends_on if dep not in inside})
-        found = rows_by_id(tx.conn, outside)
-        refuse_cycle(tx.conn, source.seq, [found[dep].seq for dep in outside if dep in found], "block_claimed_task")
+        # The split makes the task wait for each proposed task: so, through it, for what it waits for.
+        via = {dep: spec.id for spec in reversed(specs) for dep in spec.depends_on if dep not in inside}
+        found = rows_by_id(tx.conn, sorted(via))
+        refuse_cycle(tx.conn, source.seq, [row.seq for row in found.values()], "block_claimed_task", via)
     created = create_batch(tx, batch, origin=Origin(teammate, task_id, policy is TaskCreation.PROPOSE))
     seqs = [task.seq for task in created.tasks]
     emit(

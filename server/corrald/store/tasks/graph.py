@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ... import errors
 from ...model import TaskRecord, TaskState
@@ -64,15 +64,19 @@ def link(tx: Txn, seq: int, dep_seqs: Sequence[int]) -> None:
     )
 
 
-def refuse_cycle(conn: sqlite3.Connection, seq: int, new_deps: Sequence[int], field: str) -> None:
+def refuse_cycle(
+    conn: sqlite3.Connection, seq: int, new_deps: Sequence[int], field: str, via: Mapping[str, str] | None = None
+) -> None:
     """Refuses edges from task `seq` to `new_deps` that would close a cycle, naming it
-    (`a → c → b → a`: a would depend on c, which depends on b, which depends on a)."""
+    (`a → c → b → a`: a would depend on c, which depends on b, which depends on a).
+    `via`: for edges that reach `new_deps` through tasks not on the board yet (a split's
+    proposals), the one to name before each of `new_deps`, by id."""
     path = dependency_path(conn, new_deps, seq)
     if path is None:
         return
     ids = dict(conn.execute(sql(conn).IDS_OF, (json.dumps([seq, *path]),)).fetchall())
-    shown = " → ".join(ids[node] for node in (seq, *path))
-    raise errors.InvalidArgument(field, f"dependency cycle: {shown}")
+    named = [ids[seq], *([via[ids[path[0]]]] if via else []), *(ids[node] for node in path)]
+    raise errors.InvalidArgument(field, f"dependency cycle: {' → '.join(named)}")
 
 
 def dependency_path(conn: sqlite3.Connection, starts: Sequence[int], target: int) -> list[int] | None:
