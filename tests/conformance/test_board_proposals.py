@@ -18,6 +18,8 @@ from corrald.model import ClaimGrant, ClaimOutcome, Completion, Proposed, TaskCr
 from corrald.store import proposals, tasks
 from corrald.store.proposals import PROPOSALS_WAITING_MAX
 from tests.support.boardkit import spec
+from tests.support.graphs import a_cycle
+from tests.support.races import race
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -300,28 +302,6 @@ def _edges(board) -> dict[str, set[str]]:
     return graph
 
 
-def _a_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """A cycle of the graph (task -> its dependencies) as a path, or None: an iterative DFS."""
-    colour: dict[str, int] = {}  # 1 on the path, 2 done
-    for root in sorted(graph):
-        if colour.get(root):
-            continue
-        path, stack = [root], [iter(sorted(graph.get(root, ())))]
-        colour[root] = 1
-        while stack:
-            following = next(stack[-1], None)
-            if following is None:
-                colour[path.pop()] = 2
-                stack.pop()
-            elif colour.get(following) == 1:
-                return [*path[path.index(following) :], following]
-            elif not colour.get(following):
-                colour[following] = 1
-                path.append(following)
-                stack.append(iter(sorted(graph.get(following, ()))))
-    return None
-
-
 def _run_threads(targets, timeout: float) -> None:
     threads = [threading.Thread(target=target, name=name) for name, target in targets]
     for thread in threads:
@@ -483,7 +463,7 @@ def test_many_teammates_propose_and_split_while_the_lead_decides_and_adds_depend
         if later:
             assert all(ended_at[p] < later[0] for p in event["task_ids"]), (event, later[0])
     # Acyclic.
-    assert _a_cycle(graph) is None
+    assert a_cycle(graph) is None
     # Attempts and outcomes match the history the threads saw.
     outcomes = dict(board.rows("SELECT outcome, count(*) FROM claims GROUP BY outcome"))
     assert outcomes == {"completed": len(completed), "split": len(splits)}
@@ -499,24 +479,6 @@ def test_many_teammates_propose_and_split_while_the_lead_decides_and_adds_depend
     assert sorted(split_rows) == sorted(collections.Counter(splits).items())
 
 
-def _race(calls: list) -> list:
-    """Runs each call in a thread of its own, all let go at once; each one's value or error."""
-    gate = threading.Barrier(len(calls))
-    outcomes: list = [None] * len(calls)
-
-    def run(index: int) -> None:
-        gate.wait(10)
-        try:
-            outcomes[index] = calls[index]()
-        except Exception as error:  # noqa: BLE001 (a CorralError is an outcome, anything else fails below)
-            outcomes[index] = error
-
-    _run_threads([(f"racer{n}", lambda n=n: run(n)) for n in range(len(calls))], timeout=30)
-    unexpected = [o for o in outcomes if isinstance(o, Exception) and not isinstance(o, errors.CorralError)]
-    assert not unexpected and None not in outcomes, unexpected
-    return outcomes
-
-
 ROUNDS = 6
 
 
@@ -530,12 +492,12 @@ def test_concurrent_add_dependencies_closing_a_ring_leave_no_cycle(board, ring):
         ids = [f"r{round_}.{k}" for k in range(ring)]
         board.create(*[spec(i) for i in ids])
         edges = [(ids[k], ids[(k + 1) % ring]) for k in range(ring)] * 2
-        outcomes = _race([lambda e=e: _depend_job(board, *e) for e in edges])
+        outcomes = race([lambda e=e: _depend_job(board, *e) for e in edges], (errors.CorralError,))
         refused = [o for o in outcomes if isinstance(o, errors.CorralError)]
         assert all(isinstance(o, errors.InvalidArgument) and "dependency cycle: " in str(o) for o in refused), refused
         added = {edge for edge, o in zip(edges, outcomes, strict=True) if not isinstance(o, errors.CorralError)}
         assert len(added) == ring - 1, (added, refused)
-        assert _a_cycle(_edges(board)) is None
+        assert a_cycle(_edges(board)) is None
 
 
 @pytest.mark.timeout(90)
@@ -548,11 +510,12 @@ def test_a_split_and_an_add_dependencies_racing_to_close_a_cycle_leave_none(boar
         board.create(spec(s, priority=1), spec(x))
         grant = board.claim("w1")
         assert grant.task.id == s
-        split, depend = _race(
+        split, depend = race(
             [
                 lambda s=s, x=x, p=p, k=grant.token: _propose_job(board, "w1", [spec(p, x)], s, k, block=True),
                 lambda s=s, x=x: _depend_job(board, x, s),
-            ]
+            ],
+            (errors.CorralError,),
         )
         failed = [o for o in (split, depend) if isinstance(o, errors.CorralError)]
         assert len(failed) == 1, (split, depend)
@@ -560,7 +523,7 @@ def test_a_split_and_an_add_dependencies_racing_to_close_a_cycle_leave_none(boar
         assert failed[0].metadata.get("field") == ("block_claimed_task" if failed[0] is split else "depends_on")
         cycle = f"{s} → {p} → {x} → {s}" if failed[0] is split else f"{x} → {s} → {p} → {x}"
         assert f"dependency cycle: {cycle}" in str(failed[0]), failed[0]
-        assert _a_cycle(_edges(board)) is None
+        assert a_cycle(_edges(board)) is None
         if failed[0] is split:  # the claim is still live: end it, so the next round claims its own task
             board.complete("w1", s, grant.token)
         board.cancel(s, x)

@@ -3,54 +3,15 @@ close a cycle, leave none; exactly the last edge of each ring to commit is refus
 
 from __future__ import annotations
 
-import threading
-
 import grpc
 import pytest
 
 from corral.v1 import corral_pb2 as pb
 from tests.contract.wire import spec
+from tests.support.graphs import a_cycle
+from tests.support.races import race
 
 ROUNDS = 8
-
-
-def _race(calls: list) -> list:
-    """Each call in a thread of its own, let go at once: its response, or its grpc.RpcError."""
-    gate = threading.Barrier(len(calls))
-    outcomes: list = [None] * len(calls)
-
-    def run(index: int) -> None:
-        gate.wait(10)
-        try:
-            outcomes[index] = calls[index]()
-        except grpc.RpcError as error:
-            outcomes[index] = error
-
-    threads = [threading.Thread(target=run, args=(n,)) for n in range(len(calls))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    assert not [t for t in threads if t.is_alive()], "a call did not return"
-    return outcomes
-
-
-def _acyclic(conn) -> bool:
-    """Whether the board's graph has no cycle: tasks are taken off as their dependencies go."""
-    edges = conn.execute("SELECT task_seq, dep_seq FROM deps").fetchall()
-    waiting: dict[int, set[int]] = {}
-    for task, dep in edges:
-        waiting.setdefault(task, set()).add(dep)
-        waiting.setdefault(dep, set())
-    while waiting:
-        free = [task for task, deps in waiting.items() if not deps]
-        if not free:
-            return False
-        for task in free:
-            del waiting[task]
-        for deps in waiting.values():
-            deps.difference_update(free)
-    return True
 
 
 @pytest.mark.timeout(120)
@@ -68,7 +29,7 @@ def test_add_dependencies_through_two_daemons_never_close_a_cycle(shared_board, 
             for task, dep in edges
             for via in (0, 1)  # every edge through both daemons at once
         ]
-        outcomes = _race(calls)
+        outcomes = race(calls, (grpc.RpcError,))
         assert all(o is not None for o in outcomes), "every call answered"
         refused = [o for o in outcomes if isinstance(o, grpc.RpcError)]
         assert all(o.code() == grpc.StatusCode.INVALID_ARGUMENT for o in refused), [o.details() for o in refused]
@@ -76,4 +37,11 @@ def test_add_dependencies_through_two_daemons_never_close_a_cycle(shared_board, 
         added = {edge for edge, o in zip([e for e in edges for _ in (0, 1)], outcomes, strict=True) if o not in refused}
         assert len(added) == ring - 1, (added, [o.details() for o in refused])
         with shared_board.connection() as conn:
-            assert _acyclic(conn)
+            assert a_cycle(_graph(conn)) is None
+
+
+def _graph(conn) -> dict[int, set[int]]:
+    graph: dict[int, set[int]] = {}
+    for task, dep in conn.execute("SELECT task_seq, dep_seq FROM deps").fetchall():
+        graph.setdefault(task, set()).add(dep)
+    return graph

@@ -56,16 +56,11 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
         )
 
     async def RetryTasks(self, request: pb.RetryTasksRequest, context, identity: Identity) -> pb.RetryTasksResponse:
-        def reply(retried: tuple[list[TaskRecord], int]) -> pb.RetryTasksResponse:
-            records, count = retried
-            kept = convert.fitting(convert.task(record) for record in records)
-            return pb.RetryTasksResponse(tasks=kept, omitted_count=count - len(kept))
-
         return await self._answer(
             identity,
             request,
             lambda key: self._board.retry_tasks(list(request.ids), request.reset_attempts, key),
-            reply,
+            lambda retried: pb.RetryTasksResponse(**_changed(*retried)),
         )
 
     async def AddTeammate(self, request: pb.AddTeammateRequest, context, identity: Identity) -> pb.AddTeammateResponse:
@@ -127,16 +122,11 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
     async def DecideProposals(
         self, request: pb.DecideProposalsRequest, context, identity: Identity
     ) -> pb.DecideProposalsResponse:
-        def reply(decided: tuple[list[TaskRecord], int]) -> pb.DecideProposalsResponse:
-            records, count = decided
-            kept = convert.fitting(convert.task(record) for record in records)
-            return pb.DecideProposalsResponse(tasks=kept, omitted_count=count - len(kept))
-
         return await self._answer(
             identity,
             request,
             lambda key: self._board.decide_proposals(list(request.task_ids), request.approve, request.feedback, key),
-            reply,
+            lambda decided: pb.DecideProposalsResponse(**_changed(*decided)),
         )
 
     async def AddDependencies(
@@ -240,3 +230,10 @@ def _cancel_reply(canceled: list[CanceledTask]) -> pb.CancelTasksResponse:
     """The canceled tasks that fit one reply, and how many did not."""
     kept = convert.fitting(convert.canceled_task(task) for task in canceled)
     return pb.CancelTasksResponse(tasks=kept, omitted_count=len(canceled) - len(kept))
+
+
+def _changed(records: list[TaskRecord], count: int) -> dict:
+    """The fields of a reply listing the tasks a call changed (RetryTasks, DecideProposals):
+    those that fit the reply, and how many more it changed."""
+    kept = convert.fitting(convert.task(record) for record in records)
+    return {"tasks": kept, "omitted_count": count - len(kept)}
