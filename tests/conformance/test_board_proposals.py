@@ -527,3 +527,15 @@ def test_a_split_and_an_add_dependencies_racing_to_close_a_cycle_leave_none(boar
         if failed[0] is split:  # the claim is still live: end it, so the next round claims its own task
             board.complete("w1", s, grant.token)
         board.cancel(s, x)
+
+
+def test_retrying_a_dependency_does_not_bring_back_a_rejected_proposal(team):
+    """A rejection is the Lead's decision, as a cancel is: RetryTasks of the task a rejected
+    proposal depended on brings back that task alone."""
+    team.create(spec("base"))
+    team.propose("w1", spec("extra", "base"))
+    team.decide("extra", approve=False, feedback="not now")
+    team.cancel("base")
+    retried, count = team.run(team.board.retry_tasks(["base"], False))
+    assert ([t.id for t in retried], count) == (["base"], 1)
+    assert team.state("extra") is TaskState.CANCELED

@@ -1,7 +1,8 @@
 """The store's statements and steps, one module of each per driver: the statements
-(store/sqlite/queries.py, store/postgres/queries.py) by the same names in both, each in
-its own dialect, every statement a store function asks for defined by both; and the
-steps (`store.driver.DriverSteps`) taken by both drivers, the store asking for no other."""
+(store/sqlite/queries.py, store/postgres/queries.py, and the groups kept apart from them:
+`graph`, `usage`) by the same names in both, each in its own dialect, every statement a
+store function asks for defined by both; and the steps (`store.driver.DriverSteps`)
+taken by both drivers, the store asking for no other."""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ pytestmark = pytest.mark.timeout(30)
 STORE = pathlib.Path(__file__).resolve().parents[2] / "server" / "corrald" / "store"
 
 
+# The statements kept apart from queries.py, by the name queries.py gives each group.
+GROUPS = ("graph", "usage")
+# Each driver's statement modules: queries.py and its groups.
+PAIRS = [(sqlite, postgres), *((getattr(sqlite, group), getattr(postgres, group)) for group in GROUPS)]
+
+
 def _public(module) -> set[str]:
     return {name for name in vars(module) if not name.startswith("_") and name not in ("annotations", "functools")}
 
@@ -30,16 +37,19 @@ def _public(module) -> set[str]:
 def test_the_drivers_name_the_same_statements():
     """Every SQLite statement has its PostgreSQL twin (PostgreSQL has a few fragments more,
     which its fused.py composes)."""
-    assert _public(sqlite) - _public(postgres) == set()
+    for lite, pg in PAIRS:
+        assert _public(lite) - _public(pg) == set(), lite.__name__
 
 
 def test_each_driver_writes_its_own_parameters():
-    for name in _public(sqlite):
-        value = getattr(sqlite, name)
-        if isinstance(value, str):
-            assert "%s" not in value, name
-    for name in _public(postgres) | {f"fused.{n}" for n in _public(fused)}:
-        value = getattr(fused, name[6:]) if name.startswith("fused.") else getattr(postgres, name)
+    for lite, _ in PAIRS:
+        for name in _public(lite):
+            value = getattr(lite, name)
+            if isinstance(value, str):
+                assert "%s" not in value, name
+    named = [(pg, name) for _, pg in PAIRS for name in _public(pg)] + [(fused, name) for name in _public(fused)]
+    for module, name in named:
+        value = getattr(module, name)
         if isinstance(value, str):
             assert "?" not in re.sub(r"'(?:[^']|'')*'", "", value), name
             assert "INDEXED BY" not in value and "json_each(" not in value and "group_concat" not in value, name
@@ -65,6 +75,24 @@ def test_every_statement_the_store_asks_for_is_there():
     assert asked, "the store asks its statements of `sql(conn)`"
     assert asked - _public(sqlite) == set()
     assert asked - _public(postgres) == set()
+    for group in GROUPS:
+        wanted = _asked_of_group(group)
+        assert wanted, group
+        assert wanted - _public(getattr(sqlite, group)) == set(), group
+        assert wanted - _public(getattr(postgres, group)) == set(), group
+
+
+def _asked_of_group(group: str) -> set[str]:
+    """The names the store's modules read as `sql(conn).GROUP.NAME` or `statements.GROUP.NAME`."""
+    asked: set[str] = set()
+    for path in STORE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == group:
+                inner = node.value.value
+                by_call = isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id == "sql"
+                if by_call or (isinstance(inner, ast.Name) and inner.id == "statements"):
+                    asked.add(node.attr)
+    return asked
 
 
 def _functions(module) -> set[str]:

@@ -14,6 +14,7 @@ from ..validate import PreparedBatch
 from .dialect import sql, steps
 from .events import emit
 from .inbox import enqueue
+from .tasks.cancel import REJECTED_PROPOSAL
 from .tasks.create import Origin, create_batch
 from .tasks.ends import cancel_seqs, end_claim, live_claim, slot_freed
 from .tasks.graph import link, refuse_cycle
@@ -25,7 +26,7 @@ PROPOSALS_WAITING_MAX = 1000
 
 def task_creation_of(tx: Txn, teammate: str) -> TaskCreation:
     """The teammate's policy: its own, else the "*" default."""
-    row = tx.conn.execute(sql(tx.conn).TASK_CREATION_OF, (teammate,)).fetchone()
+    row = tx.conn.execute(sql(tx.conn).graph.TASK_CREATION_OF, (teammate,)).fetchone()
     if row is None:
         raise errors.TeammateNotFound(f"no teammate {teammate!r}", name=teammate)
     return TaskCreation(row[0])
@@ -35,8 +36,8 @@ def set_task_creation(tx: Txn, teammate: str, policy: TaskCreation) -> TaskCreat
     """Sets a teammate's policy, or with "*" the default of every teammate without its own."""
     statements = sql(tx.conn)
     if teammate == "*":
-        tx.conn.execute(statements.SET_DEFAULT_TASK_CREATION, (int(policy),))
-    elif tx.conn.execute(statements.SET_TASK_CREATION, (int(policy), teammate)).rowcount != 1:
+        tx.conn.execute(statements.graph.SET_DEFAULT_TASK_CREATION, (int(policy),))
+    elif tx.conn.execute(statements.graph.SET_TASK_CREATION, (int(policy), teammate)).rowcount != 1:
         raise errors.TeammateNotFound(f"no teammate {teammate!r}", name=teammate)
     tx.wakes.note("task_creation", teammate=teammate, policy=policy.name)
     return policy
@@ -71,7 +72,7 @@ def propose(
             raise errors.InvalidArgument(
                 "block_claimed_task", f"task {task_id!r} is under your review: it cannot be split"
             )
-        (ceiling,) = tx.conn.execute(sql(tx.conn).TASK_PRIORITY, (source.seq,)).fetchone()
+        (ceiling,) = tx.conn.execute(sql(tx.conn).graph.TASK_PRIORITY, (source.seq,)).fetchone()
         for index, spec in enumerate(specs):
             if spec.priority > ceiling:
                 raise errors.InvalidArgument(
@@ -79,7 +80,7 @@ def propose(
                     f"{spec.priority} is above {ceiling}, the priority of {task_id!r} it was discovered from",
                 )
     if policy is TaskCreation.PROPOSE:
-        (waiting,) = tx.conn.execute(sql(tx.conn).PROPOSALS_WAITING, (teammate,)).fetchone()
+        (waiting,) = tx.conn.execute(sql(tx.conn).graph.PROPOSALS_WAITING, (teammate,)).fetchone()
         if waiting + len(specs) > PROPOSALS_WAITING_MAX:
             raise errors.FailedPrecondition(
                 f"{teammate!r} has {waiting} proposed tasks waiting for the lead: at most"
@@ -113,7 +114,7 @@ def propose(
         assert source is not None
         end_claim(tx, source.fence, ClaimOutcome.SPLIT, key=source.key)
         link(tx, source.seq, seqs)
-        tx.conn.execute(sql(tx.conn).SPLIT_TASK, (len(seqs), source.seq))
+        tx.conn.execute(sql(tx.conn).graph.SPLIT_TASK, (len(seqs), source.seq))
         task_changed(tx, source.seq)
         slot_freed(tx, teammate)
         split_task = task_by_seq(tx.conn, source.seq)
@@ -145,7 +146,7 @@ def decide(tx: Txn, task_ids: Sequence[str], approve: bool, feedback: str) -> li
     conn = tx.conn
     statements = sql(conn)
     wanted = list(dict.fromkeys(task_ids))
-    rows = {task_id: rest for task_id, *rest in conn.execute(statements.PROPOSALS_BY_ID, (json.dumps(wanted),))}
+    rows = {task_id: rest for task_id, *rest in conn.execute(statements.graph.PROPOSALS_BY_ID, (json.dumps(wanted),))}
     for task_id in wanted:
         if task_id not in rows:
             raise errors.TaskNotFound(f"no task {task_id!r}", id=task_id)
@@ -158,12 +159,12 @@ def decide(tx: Txn, task_ids: Sequence[str], approve: bool, feedback: str) -> li
     if approve:
         changed = named
         for seq in named:
-            role, unmet = conn.execute(statements.APPROVE_PROPOSED, (seq,)).fetchone()
+            role, unmet = conn.execute(statements.graph.APPROVE_PROPOSED, (seq,)).fetchone()
             if unmet == 0:
                 tx.wakes.ready_roles[role] += 1
         task_events(tx, named)
     else:
-        why = f"proposal rejected: {feedback}" if feedback else "proposal rejected"
+        why = f"{REJECTED_PROPOSAL}: {feedback}" if feedback else REJECTED_PROPOSAL
         freed = _drop_split_edges(tx, named, why)
         canceled = cancel_seqs(tx, [(seq, why) for seq in named])
         changed = canceled + [seq for seq in freed if seq not in canceled]
@@ -190,21 +191,21 @@ def _drop_split_edges(tx: Txn, rejected: list[int], why: str) -> list[int]:
     freed: set[int] = set()
     seen, frontier = set(rejected), list(rejected)
     while frontier:
-        edges = conn.execute(statements.SPLIT_EDGES_AMONG, (json.dumps(frontier),)).fetchall()
+        edges = conn.execute(statements.graph.SPLIT_EDGES_AMONG, (json.dumps(frontier),)).fetchall()
         for split_seq, proposal_seq in edges:
-            conn.execute(statements.DROP_DEPENDENCY, (split_seq, proposal_seq))
-            role, unmet = conn.execute(statements.DEPENDENCY_DROPPED, (split_seq,)).fetchone()
+            conn.execute(statements.graph.DROP_DEPENDENCY, (split_seq, proposal_seq))
+            role, unmet = conn.execute(statements.graph.DEPENDENCY_DROPPED, (split_seq,)).fetchone()
             if unmet == 0:
                 tx.wakes.ready_roles[role] += 1
             freed.add(split_seq)
         following = []  # the edges just dropped are gone: no dependent is reached across one
-        for _, dependent in conn.execute(statements.DEPENDENTS_OF, (json.dumps(frontier),)).fetchall():
+        for _, dependent in conn.execute(statements.graph.DEPENDENTS_OF, (json.dumps(frontier),)).fetchall():
             if dependent not in seen:
                 seen.add(dependent)
                 following.append(dependent)
         frontier = following
     for seq in sorted(freed):
-        conn.execute(statements.SPLIT_REJECTED, (f"split rejected: {why}", seq))
+        conn.execute(statements.graph.SPLIT_REJECTED, (f"split rejected: {why}", seq))
         task_changed(tx, seq)
     return sorted(freed)
 

@@ -74,7 +74,7 @@ def get_teammate(conn: sqlite3.Connection, name: str) -> TeammateRecord:
     role_list = _roles(roles)
     waiting_for = tuple(work_waited_for(conn, name, role_list)) if status == TeammateStatus.WAITING else ()
     spent, budget = usage.of_teammate(conn, name)
-    (policy,) = conn.execute(sql(conn).TASK_CREATION_OF, (name,)).fetchone()
+    (policy,) = conn.execute(sql(conn).graph.TASK_CREATION_OF, (name,)).fetchone()
     return TeammateRecord(
         name,
         role_list,

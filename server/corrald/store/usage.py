@@ -33,7 +33,7 @@ def _standing(row: tuple) -> tuple[str, Usage, Budget]:
 
 def charge(tx: Txn, teammate: str, task_seq: int, usage: Usage) -> None:
     """Adds a report to the task's and the teammate's sums (`charge_teammate`)."""
-    tx.conn.execute(sql(tx.conn).CHARGE_TASK, (*_sum_params(usage), task_seq))
+    tx.conn.execute(sql(tx.conn).usage.CHARGE_TASK, (*_sum_params(usage), task_seq))
     charge_teammate(tx, teammate, usage)
 
 
@@ -43,7 +43,7 @@ def task_sums(conn: sqlite3.Connection, usage: Usage | None) -> tuple[str, tuple
     A renewal or completion carrying usage then updates the task row once."""
     if usage is None:
         return "", ()
-    return ", " + sql(conn).USAGE_SUMS, _sum_params(usage)
+    return ", " + sql(conn).usage.USAGE_SUMS, _sum_params(usage)
 
 
 def charge_teammate(tx: Txn, teammate: str, usage: Usage) -> None:
@@ -55,7 +55,7 @@ def charge_teammate(tx: Txn, teammate: str, usage: Usage) -> None:
     # what it was (the gate may have closed before this report), so then the sums
     # are read first: a second statement only for a report that reaches the cap.
     statements = sql(tx.conn)
-    row = tx.conn.execute(statements.CHARGE_BELOW_CAP, (*_sum_params(usage), teammate, *counts)).fetchone()
+    row = tx.conn.execute(statements.usage.CHARGE_BELOW_CAP, (*_sum_params(usage), teammate, *counts)).fetchone()
     if row is not None:
         _, spent, budget = _standing(row)
         before = Usage(
@@ -64,8 +64,8 @@ def charge_teammate(tx: Txn, teammate: str, usage: Usage) -> None:
             spent.cost_micros - usage.cost_micros,
         )
     else:
-        _, before, _ = _standing(tx.conn.execute(statements.STANDING, (teammate,)).fetchone())
-        row = tx.conn.execute(statements.CHARGE, (*_sum_params(usage), teammate)).fetchone()
+        _, before, _ = _standing(tx.conn.execute(statements.usage.STANDING, (teammate,)).fetchone())
+        row = tx.conn.execute(statements.usage.CHARGE, (*_sum_params(usage), teammate)).fetchone()
         _, spent, budget = _standing(row)
     if budget.spent_by(spent) and not budget.spent_by(before):
         _exhausted(tx, BudgetExhausted(teammate, spent, budget))
@@ -99,17 +99,17 @@ def _exhausted(tx: Txn, notice: BudgetExhausted) -> None:
 def set_budget(tx: Txn, name: str, budget: Budget) -> Budget:
     """Sets a teammate's own budget, or with "*" the default. A teammate whose gate this
     closes is told so; one whose gate it opens is woken to claim again."""
-    if name != "*" and tx.conn.execute(sql(tx.conn).TEAMMATE_EXISTS_FOR_BUDGET, (name,)).fetchone() is None:
+    if name != "*" and tx.conn.execute(sql(tx.conn).usage.TEAMMATE_EXISTS_FOR_BUDGET, (name,)).fetchone() is None:
         raise errors.TeammateNotFound(f"no teammate {name!r}", name=name)
     before = _closed(tx.conn, name)
     if name == "*":
         tx.conn.executemany(
-            sql(tx.conn).SET_DEFAULT_BUDGET,
+            sql(tx.conn).usage.SET_DEFAULT_BUDGET,
             [(budget.max_cost_micros, "budget_cost_micros"), (budget.max_tokens, "budget_tokens")],
         )
     else:
         tx.conn.execute(
-            sql(tx.conn).SET_BUDGET,
+            sql(tx.conn).usage.SET_BUDGET,
             (budget.max_cost_micros, budget.max_tokens, name),
         )
     after = _closed(tx.conn, name)
@@ -127,16 +127,16 @@ def _closed(conn: sqlite3.Connection, name: str) -> dict[str, BudgetExhausted]:
     on the default budget."""
     statements = sql(conn)
     if name == "*":
-        rows = conn.execute(statements.CLOSED_GATES_ON_DEFAULT).fetchall()
+        rows = conn.execute(statements.usage.CLOSED_GATES_ON_DEFAULT).fetchall()
     else:
-        rows = conn.execute(statements.CLOSED_GATES_OF_ONE, (name,)).fetchall()
+        rows = conn.execute(statements.usage.CLOSED_GATES_OF_ONE, (name,)).fetchall()
     notices = [BudgetExhausted(*_standing(row)) for row in rows]
     return {notice.teammate: notice for notice in notices}
 
 
 def of_teammate(conn: sqlite3.Connection, name: str) -> tuple[Usage, Budget]:
     """A teammate's sums and effective budget."""
-    row = conn.execute(sql(conn).STANDING, (name,)).fetchone()
+    row = conn.execute(sql(conn).usage.STANDING, (name,)).fetchone()
     if row is None:
         raise errors.TeammateNotFound(f"no teammate {name!r}", name=name)
     _, spent, budget = _standing(row)

@@ -12,6 +12,9 @@ from __future__ import annotations
 import functools
 
 from ...model import TaskState, TeammateStatus
+from . import graph_queries as graph  # noqa: F401 (discovered work, the graph's edits: sql(conn).graph.NAME)
+from . import usage_queries as usage  # noqa: F401 (spending and budgets: sql(conn).usage.NAME)
+from .usage_queries import GATE_CLOSED
 
 # The states in statements, from the enums (the numbers are the wire's).
 _PENDING, _IN_PROGRESS, _COMPLETED = int(TaskState.PENDING), int(TaskState.IN_PROGRESS), int(TaskState.COMPLETED)
@@ -76,11 +79,6 @@ SET_LIMIT = (
     "INSERT INTO concurrency_keys (key, max_in_progress, in_progress) VALUES (%s, %s, %s) ON CONFLICT "
     "(key) DO UPDATE SET max_in_progress = excluded.max_in_progress, in_progress = excluded.in_progress"
 )
-
-# ---------------------------------------------------------------- usage
-TEAMMATE_EXISTS_FOR_BUDGET = "SELECT 1 FROM teammates WHERE name = %s"
-SET_DEFAULT_BUDGET = "UPDATE meta SET value = %s WHERE key = %s"
-SET_BUDGET = "UPDATE teammates SET budget_cost_micros = %s, budget_tokens = %s WHERE name = %s"
 
 # ---------------------------------------------------------------- tasks
 UNMET_DEPENDENCIES = (
@@ -174,7 +172,8 @@ FINISH_DOOMED = (
 RETRY_TARGETS = (
     "WITH RECURSIVE down(seq) AS (SELECT CAST(value AS BIGINT) FROM json_array_elements_text(%s::json) "
     "AS listed(value) UNION SELECT d.task_seq FROM down JOIN deps AS d ON "
-    "d.dep_seq = down.seq JOIN tasks AS t ON t.seq = d.task_seq WHERE t.state = %s AND t.error != %s) "
+    "d.dep_seq = down.seq JOIN tasks AS t ON t.seq = d.task_seq"
+    " WHERE t.state = %s AND t.error != %s AND t.error NOT LIKE %s) "
     "SELECT down.seq, d.dep_seq, dep.state, dep.id FROM down LEFT JOIN deps AS d ON d.task_seq = "
     "down.seq LEFT JOIN tasks AS dep ON dep.seq = d.dep_seq ORDER BY down.seq, d.position"
 )
@@ -307,43 +306,6 @@ def event_object(pairs: int) -> None:
     """None: json_build_object cannot tell the type of a bare parameter, so an event's
     data is sent as JSON text (`EMIT`)."""
     return None
-
-
-# ---------------------------------------------------------------- usage
-# The teammate's effective budget, for a query over `teammates AS t`.
-_EFFECTIVE_COST = "coalesce(t.budget_cost_micros, (SELECT value FROM meta WHERE key = 'budget_cost_micros'))"
-_EFFECTIVE_TOKENS = "coalesce(t.budget_tokens, (SELECT value FROM meta WHERE key = 'budget_tokens'))"
-INT64_MAX = 2**63 - 1
-
-
-def _capped_sum(left: str, right: str) -> str:
-    """`left + right`, or INT64_MAX where that would be larger (both non-negative):
-    PostgreSQL refuses an overflowing bigint."""
-    return f"CASE WHEN {left} > {INT64_MAX} - {right} THEN {INT64_MAX} ELSE {left} + {right} END"
-
-
-# True when the teammate's spending reached its budget on either measure (a limit of 0 is none).
-GATE_CLOSED = (
-    f"({_EFFECTIVE_COST} BETWEEN 1 AND t.cost_micros"
-    f" OR {_EFFECTIVE_TOKENS} BETWEEN 1 AND {_capped_sum('t.input_tokens', 't.output_tokens')})"
-)
-_STANDING = f"t.name, t.input_tokens, t.output_tokens, t.cost_micros, t.model, {_EFFECTIVE_COST}, {_EFFECTIVE_TOKENS}"
-_STANDING_RETURNED = _STANDING.replace("t.", "")
-_BELOW_CAP = " AND ".join(
-    f"{column} <= {INT64_MAX} - %s" for column in ("input_tokens", "output_tokens", "cost_micros")
-)
-USAGE_SUMS = (
-    ", ".join(f"{column} = {_capped_sum(column, '%s')}" for column in ("input_tokens", "output_tokens", "cost_micros"))
-    + ", model = CASE WHEN %s = '' THEN model ELSE %s END"
-)
-CHARGE_TASK = f"UPDATE tasks SET {USAGE_SUMS} WHERE seq = %s"
-CHARGE_BELOW_CAP = f"UPDATE teammates SET {USAGE_SUMS} WHERE name = %s AND {_BELOW_CAP} RETURNING {_STANDING_RETURNED}"
-CHARGE = f"UPDATE teammates SET {USAGE_SUMS} WHERE name = %s RETURNING {_STANDING_RETURNED}"
-STANDING = f"SELECT {_STANDING} FROM teammates AS t WHERE t.name = %s"
-CLOSED_GATES_OF_ONE = f"SELECT {_STANDING} FROM teammates AS t WHERE t.removed = 0 AND t.name = %s AND {GATE_CLOSED}"
-CLOSED_GATES_ON_DEFAULT = (
-    f"SELECT {_STANDING} FROM teammates AS t WHERE t.removed = 0 AND t.budget_cost_micros IS NULL AND {GATE_CLOSED}"
-)
 
 
 # ---------------------------------------------------------------- tasks
@@ -603,58 +565,3 @@ REJECT_FINALLY = (
     "UPDATE tasks SET state = %s, owner = '', live_fence = NULL, lease_expire_ms = NULL, review_rounds = %s,"
     " finish_ms = %s, error = %s WHERE seq = %s"
 )
-
-
-# ---------------------------------------------------------------- discovered work
-TASK_CREATION_OF = (
-    "SELECT coalesce(task_creation, (SELECT value FROM meta WHERE key = 'task_creation')) FROM teammates"
-    " WHERE name = %s"
-)
-SET_TASK_CREATION = "UPDATE teammates SET task_creation = %s WHERE name = %s AND removed = 0"
-SET_DEFAULT_TASK_CREATION = "UPDATE meta SET value = %s WHERE key = 'task_creation'"
-DEFAULT_TASK_CREATION = "SELECT value FROM meta WHERE key = 'task_creation'"
-PROPOSALS_WAITING = f"SELECT count(*) FROM tasks WHERE proposed_by = %s AND state = {_PROPOSED}"
-TASK_PRIORITY = "SELECT priority FROM tasks WHERE seq = %s"
-NEXT_DEPENDENCY_POSITION = "SELECT coalesce(max(position) + 1, 0) FROM deps WHERE task_seq = %s"
-DEPENDENCY_SEQS = "SELECT dep_seq FROM deps WHERE task_seq = %s"
-# A split: the claimed task waits for the tasks it gained (its claim ended by the caller).
-SPLIT_TASK = (
-    f"UPDATE tasks SET state = {_PENDING}, owner = '', live_fence = NULL, lease_expire_ms = NULL,"
-    " unmet_deps = unmet_deps + %s WHERE seq = %s"
-)
-ADD_UNMET = "UPDATE tasks SET unmet_deps = unmet_deps + %s WHERE seq = %s"
-GRAPH_NODE = "SELECT seq, state FROM tasks WHERE id = %s FOR UPDATE"
-PROPOSALS_BY_ID = (
-    "SELECT t.id, t.seq, t.state, t.proposed_by, t.discovered_from FROM json_array_elements_text(%s::json)"
-    " AS w(value) JOIN tasks AS t ON t.id = w.value ORDER BY t.seq FOR UPDATE OF t"
-)
-APPROVE_PROPOSED = (
-    f"UPDATE tasks SET state = {_PENDING} WHERE seq = %s AND state = {_PROPOSED} RETURNING required_role, unmet_deps"
-)
-# The edges from a split task to the proposals discovered from it, among `doomed` (seqs).
-SPLIT_EDGES_AMONG = (
-    "SELECT d.task_seq, d.dep_seq FROM json_array_elements_text(%s::json) AS w(value)"
-    " JOIN deps AS d ON d.dep_seq = CAST(w.value AS BIGINT)"
-    " JOIN tasks AS p ON p.seq = d.dep_seq JOIN tasks AS s ON s.seq = d.task_seq"
-    f" WHERE p.discovered_from = s.id AND s.state = {_PENDING}"
-)
-DROP_DEPENDENCY = "DELETE FROM deps WHERE task_seq = %s AND dep_seq = %s"
-DEPENDENCY_DROPPED = "UPDATE tasks SET unmet_deps = unmet_deps - 1 WHERE seq = %s RETURNING required_role, unmet_deps"
-SPLIT_REJECTED = (
-    "UPDATE claims SET error = %s WHERE fence = (SELECT max(fence) FROM claims WHERE task_seq = %s"
-    " AND outcome = 'split')"
-)
-# One level of a walk through the graph, over the unfinished tasks only (nothing a
-# COMPLETED task depends on can be unfinished): the dependencies of `frontier`...
-DEPENDENCIES_OF = (
-    "SELECT d.task_seq, d.dep_seq FROM json_array_elements_text(%s::json) AS w(value)"
-    " JOIN deps AS d ON d.task_seq = CAST(w.value AS BIGINT)"
-    f" JOIN tasks AS t ON t.seq = d.dep_seq WHERE t.state != {_COMPLETED}"
-)
-# ... and its dependents.
-DEPENDENTS_OF = (
-    "SELECT d.dep_seq, d.task_seq FROM json_array_elements_text(%s::json) AS w(value)"
-    " JOIN deps AS d ON d.dep_seq = CAST(w.value AS BIGINT)"
-    f" JOIN tasks AS t ON t.seq = d.task_seq WHERE t.state != {_COMPLETED}"
-)
-IDS_OF = "SELECT seq, id FROM tasks WHERE seq IN (SELECT CAST(value AS BIGINT) FROM json_array_elements_text(%s::json))"

@@ -39,11 +39,14 @@ def cancel(tx: Txn, task_ids: Sequence[str]) -> list[CanceledTask]:
 
 
 _CANCELED_BY_THE_LEAD = "canceled by the lead"
+# The error of a proposal the Lead rejected (store/proposals.py), then ": " and the feedback.
+REJECTED_PROPOSAL = "proposal rejected"
 
 
 def retry(tx: Txn, task_ids: Sequence[str], reset_attempts: bool) -> list[int]:
     """Sends the named FAILED or CANCELED tasks back to PENDING, with their transitive
-    dependents that were canceled because of a dependency (not by the lead) once
+    dependents that were canceled because of a dependency (not by the lead, nor a
+    proposal the lead rejected) once
     every other dependency of theirs is COMPLETED or unfinished; returns the seqs
     changed, the named ones first. Refuses, writing nothing, a name that is not on
     the board or not FAILED or CANCELED, and a named task with a FAILED or CANCELED
@@ -61,7 +64,7 @@ def retry(tx: Txn, task_ids: Sequence[str], reset_attempts: bool) -> list[int]:
     # The canceled dependents, and every dependency of each (with its state).
     edges = tx.conn.execute(
         sql(tx.conn).RETRY_TARGETS,
-        (json.dumps(roots), int(TaskState.CANCELED), _CANCELED_BY_THE_LEAD),
+        (json.dumps(roots), int(TaskState.CANCELED), _CANCELED_BY_THE_LEAD, f"{REJECTED_PROPOSAL}%"),
     ).fetchall()
     deps: dict[int, list[tuple[int, int]]] = {}
     dep_ids: dict[int, str] = {}

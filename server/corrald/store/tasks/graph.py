@@ -23,7 +23,7 @@ def add_dependencies(tx: Txn, task_id: str, depends_on: Sequence[str]) -> TaskRe
     conn = tx.conn
     statements = sql(conn)
     steps(conn).lock_graph(tx)
-    row = conn.execute(statements.GRAPH_NODE, (task_id,)).fetchone()
+    row = conn.execute(statements.graph.GRAPH_NODE, (task_id,)).fetchone()
     if row is None:
         raise errors.TaskNotFound(f"no task {task_id!r}", id=task_id)
     seq, state = row
@@ -40,13 +40,13 @@ def add_dependencies(tx: Txn, task_id: str, depends_on: Sequence[str]) -> TaskRe
             raise errors.TaskNotFound(f"no task {dep!r}", id=dep)
         if found[dep].state in (TaskState.FAILED, TaskState.CANCELED):
             raise errors.InvalidArgument("depends_on", f"dependency {dep!r} is {found[dep].state.name}")
-    held = {dep_seq for (dep_seq,) in conn.execute(statements.DEPENDENCY_SEQS, (seq,))}
+    held = {dep_seq for (dep_seq,) in conn.execute(statements.graph.DEPENDENCY_SEQS, (seq,))}
     new = [dep for dep in wanted if found[dep].seq not in held]
     if not new:
         return task_by_seq(conn, seq)
     refuse_cycle(conn, seq, [found[dep].seq for dep in new], "depends_on")
     link(tx, seq, [found[dep].seq for dep in new])
-    conn.execute(statements.ADD_UNMET, (sum(found[dep].state != COMPLETED for dep in new), seq))
+    conn.execute(statements.graph.ADD_UNMET, (sum(found[dep].state != COMPLETED for dep in new), seq))
     task_changed(tx, seq)
     tx.wakes.note("dependencies_added", task=task_id, added=len(new))
     return task_by_seq(conn, seq)
@@ -55,7 +55,7 @@ def add_dependencies(tx: Txn, task_id: str, depends_on: Sequence[str]) -> TaskRe
 def link(tx: Txn, seq: int, dep_seqs: Sequence[int]) -> None:
     """Adds the edges from task `seq` to the tasks `dep_seqs`, after its others in
     depends_on order; what it now waits for is the caller's to count."""
-    (first,) = tx.conn.execute(sql(tx.conn).NEXT_DEPENDENCY_POSITION, (seq,)).fetchone()
+    (first,) = tx.conn.execute(sql(tx.conn).graph.NEXT_DEPENDENCY_POSITION, (seq,)).fetchone()
     insert_rows(
         tx.conn,
         "deps",
@@ -74,7 +74,7 @@ def refuse_cycle(
     path = dependency_path(conn, new_deps, seq)
     if path is None:
         return
-    ids = dict(conn.execute(sql(conn).IDS_OF, (json.dumps([seq, *path]),)).fetchall())
+    ids = dict(conn.execute(sql(conn).graph.IDS_OF, (json.dumps([seq, *path]),)).fetchall())
     named = [ids[seq], *([via[ids[path[0]]]] if via else []), *(ids[node] for node in path)]
     raise errors.InvalidArgument(field, f"dependency cycle: {' → '.join(named)}")
 
@@ -97,7 +97,7 @@ def dependency_path(conn: sqlite3.Connection, starts: Sequence[int], target: int
     while up_edge and down_edge:
         forward = len(up_edge) <= len(down_edge)
         frontier, seen, other = (up_edge, up, down) if forward else (down_edge, down, up)
-        query = statements.DEPENDENCIES_OF if forward else statements.DEPENDENTS_OF
+        query = statements.graph.DEPENDENCIES_OF if forward else statements.graph.DEPENDENTS_OF
         following: list[int] = []
         for source, reached in conn.execute(query, (json.dumps(frontier),)).fetchall():
             if reached in seen:
