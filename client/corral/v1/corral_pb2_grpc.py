@@ -1668,6 +1668,8 @@ class BoardServiceServicer:
         then, with `follow`, each append as it commits, and a last chunk with
         `end` once the attempt has ended. The Lead and viewers may tail any task;
         a teammate, the tasks it holds or held and their dependencies.
+        Each response is one chunk, named for what it is (not TailOutputResponse).
+        buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
