@@ -48,7 +48,7 @@ from .model import (
 from .readers import ReaderPool
 from .requestids import OpKey, RequestKey
 from .stats import PostgresHealth as PostgresHealth  # GetStats' conversion names it here
-from .store import inbox, keys, ops, proposals, protocol, status, tasks, team, usage, viewers
+from .store import inbox, keys, ops, output, proposals, protocol, status, tasks, team, usage, viewers
 from .store.driver import BoardDriver
 from .store.sqlite.driver import SqliteBoard
 from .stream import ParkedStreams, StreamView
@@ -504,6 +504,26 @@ class Board(BoardReads):
             return proposals.propose(tx, name, batch, task_id, token, block=block)
 
         return await (self.writer.run(body) if op is None else self._once(name, op, body, lambda tx, _: body(tx)))
+
+    async def append_output(
+        self, name: str, task_id: str, token: str, data: bytes, *, op: OpKey | None = None
+    ) -> output.Appended:
+        """Adds `data` to the output of the caller's live claim (see `output.append_output`)."""
+        validate.output_data(data, self.limits)
+        limit = self.limits.output_max_bytes
+
+        def body(tx: Txn) -> output.Appended:
+            return output.append_output(tx, name, task_id, token, data, limit)
+
+        if op is None:
+            return await self.writer.run(body)
+        return await self._once(
+            name,
+            op,
+            body,
+            lambda tx, done: output.Appended(output.attempt_of_token(tx.conn, token), done.value or 0),
+            recorded_as=lambda appended: OpOutcome(value=appended.size),
+        )
 
     async def _end(self, name: str, task_id: str, op: OpKey | None, body: Callable[[Txn], TaskRecord]) -> TaskRecord:
         """A failure, a release or a question: the task as it ends, or, for an op sent again, as it stands."""

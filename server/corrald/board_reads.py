@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, TypeVar
 from . import stats
 from .model import AttemptRecord, FeedPage, TaskPage, TaskRecord, TaskState, TeammateRecord, WaitingFor
 from .stats import BoardOverview, BoardStats
-from .store import overview, tasks, team
+from .store import output, overview, tasks, team
 
 if TYPE_CHECKING:
     from .config import Limits
@@ -45,6 +45,16 @@ class BoardReads:
     async def task_history(self, task_id: str) -> tuple[TaskRecord, list[AttemptRecord], WaitingFor | None]:
         """The task, its most recent claims (oldest first) and what it waits for (a read)."""
         return await self.read(lambda conn: tasks.task_history(conn, task_id))
+
+    async def output_attempt(self, task_id: str, attempt: int, reader: str | None) -> output.OutputAttempt:
+        """The claim whose output TailOutput reads (see `output.find_attempt`; `reader`: a
+        teammate, who may read only its own tasks and their dependencies)."""
+        return await self.read(lambda conn: output.find_attempt(conn, task_id, attempt, reader))
+
+    async def read_output(self, fence: int, offset: int, limit: int) -> output.OutputPage:
+        """Up to `limit` bytes of a claim's output from `offset` (a read)."""
+        chunk_max = self.limits.output_append_max_bytes
+        return await self.read(lambda conn: output.read_output(conn, fence, offset, limit, chunk_max))
 
     async def list_tasks(
         self, *, states: Sequence[TaskState], owner: str, after_seq: int, limit: int, max_bytes: int

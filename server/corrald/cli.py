@@ -115,6 +115,14 @@ def main() -> None:
     "ended with UNAVAILABLE (reason SLOW_CONSUMER).",
 )
 @click.option(
+    "--max-output-bytes",
+    type=click.IntRange(min=1),
+    default=Limits.output_max_bytes,
+    show_default=True,
+    help="Bytes of output one attempt of a task keeps (AppendOutput); an append past it is refused "
+    "with RESOURCE_EXHAUSTED (reason OUTPUT_LIMIT).",
+)
+@click.option(
     "--web",
     "web",
     default=None,
@@ -181,6 +189,7 @@ def serve_command(
     waiting_per_identity: int,
     pacing_slack: float,
     stream_send_timeout: float,
+    max_output_bytes: int,
     web: str | None,
     web_actions: bool,
     store: str | None,
@@ -227,7 +236,7 @@ def serve_command(
         metrics=metrics,
         tls_cert=tls_cert,
         tls_key=tls_key,
-        limits=Limits(stream_send_timeout_ms=round(stream_send_timeout * 1000)),
+        limits=Limits(stream_send_timeout_ms=round(stream_send_timeout * 1000), output_max_bytes=max_output_bytes),
         writer=WriterConfig(
             synchronous=synchronous.upper(), writers=(pg_writers or PG_DEFAULT_WRITERS) if target is not None else 1
         ),

@@ -84,6 +84,10 @@ class Limits:
     # A server stream whose client has not taken a message for this long is
     # ended with UNAVAILABLE (reason SLOW_CONSUMER); see service/sending.py.
     stream_send_timeout_ms: int = 60 * SECOND_MS
+    # A task's live output (AppendOutput, TailOutput): one append, and what one
+    # attempt keeps in all (`--max-output-bytes`; past it OUTPUT_LIMIT).
+    output_append_max_bytes: int = 64 * KIB
+    output_max_bytes: int = 16 * MIB
 
 
 @dataclasses.dataclass(frozen=True)

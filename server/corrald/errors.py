@@ -43,6 +43,10 @@ class ShutdownRequestNotFound(NotFound):
     reason = "SHUTDOWN_REQUEST_NOT_FOUND"
 
 
+class AttemptNotFound(NotFound):
+    reason = "ATTEMPT_NOT_FOUND"
+
+
 class AlreadyExists(CorralError):
     reason = "ALREADY_EXISTS"
 
@@ -85,6 +89,16 @@ class Overloaded(CorralError):
     def __init__(self, message: str, retry_after_ms: int = 100) -> None:
         super().__init__(message)
         self.retry_after_ms = retry_after_ms
+
+
+class ResourceExhausted(CorralError):
+    reason = "RESOURCE_EXHAUSTED"
+
+
+class OutputLimit(ResourceExhausted):
+    """An append would take an attempt's output past the daemon's limit."""
+
+    reason = "OUTPUT_LIMIT"
 
 
 class Unauthenticated(CorralError):

@@ -41,6 +41,8 @@ class Wakes:
     # stream there ends), and whether a credential was removed: for those daemons only.
     streams_opened: set[str] = dataclasses.field(default_factory=set)
     credentials: bool = False
+    # Claims (by fence) whose output grew: their TailOutput followers read on.
+    output: set[int] = dataclasses.field(default_factory=set)
 
     def note(self, event: str, **fields: object) -> None:
         """Record one thing that happened, to be logged once its transaction commits."""
@@ -71,6 +73,7 @@ class Wakes:
             self.claims_ended.setdefault(name, []).extend(ends)
         self.streams_opened |= other.streams_opened
         self.credentials = self.credentials or other.credentials
+        self.output |= other.output
 
     def __bool__(self) -> bool:
         return bool(
@@ -87,6 +90,7 @@ class Wakes:
             or self.claims_ended
             or self.streams_opened
             or self.credentials
+            or self.output
         )
 
 

@@ -98,6 +98,14 @@ def question(value: str, limits: Limits) -> None:
     check_text("question", value, limits.text_max_bytes)
 
 
+def output_data(data: bytes, limits: Limits) -> None:
+    """One append to a claim's output: some bytes, within the append limit."""
+    if not data:
+        raise InvalidArgument("data", "must not be empty")
+    if len(data) > limits.output_append_max_bytes:
+        raise InvalidArgument("data", f"larger than {limits.output_append_max_bytes} bytes; append it in parts")
+
+
 def result(value: bytes, limits: Limits) -> None:
     if len(value) > limits.blob_max_bytes:
         raise InvalidArgument("result", f"larger than {limits.blob_max_bytes} bytes")

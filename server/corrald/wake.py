@@ -7,6 +7,7 @@ thread calls it); everything else runs on the loop, so no locks are needed.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable
 
 from .clock import Clock, SystemClock
@@ -31,6 +32,8 @@ class WakeHub:
         self.parked = ParkedStreams()  # those waiting for work, for a completion to serve first
         self.claims = self.claims_handed_off = 0  # since the daemon started (GetStats)
         self._board_moved = asyncio.Event()
+        # TailOutput followers, by claim fence: an event while any follower holds it.
+        self._output_moved: weakref.WeakValueDictionary[int, asyncio.Event] = weakref.WeakValueDictionary()
         self._closed = asyncio.Event()
 
     @property
@@ -42,6 +45,7 @@ class WakeHub:
         `board_moved`, and find the hub `closing`)."""
         self._closed.set()
         self._board_moved.set()
+        self._wake_output(None)
         self.end_streams(why)
 
     # ------------------------------------------------------------ streams
@@ -96,6 +100,22 @@ class WakeHub:
         Watch streams: check `closing` when it is set)."""
         return self._board_moved
 
+    def output_moved(self, fence: int) -> asyncio.Event:
+        """An event set once the output of claim `fence` grows, or anything else commits that
+        may have ended the claim (a task's event), or the daemon drains (check `closing`).
+        Take it before reading, so nothing committed in between is missed."""
+        moved = self._output_moved.get(fence)
+        if moved is None:
+            moved = self._output_moved[fence] = asyncio.Event()
+        return moved
+
+    def _wake_output(self, fences: set[int] | None) -> None:
+        """Wakes the followers of `fences`, or of every claim (None)."""
+        for fence in list(self._output_moved.keys()) if fences is None else fences:
+            moved = self._output_moved.pop(fence, None)
+            if moved is not None:
+                moved.set()
+
     # ------------------------------------------------------------ wake-ups
 
     def post(self, wakes: Wakes) -> None:
@@ -140,6 +160,9 @@ class WakeHub:
         if wakes.events:
             self._board_moved.set()
             self._board_moved = asyncio.Event()
+        if self._output_moved and (wakes.output or wakes.events or wakes.everyone):
+            # A claim ends in a job that logs its task's event: every follower looks again.
+            self._wake_output(wakes.output if not (wakes.events or wakes.everyone) else None)
         if wakes.next_deadline_ms is not None:
             self._on_deadline(wakes.next_deadline_ms)
         if wakes.activity and self._on_activity is not None:

@@ -471,7 +471,7 @@ class IdleTimeout(_message.Message):
     def __init__(self, idle_polls: _Optional[int] = ...) -> None: ...
 
 class SessionRequest(_message.Message):
-    __slots__ = ("op_id", "open", "ack", "renew", "complete", "fail", "release", "free_slot", "ask", "propose")
+    __slots__ = ("op_id", "open", "ack", "renew", "complete", "fail", "release", "free_slot", "ask", "propose", "output")
     OP_ID_FIELD_NUMBER: _ClassVar[int]
     OPEN_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
@@ -482,6 +482,7 @@ class SessionRequest(_message.Message):
     FREE_SLOT_FIELD_NUMBER: _ClassVar[int]
     ASK_FIELD_NUMBER: _ClassVar[int]
     PROPOSE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
     op_id: str
     open: IdleRequest
     ack: AckMessagesRequest
@@ -492,7 +493,8 @@ class SessionRequest(_message.Message):
     free_slot: FreeSlotRequest
     ask: AskQuestionRequest
     propose: ProposeTasksRequest
-    def __init__(self, op_id: _Optional[str] = ..., open: _Optional[_Union[IdleRequest, _Mapping]] = ..., ack: _Optional[_Union[AckMessagesRequest, _Mapping]] = ..., renew: _Optional[_Union[RenewLeaseRequest, _Mapping]] = ..., complete: _Optional[_Union[CompleteTaskRequest, _Mapping]] = ..., fail: _Optional[_Union[FailTaskRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseTaskRequest, _Mapping]] = ..., free_slot: _Optional[_Union[FreeSlotRequest, _Mapping]] = ..., ask: _Optional[_Union[AskQuestionRequest, _Mapping]] = ..., propose: _Optional[_Union[ProposeTasksRequest, _Mapping]] = ...) -> None: ...
+    output: AppendOutputRequest
+    def __init__(self, op_id: _Optional[str] = ..., open: _Optional[_Union[IdleRequest, _Mapping]] = ..., ack: _Optional[_Union[AckMessagesRequest, _Mapping]] = ..., renew: _Optional[_Union[RenewLeaseRequest, _Mapping]] = ..., complete: _Optional[_Union[CompleteTaskRequest, _Mapping]] = ..., fail: _Optional[_Union[FailTaskRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseTaskRequest, _Mapping]] = ..., free_slot: _Optional[_Union[FreeSlotRequest, _Mapping]] = ..., ask: _Optional[_Union[AskQuestionRequest, _Mapping]] = ..., propose: _Optional[_Union[ProposeTasksRequest, _Mapping]] = ..., output: _Optional[_Union[AppendOutputRequest, _Mapping]] = ...) -> None: ...
 
 class SessionResponse(_message.Message):
     __slots__ = ("op_result", "message", "shutdown_request", "plan_decision", "claim", "idle_timeout", "budget_exhausted", "claim_ended", "proposals_decided")
@@ -517,7 +519,7 @@ class SessionResponse(_message.Message):
     def __init__(self, op_result: _Optional[_Union[SessionOpResult, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., shutdown_request: _Optional[_Union[ShutdownRequest, _Mapping]] = ..., plan_decision: _Optional[_Union[PlanDecision, _Mapping]] = ..., claim: _Optional[_Union[Claim, _Mapping]] = ..., idle_timeout: _Optional[_Union[IdleTimeout, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhausted, _Mapping]] = ..., claim_ended: _Optional[_Union[ClaimEnded, _Mapping]] = ..., proposals_decided: _Optional[_Union[ProposalDecision, _Mapping]] = ...) -> None: ...
 
 class SessionOpResult(_message.Message):
-    __slots__ = ("op_id", "status", "lease_expire_time", "result", "task", "protocol_pending", "proposed_tasks")
+    __slots__ = ("op_id", "status", "lease_expire_time", "result", "task", "protocol_pending", "proposed_tasks", "output")
     OP_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     LEASE_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -525,6 +527,7 @@ class SessionOpResult(_message.Message):
     TASK_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_PENDING_FIELD_NUMBER: _ClassVar[int]
     PROPOSED_TASKS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
     op_id: str
     status: _status_pb2.Status
     lease_expire_time: _timestamp_pb2.Timestamp
@@ -532,7 +535,8 @@ class SessionOpResult(_message.Message):
     task: Task
     protocol_pending: bool
     proposed_tasks: _containers.RepeatedCompositeFieldContainer[Task]
-    def __init__(self, op_id: _Optional[str] = ..., status: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result: _Optional[bytes] = ..., task: _Optional[_Union[Task, _Mapping]] = ..., protocol_pending: _Optional[bool] = ..., proposed_tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ...) -> None: ...
+    output: AppendOutputResponse
+    def __init__(self, op_id: _Optional[str] = ..., status: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result: _Optional[bytes] = ..., task: _Optional[_Union[Task, _Mapping]] = ..., protocol_pending: _Optional[bool] = ..., proposed_tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., output: _Optional[_Union[AppendOutputResponse, _Mapping]] = ...) -> None: ...
 
 class CreateTasksRequest(_message.Message):
     __slots__ = ("tasks", "request_id")
@@ -1168,6 +1172,24 @@ class ProposeTasksResponse(_message.Message):
     claimed_task: Task
     def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., claimed_task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
 
+class AppendOutputRequest(_message.Message):
+    __slots__ = ("task_id", "claim_token", "data")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    claim_token: str
+    data: bytes
+    def __init__(self, task_id: _Optional[str] = ..., claim_token: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class AppendOutputResponse(_message.Message):
+    __slots__ = ("attempt", "size")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    size: int
+    def __init__(self, attempt: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
+
 class SubmitPlanRequest(_message.Message):
     __slots__ = ("plan",)
     PLAN_FIELD_NUMBER: _ClassVar[int]
@@ -1203,6 +1225,30 @@ class FreeSlotRequest(_message.Message):
 class FreeSlotResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class TailOutputRequest(_message.Message):
+    __slots__ = ("task_id", "attempt", "offset", "follow")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    attempt: int
+    offset: int
+    follow: bool
+    def __init__(self, task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., offset: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
+
+class OutputChunk(_message.Message):
+    __slots__ = ("attempt", "offset", "data", "end")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    offset: int
+    data: bytes
+    end: bool
+    def __init__(self, attempt: _Optional[int] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., end: _Optional[bool] = ...) -> None: ...
 
 class GetTaskRequest(_message.Message):
     __slots__ = ("id", "task_id")

@@ -1030,6 +1030,11 @@ class TeammateServiceStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.FreeSlotRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.FreeSlotResponse.FromString,
                 _registered_method=True)
+        self.AppendOutput = channel.unary_unary(
+                '/corral.v1.TeammateService/AppendOutput',
+                request_serializer=corral_dot_v1_dot_corral__pb2.AppendOutputRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.AppendOutputResponse.FromString,
+                _registered_method=True)
 
 
 class TeammateServiceServicer:
@@ -1124,6 +1129,19 @@ class TeammateServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AppendOutput(self, request, context):
+        """Appends bytes to the output of the caller's live claim (its attempt: see
+        TailOutputRequest.attempt), for TailOutput's readers. Answered once the
+        append has committed. A claim that is not live is refused as
+        CompleteTask refuses it (LEASE_EXPIRED, CLAIM_TOKEN_MISMATCH, ...); an
+        attempt's output past the daemon's limit (--max-output-bytes, 16 MiB by
+        default) is RESOURCE_EXHAUSTED, reason OUTPUT_LIMIT. Nothing of a refused
+        append is stored.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TeammateServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1186,6 +1204,11 @@ def add_TeammateServiceServicer_to_server(servicer, server):
                     servicer.FreeSlot,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.FreeSlotRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.FreeSlotResponse.SerializeToString,
+            ),
+            'AppendOutput': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendOutput,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.AppendOutputRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.AppendOutputResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1523,6 +1546,33 @@ class TeammateService:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def AppendOutput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.TeammateService/AppendOutput',
+            corral_dot_v1_dot_corral__pb2.AppendOutputRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.AppendOutputResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class BoardServiceStub:
     """Calls both the Lead and teammates may make.
@@ -1563,6 +1613,11 @@ class BoardServiceStub:
                 '/corral.v1.BoardService/GetIdentity',
                 request_serializer=corral_dot_v1_dot_corral__pb2.GetIdentityRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.GetIdentityResponse.FromString,
+                _registered_method=True)
+        self.TailOutput = channel.unary_stream(
+                '/corral.v1.BoardService/TailOutput',
+                request_serializer=corral_dot_v1_dot_corral__pb2.TailOutputRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.OutputChunk.FromString,
                 _registered_method=True)
 
 
@@ -1608,6 +1663,18 @@ class BoardServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TailOutput(self, request, context):
+        """Streams an attempt's output (AppendOutput) from `offset`: what is stored,
+        then, with `follow`, each append as it commits, and a last chunk with
+        `end` once the attempt has ended. The Lead and viewers may tail any task;
+        a teammate, the tasks it holds or held and their dependencies.
+        Each response is one chunk, named for what it is (not TailOutputResponse).
+        buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BoardServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1640,6 +1707,11 @@ def add_BoardServiceServicer_to_server(servicer, server):
                     servicer.GetIdentity,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.GetIdentityRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.GetIdentityResponse.SerializeToString,
+            ),
+            'TailOutput': grpc.unary_stream_rpc_method_handler(
+                    servicer.TailOutput,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.TailOutputRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.OutputChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1805,6 +1877,33 @@ class BoardService:
             '/corral.v1.BoardService/GetIdentity',
             corral_dot_v1_dot_corral__pb2.GetIdentityRequest.SerializeToString,
             corral_dot_v1_dot_corral__pb2.GetIdentityResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TailOutput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/corral.v1.BoardService/TailOutput',
+            corral_dot_v1_dot_corral__pb2.TailOutputRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.OutputChunk.FromString,
             options,
             channel_credentials,
             insecure,

@@ -14,7 +14,7 @@ from ..looplag import LoopLag
 from ..model import TaskState
 from ..overload.lanes import CallLanes
 from ..wake import WakeHub
-from . import convert, once
+from . import convert, once, output
 
 
 class BoardServicer(pb_grpc.BoardServiceServicer):
@@ -62,6 +62,9 @@ class BoardServicer(pb_grpc.BoardServiceServicer):
         more = len(found) > len(kept)
         token = _encode_page_token(found[len(kept) - 1][0]) if more else ""
         return pb.ListTeammatesResponse(teammates=kept, next_page_token=token)
+
+    def TailOutput(self, request: pb.TailOutputRequest, context, identity: Identity):
+        return output.tail(self._board, self._hub, request, identity)
 
     async def SendMessage(self, request: pb.SendMessageRequest, context, identity: Identity) -> pb.SendMessageResponse:
         return await once.answer(

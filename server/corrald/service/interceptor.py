@@ -36,8 +36,8 @@ OPEN = "/grpc.health.v1.Health/"  # load balancers probe without credentials
 # Unary calls that only read; every other unary call of ours submits a writer job.
 READS = frozenset(EITHER + name for name in ("GetTask", "ListTasks", "ListTeammates", "GetStats", "GetIdentity"))
 # What a viewer (a read-only credential) may call: the board's reads, nothing else
-# (GetIdentity among them: any credential may ask who it is).
-VIEWER_CALLS = READS
+# (GetIdentity among them: any credential may ask who it is), and a task's output.
+VIEWER_CALLS = READS | {EITHER + "TailOutput"}
 
 
 def unknown_field_path(message: pb_message.Message, prefix: str = "") -> str | None:

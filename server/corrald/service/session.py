@@ -59,6 +59,7 @@ class SessionOps:
             "free_slot": self._free_slot,
             "ask": self._ask,
             "propose": self._propose,
+            "output": self._output,
         }
 
     # ------------------------------------------------------------ reading
@@ -192,6 +193,13 @@ class SessionOps:
         if proposed.split_task is not None:
             stream.free_slot(body.claim_token)
             response.op_result.task.CopyFrom(answer.claimed_task)
+        return response, None
+
+    async def _output(self, op: OpKey, body: pb.AppendOutputRequest, stream: StreamState):
+        appended = await self._board.append_output(self._name, body.task_id, body.claim_token, body.data, op=op)
+        response = _result(op.op_id)
+        response.op_result.output.attempt = appended.attempt
+        response.op_result.output.size = appended.size
         return response, None
 
     async def _free_slot(self, op: OpKey, body: pb.FreeSlotRequest, stream: StreamState):

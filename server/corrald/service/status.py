@@ -24,6 +24,7 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (errors.Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (errors.PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (errors.Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (errors.ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     # Draining, or the transaction did not commit (writer.CommitFailed, reason
     # COMMIT_FAILED): nothing happened, the caller may retry.
     (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),

@@ -172,6 +172,13 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
             self._freed(identity.name, request.claim_token)
         return convert.proposed(proposed)
 
+    async def AppendOutput(
+        self, request: pb.AppendOutputRequest, context, identity: Identity
+    ) -> pb.AppendOutputResponse:
+        self._hub.alive(identity.name)
+        appended = await self._board.append_output(identity.name, request.task_id, request.claim_token, request.data)
+        return pb.AppendOutputResponse(attempt=appended.attempt, size=appended.size)
+
     async def FreeSlot(self, request: pb.FreeSlotRequest, context, identity: Identity) -> pb.FreeSlotResponse:
         self._hub.alive(identity.name)
         validate.check_claim_token("claim_token", request.claim_token)

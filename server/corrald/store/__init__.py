@@ -8,7 +8,8 @@ Modules, each importing only those listed before it: `dialect` (what a
 statement asks of its database), `events` (the Watch log), `gates` (the reads that hold
 a claim back), `status` (a teammate's status), `ops` (Session ops run once), `claim_ends` (how claims ended, from
 the history),
-`tasks` (the task life cycle, a package: one module per concern),
+`tasks` (the task life cycle, a package: one module per concern), `output` (a
+claim's live output),
 `team` (the roster and credentials), `inbox` (messages and acknowledgements),
 `protocol` (plans and shutdown requests).
 

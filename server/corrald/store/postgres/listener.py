@@ -58,6 +58,7 @@ def wakes_from(payload: dict, now_ms: int) -> Wakes:
         streams_opened=set(payload.get("o", ())),
         # "Everything changed" (a gap, or too much to say) may hide a removed credential.
         credentials=bool(payload.get("k") or payload.get("a")),
+        output=set(payload.get("w", ())),
     )
     if payload.get("n") is not None:
         wakes.deadline(int(payload["n"]))

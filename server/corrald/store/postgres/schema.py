@@ -275,6 +275,16 @@ MIGRATIONS: tuple[str, ...] = (
     INSERT INTO meta (key, value) VALUES ('task_creation', 1);
     CREATE INDEX tasks_proposed ON tasks (proposed_by) WHERE state = 8;
     """,
+    # 8: live output (store/sqlite/schema.py's migration 19).
+    """
+    ALTER TABLE claims ADD COLUMN output_bytes BIGINT NOT NULL DEFAULT 0;
+    CREATE TABLE output_chunks (
+        fence BIGINT NOT NULL,
+        pos   BIGINT NOT NULL,
+        data  BYTEA  NOT NULL,
+        PRIMARY KEY (fence, pos)
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -391,6 +391,8 @@ def wake_payload(daemon_id: str, wakes: Wakes) -> str | None:
         told["o"] = sorted(wakes.streams_opened)
     if wakes.credentials:
         told["k"] = 1
+    if wakes.output:
+        told["w"] = sorted(wakes.output)
     if not told:
         return None
     told["d"] = daemon_id

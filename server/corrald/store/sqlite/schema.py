@@ -301,6 +301,18 @@ MIGRATIONS: tuple[str, ...] = (
     INSERT INTO meta (key, value) VALUES ('task_creation', 1);
     CREATE INDEX tasks_proposed ON tasks (proposed_by) WHERE state = 8;
     """,
+    # 19: live output. Each claim (attempt) keeps the bytes its holder appended, one row
+    # per append at its offset (`pos`), and their count on the claim's row, which an
+    # append checks against the limit and moves in the same statement.
+    """
+    ALTER TABLE claims ADD COLUMN output_bytes INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE output_chunks (
+        fence INTEGER NOT NULL,
+        pos   INTEGER NOT NULL,
+        data  BLOB    NOT NULL,
+        PRIMARY KEY (fence, pos)
+    ) WITHOUT ROWID;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
