@@ -12,7 +12,6 @@ append writes no event (Watch is not flooded); the wake hub hears of it by fence
 
 from __future__ import annotations
 
-import functools
 import sqlite3
 from typing import NamedTuple
 
@@ -48,43 +47,16 @@ class OutputPage(NamedTuple):
     ended: bool
 
 
-@functools.cache
-def _statements(p: str) -> dict[str, str]:
-    """The statements of this module with the driver's parameter mark (`?` or `%s`): they
-    are otherwise spelled alike on both databases."""
-    return {
-        # Live (no outcome) and room left, or nothing changes.
-        "append": f"UPDATE claims SET output_bytes = output_bytes + {p} WHERE fence = {p} AND outcome IS NULL"
-        f" AND output_bytes + {p} <= {p} RETURNING output_bytes, attempt",
-        "claim_output": f"SELECT output_bytes, outcome FROM claims WHERE fence = {p}",
-        "insert": f"INSERT INTO output_chunks (fence, pos, data) VALUES ({p}, {p}, {p})",
-        "task": f"SELECT seq FROM tasks WHERE id = {p}",
-        "latest": f"SELECT fence, attempt, output_bytes, outcome FROM claims WHERE task_seq = {p}"
-        " ORDER BY fence DESC LIMIT 1",
-        "numbered": f"SELECT fence, attempt, output_bytes, outcome FROM claims WHERE task_seq = {p}"
-        f" AND attempt = {p} ORDER BY fence DESC LIMIT 1",
-        "chunks": f"SELECT pos, data FROM output_chunks WHERE fence = {p} AND pos > {p} AND pos < {p} ORDER BY pos",
-        # A teammate's own task (one it holds or held), or a dependency of one.
-        "may_tail": f"SELECT EXISTS (SELECT 1 FROM claims WHERE task_seq = {p} AND teammate = {p})"
-        f" OR EXISTS (SELECT 1 FROM deps AS d JOIN claims AS c ON c.task_seq = d.task_seq"
-        f" WHERE d.dep_seq = {p} AND c.teammate = {p})",
-    }
-
-
-def _sql(conn: sqlite3.Connection) -> dict[str, str]:
-    return _statements(sql(conn).P)
-
-
 def append_output(tx: Txn, teammate: str, task_id: str, token: str, data: bytes, max_bytes: int) -> Appended:
     """Adds `data` (1 byte to the append limit, checked by the caller) at the end of the
     output of the caller's live claim. Refused as any stale call about a claim is, or with
     OutputLimit when the attempt's output would pass `max_bytes`; a refusal writes nothing."""
     live = live_claim(tx, teammate, task_id, token)
-    statements = _sql(tx.conn)
+    statements = sql(tx.conn)
     size = len(data)
-    row = tx.conn.execute(statements["append"], (size, live.fence, size, max_bytes)).fetchone()
+    row = tx.conn.execute(statements.output.APPEND, (size, live.fence, size, max_bytes)).fetchone()
     if row is None:
-        stored, outcome = tx.conn.execute(statements["claim_output"], (live.fence,)).fetchone()
+        stored, outcome = tx.conn.execute(statements.output.CLAIM_OUTPUT, (live.fence,)).fetchone()
         if outcome is not None:  # it ended on another writer since: say how, as any call would
             live_claim(tx, teammate, task_id, token)
             raise errors.ClaimTokenMismatch(f"claim on task {task_id!r} already ended ({outcome})", id=task_id)
@@ -94,7 +66,7 @@ def append_output(tx: Txn, teammate: str, task_id: str, token: str, data: bytes,
             id=task_id,
         )
     total, attempt = row
-    tx.conn.execute(statements["insert"], (live.fence, total - size, data))
+    tx.conn.execute(statements.output.INSERT_CHUNK, (live.fence, total - size, data))
     tx.wakes.output.add(live.fence)
     return Appended(attempt, total)
 
@@ -102,7 +74,7 @@ def append_output(tx: Txn, teammate: str, task_id: str, token: str, data: bytes,
 def attempt_of_token(conn: sqlite3.Connection, token: str) -> int:
     """The attempt number of the claim with `token` (0 if none): an append sent again is
     answered from its record, which keeps the size alone."""
-    row = conn.execute(f"SELECT attempt FROM claims WHERE token = {sql(conn).P}", (token,)).fetchone()
+    row = conn.execute(sql(conn).output.ATTEMPT_OF_TOKEN, (token,)).fetchone()
     return 0 if row is None else row[0]
 
 
@@ -110,8 +82,8 @@ def find_attempt(conn: sqlite3.Connection, task_id: str, attempt: int, reader: s
     """The claim of the task whose attempt number is `attempt` (the latest of them where
     claims that used no attempt share it), or the task's latest claim for 0. A teammate
     (`reader`) may read only its own tasks and their dependencies (`may_tail`)."""
-    statements = _sql(conn)
-    task = conn.execute(statements["task"], (task_id,)).fetchone()
+    statements = sql(conn)
+    task = conn.execute(statements.output.TASK_SEQ, (task_id,)).fetchone()
     if task is None:
         raise errors.TaskNotFound(f"no task {task_id!r}", id=task_id)
     seq = task[0]
@@ -121,9 +93,9 @@ def find_attempt(conn: sqlite3.Connection, task_id: str, attempt: int, reader: s
             " and of their dependencies"
         )
     if attempt == 0:
-        row = conn.execute(statements["latest"], (seq,)).fetchone()
+        row = conn.execute(statements.output.LATEST_CLAIM, (seq,)).fetchone()
     else:
-        row = conn.execute(statements["numbered"], (seq, attempt)).fetchone()
+        row = conn.execute(statements.output.NUMBERED_CLAIM, (seq, attempt)).fetchone()
     if row is None:
         which = "no claim yet" if attempt == 0 else f"no attempt {attempt}"
         raise errors.AttemptNotFound(f"task {task_id!r} has {which}", id=task_id)
@@ -134,20 +106,20 @@ def find_attempt(conn: sqlite3.Connection, task_id: str, attempt: int, reader: s
 def may_tail(conn: sqlite3.Connection, teammate: str, seq: int) -> bool:
     """Whether a teammate may read the task's output: it holds or held the task, or one
     that depends on it."""
-    return bool(conn.execute(_sql(conn)["may_tail"], (seq, teammate, seq, teammate)).fetchone()[0])
+    return bool(conn.execute(sql(conn).output.MAY_TAIL, (seq, teammate, seq, teammate)).fetchone()[0])
 
 
 def read_output(conn: sqlite3.Connection, fence: int, offset: int, limit: int, chunk_max: int) -> OutputPage:
     """Up to `limit` bytes of the claim's output from `offset`, and its size and end as
     this read found them. Every stored chunk holds at most `chunk_max` bytes, so the one
     holding `offset` starts after `offset - chunk_max`: only the rows needed are read."""
-    statements = _sql(conn)
-    size, outcome = conn.execute(statements["claim_output"], (fence,)).fetchone()
+    statements = sql(conn)
+    size, outcome = conn.execute(statements.output.CLAIM_OUTPUT, (fence,)).fetchone()
     # The claim's row first: every chunk within `size` committed with it, or before.
     end = min(size, offset + limit)
     pieces: list[bytes] = []
     if offset < end:
-        for pos, data in conn.execute(statements["chunks"], (fence, offset - chunk_max, end)).fetchall():
+        for pos, data in conn.execute(statements.output.CHUNKS, (fence, offset - chunk_max, end)).fetchall():
             data = bytes(data)
             lo, hi = max(offset, pos), min(end, pos + len(data))
             if lo < hi:

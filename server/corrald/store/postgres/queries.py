@@ -13,6 +13,7 @@ import functools
 
 from ...model import TaskState, TeammateStatus
 from . import graph_queries as graph  # noqa: F401 (discovered work, the graph's edits: sql(conn).graph.NAME)
+from . import output_queries as output  # noqa: F401 (live output: sql(conn).output.NAME)
 from . import usage_queries as usage  # noqa: F401 (spending and budgets: sql(conn).usage.NAME)
 from .usage_queries import GATE_CLOSED
 
