@@ -11,6 +11,7 @@ python -m bench --quick          # tiny sizes, for the smoke test
 python -m bench --only latency   # one section (repeatable; comma-separated works too)
 python -m bench --only reviews   # Session cycles of tasks that pass a review, against plain tasks
 python -m bench --only proposals # claims beside PROPOSED tasks; AddDependencies on a 100,000-task board
+python -m bench --only output    # Session cycles while 32 teammates append 1 KiB of output every 100 ms
 python -m bench --only postgres  # PostgreSQL boards (CORRAL_BENCH_PG_DSN, default 127.0.0.1:5432)
 python -m bench --runs 5
 python -m bench --report-only    # rebuild docs/benchmarks.md from bench/results/*.json
@@ -35,6 +36,7 @@ from . import (
     huey_baseline,
     latency,
     mcp,
+    output,
     paired,
     postgres,
     proposals,
@@ -61,6 +63,7 @@ SECTIONS = {
     "semantics": semantics.run,
     "reviews": reviews.run,
     "proposals": proposals.run,
+    "output": output.run,
     "web": web.run,
     "mcp": mcp.run,
     "postgres": postgres.run,

@@ -73,6 +73,11 @@ class Sizes:
     proposals_claims: int = 1_000  # timed claims per board per round
     proposals_board: int = 100_000
     proposals_depend_samples: int = 1_000  # AddDependencies calls per round
+    # Live output (bench/output.py): Session cycles beside this many teammates each appending
+    # this many bytes to their task's output this often.
+    output_appenders: int = 32
+    output_append_bytes: int = 1024
+    output_append_every_s: float = 0.1
 
     def tasks(self, teammates: int) -> int:
         table = dict(self.tasks_for)
@@ -130,4 +135,5 @@ QUICK = Sizes(
     proposals_claims=40,
     proposals_board=2_000,
     proposals_depend_samples=40,
+    output_appenders=4,
 )

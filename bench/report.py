@@ -411,6 +411,9 @@ def targets(sections: dict) -> list[dict]:
     prop = _r(sections, "proposals")
     if prop:
         out += _proposals_targets(prop)
+    live = _r(sections, "output")
+    if live and "unavailable" not in live:
+        out.append(_output_target(live))
     bridge = _r(sections, "mcp")
     if bridge:
         out.append(_mcp_target(bridge))
@@ -886,6 +889,7 @@ def markdown(sections: dict, items: list[dict], context: dict) -> str:
     parts += _postgres(_r(sections, "postgres"))
     parts += _reviews(_r(sections, "reviews"))
     parts += _proposals(_r(sections, "proposals"))
+    parts += _output(_r(sections, "output"))
     if ANALYSIS.exists():
         parts += ["\n", ANALYSIS.read_text()]
     return "".join(parts)
@@ -1375,6 +1379,53 @@ def _proposals(prop: dict | None) -> list[str]:
         f" {depend['deps_each']} of the layer before; {depend['samples_per_round']:,} calls per round, each"
         " adding one dependency.\n\n",
         _table(["measure", "p50 ms", "p99 ms"], rows),
+    ]
+
+
+def _output_target(live: dict) -> dict:
+    """#35's target: Session cycles/s while teammates append output, against none appending."""
+    ratio = live["ratio"]["median"]
+    return _target(
+        "11",
+        f"Session cycles/s at {live['teammates']} teammates while {live['appenders']} others append"
+        f" {live['append_bytes']:,} B every {1000 * live['append_every_s']:.0f} ms / none appending",
+        live["appending"]["throughput"]["median"],
+        "cycles/s",
+        "≥ 0.90×",
+        ratio,
+        ratio >= 0.90,
+        f"median of {len(live['rounds'])} alternating round(s) (ratios {_span(live['ratio'])}); without appends"
+        f" {live['plain']['throughput']['median']:.0f} cycles/s; appends made"
+        f" {live['appending']['appends_per_s']['median']:.0f}/s",
+    )
+
+
+def _output(live: dict | None) -> list[str]:
+    """Section 11 (bench/output.py): Session cycles while other teammates append live output."""
+    if not live:
+        return []
+    if "unavailable" in live:
+        return [f"\n## 11. Live output\n\nNot measured: {live['unavailable']}\n"]
+    rows = [
+        [
+            label,
+            _cell(live[name]["throughput"]),
+            _cell(live[name]["p50_ms"], 2),
+            _cell(live[name]["p99_ms"], 2),
+            _cell(live[name]["server_cpu_ms"], 3),
+            _cell(live[name]["appends_per_s"]),
+            str(live[name]["errors"]),
+        ]
+        for label, name in (("no output", "plain"), ("while others append", "appending"))
+    ]
+    rows.append(["ratio (per round, median)", _ratio(live["ratio"]["median"]), "", "", "", "", ""])
+    return [
+        "\n## 11. Live output\n\n",
+        f"{live['teammates']} teammates cycle on the Session (raw stubs, slots=1) through {live['tasks']:,}"
+        f" independent tasks, on a fresh daemon per variant; in the second, {live['appenders']} other teammates"
+        f" (a process of their own) each hold a long task and append {live['append_bytes']:,} bytes to its"
+        f" output every {1000 * live['append_every_s']:.0f} ms with AppendOutput. Variants alternate per round.\n\n",
+        _table(["variant", "cycles/s", "p50 ms", "p99 ms", "daemon CPU ms/cycle", "appends/s", "errors"], rows),
     ]
 
 

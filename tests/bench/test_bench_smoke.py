@@ -28,6 +28,7 @@ SECTIONS = [
     "semantics",
     "reviews",
     "proposals",
+    "output",
     "mcp",
 ]
 EXPECTED = {
@@ -49,6 +50,7 @@ EXPECTED = {
     "semantics": ["claims", "cycles"],
     "reviews": ["rounds", "ratio", "tasks_ratio", "jobs_ratio", "plain", "reviewed"],
     "proposals": ["claims", "depend"],
+    "output": ["rounds", "ratio", "plain", "appending"],
     "mcp": ["sdk", "in_process", "stdio", "ready_to_return", "bridge_rss_mib"],
     "postgres": [
         "shared_cores",
