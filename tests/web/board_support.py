@@ -206,6 +206,14 @@ class Mate:
             stub = pb_grpc.TeammateServiceStub(channel)
             return stub.ProposeTasks(request, metadata=(("authorization", f"Bearer {self.token}"),), timeout=10)
 
+    def append(self, claim: corral.Claim, data: bytes) -> int:
+        """`TeammateService.AppendOutput` on the wire, one append of `data` to the claim's
+        output (the SDK buffers; a test needs each append as sent): the output's size after."""
+        request = pb.AppendOutputRequest(task_id=claim.task.id, claim_token=claim.token, data=data)
+        with grpc.insecure_channel(self.address) as channel:
+            stub = pb_grpc.TeammateServiceStub(channel)
+            return stub.AppendOutput(request, metadata=(("authorization", f"Bearer {self.token}"),), timeout=10).size
+
     def close(self) -> None:
         self.teammate.close()
 

@@ -25,7 +25,8 @@ from . import shapes
 from .actions import Actions, http_status
 from .config import BODY_BYTES_MAX, TICKET_TTL_S, WebConfig
 from .feed import Feed
-from .guard import allowed_hosts, guard, json_error, same_origin, set_answer_headers
+from .guard import allowed_hosts, guard, is_count, json_error, same_origin, set_answer_headers
+from .output import OutputStreams
 from .recent import HISTORY_PAGE_MAX
 from .sessions import LoginLimiter, Session, Sessions, Tickets
 
@@ -57,7 +58,8 @@ class WebBoard:
         self.sessions = Sessions(path=sessions_file, still_valid=board.credentials.still_valid)
         self.tickets = Tickets()
         self.limiter = LoginLimiter()
-        self.feed = Feed(board, hub, config)
+        self.outputs = OutputStreams(board, hub, config)
+        self.feed = Feed(board, hub, config, self.outputs.clients)
         self._hub = hub
         self._actions = Actions(lead)
         self._runner: web.AppRunner | None = None
@@ -67,6 +69,7 @@ class WebBoard:
     def _revoked(self, identity: Identity) -> None:
         self.sessions.revoke(identity)
         self.feed.end_for(identity)
+        self.outputs.end_for(identity)
 
     # ------------------------------------------------------------ life
 
@@ -83,6 +86,7 @@ class WebBoard:
         app.router.add_get("/api/board", self._snapshot)
         app.router.add_get("/api/tasks", self._task_page)
         app.router.add_get("/api/tasks/{task_id}", self._task_detail)
+        app.router.add_get("/api/tasks/{task_id}/output", self._output)
         app.router.add_get("/api/events", self._events)
         app.router.add_get("/api/history", self._history)
         app.router.add_post("/api/actions/{name}", self._act)
@@ -111,6 +115,7 @@ class WebBoard:
 
     async def stop(self) -> None:
         """Ends every event stream, then the site (open requests get a short grace)."""
+        self.outputs.end_for(None)
         await self.feed.close()
         if self._runner is not None:
             await self._runner.cleanup()
@@ -227,7 +232,9 @@ class WebBoard:
                 "claims": view.claims,
                 "plans": view.plans,
                 "teammates": [shapes.teammate(t, view.last_activity_ms.get(t.name)) for t in view.teammates],
-                "stats": shapes.stats(overview.stats, self._hub.open_streams, self.feed.client_count),
+                "stats": shapes.stats(
+                    overview.stats, self._hub.open_streams, self.feed.client_count, len(self.outputs.clients)
+                ),
                 "now_ms": self._board.clock.now_ms(),
                 "session": {
                     "name": session.identity.name,
@@ -243,7 +250,7 @@ class WebBoard:
         if isinstance(session, web.Response):
             return session
         after, limit = request.query.get("after", "0"), request.query.get("limit", "100")
-        if not (_is_count(after) and _is_count(limit)) or not 0 < int(limit) <= TABLE_PAGE_MAX:
+        if not (is_count(after) and is_count(limit)) or not 0 < int(limit) <= TABLE_PAGE_MAX:
             return json_error(400, f"after must be a non-negative integer and limit within [1, {TABLE_PAGE_MAX}]")
         rows = await self._board.task_rows(int(after), int(limit) + 1)
         more = len(rows) > int(limit)
@@ -292,6 +299,13 @@ class WebBoard:
             return session
         return await self.feed.serve(request, session.identity)
 
+    async def _output(self, request: web.Request) -> web.StreamResponse:
+        """The task's live output, for its drawer (see `output`)."""
+        session = self._api_session(request)
+        if isinstance(session, web.Response):
+            return session
+        return await self.outputs.serve(request, session.identity)
+
     async def _history(self, request: web.Request) -> web.Response:
         """`?before=SEQ&limit=N`: the events before SEQ (default: all so far), newest first, for
         the Events panel of a page opened after them; `older` asks for the page before."""
@@ -300,7 +314,7 @@ class WebBoard:
             return session
         end = await self._board.last_event_seq() + 1
         before, limit = request.query.get("before", str(end)), request.query.get("limit", "100")
-        if not (_is_count(before) and _is_count(limit)) or not 0 < int(limit) <= HISTORY_PAGE_MAX:
+        if not (is_count(before) and is_count(limit)) or not 0 < int(limit) <= HISTORY_PAGE_MAX:
             return json_error(400, f"before must be a non-negative integer and limit within [1, {HISTORY_PAGE_MAX}]")
         if int(before) > end:
             return json_error(400, "before is beyond the end of the event log")
@@ -326,10 +340,6 @@ async def _no_icon(request: web.Request) -> web.Response:
 
 def _json_int(value: int | None) -> str:
     return "null" if value is None else str(value)
-
-
-def _is_count(text: str) -> bool:
-    return text.isascii() and text.isdigit() and len(text) <= 18
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:

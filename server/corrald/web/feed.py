@@ -9,15 +9,13 @@ all streams. What one stream holds unsent is bounded by the socket's buffer:
 a write that cannot drain within `SEND_TIMEOUT_S` ends the stream, and the
 page resumes from its last id.
 
-Streams are bounded per identity (see config): each viewer's, all viewers'
-together below the whole, so the lead's board always finds a free slot. A
-slot is taken before the stream's first await and given back in `finally`.
+Streams are bounded per identity (see config and `slots`): each viewer's, all
+viewers' together below the whole, so the lead's board always finds a free slot.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import json
 import logging
@@ -34,22 +32,23 @@ from . import shapes
 from .config import WebConfig
 from .guard import json_error
 from .recent import RecentEvents
+from .slots import StreamSlots
 
 log = logging.getLogger("corrald.web")
 
 SEND_TIMEOUT_S = 5.0
 STATS_INTERVAL_S = 1.0
-RETRY_AFTER_S = 5
 RECONNECT_MS = 1000  # how soon a browser whose stream broke tries again
 
 
 class StatsTicker:
     """The board's stats once a second while any stream is open: one read for them all."""
 
-    def __init__(self, board: Board, hub: WakeHub, clients: Sized) -> None:
+    def __init__(self, board: Board, hub: WakeHub, clients: Sized, outputs: Sized) -> None:
         self._board = board
         self._hub = hub
         self._clients = clients
+        self._outputs = outputs
         self.latest = ""
         self.tick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -61,7 +60,8 @@ class StatsTicker:
     async def _run(self) -> None:
         while self._clients and not self._hub.closing:
             stats = await self._board.stats()
-            self.latest = json.dumps(shapes.stats(stats, self._hub.open_streams, len(self._clients)))
+            shaped = shapes.stats(stats, self._hub.open_streams, len(self._clients), len(self._outputs))
+            self.latest = json.dumps(shaped)
             tick, self.tick = self.tick, asyncio.Event()
             tick.set()
             await asyncio.sleep(STATS_INTERVAL_S)
@@ -74,13 +74,14 @@ class StatsTicker:
 
 
 class Feed:
-    def __init__(self, board: Board, hub: WakeHub, config: WebConfig) -> None:
+    def __init__(self, board: Board, hub: WakeHub, config: WebConfig, outputs: Sized) -> None:
         self._board = board
         self._hub = hub
         self._config = config
         self._clients: dict[EventSourceResponse, Identity] = {}
-        self._held: collections.Counter[Identity] = collections.Counter()  # slots taken, by identity
-        self._stats = StatsTicker(board, hub, self._clients)
+        self._slots = StreamSlots(config, "boards")
+        # The drawers' output streams are counted in the stats (see `output`).
+        self._stats = StatsTicker(board, hub, self._clients, outputs)
         self._recent = RecentEvents(board, hub)
 
     async def history(self, before: int, limit: int) -> tuple[list[tuple[int, str]], int | None]:
@@ -110,40 +111,15 @@ class Feed:
             return json_error(400, "after is beyond the end of the event log")
         return after
 
-    def _refusal(self, identity: Identity) -> web.Response | None:
-        """Why `identity` may not open one more stream now, or None when it may."""
-        config = self._config
-        retry = {"Retry-After": str(RETRY_AFTER_S)}
-        if self._held.total() >= config.feed_clients_max:
-            return json_error(503, f"too many open boards (at most {config.feed_clients_max})", retry)
-        if identity.is_lead:
-            return None
-        if self._held[identity] >= config.feed_per_viewer:
-            return json_error(429, f"this viewer has {config.feed_per_viewer} boards open already; close one", retry)
-        viewers = sum(held for holder, held in self._held.items() if not holder.is_lead)
-        if viewers >= config.feed_clients_max - config.feed_lead_reserved:
-            return json_error(
-                503,
-                f"viewers have {viewers} boards open, all they may; the other"
-                f" {config.feed_lead_reserved} are kept for the lead",
-                retry,
-            )
-        return None
-
     async def serve(self, request: web.Request, identity: Identity) -> web.StreamResponse:
         after = await self._start_after(request)
         if isinstance(after, web.Response):
             return after
-        refusal = self._refusal(identity)
+        refusal = self._slots.refusal(identity)
         if refusal is not None:
             return refusal
-        self._held[identity] += 1
-        try:
+        with self._slots.held(identity):
             return await self._stream(request, identity, after)
-        finally:
-            self._held[identity] -= 1
-            if not self._held[identity]:
-                del self._held[identity]
 
     async def _stream(self, request: web.Request, identity: Identity, after: int) -> web.StreamResponse:
         stream = EventSourceResponse(ping_interval=self._config.heartbeat_s, send_timeout=SEND_TIMEOUT_S)

@@ -30,6 +30,11 @@ def json_error(status: int, message: str, headers: dict[str, str] | None = None)
     return web.json_response({"error": message}, status=status, headers=headers)
 
 
+def is_count(text: str) -> bool:
+    """`text` is a non-negative integer of at most 18 digits (it fits an int64)."""
+    return text.isascii() and text.isdigit() and len(text) <= 18
+
+
 def _host_name(host_header: str) -> str:
     """The name in a Host header, without its port (`[::1]:80` -> `::1`)."""
     if host_header.startswith("["):

@@ -171,7 +171,7 @@ def event(response: pb.WatchResponse) -> dict[str, object]:
     return shaped
 
 
-def stats(board: BoardStats, open_streams: int, feed_clients: int) -> dict[str, object]:
+def stats(board: BoardStats, open_streams: int, feed_clients: int, outputs_open: int) -> dict[str, object]:
     writer = board.writer
     return {
         "tasks_by_state": {TaskState(s).name: n for s, n in board.tasks_by_state.items()},
@@ -185,4 +185,5 @@ def stats(board: BoardStats, open_streams: int, feed_clients: int) -> dict[str, 
         "level": writer.level,
         "open_streams": open_streams,
         "boards_open": feed_clients,
+        "outputs_open": outputs_open,  # task drawers following output
     }

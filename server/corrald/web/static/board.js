@@ -1,6 +1,8 @@
 // The corral web board: a snapshot, then the live event stream, drawn once per frame.
 // Every string that came from a client reaches the DOM through textContent only.
 
+import { OutputView } from "./output.js";
+
 const $ = (id) => document.getElementById(id);
 const STATES = ["PROPOSED", "PENDING", "IN_PROGRESS", "NEEDS_INPUT", "IN_REVIEW", "COMPLETED", "FAILED", "CANCELED"];
 const FINAL = new Set(["COMPLETED", "FAILED", "CANCELED"]);
@@ -234,6 +236,7 @@ function applyEvent(event) {
     trackClaim(event.task, previous, event.time_ms);
     if (isHeld(previous)) hold(previous.owner, previous.id, false, event.time_ms);
     if (isHeld(event.task)) hold(event.task.owner, event.task.id, true, event.time_ms);
+    if (isHeld(event.task) && drawer.current === event.task.id) output.claimed(event.task);
   } else if (event.kind === "teammate") {
     const known = board.teammates.get(event.name) || { name: event.name, roles: event.roles, held: [], usage: {}, budget: {} };
     known.status = event.status;
@@ -717,6 +720,9 @@ const proposals = {
 
 // ---------------------------------------------------------------- drawer
 
+const output = new OutputView($("d-output"), $("d-output-note"), $("d-output-state"));
+board.output = output;
+
 const drawer = {
   current: null,
   async open(id) {
@@ -752,6 +758,8 @@ const drawer = {
         el("td", reviewed ? `review ${a.review_round}: ${outcome}` : outcome), el("td", a.feedback || a.error));
       return row;
     }));
+    if (task.attempts.length || isHeld(board.tasks.get(id))) output.follow(id);
+    else output.none(id);
     this.proposal(task);
     // A reviewed task: its policy, the rounds so far, and the result under review (IN_REVIEW).
     $("d-review-box").hidden = !task.review;
@@ -833,7 +841,7 @@ const drawer = {
     buttons.append(approve, reject);
     decision.append(text, buttons);
   },
-  close() { this.current = null; $("drawer").hidden = true; },
+  close() { this.current = null; output.stop(); $("drawer").hidden = true; },
 };
 
 // ---------------------------------------------------------------- events list
