@@ -12,6 +12,7 @@ import os
 import pathlib
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator
 
 import grpc
@@ -318,3 +319,38 @@ def test_who_may_read_which_artifact_and_unknown_names(daemon):
     assert_status(error, grpc.StatusCode.PERMISSION_DENIED)
     for stream in (ann_stream, bob_stream, cat_stream):
         stream.cancel()
+
+
+def test_sigkill_during_an_upload_loses_nothing_committed_and_leaves_no_half_file(corrald):
+    daemon = corrald()
+    ann = daemon.add_teammate("ann")
+    daemon.create_tasks(spec("kept"), spec("a"))
+    stream = ann.idle(slots=2)
+    claims = {c.task.id: c for c in (stream.next_event("claim", timeout=5.0) for _ in range(2))}
+    before = put(ann, claims["kept"], b"committed before", name="kept.txt")
+    _, files_before = _board_rows(daemon)
+    stop = threading.Event()
+
+    def requests():
+        yield header(claims["a"], name="cut.bin")
+        while not stop.is_set():
+            yield pb.PutArtifactRequest(data=b"z" * MIB)
+
+    outcome: list = []
+    call = threading.Thread(target=lambda: outcome.append(rpc_error(ann.teammate.PutArtifact, requests(), timeout=60)))
+    call.start()
+    # Killed once the upload's bytes are being stored (a temporary file, or a partial upload's rows).
+    deadline = time.monotonic() + 20
+    while set(_board_rows(daemon)[1]) == set(files_before):
+        assert time.monotonic() < deadline, "the upload stored nothing"
+    daemon.kill()
+    stop.set()
+    call.join(30)
+    assert outcome and outcome[0].code() == grpc.StatusCode.UNAVAILABLE
+    daemon.start()
+    rows, files = _board_rows(daemon)
+    assert [row[2] for row in rows] == ["kept.txt"]
+    assert files == files_before, "a half-written upload, or an unnamed blob, outlived the restart"
+    assert _blob_names(files) == {before.sha256}
+    assert get(daemon.lead, "kept", "kept.txt") == b"committed before"
+    assert [a.name for a in daemon.get_task("kept").artifacts] == ["kept.txt"]
