@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from . import cpu, delivery, errors, requestids, validate
 from .answers import Completed, Renewed, ack_record, acked_again
+from .board_artifacts import BoardArtifacts
 from .board_reads import BoardReads
 from .clock import Clock
 from .config import Limits, WriterConfig
@@ -48,7 +49,7 @@ from .model import (
 from .readers import ReaderPool
 from .requestids import OpKey, RequestKey
 from .stats import PostgresHealth as PostgresHealth  # GetStats' conversion names it here
-from .store import inbox, keys, ops, output, proposals, protocol, status, tasks, team, usage, viewers
+from .store import artifacts, inbox, keys, ops, output, proposals, protocol, status, tasks, team, usage, viewers
 from .store.driver import BoardDriver
 from .store.sqlite.driver import SqliteBoard
 from .stream import ParkedStreams, StreamView
@@ -64,7 +65,7 @@ T = TypeVar("T")
 log = logging.getLogger("corrald.board")
 
 
-class Board(BoardReads):
+class Board(BoardReads, BoardArtifacts):
     """The board's writes (each one writer job) and, from `BoardReads`, its reads."""
 
     def __init__(
@@ -99,6 +100,7 @@ class Board(BoardReads):
             epilogue=tasks.stamp_clock,
             storage=self.driver.writer_storage(),
         )
+        self.blobs = self.driver.blob_store()  # artifacts' bytes (board_artifacts.py)
         self._reader_count = readers
         self.readers: ReaderPool | None = None
         # A PostgreSQL board's wake-ups from its other daemons (set by the daemon's wiring).
@@ -126,6 +128,8 @@ class Board(BoardReads):
             return stored(tx.conn)
 
         self.credentials.load(self.writer.call(recover))
+        # Before anything is served: what no artifact names is removed (the blob store's rule).
+        self.blobs.prepare(lambda: self.call_read(artifacts.named_contents))
         if driver.shared:  # another daemon may mint a credential this one has not read
             self.credentials.read = self.call_read
 
@@ -141,6 +145,7 @@ class Board(BoardReads):
         self.driver.leave()
         if self.readers is not None:
             self.readers.close()
+        self.blobs.close()
 
     # ------------------------------------------------------------ lead
 

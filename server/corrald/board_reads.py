@@ -3,6 +3,7 @@ takes them from here, so that the board's writes stay together in board.py."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
@@ -10,6 +11,7 @@ from . import stats
 from .model import AttemptRecord, FeedPage, TaskPage, TaskRecord, TaskState, TeammateRecord, WaitingFor
 from .stats import BoardOverview, BoardStats
 from .store import output, overview, tasks, team
+from .store.tasks import artifact_refs
 
 if TYPE_CHECKING:
     from .config import Limits
@@ -43,8 +45,14 @@ class BoardReads:
         return await self.read(lambda conn: tasks.get_task(conn, task_id))
 
     async def task_history(self, task_id: str) -> tuple[TaskRecord, list[AttemptRecord], WaitingFor | None]:
-        """The task, its most recent claims (oldest first) and what it waits for (a read)."""
-        return await self.read(lambda conn: tasks.task_history(conn, task_id))
+        """The task with its artifacts, its most recent claims (oldest first) and what it
+        waits for (a read)."""
+
+        def query(conn):
+            record, attempts, waiting = tasks.task_history(conn, task_id)
+            return artifact_refs.with_artifacts(conn, [record])[0], attempts, waiting
+
+        return await self.read(query)
 
     async def output_attempt(self, task_id: str, attempt: int, reader: str | None) -> output.OutputAttempt:
         """The claim whose output TailOutput reads (see `output.find_attempt`; `reader`: a
@@ -59,12 +67,16 @@ class BoardReads:
     async def list_tasks(
         self, *, states: Sequence[TaskState], owner: str, after_seq: int, limit: int, max_bytes: int
     ) -> TaskPage:
-        """A page of tasks chosen within `max_bytes` before any payload is read (a read)."""
-        return await self.read(
-            lambda conn: tasks.list_tasks(
+        """A page of tasks chosen within `max_bytes` before any payload is read, each with its
+        artifacts (a read: one statement more for the page's artifacts)."""
+
+        def query(conn) -> TaskPage:
+            page = tasks.list_tasks(
                 conn, states=states, owner=owner, after_seq=after_seq, limit=limit, max_bytes=max_bytes
             )
-        )
+            return dataclasses.replace(page, tasks=artifact_refs.with_artifacts(conn, page.tasks))
+
+        return await self.read(query)
 
     async def list_teammates(self, after: int = 0, limit: int = -1) -> list[tuple[int, TeammateRecord]]:
         """Teammates in the order they were added, each with its position (a page cursor)."""

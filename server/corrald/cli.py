@@ -123,6 +123,22 @@ def main() -> None:
     "with RESOURCE_EXHAUSTED (reason OUTPUT_LIMIT).",
 )
 @click.option(
+    "--max-artifact-bytes",
+    type=click.IntRange(min=1),
+    default=Limits.artifact_max_bytes,
+    show_default=True,
+    help="Bytes of one artifact (PutArtifact); an upload past it is refused with RESOURCE_EXHAUSTED "
+    "(reason ARTIFACT_LIMIT).",
+)
+@click.option(
+    "--max-artifact-store-bytes",
+    type=click.IntRange(min=0),
+    default=Limits.artifact_store_max_bytes,
+    show_default=True,
+    help="Bytes of artifacts the board stores in all, each content counted once; an upload past it is "
+    "refused with RESOURCE_EXHAUSTED (reason ARTIFACT_QUOTA).",
+)
+@click.option(
     "--web",
     "web",
     default=None,
@@ -190,6 +206,8 @@ def serve_command(
     pacing_slack: float,
     stream_send_timeout: float,
     max_output_bytes: int,
+    max_artifact_bytes: int,
+    max_artifact_store_bytes: int,
     web: str | None,
     web_actions: bool,
     store: str | None,
@@ -236,7 +254,12 @@ def serve_command(
         metrics=metrics,
         tls_cert=tls_cert,
         tls_key=tls_key,
-        limits=Limits(stream_send_timeout_ms=round(stream_send_timeout * 1000), output_max_bytes=max_output_bytes),
+        limits=Limits(
+            stream_send_timeout_ms=round(stream_send_timeout * 1000),
+            output_max_bytes=max_output_bytes,
+            artifact_max_bytes=max_artifact_bytes,
+            artifact_store_max_bytes=max_artifact_store_bytes,
+        ),
         writer=WriterConfig(
             synchronous=synchronous.upper(), writers=(pg_writers or PG_DEFAULT_WRITERS) if target is not None else 1
         ),

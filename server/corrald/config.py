@@ -88,6 +88,12 @@ class Limits:
     # attempt keeps in all (`--max-output-bytes`; past it OUTPUT_LIMIT).
     output_append_max_bytes: int = 64 * KIB
     output_max_bytes: int = 16 * MIB
+    # Artifacts (PutArtifact): one data message, one artifact (`--max-artifact-bytes`;
+    # past it ARTIFACT_LIMIT), and the board's stored contents, each counted once
+    # (`--max-artifact-store-bytes`; past it ARTIFACT_QUOTA).
+    artifact_chunk_max_bytes: int = 1 * MIB
+    artifact_max_bytes: int = 256 * MIB
+    artifact_store_max_bytes: int = 10 * 1024 * MIB
 
 
 @dataclasses.dataclass(frozen=True)

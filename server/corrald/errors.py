@@ -47,6 +47,10 @@ class AttemptNotFound(NotFound):
     reason = "ATTEMPT_NOT_FOUND"
 
 
+class ArtifactNotFound(NotFound):
+    reason = "ARTIFACT_NOT_FOUND"
+
+
 class AlreadyExists(CorralError):
     reason = "ALREADY_EXISTS"
 
@@ -99,6 +103,18 @@ class OutputLimit(ResourceExhausted):
     """An append would take an attempt's output past the daemon's limit."""
 
     reason = "OUTPUT_LIMIT"
+
+
+class ArtifactLimit(ResourceExhausted):
+    """An upload's bytes passed the daemon's limit of one artifact."""
+
+    reason = "ARTIFACT_LIMIT"
+
+
+class ArtifactQuota(ResourceExhausted):
+    """An upload's new content would take the board's stored artifacts past its quota."""
+
+    reason = "ARTIFACT_QUOTA"
 
 
 class Unauthenticated(CorralError):

@@ -164,6 +164,17 @@ class Budget:
         return (0 < self.max_cost_micros <= usage.cost_micros) or (0 < self.max_tokens <= usage.tokens)
 
 
+class ArtifactRecord(typing.NamedTuple):
+    """A file attached to a task by the holder of one of its claims (PutArtifact)."""
+
+    name: str
+    media_type: str
+    size: int
+    sha256: str  # lowercase hex
+    attempt: int  # the attaching claim's
+    create_ms: int
+
+
 class TaskRecord(typing.NamedTuple):
     """A task as stored. A named tuple, not a frozen dataclass: every claim and every
     completion builds one, and a frozen dataclass of this many fields takes several
@@ -204,6 +215,9 @@ class TaskRecord(typing.NamedTuple):
     review_rounds: int = 0  # the rejections so far
     proposed_by: str = ""  # the teammate that proposed it ('' : the Lead created it)
     discovered_from: str = ""  # the task whose claim it was proposed from ('' : none named)
+    # The current artifact of each name, by name; filled only by the reads that show
+    # them (GetTask, ListTasks, a claim's task), () elsewhere.
+    artifacts: tuple[ArtifactRecord, ...] = ()
 
 
 def attempts_used(state: int, failures: int) -> int:
@@ -314,6 +328,8 @@ class ClaimGrant:
     answers: tuple[QuestionAnswer, ...] = ()
     review: ReviewItem | None = None  # a review's claim: what to review
     rejected_result: bytes = b""  # a rework: the result the last review rejected
+    # The current artifacts of its direct dependencies, (id, artifact) in depends_on order.
+    dependency_artifacts: tuple[tuple[str, ArtifactRecord], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -98,6 +98,43 @@ def question(value: str, limits: Limits) -> None:
     check_text("question", value, limits.text_max_bytes)
 
 
+ARTIFACT_NAME_MAX_CHARS = 200
+DEFAULT_MEDIA_TYPE = "application/octet-stream"
+# RFC 6838's restricted-name, for the type and for the subtype; no parameters.
+_MEDIA_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}")
+
+
+def artifact_name(value: str) -> None:
+    """A relative path any file system can hold: 1 to 200 characters, `/`-separated
+    segments none of which is empty, `.` or `..`, no backslash, no control character."""
+    field = "header.name"
+    if not value:
+        raise InvalidArgument(field, "must not be empty")
+    if len(value) > ARTIFACT_NAME_MAX_CHARS:
+        raise InvalidArgument(field, f"longer than {ARTIFACT_NAME_MAX_CHARS} characters")
+    if value.startswith("/"):
+        raise InvalidArgument(field, "must be a relative path (no leading '/')")
+    if "\\" in value:
+        raise InvalidArgument(field, "must not hold a backslash (segments are separated by '/')")
+    if any(unicodedata.category(char) == "Cc" for char in value):
+        raise InvalidArgument(field, "must not hold a control character")
+    for segment in value.split("/"):
+        if segment in ("", ".", ".."):
+            raise InvalidArgument(field, f"has a segment {segment!r} (empty, '.' and '..' are refused)")
+
+
+def media_type(value: str) -> str:
+    """An artifact's media type as stored: `type/subtype` (no parameters), or the
+    default for an empty one."""
+    if not value:
+        return DEFAULT_MEDIA_TYPE
+    if _MEDIA_TYPE.fullmatch(value) is None:
+        raise InvalidArgument(
+            "header.media_type", "must be type/subtype (RFC 6838 name characters, no parameters such as charset)"
+        )
+    return value
+
+
 def output_data(data: bytes, limits: Limits) -> None:
     """One append to a claim's output: some bytes, within the append limit."""
     if not data:

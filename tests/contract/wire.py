@@ -139,7 +139,10 @@ class _CallDetails(
 
 
 class _Credential(
-    grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor, grpc.StreamStreamClientInterceptor
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
 ):
     """Adds `authorization` metadata (unless the call brings its own) and a default deadline."""
 
@@ -160,6 +163,9 @@ class _Credential(
 
     def intercept_unary_stream(self, continuation, client_call_details, request):
         return continuation(self._details(client_call_details, STREAM_TIMEOUT_S), request)
+
+    def intercept_stream_unary(self, continuation, client_call_details, request_iterator):
+        return continuation(self._details(client_call_details, STREAM_TIMEOUT_S), request_iterator)
 
     def intercept_stream_stream(self, continuation, client_call_details, request_iterator):
         return continuation(self._details(client_call_details, STREAM_TIMEOUT_S), request_iterator)

@@ -182,7 +182,7 @@ class TaskSpec(_message.Message):
     def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., required_role: _Optional[str] = ..., not_before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff_max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., trace_parent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., attempt_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., review: _Optional[_Union[ReviewPolicy, _Mapping]] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "required_role", "max_attempts", "lease_duration", "state", "owner", "attempt", "result", "error", "seq", "create_time", "lease_expire_time", "finish_time", "not_before_time", "retry_backoff", "retry_backoff_max", "ready_time", "progress", "progress_fraction", "progress_time", "waiting_for", "trace_parent", "concurrency_key", "usage", "attempt_timeout", "attempts_used", "question", "review", "review_rounds", "discovered_from", "proposed_by")
+    __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "required_role", "max_attempts", "lease_duration", "state", "owner", "attempt", "result", "error", "seq", "create_time", "lease_expire_time", "finish_time", "not_before_time", "retry_backoff", "retry_backoff_max", "ready_time", "progress", "progress_fraction", "progress_time", "waiting_for", "trace_parent", "concurrency_key", "usage", "attempt_timeout", "attempts_used", "question", "review", "review_rounds", "discovered_from", "proposed_by", "artifacts")
     ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -219,6 +219,7 @@ class Task(_message.Message):
     REVIEW_ROUNDS_FIELD_NUMBER: _ClassVar[int]
     DISCOVERED_FROM_FIELD_NUMBER: _ClassVar[int]
     PROPOSED_BY_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
     id: str
     title: str
     description: str
@@ -255,7 +256,32 @@ class Task(_message.Message):
     review_rounds: int
     discovered_from: str
     proposed_by: str
-    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., required_role: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., owner: _Optional[str] = ..., attempt: _Optional[int] = ..., result: _Optional[bytes] = ..., error: _Optional[str] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., not_before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff_max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., ready_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[str] = ..., progress_fraction: _Optional[float] = ..., progress_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waiting_for: _Optional[_Union[WaitingFor, _Mapping]] = ..., trace_parent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., attempt_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts_used: _Optional[int] = ..., question: _Optional[str] = ..., review: _Optional[_Union[ReviewPolicy, _Mapping]] = ..., review_rounds: _Optional[int] = ..., discovered_from: _Optional[str] = ..., proposed_by: _Optional[str] = ...) -> None: ...
+    artifacts: _containers.RepeatedCompositeFieldContainer[Artifact]
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., required_role: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., owner: _Optional[str] = ..., attempt: _Optional[int] = ..., result: _Optional[bytes] = ..., error: _Optional[str] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., not_before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff_max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., ready_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[str] = ..., progress_fraction: _Optional[float] = ..., progress_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waiting_for: _Optional[_Union[WaitingFor, _Mapping]] = ..., trace_parent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., attempt_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts_used: _Optional[int] = ..., question: _Optional[str] = ..., review: _Optional[_Union[ReviewPolicy, _Mapping]] = ..., review_rounds: _Optional[int] = ..., discovered_from: _Optional[str] = ..., proposed_by: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ...) -> None: ...
+
+class Artifact(_message.Message):
+    __slots__ = ("name", "media_type", "size", "sha256", "attempt", "create_time")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    media_type: str
+    size: int
+    sha256: str
+    attempt: int
+    create_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., media_type: _Optional[str] = ..., size: _Optional[int] = ..., sha256: _Optional[str] = ..., attempt: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class DependencyArtifact(_message.Message):
+    __slots__ = ("task_id", "artifact")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    artifact: Artifact
+    def __init__(self, task_id: _Optional[str] = ..., artifact: _Optional[_Union[Artifact, _Mapping]] = ...) -> None: ...
 
 class WaitingFor(_message.Message):
     __slots__ = ("dependencies", "ready_time", "concurrency_key", "teammates")
@@ -400,7 +426,7 @@ class ProposalDecision(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., send_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., task_ids: _Optional[_Iterable[str]] = ..., approve: _Optional[bool] = ..., feedback: _Optional[str] = ...) -> None: ...
 
 class Claim(_message.Message):
-    __slots__ = ("task", "claim_token", "lease_expire_time", "attempt", "fence", "previous_attempt", "dependency_results", "dependency_results_omitted", "answers", "review", "rejected_result")
+    __slots__ = ("task", "claim_token", "lease_expire_time", "attempt", "fence", "previous_attempt", "dependency_results", "dependency_results_omitted", "answers", "review", "rejected_result", "dependency_artifacts")
     class DependencyResultsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -419,6 +445,7 @@ class Claim(_message.Message):
     ANSWERS_FIELD_NUMBER: _ClassVar[int]
     REVIEW_FIELD_NUMBER: _ClassVar[int]
     REJECTED_RESULT_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCY_ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
     task: Task
     claim_token: str
     lease_expire_time: _timestamp_pb2.Timestamp
@@ -430,7 +457,8 @@ class Claim(_message.Message):
     answers: _containers.RepeatedCompositeFieldContainer[QuestionAnswer]
     review: ReviewItem
     rejected_result: bytes
-    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., claim_token: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., previous_attempt: _Optional[_Union[TaskAttempt, _Mapping]] = ..., dependency_results: _Optional[_Mapping[str, bytes]] = ..., dependency_results_omitted: _Optional[_Iterable[str]] = ..., answers: _Optional[_Iterable[_Union[QuestionAnswer, _Mapping]]] = ..., review: _Optional[_Union[ReviewItem, _Mapping]] = ..., rejected_result: _Optional[bytes] = ...) -> None: ...
+    dependency_artifacts: _containers.RepeatedCompositeFieldContainer[DependencyArtifact]
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., claim_token: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., previous_attempt: _Optional[_Union[TaskAttempt, _Mapping]] = ..., dependency_results: _Optional[_Mapping[str, bytes]] = ..., dependency_results_omitted: _Optional[_Iterable[str]] = ..., answers: _Optional[_Iterable[_Union[QuestionAnswer, _Mapping]]] = ..., review: _Optional[_Union[ReviewItem, _Mapping]] = ..., rejected_result: _Optional[bytes] = ..., dependency_artifacts: _Optional[_Iterable[_Union[DependencyArtifact, _Mapping]]] = ...) -> None: ...
 
 class ReviewItem(_message.Message):
     __slots__ = ("result", "author", "round")
@@ -913,7 +941,7 @@ class ShutdownAnswered(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., teammate: _Optional[str] = ..., approve: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class WatchResponse(_message.Message):
-    __slots__ = ("seq", "time", "task_changed", "teammate_changed", "message", "plan_submitted", "shutdown_answered", "budget_exhausted", "plan_decided", "question_asked", "question_answered", "review_decided", "tasks_proposed", "proposals_decided")
+    __slots__ = ("seq", "time", "task_changed", "teammate_changed", "message", "plan_submitted", "shutdown_answered", "budget_exhausted", "plan_decided", "question_asked", "question_answered", "review_decided", "tasks_proposed", "proposals_decided", "artifact_added")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     TASK_CHANGED_FIELD_NUMBER: _ClassVar[int]
@@ -928,6 +956,7 @@ class WatchResponse(_message.Message):
     REVIEW_DECIDED_FIELD_NUMBER: _ClassVar[int]
     TASKS_PROPOSED_FIELD_NUMBER: _ClassVar[int]
     PROPOSALS_DECIDED_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_ADDED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     time: _timestamp_pb2.Timestamp
     task_changed: Task
@@ -942,7 +971,18 @@ class WatchResponse(_message.Message):
     review_decided: ReviewDecided
     tasks_proposed: TasksProposed
     proposals_decided: ProposalsDecided
-    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., task_changed: _Optional[_Union[Task, _Mapping]] = ..., teammate_changed: _Optional[_Union[TeammateChanged, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., plan_submitted: _Optional[_Union[PlanSubmitted, _Mapping]] = ..., shutdown_answered: _Optional[_Union[ShutdownAnswered, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhausted, _Mapping]] = ..., plan_decided: _Optional[_Union[PlanDecided, _Mapping]] = ..., question_asked: _Optional[_Union[QuestionAsked, _Mapping]] = ..., question_answered: _Optional[_Union[QuestionAnswered, _Mapping]] = ..., review_decided: _Optional[_Union[ReviewDecided, _Mapping]] = ..., tasks_proposed: _Optional[_Union[TasksProposed, _Mapping]] = ..., proposals_decided: _Optional[_Union[ProposalsDecided, _Mapping]] = ...) -> None: ...
+    artifact_added: ArtifactAdded
+    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., task_changed: _Optional[_Union[Task, _Mapping]] = ..., teammate_changed: _Optional[_Union[TeammateChanged, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., plan_submitted: _Optional[_Union[PlanSubmitted, _Mapping]] = ..., shutdown_answered: _Optional[_Union[ShutdownAnswered, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhausted, _Mapping]] = ..., plan_decided: _Optional[_Union[PlanDecided, _Mapping]] = ..., question_asked: _Optional[_Union[QuestionAsked, _Mapping]] = ..., question_answered: _Optional[_Union[QuestionAnswered, _Mapping]] = ..., review_decided: _Optional[_Union[ReviewDecided, _Mapping]] = ..., tasks_proposed: _Optional[_Union[TasksProposed, _Mapping]] = ..., proposals_decided: _Optional[_Union[ProposalsDecided, _Mapping]] = ..., artifact_added: _Optional[_Union[ArtifactAdded, _Mapping]] = ...) -> None: ...
+
+class ArtifactAdded(_message.Message):
+    __slots__ = ("task_id", "teammate", "artifact")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TEAMMATE_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    teammate: str
+    artifact: Artifact
+    def __init__(self, task_id: _Optional[str] = ..., teammate: _Optional[str] = ..., artifact: _Optional[_Union[Artifact, _Mapping]] = ...) -> None: ...
 
 class TasksProposed(_message.Message):
     __slots__ = ("teammate", "task_ids", "discovered_from", "needs_decision", "split")
@@ -1190,6 +1230,26 @@ class AppendOutputResponse(_message.Message):
     size: int
     def __init__(self, attempt: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
 
+class PutArtifactRequest(_message.Message):
+    __slots__ = ("header", "data")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    header: ArtifactHeader
+    data: bytes
+    def __init__(self, header: _Optional[_Union[ArtifactHeader, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class ArtifactHeader(_message.Message):
+    __slots__ = ("task_id", "claim_token", "name", "media_type")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    claim_token: str
+    name: str
+    media_type: str
+    def __init__(self, task_id: _Optional[str] = ..., claim_token: _Optional[str] = ..., name: _Optional[str] = ..., media_type: _Optional[str] = ...) -> None: ...
+
 class SubmitPlanRequest(_message.Message):
     __slots__ = ("plan",)
     PLAN_FIELD_NUMBER: _ClassVar[int]
@@ -1237,6 +1297,20 @@ class TailOutputRequest(_message.Message):
     offset: int
     follow: bool
     def __init__(self, task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., offset: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
+
+class GetArtifactRequest(_message.Message):
+    __slots__ = ("task_id", "name")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    name: str
+    def __init__(self, task_id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class ArtifactChunk(_message.Message):
+    __slots__ = ("data",)
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    def __init__(self, data: _Optional[bytes] = ...) -> None: ...
 
 class OutputChunk(_message.Message):
     __slots__ = ("attempt", "offset", "data", "end")

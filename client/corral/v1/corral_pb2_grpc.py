@@ -1035,6 +1035,11 @@ class TeammateServiceStub:
                 request_serializer=corral_dot_v1_dot_corral__pb2.AppendOutputRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.AppendOutputResponse.FromString,
                 _registered_method=True)
+        self.PutArtifact = channel.stream_unary(
+                '/corral.v1.TeammateService/PutArtifact',
+                request_serializer=corral_dot_v1_dot_corral__pb2.PutArtifactRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.Artifact.FromString,
+                _registered_method=True)
 
 
 class TeammateServiceServicer:
@@ -1142,6 +1147,27 @@ class TeammateServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutArtifact(self, request_iterator, context):
+        """Stores a file made on the caller's live claim and attaches it to the task
+        as an Artifact of the claim's attempt. The first message is the header
+        (task, claim token, name, media type), checked before any data is read;
+        the file's bytes follow in `data` messages of at most 1 MiB each. The
+        daemon hashes (SHA-256) and stores the bytes as they arrive, and attaches
+        the artifact once the stream ends, only if the claim is still live then:
+        a claim that is not live is refused as CompleteTask refuses it
+        (LEASE_EXPIRED, CLAIM_TOKEN_MISMATCH, ...). A file past the daemon's limit
+        (--max-artifact-bytes, 256 MiB by default) is RESOURCE_EXHAUSTED, reason
+        ARTIFACT_LIMIT, refused as soon as the bytes pass it; one whose new
+        content would take the board's stored artifacts past
+        --max-artifact-store-bytes (10 GiB by default) is RESOURCE_EXHAUSTED,
+        reason ARTIFACT_QUOTA. Nothing of a refused upload is attached.
+        The answer is the artifact itself, named for what it is.
+        buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TeammateServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1209,6 +1235,11 @@ def add_TeammateServiceServicer_to_server(servicer, server):
                     servicer.AppendOutput,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.AppendOutputRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.AppendOutputResponse.SerializeToString,
+            ),
+            'PutArtifact': grpc.stream_unary_rpc_method_handler(
+                    servicer.PutArtifact,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.PutArtifactRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.Artifact.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1573,6 +1604,33 @@ class TeammateService:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def PutArtifact(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/corral.v1.TeammateService/PutArtifact',
+            corral_dot_v1_dot_corral__pb2.PutArtifactRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.Artifact.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class BoardServiceStub:
     """Calls both the Lead and teammates may make.
@@ -1618,6 +1676,11 @@ class BoardServiceStub:
                 '/corral.v1.BoardService/TailOutput',
                 request_serializer=corral_dot_v1_dot_corral__pb2.TailOutputRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_corral__pb2.OutputChunk.FromString,
+                _registered_method=True)
+        self.GetArtifact = channel.unary_stream(
+                '/corral.v1.BoardService/GetArtifact',
+                request_serializer=corral_dot_v1_dot_corral__pb2.GetArtifactRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_corral__pb2.ArtifactChunk.FromString,
                 _registered_method=True)
 
 
@@ -1675,6 +1738,17 @@ class BoardServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetArtifact(self, request, context):
+        """Streams the bytes of the task's current artifact of that name (the one
+        Task.artifacts lists), in order. Who may read it is as for TailOutput.
+        A name the task has no artifact of is NOT_FOUND, reason ARTIFACT_NOT_FOUND.
+        Each response is one chunk, named for what it is (not GetArtifactResponse).
+        buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BoardServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1712,6 +1786,11 @@ def add_BoardServiceServicer_to_server(servicer, server):
                     servicer.TailOutput,
                     request_deserializer=corral_dot_v1_dot_corral__pb2.TailOutputRequest.FromString,
                     response_serializer=corral_dot_v1_dot_corral__pb2.OutputChunk.SerializeToString,
+            ),
+            'GetArtifact': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetArtifact,
+                    request_deserializer=corral_dot_v1_dot_corral__pb2.GetArtifactRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_corral__pb2.ArtifactChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1904,6 +1983,33 @@ class BoardService:
             '/corral.v1.BoardService/TailOutput',
             corral_dot_v1_dot_corral__pb2.TailOutputRequest.SerializeToString,
             corral_dot_v1_dot_corral__pb2.OutputChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetArtifact(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/corral.v1.BoardService/GetArtifact',
+            corral_dot_v1_dot_corral__pb2.GetArtifactRequest.SerializeToString,
+            corral_dot_v1_dot_corral__pb2.ArtifactChunk.FromString,
             options,
             channel_credentials,
             insecure,

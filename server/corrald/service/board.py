@@ -14,7 +14,7 @@ from ..looplag import LoopLag
 from ..model import TaskState
 from ..overload.lanes import CallLanes
 from ..wake import WakeHub
-from . import convert, once, output
+from . import artifacts, convert, once, output
 
 
 class BoardServicer(pb_grpc.BoardServiceServicer):
@@ -65,6 +65,9 @@ class BoardServicer(pb_grpc.BoardServiceServicer):
 
     def TailOutput(self, request: pb.TailOutputRequest, context, identity: Identity):
         return output.tail(self._board, self._hub, request, identity)
+
+    def GetArtifact(self, request: pb.GetArtifactRequest, context, identity: Identity):
+        return artifacts.get(self._board, request, identity)
 
     async def SendMessage(self, request: pb.SendMessageRequest, context, identity: Identity) -> pb.SendMessageResponse:
         return await once.answer(

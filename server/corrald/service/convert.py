@@ -36,6 +36,7 @@ from ..model import (
 )
 from ..stream import StreamItem
 from ..validate import PROPOSAL_TASKS_MAX
+from . import artifact_convert
 
 if TYPE_CHECKING:
     from ..board import PostgresHealth
@@ -262,6 +263,8 @@ def fill_task(message: pb.Task, record: TaskRecord, waiting: WaitingFor | None =
         _fill_usage(message.usage, spent)
     if waiting is not None:
         message.waiting_for.CopyFrom(waiting_for(waiting))
+    if record.artifacts:
+        message.artifacts.extend(map(artifact_convert.artifact, record.artifacts))
 
 
 def _set_ms(field: timestamp_pb2.Timestamp | duration_pb2.Duration, ms: int) -> None:
@@ -375,6 +378,8 @@ def fill_claim(message: pb.Claim, grant: ClaimGrant) -> None:
     if grant.dependency_results:
         message.dependency_results.update(grant.dependency_results)
     message.dependency_results_omitted.extend(grant.dependency_results_omitted)
+    if grant.dependency_artifacts:
+        artifact_convert.fill_dependency_artifacts(message, grant.dependency_artifacts)
     if grant.review is not None:
         message.review.result = grant.review.result
         message.review.author = grant.review.author
@@ -575,6 +580,8 @@ def watch_response(
                 split=data["split"],
             )
         )
+    elif event.kind == "artifact_added":
+        response.artifact_added.CopyFrom(artifact_convert.artifact_added(data, event.time_ms))
     elif event.kind == "proposals_decided":
         response.proposals_decided.CopyFrom(
             pb.ProposalsDecided(task_ids=data["task_ids"], approve=data["approve"], feedback=data["feedback"])

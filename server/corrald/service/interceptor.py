@@ -36,8 +36,8 @@ OPEN = "/grpc.health.v1.Health/"  # load balancers probe without credentials
 # Unary calls that only read; every other unary call of ours submits a writer job.
 READS = frozenset(EITHER + name for name in ("GetTask", "ListTasks", "ListTeammates", "GetStats", "GetIdentity"))
 # What a viewer (a read-only credential) may call: the board's reads, nothing else
-# (GetIdentity among them: any credential may ask who it is), and a task's output.
-VIEWER_CALLS = READS | {EITHER + "TailOutput"}
+# (GetIdentity among them: any credential may ask who it is), and a task's output and artifacts.
+VIEWER_CALLS = READS | {EITHER + "TailOutput", EITHER + "GetArtifact"}
 
 
 def unknown_field_path(message: pb_message.Message, prefix: str = "") -> str | None:
@@ -115,7 +115,8 @@ class CorralInterceptor(grpc.aio.ServerInterceptor):
 
 
 def _lane(method: str, handler: grpc.RpcMethodHandler) -> LaneKind:
-    if handler.unary_stream or handler.stream_stream:
+    # An upload is a stream too: its length says nothing about its cost.
+    if handler.unary_stream or handler.stream_stream or handler.stream_unary:
         return "stream"
     return "read" if method in READS else "write"
 
@@ -299,7 +300,34 @@ def _wrap(
             await _serve_stream(place, context, identity, send_timeout_s, responses)
 
         return grpc.unary_stream_rpc_method_handler(unary_stream, None, handler.response_serializer)
-    raise TypeError(f"corral.v1 has no client-streaming methods, yet {handler!r} is one")  # Session: _wrap_session
+    if handler.stream_unary:  # an upload (PutArtifact)
+        behavior = handler.stream_unary
+
+        async def each_request(request_iterator):
+            # Each message is parsed as the method asks for it, so one is held at a time.
+            async for data in request_iterator:
+                size = len(data)
+                request = await cpu.run(lambda data=data: checked(data), inline=size <= cpu.INLINE_BYTES)
+                del data
+                yield request
+                HEAP.after_request(size)  # the method asked for the next: this one is done with
+
+        async def stream_unary(request_iterator, context):
+            job_owner.set(identity.name)  # each call runs in its own task: this marks only its jobs
+            if not place.try_enter() and not await _waited_for_place(place, context):
+                return None
+            try:
+                return await behavior(each_request(request_iterator), context, identity)
+            except Exception as error:
+                if isinstance(error, grpc.aio.AbortError):
+                    raise
+                _end_with(context, error)
+                return None
+            finally:
+                place.leave()
+
+        return grpc.stream_unary_rpc_method_handler(stream_unary, None, handler.response_serializer)
+    raise TypeError(f"{handler!r} is bidirectional: a Session is wrapped by _wrap_session")
 
 
 def _wrap_session(

@@ -16,7 +16,7 @@ from ..credentials import Identity
 from ..model import ClaimEnd
 from ..overload.reopen import ReopenSpacing
 from ..wake import WakeHub
-from . import convert, session
+from . import artifacts, convert, session
 from .teamstream import IdleTimedOut, TeammateStream, stream_options
 
 log = logging.getLogger("corrald.idle")
@@ -178,6 +178,10 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
         self._hub.alive(identity.name)
         appended = await self._board.append_output(identity.name, request.task_id, request.claim_token, request.data)
         return pb.AppendOutputResponse(attempt=appended.attempt, size=appended.size)
+
+    async def PutArtifact(self, requests, context, identity: Identity) -> pb.Artifact:
+        self._hub.alive(identity.name)
+        return await artifacts.put(self._board, identity.name, requests)
 
     async def FreeSlot(self, request: pb.FreeSlotRequest, context, identity: Identity) -> pb.FreeSlotResponse:
         self._hub.alive(identity.name)

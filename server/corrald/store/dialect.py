@@ -12,7 +12,7 @@ from typing import Any
 def sql(conn: sqlite3.Connection) -> types.ModuleType:
     """The statements of the connection's driver (`store/sqlite/queries.py` or
     `store/postgres/queries.py`: the same names, each in its database's dialect; the
-    groups `.graph`, `.output` and `.usage` are modules of their own beside it)."""
+    groups `.artifacts`, `.graph`, `.output` and `.usage` are modules of their own beside it)."""
     return conn.sql  # type: ignore[attr-defined]  # SqliteConnection's, PgConnection's
 
 

@@ -219,6 +219,9 @@ class BoardDriver(Protocol):
     def open_writer(self) -> Any:
         """A read-write connection, for the writer."""
 
+    def blob_store(self) -> Any:
+        """Where artifacts' bytes live (store/sqlite/blobs.py, store/postgres/blobs.py)."""
+
     def open_reader(self) -> Any:
         """A read-only connection, for the reader pool."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 
 from ...model import TaskState, TeammateStatus
+from . import artifact_queries as artifacts  # noqa: F401 (artifacts: sql(conn).artifacts.NAME)
 from . import graph_queries as graph  # noqa: F401 (discovered work, the graph's edits: sql(conn).graph.NAME)
 from . import output_queries as output  # noqa: F401 (live output: sql(conn).output.NAME)
 from . import usage_queries as usage  # noqa: F401 (spending and budgets: sql(conn).usage.NAME)

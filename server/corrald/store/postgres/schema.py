@@ -285,6 +285,45 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (fence, pos)
     );
     """,
+    # 9: artifacts (store/sqlite/schema.py's migration 20). The bytes live here, so every
+    # daemon of the board serves them: an upload is a row of `artifact_uploads` (its
+    # SHA-256 set once all its chunks are in: complete) and its chunks, each written in a
+    # small transaction of its own, off the writer (store/postgres/blobs.py). Chunks are
+    # read in slices, so they are kept uncompressed (STORAGE EXTERNAL).
+    """
+    CREATE TABLE artifacts (
+        seq        BIGSERIAL PRIMARY KEY,
+        task_seq   BIGINT NOT NULL,
+        attempt    INTEGER NOT NULL,
+        name       TEXT COLLATE "C" NOT NULL,
+        media_type TEXT NOT NULL,
+        size       BIGINT NOT NULL,
+        sha256     TEXT NOT NULL,
+        create_ms  BIGINT NOT NULL,
+        teammate   TEXT NOT NULL
+    );
+    CREATE INDEX artifacts_task ON artifacts (task_seq, name, seq);
+    CREATE TABLE artifact_contents (
+        sha256 TEXT PRIMARY KEY,
+        size   BIGINT NOT NULL
+    );
+    INSERT INTO meta (key, value) VALUES ('artifact_bytes', 0);
+    CREATE TABLE artifact_uploads (
+        id       BIGSERIAL PRIMARY KEY,
+        daemon   TEXT NOT NULL,
+        start_ms BIGINT NOT NULL,
+        sha256   TEXT,
+        size     BIGINT NOT NULL DEFAULT 0
+    );
+    CREATE UNIQUE INDEX artifact_uploads_sha256 ON artifact_uploads (sha256);
+    CREATE TABLE artifact_chunks (
+        upload BIGINT NOT NULL,
+        pos    BIGINT NOT NULL,
+        data   BYTEA  NOT NULL,
+        PRIMARY KEY (upload, pos)
+    );
+    ALTER TABLE artifact_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

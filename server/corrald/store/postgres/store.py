@@ -22,6 +22,7 @@ from ...model import OpCompletion
 from ...txn import Mergeable, Txn, Wakes
 from ..driver import DatabaseHealth
 from . import steps
+from .blobs import PgBlobs
 from .schema import BoardCreator, BoardIdentity, migrate
 from .sql import PgConnection
 from .storage import DatabaseClock, PgStorage, connect, describe, new_daemon_id, reach
@@ -65,6 +66,9 @@ class PgBoard:
 
     def open_reader(self) -> PgConnection:
         return reach(self.target, read_only=True)
+
+    def blob_store(self) -> PgBlobs:
+        return PgBlobs(lambda: reach(self.target), self.daemon_id)
 
     def catch_up_clock(self, call: Callable[[Callable[[Txn], int]], int], clock: Clock) -> None:
         """The board's clock is the database's (`DatabaseClock`), or the one a test injects."""

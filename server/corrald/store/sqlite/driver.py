@@ -14,6 +14,7 @@ from ...model import OpCompletion
 from ...txn import Mergeable, Txn, Wakes
 from .. import tasks
 from ..driver import DatabaseHealth
+from .blobs import FileBlobs
 from .storage import SqliteStorage, open_reader, open_writer
 
 log = logging.getLogger("corrald.board")
@@ -41,6 +42,9 @@ class SqliteBoard:
 
     def open_reader(self) -> sqlite3.Connection:
         return open_reader(self.path)
+
+    def blob_store(self) -> FileBlobs:
+        return FileBlobs(self.path.parent / "artifacts")
 
     def catch_up_clock(self, call: Callable[[Callable[[Txn], int]], int], clock: Clock) -> None:
         # One time base per board: if the host's wall clock now reads earlier than the

@@ -313,6 +313,30 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (fence, pos)
     ) WITHOUT ROWID;
     """,
+    # 20: artifacts. Each upload a live claim attached is a row of `artifacts` (the
+    # history keeps every one); the latest row of a name is the task's current artifact.
+    # The bytes are files beside the database named by their SHA-256 (store/artifacts.py);
+    # `artifact_contents` lists the contents some row names, once each, and meta's
+    # `artifact_bytes` their sizes' sum, which the board-wide quota is checked against.
+    """
+    CREATE TABLE artifacts (
+        seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+        task_seq   INTEGER NOT NULL,
+        attempt    INTEGER NOT NULL,
+        name       TEXT    NOT NULL,
+        media_type TEXT    NOT NULL,
+        size       INTEGER NOT NULL,
+        sha256     TEXT    NOT NULL,
+        create_ms  INTEGER NOT NULL,
+        teammate   TEXT    NOT NULL
+    );
+    CREATE INDEX artifacts_task ON artifacts (task_seq, name, seq);
+    CREATE TABLE artifact_contents (
+        sha256 TEXT    PRIMARY KEY,
+        size   INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    INSERT INTO meta (key, value) VALUES ('artifact_bytes', 0);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

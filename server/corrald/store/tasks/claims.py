@@ -25,6 +25,7 @@ from ..dialect import sql, steps
 from ..gates import protocol_pending
 from ..status import mark_busy
 from . import reviews
+from .artifact_refs import current_of_dependencies, with_artifacts
 from .ends import live_claim
 from .reclaim import reclaim_expired
 from .rows import IN_PROGRESS, IN_REVIEW, NEEDS_INPUT, PENDING, PROPOSED, answers_of, previous_attempt, task_by_seq
@@ -99,9 +100,24 @@ def _granted(
         tx.wakes.note("claimed", task=task.id, teammate=teammate, attempt=task.attempt, fence=fence)
     else:
         tx.wakes.note("review_claimed", task=task.id, teammate=teammate, round=review.round, fence=fence)
-    results, omitted = dependency_results(tx.conn, task) if review is None else ((), ())
+    if review is not None:
+        return ClaimGrant(task, token, lease_end, task.attempt, fence, review=review)
+    results, omitted = dependency_results(tx.conn, task)
+    if previous is not None:  # a first claim has no artifacts yet: only a later one reads them
+        task = with_artifacts(tx.conn, [task])[0]
     return ClaimGrant(
-        task, token, lease_end, task.attempt, fence, previous, results, omitted, answers, review, rejected
+        task,
+        token,
+        lease_end,
+        task.attempt,
+        fence,
+        previous,
+        results,
+        omitted,
+        answers,
+        None,
+        rejected,
+        current_of_dependencies(tx.conn, task),
     )
 
 
@@ -171,6 +187,8 @@ def grant(conn: sqlite3.Connection, ref: ClaimRef) -> ClaimGrant:
         return ClaimGrant(task, ref.token, ref.lease_expire_ms, ref.attempt, ref.fence, review=review)
     previous = previous_attempt(conn, ref.task_seq, ref.fence)
     results, omitted = dependency_results(conn, task)
+    if previous is not None:
+        task = with_artifacts(conn, [task])[0]
     answers = answers_of(conn, ref.task_seq) if previous is not None else ()
     rejected = reviews.rejected_result(conn, task)
     return ClaimGrant(
@@ -185,6 +203,7 @@ def grant(conn: sqlite3.Connection, ref: ClaimRef) -> ClaimGrant:
         answers,
         None,
         rejected,
+        current_of_dependencies(conn, task),
     )
 
 

@@ -63,6 +63,7 @@ def task_record(row: tuple) -> TaskRecord:
             row[35],  # review_rounds
             row[36],  # proposed_by
             row[37],  # discovered_from
+            (),  # artifacts: read apart, by the reads that show them
         )
     )
 

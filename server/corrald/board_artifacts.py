@@ -1,0 +1,54 @@
+"""The board's artifacts (PutArtifact, GetArtifact): the claim checked, bytes stored
+by the driver's blob store off the event loop, the attach a writer job, reads on the
+reader pool. `Board` takes them from here."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from .model import ArtifactRecord
+from .store import artifacts
+
+if TYPE_CHECKING:
+    from .config import Limits
+    from .readers import ReaderPool
+    from .writer import Writer
+
+
+class BoardArtifacts:
+    """What the board does for artifacts; `blobs` is the driver's blob store
+    (store/sqlite/blobs.py, store/postgres/blobs.py)."""
+
+    limits: Limits
+    readers: ReaderPool | None
+    writer: Writer
+    blobs: Any
+    read: Callable[[Callable[[Any], Any]], Awaitable[Any]]  # BoardReads'
+
+    async def check_artifact_claim(self, name: str, task_id: str, token: str) -> None:
+        """Raises as a stale call is refused unless the caller's claim is live: an upload's
+        header is checked before any of its bytes are read."""
+        await self.writer.run(lambda tx: artifacts.check_claim(tx, name, task_id, token))
+
+    async def begin_upload(self) -> Any:
+        """A new upload of the blob store (its write, finish and abort block: call them
+        off the loop, as this does)."""
+        return await asyncio.to_thread(self.blobs.begin)
+
+    async def attach_artifact(self, name: str, task_id: str, token: str, upload: artifacts.Uploaded) -> ArtifactRecord:
+        """Attaches stored content to the task (see `artifacts.attach`): one writer job that
+        copies no bytes."""
+        quota = self.limits.artifact_store_max_bytes
+        return await self.writer.run(lambda tx: artifacts.attach(tx, name, task_id, token, upload, quota))
+
+    async def find_artifact(self, task_id: str, name: str, reader: str | None) -> ArtifactRecord:
+        """The task's current artifact of that name (`reader`: a teammate, who may read only
+        its own tasks and their dependencies)."""
+        return await self.read(lambda conn: artifacts.find(conn, task_id, name, reader))
+
+    async def read_artifact(self, sha256: str, offset: int, limit: int) -> bytes:
+        """Up to `limit` bytes of stored content from `offset`, on a reader's thread (fewer
+        than asked is no end: ask again from there until the artifact's size)."""
+        return await self.read(lambda conn: self.blobs.read(conn, sha256, offset, limit))
