@@ -26,6 +26,7 @@ from corral._errors import ClaimEndedError, CorralError
 from corral._primitives import AsyncLock, AsyncTicker
 from corral._retry import is_transient
 from corral._types import ClaimEnded, ClaimEndReason, ClaimInfo, Task, TaskSpec, Usage, Verdict
+from corral.aio._claimoutput import ClaimOutput
 
 __all__ = ["Claim", "ClaimCalls"]
 
@@ -64,6 +65,9 @@ class ClaimCalls(Protocol):
     async def propose(self, request: Any) -> tuple[list[Task], Task | None]:
         """ProposeTasks (a `pb.ProposeTasksRequest`): the tasks, and a split's task."""
 
+    async def append_output(self, task_id: str, token: str, data: bytes) -> tuple[int, int]:
+        """AppendOutput: the attempt appended to, and its output's size after the append."""
+
     def forget(self, token: str) -> None:
         """The claim ended: stop counting it as held."""
 
@@ -88,6 +92,9 @@ class Claim(ClaimState):
     stream says so at once: `claim.ended` is set, `claim.end_reason` gives the
     reason, the keepalive stops renewing, and `check()` raises ClaimEndedError
     with the matching error as cause.
+
+    `output(text)` streams what the work is doing to the attempt's live output,
+    which the Lead and the board follow (`tail_output`).
     """
 
     def __init__(self, info: ClaimInfo, calls: ClaimCalls) -> None:
@@ -95,6 +102,7 @@ class Claim(ClaimState):
         self._calls = calls
         self._lock = AsyncLock()
         self._keepalive: AsyncTicker | None = None
+        self._output = ClaimOutput(info.task.id, self._append_output)
 
     # ------------------------------------------------------------ calls
 
@@ -224,12 +232,14 @@ class Claim(ClaimState):
             renewing = self._keepalive is not None
         # No renew may race the split, which ends the claim: it would find it dead.
         await self.stop_keepalive()
+        await self._output.flush()
         try:
             ids = await self._propose(request)
         except BaseException:
             if renewing and self._lost is None:
                 self.start_keepalive()
             raise
+        await self._output.close()
         self._split = True
         self._calls.forget(self.token)
         return ids
@@ -252,14 +262,40 @@ class Claim(ClaimState):
 
     async def _finish(self, call: Callable[..., Any], *args: Any) -> Task:
         await self.stop_keepalive()
+        await self._output.flush()  # the output is whole when the attempt ends
         try:
             task: Task = await call(self.task.id, self.token, *args)
         except DEAD_CLAIM_ERRORS:
             self._calls.forget(self.token)
+            await self._output.close()
             raise
+        await self._output.close()
         # Any other error leaves the claim held, so the call can be retried.
         self._calls.forget(self.token)
         return task
+
+    # ------------------------------------------------------------ output
+
+    def output(self, text: str) -> None:
+        """Add `text` (sent as UTF-8) to this attempt's live output, which the Lead
+        and the board follow as it comes (`tail_output`). Never waits on the
+        network: the text is buffered and sent in the background at most every
+        200 ms, or once 32 KiB wait, and what is buffered is sent before the claim
+        completes, fails, is released or asks, so the output is whole when the
+        attempt ends. Past 1 MiB waiting (the daemon slower than the writes),
+        writes are dropped until the next batch goes, which then says how many
+        bytes were dropped. Once the attempt's output reaches the daemon's limit
+        (16 MiB by default) nothing more is sent (one warning, on the
+        `corral.output` logger); text written after the claim ended is dropped.
+        A failed append is logged there, never raised."""
+        self._output.write(text)
+
+    async def _append_output(self, data: bytes) -> tuple[int, int]:
+        return await self._calls.append_output(self.task.id, self.token, data)
+
+    async def _close_output(self) -> None:
+        """Drop what the output buffer holds and end its background flusher."""
+        await self._output.close()
 
     # ------------------------------------------------------------ keepalive
 
@@ -323,6 +359,7 @@ class Claim(ClaimState):
                 _log.warning("%s", self._lost)
         if cause is not None:
             self._calls.forget(self.token)
+        self._output.stop()  # nothing more can be appended to an ended claim
         if first:
             self._ended.set()  # outside the lock: it calls back (an asyncio handler is cancelled)
 
