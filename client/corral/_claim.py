@@ -18,6 +18,7 @@ from corral._claimstate import (
     ClaimState,
     check_complete,
     check_decide,
+    check_output,
     check_progress,
     check_question,
     check_usage,
@@ -291,6 +292,24 @@ class Claim(ClaimState):
         `corral.output` logger); text written after the claim ended is dropped.
         A failed append is logged there, never raised."""
         self._output.write(text)
+
+    def append_output(self, text: str) -> int:
+        """Append `text` (1 byte to 64 KiB of UTF-8) to this attempt's output now, after
+        what `output` buffered, and return the output's size in bytes after it (the
+        attempt is `attempt`). Unlike `output` it waits for the daemon and raises:
+        InvalidArgument (before any call) for empty or oversized text, LimitExceeded
+        (reason OUTPUT_LIMIT, nothing stored) past the attempt's limit, and, for a claim
+        no longer live, what `renew` raises (and records the loss). For a handler's
+        running commentary prefer `output`, which batches."""
+        data = text.encode("utf-8")
+        check_output(data)
+        self._output.flush()
+        try:
+            _, size = self._append_output(data)
+        except DEAD_CLAIM_ERRORS as exc:
+            self._record_lost(exc)
+            raise
+        return size
 
     def _append_output(self, data: bytes) -> tuple[int, int]:
         return self._calls.append_output(self.task.id, self.token, data)

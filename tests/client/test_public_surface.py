@@ -283,6 +283,7 @@ def test_the_readme_lists_every_field_of_task_and_done_summary() -> None:
 def test_live_output_has_a_small_typed_surface() -> None:
     for claim in (corral.Claim, corral.aio.Claim):
         assert list(inspect.signature(claim.output).parameters) == ["self", "text"]
+        assert list(inspect.signature(claim.append_output).parameters) == ["self", "text"]
     for lead in (corral.Lead, corral.aio.Lead):
         parameters = inspect.signature(lead.tail_output).parameters
         assert list(parameters) == ["self", "task_id", "attempt", "offset", "follow", "reconnect_timeout"]
