@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         InvalidArgument,
         LeaseExpired,
         LeaseLost,
+        LimitExceeded,
         NeedsInput,
         NotFound,
         Overloaded,
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
         Unavailable,
     )
     from corral._lead import Lead
-    from corral._runner import current_claim, run_teammate
+    from corral._runner import current_claim, output, run_teammate
     from corral._teammate import IdleEvent, Teammate
     from corral._types import (
         Approve,
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
         LeadMessage,
         Message,
         NewTeammate,
+        OutputChunk,
         PlanDecided,
         PlanDecision,
         PlanSubmitted,
@@ -114,6 +116,7 @@ _HOMES = {
         "InvalidArgument",
         "LeaseExpired",
         "LeaseLost",
+        "LimitExceeded",
         "NeedsInput",
         "NotFound",
         "Overloaded",
@@ -125,7 +128,7 @@ _HOMES = {
         "Unavailable",
     ),
     "corral._lead": ("Lead",),
-    "corral._runner": ("current_claim", "run_teammate"),
+    "corral._runner": ("current_claim", "output", "run_teammate"),
     "corral._teammate": ("IdleEvent", "Teammate"),
     "corral._types": (
         "Approve",
@@ -145,6 +148,7 @@ _HOMES = {
         "LeadMessage",
         "Message",
         "NewTeammate",
+        "OutputChunk",
         "PlanDecided",
         "PlanDecision",
         "PlanSubmitted",
@@ -188,6 +192,7 @@ __all__ = [
     "Lead",
     "Teammate",
     "current_claim",
+    "output",
     "run_teammate",
     # values
     "Approve",
@@ -208,6 +213,7 @@ __all__ = [
     "LeadMessage",
     "Message",
     "NewTeammate",
+    "OutputChunk",
     "PlanDecided",
     "PlanDecision",
     "PlanSubmitted",
@@ -254,6 +260,7 @@ __all__ = [
     "InvalidArgument",
     "LeaseExpired",
     "LeaseLost",
+    "LimitExceeded",
     "NeedsInput",
     "NotFound",
     "Overloaded",

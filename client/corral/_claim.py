@@ -12,11 +12,13 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from corral import _convert
+from corral._claimoutput import ClaimOutput
 from corral._claimstate import (
     DEAD_CLAIM_ERRORS,
     ClaimState,
     check_complete,
     check_decide,
+    check_output,
     check_progress,
     check_question,
     check_usage,
@@ -66,6 +68,9 @@ class ClaimCalls(Protocol):
     def propose(self, request: Any) -> tuple[list[Task], Task | None]:
         """ProposeTasks (a `pb.ProposeTasksRequest`): the tasks, and a split's task."""
 
+    def append_output(self, task_id: str, token: str, data: bytes) -> tuple[int, int]:
+        """AppendOutput: the attempt appended to, and its output's size after the append."""
+
     def forget(self, token: str) -> None:
         """The claim ended: stop counting it as held."""
 
@@ -90,6 +95,9 @@ class Claim(ClaimState):
     stream says so at once: `claim.ended` is set, `claim.end_reason` gives the
     reason, the keepalive stops renewing, and `check()` raises ClaimEndedError
     with the matching error as cause.
+
+    `output(text)` streams what the work is doing to the attempt's live output,
+    which the Lead and the board follow (`tail_output`).
     """
 
     def __init__(self, info: ClaimInfo, calls: ClaimCalls) -> None:
@@ -97,6 +105,7 @@ class Claim(ClaimState):
         self._calls = calls
         self._lock = Lock()
         self._keepalive: Ticker | None = None
+        self._output = ClaimOutput(info.task.id, self._append_output)
 
     # ------------------------------------------------------------ calls
 
@@ -226,12 +235,14 @@ class Claim(ClaimState):
             renewing = self._keepalive is not None
         # No renew may race the split, which ends the claim: it would find it dead.
         self.stop_keepalive()
+        self._output.flush()
         try:
             ids = self._propose(request)
         except BaseException:
             if renewing and self._lost is None:
                 self.start_keepalive()
             raise
+        self._output.close()
         self._split = True
         self._calls.forget(self.token)
         return ids
@@ -254,14 +265,58 @@ class Claim(ClaimState):
 
     def _finish(self, call: Callable[..., Any], *args: Any) -> Task:
         self.stop_keepalive()
+        self._output.flush()  # the output is whole when the attempt ends
         try:
             task: Task = call(self.task.id, self.token, *args)
         except DEAD_CLAIM_ERRORS:
             self._calls.forget(self.token)
+            self._output.close()
             raise
+        self._output.close()
         # Any other error leaves the claim held, so the call can be retried.
         self._calls.forget(self.token)
         return task
+
+    # ------------------------------------------------------------ output
+
+    def output(self, text: str) -> None:
+        """Add `text` (sent as UTF-8) to this attempt's live output, which the Lead
+        and the board follow as it comes (`tail_output`). Never waits on the
+        network: the text is buffered and sent in the background at most every
+        200 ms, or once 32 KiB wait, and what is buffered is sent before the claim
+        completes, fails, is released or asks, so the output is whole when the
+        attempt ends. Past 1 MiB waiting (the daemon slower than the writes),
+        writes are dropped until the next batch goes, which then says how many
+        bytes were dropped. Once the attempt's output reaches the daemon's limit
+        (16 MiB by default) nothing more is sent (one warning, on the
+        `corral.output` logger); text written after the claim ended is dropped.
+        A failed append is logged there, never raised."""
+        self._output.write(text)
+
+    def append_output(self, text: str) -> int:
+        """Append `text` (1 byte to 64 KiB of UTF-8) to this attempt's output now, after
+        what `output` buffered, and return the output's size in bytes after it (the
+        attempt is `attempt`). Unlike `output` it waits for the daemon and raises:
+        InvalidArgument (before any call) for empty or oversized text, LimitExceeded
+        (reason OUTPUT_LIMIT, nothing stored) past the attempt's limit, and, for a claim
+        no longer live, what `renew` raises (and records the loss). For a handler's
+        running commentary prefer `output`, which batches."""
+        data = text.encode("utf-8")
+        check_output(data)
+        self._output.flush()
+        try:
+            _, size = self._append_output(data)
+        except DEAD_CLAIM_ERRORS as exc:
+            self._record_lost(exc)
+            raise
+        return size
+
+    def _append_output(self, data: bytes) -> tuple[int, int]:
+        return self._calls.append_output(self.task.id, self.token, data)
+
+    def _close_output(self) -> None:
+        """Drop what the output buffer holds and end its background flusher."""
+        self._output.close()
 
     # ------------------------------------------------------------ keepalive
 
@@ -325,6 +380,7 @@ class Claim(ClaimState):
                 _log.warning("%s", self._lost)
         if cause is not None:
             self._calls.forget(self.token)
+        self._output.stop()  # nothing more can be appended to an ended claim
         if first:
             self._ended.set()  # outside the lock: it calls back (an asyncio handler is cancelled)
 

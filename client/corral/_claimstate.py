@@ -45,6 +45,7 @@ __all__ = [
     "check_complete",
     "check_decide",
     "check_feedback",
+    "check_output",
     "check_progress",
     "check_question",
     "check_usage",
@@ -69,6 +70,19 @@ def check_progress(text: str, fraction: float | None) -> None:
         _refuse("progress", f"longer than {PROGRESS_MAX_BYTES} bytes of UTF-8")
     if fraction is not None and not 0.0 <= fraction <= 1.0:  # NaN fails both comparisons
         _refuse("progress_fraction", f"{fraction} is outside [0, 1]")
+
+
+# The daemon refuses a bigger append (AppendOutputRequest.data).
+OUTPUT_APPEND_MAX_BYTES = 64 * 1024
+
+
+def check_output(data: bytes) -> None:
+    """Refuse, before any call, an append the daemon would refuse (InvalidArgument):
+    empty, or longer than OUTPUT_APPEND_MAX_BYTES."""
+    if not data:
+        _refuse("data", "must not be empty")
+    if len(data) > OUTPUT_APPEND_MAX_BYTES:
+        _refuse("data", f"longer than {OUTPUT_APPEND_MAX_BYTES} bytes of UTF-8")
 
 
 # The daemon refuses a longer question (AskQuestionRequest.question).

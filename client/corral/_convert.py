@@ -33,6 +33,7 @@ from corral._types import (
     LeadMessage,
     Message,
     NewTeammate,
+    OutputChunk,
     PlanDecided,
     PlanDecision,
     PlanSubmitted,
@@ -726,3 +727,8 @@ def list_tasks_request(
         page_size=page_size or 0,
         page_token=page_token,
     )
+
+
+def output_chunk_from_pb(message: pb.OutputChunk) -> OutputChunk:
+    """A TailOutput chunk."""
+    return OutputChunk(attempt=message.attempt, offset=message.offset, data=message.data, end=message.end)

@@ -32,6 +32,7 @@ __all__ = [
     "InvalidArgument",
     "LeaseExpired",
     "LeaseLost",
+    "LimitExceeded",
     "NeedsInput",
     "NotFound",
     "Overloaded",
@@ -140,6 +141,11 @@ class Overloaded(CorralError):
     def __init__(self, details: str, *, retry_after: datetime.timedelta | None = None, **kwargs: Any) -> None:
         super().__init__(details, **kwargs)
         self.retry_after = retry_after
+
+
+class LimitExceeded(CorralError):
+    """A limit of the board refused the call (`reason` names it: OUTPUT_LIMIT, an
+    attempt's output full); nothing of it was stored, and sent again it is refused again."""
 
 
 class Unavailable(CorralError):
@@ -266,6 +272,8 @@ def _error(code: grpc.StatusCode, details: str, status: status_pb2.Status | None
         # gRPC's own refusal of a message over the daemon's limit (or the channel's): not
         # an overload, and not transient, since the same message is refused again.
         cls = InvalidArgument
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED and reason not in ("", "OVERLOADED"):
+        cls = LimitExceeded  # not an overload: waiting does not help
     cls = cls or _BY_CODE.get(code, CorralError)
     kwargs: dict[str, Any] = {
         "code": code,

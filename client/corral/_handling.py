@@ -39,6 +39,7 @@ class RunOptions:
     stop_on_idle_timeout: bool = True
     reconnect_timeout: float = 60.0
     reviewer: Callable[..., Any] | None = None
+    capture_logs: bool = False
 
     def __post_init__(self) -> None:
         if self.slots < 1:

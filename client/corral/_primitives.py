@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import inspect
 import logging
 import queue
@@ -28,6 +29,7 @@ __all__ = [
     "AsyncBackground",
     "AsyncFuture",
     "AsyncLock",
+    "AsyncPump",
     "AsyncQueue",
     "AsyncTicker",
     "AsyncWorkers",
@@ -35,6 +37,7 @@ __all__ = [
     "Flag",
     "Future",
     "Lock",
+    "Pump",
     "Queue",
     "Ticker",
     "Workers",
@@ -243,6 +246,110 @@ class Ticker:
         self._stopped.set()
         if threading.current_thread() is not self._thread:
             self._thread.join()
+
+
+# ------------------------------------------------------------ pumps
+
+
+class AsyncPump:
+    """Runs `await work()` once, as an asyncio task on the loop this was made on (make
+    it on the loop's thread), started by the first `poke()` from any thread; later
+    pokes wake the work from `await pump.wait(timeout)`. The work runs in a context
+    of its own: nothing the poking code set in contextvars is seen there."""
+
+    def __init__(self, work: Callable[[], Coroutine[Any, Any, None]], *, name: str) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._work = work
+        self._name = name
+        self._lock = threading.Lock()  # pokes come from any thread
+        self._started: asyncio.Task[None] | concurrent.futures.Future[None] | None = None
+        self._event = asyncio.Event()  # set and awaited on the loop only
+
+    def poke(self) -> None:
+        """Start the work if it has not started, and wake its `wait`; from any thread."""
+        on_loop = _running_loop() is self._loop
+        with self._lock:
+            if self._started is None:
+                fresh = contextvars.Context()
+                if on_loop:
+                    self._started = fresh.run(self._loop.create_task, self._work(), name=self._name)
+                else:
+                    self._started = fresh.run(asyncio.run_coroutine_threadsafe, self._work(), self._loop)
+        self._wake(on_loop)
+
+    def wake(self) -> None:
+        """Wake the work's `wait` if it started (it is not started); from any thread."""
+        on_loop = _running_loop() is self._loop
+        with self._lock:
+            if self._started is None:
+                return
+        self._wake(on_loop)
+
+    def _wake(self, on_loop: bool) -> None:
+        if on_loop:
+            self._event.set()
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nothing waits any more
+                self._loop.call_soon_threadsafe(self._event.set)
+
+    async def wait(self, timeout: float | None) -> None:
+        """In the work: until poked (since the last wait) or `timeout` seconds pass."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._event.wait()
+        self._event.clear()
+
+    async def join(self) -> None:
+        """Wait for the work to end, if it started (on the loop)."""
+        with self._lock:
+            started = self._started
+        if started is None:
+            return
+        waited = asyncio.wrap_future(started) if isinstance(started, concurrent.futures.Future) else started
+        with contextlib.suppress(asyncio.CancelledError):
+            await waited
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+class Pump:
+    """The same on a daemon thread, started by the first `poke()`."""
+
+    def __init__(self, work: Callable[[], None], *, name: str) -> None:
+        self._work = work
+        self._name = name
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._event = threading.Event()
+
+    def poke(self) -> None:
+        """Start the work if it has not started, and wake its `wait`; from any thread."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name=self._name, daemon=True)
+                self._thread.start()
+        self._event.set()
+
+    def wake(self) -> None:
+        """Wake the work's `wait` if it started (it is not started); from any thread."""
+        self._event.set()
+
+    def wait(self, timeout: float | None) -> None:
+        """In the work: until poked (since the last wait) or `timeout` seconds pass."""
+        self._event.wait(timeout)
+        self._event.clear()
+
+    def join(self) -> None:
+        """Wait for the work to end, if it started (unless called by the work)."""
+        with self._lock:
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
 
 # ------------------------------------------------------------ streams

@@ -124,6 +124,7 @@ class Teammate(BoardClient):
         until they expire (release them first to hand them back at once)."""
         for claim in self._claims.held():
             claim.stop_keepalive()
+            claim._close_output()
         self._session.close()
         super().close()
 
@@ -389,6 +390,12 @@ class _ClaimCalls:
         if request.block_claimed_task:
             self._working.pop(request.claim_token, None)  # the daemon freed its slot with the split
         return _convert.tasks_from_pb(tasks), _convert.task_from_pb(split) if split is not None else None
+
+    def append_output(self, task_id: str, token: str, data: bytes) -> tuple[int, int]:
+        request = pb.AppendOutputRequest(task_id=task_id, claim_token=token, data=data)
+        answer = self._session.call(pb.SessionRequest(output=request))
+        appended = answer.output if answer is not None else self._unary(self._stub.AppendOutput, request)
+        return appended.attempt, appended.size
 
     def forget(self, token: str) -> None:
         self._claims.forget(token)

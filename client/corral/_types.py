@@ -22,6 +22,7 @@ __all__ = [
     "LeadMessage",
     "Message",
     "NewTeammate",
+    "OutputChunk",
     "PlanDecision",
     "PlanDecided",
     "PlanSubmitted",
@@ -862,3 +863,18 @@ class RunSummary:
     plan_feedback: str = ""
     reviewed: int = 0
     split: int = 0
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    """A piece of an attempt's live output, as `tail_output` yields it, in order.
+
+    `data` starts at byte `offset` of the attempt's output (the next chunk starts
+    at `offset + len(data)`); `attempt` is the claim's attempt number. The last
+    chunk of an attempt that ended has `end` set, no data, and `offset` at the
+    output's final size."""
+
+    attempt: int
+    offset: int
+    data: bytes
+    end: bool = False

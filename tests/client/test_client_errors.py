@@ -82,6 +82,7 @@ REASON_CASES = [
     (grpc.StatusCode.ALREADY_EXISTS, "ALREADY_EXISTS", corral.AlreadyExists),
     (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", corral.InvalidArgument),
     (grpc.StatusCode.RESOURCE_EXHAUSTED, "OVERLOADED", corral.Overloaded),
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, "OUTPUT_LIMIT", corral.LimitExceeded),
 ]
 
 

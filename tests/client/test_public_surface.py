@@ -36,10 +36,12 @@ EXPECTED_CORRAL = [
     "LeadMessage",
     "LeaseExpired",
     "LeaseLost",
+    "LimitExceeded",
     "Message",
     "NeedsInput",
     "NewTeammate",
     "NotFound",
+    "OutputChunk",
     "Overloaded",
     "PermanentFailure",
     "PermissionDenied",
@@ -83,10 +85,11 @@ EXPECTED_CORRAL = [
     "WatchEvent",
     "WriterStats",
     "current_claim",
+    "output",
     "run_teammate",
 ]
 
-EXPECTED_AIO = ["Claim", "IdleEvent", "Lead", "Teammate", "current_claim", "run_teammate"]
+EXPECTED_AIO = ["Claim", "IdleEvent", "Lead", "Teammate", "current_claim", "output", "run_teammate"]
 
 
 def test_corral_all_is_pinned() -> None:
@@ -275,3 +278,23 @@ def test_the_readme_lists_every_field_of_task_and_done_summary() -> None:
     done = readme.split("`wait_until_done` returns a `corral.DoneSummary`", 1)[1].split("\n\n", 1)[0]
     for name in [f.name for f in dataclasses.fields(corral.DoneSummary)] + ["completed", "failed", "canceled"]:
         assert f"`{name}`" in done, name
+
+
+def test_live_output_has_a_small_typed_surface() -> None:
+    for claim in (corral.Claim, corral.aio.Claim):
+        assert list(inspect.signature(claim.output).parameters) == ["self", "text"]
+        assert list(inspect.signature(claim.append_output).parameters) == ["self", "text"]
+    for lead in (corral.Lead, corral.aio.Lead):
+        parameters = inspect.signature(lead.tail_output).parameters
+        assert list(parameters) == ["self", "task_id", "attempt", "offset", "follow", "reconnect_timeout"]
+        assert all(parameters[name].kind is inspect.Parameter.KEYWORD_ONLY for name in list(parameters)[2:])
+        defaults = [parameters[name].default for name in ("attempt", "offset", "follow")]
+        assert defaults == [0, 0, True]
+    for run in (corral.run_teammate, corral.aio.run_teammate):
+        capture = inspect.signature(run).parameters["capture_logs"]
+        assert capture.kind is inspect.Parameter.KEYWORD_ONLY and capture.default is False
+    assert corral.aio.output is corral.output
+    assert [f.name for f in dataclasses.fields(corral.OutputChunk)] == ["attempt", "offset", "data", "end"]
+    assert corral.OutputChunk.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert issubclass(corral.LimitExceeded, corral.CorralError)
+    assert not issubclass(corral.LimitExceeded, corral.Overloaded), "waiting does not lift a limit"

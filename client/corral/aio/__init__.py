@@ -11,7 +11,7 @@ Value types, enums and exceptions are shared with `corral`.
 
 from corral.aio._claim import Claim
 from corral.aio._lead import Lead
-from corral.aio._runner import current_claim, run_teammate
+from corral.aio._runner import current_claim, output, run_teammate
 from corral.aio._teammate import IdleEvent, Teammate
 
 __all__ = [
@@ -20,5 +20,6 @@ __all__ = [
     "Lead",
     "Teammate",
     "current_claim",
+    "output",
     "run_teammate",
 ]

@@ -11,10 +11,10 @@ import grpc.aio
 
 from corral import _convert
 from corral._channel import DEFAULT_RPC_TIMEOUT, bearer_metadata
-from corral._errors import error_from_rpc
+from corral._errors import Unavailable, error_from_rpc
 from corral._primitives import async_next_message
-from corral._retry import async_write_retrying
-from corral._types import Identity, Stats, Task, TaskState, TeammateInfo
+from corral._retry import async_retrying, async_write_retrying
+from corral._types import Identity, OutputChunk, Stats, Task, TaskState, TeammateInfo
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
@@ -22,6 +22,8 @@ from corral.v1 import corral_pb2_grpc as pb_grpc
 # it was applied: unreachable or restarting, draining, or its commit in doubt.
 # The board applies a request id once, so every retry is safe.
 WRITE_RETRY_S = 15.0
+# How long `tail_output` keeps reconnecting through one outage (a daemon restarting, say).
+TAIL_RECONNECT_S = 60.0
 
 
 class BoardClient:
@@ -156,3 +158,90 @@ class BoardClient:
         """Counts by state and status, and the daemon writer's health."""
         response = await self._unary(self._board.GetStats, pb.GetStatsRequest())
         return _convert.stats_from_pb(response)
+
+    # ------------------------------------------------------------ output
+
+    async def tail_output(
+        self,
+        task_id: str,
+        *,
+        attempt: int = 0,
+        offset: int = 0,
+        follow: bool = True,
+        reconnect_timeout: float = TAIL_RECONNECT_S,
+    ) -> AsyncGenerator[OutputChunk, None]:
+        """A task's live output (what its holder wrote with `Claim.output`), as
+        `OutputChunk`s in order from byte `offset` of the attempt's output.
+
+        `attempt` is the claim's attempt number (`Claim.attempt`, `Task.attempts`);
+        0 is the task's latest claim. With `follow`, each append comes as the daemon
+        stores it, and the iterator ends after the chunk with `end` set, once the
+        attempt has ended; without it, it ends once the stored output is sent. A
+        broken stream (the daemon restarting, say) is opened again at the next
+        offset of the same attempt, with no gap and no repeat, for up to
+        `reconnect_timeout` seconds per outage; then the last error is raised.
+
+        The Lead and viewers may tail any task; a teammate, the tasks it holds or
+        held and their dependencies (PermissionDenied otherwise). Raises NotFound for
+        an unknown task or an attempt it never had (reason ATTEMPT_NOT_FOUND), and
+        InvalidArgument for an offset past the stored end. Close the iterator
+        (`contextlib.aclosing`) to end the stream promptly when you stop early.
+        """
+        tail = _OutputTail(task_id, attempt, offset, follow)
+        policy = async_retrying(reconnect_timeout)
+        try:
+            while True:
+                chunk: OutputChunk | None = await policy(self._next_output_chunk, tail)
+                if chunk is None:
+                    return
+                yield chunk
+                if chunk.end:
+                    return
+        finally:
+            tail.drop()
+
+    async def _next_output_chunk(self, tail: _OutputTail) -> OutputChunk | None:
+        """The tail's next chunk, opening its stream at its position first if none is
+        open; None once a stream without `follow` has sent what is stored."""
+        if tail.call is None:
+            tail.call = self._board.TailOutput(tail.request(), metadata=self._metadata)
+        try:
+            response = await async_next_message(tail.call)
+        except grpc.RpcError as exc:
+            tail.drop()
+            raise error_from_rpc(exc) from None
+        if response is None:
+            tail.drop()
+            if tail.follow:
+                # A following stream ends after its end chunk: this one's daemon is going away.
+                raise Unavailable("the output stream ended before the attempt did")
+            return None
+        chunk = _convert.output_chunk_from_pb(response)
+        tail.advance(chunk)
+        return chunk
+
+
+class _OutputTail:
+    """Where a `tail_output` is: the attempt (fixed by its first chunk, so a resumed
+    stream reads the same attempt even when a newer one began), the next offset, and
+    the stream open at that position, if any."""
+
+    def __init__(self, task_id: str, attempt: int, offset: int, follow: bool) -> None:
+        self.task_id = task_id
+        self.attempt = attempt
+        self.offset = offset
+        self.follow = follow
+        self.call: Any = None
+
+    def request(self) -> pb.TailOutputRequest:
+        return pb.TailOutputRequest(task_id=self.task_id, attempt=self.attempt, offset=self.offset, follow=self.follow)
+
+    def advance(self, chunk: OutputChunk) -> None:
+        self.attempt = chunk.attempt
+        self.offset = chunk.offset + len(chunk.data)
+
+    def drop(self) -> None:
+        """Cancel the open stream, if any."""
+        call, self.call = self.call, None
+        if call is not None:
+            call.cancel()

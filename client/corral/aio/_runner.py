@@ -31,6 +31,7 @@ from corral._handling import (
     is_retryable,
     shutdown_reason,
 )
+from corral._output import capturing_logs, output, writing_output_to
 from corral._primitives import AsyncWorkers, async_invoke, async_run_handler
 from corral._retry import async_retrying, is_transient
 from corral._tracing import handler_span
@@ -49,7 +50,7 @@ from corral._types import (
 from corral.aio._claim import Claim
 from corral.aio._teammate import IdleEvent, Teammate
 
-__all__ = ["current_claim", "run_teammate"]
+__all__ = ["current_claim", "output", "run_teammate"]
 
 _log = logging.getLogger("corral.runner")
 
@@ -84,6 +85,7 @@ async def run_teammate(
     stop_on_idle_timeout: bool = True,
     reconnect_timeout: float = 60.0,
     reviewer: AsyncReviewer | None = None,
+    capture_logs: bool = False,
 ) -> RunSummary:
     """Connect as a teammate and work until told to stop; returns a RunSummary.
 
@@ -137,6 +139,15 @@ async def run_teammate(
     - A spent budget (`BudgetExhausted`) is logged as a warning; the run keeps
       waiting, and claims come again once the Lead raises the budget.
     - The Lead's decisions on proposed tasks (`ProposalsDecided`) are logged.
+
+    A handler streams what it is doing to its attempt's live output with
+    `corral.output(text)` (or `current_claim().output(text)`): buffered, sent in the
+    background, and whole by the time the claim is finished. With `capture_logs`,
+    every `logging` record emitted in a handler's context (its own code, and what
+    it calls on its thread or task) is written there too, one line per record
+    (`%(asctime)s %(levelname)s %(name)s: %(message)s`); records still pass the
+    loggers' levels as configured (`logging.basicConfig(level=logging.INFO)` lets
+    INFO through), and go to the other handlers as before.
     """
     options = RunOptions(
         plan=plan,
@@ -147,6 +158,7 @@ async def run_teammate(
         stop_on_idle_timeout=stop_on_idle_timeout,
         reconnect_timeout=reconnect_timeout,
         reviewer=reviewer,
+        capture_logs=capture_logs,
     )
     async with await Teammate.connect(address, token, connect_timeout=reconnect_timeout) as teammate:
         return await _Runner(teammate, handler, options).run()
@@ -170,16 +182,17 @@ class _Runner:
         self._declined_a_review = False
 
     async def run(self) -> RunSummary:
-        try:
-            if self._options.plan is not None:
-                self._plan_id = await self._retry(self._teammate.submit_plan, self._options.plan)
-            exit_reason = await self._serve()
-        except BaseException:
-            self._workers.cancel()  # asyncio tasks unwind; threads cannot be cancelled
-            raise
-        finally:
-            # Running handlers hold leases: let them finish (or unwind) and report.
-            await self._workers.join()
+        with capturing_logs(self._options.capture_logs):
+            try:
+                if self._options.plan is not None:
+                    self._plan_id = await self._retry(self._teammate.submit_plan, self._options.plan)
+                exit_reason = await self._serve()
+            except BaseException:
+                self._workers.cancel()  # asyncio tasks unwind; threads cannot be cancelled
+                raise
+            finally:
+                # Running handlers hold leases: let them finish (or unwind) and report.
+                await self._workers.join()
         return self._tally.summary(exit_reason, plan_id=self._plan_id, plan_feedback=self._plan_feedback)
 
     async def _retry(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -296,7 +309,7 @@ class _Runner:
         try:
             async with claim.keepalive():
                 try:
-                    with handler_span(claim.task.id, claim.attempt, claim.task.trace_parent):
+                    with handler_span(claim.task.id, claim.attempt, claim.task.trace_parent), writing_output_to(claim):
                         outcome = await async_run_handler(self._handler, claim.task, stop=claim.ended)
                     claim.check()  # ended meanwhile (an asyncio handler was cancelled): drop the outcome
                     result, error = encode_result(outcome), None
@@ -342,7 +355,7 @@ class _Runner:
         try:
             async with claim.keepalive():
                 try:
-                    with handler_span(claim.task.id, claim.attempt, claim.task.trace_parent):
+                    with handler_span(claim.task.id, claim.attempt, claim.task.trace_parent), writing_output_to(claim):
                         verdict = await async_run_handler(
                             functools.partial(reviewer, claim.task), review.result, stop=claim.ended
                         )

@@ -1,7 +1,8 @@
-"""`corral tasks add|list|show|cancel|retry|revoke|answer|review|depend`."""
+"""`corral tasks add|list|show|cancel|retry|revoke|answer|review|depend|output`."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -28,7 +29,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 @click.group("tasks")
 def tasks_group() -> None:
     """Add, list, show, cancel, retry and revoke tasks, answer their questions, review
-    their results and add dependencies."""
+    their results, add dependencies and print their live output."""
 
 
 @tasks_group.command("add")
@@ -242,3 +243,41 @@ def depend_command(ctx: click.Context, task_id: str, depends_on: str, as_json: b
         emit_json(task_json(task))
         return
     click.echo(f"{task.id} now depends on {', '.join(task.depends_on)}")
+
+
+@tasks_group.command("output")
+@click.argument("task_id")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing what is appended until the attempt ends.")
+@click.option(
+    "--attempt",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Which attempt's output (Task.attempts); 0 is the latest.",
+)
+@click.option(
+    "--offset", type=click.IntRange(min=0), default=0, show_default=True, help="Start at this byte of the output."
+)
+@connection_options
+@click.pass_context
+def output_command(ctx: click.Context, task_id: str, follow: bool, attempt: int, offset: int) -> None:
+    """Print a task's live output (what its holder appended) as raw bytes.
+
+    With -f, keep following as the holder appends, through a daemon restart, and exit
+    once the attempt ends (Ctrl-C leaves at once).
+    """
+    out = sys.stdout.buffer
+    with lead_session(ctx) as lead:
+        # A one-off read fails at once when the daemon cannot be reached; a follow rides out a restart.
+        chunks = lead.tail_output(
+            task_id, attempt=attempt, offset=offset, follow=follow, reconnect_timeout=60.0 if follow else 0.0
+        )
+        try:
+            for chunk in chunks:
+                if chunk.data:
+                    out.write(chunk.data)
+                    out.flush()
+        except KeyboardInterrupt:
+            return
+        finally:
+            chunks.close()

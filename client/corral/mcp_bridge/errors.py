@@ -48,6 +48,11 @@ def failure_from_error(exc: corral.CorralError, *, task_id: str = "") -> ToolFai
     if isinstance(exc, corral.Overloaded):
         after = exc.retry_after.total_seconds() if exc.retry_after else 1.0
         return ToolFailure("OVERLOADED", f"retry after {after:g} s (the daemon is shedding load; nothing was done)")
+    if isinstance(exc, corral.LimitExceeded):
+        return ToolFailure(
+            exc.reason or "RESOURCE_EXHAUSTED",
+            f"{about}{exc.details}; nothing of it was stored, and more is refused too",
+        )
     if isinstance(exc, corral.Unavailable):
         return ToolFailure(
             "UNAVAILABLE", "the daemon cannot be reached; the bridge is reconnecting, call again shortly"

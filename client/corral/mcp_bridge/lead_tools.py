@@ -20,6 +20,7 @@ from corral import aio
 
 from . import views
 from .errors import ToolFailure
+from .output_tools import read_output_tool
 from .proposals import proposal_lead_tools, proposals_waiting
 from .registry import ANY_OBJECT, BOOLEAN, INTEGER, STRING, Arguments, Count, Outcome, Progress, ToolSpec, array, obj
 from .rendering import TextBudget
@@ -509,6 +510,7 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
         ),
     ]
     tools += proposal_lead_tools(lead)
+    tools.append(read_output_tool(lead))
     if link.mint_dir is not None:
         tools.append(
             ToolSpec(

@@ -432,6 +432,16 @@ class TeammateLink:
             )
         return work[0] if work else ""
 
+    async def append_output(self, task_id: str, text: str) -> tuple[int, int]:
+        """Append `text` to a held claim's live output now (`Claim.append_output`): the
+        claim's attempt and the output's size in bytes after the append."""
+        claim = self._claim(task_id)
+        try:
+            size = await claim.append_output(text)
+        except corral.CorralError as exc:
+            raise self._claim_failure(task_id, exc) from None
+        return claim.attempt, size
+
     async def _finish(self, task_id: str, claim: aio.Claim, call: Any, *, remember: bool = False) -> corral.Task:
         try:
             task: corral.Task = await call

@@ -10,6 +10,7 @@ import corral
 
 from . import views
 from .errors import ToolFailure
+from .output_tools import append_output_tool
 from .proposals import propose_tool
 from .registry import (
     ANY_OBJECT,
@@ -405,6 +406,7 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
             obj(["task_id", "state", "approved"], task_id=STRING, state=STRING, approved=BOOLEAN),
             submit_review,
         ),
+        append_output_tool(link),
         ToolSpec(
             "send_message",
             'Send a message to "lead", a teammate by name, or "*" (every teammate).',
