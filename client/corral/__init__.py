@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         CorralError,
         FailedPrecondition,
         FieldViolation,
+        GitError,
         InvalidArgument,
         LeaseExpired,
         LeaseLost,
@@ -95,6 +96,7 @@ if TYPE_CHECKING:
         WatchEvent,
         WriterStats,
     )
+    from corral._worktree import GitWorktree
 
 # Where each public name lives. Importing `corral` loads none of them: the
 # daemon, which needs only the generated `corral.v1`, starts without the SDK
@@ -111,6 +113,7 @@ _HOMES = {
         "CorralError",
         "FailedPrecondition",
         "FieldViolation",
+        "GitError",
         "InvalidArgument",
         "LeaseExpired",
         "LeaseLost",
@@ -127,6 +130,7 @@ _HOMES = {
     "corral._lead": ("Lead",),
     "corral._runner": ("current_claim", "run_teammate"),
     "corral._teammate": ("IdleEvent", "Teammate"),
+    "corral._worktree": ("GitWorktree",),
     "corral._types": (
         "Approve",
         "Attempt",
@@ -202,6 +206,7 @@ __all__ = [
     "ConcurrencyLimit",
     "DoneSummary",
     "ExitReason",
+    "GitWorktree",
     "Identity",
     "IdleEvent",
     "IdleTimeout",
@@ -251,6 +256,7 @@ __all__ = [
     "CorralError",
     "FailedPrecondition",
     "FieldViolation",
+    "GitError",
     "InvalidArgument",
     "LeaseExpired",
     "LeaseLost",

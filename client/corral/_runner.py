@@ -50,6 +50,8 @@ from corral._types import (
     RunSummary,
     ShutdownRequest,
 )
+from corral._workspace import Workspaces
+from corral._worktree import GitWorktree
 
 __all__ = ["current_claim", "run_teammate"]
 
@@ -86,6 +88,7 @@ def run_teammate(
     stop_on_idle_timeout: bool = True,
     reconnect_timeout: float = 60.0,
     reviewer: Reviewer | None = None,
+    workspace: GitWorktree | None = None,
 ) -> RunSummary:
     """Connect as a teammate and work until told to stop; returns a RunSummary.
 
@@ -139,6 +142,10 @@ def run_teammate(
     - A spent budget (`BudgetExhausted`) is logged as a warning; the run keeps
       waiting, and claims come again once the Lead raises the budget.
     - The Lead's decisions on proposed tasks (`ProposalsDecided`) are logged.
+    - `workspace=corral.GitWorktree(repo)`: each work claim runs in a git worktree of
+      its own (`current_claim().workspace`), whose changes are committed on the branch
+      `corral/<task>/<attempt>` once the handler is done (see GitWorktree). The
+      repository is checked at the start (GitError when it is none).
     """
     options = RunOptions(
         plan=plan,
@@ -151,7 +158,7 @@ def run_teammate(
         reviewer=reviewer,
     )
     with Teammate.connect(address, token, connect_timeout=reconnect_timeout) as teammate:
-        return _Runner(teammate, handler, options).run()
+        return _Runner(teammate, handler, options, Workspaces(workspace)).run()
 
 
 class _StreamBroke(Exception):
@@ -160,8 +167,9 @@ class _StreamBroke(Exception):
 
 
 class _Runner:
-    def __init__(self, teammate: Teammate, handler: Handler, options: RunOptions) -> None:
+    def __init__(self, teammate: Teammate, handler: Handler, options: RunOptions, workspaces: Workspaces) -> None:
         self._teammate = teammate
+        self._workspaces = workspaces
         self._handler = handler
         self._options = options
         self._tally = Tally()
@@ -173,6 +181,7 @@ class _Runner:
 
     def run(self) -> RunSummary:
         try:
+            self._retry(self._workspaces.start, self._teammate)
             if self._options.plan is not None:
                 self._plan_id = self._retry(self._teammate.submit_plan, self._options.plan)
             exit_reason = self._serve()
@@ -298,12 +307,14 @@ class _Runner:
         try:
             with claim.keepalive():
                 try:
+                    self._workspaces.enter(claim)
                     with handler_span(claim.task.id, claim.attempt, claim.task.trace_parent):
                         outcome = run_handler(self._handler, claim.task, stop=claim.ended)
                     claim.check()  # ended meanwhile (an asyncio handler was cancelled): drop the outcome
                     result, error = encode_result(outcome), None
                 except Exception as exc:  # noqa: BLE001 (it fails the task)
                     result, error = b"", exc
+                error = self._workspaces.leave(claim, error)  # still under the keepalive: commits take time
         except BaseException:
             # Torn down mid-handler (asyncio cancels the run's tasks), or the
             # handler raised past Exception: hand the task back at once.

@@ -28,6 +28,8 @@ EXPECTED_CORRAL = [
     "ExitReason",
     "FailedPrecondition",
     "FieldViolation",
+    "GitError",
+    "GitWorktree",
     "Identity",
     "IdleEvent",
     "IdleTimeout",
@@ -275,3 +277,18 @@ def test_the_readme_lists_every_field_of_task_and_done_summary() -> None:
     done = readme.split("`wait_until_done` returns a `corral.DoneSummary`", 1)[1].split("\n\n", 1)[0]
     for name in [f.name for f in dataclasses.fields(corral.DoneSummary)] + ["completed", "failed", "canceled"]:
         assert f"`{name}`" in done, name
+
+
+def test_the_worktree_per_claim_has_a_small_typed_surface() -> None:
+    for run in (corral.run_teammate, corral.aio.run_teammate):
+        workspace = inspect.signature(run).parameters["workspace"]
+        assert workspace.kind is inspect.Parameter.KEYWORD_ONLY and workspace.default is None
+    for claim in (corral.Claim, corral.aio.Claim):
+        assert isinstance(inspect.getattr_static(claim, "workspace"), property)
+    parameters = inspect.signature(corral.GitWorktree).parameters
+    assert list(parameters) == ["repo", "base", "keep"]
+    assert (parameters["base"].default, parameters["keep"].default) == ("HEAD", "on_failure")
+    assert all(parameters[name].kind is inspect.Parameter.KEYWORD_ONLY for name in ("base", "keep"))
+    spec = corral.GitWorktree("/src/web")
+    assert dataclasses.is_dataclass(spec) and type(spec).__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert issubclass(corral.GitError, corral.CorralError)
