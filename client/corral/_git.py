@@ -34,10 +34,14 @@ T = TypeVar("T")
 # How long an operation keeps trying while other processes hold git's locks.
 LOCK_RETRY_SECONDS = 30.0
 
-# What git says when another process holds one of its lock files.
+# What git says when another process holds one of its lock files, or (`git worktree`
+# reading every worktree's admin entry, which no lock guards) when it met an entry
+# another process was writing or removing at that moment.
 _LOCK_BUSY = re.compile(
     r"\.lock'?: File exists|Unable to create '[^']*\.lock'|cannot lock ref|could not lock"
-    r"|Another git process seems to be running",
+    r"|Another git process seems to be running"
+    r"|failed to read \S*worktrees/[^/\s]+/(commondir|gitdir)|failed to delete '[^']*worktrees/"
+    r"|could not open '[^']*worktrees/[^']*' for writing",
     re.IGNORECASE,
 )
 
@@ -60,7 +64,8 @@ _SETTINGS = ("-c", "commit.gpgsign=false", "-c", "gc.auto=0", "-c", "core.quotep
 
 
 class GitLockBusy(GitError):
-    """Another git process held one of git's lock files: the command may be tried again."""
+    """Another git process held one of git's lock files, or was changing a worktree's
+    admin entry: the command may be tried again."""
 
 
 def git(
@@ -120,7 +125,7 @@ def repo_lock(repo: Path) -> threading.RLock:
 def _log_retry(retry_state: tenacity.RetryCallState) -> None:
     exc = retry_state.outcome.exception() if retry_state.outcome else None
     delay = retry_state.next_action.sleep if retry_state.next_action else 0.0
-    _log.info("another git process holds a lock (%s); trying again in %.2fs", exc, delay)
+    _log.info("another git process holds a lock or is changing a worktree (%s); trying again in %.2fs", exc, delay)
 
 
 def retry_while_locked(operation: Callable[[], T]) -> T:

@@ -239,7 +239,7 @@ class Worktrees:
         """Remove the worktree of a claim that is over, after committing what it left
         uncommitted (a teammate that stopped mid-claim) on its branch; the branch stays.
         A worktree whose leftovers cannot be committed is kept, with a warning."""
-        if worktree.path.is_dir() and (worktree.path / ".git").exists():
+        if _is_worktree(worktree.path):
             try:
                 self._commit(worktree, "abandoned (committed when the teammate started again)")
             except GitError as exc:
@@ -263,19 +263,35 @@ class Worktrees:
         path = self._repo / WORKTREES_DIR / f"{name}-{attempt}"
         branch = branch_name(task.id, attempt)
         with self._lock:
-            if not (path / ".git").exists():
+            if not _is_worktree(path):
                 if path.exists():  # what a failed `worktree add` left
                     shutil.rmtree(path)
-                git("worktree", "prune", cwd=self._repo)
-                if self._has_branch(branch):
-                    git("worktree", "add", "--quiet", str(path), branch, cwd=self._repo)
-                else:
-                    start = self._earlier_branch(name, attempt) or self._spec.base
-                    git("worktree", "add", "--quiet", "-b", branch, str(path), start, cwd=self._repo)
+                self._add(path, name, branch, attempt)
             base = git("rev-parse", "HEAD", cwd=path).stdout.strip()
             worktree = ClaimWorktree(self._teammate, task.id, task.title, attempt, fence, path, branch, base)
             worktree.claim_file.write_text(worktree.to_json(), encoding="utf-8")
         return worktree
+
+    def _add(self, path: Path, name: str, branch: str, attempt: int) -> None:
+        """`git worktree add` on the attempt's branch, made first when it is new.
+
+        `git worktree prune` runs only when git says a record of a worktree that is gone
+        is in the way, not before every add: a prune in one process can delete the admin
+        entry another process's `worktree add` has just made (that add then fails, and
+        is tried again)."""
+        args: tuple[str, ...]
+        if self._has_branch(branch):
+            args = ("worktree", "add", "--quiet", str(path), branch)
+        else:
+            start = self._earlier_branch(name, attempt) or self._spec.base
+            args = ("worktree", "add", "--quiet", "-b", branch, str(path), start)
+        try:
+            git(*args, cwd=self._repo)
+        except GitError as exc:
+            if "already registered" not in exc.stderr:
+                raise
+            git("worktree", "prune", cwd=self._repo)
+            git(*args, cwd=self._repo)
 
     def _has_branch(self, branch: str) -> bool:
         ref = f"refs/heads/{branch}"
@@ -334,14 +350,21 @@ class Worktrees:
     def _remove(self, worktree: ClaimWorktree) -> None:
         def remove() -> None:
             with self._lock:
-                if (worktree.path / ".git").exists():
+                if _is_worktree(worktree.path):
                     git("worktree", "remove", "--force", str(worktree.path), cwd=self._repo)
                 elif worktree.path.exists():
-                    shutil.rmtree(worktree.path)
-                git("worktree", "prune", cwd=self._repo)
+                    shutil.rmtree(worktree.path)  # git's record of it, if any, goes at the next start's prune
                 worktree.claim_file.unlink(missing_ok=True)
 
         retry_while_locked(remove)
+
+
+def _is_worktree(path: Path) -> bool:
+    """Whether `path` is a working worktree (not a directory a failed add left, nor one
+    whose admin entry another process pruned)."""
+    if not (path / ".git").exists():
+        return False
+    return git("rev-parse", "--git-dir", cwd=path, check=False).returncode == 0
 
 
 def _message(worktree: ClaimWorktree, outcome: str) -> str:
