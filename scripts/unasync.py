@@ -22,7 +22,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_DIR = ROOT / "client" / "corral" / "aio"
 TARGET_DIR = ROOT / "client" / "corral"
-MODULES = ("_board.py", "_claim.py", "_claimoutput.py", "_lead.py", "_runner.py", "_session.py", "_teammate.py")
+MODULES = (
+    "_board.py",
+    "_claim.py",
+    "_claimoutput.py",
+    "_lead.py",
+    "_runner.py",
+    "_session.py",
+    "_teammate.py",
+    "_workspace.py",
+)
 
 # Applied in order to the whole text, docstrings included (so `async with x:`
 # in a docstring reads `with x:` in the sync module).

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         CorralError,
         FailedPrecondition,
         FieldViolation,
+        GitError,
         InvalidArgument,
         LeaseExpired,
         LeaseLost,
@@ -97,6 +98,7 @@ if TYPE_CHECKING:
         WatchEvent,
         WriterStats,
     )
+    from corral._worktree import GitWorktree
 
 # Where each public name lives. Importing `corral` loads none of them: the
 # daemon, which needs only the generated `corral.v1`, starts without the SDK
@@ -113,6 +115,7 @@ _HOMES = {
         "CorralError",
         "FailedPrecondition",
         "FieldViolation",
+        "GitError",
         "InvalidArgument",
         "LeaseExpired",
         "LeaseLost",
@@ -130,6 +133,7 @@ _HOMES = {
     "corral._lead": ("Lead",),
     "corral._runner": ("current_claim", "output", "run_teammate"),
     "corral._teammate": ("IdleEvent", "Teammate"),
+    "corral._worktree": ("GitWorktree",),
     "corral._types": (
         "Approve",
         "Attempt",
@@ -207,6 +211,7 @@ __all__ = [
     "ConcurrencyLimit",
     "DoneSummary",
     "ExitReason",
+    "GitWorktree",
     "Identity",
     "IdleEvent",
     "IdleTimeout",
@@ -257,6 +262,7 @@ __all__ = [
     "CorralError",
     "FailedPrecondition",
     "FieldViolation",
+    "GitError",
     "InvalidArgument",
     "LeaseExpired",
     "LeaseLost",

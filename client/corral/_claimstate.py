@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import NoReturn
 
 from corral._errors import (
@@ -219,6 +220,7 @@ class ClaimState:
         self._ended = Flag()
         self._end_reason: ClaimEndReason | None = None
         self._split = False
+        self._workspace: Path | None = None
 
     def __repr__(self) -> str:
         return f"Claim(task={self.task.id!r}, attempt={self.attempt}, fence={self.fence}, lost={self.lost})"
@@ -279,6 +281,17 @@ class ClaimState:
         """On a rework after a rejection: the result the review rejected, to revise
         (`previous_attempt.feedback` says why); b"" otherwise."""
         return self._info.rejected_result
+
+    @property
+    def workspace(self) -> Path | None:
+        """The claim's own git worktree when `run_teammate` runs with
+        `workspace=corral.GitWorktree(repo)`: a checkout on the branch
+        `corral/<task>/<attempt>` to do the work in (the process's working directory
+        is not changed: handlers share it). None without one, and on a review's claim."""
+        return self._workspace
+
+    def _set_workspace(self, path: Path) -> None:
+        self._workspace = path
 
     @property
     def fence(self) -> int:

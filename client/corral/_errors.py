@@ -29,6 +29,7 @@ __all__ = [
     "CorralError",
     "FailedPrecondition",
     "FieldViolation",
+    "GitError",
     "InvalidArgument",
     "LeaseExpired",
     "LeaseLost",
@@ -195,6 +196,21 @@ class TasksFailed(CorralError):
         shown = ", ".join(summary.failed_ids[:10]) + (", …" if summary.failed > 10 else "")
         super().__init__(f"{summary.failed} task(s) failed: {shown}")
         self.summary = summary
+
+
+class GitError(CorralError):
+    """A git command of the worktree per claim (`corral.GitWorktree`) failed, or git
+    is not installed. The message names the command, the directory and what git
+    wrote to stderr; `command`, `stderr` and `returncode` (None when git could not be
+    run) hold them apart."""
+
+    def __init__(
+        self, details: str, *, command: tuple[str, ...] = (), stderr: str = "", returncode: int | None = None
+    ) -> None:
+        super().__init__(details)
+        self.command = command
+        self.stderr = stderr
+        self.returncode = returncode
 
 
 class PermanentFailure(Exception):

@@ -51,6 +51,8 @@ from corral._types import (
     RunSummary,
     ShutdownRequest,
 )
+from corral._workspace import Workspaces
+from corral._worktree import GitWorktree
 
 __all__ = ["current_claim", "output", "run_teammate"]
 
@@ -88,6 +90,7 @@ def run_teammate(
     reconnect_timeout: float = 60.0,
     reviewer: Reviewer | None = None,
     capture_logs: bool = False,
+    workspace: GitWorktree | None = None,
 ) -> RunSummary:
     """Connect as a teammate and work until told to stop; returns a RunSummary.
 
@@ -150,6 +153,10 @@ def run_teammate(
     (`%(asctime)s %(levelname)s %(name)s: %(message)s`); records still pass the
     loggers' levels as configured (`logging.basicConfig(level=logging.INFO)` lets
     INFO through), and go to the other handlers as before.
+    - `workspace=corral.GitWorktree(repo)`: each work claim runs in a git worktree of
+      its own (`current_claim().workspace`), whose changes are committed on the branch
+      `corral/<task>/<attempt>` once the handler is done (see GitWorktree). The
+      repository is checked at the start (GitError when it is none).
     """
     options = RunOptions(
         plan=plan,
@@ -163,7 +170,7 @@ def run_teammate(
         capture_logs=capture_logs,
     )
     with Teammate.connect(address, token, connect_timeout=reconnect_timeout) as teammate:
-        return _Runner(teammate, handler, options).run()
+        return _Runner(teammate, handler, options, Workspaces(workspace)).run()
 
 
 class _StreamBroke(Exception):
@@ -172,8 +179,9 @@ class _StreamBroke(Exception):
 
 
 class _Runner:
-    def __init__(self, teammate: Teammate, handler: Handler, options: RunOptions) -> None:
+    def __init__(self, teammate: Teammate, handler: Handler, options: RunOptions, workspaces: Workspaces) -> None:
         self._teammate = teammate
+        self._workspaces = workspaces
         self._handler = handler
         self._options = options
         self._tally = Tally()
@@ -186,6 +194,7 @@ class _Runner:
     def run(self) -> RunSummary:
         with capturing_logs(self._options.capture_logs):
             try:
+                self._retry(self._workspaces.start, self._teammate)
                 if self._options.plan is not None:
                     self._plan_id = self._retry(self._teammate.submit_plan, self._options.plan)
                 exit_reason = self._serve()
@@ -311,12 +320,14 @@ class _Runner:
         try:
             with claim.keepalive():
                 try:
+                    self._workspaces.enter(claim)
                     with handler_span(claim.task.id, claim.attempt, claim.task.trace_parent), writing_output_to(claim):
                         outcome = run_handler(self._handler, claim.task, stop=claim.ended)
                     claim.check()  # ended meanwhile (an asyncio handler was cancelled): drop the outcome
                     result, error = encode_result(outcome), None
                 except Exception as exc:  # noqa: BLE001 (it fails the task)
                     result, error = b"", exc
+                error = self._workspaces.leave(claim, error)  # still under the keepalive: commits take time
         except BaseException:
             # Torn down mid-handler (asyncio cancels the run's tasks), or the
             # handler raised past Exception: hand the task back at once.

@@ -28,6 +28,8 @@ EXPECTED_CORRAL = [
     "ExitReason",
     "FailedPrecondition",
     "FieldViolation",
+    "GitError",
+    "GitWorktree",
     "Identity",
     "IdleEvent",
     "IdleTimeout",
@@ -298,3 +300,18 @@ def test_live_output_has_a_small_typed_surface() -> None:
     assert corral.OutputChunk.__dataclass_params__.frozen  # type: ignore[attr-defined]
     assert issubclass(corral.LimitExceeded, corral.CorralError)
     assert not issubclass(corral.LimitExceeded, corral.Overloaded), "waiting does not lift a limit"
+
+
+def test_the_worktree_per_claim_has_a_small_typed_surface() -> None:
+    for run in (corral.run_teammate, corral.aio.run_teammate):
+        workspace = inspect.signature(run).parameters["workspace"]
+        assert workspace.kind is inspect.Parameter.KEYWORD_ONLY and workspace.default is None
+    for claim in (corral.Claim, corral.aio.Claim):
+        assert isinstance(inspect.getattr_static(claim, "workspace"), property)
+    parameters = inspect.signature(corral.GitWorktree).parameters
+    assert list(parameters) == ["repo", "base", "keep"]
+    assert (parameters["base"].default, parameters["keep"].default) == ("HEAD", "on_failure")
+    assert all(parameters[name].kind is inspect.Parameter.KEYWORD_ONLY for name in ("base", "keep"))
+    spec = corral.GitWorktree("/src/web")
+    assert dataclasses.is_dataclass(spec) and type(spec).__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert issubclass(corral.GitError, corral.CorralError)
