@@ -66,6 +66,9 @@ def test_the_drawer_lists_artifacts_as_text_and_a_click_downloads_without_render
     assert page.locator(f"#d-artifacts td[title='{binary.sha256}']").count() == 1
     assert page.locator("#drawer b").count() == 0  # the name is text: no element came of it
     assert page.is_hidden("#d-artifacts-none")
+    # The table fits the drawer: every column is seen without scrolling sideways.
+    table, drawer = page.locator("#d-artifacts-table").bounding_box(), page.locator("#drawer").bounding_box()
+    assert table is not None and drawer is not None and table["x"] + table["width"] <= drawer["x"] + drawer["width"]
     screenshot(page, "drawer-artifacts")
     start_url = page.url
     page.evaluate("window.__marker = 'still this page'")
