@@ -85,7 +85,7 @@ PARALLEL_TESTS := tests/conformance tests/server tests/client tests/cli tests/e2
 TIMED_CONTRACT := admission big_batches big_cancels call_burst claim_ended idle_timeout leases memory \
 	overload session_races session_waiters sigterm silent_connections
 TIMED_TESTS := tests/e2e/test_sdk_claim_ended.py $(patsubst %,tests/contract/test_%.py,$(TIMED_CONTRACT)) \
-	tests/mcp/test_mcp_teammate.py tests/web/test_web_http.py tests/web/test_web_live.py \
+	tests/mcp/test_mcp_teammate.py tests/web/test_web_http.py tests/web/test_web_live.py tests/web/test_web_artifacts_http.py \
 	$(patsubst %,tests/reliability/test_rel_%.py,chaos crash)
 LOAD_TESTS := tests/reliability/test_rel_load.py
 PAIRED_TESTS := $(filter-out $(addsuffix /,$(PARALLEL_TESTS)) tests/artifacts/,$(sort $(wildcard tests/*/))) $(TIMED_TESTS)

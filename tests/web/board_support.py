@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import json
 import pathlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import aiohttp
@@ -28,6 +28,7 @@ from tests.support.waiting import wait_until
 
 ARTIFACTS = pathlib.Path(__file__).resolve().parents[1] / "artifacts" / "web"
 VIEWPORT = {"width": 1280, "height": 800}
+ARTIFACT_PART_BYTES = 1024 * 1024  # the most one PutArtifact data message may carry
 
 
 @dataclasses.dataclass
@@ -213,6 +214,19 @@ class Mate:
         with grpc.insecure_channel(self.address) as channel:
             stub = pb_grpc.TeammateServiceStub(channel)
             return stub.AppendOutput(request, metadata=(("authorization", f"Bearer {self.token}"),), timeout=10).size
+
+    def put_artifact(self, claim: corral.Claim, name: str, data: bytes, media_type: str = "") -> pb.Artifact:
+        """`TeammateService.PutArtifact` on the wire: the header, then `data` in parts of 1 MiB."""
+
+        def requests() -> Iterator[pb.PutArtifactRequest]:
+            header = pb.ArtifactHeader(task_id=claim.task.id, claim_token=claim.token, name=name, media_type=media_type)
+            yield pb.PutArtifactRequest(header=header)
+            for start in range(0, len(data), ARTIFACT_PART_BYTES):
+                yield pb.PutArtifactRequest(data=data[start : start + ARTIFACT_PART_BYTES])
+
+        with grpc.insecure_channel(self.address) as channel:
+            stub = pb_grpc.TeammateServiceStub(channel)
+            return stub.PutArtifact(requests(), metadata=(("authorization", f"Bearer {self.token}"),), timeout=60)
 
     def close(self) -> None:
         self.teammate.close()

@@ -435,7 +435,7 @@ def test_a_viewer_may_only_read_the_board_on_grpc(web_daemon):
     MINTED.append(token)
     reads = {
         f"/corral.v1.BoardService/{name}"
-        for name in ("GetTask", "ListTasks", "ListTeammates", "GetStats", "GetIdentity", "TailOutput")
+        for name in ("GetTask", "ListTasks", "ListTeammates", "GetStats", "GetIdentity", "TailOutput", "GetArtifact")
     }
     metadata = (("authorization", f"Bearer {token}"),)
     path = web_daemon.process.address

@@ -8,7 +8,7 @@ stream ends, the stored content is attached in one writer job that copies no byt
 A refusal at any point removes what the upload stored (an upload cut short by the
 daemon's end is removed at its next start).
 
-A download reads at most `CHUNK_BYTES` and reads the next only once the stream has
+A download (here and the web board's) reads at most `CHUNK_BYTES` and reads the next only once the stream has
 sent it, so a slow reader holds one chunk in the daemon, never the file.
 """
 
@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from corral.v1 import corral_pb2 as pb
 
 from .. import errors, validate
 from ..board import Board
 from ..credentials import Identity
+from ..model import ArtifactRecord
 from ..store.artifacts import Uploaded
 from . import artifact_convert
 
@@ -91,10 +92,17 @@ async def get(board: Board, request: pb.GetArtifactRequest, identity: Identity) 
         raise errors.InvalidArgument("name", "must not be empty")
     reader = None if identity.is_lead or identity.is_viewer else identity.name
     found = await board.find_artifact(request.task_id, request.name, reader)
+    async for data in contents(board, request.task_id, found):
+        yield pb.ArtifactChunk(data=data)
+
+
+async def contents(board: Board, task_id: str, found: ArtifactRecord) -> AsyncGenerator[bytes, None]:
+    """The artifact's bytes in order, at most `CHUNK_BYTES` a read, each read made only
+    when the consumer asks for the next (GetArtifact and the web board's download)."""
     offset = 0
     while offset < found.size:
         data = await board.read_artifact(found.sha256, offset, min(CHUNK_BYTES, found.size - offset))
         if not data:
-            raise errors.CorralError(f"artifact {request.name!r} of task {request.task_id!r} is missing bytes")
+            raise errors.CorralError(f"artifact {found.name!r} of task {task_id!r} is missing bytes")
         offset += len(data)
-        yield pb.ArtifactChunk(data=data)
+        yield data

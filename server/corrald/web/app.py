@@ -1,8 +1,9 @@
 """The web board's aiohttp application and its site, on the daemon's own event loop.
 
 Routes: the page (`/`, `/login`), the login posts, the snapshot and detail reads
-under `/api`, the event stream, and with `--web-actions` the actions. Pages
-without a session redirect to `/login`; `/api` without one answers 401.
+under `/api`, the event stream, the drawer's output stream and artifact downloads,
+and with `--web-actions` the actions. Pages without a session redirect to
+`/login`; `/api` without one answers 401.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..service.lead import LeadServicer
 from ..wake import WakeHub
 from . import shapes
 from .actions import Actions, http_status
+from .artifacts import download
 from .config import BODY_BYTES_MAX, TICKET_TTL_S, WebConfig
 from .feed import Feed
 from .guard import allowed_hosts, guard, is_count, json_error, same_origin, set_answer_headers
@@ -87,6 +89,8 @@ class WebBoard:
         app.router.add_get("/api/tasks", self._task_page)
         app.router.add_get("/api/tasks/{task_id}", self._task_detail)
         app.router.add_get("/api/tasks/{task_id}/output", self._output)
+        # An artifact's name is a relative path: its `/`s are the route's too.
+        app.router.add_get("/api/tasks/{task_id}/artifacts/{name:.+}", self._artifact)
         app.router.add_get("/api/events", self._events)
         app.router.add_get("/api/history", self._history)
         app.router.add_post("/api/actions/{name}", self._act)
@@ -265,8 +269,10 @@ class WebBoard:
             record, attempts, waiting = await self._board.task_history(request.match_info["task_id"])
         except errors.CorralError as error:
             return json_error(http_status(error), error.message)
-        detail: dict[str, Any] = shapes.task(convert.task(record, waiting))
+        message = convert.task(record, waiting)
+        detail: dict[str, Any] = shapes.task(message)
         detail.update(
+            artifacts=[shapes.artifact(artifact) for artifact in message.artifacts],
             description=shapes.preview(record.description),
             payload=shapes.preview(record.payload),
             result=shapes.preview(record.result),
@@ -305,6 +311,13 @@ class WebBoard:
         if isinstance(session, web.Response):
             return session
         return await self.outputs.serve(request, session.identity)
+
+    async def _artifact(self, request: web.Request) -> web.StreamResponse:
+        """A task's artifact, as a download (see `artifacts`)."""
+        session = self._api_session(request)
+        if isinstance(session, web.Response):
+            return session
+        return await download(self._board, request)
 
     async def _history(self, request: web.Request) -> web.Response:
         """`?before=SEQ&limit=N`: the events before SEQ (default: all so far), newest first, for

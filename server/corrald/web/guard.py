@@ -76,7 +76,8 @@ def guard(hosts: frozenset[str], actions: bool) -> Callable:
 
 async def set_answer_headers(request: web.Request, response: web.StreamResponse) -> None:
     headers = response.headers
-    headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    # An answer that set a stricter policy of its own keeps it (an artifact's download).
+    headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
     headers["X-Content-Type-Options"] = "nosniff"
     headers["Referrer-Policy"] = "no-referrer"
     headers["X-Frame-Options"] = "DENY"

@@ -72,6 +72,18 @@ def task(t: pb.Task) -> dict[str, object]:
     }
 
 
+def artifact(a: pb.Artifact) -> dict[str, object]:
+    """An artifact as the drawer lists it; its bytes are at /api/tasks/{id}/artifacts/{name}."""
+    return {
+        "name": a.name,
+        "media_type": a.media_type,
+        "size": a.size,
+        "sha256": a.sha256,
+        "attempt": a.attempt,
+        "create_ms": _ms(a, "create_time"),
+    }
+
+
 def teammate(record: TeammateRecord, last_activity_ms: int | None = None) -> dict[str, object]:
     usage, budget = record.usage, record.budget
     return {
@@ -144,6 +156,11 @@ def event(response: pb.WatchResponse) -> dict[str, object]:
             feedback=cut(decided_review.feedback, EVENT_TEXT_CHARS),
             reviewer=decided_review.reviewer,
             round=decided_review.round,
+        )
+    elif kind == "artifact_added":
+        added = response.artifact_added
+        shaped.update(
+            kind="artifact_added", task_id=added.task_id, teammate=added.teammate, artifact=artifact(added.artifact)
         )
     elif kind == "tasks_proposed":
         proposed = response.tasks_proposed

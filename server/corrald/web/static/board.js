@@ -1,6 +1,7 @@
 // The corral web board: a snapshot, then the live event stream, drawn once per frame.
 // Every string that came from a client reaches the DOM through textContent only.
 
+import { ArtifactsView } from "./artifacts.js";
 import { OutputView } from "./output.js";
 
 const $ = (id) => document.getElementById(id);
@@ -237,6 +238,8 @@ function applyEvent(event) {
     if (isHeld(previous)) hold(previous.owner, previous.id, false, event.time_ms);
     if (isHeld(event.task)) hold(event.task.owner, event.task.id, true, event.time_ms);
     if (isHeld(event.task) && drawer.current === event.task.id) output.claimed(event.task);
+  } else if (event.kind === "artifact_added") {
+    artifacts.added(event.task_id, event.artifact);
   } else if (event.kind === "teammate") {
     const known = board.teammates.get(event.name) || { name: event.name, roles: event.roles, held: [], usage: {}, budget: {} };
     known.status = event.status;
@@ -722,6 +725,7 @@ const proposals = {
 
 const output = new OutputView($("d-output"), $("d-output-note"), $("d-output-state"));
 board.output = output;
+const artifacts = new ArtifactsView($("d-artifacts"), $("d-artifacts-table"), $("d-artifacts-none"));
 
 const drawer = {
   current: null,
@@ -730,6 +734,7 @@ const drawer = {
     // Until the detail is drawn the drawer names no task, so a test waiting for it (a task
     // opened again, say) never reads the form of the last drawing.
     delete $("drawer").dataset.taskId;
+    artifacts.reset(id);  // from here the feed's artifacts of this task are kept for the drawing
     const response = await fetch(`/api/tasks/${encodeURIComponent(id)}`, { credentials: "same-origin" });
     if (!response.ok || this.current !== id) return;
     const task = await response.json();
@@ -758,6 +763,7 @@ const drawer = {
         el("td", reviewed ? `review ${a.review_round}: ${outcome}` : outcome), el("td", a.feedback || a.error));
       return row;
     }));
+    artifacts.shown(id, task.artifacts);
     if (task.attempts.length || isHeld(board.tasks.get(id))) output.follow(id);
     else output.none(id);
     this.proposal(task);
@@ -841,7 +847,7 @@ const drawer = {
     buttons.append(approve, reject);
     decision.append(text, buttons);
   },
-  close() { this.current = null; output.stop(); $("drawer").hidden = true; },
+  close() { this.current = null; output.stop(); artifacts.reset(null); $("drawer").hidden = true; },
 };
 
 // ---------------------------------------------------------------- events list
@@ -862,6 +868,7 @@ const eventsView = {
     if (e.kind === "tasks_proposed") return `${e.teammate} proposed ${this.ids(e)}${e.discovered_from ? ` from ${e.discovered_from}` : ""}`
       + `${e.split ? ", splitting it" : ""}${e.needs_decision ? ": waiting for the lead" : ": added pending"}`;
     if (e.kind === "proposals_decided") return `${this.ids(e)} ${e.approve ? "approved" : "rejected"}${e.feedback ? `: ${e.feedback}` : ""}`;
+    if (e.kind === "artifact_added") return `${e.teammate} attached ${e.artifact.name} (${e.artifact.media_type}) to ${e.task_id}`;
     if (e.kind === "plan_decided") return `plan ${e.plan_id} of ${e.author} ${e.approve ? "approved" : "rejected"}${e.feedback ? `: ${e.feedback}` : ""}`;
     return JSON.stringify(e.detail || {});
   },
