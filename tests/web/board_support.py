@@ -87,15 +87,25 @@ def screenshot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
 
 
-def watch_log(lead: corral.Lead, after_seq: int = 0, quiet_s: float = 1.0) -> list[int]:
-    """The seqs of the Watch log after `after_seq`, read until the board is quiet for `quiet_s`
-    (the stream's deadline: the log has no end, and the callers' boards have stopped moving)."""
+def watch_log(
+    lead: corral.Lead, after_seq: int = 0, quiet_s: float = 1.0, *, through_seq: int | None = None
+) -> list[int]:
+    """The seqs of the Watch log after `after_seq`. With `through_seq` (a seq the board is known
+    to have reached, e.g. a snapshot's), read up to it: the log has no end, and a marker cannot be
+    cut short by a slow machine. Without, read until the board is quiet for `quiet_s` (the
+    stream's deadline), for callers whose boards have stopped moving."""
     seqs: list[int] = []
+    if through_seq is not None and through_seq <= after_seq:
+        return seqs
     try:
-        for event in lead.watch(after_seq, timeout=quiet_s):
+        for event in lead.watch(after_seq, timeout=quiet_s if through_seq is None else 30.0):
             seqs.append(event.seq)
+            if through_seq is not None and event.seq >= through_seq:
+                return seqs
     except TimeoutError:
-        pass
+        if through_seq is not None:
+            reached = seqs[-1] if seqs else after_seq
+            raise AssertionError(f"the Watch log stopped at seq {reached}, short of {through_seq}") from None
     return seqs
 
 

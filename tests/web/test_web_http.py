@@ -321,7 +321,11 @@ def test_a_snapshot_and_the_events_after_its_seq_reproduce_the_final_board(web_d
     snap = run(snapshot)
     for mate in mates:
         mate.result(timeout=60)
-    log = watch_log(lead, snap["seq"], quiet_s=0.5)
+    # The board is still once every churner is offline: a snapshot then marks the log's end.
+    wait_until(
+        lambda: all(t.status is corral.TeammateStatus.OFFLINE for t in lead.list_teammates()), 20, "churners offline"
+    )
+    log = watch_log(lead, snap["seq"], through_seq=run(snapshot)["seq"])
     assert log, "the churn went on after the snapshot"
 
     async def replay(http):
