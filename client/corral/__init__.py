@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from corral._teammate import IdleEvent, Teammate
     from corral._types import (
         Approve,
+        Artifact,
+        ArtifactAdded,
         Attempt,
         AttemptOutcome,
         Budget,
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
         ClaimEndReason,
         ClaimInfo,
         ConcurrencyLimit,
+        DependencyArtifact,
         DoneSummary,
         ExitReason,
         Identity,
@@ -132,6 +135,8 @@ _HOMES = {
     "corral._teammate": ("IdleEvent", "Teammate"),
     "corral._types": (
         "Approve",
+        "Artifact",
+        "ArtifactAdded",
         "Attempt",
         "AttemptOutcome",
         "Budget",
@@ -141,6 +146,7 @@ _HOMES = {
         "ClaimEndReason",
         "ClaimInfo",
         "ConcurrencyLimit",
+        "DependencyArtifact",
         "DoneSummary",
         "ExitReason",
         "Identity",
@@ -196,6 +202,8 @@ __all__ = [
     "run_teammate",
     # values
     "Approve",
+    "Artifact",
+    "ArtifactAdded",
     "Attempt",
     "AttemptOutcome",
     "Budget",
@@ -205,6 +213,7 @@ __all__ = [
     "ClaimEnded",
     "ClaimInfo",
     "ConcurrencyLimit",
+    "DependencyArtifact",
     "DoneSummary",
     "ExitReason",
     "Identity",

@@ -37,6 +37,7 @@ CLIENT_LAYERS = (
             "_batches",
             "_outputbuffer",
             "_output",
+            "_artifacts",
         ),
         ("wire", "values"),
     ),
