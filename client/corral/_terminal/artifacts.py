@@ -7,7 +7,7 @@ from typing import Any
 
 from rich import box
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 
 import corral
 
@@ -37,12 +37,22 @@ def size_label(size: int) -> str:
     return f"{value:.1f} {unit}"
 
 
+_FIXED_COLUMNS = (("size", 7), ("sha256", 12), ("attempt", 7), ("time (UTC)", 16))
+
+
 def artifacts_table(artifacts: Iterable[corral.Artifact], title: str | None = None) -> Table:
     """Name, media type, size, the SHA-256's first 12 digits, attempt and time."""
+    # The short columns keep their width on a narrow terminal; the name and media type fold.
+    fixed = [Column(header, no_wrap=True, min_width=width) for header, width in _FIXED_COLUMNS]
     table = Table(
-        "name", "media type", "size", "sha256", "attempt", "time", box=box.SIMPLE_HEAD, title=title, pad_edge=False
+        Column("name", overflow="fold", min_width=12),
+        Column("media type", overflow="fold"),
+        *fixed,
+        box=box.SIMPLE_HEAD,
+        title=title,
+        title_justify="left",
+        pad_edge=False,
     )
-    table.title_justify = "left"
     for artifact in artifacts:
         table.add_row(
             escape(artifact.name),
@@ -50,7 +60,7 @@ def artifacts_table(artifacts: Iterable[corral.Artifact], title: str | None = No
             size_label(artifact.size),
             artifact.sha256[:12],
             str(artifact.attempt),
-            artifact.create_time.strftime("%Y-%m-%d %H:%M:%SZ"),
+            artifact.create_time.strftime("%Y-%m-%d %H:%M"),
         )
     return table
 
