@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from corral._teammate import IdleEvent, Teammate
     from corral._types import (
         Approve,
+        Artifact,
+        ArtifactAdded,
         Attempt,
         AttemptOutcome,
         Budget,
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
         ClaimEndReason,
         ClaimInfo,
         ConcurrencyLimit,
+        DependencyArtifact,
         DoneSummary,
         ExitReason,
         Identity,
@@ -136,6 +139,8 @@ _HOMES = {
     "corral._worktree": ("GitWorktree",),
     "corral._types": (
         "Approve",
+        "Artifact",
+        "ArtifactAdded",
         "Attempt",
         "AttemptOutcome",
         "Budget",
@@ -145,6 +150,7 @@ _HOMES = {
         "ClaimEndReason",
         "ClaimInfo",
         "ConcurrencyLimit",
+        "DependencyArtifact",
         "DoneSummary",
         "ExitReason",
         "Identity",
@@ -200,6 +206,8 @@ __all__ = [
     "run_teammate",
     # values
     "Approve",
+    "Artifact",
+    "ArtifactAdded",
     "Attempt",
     "AttemptOutcome",
     "Budget",
@@ -209,6 +217,7 @@ __all__ = [
     "ClaimEnded",
     "ClaimInfo",
     "ConcurrencyLimit",
+    "DependencyArtifact",
     "DoneSummary",
     "ExitReason",
     "GitWorktree",

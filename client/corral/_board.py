@@ -5,13 +5,17 @@ both the Lead and teammates may make."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import secrets
 from collections.abc import Callable, Generator, Iterable
-from typing import Any
+from pathlib import Path
+from typing import Any, overload
 
 import grpc
 
 from corral import _convert
+from corral._artifacts import TRANSFER_TIMEOUT_S, Download
 from corral._channel import DEFAULT_RPC_TIMEOUT, bearer_metadata
 from corral._errors import Unavailable, error_from_rpc
 from corral._primitives import next_message
@@ -220,6 +224,41 @@ class BoardClient:
         chunk = _convert.output_chunk_from_pb(response)
         tail.advance(chunk)
         return chunk
+
+    # ------------------------------------------------------------ artifacts
+
+    @overload
+    def get_artifact(self, task_id: str, name: str, *, to: None = None, sha256: str | None = None) -> bytes: ...
+
+    @overload
+    def get_artifact(
+        self, task_id: str, name: str, *, to: str | os.PathLike[str], sha256: str | None = None
+    ) -> Path: ...
+
+    def get_artifact(
+        self, task_id: str, name: str, *, to: str | os.PathLike[str] | None = None, sha256: str | None = None
+    ) -> bytes | Path:
+        """The bytes of the task's artifact `name` (the one `Task.artifacts` lists).
+
+        Without `to`, returns them. With `to`, streams them into a temporary file
+        beside that path and renames it onto the path once every byte arrived, so
+        a failed download leaves no partial file; returns the path. With `sha256`
+        (an `Artifact.sha256` from `Task.artifacts` or `Claim.dependency_artifacts`),
+        bytes of any other SHA-256 (a newer upload of the name superseded it) raise
+        CorralError and nothing is kept.
+
+        The Lead and viewers may read any task's artifacts; a teammate, those of the
+        tasks it holds or held and of their dependencies (PermissionDenied
+        otherwise). Raises NotFound for an unknown task, or a name the task has no
+        artifact of (reason ARTIFACT_NOT_FOUND).
+        """
+        request = pb.GetArtifactRequest(task_id=task_id, name=name)
+        with Download(task_id, name, to, sha256) as download:
+            stream = self._stream(self._board.GetArtifact, request, timeout=TRANSFER_TIMEOUT_S)
+            with contextlib.closing(stream) as chunks:
+                for chunk in chunks:
+                    download.write(chunk.data)
+            return download.finish()
 
 
 class _OutputTail:

@@ -7,11 +7,13 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from corral import _convert
+from corral._artifacts import ArtifactSource, artifact_source, media_type_for
 from corral._claimoutput import ClaimOutput
 from corral._claimstate import (
     DEAD_CLAIM_ERRORS,
@@ -29,7 +31,7 @@ from corral._claimstate import (
 from corral._errors import ClaimEndedError, CorralError
 from corral._primitives import Lock, Ticker
 from corral._retry import is_transient
-from corral._types import ClaimEnded, ClaimEndReason, ClaimInfo, Task, TaskSpec, Usage, Verdict
+from corral._types import Artifact, ClaimEnded, ClaimEndReason, ClaimInfo, Task, TaskSpec, Usage, Verdict
 
 __all__ = ["Claim", "ClaimCalls"]
 
@@ -71,6 +73,9 @@ class ClaimCalls(Protocol):
     def append_output(self, task_id: str, token: str, data: bytes) -> tuple[int, int]:
         """AppendOutput: the attempt appended to, and its output's size after the append."""
 
+    def put_artifact(self, task_id: str, token: str, name: str, media_type: str, source: ArtifactSource) -> Artifact:
+        """PutArtifact: the artifact as attached."""
+
     def forget(self, token: str) -> None:
         """The claim ended: stop counting it as held."""
 
@@ -97,7 +102,8 @@ class Claim(ClaimState):
     with the matching error as cause.
 
     `output(text)` streams what the work is doing to the attempt's live output,
-    which the Lead and the board follow (`tail_output`).
+    which the Lead and the board follow (`tail_output`); `put_artifact` attaches
+    a file the work made to the task.
     """
 
     def __init__(self, info: ClaimInfo, calls: ClaimCalls) -> None:
@@ -317,6 +323,40 @@ class Claim(ClaimState):
     def _close_output(self) -> None:
         """Drop what the output buffer holds and end its background flusher."""
         self._output.close()
+
+    # ------------------------------------------------------------ artifacts
+
+    def put_artifact(
+        self, name: str, data_or_path: bytes | str | os.PathLike[str], media_type: str | None = None
+    ) -> Artifact:
+        """Attach a file to the task as an artifact of this attempt and return it as
+        stored (its size and SHA-256). `data_or_path` is the content: bytes, a str
+        (sent as UTF-8), or a path whose file is streamed in pieces of 1 MiB, never
+        read whole. `name` is a relative path of at most 200 characters
+        (`reports/summary.md`; no `..`, no leading `/`); `media_type` is
+        `type/subtype`, guessed from the name when None (`application/octet-stream`
+        when the name says nothing). An artifact of a name the task already has
+        supersedes it in `Task.artifacts` (the task's history keeps both).
+
+        The upload is a call of its own, on the Idle and the Session transport
+        alike, and the daemon attaches the file only if the claim is still live when
+        the last byte arrives. A call whose answer was lost is sent again, with the
+        same bytes: the daemon stores content once by its SHA-256, so a repeat adds
+        only a second, identical entry to the task's history.
+
+        Raises InvalidArgument for a bad name or media type (the daemon names
+        `header.name` or `header.media_type`) or content of another type, before any
+        byte is sent; LimitExceeded past the daemon's size limit (reason
+        ARTIFACT_LIMIT, 256 MiB by default) or the board's quota (reason
+        ARTIFACT_QUOTA); and, for a claim no longer live, what `complete` raises (and
+        records the loss). Nothing of a refused upload is attached.
+        """
+        source = artifact_source(data_or_path)
+        try:
+            return self._calls.put_artifact(self.task.id, self.token, name, media_type_for(name, media_type), source)
+        except DEAD_CLAIM_ERRORS as exc:
+            self._record_lost(exc)
+            raise
 
     # ------------------------------------------------------------ keepalive
 

@@ -29,6 +29,7 @@ from corral._types import (
     ClaimEnded,
     ClaimEndReason,
     ClaimInfo,
+    DependencyArtifact,
     QuestionAnswer,
     Reject,
     ReviewItem,
@@ -263,6 +264,12 @@ class ClaimState:
     def dependency_results_omitted(self) -> tuple[str, ...]:
         """Dependencies whose results did not fit the claim; `get_task(id).result` has each."""
         return self._info.dependency_results_omitted
+
+    @property
+    def dependency_artifacts(self) -> tuple[DependencyArtifact, ...]:
+        """The artifacts of the task's direct dependencies (each one's `Task.artifacts`),
+        in depends_on order: references; `get_artifact` reads the bytes."""
+        return self._info.dependency_artifacts
 
     @property
     def answers(self) -> tuple[QuestionAnswer, ...]:

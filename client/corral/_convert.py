@@ -19,6 +19,8 @@ from corral._errors import CorralError, FieldViolation, InvalidArgument
 from corral._tracing import current_trace_parent
 from corral._types import (
     Approve,
+    Artifact,
+    ArtifactAdded,
     Attempt,
     AttemptOutcome,
     Budget,
@@ -28,6 +30,7 @@ from corral._types import (
     ClaimEndReason,
     ClaimInfo,
     ConcurrencyLimit,
+    DependencyArtifact,
     Identity,
     IdleTimeout,
     LeadMessage,
@@ -226,6 +229,34 @@ def task_from_pb(message: pb.Task) -> Task:
         review_rounds=message.review_rounds,
         proposed_by=message.proposed_by,
         discovered_from=message.discovered_from,
+        artifacts=tuple(artifact_from_pb(artifact) for artifact in message.artifacts),
+    )
+
+
+def artifact_from_pb(message: pb.Artifact) -> Artifact:
+    """A wire Artifact (its create_time is always set; the epoch stands in if not)."""
+    return Artifact(
+        name=message.name,
+        media_type=message.media_type,
+        size=message.size,
+        sha256=message.sha256,
+        attempt=message.attempt,
+        create_time=time_from_pb(message, "create_time") or _EPOCH,
+    )
+
+
+_EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
+
+
+def artifact_to_pb(artifact: Artifact) -> pb.Artifact:
+    """An SDK Artifact as the wire message (used by tests and tools)."""
+    return pb.Artifact(
+        name=artifact.name,
+        media_type=artifact.media_type,
+        size=artifact.size,
+        sha256=artifact.sha256,
+        attempt=artifact.attempt,
+        create_time=time_to_pb(artifact.create_time),
     )
 
 
@@ -343,6 +374,7 @@ def task_to_pb(task: Task) -> pb.Task:
         review_rounds=task.review_rounds,
         proposed_by=task.proposed_by,
         discovered_from=task.discovered_from,
+        artifacts=[artifact_to_pb(artifact) for artifact in task.artifacts],
     )
     for name in ("create_time", "lease_expire_time", "finish_time", "progress_time"):
         value = getattr(task, name)
@@ -544,6 +576,10 @@ def claim_from_pb(claim: pb.Claim) -> ClaimInfo:
         answers=tuple(question_answer_from_pb(answer) for answer in claim.answers),
         review=review_item_from_pb(claim.review) if claim.HasField("review") else None,
         rejected_result=claim.rejected_result,
+        dependency_artifacts=tuple(
+            DependencyArtifact(task_id=dep.task_id, artifact=artifact_from_pb(dep.artifact))
+            for dep in claim.dependency_artifacts
+        ),
     )
 
 
@@ -662,6 +698,15 @@ def watch_event_from_pb(response: pb.WatchResponse) -> WatchEvent | None:
         verdict = response.proposals_decided
         return ProposalsDecidedEvent(
             seq=seq, time=time, task_ids=tuple(verdict.task_ids), approve=verdict.approve, feedback=verdict.feedback
+        )
+    if kind == "artifact_added":
+        added = response.artifact_added
+        return ArtifactAdded(
+            seq=seq,
+            time=time,
+            task_id=added.task_id,
+            teammate=added.teammate,
+            artifact=artifact_from_pb(added.artifact),
         )
     return None
 

@@ -14,13 +14,16 @@ from typing import Any, Self
 import grpc
 
 from corral import _convert
-from corral._board import BoardClient
+from corral._artifacts import TRANSFER_TIMEOUT_S, ArtifactSource, upload_requests
+from corral._board import WRITE_RETRY_S, BoardClient
 from corral._channel import DEFAULT_CONNECT_TIMEOUT, open_channel, reach, resolve_credentials
 from corral._claim import Claim
 from corral._claimbook import ClaimBook
+from corral._retry import write_retrying
 from corral._session import Session
 from corral._transport import SessionUnsupported, transport_from_env
 from corral._types import (
+    Artifact,
     BudgetExhausted,
     ClaimEnded,
     ClaimInfo,
@@ -396,6 +399,21 @@ class _ClaimCalls:
         answer = self._session.call(pb.SessionRequest(output=request))
         appended = answer.output if answer is not None else self._unary(self._stub.AppendOutput, request)
         return appended.attempt, appended.size
+
+    def put_artifact(self, task_id: str, token: str, name: str, media_type: str, source: ArtifactSource) -> Artifact:
+        # Its own call whatever the transport (a Session op carries no stream of bytes),
+        # sent again while its outcome is in doubt: the same bytes attach as before.
+        answer: pb.Artifact = write_retrying(WRITE_RETRY_S)(
+            self._put_artifact, task_id, token, name, media_type, source
+        )
+        return _convert.artifact_from_pb(answer)
+
+    def _put_artifact(
+        self, task_id: str, token: str, name: str, media_type: str, source: ArtifactSource
+    ) -> pb.Artifact:
+        requests = upload_requests(task_id, token, name, media_type, source)
+        answer: pb.Artifact = self._unary(self._stub.PutArtifact, requests, timeout=TRANSFER_TIMEOUT_S)
+        return answer
 
     def forget(self, token: str) -> None:
         self._claims.forget(token)

@@ -14,9 +14,12 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "Approve",
+    "Artifact",
+    "ArtifactAdded",
     "Attempt",
     "AttemptOutcome",
     "ClaimInfo",
+    "DependencyArtifact",
     "ExitReason",
     "IdleTimeout",
     "LeadMessage",
@@ -307,6 +310,32 @@ class Budget:
 
 
 @dataclass(frozen=True)
+class Artifact:
+    """A file attached to a task by the holder of one of its claims
+    (`Claim.put_artifact`); `get_artifact` reads its bytes.
+
+    `name` is a relative path (`reports/summary.md`), `media_type` is
+    `type/subtype`, `size` is in bytes, `sha256` is the bytes' SHA-256 in
+    lowercase hex, and `attempt` is the claim's attempt number."""
+
+    name: str
+    media_type: str
+    size: int
+    sha256: str
+    attempt: int
+    create_time: datetime.datetime
+
+
+@dataclass(frozen=True)
+class DependencyArtifact:
+    """An artifact of one of a claimed task's direct dependencies
+    (`Claim.dependency_artifacts`): a reference, not the bytes."""
+
+    task_id: str
+    artifact: Artifact
+
+
+@dataclass(frozen=True)
 class Task:
     """A task as stored on the board. Times are timezone-aware (UTC) or None.
 
@@ -368,6 +397,9 @@ class Task:
     # discovered from ("" when none was named).
     proposed_by: str = ""
     discovered_from: str = ""
+    # The files attached to it, by name: the latest of each name (a later attempt's
+    # supersedes an earlier one's). get_task and list_tasks fill it.
+    artifacts: tuple[Artifact, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -572,6 +604,9 @@ class ClaimInfo:
     # A rework after a rejection: the result the review rejected (the feedback is
     # `previous_attempt.feedback`), to revise rather than start over.
     rejected_result: bytes = b""
+    # Its direct dependencies' artifacts (each one's `Task.artifacts`), in
+    # depends_on order: references; `get_artifact` reads the bytes.
+    dependency_artifacts: tuple[DependencyArtifact, ...] = ()
 
 
 # ---------------------------------------------------------------- stats
@@ -812,6 +847,17 @@ class ProposalsDecidedEvent:
     feedback: str
 
 
+@dataclass(frozen=True)
+class ArtifactAdded:
+    """The holder of a claim of `task_id` (`teammate`) attached an artifact to it."""
+
+    seq: int
+    time: datetime.datetime | None
+    task_id: str
+    teammate: str
+    artifact: Artifact
+
+
 WatchEvent = (
     TaskChanged
     | TeammateChanged
@@ -825,6 +871,7 @@ WatchEvent = (
     | ReviewDecided
     | TasksProposed
     | ProposalsDecidedEvent
+    | ArtifactAdded
 )
 """Any event `Lead.watch` yields."""
 

@@ -44,6 +44,7 @@ TASK_KEYS = {
     "review_rounds",
     "proposed_by",
     "discovered_from",
+    "artifacts",
     "payload",
     "result",
 }

@@ -38,6 +38,7 @@ CLIENT_LAYERS = (
             "_outputbuffer",
             "_output",
             "_git",
+            "_artifacts",
         ),
         ("wire", "values"),
     ),

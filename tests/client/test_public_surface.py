@@ -2,6 +2,7 @@
 
 import dataclasses
 import inspect
+import typing
 
 import corral
 import corral.aio
@@ -9,6 +10,8 @@ import corral.aio
 EXPECTED_CORRAL = [
     "AlreadyExists",
     "Approve",
+    "Artifact",
+    "ArtifactAdded",
     "Attempt",
     "AttemptOutcome",
     "AttemptTimedOut",
@@ -24,6 +27,7 @@ EXPECTED_CORRAL = [
     "ClaimTokenMismatch",
     "ConcurrencyLimit",
     "CorralError",
+    "DependencyArtifact",
     "DoneSummary",
     "ExitReason",
     "FailedPrecondition",
@@ -201,7 +205,8 @@ def test_reviews_have_a_small_typed_surface() -> None:
     attempt_fields = {f.name: f.default for f in dataclasses.fields(corral.Attempt)}
     assert (attempt_fields["verdict"], attempt_fields["feedback"]) == (None, "")
     assert [f.name for f in dataclasses.fields(corral.ReviewItem)] == ["result", "author", "round"]
-    assert [f.name for f in dataclasses.fields(corral.ClaimInfo)][-2:] == ["review", "rejected_result"]
+    claim_fields = [f.name for f in dataclasses.fields(corral.ClaimInfo)]
+    assert claim_fields[claim_fields.index("review") :][:2] == ["review", "rejected_result"]
     assert [f.name for f in dataclasses.fields(corral.ReviewDecided)] == [
         "seq",
         "time",
@@ -315,3 +320,36 @@ def test_the_worktree_per_claim_has_a_small_typed_surface() -> None:
     spec = corral.GitWorktree("/src/web")
     assert dataclasses.is_dataclass(spec) and type(spec).__dataclass_params__.frozen  # type: ignore[attr-defined]
     assert issubclass(corral.GitError, corral.CorralError)
+
+
+def test_artifacts_have_a_small_typed_surface() -> None:
+    for claim in (corral.Claim, corral.aio.Claim):
+        parameters = inspect.signature(claim.put_artifact).parameters
+        assert list(parameters) == ["self", "name", "data_or_path", "media_type"]
+        assert parameters["media_type"].default is None
+        dependency_artifacts = inspect.getattr_static(claim, "dependency_artifacts")
+        assert isinstance(dependency_artifacts, property)
+    for client in (corral.Lead, corral.aio.Lead, corral.Teammate, corral.aio.Teammate):
+        parameters = inspect.signature(client.get_artifact).parameters
+        assert list(parameters) == ["self", "task_id", "name", "to", "sha256"]
+        assert all(parameters[name].kind is inspect.Parameter.KEYWORD_ONLY for name in ("to", "sha256"))
+    assert [f.name for f in dataclasses.fields(corral.Artifact)] == [
+        "name",
+        "media_type",
+        "size",
+        "sha256",
+        "attempt",
+        "create_time",
+    ]
+    assert [f.name for f in dataclasses.fields(corral.DependencyArtifact)] == ["task_id", "artifact"]
+    assert [f.name for f in dataclasses.fields(corral.ArtifactAdded)] == [
+        "seq",
+        "time",
+        "task_id",
+        "teammate",
+        "artifact",
+    ]
+    for value in (corral.Artifact, corral.DependencyArtifact, corral.ArtifactAdded):
+        assert value.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert corral.ArtifactAdded in typing.get_args(corral.WatchEvent)
+    assert "artifacts" in [f.name for f in dataclasses.fields(corral.Task)]

@@ -15,9 +15,10 @@ from .mcpkit import bridge_agent
 
 TEAMMATE_ONLY = {"next_item", "renew_lease", "complete_task", "fail_task", "release_task", "submit_plan"}
 TEAMMATE_ONLY |= {"respond_shutdown", "my_status", "ask_lead", "submit_review", "propose_tasks", "append_output"}
+TEAMMATE_ONLY |= {"put_artifact"}
 LEAD_ONLY = {"create_tasks", "cancel_tasks", "revoke_claim", "set_budget", "set_concurrency_limit", "decide_plan"}
 LEAD_ONLY |= {"request_shutdown", "board_summary", "watch_events", "add_teammate", "answer_question", "review_task"}
-LEAD_ONLY |= {"decide_proposals", "add_dependencies", "set_task_creation", "read_output"}
+LEAD_ONLY |= {"decide_proposals", "add_dependencies", "set_task_creation", "read_output", "get_artifact"}
 
 
 @pytest.mark.timeout(30)

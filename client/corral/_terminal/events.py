@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import corral
 
+from .artifacts import artifact_line
 from .output import first_line, progress_label, short, state_name, tasks_proposed_line
 
 QUIET_SECONDS = 0.3
@@ -164,6 +165,8 @@ def describe(event: corral.WatchEvent) -> str:
         return f"review round {event.round} of task {event.task_id} {verdict} by {event.reviewer}{because}"
     if isinstance(event, corral.TasksProposed):
         return tasks_proposed_line(event)
+    if isinstance(event, corral.ArtifactAdded):
+        return artifact_line(event)
     if isinstance(event, corral.ProposalsDecidedEvent):
         verdict = "approved" if event.approve else "rejected"
         because = f": {short(event.feedback, 100)}" if event.feedback else ""

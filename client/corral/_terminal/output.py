@@ -24,6 +24,8 @@ from rich.table import Table
 
 import corral
 
+from .artifacts import artifact_json
+
 STATE_STYLES = {
     corral.TaskState.PENDING: "yellow",
     corral.TaskState.IN_PROGRESS: "cyan",
@@ -109,6 +111,7 @@ def task_json(task: corral.Task) -> dict[str, Any]:
         "review_rounds": task.review_rounds,
         "proposed_by": task.proposed_by,
         "discovered_from": task.discovered_from,
+        "artifacts": [artifact_json(artifact) for artifact in task.artifacts],
     }
     _blob(data, "payload", task.payload)
     _blob(data, "result", task.result)
@@ -265,6 +268,14 @@ def event_json(event: corral.WatchEvent) -> dict[str, Any]:
             "discovered_from": event.discovered_from,
             "needs_decision": event.needs_decision,
             "split": event.split,
+        }
+    if isinstance(event, corral.ArtifactAdded):
+        return {
+            **base,
+            "type": "artifact_added",
+            "task_id": event.task_id,
+            "teammate": event.teammate,
+            "artifact": artifact_json(event.artifact),
         }
     if isinstance(event, corral.ProposalsDecidedEvent):
         return {

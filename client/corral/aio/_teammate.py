@@ -12,10 +12,13 @@ from typing import Any, Self
 import grpc.aio
 
 from corral import _convert
+from corral._artifacts import TRANSFER_TIMEOUT_S, ArtifactSource, upload_requests
 from corral._channel import DEFAULT_CONNECT_TIMEOUT, async_reach, open_aio_channel, resolve_credentials
 from corral._claimbook import ClaimBook
+from corral._retry import async_write_retrying
 from corral._transport import SessionUnsupported, transport_from_env
 from corral._types import (
+    Artifact,
     BudgetExhausted,
     ClaimEnded,
     ClaimInfo,
@@ -29,7 +32,7 @@ from corral._types import (
     Usage,
     Verdict,
 )
-from corral.aio._board import BoardClient
+from corral.aio._board import WRITE_RETRY_S, BoardClient
 from corral.aio._claim import Claim
 from corral.aio._session import Session
 from corral.v1 import corral_pb2 as pb
@@ -396,6 +399,23 @@ class _ClaimCalls:
         answer = await self._session.call(pb.SessionRequest(output=request))
         appended = answer.output if answer is not None else await self._unary(self._stub.AppendOutput, request)
         return appended.attempt, appended.size
+
+    async def put_artifact(
+        self, task_id: str, token: str, name: str, media_type: str, source: ArtifactSource
+    ) -> Artifact:
+        # Its own call whatever the transport (a Session op carries no stream of bytes),
+        # sent again while its outcome is in doubt: the same bytes attach as before.
+        answer: pb.Artifact = await async_write_retrying(WRITE_RETRY_S)(
+            self._put_artifact, task_id, token, name, media_type, source
+        )
+        return _convert.artifact_from_pb(answer)
+
+    async def _put_artifact(
+        self, task_id: str, token: str, name: str, media_type: str, source: ArtifactSource
+    ) -> pb.Artifact:
+        requests = upload_requests(task_id, token, name, media_type, source)
+        answer: pb.Artifact = await self._unary(self._stub.PutArtifact, requests, timeout=TRANSFER_TIMEOUT_S)
+        return answer
 
     def forget(self, token: str) -> None:
         self._claims.forget(token)

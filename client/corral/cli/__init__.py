@@ -23,6 +23,7 @@ import click
 
 import corral
 
+from ._artifacts import artifacts_group
 from ._connect import EXIT_FAILED, CliError, connection_options
 from ._limits import limits_group
 from ._mcp import mcp_command
@@ -164,6 +165,7 @@ def demo_command(
 
 for _command in (
     tasks_group,
+    artifacts_group,
     teammates_group,
     plans_group,
     proposals_group,

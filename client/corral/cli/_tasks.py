@@ -10,6 +10,7 @@ import click
 import corral
 from corral._dagadd import AddRefused, add_dag
 from corral._dagfile import FORMATS, DagError, load_dag
+from corral._terminal.artifacts import artifacts_table
 from corral._terminal.output import (
     attempts_table,
     console,
@@ -101,7 +102,7 @@ def list_command(ctx: click.Context, states: tuple[str, ...], owner: str, as_jso
 @connection_options
 @click.pass_context
 def show_command(ctx: click.Context, task_id: str, as_json: bool) -> None:
-    """Show one task, with its payload, result, last error and its attempts."""
+    """Show one task, with its payload, result, last error, its attempts and its artifacts."""
     with lead_session(ctx) as lead:
         task = lead.get_task(task_id)
     if as_json:
@@ -110,6 +111,8 @@ def show_command(ctx: click.Context, task_id: str, as_json: bool) -> None:
     console().print(task_detail(task))
     if task.attempts:
         console().print(attempts_table(task.attempts))
+    if task.artifacts:
+        console().print(artifacts_table(task.artifacts, title="artifacts"))
 
 
 @tasks_group.command("cancel")

@@ -19,6 +19,7 @@ import corral
 from corral import aio
 
 from . import views
+from .artifact_tools import get_artifact_tool
 from .errors import ToolFailure
 from .output_tools import read_output_tool
 from .proposals import proposal_lead_tools, proposals_waiting
@@ -501,8 +502,8 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
         ToolSpec(
             "watch_events",
             "Board events after after_seq (task changes, teammates, messages to the Lead, plans, questions "
-            "asked and answered, reviews decided, tasks proposed and proposals decided, shutdown answers): "
-            "waits up to wait_seconds (1-50) for the first; continue with next_after_seq.",
+            "asked and answered, reviews decided, tasks proposed and proposals decided, artifacts attached, "
+            "shutdown answers): waits up to wait_seconds (1-50) for the first; continue with next_after_seq.",
             WatchEventsArgs,
             obj(["events", "next_after_seq"], events=array(ANY_OBJECT), next_after_seq=INTEGER, truncated=BOOLEAN),
             watch_events,
@@ -511,6 +512,7 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
     ]
     tools += proposal_lead_tools(lead)
     tools.append(read_output_tool(lead))
+    tools.append(get_artifact_tool(lead))
     if link.mint_dir is not None:
         tools.append(
             ToolSpec(

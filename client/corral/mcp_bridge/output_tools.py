@@ -18,7 +18,13 @@ from .registry import BOOLEAN, INTEGER, STRING, Arguments, Count, Outcome, Progr
 if TYPE_CHECKING:
     from .teammate_link import TeammateLink
 
-__all__ = ["OUTPUT_APPEND_MAX_BYTES", "READ_OUTPUT_MAX_BYTES", "append_output_tool", "read_output_tool"]
+__all__ = [
+    "OUTPUT_APPEND_MAX_BYTES",
+    "READ_OUTPUT_MAX_BYTES",
+    "append_output_tool",
+    "attempt_author",
+    "read_output_tool",
+]
 
 # The daemon's limit on one append: refused here first, naming the field.
 OUTPUT_APPEND_MAX_BYTES = 64 * 1024
@@ -77,7 +83,7 @@ def read_output_tool(lead: aio.Lead) -> ToolSpec:
         page, attempt, ended = await _read_page(lead, args)
         whole = _whole_characters(page, more=not ended)
         next_offset = args.offset + len(whole)
-        author = await _author(lead, args.task_id, attempt)
+        author = await attempt_author(lead, args.task_id, attempt)
         content = {
             "task_id": args.task_id,
             "attempt": attempt,
@@ -152,7 +158,7 @@ async def _latest_attempt(lead: aio.Lead, task_id: str) -> int:
     return max((entry.attempt for entry in task.attempts), default=task.attempt)
 
 
-async def _author(lead: aio.Lead, task_id: str, attempt: int) -> str:
+async def attempt_author(lead: aio.Lead, task_id: str, attempt: int) -> str:
     """The teammate whose claim has this attempt number (the latest such)."""
     with contextlib.suppress(corral.CorralError):
         task = await lead.get_task(task_id)

@@ -98,10 +98,10 @@ ALL_TOOL_NAMES = frozenset(
     {
         *("next_item", "get_task", "list_tasks", "list_teammates", "renew_lease", "complete_task", "fail_task"),
         *("release_task", "ask_lead", "submit_review", "send_message", "submit_plan", "respond_shutdown"),
-        *("my_status", "propose_tasks", "append_output"),
+        *("my_status", "propose_tasks", "append_output", "put_artifact"),
         *("create_tasks", "cancel_tasks", "revoke_claim", "answer_question", "review_task", "set_budget"),
         *("set_concurrency_limit", "decide_plan", "decide_proposals", "add_dependencies", "set_task_creation"),
-        *("request_shutdown", "board_summary", "watch_events", "add_teammate", "read_output"),
+        *("request_shutdown", "board_summary", "watch_events", "add_teammate", "read_output", "get_artifact"),
     }
 )
 

@@ -442,6 +442,14 @@ class TeammateLink:
             raise self._claim_failure(task_id, exc) from None
         return claim.attempt, size
 
+    async def put_artifact(self, task_id: str, name: str, data: bytes, media_type: str) -> corral.Artifact:
+        """Attach `data` to a held claim's task as an artifact (`Claim.put_artifact`)."""
+        claim = self._claim(task_id)
+        try:
+            return await claim.put_artifact(name, data, media_type)
+        except corral.CorralError as exc:
+            raise self._claim_failure(task_id, exc) from None
+
     async def _finish(self, task_id: str, claim: aio.Claim, call: Any, *, remember: bool = False) -> corral.Task:
         try:
             task: corral.Task = await call

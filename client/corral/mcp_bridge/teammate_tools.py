@@ -9,6 +9,7 @@ import pydantic
 import corral
 
 from . import views
+from .artifact_tools import put_artifact_tool
 from .errors import ToolFailure
 from .output_tools import append_output_tool
 from .proposals import propose_tool
@@ -305,8 +306,10 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
             "task_ids, approve, feedback), message, claim, review, claim_ended, idle_timeout, or none with "
             "blocked_by and a hint. A claim of a task asked about before carries answers: each question with the "
             "Lead's answer; a task you split (propose_tasks) comes back with the proposed tasks' results in "
-            "dependency_results; a claim whose result a review rejected carries rejected_result and, in "
-            "previous_attempt, the reviewer's feedback. A review is another teammate's result for you to judge "
+            "dependency_results; dependency_artifacts names the files its dependencies attached (name, media "
+            "type, size, sha256: references, not the bytes); a claim whose result a review rejected carries "
+            "rejected_result and, in previous_attempt, the reviewer's feedback. A review is another teammate's "
+            "result for you to judge "
             "(answer with submit_review). Call it again after handling each item (that acknowledges it). Always "
             "call this instead of picking tasks yourself.",
             NextItemArgs,
@@ -407,6 +410,7 @@ def teammate_tools(link: TeammateLink) -> list[ToolSpec]:
             submit_review,
         ),
         append_output_tool(link),
+        put_artifact_tool(link),
         ToolSpec(
             "send_message",
             'Send a message to "lead", a teammate by name, or "*" (every teammate).',

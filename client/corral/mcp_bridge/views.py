@@ -14,6 +14,7 @@ from .rendering import TextBudget
 
 __all__ = [
     "answer",
+    "artifact_view",
     "claim",
     "review",
     "claim_ended",
@@ -30,6 +31,8 @@ __all__ = [
 
 # A claim shows this many dependency results at most; the rest are named in *_omitted.
 _DEPENDENCY_RESULTS_SHOWN = 50
+# A task or a claim lists this many artifacts at most (references: a few hundred bytes each).
+_ARTIFACTS_SHOWN = 50
 
 
 def role_of(name: str) -> str:
@@ -85,7 +88,23 @@ def task(found: corral.Task, budget: TextBudget, *, offset: int = 0, brief: bool
         out["error"] = budget.labelled(found.error, source=found.owner or "teammate", role="teammate")
     if found.attempts:
         out["attempts"] = [_attempt(a, budget) for a in found.attempts[-5:]]
+    if found.artifacts:
+        out["artifacts"] = [artifact_view(a) for a in found.artifacts[:_ARTIFACTS_SHOWN]]
+        if len(found.artifacts) > _ARTIFACTS_SHOWN:
+            out["artifacts_omitted"] = len(found.artifacts) - _ARTIFACTS_SHOWN  # `corral artifacts list` has all
     return out
+
+
+def artifact_view(artifact: corral.Artifact) -> dict[str, Any]:
+    """An artifact as the model sees it: a reference, never the bytes."""
+    return {
+        "name": artifact.name,
+        "media_type": artifact.media_type,
+        "size": artifact.size,
+        "sha256": artifact.sha256,
+        "attempt": artifact.attempt,
+        "create_time": artifact.create_time.isoformat(),
+    }
 
 
 def _attempt(ended: corral.Attempt, budget: TextBudget) -> dict[str, Any]:
@@ -146,6 +165,12 @@ def claim(held: aio.Claim, budget: TextBudget, *, resumed: bool) -> dict[str, An
             out["dependency_results_omitted"].append(dep)  # get_task(dep) has its result
             continue
         out["dependency_results"][dep] = budget.labelled(result, source=f"task {dep}", role="teammate")
+    if held.dependency_artifacts:
+        # References only: the Lead (get_artifact) or the SDK reads the bytes.
+        shown = held.dependency_artifacts[:_ARTIFACTS_SHOWN]
+        out["dependency_artifacts"] = [{"task_id": d.task_id, **artifact_view(d.artifact)} for d in shown]
+        if len(held.dependency_artifacts) > _ARTIFACTS_SHOWN:
+            out["dependency_artifacts_omitted"] = len(held.dependency_artifacts) - _ARTIFACTS_SHOWN
     previous = info.previous_attempt
     if previous is not None:
         out["previous_attempt"] = {
@@ -263,6 +288,9 @@ def event(item: corral.WatchEvent, budget: TextBudget) -> dict[str, Any]:
     elif isinstance(item, corral.ProposalsDecidedEvent):
         out.update(kind="proposals_decided", task_ids=list(item.task_ids), approve=item.approve)
         out["feedback"] = budget.labelled(item.feedback, source="lead", role="lead")
+    elif isinstance(item, corral.ArtifactAdded):
+        out.update(kind="artifact_added", task_id=item.task_id, teammate=item.teammate)
+        out["artifact"] = artifact_view(item.artifact)
     elif isinstance(item, corral.BudgetExhaustedEvent):
         out.update(kind="budget_exhausted", teammate=item.exhausted.teammate)
     else:
