@@ -22,7 +22,6 @@ from corrald import errors
 from corrald.config import Limits
 from corrald.model import ArtifactRecord
 from corrald.store import artifacts
-from corrald.store.artifacts import Uploaded
 from tests.support.boardkit import SyncBoard, spec
 
 pytestmark = pytest.mark.timeout(120)
@@ -32,28 +31,6 @@ IN_PROGRESS = 2  # TaskState.IN_PROGRESS as the event log stores it
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def _store_bytes(board: SyncBoard, data: bytes, piece: int = 64 * 1024) -> str:
-    """Stores `data` in the board's blob store as an upload does (in pieces, then made
-    durable under its SHA-256); returns that SHA-256. Blocking: any thread."""
-    upload = board.board.blobs.begin()
-    for at in range(0, len(data), piece):
-        upload.write(data[at : at + piece])
-    digest = hashlib.sha256(data).hexdigest()
-    upload.finish(digest)
-    return digest
-
-
-def _attach_coro(board: SyncBoard, name: str, task_id: str, token: str, artifact: str, data: bytes):
-    digest = _store_bytes(board, data)
-    upload = Uploaded(artifact, "application/octet-stream", len(data), digest)
-    return board.board.attach_artifact(name, task_id, token, upload)
-
-
-def _attach(board: SyncBoard, name: str, task_id: str, token: str, artifact: str, data: bytes) -> ArtifactRecord:
-    """A whole PutArtifact at the store: the bytes stored, then the attach job."""
-    return board.run(_attach_coro(board, name, task_id, token, artifact, data))
 
 
 def _read(board: SyncBoard, task_id: str, artifact: str) -> bytes:
@@ -136,17 +113,17 @@ def team(board):
 def test_a_later_attempt_supersedes_a_name_and_the_history_keeps_every_row(team):
     team.create(spec("a", max_attempts=3), spec("b", "a"))
     first = team.claim("w1")
-    one = _attach(team, "w1", "a", first.token, "log", b"first attempt")
-    kept = _attach(team, "w1", "a", first.token, "first-only", b"kept")
+    one = team.attach("w1", "a", first.token, "log", b"first attempt")
+    kept = team.attach("w1", "a", first.token, "first-only", b"kept")
     team.fail("w1", "a", first.token, retryable=True)
     second = team.claim("w2")
     assert (second.task.id, second.attempt) == ("a", 2)
     assert [r.name for r in second.task.artifacts] == ["first-only", "log"], "a retry's claim shows them"
-    two = _attach(team, "w2", "a", second.token, "log", b"second attempt")
+    two = team.attach("w2", "a", second.token, "log", b"second attempt")
     team.release("w2", "a", second.token)
     again = team.claim("w1")
     assert again.attempt == 2, "a release uses up no attempt"
-    three = _attach(team, "w1", "a", again.token, "log", b"second attempt, claimed again")
+    three = team.attach("w1", "a", again.token, "log", b"second attempt, claimed again")
     assert [(r.attempt, r.sha256) for r in (one, two, three)] == [
         (1, hashlib.sha256(b"first attempt").hexdigest()),
         (2, hashlib.sha256(b"second attempt").hexdigest()),
@@ -173,24 +150,24 @@ def test_the_quota_counts_each_distinct_content_once_and_refuses_at_its_exact_bo
     board.create(spec("a"), spec("b"))
     a, b = board.claim("w1"), board.claim("w1")
     forty, sixty = b"4" * 40, b"6" * 60
-    _attach(board, "w1", "a", a.token, "forty", forty)
-    _attach(board, "w1", "a", a.token, "same", forty)
-    _attach(board, "w1", "b", b.token, "same", forty)
+    board.attach("w1", "a", a.token, "forty", forty)
+    board.attach("w1", "a", a.token, "same", forty)
+    board.attach("w1", "b", b.token, "same", forty)
     assert board.call(lambda tx: artifacts.stored_bytes(tx.conn)) == 40, "the same content counts once"
     before = _written(board)
     with pytest.raises(errors.ArtifactQuota) as refused:
-        _attach(board, "w1", "b", b.token, "one-over", b"6" * 61)  # 101 of 100
+        board.attach("w1", "b", b.token, "one-over", b"6" * 61)  # 101 of 100
     assert refused.value.reason == "ARTIFACT_QUOTA" and "100" in refused.value.message
     assert _written(board) == before, "a refused attach writes nothing"
-    _attach(board, "w1", "b", b.token, "sixty", sixty)  # exactly 100 of 100
+    board.attach("w1", "b", b.token, "sixty", sixty)  # exactly 100 of 100
     assert board.call(lambda tx: artifacts.stored_bytes(tx.conn)) == 100
     full = _written(board)
     with pytest.raises(errors.ArtifactQuota):
-        _attach(board, "w1", "a", a.token, "one-byte", b"1")
+        board.attach("w1", "a", a.token, "one-byte", b"1")
     assert _written(board) == full
     # At the quota, content already stored (or none at all) still attaches: it adds nothing.
-    assert _attach(board, "w1", "a", a.token, "again", sixty).size == 60
-    assert _attach(board, "w1", "a", a.token, "empty", b"").size == 0
+    assert board.attach("w1", "a", a.token, "again", sixty).size == 60
+    assert board.attach("w1", "a", a.token, "empty", b"").size == 0
     assert board.call(lambda tx: artifacts.stored_bytes(tx.conn)) == 100
     assert [r.name for r in _shown(board, "a")] == ["again", "empty", "forty", "same"]
     _assert_quota_counts_what_is_stored(board)
@@ -203,7 +180,7 @@ def test_a_dead_claim_attaches_nothing_and_its_bytes_go_at_restart(team, clock):
     team.create(spec("exp", lease_ms=LEASE), spec("rel"), spec("rev"), spec("can"), spec("done"), spec("other"))
     grants = {grant.task.id: grant for grant in (team.claim("w1") for _ in range(5))}
     other = team.claim("w2")
-    kept = _attach(team, "w2", "other", other.token, "kept", b"kept")
+    kept = team.attach("w2", "other", other.token, "kept", b"kept")
     team.release("w1", "rel", grants["rel"].token)
     team.revoke("rev")
     team.cancel("can")
@@ -221,18 +198,18 @@ def test_a_dead_claim_attaches_nothing_and_its_bytes_go_at_restart(team, clock):
     ]
     for n, (name, task_id, token, error) in enumerate(cases):
         with pytest.raises(error):
-            _attach(team, name, task_id, token, "late", f"late {n}".encode())
+            team.attach(name, task_id, token, "late", f"late {n}".encode())
         with pytest.raises(error):  # the header's check says the same, before any byte
             team.run(team.board.check_artifact_claim(name, task_id, token))
     assert _written(team) == before
     clock.advance(LEASE)
     with pytest.raises(errors.LeaseExpired):
-        _attach(team, "w1", "exp", grants["exp"].token, "late", b"expired")
+        team.attach("w1", "exp", grants["exp"].token, "late", b"expired")
     assert _written(team) == before
     team.reap()  # logs the expiry
     reaped = _written(team)
     with pytest.raises(errors.LeaseExpired):
-        _attach(team, "w1", "exp", grants["exp"].token, "late", b"expired, reaped")
+        team.attach("w1", "exp", grants["exp"].token, "late", b"expired, reaped")
     assert _written(team) == reaped and reaped[:3] == before[:3]
     stored, _ = _stored_blobs(team)
     assert len(stored) == len(cases) + 3, "the refused uploads' bytes were stored, named by nothing"
@@ -284,7 +261,7 @@ class Crew:
     def attach(self, name: str, task_id: str, token: str, artifact: str, data: bytes) -> bool:
         """One upload; False when the claim was dead at its attach."""
         try:
-            record = self.call(_attach_coro(self.board, name, task_id, token, artifact, data))
+            record = self.call(self.board.attach_after_upload(name, task_id, token, artifact, data))
         except errors.ClaimError as error:
             with self.lock:
                 self.refused.append((task_id, name, error))

@@ -18,7 +18,6 @@ import grpc
 import pytest
 
 from corral.v1 import corral_pb2 as pb
-
 from tests.support import wait_until
 
 from .wire import STREAM_TIMEOUT_S, assert_status, rpc_error, spec
