@@ -22,8 +22,8 @@ from corral.v1 import corral_pb2 as pb
 
 from .. import errors, validate
 from ..board import Board
+from ..board_artifacts import Uploaded
 from ..credentials import Identity
-from ..store.artifacts import Uploaded
 from . import artifact_convert
 
 # The most one ArtifactChunk carries. Each stream holds a few copies of one (the read,
