@@ -82,7 +82,7 @@ lint: $(STAMP)
 # machinery), so it runs once too, on SQLite.
 PARALLEL_TESTS := tests/conformance tests/server tests/client tests/cli tests/e2e tests/contract tests/mcp tests/polyglot \
 	tests/web tests/bench tests/reliability
-TIMED_CONTRACT := admission big_batches big_cancels call_burst claim_ended idle_timeout leases memory \
+TIMED_CONTRACT := admission big_batches big_cancels call_burst claim_ended idle_timeout leases memory memory_artifacts \
 	overload session_races session_waiters sigterm silent_connections
 TIMED_TESTS := tests/e2e/test_sdk_claim_ended.py $(patsubst %,tests/contract/test_%.py,$(TIMED_CONTRACT)) \
 	tests/mcp/test_mcp_teammate.py tests/web/test_web_http.py tests/web/test_web_live.py tests/web/test_web_artifacts_http.py \

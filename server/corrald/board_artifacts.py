@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .model import ArtifactRecord
 from .store import artifacts
+from .store.artifacts import Uploaded  # what an upload stored, as the service hands it over
 
 if TYPE_CHECKING:
     from .config import Limits
@@ -37,7 +38,7 @@ class BoardArtifacts:
         off the loop, as this does)."""
         return await asyncio.to_thread(self.blobs.begin)
 
-    async def attach_artifact(self, name: str, task_id: str, token: str, upload: artifacts.Uploaded) -> ArtifactRecord:
+    async def attach_artifact(self, name: str, task_id: str, token: str, upload: Uploaded) -> ArtifactRecord:
         """Attaches stored content to the task (see `artifacts.attach`): one writer job that
         copies no bytes."""
         quota = self.limits.artifact_store_max_bytes

@@ -11,6 +11,9 @@ complete and fail report small usage. Discovered work: set a teammate's (or the
 it or not; DENY and a split closing a cycle refused), decide proposals (approve,
 or reject: a split waiting on one is freed) and add dependencies (refused for a
 task not PENDING or PROPOSED, a FAILED or CANCELED dependency, a cycle).
+Artifacts (board_machine_artifacts.py): attach one from a claim (mostly a live one:
+a dead or wrong claim's is refused and writes nothing), and every task shows the
+latest artifact of each name the model was given.
 After every step the database is checked for invariants 1, 2 (no live claim
 before a dependency completes, a split's or one added live too), 4 and 9, for no
 PROPOSED task ever claimed, for the graph the model holds (acyclic), for no
@@ -48,6 +51,8 @@ from corrald.model import Budget, BudgetExhausted, ClaimGrant, ReviewPolicy, Tas
 from corrald.store import tasks as store_tasks
 from corrald.stream import StreamState
 from tests.support.boardkit import SyncBoard, spec
+
+from .board_machine_artifacts import ArtifactRules
 
 PENDING, IN_PROGRESS, COMPLETED, FAILED, CANCELED, NEEDS_INPUT, IN_REVIEW = (
     TaskState.PENDING,
@@ -368,7 +373,7 @@ class Model:
         return errors.ClaimTokenMismatch
 
 
-class BoardMachine(RuleBasedStateMachine):
+class BoardMachine(ArtifactRules, RuleBasedStateMachine):
     def __init__(self, store: str = "sqlite") -> None:
         super().__init__()
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="corral-sm-"))

@@ -12,13 +12,13 @@ import os
 import pathlib
 import sqlite3
 import threading
-import time
 from collections.abc import Iterable, Iterator
 
 import grpc
 import pytest
 
 from corral.v1 import corral_pb2 as pb
+from tests.support import wait_until
 
 from .wire import STREAM_TIMEOUT_S, assert_status, rpc_error, spec
 
@@ -340,9 +340,7 @@ def test_sigkill_during_an_upload_loses_nothing_committed_and_leaves_no_half_fil
     call = threading.Thread(target=lambda: outcome.append(rpc_error(ann.teammate.PutArtifact, requests(), timeout=60)))
     call.start()
     # Killed once the upload's bytes are being stored (a temporary file, or a partial upload's rows).
-    deadline = time.monotonic() + 20
-    while set(_board_rows(daemon)[1]) == set(files_before):
-        assert time.monotonic() < deadline, "the upload stored nothing"
+    wait_until(lambda: set(_board_rows(daemon)[1]) != set(files_before), 20, "the upload's first stored bytes")
     daemon.kill()
     stop.set()
     call.join(30)

@@ -30,7 +30,17 @@ SERVER_LAYERS = (
     Layer("engine", ("writer", "readers", "stream", "delivery"), ("foundation", "rules", "store", "overload")),
     Layer(
         "board",
-        ("board", "board_reads", "answers", "credentials", "stats", "wake", "requestids", "reconcile"),
+        (
+            "board",
+            "board_reads",
+            "board_artifacts",
+            "answers",
+            "credentials",
+            "stats",
+            "wake",
+            "requestids",
+            "reconcile",
+        ),
         ("foundation", "rules", "store", "engine"),
     ),
     Layer("service", ("service",), ("foundation", "rules", "overload", "engine", "board")),

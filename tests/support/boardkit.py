@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import hashlib
 import pathlib
 import sqlite3
 import threading
@@ -22,6 +23,7 @@ from corrald.board import Board
 from corrald.clock import Clock
 from corrald.config import Limits, WriterConfig
 from corrald.model import (
+    ArtifactRecord,
     ClaimGrant,
     Proposed,
     ReviewPolicy,
@@ -33,6 +35,7 @@ from corrald.model import (
     Verdict,
 )
 from corrald.store import tasks, team
+from corrald.store.artifacts import Uploaded
 from corrald.store.postgres.target import DEFAULT_WRITERS as PG_DEFAULT_WRITERS
 from corrald.stream import StreamState
 from tests.support import SecondsClock  # noqa: F401 (the writer and pacing tests import it from here)
@@ -260,6 +263,25 @@ class SyncBoard:
 
     def cancel(self, *task_ids: str) -> list[TaskRecord]:
         return self.run(self.board.cancel_tasks(list(task_ids)))
+
+    def store_blob(self, data: bytes, piece: int = 64 * 1024) -> str:
+        """Stores `data` in the board's blob store as an upload does (in pieces, then made
+        durable under its SHA-256); returns that SHA-256. Blocking, from any thread."""
+        upload = self.board.blobs.begin()
+        for at in range(0, len(data), piece):
+            upload.write(data[at : at + piece])
+        digest = hashlib.sha256(data).hexdigest()
+        upload.finish(digest)
+        return digest
+
+    def attach_after_upload(self, name: str, task_id: str, token: str, artifact: str, data: bytes):
+        """Stores the bytes now; returns the attach (a coroutine, for any loop running the board)."""
+        upload = Uploaded(artifact, "application/octet-stream", len(data), self.store_blob(data))
+        return self.board.attach_artifact(name, task_id, token, upload)
+
+    def attach(self, name: str, task_id: str, token: str, artifact: str, data: bytes) -> ArtifactRecord:
+        """A whole PutArtifact at the board: the bytes stored, then the attach job."""
+        return self.run(self.attach_after_upload(name, task_id, token, artifact, data))
 
     def set_limit(self, key: str, limit: int):
         return self.run(self.board.set_concurrency_limit(key, limit))
