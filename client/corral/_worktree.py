@@ -35,6 +35,7 @@ from corral._types import Task
 
 __all__ = [
     "WORKSPACE_ARTIFACT",
+    "WORKSPACE_MEDIA_TYPE",
     "ClaimWorktree",
     "GitWorktree",
     "WorkspaceReport",
@@ -48,8 +49,9 @@ _log = logging.getLogger("corral.workspace")
 
 Keep = Literal["on_failure", "never"]
 WORKTREES_DIR = Path(".corral") / "worktrees"
-# The name the report will carry as an artifact of the task.
+# The name and media type of the report, attached to the task as an artifact.
 WORKSPACE_ARTIFACT = "corral/workspace.json"
+WORKSPACE_MEDIA_TYPE = "application/json"
 EXCLUDE_LINE = "/.corral/"
 EMAIL_DOMAIN = "corral.invalid"
 
@@ -71,11 +73,14 @@ class GitWorktree:
     working directory is left alone. When the handler returns, everything it
     changed is committed on the branch (author and committer: the teammate's name,
     `<name>@corral.invalid`; message: the task's title and id), the branch and commit
-    are logged (logger `corral.workspace`) and the worktree is removed; the branch
-    stays. A handler that fails (or asks, splits, or loses its claim) has its work
-    committed on the branch too, and its worktree kept for a look (`keep="on_failure"`)
-    or removed (`keep="never"`). At the start of `run_teammate`, the worktrees this
-    teammate kept for claims now over are removed.
+    are logged (logger `corral.workspace`) and attached to the task as the artifact
+    `corral/workspace.json` (JSON: branch, commit, base, path, ...), and the worktree
+    is removed; the branch stays. A handler that fails (or asks, splits, or loses its
+    claim) has its work committed on the branch too (and the report attached while
+    the claim is live; a refused upload is logged, never fails the task), and its
+    worktree kept for a look (`keep="on_failure"`) or removed (`keep="never"`). At
+    the start of `run_teammate`, the worktrees this teammate kept for claims now over
+    are removed.
 
     `repo` is a directory of a git work tree (its top level is used); `run_teammate`
     raises GitError at its start when it is not one, or when `base` names no commit.

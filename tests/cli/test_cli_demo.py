@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import json
 import os
 import re
 import shutil
@@ -10,11 +13,12 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import corral
-from corral.demo import load_sample_dag
+from corral.demo import DemoFailed, evidence, load_sample_dag
 from corral.demo.report import expected_values
 
 CORRAL = str(Path(sys.executable).with_name("corral"))
@@ -110,6 +114,22 @@ def test_demo_runs_to_completion_without_a_terminal(short_dir):
     ) in out
     discovered = r"^  discovered  migrate: \w+ proposed backup-db and split its task on it; the lead approved$"
     assert re.search(discovered, out, re.MULTILINE), out
+    # Every task wrote live output; perf's report went up as an artifact and publish read it.
+    output = re.search(
+        r"^  output      (\d+) tasks wrote (\d+) lines as they worked: `corral tasks output ID`", out, re.M
+    )
+    assert output and int(output[1]) == total and int(output[2]) >= 3 * total, out
+    assert "or a task's drawer on the web board" in out
+    artifact = re.search(
+        r"^  artifacts   perf: perf-report\.json \(\d+ B, sha256 ([0-9a-f]{12})…\) read by (\w+) \(publish\) "
+        r"and the lead: `corral artifacts get perf perf-report\.json`$",
+        out,
+        re.MULTILINE,
+    )
+    assert artifact, out
+    assert re.search(
+        r"^\[\s*\d+\.\ds\] \w+ attached perf-report\.json \(application/json, \d+ B\) to task perf", out, re.M
+    )
     assert "every one approved its shutdown and exited 0" in out
 
     # The state directory is kept: a daemon on it shows every task completed.
@@ -120,6 +140,10 @@ def test_demo_runs_to_completion_without_a_terminal(short_dir):
     assert (run_dir / "state" / "lead.token").read_text().strip() not in out + result.stderr
     with corral.Lead.launch(run_dir / "state") as lead:
         tasks = list(lead.list_tasks())
+        # The output and the artifact outlive the run: the board served again has them.
+        publish_output = b"".join(chunk.data for chunk in lead.tail_output("publish", follow=False)).decode()
+        (report,) = lead.get_task("perf").artifacts
+        data = lead.get_artifact("perf", "perf-report.json", sha256=report.sha256)
     assert len(tasks) == total
     assert all(task.state is corral.TaskState.COMPLETED for task in tasks)
     by_id = {task.id: task for task in tasks}
@@ -131,6 +155,54 @@ def test_demo_runs_to_completion_without_a_terminal(short_dir):
     backup, migrate = by_id["backup-db"], by_id["migrate"]
     assert backup.discovered_from == "migrate" and backup.proposed_by in {"ada", "brook", "cyd", "dee", "eve"}
     assert migrate.depends_on == ("schema", "backup-db") and b'"after":"backup-db"' in migrate.result
+    # perf's report as the demo printed it, and as publish read it (its output says so).
+    assert (report.media_type, report.sha256[:12]) == ("application/json", artifact[1])
+    perf_report = json.loads(data)
+    assert (perf_report["task"], perf_report["value"]) == ("perf", expected_values(load_sample_dag().specs)["perf"])
+    publish = json.loads(by_id["publish"].result)
+    assert (publish["by"], publish["artifacts_read"]) == (artifact[2], {"perf/perf-report.json": report.sha256})
+    assert publish_output.startswith(f"{artifact[2]} took publish (attempt 1): ")
+    assert f"read perf's perf-report.json ({report.size} bytes, sha256 {artifact[1]})\n" in publish_output
+    assert publish_output.endswith(f"done: value {publish['value']}\n")
+
+
+@pytest.mark.timeout(10)
+def test_the_demo_fails_unless_output_and_the_artifact_round_tripped():
+    when = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    report = corral.Artifact("r.json", "application/json", 16, "ab" * 32, 1, when)
+    specs = [
+        corral.TaskSpec("make", payload=b'{"artifact": "r.json"}'),
+        corral.TaskSpec("use", depends_on=("make",)),
+    ]
+    done = corral.TaskState.COMPLETED
+    made = corral.Task("make", done, attempt=1, result=b'{"by": "ann"}', artifacts=(report,))
+    read = b'{"by": "bob", "artifacts_read": {"make/r.json": "' + report.sha256.encode() + b'"}}'
+    used = corral.Task("use", done, depends_on=("make",), attempt=1, result=read)
+    output = {"make": b"ann took make\n", "use": b"bob took use\nread it\n"}
+    downloads: dict[tuple[str, str], bytes | str] = {("make", "r.json"): b'{"task": "make"}'}
+
+    (proof,) = evidence.check(evidence.Evidence(output, downloads), [made, used], specs)
+    assert proof.line() == "make: r.json (16 B, sha256 abababababab…) read by bob (use) and the lead"
+    assert (
+        evidence.Evidence(output, downloads).tasks_with_output,
+        evidence.Evidence(output, downloads).output_lines,
+    ) == (2, 3)
+
+    def refused(tasks: list[corral.Task], **changes: Any) -> str:
+        gathered = evidence.Evidence(**{"output": output, "downloads": downloads, **changes})
+        with pytest.raises(DemoFailed) as failed:
+            evidence.check(gathered, tasks, specs)
+        return str(failed.value)
+
+    assert refused([made, used], output={**output, "use": b""}) == "1 task(s) wrote no live output: use"
+    unattached = dataclasses.replace(made, artifacts=())
+    assert "should have attached the artifact r.json, but its artifacts do not list it" in refused([unattached, used])
+    assert "could not read artifact r.json of task make: gone" in refused(
+        [made, used], downloads={("make", "r.json"): "gone"}
+    )
+    assert "is not that task's report" in refused([made, used], downloads={("make", "r.json"): b"{}"})
+    unread = dataclasses.replace(used, result=b'{"by": "bob"}')
+    assert "artifact r.json of task make was not read by its dependent(s) use" in refused([made, unread])
 
 
 @pytest.mark.timeout(120)

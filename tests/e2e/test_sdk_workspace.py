@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import logging
 import os
 import subprocess
@@ -164,6 +165,24 @@ def test_each_claim_works_in_its_own_worktree_and_its_changes_are_committed_on_i
     }
     assert reports[ODD_ID].commit == _git(repo, "rev-parse", branch) and reports[ODD_ID].changed
     assert (reports["idle"].commit, reports["idle"].changed, reports["idle"].kept) == (base, False, False)
+    # The same report, attached to each task as its workspace artifact.
+    for task_id, commit in ((ODD_ID, _git(repo, "rev-parse", branch)), ("idle", base)):
+        report = _workspace_artifact(lead, task_id)
+        assert (report["branch"], report["commit"], report["base"]) == (
+            f"corral/{worktree_name(task_id)}/1",
+            commit,
+            base,
+        )
+        assert (report["task_id"], report["attempt"], report["teammate"]) == (task_id, 1, "ann")
+    assert _workspace_artifact(lead, ODD_ID)["changed"] and not _workspace_artifact(lead, "idle")["changed"]
+
+
+def _workspace_artifact(lead: corral.Lead, task_id: str) -> dict[str, Any]:
+    """The task's `corral/workspace.json`, checked to be listed as JSON."""
+    (listed,) = [a for a in lead.get_task(task_id).artifacts if a.name == "corral/workspace.json"]
+    assert listed.media_type == "application/json"
+    report: dict[str, Any] = json.loads(lead.get_artifact(task_id, listed.name, sha256=listed.sha256))
+    return report
 
 
 @pytest.mark.timeout(60)
@@ -217,6 +236,35 @@ def test_a_failed_claims_work_is_committed_and_its_worktree_kept_or_removed(
         assert not path.exists() and not path.with_name("broken-1.claim.json").exists()
         assert _git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
     assert _git(repo, "show", "corral/broken/1:attempt.txt") == "tried"
+    # The claim was live when the work was committed: the failure's report is attached too.
+    report = _workspace_artifact(lead, "broken")
+    assert (report["branch"], report["commit"]) == ("corral/broken/1", _git(repo, "rev-parse", "corral/broken/1"))
+    assert (report["changed"], report["kept"]) == (True, keep == "on_failure")
+
+
+@pytest.mark.timeout(60)
+@FLAVOURS
+def test_a_refused_workspace_artifact_is_logged_and_the_task_still_completes(
+    tmp_path: Path, repo: Path, flavour: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="corral.workspace")
+    # A board whose artifact quota the report (a few hundred bytes) does not fit in.
+    quota = ["--max-artifact-bytes", "64", "--max-artifact-store-bytes", "64"]
+    with corral.Lead.launch(tmp_path / "state", extra_args=quota, ready_timeout=30) as lead:
+        lead.create_tasks([corral.TaskSpec("fix")])
+
+        def handler(task: corral.Task, workspace: Path) -> str:
+            (workspace / "fix.txt").write_text("fixed\n")
+            return "ok"
+
+        mate = Running(lead, flavour, "ann", handler, workspace=corral.GitWorktree(repo))
+        assert lead.wait_until_done(timeout=30).completed == 1
+        assert mate.stop().completed == 1
+        task = lead.get_task("fix")
+        assert (task.result, task.artifacts) == (b"ok", ())
+    assert _git(repo, "show", "corral/fix/1:fix.txt") == "fixed"
+    refused = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(refused) == 1 and refused[0].startswith("task fix: corral/workspace.json not attached: "), refused
 
 
 @pytest.mark.timeout(90)

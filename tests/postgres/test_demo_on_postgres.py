@@ -20,7 +20,9 @@ from tests.support.postgres import run_database_dsn
 
 pytestmark = pytest.mark.timeout(150)
 
-DAG = '[[tasks]]\nid = "a"\npayload = \'{"weight": 1}\'\n[[tasks]]\nid = "b"\ndepends_on = ["a"]\n'
+DAG = (
+    '[[tasks]]\nid = "a"\npayload = \'{"weight": 1, "artifact": "a.json"}\'\n[[tasks]]\nid = "b"\ndepends_on = ["a"]\n'
+)
 
 
 @pytest.fixture
@@ -45,6 +47,11 @@ def demo(short_dir: Path, dsn: str, *args: str) -> tuple[str, str]:
     assert result.returncode == 0, result.stdout + result.stderr
     schema = re.search(r"PostgreSQL board in schema (\w+)", result.stdout)
     assert schema, result.stdout
+    # The teammates (split between the two daemons) wrote output, and b read a's artifact
+    # from the board in PostgreSQL.
+    assert re.search(r"^  output      2 tasks wrote \d+ lines as they worked", result.stdout, re.MULTILINE)
+    read = r"^  artifacts   a: a\.json \(\d+ B, sha256 [0-9a-f]{12}…\) read by \w+ \(b\) and the lead: "
+    assert re.search(read, result.stdout, re.MULTILINE), result.stdout
     return result.stdout, schema[1]
 
 

@@ -25,6 +25,7 @@ from rich.text import Text
 
 import corral
 
+from .artifacts import artifact_line
 from .output import (
     blob_text,
     first_line,
@@ -114,6 +115,8 @@ class BoardModel:
             verdict = "approved" if event.approve else "rejected"
             because = f": {short(event.feedback, 60)}" if event.feedback else ""
             self.note(f"the lead {verdict} the proposed {', '.join(event.task_ids)}{because}")
+        elif isinstance(event, corral.ArtifactAdded):
+            self.note(artifact_line(event))
 
     def note(self, line: str, *, notable: bool = True) -> None:
         """Add a line to the history (and, if notable, to the plain output)."""

@@ -11,6 +11,7 @@ from corral._errors import CorralError, GitError, NotFound
 from corral._primitives import async_run_blocking
 from corral._worktree import (
     WORKSPACE_ARTIFACT,
+    WORKSPACE_MEDIA_TYPE,
     ClaimWorktree,
     GitWorktree,
     WorkspaceReport,
@@ -74,12 +75,13 @@ class Workspaces:
             _log.warning("task %s: the work in %s could not be committed: %s", claim.task.id, worktree.path, exc)
             return exc if done else error
         _announce(report)
+        await _attach(claim, report)
         return error
 
 
 def _announce(report: WorkspaceReport) -> None:
     """Say where the claim's work is: in the log, with the report for log handlers
-    (`record.corral_workspace`), and as the bytes of the task's workspace artifact."""
+    (`record.corral_workspace`)."""
     worktree = report.worktree
     what = (
         f"committed as {report.commit[:12]}"
@@ -95,7 +97,20 @@ def _announce(report: WorkspaceReport) -> None:
         where,
         extra={"corral_workspace": report},
     )
-    _log.debug("task %s: %s %s", worktree.task_id, WORKSPACE_ARTIFACT, workspace_json(report).decode("utf-8"))
+
+
+async def _attach(claim: Claim, report: WorkspaceReport) -> None:
+    """Attach the report to the task as its `corral/workspace.json` artifact, so the Lead
+    and the dependent tasks find the branch and commit. Only a live claim may attach
+    (a split or lost one has ended: nothing is sent); a refusal is logged, and never
+    fails the task: the work is committed whether or not the report is attached."""
+    if claim.split or claim.lost:
+        _log.debug("task %s: the claim has ended; %s not attached", claim.task.id, WORKSPACE_ARTIFACT)
+        return
+    try:
+        await claim.put_artifact(WORKSPACE_ARTIFACT, workspace_json(report), WORKSPACE_MEDIA_TYPE)
+    except CorralError as exc:
+        _log.warning("task %s: %s not attached: %s", claim.task.id, WORKSPACE_ARTIFACT, exc)
 
 
 async def _still_held(teammate: Teammate, me: str, worktree: ClaimWorktree) -> bool:

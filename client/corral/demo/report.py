@@ -12,6 +12,7 @@ import corral
 from corral._terminal.boardview import BoardModel
 from corral._terminal.output import first_line, short
 
+from .evidence import ArtifactProof, Evidence
 from .team import DemoFailed, Member
 
 
@@ -128,6 +129,10 @@ class DemoReport:
     # What `corral serve --state-dir state/` takes besides to serve the run's board again
     # (" --store DSN --pg-schema S" for PostgreSQL); None when that board was dropped.
     serve_args: str | None = ""
+    # The live output the tasks' last attempts wrote, and the artifacts read back.
+    output_tasks: int = 0
+    output_lines: int = 0
+    artifacts: tuple[ArtifactProof, ...] = ()
 
     @property
     def retries(self) -> int:
@@ -157,6 +162,11 @@ class DemoReport:
             f"  reviews     {self._reviews()}",
             f"  questions   {self._questions()}",
             f"  discovered  {self._proposals()}",
+            (
+                f"  output      {self.output_tasks} tasks wrote {self.output_lines} lines as they worked: "
+                "`corral tasks output ID` (-f follows), or a task's drawer on the web board"
+            ),
+            f"  artifacts   {self._artifacts()}",
             (
                 f"  writer      queue depth p99 {writer.queue_depth_p99:g}, {writer.commits} commits of "
                 f"{writer.jobs} jobs (mean batch {writer.mean_batch_size:.2f}), commit p99 "
@@ -191,6 +201,15 @@ class DemoReport:
         ]
         return "; ".join(shown) or "none"
 
+    def _artifacts(self) -> str:
+        """`perf: perf-report.json (...) read by ada (publish) and the lead; `corral artifacts get ...``."""
+        if not self.artifacts:
+            return "none"
+        shown = [
+            f"{proof.line()}: `corral artifacts get {proof.task_id} {proof.artifact.name}`" for proof in self.artifacts
+        ]
+        return "; ".join(shown)
+
     def _kept(self) -> str:
         state = self.run_dir / "state"
         if self.serve_args is None:
@@ -210,6 +229,8 @@ def build_report(
     reviews: Sequence[corral.ReviewDecided] = (),
     proposals: Sequence[corral.TasksProposed] = (),
     serve_args: str | None = "",
+    evidence: Evidence | None = None,
+    artifacts: Sequence[ArtifactProof] = (),
 ) -> DemoReport:
     first, last = model.first_claim, model.last_finish
     work = (last - first) if first is not None and last is not None else 0.0
@@ -229,4 +250,7 @@ def build_report(
         reviews=tuple((r.task_id, r.reviewer, r.round, r.approve, r.feedback) for r in reviews),
         proposals=tuple((p.discovered_from, p.teammate, p.task_ids, p.split) for p in proposals),
         serve_args=serve_args,
+        output_tasks=evidence.tasks_with_output if evidence is not None else 0,
+        output_lines=evidence.output_lines if evidence is not None else 0,
+        artifacts=tuple(artifacts),
     )

@@ -32,6 +32,7 @@ from corral._terminal.boardview import BoardModel, open_view
 from corral._terminal.events import EventPump, StreamEnded
 from corral._terminal.weblink import board_url, one_time_link
 
+from .evidence import check, gather
 from .report import DemoReport, build_report, verify
 from .team import TEAM, DemoFailed, Team
 
@@ -268,6 +269,7 @@ def _run(
             conductor.run()
             tasks = list(lead.list_tasks())
             stats = lead.get_stats()
+            evidence = gather(lead, tasks, dag.specs)  # the output and artifacts, read while the daemon runs
         finally:
             team.stop_all()
         if web is not None:
@@ -275,6 +277,7 @@ def _run(
         wall = time.monotonic() - started
     team.check_exits()
     verify(tasks, dag.specs, conductor.model, team.members, answer=LEAD_ANSWER)
+    proofs = check(evidence, tasks, dag.specs)
     report = build_report(
         run_dir=run_dir,
         tasks=tasks,
@@ -286,6 +289,8 @@ def _run(
         reviews=conductor.reviews,
         proposals=conductor.proposals,
         serve_args=board.serve_hint() if board is not None else "",
+        evidence=evidence,
+        artifacts=proofs,
     )
     for line in report.lines():
         say(line)

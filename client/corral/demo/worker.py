@@ -12,7 +12,10 @@ it in its result. A
 teammate holding the reviewer role of a task's review (`DemoReviewer`) rejects a
 first draft with the task's `review_feedback`; the author's rework (its claim
 carries the rejected result and the feedback) marks its result `revised`, and the
-reviewer approves that.
+reviewer approves that. A task marked `artifact` attaches its report (JSON) under
+that name; a task whose claim lists its dependencies' artifacts downloads each,
+checks it, and names it with its SHA-256 in its result (`artifacts_read`). Every
+step is written to the task's live output (`corral.output`).
 
 The last line on stdout is a JSON summary of the run. Exit status 0 means
 the run ended with an approved shutdown.
@@ -47,14 +50,20 @@ class DemoHandler:
     def __call__(self, task: corral.Task) -> str:
         claim = corral.current_claim()
         spec = _payload(task.payload)
+        corral.output(f"{self._name} took {task.id} (attempt {claim.attempt}): {task.title or 'untitled'}\n")
         # A little simulated work, so the board has something to show.
-        time.sleep(self._work_seconds * self._random.uniform(0.5, 1.5))
+        seconds = self._work_seconds * self._random.uniform(0.5, 1.5)
+        corral.output(f"working for {seconds:.2f} s\n")
+        time.sleep(seconds)
         if spec.get("fail_first_attempt") and claim.attempt == 1:
+            corral.output("simulated flaky failure: giving up this attempt (a retry will succeed)\n")
             raise SimulatedFailure(f"{task.id}: simulated flaky failure on attempt 1 (a retry will succeed)")
         if spec.get("ask") and not claim.answers:
+            corral.output(f"asking the lead: {spec['ask']}\n")
             raise corral.NeedsInput(spec["ask"])  # the task comes back, answered, to whoever is free
         found = spec.get("discovers")
         if found and found["id"] not in claim.dependency_results:
+            corral.output(f"found a prerequisite, {found['id']}: proposing it and waiting for it\n")
             # Found mid-task: the prerequisite goes to the Lead, and this task waits for it.
             prerequisite = corral.TaskSpec(
                 id=found["id"],
@@ -66,6 +75,9 @@ class DemoHandler:
             print(f"{self._name}: {task.id} needs {found['id']} first: proposed it and split the task", flush=True)
             return ""  # a split claim is over: run_teammate reports no outcome for it
         inputs = {dep: self._value_of(dep) for dep in spec.get("reads", ())}
+        if inputs:
+            corral.output(f"read {', '.join(f'{dep} = {value}' for dep, value in inputs.items())}\n")
+        read = {f"{dep.task_id}/{dep.artifact.name}": self._read_artifact(dep) for dep in claim.dependency_artifacts}
         weight = spec.get("weight")
         value = None if weight is None else weight + sum(v or 0 for v in inputs.values())
         result: dict[str, Any] = {
@@ -75,6 +87,11 @@ class DemoHandler:
             "attempt": claim.attempt,
             "fence": claim.fence,
         }
+        if read:
+            result["artifacts_read"] = read  # each dependency artifact read, by its SHA-256
+        if spec.get("artifact"):
+            self._attach_report(claim, task, spec["artifact"], result)
+        corral.output(f"done: value {value}\n" if weight is not None else "done\n")
         if claim.answers:
             result["answer"] = claim.answers[-1].answer
         if found:
@@ -83,6 +100,23 @@ class DemoHandler:
             # A rework: the same work, revised as the review asked.
             result["revised"] = claim.previous_attempt.feedback
         return json.dumps(result, separators=(",", ":"))
+
+    def _read_artifact(self, dep: corral.DependencyArtifact) -> str:
+        """Download a dependency's artifact (checked against its SHA-256) and check it is
+        the report that task wrote; returns the SHA-256."""
+        artifact = dep.artifact
+        data = self._reader.get_artifact(dep.task_id, artifact.name, sha256=artifact.sha256)
+        if _payload(data).get("task") != dep.task_id:
+            raise corral.PermanentFailure(f"artifact {artifact.name} of {dep.task_id} is not that task's report")
+        corral.output(f"read {dep.task_id}'s {artifact.name} ({len(data)} bytes, sha256 {artifact.sha256[:12]})\n")
+        return artifact.sha256
+
+    def _attach_report(self, claim: corral.Claim, task: corral.Task, name: str, result: dict[str, Any]) -> None:
+        """Attach the task's report (what it read and computed) as an artifact; its
+        dependents read it through their claims' dependency_artifacts."""
+        report = {"task": task.id, "title": task.title, **result}
+        artifact = claim.put_artifact(name, json.dumps(report, indent=2) + "\n", "application/json")
+        corral.output(f"attached {artifact.name} ({artifact.size} bytes, sha256 {artifact.sha256[:12]})\n")
 
     def _value_of(self, task_id: str) -> Any:
         dep = self._reader.get_task(task_id)
@@ -101,10 +135,13 @@ class DemoReviewer:
 
     def __call__(self, task: corral.Task, result: bytes) -> corral.Verdict:
         feedback = _payload(task.payload).get("review_feedback")
+        corral.output(f"{self._name} reviews {task.id}'s result ({len(result)} bytes)\n")
         if feedback and "revised" not in _payload(result):
             print(f"{self._name}: rejecting {task.id}: {feedback}", flush=True)
+            corral.output(f"rejected: {feedback}\n")
             return corral.Reject(feedback)
         print(f"{self._name}: approving {task.id}", flush=True)
+        corral.output("approved\n")
         return corral.Approve()
 
 
