@@ -337,6 +337,23 @@ MIGRATIONS: tuple[str, ...] = (
     ) WITHOUT ROWID;
     INSERT INTO meta (key, value) VALUES ('artifact_bytes', 0);
     """,
+    # 21: path leases. `resources` is a task's, as its spec lists them ('' : none; else
+    # the JSON list [exclusive, shared]); `held_resources` has a row per resource of each
+    # task IN_PROGRESS, written by its claim and deleted by the claim's end, keyed by path
+    # so an overlap is a few index lookups (store/leases.py). The partial index is the
+    # ready tasks with resources in claim order: those a freed resource may let through.
+    """
+    ALTER TABLE tasks ADD COLUMN resources TEXT NOT NULL DEFAULT '';
+    CREATE TABLE held_resources (
+        path      TEXT    NOT NULL,
+        task_seq  INTEGER NOT NULL,
+        exclusive INTEGER NOT NULL,
+        PRIMARY KEY (path, task_seq)
+    ) WITHOUT ROWID;
+    CREATE INDEX held_resources_task ON held_resources (task_seq);
+    CREATE INDEX tasks_leased_ready ON tasks (priority DESC, seq)
+        WHERE state = 1 AND unmet_deps = 0 AND resources != '';
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
