@@ -18,21 +18,22 @@ key does.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from collections.abc import Iterable, Sequence
 
-from ..leasepaths import PathSet, overlap, probes
-from ..model import HeldResource, ResourceWait
+from ..leasepaths import DESCENDANTS_END, PathSet, ancestors_and_self, overlap, probes
+from ..model import HeldResource, ResourceWait, TaskRecord
 from ..txn import Txn
 from .dialect import sql
 
 # The ready tasks one claim reads at most. Past them, only a task without resources
 # may be taken (one more query): it can conflict with no one, held or waiting.
 SCAN_BOUND = 64
-# The ready tasks with resources a freed resource is checked against for wake-ups:
-# a claim never reads past SCAN_BOUND, so a wake-up past them would find nothing.
-WAKE_BOUND = SCAN_BOUND
+# The ready tasks a freed resource is checked against for wake-ups: a claim reads no
+# further than SCAN_BOUND of those of its roles (taken as four times that of any role's).
+WAKE_BOUND = 4 * SCAN_BOUND
 # A task's conflicts shown in waiting_for; GetStats' held resources listed.
 WAITS_SHOWN = 32
 HELD_SHOWN = 1000
@@ -72,8 +73,23 @@ def first_free(conn: sqlite3.Connection, rows: Iterable[tuple]) -> tuple[tuple[i
 
 
 def held_conflict(conn: sqlite3.Connection, wants: Wanted) -> bool:
-    """Whether a held resource conflicts with one of `wants`: one statement."""
-    return conn.execute(sql(conn).leases.ANY_CONFLICT, (json.dumps(probes(wants)),)).fetchone() is not None
+    """Whether a held resource conflicts with one of `wants`: one statement where each costs
+    a round trip, two per wanted path where none does (the driver says which)."""
+    statements = sql(conn).leases
+    if statements.CHECK_IN_ONE_STATEMENT:
+        return conn.execute(statements.ANY_CONFLICT, (json.dumps(probes(wants)),)).fetchone() is not None
+    for path, exclusive in wants:
+        among = ancestors_and_self(path)
+        query = _over_or_under(statements.HELD_OVER_OR_UNDER, sql(conn).marks, len(among))
+        if conn.execute(query, (*among, path + "/", path + DESCENDANTS_END, exclusive)).fetchone() is not None:
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=64)
+def _over_or_under(template: str, marks, depth: int) -> str:
+    """The check of a path `depth` segments deep (one statement text per depth)."""
+    return template.format(paths=marks(depth))
 
 
 def conflicts(conn: sqlite3.Connection, resources: str) -> tuple[ResourceWait, ...]:
@@ -91,19 +107,23 @@ def conflicts(conn: sqlite3.Connection, resources: str) -> tuple[ResourceWait, .
     return tuple(waits)
 
 
-def taken(tx: Txn, seq: int) -> None:
-    """Task `seq`, which has resources, was claimed: they are held."""
-    tx.conn.execute(sql(tx.conn).leases.TAKE, (seq, seq))
+def taken(tx: Txn, task: TaskRecord) -> None:
+    """`task`, which has resources, was claimed: they are held (a row each; most tasks have one)."""
+    hold = sql(tx.conn).leases.HOLD
+    for path in task.resources:
+        tx.conn.execute(hold, (path, task.seq, 1))
+    for path in task.shared_resources:
+        tx.conn.execute(hold, (path, task.seq, 0))
 
 
 def freed_by_claim(tx: Txn, fence: int) -> None:
     """Claim `fence` ended: what its task held is free (nothing, for most tasks)."""
-    _freed(tx, tx.conn.execute(sql(tx.conn).leases.FREE_OF_CLAIM, (fence,)).fetchall())
+    _freed(tx, tx.conn.execute(sql(tx.conn).leases.FREE_OF_CLAIM, (fence, fence, fence)).fetchall())
 
 
 def freed_by_task(tx: Txn, seq: int) -> None:
     """The live claim of task `seq` (with resources) ended."""
-    _freed(tx, tx.conn.execute(sql(tx.conn).leases.FREE_OF_TASK, (seq,)).fetchall())
+    _freed(tx, tx.conn.execute(sql(tx.conn).leases.FREE_OF_TASK, (seq, seq, seq)).fetchall())
 
 
 def _freed(tx: Txn, rows: list[tuple]) -> None:
@@ -113,8 +133,8 @@ def _freed(tx: Txn, rows: list[tuple]) -> None:
 
 def _wake_for(tx: Txn, freed: Wanted) -> None:
     """One waiting stream of its role per ready task a freed resource may let through
-    (one overlapping it, among the first WAKE_BOUND ready tasks with resources): a
-    check that finds it still held costs a read."""
+    (one overlapping it, among the first WAKE_BOUND ready tasks): a check that finds it
+    still held costs a read."""
     rows = tx.conn.execute(sql(tx.conn).leases.READY_LEASED, (WAKE_BOUND,)).fetchall()
     for role, resources in rows:
         if any(overlap(path, free) for path, _ in wanted(resources) for free, _ in freed):

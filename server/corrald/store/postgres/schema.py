@@ -333,9 +333,6 @@ MIGRATIONS: tuple[str, ...] = (
         exclusive BIGINT NOT NULL,
         PRIMARY KEY (path, task_seq)
     );
-    CREATE INDEX held_resources_task ON held_resources (task_seq);
-    CREATE INDEX tasks_leased_ready ON tasks (priority DESC, seq)
-        WHERE state = 1 AND unmet_deps = 0 AND resources != '';
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -340,8 +340,8 @@ MIGRATIONS: tuple[str, ...] = (
     # 21: path leases. `resources` is a task's, as its spec lists them ('' : none; else
     # the JSON list [exclusive, shared]); `held_resources` has a row per resource of each
     # task IN_PROGRESS, written by its claim and deleted by the claim's end, keyed by path
-    # so an overlap is a few index lookups (store/leases.py). The partial index is the
-    # ready tasks with resources in claim order: those a freed resource may let through.
+    # so an overlap is a few index lookups (store/leases.py). No other index: each is one
+    # more page a claim of a task with resources writes.
     """
     ALTER TABLE tasks ADD COLUMN resources TEXT NOT NULL DEFAULT '';
     CREATE TABLE held_resources (
@@ -350,9 +350,6 @@ MIGRATIONS: tuple[str, ...] = (
         exclusive INTEGER NOT NULL,
         PRIMARY KEY (path, task_seq)
     ) WITHOUT ROWID;
-    CREATE INDEX held_resources_task ON held_resources (task_seq);
-    CREATE INDEX tasks_leased_ready ON tasks (priority DESC, seq)
-        WHERE state = 1 AND unmet_deps = 0 AND resources != '';
     """,
 )
 

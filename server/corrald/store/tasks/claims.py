@@ -94,7 +94,7 @@ def _granted(
     if task.concurrency_key:
         keys.taken(tx, task.concurrency_key)
     if review is None and (task.resources or task.shared_resources):
-        leases.taken(tx, task.seq)
+        leases.taken(tx, task)
     if not busy:
         mark_busy(tx, teammate)
     if review is None:
@@ -138,13 +138,21 @@ def ready_query(
     ), allowed
 
 
-def pick_ready(conn: sqlite3.Connection, roles: Iterable[str]) -> tuple[int, int, int] | None:
+def pick_ready(
+    conn: sqlite3.Connection, roles: Iterable[str], *, first_leased: bool = False
+) -> tuple[int, int, int] | None:
     """(seq, failures, last claim's attempt) of the first ready task a teammate with `roles`
-    may take now: its key not full, and its resources free (store/leases.py)."""
+    may take now: its key not full, and its resources free (store/leases.py). `first_leased`:
+    the caller found the first ready task has resources.
+
+    A SQLite cursor reads rows as they are asked for, so the scan costs a board without
+    resources nothing more; elsewhere the first row is asked for alone, and the scan follows
+    only when it has resources."""
     roles = tuple(roles)
-    first = conn.execute(*ready_query(conn, roles)).fetchone()
-    if first is None or not first[3]:  # nothing ready, or the first has no resources: no scan
-        return None if first is None else (first[0], first[1], first[2])
+    if not first_leased and not isinstance(conn, sqlite3.Connection):
+        first = conn.execute(*ready_query(conn, roles)).fetchone()
+        if first is None or not first[3]:
+            return None if first is None else (first[0], first[1], first[2])
     scan, allowed = ready_query(conn, roles, limit=leases.SCAN_BOUND)
     picked, read = leases.first_free(conn, conn.execute(scan, allowed))
     if picked is None and read == leases.SCAN_BOUND:  # past the scan, what conflicts with nothing
