@@ -99,9 +99,9 @@ PAIRED_TESTS := $(filter-out $(addsuffix /,$(PARALLEL_TESTS)) tests/artifacts/,$
 # across daemons, runs alone. (All of the contract suite on PostgreSQL: `pytest --store
 # postgres tests/contract`.) The SDK's end-to-end suite runs on SQLite only: what it
 # asks of the store, the contract suite asks on both.
-POSTGRES_UNTIMED := $(patsubst %,tests/postgres/test_%.py,server_restart pg_connection two_daemons graph_across_daemons artifacts_across_daemons \
+POSTGRES_UNTIMED := $(patsubst %,tests/postgres/test_%.py,server_restart pg_connection two_daemons graph_across_daemons artifacts_across_daemons leases_across_daemons \
 	writer_jobs)
-POSTGRES_CONTRACT := activity_log artifacts attempts auth bad_input concurrency_keys identity large_messages output plan_gate proposals questions \
+POSTGRES_CONTRACT := activity_log artifacts attempts auth bad_input concurrency_keys identity large_messages output plan_gate proposals questions resources \
 	reviews progress protocol_first reconnect request_ids restart serve session session_failpoints session_hypothesis team \
 	team_pages twin_completions usage_budget watch
 POSTGRES_RELIABILITY := $(patsubst %,tests/reliability/test_rel_%.py,commit_failures hostile security)

@@ -10,6 +10,7 @@ python -m bench                  # everything, 3 runs per figure (takes a while)
 python -m bench --quick          # tiny sizes, for the smoke test
 python -m bench --only latency   # one section (repeatable; comma-separated works too)
 python -m bench --only reviews   # Session cycles of tasks that pass a review, against plain tasks
+python -m bench --only leases    # claims on a board whose tasks hold and want path leases
 python -m bench --only proposals # claims beside PROPOSED tasks; AddDependencies on a 100,000-task board
 python -m bench --only output    # Session cycles while 32 teammates append 1 KiB of output every 100 ms
 python -m bench --only postgres  # PostgreSQL boards (CORRAL_BENCH_PG_DSN, default 127.0.0.1:5432)
@@ -35,6 +36,7 @@ from . import (
     grpc_floor,
     huey_baseline,
     latency,
+    leases,
     mcp,
     output,
     paired,
@@ -64,6 +66,7 @@ SECTIONS = {
     "reviews": reviews.run,
     "proposals": proposals.run,
     "output": output.run,
+    "leases": leases.run,
     "web": web.run,
     "mcp": mcp.run,
     "postgres": postgres.run,

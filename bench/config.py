@@ -73,6 +73,11 @@ class Sizes:
     proposals_claims: int = 1_000  # timed claims per board per round
     proposals_board: int = 100_000
     proposals_depend_samples: int = 1_000  # AddDependencies calls per round
+    # Path leases (bench/leases.py): claims on a board of this many ready tasks beside this many
+    # IN_PROGRESS, with resources and without.
+    leases_ready: int = 10_000
+    leases_held: int = 1_000
+    leases_claims: int = 1_000  # timed claims per board per round
     # Live output (bench/output.py): Session cycles beside this many teammates each appending
     # this many bytes to their task's output this often.
     output_appenders: int = 32
@@ -135,5 +140,8 @@ QUICK = Sizes(
     proposals_claims=40,
     proposals_board=2_000,
     proposals_depend_samples=40,
+    leases_ready=200,
+    leases_held=50,
+    leases_claims=40,
     output_appenders=4,
 )

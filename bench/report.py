@@ -414,6 +414,9 @@ def targets(sections: dict) -> list[dict]:
     live = _r(sections, "output")
     if live and "unavailable" not in live:
         out.append(_output_target(live))
+    leased = _r(sections, "leases")
+    if leased:
+        out.append(_leases_target(leased))
     bridge = _r(sections, "mcp")
     if bridge:
         out.append(_mcp_target(bridge))
@@ -890,6 +893,7 @@ def markdown(sections: dict, items: list[dict], context: dict) -> str:
     parts += _reviews(_r(sections, "reviews"))
     parts += _proposals(_r(sections, "proposals"))
     parts += _output(_r(sections, "output"))
+    parts += _leases(_r(sections, "leases"))
     if ANALYSIS.exists():
         parts += ["\n", ANALYSIS.read_text()]
     return "".join(parts)
@@ -1378,6 +1382,53 @@ def _proposals(prop: dict | None) -> list[str]:
         f" {depend['projects']:,} projects of {depend['layers']} layers of {depend['width']}, each task after"
         f" {depend['deps_each']} of the layer before; {depend['samples_per_round']:,} calls per round, each"
         " adding one dependency.\n\n",
+        _table(["measure", "p50 ms", "p99 ms"], rows),
+    ]
+
+
+def _leases_target(leased: dict) -> dict:
+    """Path leases' target: a claim on a board whose tasks hold and want resources / one without."""
+    ratio = leased["ratio_p50"]["median"]
+    return _target(
+        "12",
+        f"claim p50 with {leased['held']:,} tasks IN_PROGRESS holding resources and {leased['ready']:,} ready"
+        " ones wanting them / the same board without resources",
+        leased["leased"]["p50_ms"]["median"],
+        "ms",
+        "≤ 1.5×",
+        ratio,
+        ratio <= 1.5,
+        f"in-process claim job through the Writer, median of {len(leased['rounds'])} alternating round(s) of"
+        f" {leased['claims_per_round']:,} claims (ratios {_span(leased['ratio_p50'])}); without"
+        f" {leased['plain']['p50_ms']['median']:.3f} ms",
+    )
+
+
+def _leases(leased: dict | None) -> list[str]:
+    """Section 12 (bench/leases.py): claims on a board of path leases."""
+    if not leased:
+        return []
+    rows = [
+        [
+            f"claim job, {leased['held']:,} IN_PROGRESS and {leased['ready']:,} ready tasks, no resources",
+            _cell(leased["plain"]["p50_ms"], 3),
+            _cell(leased["plain"]["p99_ms"], 3),
+        ],
+        [
+            "claim job, the same with a resource on every task",
+            _cell(leased["leased"]["p50_ms"], 3),
+            _cell(leased["leased"]["p99_ms"], 3),
+        ],
+        ["ratio (per round, median)", _ratio(leased["ratio_p50"]["median"]), _ratio(leased["ratio_p99"]["median"])],
+    ]
+    return [
+        "\n## 12. Path leases\n\n",
+        "The in-process claim job through the Writer (as 10: one teammate holds a window of"
+        f" {leased['window']} claims and completes the oldest before each claim; commits at synchronous=NORMAL),"
+        f" {leased['claims_per_round']:,} claims per board per round, each round alternating the boards ten"
+        f" times. Another teammate holds {leased['held']:,} tasks on day-long leases; on the leased board each"
+        " holds an exclusive `repo:web/held/<n>` or a shared `repo:web/docs/<n>`, and each ready task wants an"
+        " exclusive `repo:web/src/<n>` or a shared `repo:web/src/<n>/docs`, none of them conflicting.\n\n",
         _table(["measure", "p50 ms", "p99 ms"], rows),
     ]
 

@@ -49,7 +49,7 @@ from .model import (
 from .readers import ReaderPool
 from .requestids import OpKey, RequestKey
 from .stats import PostgresHealth as PostgresHealth  # GetStats' conversion names it here
-from .store import artifacts, inbox, keys, ops, output, proposals, protocol, status, tasks, team, usage, viewers
+from .store import artifacts, inbox, keys, leases, ops, output, proposals, protocol, status, tasks, team, usage, viewers
 from .store.driver import BoardDriver
 from .store.sqlite.driver import SqliteBoard
 from .stream import ParkedStreams, StreamView
@@ -124,6 +124,7 @@ class Board(BoardReads, BoardArtifacts):
             if driver.join(tx):  # the board's restart: nobody else serves it
                 tasks.extend_live_leases(tx)
                 keys.recount(tx)
+                leases.rebuild(tx)
                 team.mark_all_offline(tx)
             return stored(tx.conn)
 

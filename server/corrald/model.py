@@ -107,6 +107,9 @@ class TaskSpec:
     concurrency_key: str = ""  # '' for none: no limit applies
     attempt_timeout_ms: int | None = None  # None: no limit
     review: ReviewPolicy | None = None  # None: a completion completes the task
+    # Path leases held while IN_PROGRESS (store/leases.py): exclusive, and shared.
+    resources: tuple[str, ...] = ()
+    shared_resources: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -215,6 +218,8 @@ class TaskRecord(typing.NamedTuple):
     review_rounds: int = 0  # the rejections so far
     proposed_by: str = ""  # the teammate that proposed it ('' : the Lead created it)
     discovered_from: str = ""  # the task whose claim it was proposed from ('' : none named)
+    resources: tuple[str, ...] = ()  # as created: held exclusively while IN_PROGRESS
+    shared_resources: tuple[str, ...] = ()  # as created: held shared while IN_PROGRESS
     # The current artifact of each name, by name; filled only by the reads that show
     # them (GetTask, ListTasks, a claim's task), () elsewhere.
     artifacts: tuple[ArtifactRecord, ...] = ()
@@ -491,6 +496,27 @@ class WaitingFor:
     ready_ms: int | None
     teammates: TeammateAvailability
     full_key: str = ""  # its concurrency key, while the key is at its limit
+    resources: tuple[ResourceWait, ...] = ()  # its resources held by tasks IN_PROGRESS
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ResourceWait:
+    """A PENDING task's resource that conflicts with one a task IN_PROGRESS holds."""
+
+    resource: str  # the waiting task's
+    held_by_task_id: str
+    held_resource: str
+    held_exclusive: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HeldResource:
+    """A resource a task IN_PROGRESS holds, and who holds its claim."""
+
+    resource: str
+    task_id: str
+    teammate: str
+    exclusive: bool
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

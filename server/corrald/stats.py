@@ -7,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from .model import TaskState, TeammateStatus, Usage
+from .model import HeldResource, TaskState, TeammateStatus, Usage
 from .readers import ReaderPool
+from .store import leases, status, tasks, usage
 from .store import overview as pictures
-from .store import status, tasks, usage
 from .store.driver import BoardDriver
 from .writer import Writer, WriterStats
 
@@ -57,6 +57,9 @@ class BoardStats:
     usage: Usage = Usage()
     store: str = "sqlite"
     postgres: PostgresHealth | None = None
+    # The resources tasks IN_PROGRESS hold (at most leases.HELD_SHOWN), and their count.
+    held_resources: tuple[HeldResource, ...] = ()
+    held_resources_total: int = 0
 
 
 def read(
@@ -64,12 +67,15 @@ def read(
 ) -> BoardStats:
     """The board's stats, read on `conn` (a read transaction)."""
     counts = tasks.count_by_state(conn), status.count_by_status(conn), writer.stats(), usage.board_total(conn)
+    held, held_total = leases.held(conn)
     database = driver.health(conn)
     if database is None:
-        return BoardStats(*counts)
+        return BoardStats(*counts, held_resources=tuple(held), held_resources_total=held_total)
     writing = counts[2]
     return BoardStats(
         *counts,
+        held_resources=tuple(held),
+        held_resources_total=held_total,
         store=driver.store_name,
         postgres=PostgresHealth(
             listener_connected=bool(listener is not None and listener.listening),

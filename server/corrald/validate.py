@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from .config import Limits
 from .errors import InvalidArgument
+from .leasepaths import check_resources
 from .model import Budget, Progress, ReviewPolicy, TaskSpec, Usage, Verdict
 
 RESERVED_NAMES = frozenset({"lead", "*"})
@@ -272,6 +273,7 @@ def normalize_spec(index: int, raw: TaskSpec, limits: Limits, now_ms: int) -> Ta
     backoff, backoff_max = _retry_backoffs(at, raw, limits)
     if raw.trace_parent:
         check_trace_parent(f"{at}.trace_parent", raw.trace_parent)
+    check_resources(at, raw.resources, raw.shared_resources)
     return TaskSpec(
         id=raw.id,
         title=raw.title,
@@ -298,6 +300,8 @@ def normalize_spec(index: int, raw: TaskSpec, limits: Limits, now_ms: int) -> Ta
         concurrency_key=raw.concurrency_key,
         attempt_timeout_ms=_attempt_timeout(at, raw, limits),
         review=_review(at, raw.review, limits),
+        resources=tuple(raw.resources),
+        shared_resources=tuple(raw.shared_resources),
     )
 
 
@@ -496,5 +500,7 @@ def spec_digest(spec: TaskSpec, limits: Limits = Limits()) -> bytes:
         fields.append({"attempt_timeout_ms": spec.attempt_timeout_ms})
     if spec.review is not None:  # likewise
         fields.append({"review": [spec.review.reviewer_role, spec.review.max_rounds]})
+    if spec.resources or spec.shared_resources:  # likewise
+        fields.append({"resources": list(spec.resources), "shared_resources": list(spec.shared_resources)})
     canonical = json.dumps(fields, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).digest()

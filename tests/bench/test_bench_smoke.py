@@ -29,6 +29,7 @@ SECTIONS = [
     "reviews",
     "proposals",
     "output",
+    "leases",
     "mcp",
 ]
 EXPECTED = {
@@ -51,6 +52,7 @@ EXPECTED = {
     "reviews": ["rounds", "ratio", "tasks_ratio", "jobs_ratio", "plain", "reviewed"],
     "proposals": ["claims", "depend"],
     "output": ["rounds", "ratio", "plain", "appending"],
+    "leases": ["rounds", "ratio_p50", "plain", "leased"],
     "mcp": ["sdk", "in_process", "stdio", "ready_to_return", "bridge_rss_mib"],
     "postgres": [
         "shared_cores",
@@ -88,6 +90,7 @@ TARGETS = {
     "6a",
     "10a",
     "10b",
+    "12",
 }
 
 

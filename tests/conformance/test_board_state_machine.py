@@ -67,6 +67,17 @@ PROPOSED = TaskState.PROPOSED
 ROLES = {"w1": (), "w2": ("r",), "w3": ()}
 SLOTS = 64
 KEYS = ("", "k1", "k2")  # "" is no key
+# Path leases drawn from a small tree, so overlaps are common: (exclusive, shared).
+LEASES = (
+    ((), ()),
+    ((), ()),
+    (("repo:web",), ()),
+    (("repo:web/src",), ()),
+    ((), ("repo:web/src",)),
+    ((), ("repo:web/src/api",)),
+    (("repo:web/docs",), ("db:x",)),
+    ((), ("db:x",)),
+)
 NO_LIMIT = 1 << 30
 
 
@@ -98,6 +109,11 @@ class MTask:
     author: str = ""  # whose result is IN_REVIEW
     unanswered: bool = False  # the last one has no answer (NEEDS_INPUT, or canceled while it was)
     discovered_from: str = ""  # a proposed task's: the task whose claim it came from
+    resources: tuple[str, ...] = ()  # exclusive path leases
+    shared_resources: tuple[str, ...] = ()
+
+    def leases(self) -> list[tuple[str, bool]]:
+        return [(p, True) for p in self.resources] + [(p, False) for p in self.shared_resources]
 
 
 @dataclasses.dataclass
@@ -110,6 +126,13 @@ class MClaim:
     outcome: str | None = None
     review: bool = False  # a review's claim
     round: int = 0  # a review's: its round
+
+
+def _conflict(a: tuple[str, bool], b: tuple[str, bool]) -> bool:
+    """Two path leases conflict: they overlap and one is exclusive (written apart from corrald's)."""
+    (pa, xa), (pb, xb) = a, b
+    overlapping = pa == pb or pa.startswith(pb + "/") or pb.startswith(pa + "/")
+    return overlapping and (xa or xb)
 
 
 class Model:
@@ -349,7 +372,17 @@ class Model:
         ready = [
             t for t in self.tasks.values() if self.ready(t, now) and t.role in allowed and not self.key_full(t.key)
         ]
-        return min(ready, key=lambda t: (-t.priority, t.order), default=None)
+        # Path leases: in claim order, a task conflicting with one held or with one passed over
+        # before it is passed over too (the model's tasks are far fewer than the scan's bound).
+        held = [lease for t in self.tasks.values() if t.state is IN_PROGRESS for lease in t.leases()]
+        reserved: list[tuple[str, bool]] = []
+        for task in sorted(ready, key=lambda t: (-t.priority, t.order)):
+            wanted = task.leases()
+            if any(_conflict(w, other) for w in wanted for other in held + reserved):
+                reserved += wanted
+                continue
+            return task
+        return None
 
     def expected_error(self, op: str, name: str, task_id: str, token: str, now: int):
         """None for success, "stored" for an idempotent complete, else the error class."""
@@ -434,10 +467,13 @@ class BoardMachine(ArtifactRules, RuleBasedStateMachine):
             self.next_id += 1
             pool = existing + new_ids
             deps = data.draw(st.lists(st.sampled_from(pool), max_size=3, unique=True), label="deps") if pool else []
+            exclusive, shared = data.draw(st.sampled_from(LEASES), label="resources")
             specs.append(
                 spec(
                     task_id,
                     *deps,
+                    resources=exclusive,
+                    shared_resources=shared,
                     priority=data.draw(st.integers(0, 2), label="priority"),
                     required_role=data.draw(st.sampled_from(["", "r"]), label="role"),
                     max_attempts=data.draw(st.integers(1, 3), label="max_attempts"),
@@ -481,12 +517,45 @@ class BoardMachine(ArtifactRules, RuleBasedStateMachine):
                 not_before=s.not_before_ms,
                 gate=s.not_before_ms,
                 key=s.concurrency_key,
+                resources=s.resources,
+                shared_resources=s.shared_resources,
                 review_role=None if s.review is None else s.review.reviewer_role,
                 review_max=0 if s.review is None else s.review.max_rounds,
             )
             assert (record.retry_backoff_ms, record.retry_backoff_max_ms) == (
                 backoff,
                 self.model.tasks[s.id].backoff_max,
+            )
+
+    @rule(data=st.data())
+    def create_overlapping(self, data) -> None:
+        """Tasks ready at once whose path leases overlap: claims pass over some of them."""
+        specs = []
+        for _ in range(data.draw(st.integers(2, 4), label="overlapping")):
+            exclusive, shared = data.draw(st.sampled_from(LEASES[2:]), label="resources")
+            task_id = f"t{self.next_id}"
+            self.next_id += 1
+            specs.append(
+                spec(
+                    task_id,
+                    priority=data.draw(st.integers(0, 2), label="priority"),
+                    lease_ms=1000,
+                    resources=exclusive,
+                    shared_resources=shared,
+                )
+            )
+        self.board.create(*specs)
+        for s in specs:
+            self.model.tasks[s.id] = MTask(
+                s.id,
+                len(self.model.tasks),
+                (),
+                s.priority,
+                "",
+                3,
+                s.lease_ms,
+                resources=s.resources,
+                shared_resources=s.shared_resources,
             )
 
     def draw_not_before(self, data) -> int | None:
@@ -1088,6 +1157,7 @@ class BoardMachine(ArtifactRules, RuleBasedStateMachine):
                     " GROUP BY concurrency_key"
                 ),
                 "limits": q("SELECT key, max_in_progress, in_progress FROM concurrency_keys"),
+                "held": q("SELECT t.id, h.path, h.exclusive FROM held_resources h JOIN tasks t ON t.seq = h.task_seq"),
                 "spent": q("SELECT name, input_tokens + output_tokens, cost_micros FROM teammates"),
             }
 
@@ -1123,6 +1193,12 @@ class BoardMachine(ArtifactRules, RuleBasedStateMachine):
         assert sorted(db["limits"]) == sorted(
             (key, limit, in_progress.get(key, 0)) for key, limit in self.model.limits.items()
         )
+        # What is held is what the tasks IN_PROGRESS hold, and no two of them conflict.
+        working = [t for t in self.model.tasks.values() if t.state is IN_PROGRESS]
+        assert sorted(db["held"]) == sorted((t.id, p, int(x)) for t in working for p, x in t.leases())
+        for i, one in enumerate(working):
+            for other in working[i + 1 :]:
+                assert not any(_conflict(a, b) for a in one.leases() for b in other.leases()), (one.id, other.id)
         assert {name: (tokens, cost) for name, tokens, cost in db["spent"]} == {
             name: (s.tokens, s.cost_micros) for name, s in self.model.spent.items()
         }

@@ -24,7 +24,7 @@ SERVER_LAYERS = (
         "foundation",
         ("__init__", "errors", "config", "clock", "cpu", "failpoints", "looplag", "model", "statedir", "txn"),
     ),
-    Layer("rules", ("validate",), ("foundation",)),
+    Layer("rules", ("validate", "leasepaths"), ("foundation",)),
     Layer("store", ("store",), ("foundation", "rules")),
     Layer("overload", ("overload",), ("foundation",)),
     Layer("engine", ("writer", "readers", "stream", "delivery"), ("foundation", "rules", "store", "overload")),

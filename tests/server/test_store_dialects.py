@@ -1,6 +1,6 @@
 """The store's statements and steps, one module of each per driver: the statements
 (store/sqlite/queries.py, store/postgres/queries.py, and the groups kept apart from them:
-`artifacts`, `graph`, `output`, `usage`) by the same names in both, each in its own dialect, every statement a
+`artifacts`, `graph`, `leases`, `output`, `usage`) by the same names in both, each in its own dialect, every statement a
 store function asks for defined by both; and the steps (`store.driver.DriverSteps`)
 taken by both drivers, the store asking for no other."""
 
@@ -25,7 +25,7 @@ STORE = pathlib.Path(__file__).resolve().parents[2] / "server" / "corrald" / "st
 
 
 # The statements kept apart from queries.py, by the name queries.py gives each group.
-GROUPS = ("artifacts", "graph", "output", "usage")
+GROUPS = ("artifacts", "graph", "leases", "output", "usage")
 # Each driver's statement modules: queries.py and its groups.
 PAIRS = [(sqlite, postgres), *((getattr(sqlite, group), getattr(postgres, group)) for group in GROUPS)]
 

@@ -90,6 +90,8 @@ def spec(
     retry_backoff_max_ms: int | None = None,
     concurrency_key: str = "",
     review: ReviewPolicy | None = None,
+    resources: Sequence[str] = (),
+    shared_resources: Sequence[str] = (),
 ) -> TaskSpec:
     """A raw spec as the service layer would build it (0 = use the default).
 
@@ -112,6 +114,8 @@ def spec(
         retry_backoff_max_ms=retry_backoff_max_ms,
         concurrency_key=concurrency_key,
         review=review,
+        resources=tuple(resources),
+        shared_resources=tuple(shared_resources),
     )
 
 

@@ -146,7 +146,7 @@ class ReviewPolicy(_message.Message):
     def __init__(self, reviewer_role: _Optional[str] = ..., max_rounds: _Optional[int] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
-    __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "max_attempts", "lease_duration", "required_role", "not_before_time", "retry_backoff", "retry_backoff_max", "trace_parent", "concurrency_key", "attempt_timeout", "review")
+    __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "max_attempts", "lease_duration", "required_role", "not_before_time", "retry_backoff", "retry_backoff_max", "trace_parent", "concurrency_key", "attempt_timeout", "review", "resources", "shared_resources")
     ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +163,8 @@ class TaskSpec(_message.Message):
     CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     REVIEW_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    SHARED_RESOURCES_FIELD_NUMBER: _ClassVar[int]
     id: str
     title: str
     description: str
@@ -179,10 +181,12 @@ class TaskSpec(_message.Message):
     concurrency_key: str
     attempt_timeout: _duration_pb2.Duration
     review: ReviewPolicy
-    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., required_role: _Optional[str] = ..., not_before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff_max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., trace_parent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., attempt_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., review: _Optional[_Union[ReviewPolicy, _Mapping]] = ...) -> None: ...
+    resources: _containers.RepeatedScalarFieldContainer[str]
+    shared_resources: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., required_role: _Optional[str] = ..., not_before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff_max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., trace_parent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., attempt_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., review: _Optional[_Union[ReviewPolicy, _Mapping]] = ..., resources: _Optional[_Iterable[str]] = ..., shared_resources: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "required_role", "max_attempts", "lease_duration", "state", "owner", "attempt", "result", "error", "seq", "create_time", "lease_expire_time", "finish_time", "not_before_time", "retry_backoff", "retry_backoff_max", "ready_time", "progress", "progress_fraction", "progress_time", "waiting_for", "trace_parent", "concurrency_key", "usage", "attempt_timeout", "attempts_used", "question", "review", "review_rounds", "discovered_from", "proposed_by", "artifacts")
+    __slots__ = ("id", "title", "description", "payload", "depends_on", "priority", "required_role", "max_attempts", "lease_duration", "state", "owner", "attempt", "result", "error", "seq", "create_time", "lease_expire_time", "finish_time", "not_before_time", "retry_backoff", "retry_backoff_max", "ready_time", "progress", "progress_fraction", "progress_time", "waiting_for", "trace_parent", "concurrency_key", "usage", "attempt_timeout", "attempts_used", "question", "review", "review_rounds", "discovered_from", "proposed_by", "artifacts", "resources", "shared_resources")
     ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -220,6 +224,8 @@ class Task(_message.Message):
     DISCOVERED_FROM_FIELD_NUMBER: _ClassVar[int]
     PROPOSED_BY_FIELD_NUMBER: _ClassVar[int]
     ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    SHARED_RESOURCES_FIELD_NUMBER: _ClassVar[int]
     id: str
     title: str
     description: str
@@ -257,7 +263,9 @@ class Task(_message.Message):
     discovered_from: str
     proposed_by: str
     artifacts: _containers.RepeatedCompositeFieldContainer[Artifact]
-    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., required_role: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., owner: _Optional[str] = ..., attempt: _Optional[int] = ..., result: _Optional[bytes] = ..., error: _Optional[str] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., not_before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff_max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., ready_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[str] = ..., progress_fraction: _Optional[float] = ..., progress_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waiting_for: _Optional[_Union[WaitingFor, _Mapping]] = ..., trace_parent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., attempt_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts_used: _Optional[int] = ..., question: _Optional[str] = ..., review: _Optional[_Union[ReviewPolicy, _Mapping]] = ..., review_rounds: _Optional[int] = ..., discovered_from: _Optional[str] = ..., proposed_by: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ...) -> None: ...
+    resources: _containers.RepeatedScalarFieldContainer[str]
+    shared_resources: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., payload: _Optional[bytes] = ..., depends_on: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., required_role: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., owner: _Optional[str] = ..., attempt: _Optional[int] = ..., result: _Optional[bytes] = ..., error: _Optional[str] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., not_before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff_max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., ready_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[str] = ..., progress_fraction: _Optional[float] = ..., progress_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waiting_for: _Optional[_Union[WaitingFor, _Mapping]] = ..., trace_parent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., attempt_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts_used: _Optional[int] = ..., question: _Optional[str] = ..., review: _Optional[_Union[ReviewPolicy, _Mapping]] = ..., review_rounds: _Optional[int] = ..., discovered_from: _Optional[str] = ..., proposed_by: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ..., resources: _Optional[_Iterable[str]] = ..., shared_resources: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Artifact(_message.Message):
     __slots__ = ("name", "media_type", "size", "sha256", "attempt", "create_time")
@@ -284,16 +292,42 @@ class DependencyArtifact(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., artifact: _Optional[_Union[Artifact, _Mapping]] = ...) -> None: ...
 
 class WaitingFor(_message.Message):
-    __slots__ = ("dependencies", "ready_time", "concurrency_key", "teammates")
+    __slots__ = ("dependencies", "ready_time", "concurrency_key", "teammates", "resources")
     DEPENDENCIES_FIELD_NUMBER: _ClassVar[int]
     READY_TIME_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     TEAMMATES_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
     dependencies: _containers.RepeatedScalarFieldContainer[str]
     ready_time: _timestamp_pb2.Timestamp
     concurrency_key: str
     teammates: TeammateAvailability
-    def __init__(self, dependencies: _Optional[_Iterable[str]] = ..., ready_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., concurrency_key: _Optional[str] = ..., teammates: _Optional[_Union[TeammateAvailability, str]] = ...) -> None: ...
+    resources: _containers.RepeatedCompositeFieldContainer[ResourceWait]
+    def __init__(self, dependencies: _Optional[_Iterable[str]] = ..., ready_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., concurrency_key: _Optional[str] = ..., teammates: _Optional[_Union[TeammateAvailability, str]] = ..., resources: _Optional[_Iterable[_Union[ResourceWait, _Mapping]]] = ...) -> None: ...
+
+class ResourceWait(_message.Message):
+    __slots__ = ("resource", "held_by_task_id", "held_resource", "held_exclusive")
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    HELD_BY_TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    HELD_RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    HELD_EXCLUSIVE_FIELD_NUMBER: _ClassVar[int]
+    resource: str
+    held_by_task_id: str
+    held_resource: str
+    held_exclusive: bool
+    def __init__(self, resource: _Optional[str] = ..., held_by_task_id: _Optional[str] = ..., held_resource: _Optional[str] = ..., held_exclusive: _Optional[bool] = ...) -> None: ...
+
+class HeldResource(_message.Message):
+    __slots__ = ("resource", "task_id", "teammate", "exclusive")
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TEAMMATE_FIELD_NUMBER: _ClassVar[int]
+    EXCLUSIVE_FIELD_NUMBER: _ClassVar[int]
+    resource: str
+    task_id: str
+    teammate: str
+    exclusive: bool
+    def __init__(self, resource: _Optional[str] = ..., task_id: _Optional[str] = ..., teammate: _Optional[str] = ..., exclusive: _Optional[bool] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ("input_tokens", "output_tokens", "cost_micros", "model")
@@ -1475,7 +1509,7 @@ class PostgresStats(_message.Message):
     def __init__(self, listener_connected: _Optional[bool] = ..., listener_reconnects: _Optional[int] = ..., daemons: _Optional[int] = ..., oldest_transaction_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., task_dead_tuples: _Optional[int] = ..., task_live_tuples: _Optional[int] = ..., notifies_sent: _Optional[int] = ..., notifies_heard: _Optional[int] = ..., writers: _Optional[int] = ..., writers_in_transaction: _Optional[int] = ..., readers: _Optional[int] = ..., readers_in_use: _Optional[int] = ..., writable: _Optional[bool] = ..., commit_outcomes_asked: _Optional[int] = ..., connections_cut: _Optional[int] = ...) -> None: ...
 
 class GetStatsResponse(_message.Message):
-    __slots__ = ("tasks_by_state", "teammates_by_status", "writer", "open_streams", "refused_calls", "loop_lag_p99_ms", "loop_lag_max_ms", "claims", "claims_handed_off", "usage", "store", "postgres")
+    __slots__ = ("tasks_by_state", "teammates_by_status", "writer", "open_streams", "refused_calls", "loop_lag_p99_ms", "loop_lag_max_ms", "claims", "claims_handed_off", "usage", "store", "postgres", "held_resources", "held_resources_total")
     class TasksByStateEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -1502,6 +1536,8 @@ class GetStatsResponse(_message.Message):
     USAGE_FIELD_NUMBER: _ClassVar[int]
     STORE_FIELD_NUMBER: _ClassVar[int]
     POSTGRES_FIELD_NUMBER: _ClassVar[int]
+    HELD_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    HELD_RESOURCES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     tasks_by_state: _containers.ScalarMap[str, int]
     teammates_by_status: _containers.ScalarMap[str, int]
     writer: WriterStats
@@ -1514,4 +1550,6 @@ class GetStatsResponse(_message.Message):
     usage: Usage
     store: str
     postgres: PostgresStats
-    def __init__(self, tasks_by_state: _Optional[_Mapping[str, int]] = ..., teammates_by_status: _Optional[_Mapping[str, int]] = ..., writer: _Optional[_Union[WriterStats, _Mapping]] = ..., open_streams: _Optional[int] = ..., refused_calls: _Optional[int] = ..., loop_lag_p99_ms: _Optional[float] = ..., loop_lag_max_ms: _Optional[float] = ..., claims: _Optional[int] = ..., claims_handed_off: _Optional[int] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., store: _Optional[str] = ..., postgres: _Optional[_Union[PostgresStats, _Mapping]] = ...) -> None: ...
+    held_resources: _containers.RepeatedCompositeFieldContainer[HeldResource]
+    held_resources_total: int
+    def __init__(self, tasks_by_state: _Optional[_Mapping[str, int]] = ..., teammates_by_status: _Optional[_Mapping[str, int]] = ..., writer: _Optional[_Union[WriterStats, _Mapping]] = ..., open_streams: _Optional[int] = ..., refused_calls: _Optional[int] = ..., loop_lag_p99_ms: _Optional[float] = ..., loop_lag_max_ms: _Optional[float] = ..., claims: _Optional[int] = ..., claims_handed_off: _Optional[int] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., store: _Optional[str] = ..., postgres: _Optional[_Union[PostgresStats, _Mapping]] = ..., held_resources: _Optional[_Iterable[_Union[HeldResource, _Mapping]]] = ..., held_resources_total: _Optional[int] = ...) -> None: ...

@@ -117,6 +117,8 @@ class BoardServicer(pb_grpc.BoardServiceServicer):
             claims_handed_off=self._hub.claims_handed_off,
             store=stats.store,
             postgres=convert.postgres_health(stats.postgres),
+            held_resources=[convert.held_resource(held) for held in stats.held_resources],
+            held_resources_total=stats.held_resources_total,
         )
 
 

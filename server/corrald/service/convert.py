@@ -23,6 +23,7 @@ from ..model import (
     ConcurrencyLimit,
     CreatedTask,
     Event,
+    HeldResource,
     Proposed,
     ReviewPolicy,
     TaskCreation,
@@ -148,6 +149,8 @@ def task_spec(message: pb.TaskSpec, at: str = "") -> TaskSpec:
         review=ReviewPolicy(message.review.reviewer_role, message.review.max_rounds)
         if message.HasField("review")
         else None,
+        resources=tuple(message.resources),
+        shared_resources=tuple(message.shared_resources),
     )
 
 
@@ -242,6 +245,10 @@ def fill_task(message: pb.Task, record: TaskRecord, waiting: WaitingFor | None =
         message.progress_fraction = record.progress_fraction
     message.trace_parent = record.trace_parent
     message.concurrency_key = record.concurrency_key
+    if record.resources:
+        message.resources.extend(record.resources)
+    if record.shared_resources:
+        message.shared_resources.extend(record.shared_resources)
     _set_ms(message.lease_duration, record.lease_ms)
     for field, ms in (
         ("create_time", record.create_ms),
@@ -278,6 +285,21 @@ def waiting_for(waiting: WaitingFor) -> pb.WaitingFor:
         ready_time=timestamp(waiting.ready_ms),
         teammates=int(waiting.teammates),  # type: ignore[arg-type]
         concurrency_key=waiting.full_key,
+        resources=[
+            pb.ResourceWait(
+                resource=wait.resource,
+                held_by_task_id=wait.held_by_task_id,
+                held_resource=wait.held_resource,
+                held_exclusive=wait.held_exclusive,
+            )
+            for wait in waiting.resources
+        ],
+    )
+
+
+def held_resource(held: HeldResource) -> pb.HeldResource:
+    return pb.HeldResource(
+        resource=held.resource, task_id=held.task_id, teammate=held.teammate, exclusive=held.exclusive
     )
 
 

@@ -73,11 +73,9 @@ class DriverSteps(Protocol):
     statement is a round trip (store/postgres/steps.py). Each writes its `task_changed`
     events; what a step means for the board beyond its rows is the caller's."""
 
-    def claim_first_ready(
-        self, tx: Txn, ready: str, allowed: list[str], token: str, teammate: str
-    ) -> ClaimTaken | None:
-        """Claims the first task `ready` (a query of seq, failures, attempt, with its
-        parameters `allowed`) finds, for `teammate` under `token`; None if it finds none."""
+    def claim_first_ready(self, tx: Txn, roles: tuple[str, ...], token: str, teammate: str) -> ClaimTaken | None:
+        """Claims the first ready task a teammate with `roles` may take
+        (`tasks.claims.pick_ready`), for `teammate` under `token`; None if there is none."""
 
     def complete_if_live(self, tx: Txn, completion: Completion, *, view_after: bool) -> CompletedAtOnce | None:
         """Completes the task if the completion's token holds its live claim, in one step,

@@ -63,18 +63,30 @@ VIEW_BESIDE_COMPLETIONS = (
 
 @functools.cache
 def claim_first_ready(ready: str) -> str:
-    """The pick (`ready`, a query of seq, failures, attempt), the claim's row, the task's
-    and its event. The pick passes over a ready task another transaction has locked
-    (claiming it), as the job queues on PostgreSQL do: two claims never wait for one row."""
+    """The pick (`ready`, a query of seq, failures, attempt, resources), the claim's row, the
+    task's and its event; the pick is claimed only without resources (those take the scan of
+    store/leases.py, then this again with READY_BY_SEQ). Returns the claimed task's row, its
+    fence and the pick's last attempt; when the pick was not claimed, a row whose task and
+    fence are NULL (no row: nothing ready).
+    The pick passes over a ready task another transaction has locked (claiming it), as the
+    job queues on PostgreSQL do: two claims never wait for one row."""
     claimed = CLAIMED_SET.replace("live_fence = %s", "live_fence = made.claim_fence")
+    checked = "TRUE" if ready == READY_BY_SEQ else "pick.resources = ''"
     return (
         f"WITH pick AS ({ready} FOR UPDATE OF tasks SKIP LOCKED),"
         " made AS (INSERT INTO claims (token, task_seq, teammate, attempt, claim_ms)"
-        " SELECT %s, seq, %s, failures + 1, %s FROM pick RETURNING fence AS claim_fence, task_seq AS claim_seq),"
+        f" SELECT %s, seq, %s, failures + 1, %s FROM pick WHERE {checked}"
+        " RETURNING fence AS claim_fence, task_seq AS claim_seq),"
         f" claimed AS (UPDATE tasks SET {claimed} FROM made WHERE seq = made.claim_seq RETURNING {TASK_COLUMNS}),"
         f" logged AS ({event_insert('task_changed')} claimed AS t)"
-        " SELECT claimed.*, made.claim_fence, pick.attempt FROM claimed, made, pick"
+        " SELECT claimed.*, made.claim_fence, pick.attempt FROM pick LEFT JOIN made ON TRUE LEFT JOIN claimed ON TRUE"
     )
+
+
+# The pick of a task chosen by the scan of store/leases.py, in this transaction.
+READY_BY_SEQ = (
+    f"SELECT seq, failures, attempt, resources FROM tasks WHERE seq = %s AND state = {int(TaskState.PENDING)}"
+)
 
 
 _FREED_JSON = "(SELECT json_agg(json_build_array(seq, required_role, unmet_deps, state)) FROM freed)"

@@ -324,6 +324,16 @@ MIGRATIONS: tuple[str, ...] = (
     );
     ALTER TABLE artifact_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
     """,
+    # 10: path leases (store/sqlite/schema.py's migration 21).
+    """
+    ALTER TABLE tasks ADD COLUMN resources TEXT NOT NULL DEFAULT '';
+    CREATE TABLE held_resources (
+        path      TEXT COLLATE "C" NOT NULL,
+        task_seq  BIGINT NOT NULL,
+        exclusive BIGINT NOT NULL,
+        PRIMARY KEY (path, task_seq)
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -16,8 +16,9 @@ from collections.abc import Sequence
 
 from ...model import ClaimOutcome, Completion, DeliveryView, OpCompletion, TaskRecord
 from ...txn import Txn
-from .. import keys, ops
+from .. import keys, leases, ops
 from ..driver import ClaimTaken, CompletedAtOnce, GatesOpened
+from ..tasks.claims import pick_ready, ready_query
 from ..tasks.rows import TASK_WIDTH, task_record
 from ..team import delivery_view_with_claims
 from . import fused
@@ -27,15 +28,24 @@ from . import fused
 _COMPLETED_WIDTH = TASK_WIDTH + 2
 
 
-def claim_first_ready(tx: Txn, ready: str, allowed: list[str], token: str, teammate: str) -> ClaimTaken | None:
+def claim_first_ready(tx: Txn, roles: tuple[str, ...], token: str, teammate: str) -> ClaimTaken | None:
+    """The first ready task, claimed in one statement unless it has resources; then the
+    scan of store/leases.py picks the task, and a second statement claims it."""
     now = tx.now_ms
-    row = tx.conn.execute(
-        fused.claim_first_ready(ready), (*allowed, token, teammate, now, teammate, now, now, now, now)
-    ).fetchone()
+    claim_params = (token, teammate, now, teammate, now, now, now, now)
+    ready, allowed = ready_query(tx.conn, roles)
+    row = tx.conn.execute(fused.claim_first_ready(ready), (*allowed, *claim_params)).fetchone()
     if row is None:
         return None
+    if row[-2] is None:  # not claimed: the first ready task has resources
+        picked = pick_ready(tx.conn, roles, first_leased=True)
+        if picked is None:
+            return None
+        row = tx.conn.execute(fused.claim_first_ready(fused.READY_BY_SEQ), (picked[0], *claim_params)).fetchone()
+        if row is None or row[-2] is None:
+            raise RuntimeError(f"claim of task seq {picked[0]} changed no row")
     tx.wakes.events = True
-    return ClaimTaken(task_record(row[:-2]), row[-2], row[-1])
+    return ClaimTaken(task_record(row[:TASK_WIDTH]), row[-2], row[-1])
 
 
 def complete_if_live(tx: Txn, completion: Completion, *, view_after: bool) -> CompletedAtOnce | None:
@@ -75,8 +85,11 @@ def complete_if_live(tx: Txn, completion: Completion, *, view_after: bool) -> Co
     tx.wakes.events = True
     if key:
         keys.freed(tx, key)
+    task = task_record(task_row)
+    if task.resources or task.shared_resources:
+        leases.freed_by_task(tx, task.seq)
     view = _view_read(completion.teammate, row[1 + _COMPLETED_WIDTH :])
-    return CompletedAtOnce(task_record(task_row), dependents, view)
+    return CompletedAtOnce(task, dependents, view)
 
 
 def _view_read(name: str, row: tuple) -> DeliveryView | None:
@@ -96,7 +109,10 @@ def complete_live_claim(
     tx.wakes.events = True
     if key:
         keys.freed(tx, key)
-    return task_record(row[:-1]), row[-1] or []
+    task = task_record(row[:-1])
+    if task.resources or task.shared_resources:
+        leases.freed_by_task(tx, seq)
+    return task, row[-1] or []
 
 
 def open_due_gates(tx: Txn) -> GatesOpened:

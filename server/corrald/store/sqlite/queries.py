@@ -14,6 +14,7 @@ import functools
 from ...model import TaskState, TeammateStatus
 from . import artifact_queries as artifacts  # noqa: F401 (artifacts: sql(conn).artifacts.NAME)
 from . import graph_queries as graph  # noqa: F401 (discovered work, the graph's edits: sql(conn).graph.NAME)
+from . import lease_queries as leases  # noqa: F401 (path leases: sql(conn).leases.NAME)
 from . import output_queries as output  # noqa: F401 (live output: sql(conn).output.NAME)
 from . import usage_queries as usage  # noqa: F401 (spending and budgets: sql(conn).usage.NAME)
 from .usage_queries import GATE_CLOSED
@@ -323,7 +324,7 @@ TASK_COLUMNS = (
     " not_before_ms, retry_backoff_ms, retry_backoff_max_ms, ready_ms,"
     " progress, progress_fraction, progress_ms, trace_parent, concurrency_key,"
     " input_tokens, output_tokens, cost_micros, model, attempt_timeout_ms, failures, question,"
-    " review_role, review_max_rounds, review_rounds, proposed_by, discovered_from, " + DEPENDENCY_IDS
+    " review_role, review_max_rounds, review_rounds, proposed_by, discovered_from, resources, " + DEPENDENCY_IDS
 )
 
 

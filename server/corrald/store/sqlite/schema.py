@@ -337,6 +337,20 @@ MIGRATIONS: tuple[str, ...] = (
     ) WITHOUT ROWID;
     INSERT INTO meta (key, value) VALUES ('artifact_bytes', 0);
     """,
+    # 21: path leases. `resources` is a task's, as its spec lists them ('' : none; else
+    # the JSON list [exclusive, shared]); `held_resources` has a row per resource of each
+    # task IN_PROGRESS, written by its claim and deleted by the claim's end, keyed by path
+    # so an overlap is a few index lookups (store/leases.py). No other index: each is one
+    # more page a claim of a task with resources writes.
+    """
+    ALTER TABLE tasks ADD COLUMN resources TEXT NOT NULL DEFAULT '';
+    CREATE TABLE held_resources (
+        path      TEXT    NOT NULL,
+        task_seq  INTEGER NOT NULL,
+        exclusive INTEGER NOT NULL,
+        PRIMARY KEY (path, task_seq)
+    ) WITHOUT ROWID;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -13,15 +13,15 @@ import sqlite3
 from ...model import ClaimOutcome, Completion, DeliveryView, TaskRecord
 from ...txn import Txn
 from ..driver import ClaimTaken, CompletedAtOnce, GatesOpened
-from ..tasks.claims import held_claim_refs
+from ..tasks.claims import held_claim_refs, pick_ready
 from ..tasks.ends import end_claim
 from ..tasks.rows import earliest_gate, task_changed, task_record
 from ..team import delivery_view
 from .queries import CLAIM_TASK, FREE_DEPENDENTS, INSERT_CLAIM, OPEN_GATES, VIEW_FOR_DELIVERY, complete_task
 
 
-def claim_first_ready(tx: Txn, ready: str, allowed: list[str], token: str, teammate: str) -> ClaimTaken | None:
-    picked = tx.conn.execute(ready, allowed).fetchone()
+def claim_first_ready(tx: Txn, roles: tuple[str, ...], token: str, teammate: str) -> ClaimTaken | None:
+    picked = pick_ready(tx.conn, roles)
     if picked is None:
         return None
     seq, failures, last_attempt = picked

@@ -19,7 +19,7 @@ from ...model import (
     Usage,
 )
 from ...txn import Txn
-from .. import keys
+from .. import keys, leases
 from .. import usage as spending
 from ..dialect import sql, steps
 from ..gates import protocol_pending
@@ -50,8 +50,7 @@ def claim_next(
     if review is not None:
         task, fence, item = review
         return _granted(tx, teammate, task, token, fence, busy, review=item)
-    ready, allowed = ready_query(tx.conn, roles)
-    taken = steps(tx.conn).claim_first_ready(tx, ready, allowed, token, teammate)
+    taken = steps(tx.conn).claim_first_ready(tx, roles, token, teammate)
     if taken is None:
         return None
     task, fence, last_attempt = taken.task, taken.fence, taken.attempt_before
@@ -94,6 +93,8 @@ def _granted(
     tx.wakes.tally["claims"] += 1
     if task.concurrency_key:
         keys.taken(tx, task.concurrency_key)
+    if review is None and (task.resources or task.shared_resources):
+        leases.taken(tx, task)
     if not busy:
         mark_busy(tx, teammate)
     if review is None:
@@ -121,26 +122,51 @@ def _granted(
     )
 
 
-def ready_query(conn: sqlite3.Connection, roles: Iterable[str]) -> tuple[str, list[str]]:
-    """The query, and its parameters, for (seq, failures, last claim's attempt) of the first
-    ready task a teammate with `roles` may take: in board order, passing over the tasks
-    whose concurrency key is at its limit."""
+def ready_query(
+    conn: sqlite3.Connection, roles: Iterable[str], *, limit: int = 1, without_resources: bool = False
+) -> tuple[str, list[str]]:
+    """The query, and its parameters, for (seq, failures, last claim's attempt, resources)
+    of the first `limit` ready tasks a teammate with `roles` may take: in board order,
+    passing over the tasks whose concurrency key is at its limit (and, `without_resources`,
+    those with resources)."""
     allowed = ["", *roles]
+    plain = " AND resources = ''" if without_resources else ""
     return (
-        f"SELECT seq, failures, attempt FROM tasks WHERE state = {PENDING} AND unmet_deps = 0"
-        f" AND required_role IN ({sql(conn).marks(len(allowed))}){keys.FULL_KEYS} ORDER BY priority DESC, seq LIMIT 1"
+        f"SELECT seq, failures, attempt, resources FROM tasks WHERE state = {PENDING} AND unmet_deps = 0"
+        f" AND required_role IN ({sql(conn).marks(len(allowed))}){keys.FULL_KEYS}{plain}"
+        f" ORDER BY priority DESC, seq LIMIT {limit}"
     ), allowed
 
 
-def _first_ready(conn: sqlite3.Connection, roles: Iterable[str]) -> tuple[int, int, int] | None:
-    return conn.execute(*ready_query(conn, roles)).fetchone()
+def pick_ready(
+    conn: sqlite3.Connection, roles: Iterable[str], *, first_leased: bool = False
+) -> tuple[int, int, int] | None:
+    """(seq, failures, last claim's attempt) of the first ready task a teammate with `roles`
+    may take now: its key not full, and its resources free (store/leases.py). `first_leased`:
+    the caller found the first ready task has resources.
+
+    A SQLite cursor reads rows as they are asked for, so the scan costs a board without
+    resources nothing more; elsewhere the first row is asked for alone, and the scan follows
+    only when it has resources."""
+    roles = tuple(roles)
+    if not first_leased and not isinstance(conn, sqlite3.Connection):
+        first = conn.execute(*ready_query(conn, roles)).fetchone()
+        if first is None or not first[3]:
+            return None if first is None else (first[0], first[1], first[2])
+    scan, allowed = ready_query(conn, roles, limit=leases.SCAN_BOUND)
+    picked, read = leases.first_free(conn, conn.execute(scan, allowed))
+    if picked is None and read == leases.SCAN_BOUND:  # past the scan, what conflicts with nothing
+        query, allowed = ready_query(conn, roles, without_resources=True)
+        row = conn.execute(query, allowed).fetchone()
+        picked = None if row is None else (row[0], row[1], row[2])
+    return picked
 
 
 def any_ready(conn: sqlite3.Connection, roles: Iterable[str], teammate: str = "") -> bool:
     """Whether a teammate with `roles` could claim now: a review it may take (never of
     `teammate`'s own result; '' for anyone's), or a ready task."""
     roles = tuple(roles)
-    return reviews.any_for(conn, roles, teammate) or _first_ready(conn, roles) is not None
+    return reviews.any_for(conn, roles, teammate) or pick_ready(conn, roles) is not None
 
 
 def work_waited_for(conn: sqlite3.Connection, teammate: str, roles: Iterable[str], limit: int = 10) -> list[str]:

@@ -11,6 +11,7 @@ from ... import errors
 from ...model import CreatedBatch, CreatedTask, TaskSpec, TaskState
 from ...txn import Txn
 from ...validate import PreparedBatch
+from .. import leases
 from ..dialect import insert_rows, sql
 from .rows import BoardRow, rows_by_id, task_events
 from .timegates import gate_shut
@@ -41,6 +42,7 @@ NEW_TASK_COLUMNS = (
     "review_max_rounds",
     "proposed_by",
     "discovered_from",
+    "resources",
 )
 
 
@@ -124,6 +126,7 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "", origin: Or
                     0 if spec.review is None else spec.review.max_rounds,
                     origin.proposed_by,
                     origin.discovered_from,
+                    leases.stored(spec.resources, spec.shared_resources),
                 )
                 for (index, spec), count, gated in zip(new_specs, unmet, shut, strict=True)
             ],

@@ -10,7 +10,7 @@ from typing import NamedTuple
 from ... import errors
 from ...model import ClaimEnd, ClaimEndReason, ClaimOutcome, TaskState
 from ...txn import Txn
-from .. import keys
+from .. import keys, leases
 from ..dialect import sql
 from ..status import refresh_status
 from .rows import task_changed, task_events
@@ -69,10 +69,12 @@ def live_claim(tx: Txn, teammate: str, task_id: str, token: str, *, completed_ok
 
 
 def end_claim(tx: Txn, fence: int, outcome: ClaimOutcome, error: str = "", *, key: str) -> None:
-    """Ends the live claim `fence` of a task whose concurrency key is `key` ('' for none)."""
+    """Ends the live claim `fence` of a task whose concurrency key is `key` ('' for none),
+    freeing what it holds: its key's slot, its resources."""
     tx.conn.execute(sql(tx.conn).END_CLAIM, (outcome.value, tx.now_ms, error, fence))
     if key:
         keys.freed(tx, key)
+    leases.freed_by_claim(tx, fence)
 
 
 def slot_freed(tx: Txn, teammate: str, *, status_after: bool = True) -> None:
@@ -185,8 +187,10 @@ def cancel_seqs(tx: Txn, roots: list[tuple[int, str]]) -> list[int]:
         [(int(TaskState.CANCELED), tx.now_ms, reasons[seq], seq) for seq, *_ in doomed],
     )
     for _, fence, _, _, _, key in doomed:
-        if fence is not None and key:
-            keys.freed(tx, key)
+        if fence is not None:
+            if key:
+                keys.freed(tx, key)
+            leases.freed_by_claim(tx, fence)
     ordered = named + others
     task_events(tx, ordered)
     tx.wakes.tally["cancellations"] += len(doomed)

@@ -24,7 +24,7 @@ from ...model import (
     attempts_used,
 )
 from ...txn import Txn
-from .. import keys
+from .. import keys, leases
 from ..dialect import sql
 
 PENDING, IN_PROGRESS, COMPLETED = int(TaskState.PENDING), int(TaskState.IN_PROGRESS), int(TaskState.COMPLETED)
@@ -36,7 +36,7 @@ PROPOSED = int(TaskState.PROPOSED)
 _STATES = {int(state): state for state in TaskState}  # a dict lookup, where TaskState(n) is a call
 
 
-TASK_WIDTH = 39  # the columns of a task's row (the drivers' TASK_COLUMNS)
+TASK_WIDTH = 40  # the columns of a task's row (the drivers' TASK_COLUMNS)
 
 
 def task_record(row: tuple) -> TaskRecord:
@@ -44,7 +44,7 @@ def task_record(row: tuple) -> TaskRecord:
     costs more): the columns are in TaskRecord's field order but for
     depends_on (the last column), state (an int), result (NULL until completed) and
     usage (four columns), and `failures` (read as the attempts used)."""
-    depends_on = row[38]
+    depends_on = row[39]
     return TaskRecord._make(
         (
             *row[0:5],  # seq .. payload
@@ -63,9 +63,21 @@ def task_record(row: tuple) -> TaskRecord:
             row[35],  # review_rounds
             row[36],  # proposed_by
             row[37],  # discovered_from
+            *_resources(row[38]),
             (),  # artifacts: read apart, by the reads that show them
         )
     )
+
+
+_NO_RESOURCES: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+
+
+def _resources(stored: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A task's exclusive and shared resources from `tasks.resources` ('' : none)."""
+    if not stored:
+        return _NO_RESOURCES
+    exclusive, shared = json.loads(stored)
+    return tuple(exclusive), tuple(shared)
 
 
 @functools.lru_cache(maxsize=256)
@@ -170,15 +182,21 @@ def waiting_for(conn: sqlite3.Connection, records: Sequence[TaskRecord]) -> dict
             gates.get(record.seq),
             staffed[record.required_role],
             record.concurrency_key if record.concurrency_key in full else "",
+            leases.conflicts(conn, stored) if (stored := _stored_resources(record)) else (),
         )
         if (
             why.dependencies
             or why.ready_ms is not None
             or why.full_key
+            or why.resources
             or why.teammates is not TeammateAvailability.SOME_ONLINE
         ):
             found[record.seq] = why
     return found
+
+
+def _stored_resources(record: TaskRecord) -> str:
+    return leases.stored(record.resources, record.shared_resources)
 
 
 def _availability(conn: sqlite3.Connection, roles: set[str]) -> dict[str, TeammateAvailability]:
