@@ -51,7 +51,7 @@ EXPECTED = {
     "semantics": ["claims", "cycles"],
     "reviews": ["rounds", "ratio", "tasks_ratio", "jobs_ratio", "plain", "reviewed"],
     "proposals": ["claims", "depend"],
-    "output": ["rounds", "ratio", "plain", "appending"],
+    "output": ["rounds", "ratio", "unary_ratio", "plain", "sdk", "unary"],
     "leases": ["rounds", "ratio_p50", "plain", "leased"],
     "mcp": ["sdk", "in_process", "stdio", "ready_to_return", "bridge_rss_mib"],
     "postgres": [
