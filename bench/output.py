@@ -37,7 +37,7 @@ from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
 from . import dags, teamworker
-from .daemon import CHANNEL_OPTIONS, Daemon, Lead, bearer, duration, run_async, session_refusal
+from .daemon import CHANNEL_OPTIONS, Daemon, Lead, bearer, cpu_seconds, duration, run_async, session_refusal
 from .stats import latency_fields, summary
 
 LOG_ROLE = "log"
@@ -51,6 +51,7 @@ FIELDS = {
     "server_cpu_ms": "daemon CPU ms/cycle",
     "writes_per_s": "writes/s",
     "appends_per_s": "appends/s",
+    "writers_cpu_share": "of a core",
 }
 
 
@@ -187,6 +188,7 @@ def _run(variant: str, teammates: int, tasks: int, sizes) -> dict:
         try:
             _lead_call(daemon, lambda lead: lead.create(dags.specs("independent", tasks, prefix="t-")))
             cpu, stored, counted = daemon.cpu_seconds(), _appends_stored(daemon), time.monotonic()
+            writers_cpu = cpu_seconds(proc.pid) if proc else 0.0
             tally = teamworker.run_clients(
                 LOAD,
                 daemon.address,
@@ -197,6 +199,7 @@ def _run(variant: str, teammates: int, tasks: int, sizes) -> dict:
             )
             cpu = daemon.cpu_seconds() - cpu
             stored, counted = _appends_stored(daemon) - stored, time.monotonic() - counted
+            writers_cpu = cpu_seconds(proc.pid) - writers_cpu if proc else 0.0
         finally:
             stop.set()
             idle = {"appends": 0, "writes": 0, "errors": 0, "wall_s": 1.0}
@@ -212,6 +215,7 @@ def _run(variant: str, teammates: int, tasks: int, sizes) -> dict:
         "server_cpu_ms": 1000 * cpu / cycles,
         "writes_per_s": appended["writes"] / appended["wall_s"],
         "appends_per_s": stored / counted,  # while the cycling load ran (its processes' start included)
+        "writers_cpu_share": writers_cpu / counted,  # of one core: the writers' own process, on the same cores
         "appenders": appenders,
         "append_errors": appended["errors"],
         "cycles": tally["completed"],
@@ -250,7 +254,8 @@ def run(sizes, runs: int, log) -> dict:
             log(
                 f"output        {name:6} {m['throughput']:6.0f} cycles/s (p50 {m['p50_ms']:.2f}"
                 f" p99 {m['p99_ms']:.2f} ms, CPU {m['server_cpu_ms']:.3f} ms/cycle, {m['writes_per_s']:.0f} writes/s,"
-                f" {m['appends_per_s']:.0f} appends/s, errors {m['errors']}+{m['append_errors']})"
+                f" {m['appends_per_s']:.0f} appends/s, writers' CPU {100 * m['writers_cpu_share']:.0f} % of a core,"
+                f" errors {m['errors']}+{m['append_errors']})"
             )
         log(f"output        sdk/plain: cycles/s {measured['ratio']:.3f}; unary/plain {measured['unary_ratio']:.3f}")
     out: dict = {
