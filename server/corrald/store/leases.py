@@ -38,7 +38,7 @@ WAKE_BOUND = 4 * SCAN_BOUND
 WAITS_SHOWN = 32
 HELD_SHOWN = 1000
 
-Wanted = list[tuple[str, bool]]  # (path, exclusive)
+Wanted = Sequence[tuple[str, bool]]  # (path, exclusive)
 
 
 def stored(exclusive: Sequence[str], shared: Sequence[str]) -> str:
@@ -48,10 +48,12 @@ def stored(exclusive: Sequence[str], shared: Sequence[str]) -> str:
     return json.dumps([list(exclusive), list(shared)], separators=(",", ":"))
 
 
-def wanted(resources: str) -> Wanted:
-    """A task's resources, from `tasks.resources` (not '')."""
+@functools.lru_cache(maxsize=4096)
+def wanted(resources: str) -> tuple[tuple[str, bool], ...]:
+    """A task's resources, from `tasks.resources` (not ''). Cached: the same first ready
+    tasks are read by claim after claim and by each freed resource's wake-up check."""
     exclusive, shared = json.loads(resources)
-    return [(path, True) for path in exclusive] + [(path, False) for path in shared]
+    return tuple((path, True) for path in exclusive) + tuple((path, False) for path in shared)
 
 
 def first_free(conn: sqlite3.Connection, rows: Iterable[tuple]) -> tuple[tuple[int, int, int] | None, int]:
