@@ -25,6 +25,8 @@ Fact = tuple[str, ...]
 # PostgreSQL's types, as the driver maps each to SQLite's declared one.
 PG_TYPES = {"bigint": "INTEGER", "text": "TEXT", "bytea": "BLOB", "double precision": "REAL"}
 
+ARTIFACT_BYTES = "artifact bytes live in a PostgreSQL board's database, so every daemon serves them (SQLite: files)"
+
 # What only one driver has, and why.
 POSTGRES_ONLY: dict[Fact, str] = {
     ("table", "board"): "a PostgreSQL board's id and lead credential live in its schema (SQLite: the state directory)",
@@ -37,6 +39,24 @@ POSTGRES_ONLY: dict[Fact, str] = {
     ("index", "tasks", "tasks_claimable", "priority DESC, seq", "", "state = 1 and unmet_deps = 0"): (
         "PostgreSQL's planner needs the claimable rows indexed apart; SQLite's uses tasks_ready"
     ),
+    **{
+        fact: ARTIFACT_BYTES
+        for fact in (
+            ("table", "artifact_uploads"),
+            ("column", "artifact_uploads", "id", "INTEGER", "not null"),
+            ("column", "artifact_uploads", "daemon", "TEXT", "not null"),
+            ("column", "artifact_uploads", "start_ms", "INTEGER", "not null"),
+            ("column", "artifact_uploads", "sha256", "TEXT", "null"),
+            ("column", "artifact_uploads", "size", "INTEGER", "not null"),
+            ("primary key", "artifact_uploads", "id"),
+            ("index", "artifact_uploads", "artifact_uploads_sha256", "sha256", "unique", ""),
+            ("table", "artifact_chunks"),
+            ("column", "artifact_chunks", "upload", "INTEGER", "not null"),
+            ("column", "artifact_chunks", "pos", "INTEGER", "not null"),
+            ("column", "artifact_chunks", "data", "BLOB", "not null"),
+            ("primary key", "artifact_chunks", "upload, pos"),
+        )
+    },
 }
 SQLITE_ONLY: dict[Fact, str] = {}
 

@@ -37,9 +37,13 @@ def _output_class(method):
 
 def call_raw(channel: grpc.Channel, method, payload: bytes, metadata, timeout: float = 5.0):
     """Sends raw request bytes; for a server stream, returns its first response (or None at its end).
-    A bidirectional stream sends the bytes as its one message and then half-closes."""
+    A client stream (bidirectional or not) sends the bytes as its one message and then half-closes."""
+    if method.client_streaming and not method.server_streaming:
+        upload = channel.stream_unary(
+            _path(method), request_serializer=lambda b: b, response_deserializer=_output_class(method).FromString
+        )
+        return upload(iter([payload]), metadata=metadata, timeout=timeout)
     if method.client_streaming:
-        assert method.server_streaming, f"{_path(method)}: client-only streaming is not covered"
         stub = channel.stream_stream(
             _path(method), request_serializer=lambda b: b, response_deserializer=_output_class(method).FromString
         )

@@ -294,7 +294,7 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TABLE artifacts (
         seq        BIGSERIAL PRIMARY KEY,
         task_seq   BIGINT NOT NULL,
-        attempt    INTEGER NOT NULL,
+        attempt    BIGINT NOT NULL,
         name       TEXT COLLATE "C" NOT NULL,
         media_type TEXT NOT NULL,
         size       BIGINT NOT NULL,
