@@ -205,3 +205,16 @@ async def session_refusal(address: str, token: str) -> str | None:
     finally:
         call.cancel()
         await channel.close()
+
+
+def lead_call(daemon: Daemon, work):
+    """`await work(lead)` on a Lead of its own (a grpc.aio channel lives on one loop)."""
+
+    async def go():
+        lead = Lead(daemon.address, daemon.token)
+        try:
+            return await work(lead)
+        finally:
+            await lead.close()
+
+    return run_async(go())

@@ -25,9 +25,8 @@ import shutil
 import time
 
 from .daemon import scratch_dir
-from .proposals import SLICES, _QuietBoard
+from .proposals import _QuietBoard, alternate_claims, claims_summary
 from .semantics import BUILD_BATCH, TEAMMATE, WINDOW, _spec
-from .stats import latency_fields, summary
 
 HOLDER = "holder"
 
@@ -106,17 +105,8 @@ def run(sizes, runs: int, log) -> dict:
         boards = {name: _QuietBoard(root / f"{name}.sqlite3") for name in build}
         rounds = []
         try:
-            for run_index in range(runs):
-                order = ("plain", "leased") if run_index % 2 == 0 else ("leased", "plain")
-                samples: dict[str, list[float]] = {name: [] for name in order}
-                for slice_ in range(SLICES):  # alternated finely: a shared machine's load moves in seconds
-                    for name in order if slice_ % 2 == 0 else order[::-1]:
-                        samples[name] += boards[name].cycles(count // SLICES)
-                measured: dict = {name: latency_fields(samples[name]) for name in order}
-                measured["order"] = list(order)
+            for measured in alternate_claims(boards, "leased", runs, count):
                 measured["held_at_end"] = _held_count(boards["leased"])
-                measured["ratio_p50"] = measured["leased"]["p50_ms"] / measured["plain"]["p50_ms"]
-                measured["ratio_p99"] = measured["leased"]["p99_ms"] / measured["plain"]["p99_ms"]
                 rounds.append(measured)
                 log(
                     f"leases      claim job p50 plain {measured['plain']['p50_ms']:.3f} ms, with resources"
@@ -129,16 +119,4 @@ def run(sizes, runs: int, log) -> dict:
                 board.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    out: dict = {
-        "ready": ready,
-        "held": held,
-        "claims_per_round": count,
-        "window": WINDOW,
-        "build_s": build,
-        "rounds": rounds,
-        "ratio_p50": summary([r["ratio_p50"] for r in rounds], "ratio"),
-        "ratio_p99": summary([r["ratio_p99"] for r in rounds], "ratio"),
-    }
-    for name in ("plain", "leased"):
-        out[name] = {field: summary([r[name][field] for r in rounds], "ms") for field in ("p50_ms", "p99_ms")}
-    return out
+    return {"ready": ready, "held": held, **claims_summary(rounds, "leased", count, build)}

@@ -37,7 +37,7 @@ from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
 
 from . import dags, teamworker
-from .daemon import CHANNEL_OPTIONS, Daemon, Lead, bearer, cpu_seconds, duration, run_async, session_refusal
+from .daemon import CHANNEL_OPTIONS, Daemon, Lead, bearer, cpu_seconds, duration, lead_call, session_refusal
 from .stats import latency_fields, summary
 
 LOG_ROLE = "log"
@@ -53,17 +53,6 @@ FIELDS = {
     "appends_per_s": "appends/s",
     "writers_cpu_share": "of a core",
 }
-
-
-def _lead_call(daemon: Daemon, work):
-    async def go():
-        lead = Lead(daemon.address, daemon.token)
-        try:
-            return await work(lead)
-        finally:
-            await lead.close()
-
-    return run_async(go())
 
 
 # ---------------------------------------------------------------- the appenders' process
@@ -164,7 +153,7 @@ def _run(variant: str, teammates: int, tasks: int, sizes) -> dict:
             loggers = await lead.add_teammates([f"log{i}" for i in range(appenders)], roles=(LOG_ROLE,))
             return tokens, loggers, await session_refusal(daemon.address, next(iter(tokens.values())))
 
-        tokens, loggers, refusal = _lead_call(daemon, setup)
+        tokens, loggers, refusal = lead_call(daemon, setup)
         if refusal:
             return {"unavailable": refusal}
         ctx = mp.get_context("spawn")
@@ -177,7 +166,7 @@ def _run(variant: str, teammates: int, tasks: int, sizes) -> dict:
                 )
                 for i in range(appenders)
             ]
-            _lead_call(daemon, lambda lead: lead.create(logs))
+            lead_call(daemon, lambda lead: lead.create(logs))
             args = (variant, daemon.address, list(loggers.values()), sizes.output_append_bytes)
             args += (sizes.output_append_every_s,)
             proc = ctx.Process(target=_appenders_main, daemon=True, args=(*args, holding, stop, results))
@@ -186,7 +175,7 @@ def _run(variant: str, teammates: int, tasks: int, sizes) -> dict:
                 proc.kill()
                 raise RuntimeError("the appenders did not all claim their long tasks within 120 s")
         try:
-            _lead_call(daemon, lambda lead: lead.create(dags.specs("independent", tasks, prefix="t-")))
+            lead_call(daemon, lambda lead: lead.create(dags.specs("independent", tasks, prefix="t-")))
             cpu, stored, counted = daemon.cpu_seconds(), _appends_stored(daemon), time.monotonic()
             writers_cpu = cpu_seconds(proc.pid) if proc else 0.0
             tally = teamworker.run_clients(

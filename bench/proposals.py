@@ -26,6 +26,7 @@ import pathlib
 import random
 import shutil
 import time
+from collections.abc import Iterator
 
 import grpc
 
@@ -118,16 +119,7 @@ def claims(sizes, runs: int, log) -> dict:
         boards = {name: _QuietBoard(root / f"{name}.sqlite3") for name in build}
         rounds = []
         try:
-            for run in range(runs):
-                order = ("plain", "proposals") if run % 2 == 0 else ("proposals", "plain")
-                samples: dict[str, list[float]] = {name: [] for name in order}
-                for slice_ in range(SLICES):  # alternated finely: a shared machine's load moves in seconds
-                    for name in order if slice_ % 2 == 0 else order[::-1]:
-                        samples[name] += boards[name].cycles(count // SLICES)
-                measured: dict = {name: latency_fields(samples[name]) for name in order}
-                measured["order"] = list(order)
-                measured["ratio_p50"] = measured["proposals"]["p50_ms"] / measured["plain"]["p50_ms"]
-                measured["ratio_p99"] = measured["proposals"]["p99_ms"] / measured["plain"]["p99_ms"]
+            for measured in alternate_claims(boards, "proposals", runs, count):
                 rounds.append(measured)
                 log(
                     f"proposals   claim job p50 plain {measured['plain']['p50_ms']:.3f} ms, with {proposed:,}"
@@ -139,9 +131,28 @@ def claims(sizes, runs: int, log) -> dict:
                 board.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    return {"ready": ready, "proposed": proposed, **claims_summary(rounds, "proposals", count, build)}
+
+
+def alternate_claims(boards: dict[str, _QuietBoard], variant: str, runs: int, count: int) -> Iterator[dict]:
+    """Rounds of claim-job latency on boards "plain" and `variant`, `count` claims each per
+    round: per board its latency fields, the order, and `variant`/plain of p50 and p99."""
+    for run in range(runs):
+        order = ("plain", variant) if run % 2 == 0 else (variant, "plain")
+        samples: dict[str, list[float]] = {name: [] for name in order}
+        for slice_ in range(SLICES):  # alternated finely: a shared machine's load moves in seconds
+            for name in order if slice_ % 2 == 0 else order[::-1]:
+                samples[name] += boards[name].cycles(count // SLICES)
+        measured: dict = {name: latency_fields(samples[name]) for name in order}
+        measured["order"] = list(order)
+        measured["ratio_p50"] = measured[variant]["p50_ms"] / measured["plain"]["p50_ms"]
+        measured["ratio_p99"] = measured[variant]["p99_ms"] / measured["plain"]["p99_ms"]
+        yield measured
+
+
+def claims_summary(rounds: list[dict], variant: str, count: int, build: dict) -> dict:
+    """The figures of `alternate_claims`' rounds: medians over the rounds."""
     out: dict = {
-        "ready": ready,
-        "proposed": proposed,
         "claims_per_round": count,
         "window": WINDOW,
         "build_s": build,
@@ -149,7 +160,7 @@ def claims(sizes, runs: int, log) -> dict:
         "ratio_p50": summary([r["ratio_p50"] for r in rounds], "ratio"),
         "ratio_p99": summary([r["ratio_p99"] for r in rounds], "ratio"),
     }
-    for name in ("plain", "proposals"):
+    for name in ("plain", variant):
         out[name] = {field: summary([r[name][field] for r in rounds], "ms") for field in ("p50_ms", "p99_ms")}
     return out
 

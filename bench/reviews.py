@@ -29,7 +29,7 @@ from __future__ import annotations
 from corral.v1 import corral_pb2 as pb
 
 from . import dags, teamworker
-from .daemon import Daemon, Lead, run_async, session_refusal
+from .daemon import Daemon, Lead, lead_call, session_refusal
 from .stats import latency_fields, summary
 
 ROLE = "rev"
@@ -59,21 +59,8 @@ def _specs(variant: str, count: int) -> list[pb.TaskSpec]:
     return specs
 
 
-def _lead_call(daemon: Daemon, work):
-    """`await work(lead)` on a Lead of its own (a grpc.aio channel lives on one loop)."""
-
-    async def go():
-        lead = Lead(daemon.address, daemon.token)
-        try:
-            return await work(lead)
-        finally:
-            await lead.close()
-
-    return run_async(go())
-
-
 def _writer_stats(daemon: Daemon) -> dict:
-    stats = _lead_call(daemon, lambda lead: lead.stats())
+    stats = lead_call(daemon, lambda lead: lead.stats())
     return {
         "jobs": stats.writer.jobs,
         "commits": stats.writer.commits,
@@ -92,10 +79,10 @@ def _run(variant: str, teammates: int, tasks: int, sizes) -> dict:
             # Before any task exists, so the probe's stream has nothing to claim.
             return tokens, await session_refusal(daemon.address, next(iter(tokens.values())))
 
-        tokens, refusal = _lead_call(daemon, setup)
+        tokens, refusal = lead_call(daemon, setup)
         if refusal:
             return {"unavailable": refusal}
-        _lead_call(daemon, lambda lead: lead.create(_specs(variant, tasks)))
+        lead_call(daemon, lambda lead: lead.create(_specs(variant, tasks)))
         before = _writer_stats(daemon)
         cpu = daemon.cpu_seconds()
         target = tasks * CYCLES_PER_TASK[variant]
