@@ -10,11 +10,8 @@ growth; before that, each held every payload it had read (over 120 MiB).
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import pathlib
 import shutil
-import threading
-from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -22,6 +19,7 @@ import pytest
 from corral.v1 import corral_pb2 as pb
 from tests.support import wait_until
 from tests.support.daemons import store_args
+from tests.support.memory import peak_rss, rss_mib
 
 from .wire import Client, Daemon, assert_status, module_daemon, spec
 
@@ -38,34 +36,6 @@ NON_READING = [
     ("grpc.http2.bdp_probe", 0),
     ("grpc.use_local_subchannel_pool", 1),
 ]
-
-
-def rss_mib(pid: int) -> float:
-    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
-
-
-@contextlib.contextmanager
-def peak_rss(pid: int) -> Iterator[dict[str, float]]:
-    """Samples the process's resident memory every 10 ms; yields {'start', 'peak'} (MiB)."""
-    seen = {"start": rss_mib(pid), "peak": 0.0}
-    seen["peak"] = seen["start"]
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.wait(0.01):
-            seen["peak"] = max(seen["peak"], rss_mib(pid))
-
-    sampler = threading.Thread(target=sample, name="rss sampler", daemon=True)
-    sampler.start()
-    try:
-        yield seen
-    finally:
-        stop.set()
-        sampler.join(5)
-        seen["peak"] = max(seen["peak"], rss_mib(pid))
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,9 @@ import grpc
 import pytest
 
 from corral.v1 import corral_pb2 as pb
+from tests.support.memory import peak_rss
 
-from .test_memory import GROWTH_LIMIT_MIB, peak_rss
+from .test_memory import GROWTH_LIMIT_MIB
 from .wire import Client, Daemon, spec
 
 MIB = 1024 * 1024

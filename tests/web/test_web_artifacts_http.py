@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import threading
 import urllib.parse
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import aiohttp
 import pytest
 
 import corral
+from tests.support.memory import peak_rss
 from tests.web.board_support import Mate, WebDaemon, run
 
 pytestmark = pytest.mark.timeout(90)
@@ -154,34 +152,6 @@ def test_refusals_answer_json_and_a_viewer_reads_as_the_lead_does(web_daemon):
     run(body)
     run(as_viewer)
     mate.close()
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
-
-
-@contextmanager
-def peak_rss(pid: int) -> Iterator[dict[str, float]]:
-    """The process's RSS when the block starts and its highest while it runs, sampled by a thread."""
-    seen = {"start": rss_mib(pid), "peak": 0.0}
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.wait(0.005):  # the sampling's pace, ended by the event
-            seen["peak"] = max(seen["peak"], rss_mib(pid))
-
-    sampler = threading.Thread(target=sample, name="rss sampler", daemon=True)
-    sampler.start()
-    try:
-        yield seen
-    finally:
-        done.set()
-        sampler.join()
-        seen["peak"] = max(seen["peak"], rss_mib(pid))
 
 
 BIG_BYTES = 50 * 1024 * 1024
