@@ -56,7 +56,9 @@ def test_held_resources_show_as_text_in_the_teammate_and_task_views_and_the_draw
     # The teammate view fits its pane at 1280 px: the long name wraps inside its cell.
     widths = page.eval_on_selector("#tab-teammates", "n => [n.scrollWidth, n.clientWidth]")
     assert widths[0] <= widths[1], f"the teammate table is wider than its pane: {widths}"
-    right = page.eval_on_selector_all(".lease", "nodes => Math.max(...nodes.map((n) => n.getBoundingClientRect().right))")
+    right = page.eval_on_selector_all(
+        ".lease", "nodes => Math.max(...nodes.map((n) => n.getBoundingClientRect().right))"
+    )
     assert right <= 1280
     screenshot(page, "held-resources-teammates")
 
@@ -80,7 +82,12 @@ def test_held_resources_show_as_text_in_the_teammate_and_task_views_and_the_draw
     assert page.locator("#drawer img, #drawer script").count() == 0
     detail = board_get(web_daemon, "/api/tasks/res-waiter")
     assert detail["waiting_for"]["resources"] == [
-        {"resource": f"{HOSTILE}/inner", "held_by_task_id": "res-holder", "held_resource": HOSTILE, "held_exclusive": True}
+        {
+            "resource": f"{HOSTILE}/inner",
+            "held_by_task_id": "res-holder",
+            "held_resource": HOSTILE,
+            "held_exclusive": True,
+        }
     ]
     screenshot(page, "held-resources-drawer")
 
