@@ -62,8 +62,8 @@ check-vendor-web: $(STAMP)
 
 # Lint, format and types (settings in pyproject.toml; the import layers are a test).
 lint: $(STAMP)
-	$(VENV)/bin/ruff check server client tests bench scripts
-	$(VENV)/bin/ruff format --check server client tests bench scripts
+	$(VENV)/bin/ruff check server client tests bench scripts examples
+	$(VENV)/bin/ruff format --check server client tests bench scripts examples
 	$(VENV)/bin/mypy
 
 # pytest exits 5 when it collected no test: that fails here like any other failure.

@@ -31,6 +31,7 @@ from corral._types import (
     ClaimInfo,
     ConcurrencyLimit,
     DependencyArtifact,
+    HeldResource,
     Identity,
     IdleTimeout,
     LeadMessage,
@@ -47,6 +48,7 @@ from corral._types import (
     QuestionAnswered,
     QuestionAsked,
     Reject,
+    ResourceWait,
     ReviewDecided,
     ReviewItem,
     ReviewPolicy,
@@ -141,6 +143,8 @@ def task_spec_to_pb(spec: TaskSpec) -> pb.TaskSpec:
         concurrency_key=spec.concurrency_key,
         attempt_timeout=duration_to_pb(spec.attempt_timeout),
         review=review_policy_to_pb(spec.review),
+        resources=list(spec.resources),
+        shared_resources=list(spec.shared_resources),
     )
 
 
@@ -187,6 +191,8 @@ def task_spec_from_pb(message: pb.TaskSpec) -> TaskSpec:
         concurrency_key=message.concurrency_key,
         attempt_timeout=duration_from_pb(message, "attempt_timeout"),
         review=review_policy_from_pb(message),
+        resources=tuple(message.resources),
+        shared_resources=tuple(message.shared_resources),
     )
 
 
@@ -230,6 +236,8 @@ def task_from_pb(message: pb.Task) -> Task:
         proposed_by=message.proposed_by,
         discovered_from=message.discovered_from,
         artifacts=tuple(artifact_from_pb(artifact) for artifact in message.artifacts),
+        resources=tuple(message.resources),
+        shared_resources=tuple(message.shared_resources),
     )
 
 
@@ -266,6 +274,21 @@ def waiting_for_from_pb(message: pb.WaitingFor) -> WaitingFor:
         ready_time=time_from_pb(message, "ready_time"),
         teammates=TeammateAvailability(message.teammates),
         concurrency_key=message.concurrency_key,
+        resources=tuple(
+            ResourceWait(
+                resource=wait.resource,
+                held_by_task_id=wait.held_by_task_id,
+                held_resource=wait.held_resource,
+                held_exclusive=wait.held_exclusive,
+            )
+            for wait in message.resources
+        ),
+    )
+
+
+def held_resource_from_pb(message: pb.HeldResource) -> HeldResource:
+    return HeldResource(
+        resource=message.resource, task_id=message.task_id, teammate=message.teammate, exclusive=message.exclusive
     )
 
 
@@ -470,6 +493,8 @@ def stats_from_pb(response: pb.GetStatsResponse) -> Stats:
         usage=usage_from_pb(response.usage),
         store=response.store or "sqlite",
         postgres=_postgres_from_pb(response.postgres) if response.HasField("postgres") else None,
+        held_resources=tuple(held_resource_from_pb(held) for held in response.held_resources),
+        held_resources_total=response.held_resources_total,
     )
 
 

@@ -138,14 +138,10 @@ def _same_but_dependencies(spec: corral.TaskSpec, task: corral.Task) -> bool:
         (spec.retry_backoff_max, task.retry_backoff_max),
         (spec.attempt_timeout, task.attempt_timeout),
     )
-    return (spec.title, spec.description, spec.payload, spec.priority, spec.required_role, spec.concurrency_key) == (
-        task.title,
-        task.description,
-        task.payload,
-        task.priority,
-        task.required_role,
-        task.concurrency_key,
-    ) and all(wanted is None or wanted == stored for wanted, stored in optional)
+    asked = (spec.title, spec.description, spec.payload, spec.priority, spec.required_role, spec.concurrency_key)
+    kept = (task.title, task.description, task.payload, task.priority, task.required_role, task.concurrency_key)
+    leases = (spec.resources, spec.shared_resources) == (task.resources, task.shared_resources)
+    return asked == kept and leases and all(wanted is None or wanted == stored for wanted, stored in optional)
 
 
 def _same_review(wanted: corral.ReviewPolicy | None, stored: corral.ReviewPolicy | None) -> bool:

@@ -53,6 +53,8 @@ _FIELDS: dict[str, str] = {
     "concurrency_key": "string",
     "attempt_timeout_seconds": "number",
     "review": "table",
+    "resources": "list of strings",
+    "shared_resources": "list of strings",
 }
 # The keys of a task's `review` table (corral.ReviewPolicy) and the kind of each.
 _REVIEW_KEYS: dict[str, str] = {"reviewer_role": "string", "max_rounds": "integer"}
@@ -66,7 +68,7 @@ _WIRE_TO_FILE = {
 }
 # Durations the daemon words in milliseconds and the file gives in seconds.
 _SECONDS_IN_FILE = frozenset({"lease_duration", "retry_backoff", "retry_backoff_max", "attempt_timeout"})
-_FIELD_PATH = re.compile(r"^tasks\[(\d+)\](?:\.([\w.]+))?")
+_FIELD_PATH = re.compile(r"^tasks\[(\d+)\](?:\.([\w.]+)(?:\[(\d+)\])?)?")
 _MILLISECONDS = re.compile(r"(\d+)ms\b")
 
 
@@ -191,7 +193,19 @@ def _spec(name: str, index: int, raw: Any, defaults: Mapping[str, Any]) -> corra
         concurrency_key=fields.get("concurrency_key", ""),
         attempt_timeout=datetime.timedelta(seconds=attempt_timeout) if attempt_timeout is not None else None,
         review=_review(where, fields.get("review")),
+        resources=_resources(where, "resources", fields.get("resources", ())),
+        shared_resources=_resources(where, "shared_resources", fields.get("shared_resources", ())),
     )
+
+
+def _resources(where: str, key: str, paths: Sequence[str]) -> tuple[str, ...]:
+    """A task's path leases as listed; the daemon checks their form and overlaps, and
+    `explain_create_error` points its refusals back here. Caught here: what is plainly
+    not a path, so the message can say so before anything is sent."""
+    for index, path in enumerate(paths):
+        if not path.strip():
+            raise DagError(f"{where}: {key}[{index}]: must be a non-empty path such as 'repo:web/src/api'")
+    return tuple(paths)
 
 
 def _review(where: str, table: dict[str, Any] | None) -> corral.ReviewPolicy | None:
@@ -254,6 +268,16 @@ def _suggest(key: str, choices: Sequence[str] | Mapping[str, Any]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(choices)})"
 
 
+def _listed_value(dag: DagFile, index: int, field: str, position: int) -> str:
+    """` ('a//b')`: the file's value at `field[position]` of `tasks[index]`, when it is a list."""
+    if not 0 <= index < len(dag.specs):
+        return ""
+    values = getattr(dag.specs[index], field, None)
+    if not isinstance(values, tuple) or not 0 <= position < len(values):
+        return ""
+    return f" ({_show(values[position])})"
+
+
 def explain_create_error(exc: corral.CorralError, dag: DagFile, positions: Sequence[int] | None = None) -> str | None:
     """A daemon refusal of CreateTasks, pointed at the task and field in the file.
 
@@ -279,6 +303,8 @@ def explain_create_error(exc: corral.CorralError, dag: DagFile, positions: Seque
         wire_field = match.group(2)
         if wire_field in _SECONDS_IN_FILE:  # the daemon speaks milliseconds; the file, seconds
             description = _MILLISECONDS.sub(lambda m: f"{int(m.group(1)) / 1000:g}s", description)
-        what = f"{_WIRE_TO_FILE.get(wire_field, wire_field)}: " if wire_field else ""
-        return f"{dag.name}: {where}: {what}{description}"
+        what = f"{_WIRE_TO_FILE.get(wire_field, wire_field)}" if wire_field else ""
+        if what and match.group(3) is not None:
+            what += f"[{match.group(3)}]{_listed_value(dag, index, wire_field, int(match.group(3)))}"
+        return f"{dag.name}: {where}: {what + ': ' if what else ''}{description}"
     return None

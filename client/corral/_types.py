@@ -153,6 +153,12 @@ class TaskSpec:
     `attempt_timeout` (None: no limit; 1 s to 7 days) bounds one attempt,
     renewals or not: past it the claim ends (`ClaimEnded` ATTEMPT_TIMEOUT) and
     counts as a failure, retried after the backoff while attempts remain.
+
+    `resources` (exclusive) and `shared_resources` are path leases: `/`-separated
+    paths with an optional scheme (`repo:web/src/api`, `db:staging`), at most 16
+    of each kind and 200 characters each. Two overlap when equal or one is the
+    other's ancestor at a `/`. A claim passes over the task while an overlapping
+    resource is held by a task IN_PROGRESS, unless both are shared.
     """
 
     id: str
@@ -174,6 +180,8 @@ class TaskSpec:
     attempt_timeout: datetime.timedelta | None = None
     # Set: a completion puts the task IN_REVIEW until a review approves it.
     review: ReviewPolicy | None = None
+    resources: tuple[str, ...] = ()
+    shared_resources: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -268,19 +276,33 @@ class TeammateAvailability(enum.Enum):
 
 
 @dataclass(frozen=True)
+class ResourceWait:
+    """One of a PENDING task's resources that a task IN_PROGRESS holds in a
+    conflicting way: the waiting task's `resource`, the holder's task id, the
+    holder's overlapping resource, and whether the holder holds it exclusively."""
+
+    resource: str
+    held_by_task_id: str
+    held_resource: str
+    held_exclusive: bool
+
+
+@dataclass(frozen=True)
 class WaitingFor:
     """Why a PENDING task is not being worked; several reasons may hold at once.
 
     `dependencies` are the ones not COMPLETED (at most 100, in depends_on
     order); `ready_time` is when its time gate (not_before, or a retry's
     backoff) opens, while it is shut; `concurrency_key` is set while its key
-    is at its limit.
+    is at its limit; `resources` names its resources held by tasks in progress
+    (one holder per resource, at most 32).
     """
 
     dependencies: tuple[str, ...] = ()
     ready_time: datetime.datetime | None = None
     teammates: TeammateAvailability = TeammateAvailability.SOME_ONLINE
     concurrency_key: str = ""  # its key, while the key's limit of tasks are IN_PROGRESS
+    resources: tuple[ResourceWait, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -400,6 +422,9 @@ class Task:
     # The files attached to it, by name: the latest of each name (a later attempt's
     # supersedes an earlier one's). get_task and list_tasks fill it.
     artifacts: tuple[Artifact, ...] = ()
+    # Its path leases as created (TaskSpec.resources, TaskSpec.shared_resources).
+    resources: tuple[str, ...] = ()
+    shared_resources: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -647,6 +672,17 @@ class PostgresStats:
 
 
 @dataclass(frozen=True)
+class HeldResource:
+    """A resource held by a task IN_PROGRESS (`Stats.held_resources`): exclusive
+    (TaskSpec.resources) or shared, and the teammate holding the task's claim."""
+
+    resource: str
+    task_id: str
+    teammate: str
+    exclusive: bool
+
+
+@dataclass(frozen=True)
 class Stats:
     """A snapshot of the board. States absent from the maps count zero."""
 
@@ -663,6 +699,10 @@ class Stats:
     usage: Usage = Usage()
     store: str = "sqlite"  # where the board is kept: "sqlite" or "postgresql"
     postgres: PostgresStats | None = None  # a PostgreSQL board's health
+    # The resources held now, by resource then task id (at most 1,000 of them;
+    # held_resources_total counts them all).
+    held_resources: tuple[HeldResource, ...] = ()
+    held_resources_total: int = 0
 
     def count(self, *states: TaskState) -> int:
         """How many tasks are in any of `states`."""

@@ -45,6 +45,8 @@ TASK_KEYS = {
     "proposed_by",
     "discovered_from",
     "artifacts",
+    "resources",
+    "shared_resources",
     "payload",
     "result",
 }

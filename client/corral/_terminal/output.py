@@ -112,6 +112,8 @@ def task_json(task: corral.Task) -> dict[str, Any]:
         "proposed_by": task.proposed_by,
         "discovered_from": task.discovered_from,
         "artifacts": [artifact_json(artifact) for artifact in task.artifacts],
+        "resources": list(task.resources),
+        "shared_resources": list(task.shared_resources),
     }
     _blob(data, "payload", task.payload)
     _blob(data, "result", task.result)
@@ -168,6 +170,10 @@ def task_with_attempts_json(task: corral.Task) -> dict[str, Any]:
 
 def limit_json(limit: corral.ConcurrencyLimit) -> dict[str, Any]:
     return {"key": limit.key, "limit": limit.limit, "in_progress": limit.in_progress}
+
+
+def held_resource_json(held: corral.HeldResource) -> dict[str, Any]:
+    return {"resource": held.resource, "exclusive": held.exclusive, "task_id": held.task_id, "teammate": held.teammate}
 
 
 def teammate_json(mate: corral.TeammateInfo) -> dict[str, Any]:
@@ -437,6 +443,7 @@ def _waiting_json(waiting: corral.WaitingFor | None) -> dict[str, Any] | None:
         "ready_time": iso(waiting.ready_time),
         "teammates": waiting.teammates.name.lower(),
         "concurrency_key": waiting.concurrency_key,
+        "resources": [dataclasses.asdict(wait) for wait in waiting.resources],
     }
 
 
@@ -452,12 +459,28 @@ def waiting_text(task: corral.Task) -> str:
         parts.append(f"its time ({iso(waiting.ready_time)})")
     if waiting.concurrency_key:
         parts.append(f"a free slot of {waiting.concurrency_key!r}")
+    parts.extend(_resource_wait_text(wait) for wait in waiting.resources)
     role = f" with role {task.required_role!r}" if task.required_role else ""
     if waiting.teammates is corral.TeammateAvailability.NONE_REGISTERED:
         parts.append(f"no teammate{role}" if role else "no teammate (none is registered)")
     elif waiting.teammates is corral.TeammateAvailability.NONE_ONLINE:
         parts.append(f"a teammate{role} online")
     return "; ".join(parts)
+
+
+def _resource_wait_text(wait: corral.ResourceWait) -> str:
+    """`'repo:web/src' (task t1 holds 'repo:web' exclusively)`."""
+    how = "exclusively" if wait.held_exclusive else "shared"
+    held = wait.held_resource if wait.held_resource != wait.resource else ""
+    holds = f"holds {held!r} {how}" if held else f"holds it {how}"
+    return f"{wait.resource!r} (task {wait.held_by_task_id} {holds})"
+
+
+def resources_text(task: corral.Task) -> str:
+    """`repo:web/src (exclusive), repo:web/docs (shared)`; '' for none."""
+    listed = [f"{path} (exclusive)" for path in task.resources]
+    listed += [f"{path} (shared)" for path in task.shared_resources]
+    return ", ".join(listed)
 
 
 def _backoff(task: corral.Task) -> str:
@@ -478,6 +501,7 @@ def task_detail(task: corral.Task) -> Table:
         ("priority", str(task.priority)),
         ("required role", task.required_role),
         ("concurrency key", task.concurrency_key),
+        ("resources", resources_text(task)),
         ("owner", task.owner),
         ("attempts used", f"{task.attempts_used} of {task.max_attempts}"),
         ("lease", f"{task.lease_duration.total_seconds():g}s"),

@@ -28,6 +28,7 @@ from ._connect import EXIT_FAILED, CliError, connection_options
 from ._limits import limits_group
 from ._mcp import mcp_command
 from ._proposals import proposals_group
+from ._resources import resources_group
 from ._stop import stop_command
 from ._tasks import tasks_group
 from ._team import plans_group, send_command, shutdown_command, teammates_group
@@ -170,6 +171,7 @@ for _command in (
     plans_group,
     proposals_group,
     limits_group,
+    resources_group,
     send_command,
     shutdown_command,
     board_command,

@@ -389,7 +389,9 @@ def lead_tools(link: LeadLink) -> list[ToolSpec]:
             "payload, depends_on, priority, max_attempts, lease_seconds, required_role, not_before, "
             "retry_backoff_seconds, retry_backoff_max_seconds, concurrency_key, attempt_timeout_seconds, review "
             "({reviewer_role, max_rounds}: the result needs an approved review before it is COMPLETED; "
-            "reviewer_role empty: you review it with review_task). "
+            "reviewer_role empty: you review it with review_task), resources and shared_resources (path leases: "
+            "lists of paths such as repo:web/src/api the task edits, held exclusively, or only reads, held shared; "
+            "a task waits while another in progress holds an overlapping path). "
             "A retry with the same request_id returns the same tasks.",
             CreateTasksArgs,
             obj(["task_ids"], task_ids=array(STRING)),

@@ -45,6 +45,9 @@ class TaskArgument(Arguments):
     concurrency_key: str = ""
     attempt_timeout_seconds: float | None = None
     review: ReviewArgument | None = None
+    # Path leases (docs/coding-agents.md): held exclusively, or shared, while the task runs.
+    resources: list[str] = []
+    shared_resources: list[str] = []
 
 
 def specs_of(tasks: list[TaskArgument]) -> tuple[corral.TaskSpec, ...]:

@@ -26,6 +26,7 @@ __all__ = [
     "shutdown_request",
     "task",
     "teammate",
+    "waiting_for",
 ]
 
 
@@ -67,6 +68,12 @@ def task(found: corral.Task, budget: TextBudget, *, offset: int = 0, brief: bool
         "lease_expire_time": iso(found.lease_expire_time),
         "finish_time": iso(found.finish_time),
     }
+    if found.resources or found.shared_resources:
+        # The paths the task may edit (exclusive) or read (shared) while it runs.
+        out["resources"] = list(found.resources)
+        out["shared_resources"] = list(found.shared_resources)
+    if found.waiting_for is not None:
+        out["waiting_for"] = waiting_for(found.waiting_for)
     if found.review is not None:
         # Who reviews the result before it is COMPLETED ("": the Lead), and the rejections so far.
         out["review"] = {"reviewer_role": found.review.reviewer_role, "max_rounds": found.review.max_rounds}
@@ -92,6 +99,30 @@ def task(found: corral.Task, budget: TextBudget, *, offset: int = 0, brief: bool
         out["artifacts"] = [artifact_view(a) for a in found.artifacts[:_ARTIFACTS_SHOWN]]
         if len(found.artifacts) > _ARTIFACTS_SHOWN:
             out["artifacts_omitted"] = len(found.artifacts) - _ARTIFACTS_SHOWN  # `corral artifacts list` has all
+    return out
+
+
+def waiting_for(waiting: corral.WaitingFor) -> dict[str, Any]:
+    """What holds a PENDING task back, only the reasons that hold."""
+    out: dict[str, Any] = {}
+    if waiting.dependencies:
+        out["dependencies"] = list(waiting.dependencies)
+    if waiting.ready_time is not None:
+        out["ready_time"] = iso(waiting.ready_time)
+    if waiting.concurrency_key:
+        out["concurrency_key"] = waiting.concurrency_key
+    if waiting.resources:
+        out["resources"] = [
+            {
+                "resource": wait.resource,
+                "held_by_task_id": wait.held_by_task_id,
+                "held_resource": wait.held_resource,
+                "held_exclusive": wait.held_exclusive,
+            }
+            for wait in waiting.resources
+        ]
+    if waiting.teammates is not corral.TeammateAvailability.SOME_ONLINE:
+        out["teammates"] = waiting.teammates.name
     return out
 
 

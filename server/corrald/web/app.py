@@ -278,6 +278,7 @@ class WebBoard:
             result=shapes.preview(record.result),
             question=shapes.preview(record.question),
             review=shapes.review_policy(record.review),
+            waiting_for=shapes.waiting_for(message),
             review_rounds=record.review_rounds,
             proposed_by=record.proposed_by,
             discovered_from=record.discovered_from,

@@ -23,6 +23,9 @@ EVENT_TEXT_CHARS = 4096
 # A proposal names at most 100 tasks, a decision up to 1,000: an event lists this many
 # of them and counts the rest.
 EVENT_IDS_MAX = 100
+# The held resources the stats carry to every page each second (GetStats caps them at
+# 1,000): enough for every teammate's claims on a busy team, and a bounded message.
+HELD_RESOURCES_SHOWN = 300
 
 
 def _ms(parent: Any, field: str) -> int | None:
@@ -69,6 +72,30 @@ def task(t: pb.Task) -> dict[str, object]:
         "progress": t.progress,
         "progress_fraction": t.progress_fraction if t.HasField("progress_fraction") else None,
         "depends_on": list(t.depends_on),
+        "resources": list(t.resources),
+        "shared_resources": list(t.shared_resources),
+    }
+
+
+def waiting_for(t: pb.Task) -> dict[str, object] | None:
+    """What holds a PENDING task back, for its detail; None when nothing does."""
+    if not t.HasField("waiting_for"):
+        return None
+    waiting = t.waiting_for
+    return {
+        "dependencies": list(waiting.dependencies),
+        "ready_ms": _ms(waiting, "ready_time"),
+        "concurrency_key": waiting.concurrency_key,
+        "teammates": pb.TeammateAvailability.Name(waiting.teammates).removeprefix("TEAMMATE_AVAILABILITY_"),
+        "resources": [
+            {
+                "resource": wait.resource,
+                "held_by_task_id": wait.held_by_task_id,
+                "held_resource": wait.held_resource,
+                "held_exclusive": wait.held_exclusive,
+            }
+            for wait in waiting.resources
+        ],
     }
 
 
@@ -203,4 +230,9 @@ def stats(board: BoardStats, open_streams: int, feed_clients: int, outputs_open:
         "open_streams": open_streams,
         "boards_open": feed_clients,
         "outputs_open": outputs_open,  # task drawers following output
+        "held_resources": [
+            {"resource": h.resource, "task_id": h.task_id, "teammate": h.teammate, "exclusive": h.exclusive}
+            for h in board.held_resources[:HELD_RESOURCES_SHOWN]
+        ],
+        "held_resources_total": board.held_resources_total,
     }

@@ -2,6 +2,7 @@
 // Every string that came from a client reaches the DOM through textContent only.
 
 import { ArtifactsView } from "./artifacts.js";
+import { Leases, resourcesText, waitingText } from "./leases.js";
 import { OutputView } from "./output.js";
 
 const $ = (id) => document.getElementById(id);
@@ -52,6 +53,9 @@ function shownState(task) {
   const gated = task.ready_ms && task.ready_ms > nowMs();
   return waiting || gated ? "blocked" : "ready";
 }
+
+const leases = new Leases();
+board.leases = leases;
 
 // ---------------------------------------------------------------- login
 
@@ -287,6 +291,8 @@ function applySnapshot(snap) {
   for (const mate of snap.teammates) board.teammates.set(mate.name, mate);
   for (const plan of snap.plans) board.plans.set(plan.author, plan);
   board.claims = snap.claims;
+  leases.seen = "";
+  leases.apply(snap.stats);
   $("who").textContent = `${snap.session.name}${snap.session.actions ? " · actions on" : " · read-only"}`;
   $("graph-note").hidden = !snap.frontier;
   $("graph-note").textContent = snap.frontier
@@ -327,6 +333,12 @@ const header = {
   },
   health(stats) {
     board.stats = stats;
+    const touched = leases.apply(stats);  // what the teammate and task views show held
+    if (touched) {
+      for (const id of touched.tasks) if (board.tasks.has(id) || board.offGraph.has(id)) dirty.tasks.add(id);
+      for (const name of touched.teammates) if (board.teammates.has(name)) dirty.teammates.add(name);
+      schedule();
+    }
     const rows = [
       ["queue", `${stats.queue_depth} (p99 ${Number(stats.queue_depth_p99).toFixed(0)})`, stats.queue_depth > 50],
       ["commits/s", rate(stats.commits).toFixed(0), false],
@@ -550,7 +562,10 @@ const tables = {
     }
     progress.append(task.state === "IN_PROGRESS" ? task.progress || "" : "");
     const stateCell = el("td"); stateCell.append(state);
-    row.replaceChildren(el("td", task.id), el("td", task.title), stateCell, el("td", task.owner), el("td", task.attempt), progress);
+    const title = el("td", task.title);
+    const leaseLine = leases.line(leases.byTask.get(task.id));
+    if (leaseLine) title.append(leaseLine);
+    row.replaceChildren(el("td", task.id), title, stateCell, el("td", task.owner), el("td", task.attempt), progress);
   },
   rebuild() {
     const tbody = $("tasks").tBodies[0];
@@ -625,9 +640,12 @@ const tables = {
       const kept = row.querySelector("button[data-action='set-budget']");
       budgetCell.append(" ", kept && kept.dataset.done ? kept : raise);
     }
+    const holds = el("td", (mate.held || []).join(", ") || "—");
+    const leaseLine = leases.line(leases.byMate.get(mate.name));
+    if (leaseLine) holds.append(leaseLine);
     row.replaceChildren(
       nameCell, el("td", mate.status.toLowerCase().replace("_", " "), `status-${mate.status.toLowerCase()}`),
-      el("td", (mate.held || []).join(", ") || "—"), el("td", ago(mate.last_activity_ms)),
+      holds, el("td", ago(mate.last_activity_ms)),
       el("td", online ? "open" : "—"), el("td", tokens ? `${tokens} tok` : usage.cost_micros ? `$${(usage.cost_micros / 1e6).toFixed(2)}` : "—"),
       budgetCell,
     );
@@ -746,7 +764,8 @@ const drawer = {
     const fields = [["attempt", `${task.attempt} of ${task.max_attempts}`], ["owner", task.owner || "—"],
       ["lease ends", task.lease_expire_ms ? `${clock(task.lease_expire_ms)} (${Math.round((task.lease_expire_ms - nowMs()) / 1000)}s)` : "—"],
       ["fence", task.fence ?? "—"], ["priority", task.priority], ["depends on", task.depends_on.join(", ") || "—"],
-      ["progress", task.progress || "—"], ["error", task.error || "—"]];
+      ["progress", task.progress || "—"], ["resources", resourcesText(task)], ["waiting for", waitingText(task.waiting_for, clock)],
+      ["error", task.error || "—"]];
     $("d-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", k), el("dd", v)]));
     for (const part of ["description", "payload", "result"]) {
       const p = task[part];
