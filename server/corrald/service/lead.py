@@ -10,7 +10,7 @@ from ..board import Board
 from ..credentials import Identity
 from ..model import CanceledTask, TaskRecord
 from ..wake import WakeHub
-from . import convert, once
+from . import convert, once, watch_convert
 
 FEED_PAGE = 256
 # What one Watch stream holds read and not yet sent: a few tasks with their
@@ -220,7 +220,7 @@ class LeadServicer(pb_grpc.LeadServiceServicer):
             moved = self._hub.board_moved()  # taken before reading, so no change slips between
             feed = await self._board.read_feed(after, FEED_PAGE, FEED_BYTES)
             for event, task, mate in feed.items:
-                yield convert.watch_response(event, task, mate)
+                yield watch_convert.watch_response(event, task, mate)
                 after = event.seq
             if not feed.more:
                 await moved.wait()

@@ -17,7 +17,7 @@ import collections
 import json
 
 from ..board import Board
-from ..service import convert
+from ..service import watch_convert
 from ..service.lead import FEED_BYTES, FEED_PAGE
 from ..wake import WakeHub
 from . import shapes
@@ -94,7 +94,7 @@ class RecentEvents:
     async def _read(self, seq: int) -> tuple[list[tuple[int, str]], bool]:
         page = await self._board.read_feed(seq, FEED_PAGE, FEED_BYTES)
         shaped = [
-            (event.seq, json.dumps(shapes.event(convert.watch_response(event, task, mate))))
+            (event.seq, json.dumps(shapes.event(watch_convert.watch_response(event, task, mate))))
             for event, task, mate in page.items
         ]
         return shaped, page.more
