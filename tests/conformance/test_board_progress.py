@@ -10,7 +10,7 @@ import pytest
 
 from corrald import errors
 from corrald.model import Event
-from corrald.service import convert
+from corrald.service import watch_convert
 from corrald.store.tasks import PROGRESS_EVENT_SPACING_MS
 from tests.support.boardkit import spec
 
@@ -166,7 +166,7 @@ def test_the_feed_shows_each_events_progress_as_it_was(board, clock):
     board.renew("alice", "t1", grant.token, "second")
     board.complete("alice", "t1", grant.token)
     page = board.run(board.board.read_feed(0, 100, 1 << 20))
-    shown = [convert.watch_response(*item) for item in page.items]
+    shown = [watch_convert.watch_response(*item) for item in page.items]
     tasks = [r.task_changed for r in shown if r.WhichOneof("event") == "task_changed"]
     progress = [(t.progress, t.progress_fraction if t.HasField("progress_fraction") else None) for t in tasks]
     # created, claimed, two progress events, completed (which keeps the last note)
@@ -190,5 +190,5 @@ def test_a_task_event_written_before_progress_existed_shows_none(board, clock):
     old = Event(1, clock.now_ms(), "task_changed", dict(_progress_events(board)[0]))
     for key in ("progress", "progress_fraction", "progress_ms"):
         del old.data[key]
-    shown = convert.watch_response(old, board.task("t1"), None).task_changed
+    shown = watch_convert.watch_response(old, board.task("t1"), None).task_changed
     assert shown.progress == "" and not shown.HasField("progress_fraction") and not shown.HasField("progress_time")
