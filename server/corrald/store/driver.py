@@ -96,6 +96,11 @@ class DriverSteps(Protocol):
     def view_for_delivery(self, conn: Any, name: str, now_ms: int) -> DeliveryView:
         """The teammate's delivery view and its live claims; Unauthenticated once it is removed."""
 
+    def held_conflict(self, conn: Any, wants: Sequence[tuple[str, bool]]) -> bool:
+        """Whether a held resource conflicts with one of `wants` ((path, exclusive) pairs):
+        an overlapping path held exclusively, or any overlapping one when it is wanted so."""
+        ...
+
     def lock_graph(self, tx: Txn) -> None:
         """Holds, until the transaction ends, the right to add dependencies to tasks on the
         board (AddDependencies, a split): two such edits checked for cycles side by side

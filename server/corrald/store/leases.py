@@ -3,9 +3,8 @@ over a task whose resources conflict with held ones (server/DESIGN.md, "Path lea
 
 A claim reads the ready tasks in claim order, at most SCAN_BOUND of them. A task
 without resources is taken at once (it conflicts with nothing), so a board without
-resources pays nothing more than a column. A task with resources costs one
-statement: are any of them held in a conflicting way (`leasepaths.probes`: an
-index range per ancestor and one for the descendants)? If so it is passed over, and
+resources pays nothing more than a column. A task with resources costs a check of
+the driver's (`DriverSteps.held_conflict`): are any of them held in a conflicting way? If so it is passed over, and
 it *reserves* its resources for the rest of the scan: a later task that would
 conflict with it is passed over too. So a task waiting for a resource keeps its
 place: once the holders finish, nothing behind it overlapping it starts first.
@@ -23,10 +22,10 @@ import json
 import sqlite3
 from collections.abc import Iterable, Sequence
 
-from ..leasepaths import DESCENDANTS_END, PathSet, ancestors_and_self, overlap, probes
+from ..leasepaths import PathSet, overlap, probes
 from ..model import HeldResource, ResourceWait, TaskRecord
 from ..txn import Txn
-from .dialect import sql
+from .dialect import sql, steps
 
 # The ready tasks one claim reads at most. Past them, only a task without resources
 # may be taken (one more query): it can conflict with no one, held or waiting.
@@ -67,31 +66,11 @@ def first_free(conn: sqlite3.Connection, rows: Iterable[tuple]) -> tuple[tuple[i
         if not resources:
             return (seq, failures, attempt), read
         wants = wanted(resources)
-        if (reserved and reserved.conflicts_any(wants)) or held_conflict(conn, wants):
+        if (reserved and reserved.conflicts_any(wants)) or steps(conn).held_conflict(conn, wants):
             reserved.add_all(wants)
             continue
         return (seq, failures, attempt), read
     return None, read
-
-
-def held_conflict(conn: sqlite3.Connection, wants: Wanted) -> bool:
-    """Whether a held resource conflicts with one of `wants`: one statement where each costs
-    a round trip, two per wanted path where none does (the driver says which)."""
-    statements = sql(conn).leases
-    if statements.CHECK_IN_ONE_STATEMENT:
-        return conn.execute(statements.ANY_CONFLICT, (json.dumps(probes(wants)),)).fetchone() is not None
-    for path, exclusive in wants:
-        among = ancestors_and_self(path)
-        query = _over_or_under(statements.HELD_OVER_OR_UNDER, sql(conn).marks, len(among))
-        if conn.execute(query, (*among, path + "/", path + DESCENDANTS_END, exclusive)).fetchone() is not None:
-            return True
-    return False
-
-
-@functools.lru_cache(maxsize=64)
-def _over_or_under(template: str, marks, depth: int) -> str:
-    """The check of a path `depth` segments deep (one statement text per depth)."""
-    return template.format(paths=marks(depth))
 
 
 def conflicts(conn: sqlite3.Connection, resources: str) -> tuple[ResourceWait, ...]:

@@ -33,8 +33,6 @@ CONFLICTS = (
     f"SELECT p.e ->> 0, h.path, t.id, h.exclusive FROM {_PROBES}{_OVERLAPPING}"
     " JOIN tasks AS t ON t.seq = h.task_seq ORDER BY p.key LIMIT %s"
 )
-# Each statement is a round trip: a task's whole check is ANY_CONFLICT.
-CHECK_IN_ONE_STATEMENT = True
 HELD_OVER_OR_UNDER = (
     "SELECT 1 FROM held_resources WHERE (path IN ({paths}) OR (path > %s AND path < %s))"
     " AND (exclusive = 1 OR %s) LIMIT 1"

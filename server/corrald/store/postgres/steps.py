@@ -11,9 +11,11 @@ the writer.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 
+from ...leasepaths import probes
 from ...model import ClaimOutcome, Completion, DeliveryView, OpCompletion, TaskRecord
 from ...txn import Txn
 from .. import keys, leases, ops
@@ -22,6 +24,7 @@ from ..tasks.claims import pick_ready, ready_query
 from ..tasks.rows import TASK_WIDTH, task_record
 from ..team import delivery_view_with_claims
 from . import fused
+from .lease_queries import ANY_CONFLICT
 
 # A completion's row after the op record's seq: the task's columns (one of them the
 # dependency list), its concurrency key, its freed dependents; then the view, if read.
@@ -152,6 +155,11 @@ def complete_many(conn: sqlite3.Connection, now_ms: int, requests: Sequence[OpCo
 # The advisory lock of the board's dependency graph: one number per schema is enough,
 # each board being its own schema (pg_advisory_xact_lock is per database).
 _GRAPH_LOCK = "SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':graph'))"
+
+
+def held_conflict(conn, wants: Sequence[tuple[str, bool]]) -> bool:
+    """One statement for all of a task's paths (each statement is a round trip)."""
+    return conn.execute(ANY_CONFLICT, (json.dumps(probes(wants)),)).fetchone() is not None
 
 
 def lock_graph(tx: Txn) -> None:

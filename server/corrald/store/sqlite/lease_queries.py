@@ -37,10 +37,6 @@ CONFLICTS = (
     " AND (p.value ->> 3 = 1 OR h.exclusive = 1) JOIN tasks AS t ON t.seq = h.task_seq"
     " ORDER BY p.key LIMIT ?"
 )
-# SQLite's statements cost no round trip: the check of one wanted path is a statement of
-# its own, its ancestors' (and its own) equality lookups and its descendants' range (the
-# primary key serves both sides of the OR), which measured a third of ANY_CONFLICT's time.
-CHECK_IN_ONE_STATEMENT = False
 HELD_OVER_OR_UNDER = (
     "SELECT 1 FROM held_resources WHERE (path IN ({paths}) OR (path > ? AND path < ?)) AND (exclusive = 1 OR ?) LIMIT 1"
 )

@@ -145,11 +145,10 @@ def pick_ready(
     may take now: its key not full, and its resources free (store/leases.py). `first_leased`:
     the caller found the first ready task has resources.
 
-    A SQLite cursor reads rows as they are asked for, so the scan costs a board without
-    resources nothing more; elsewhere the first row is asked for alone, and the scan follows
-    only when it has resources."""
+    The first ready task is read alone: when it has no resources (always, on a board without
+    them) it is the pick, and the scan of store/leases.py runs only when it has."""
     roles = tuple(roles)
-    if not first_leased and not isinstance(conn, sqlite3.Connection):
+    if not first_leased:
         first = conn.execute(*ready_query(conn, roles)).fetchone()
         if first is None or not first[3]:
             return None if first is None else (first[0], first[1], first[2])
