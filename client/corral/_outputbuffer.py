@@ -64,7 +64,8 @@ class OutputBuffer:
         self._since: float | None = None  # when the first pending byte was written
         self._dropped = 0
         self._state = _State.OPEN
-        # Waiters of `flush`: resolved once a batch taken after they asked is sent.
+        self._sending = False  # a batch was taken and is not sent yet (`take` .. `sent`)
+        # Waiters of `flush`: resolved once what was written before they asked is sent.
         self._flush_waiters: list[Any] = []
 
     def write(self, data: bytes, now: float) -> bool:
@@ -87,9 +88,10 @@ class OutputBuffer:
 
     def ask_flush(self, waiter: Any) -> bool:
         """Make what waits due now; `waiter` (a future) is resolved once it is sent.
-        False (and no waiter kept) when there is nothing to send."""
+        False (and no waiter kept) when nothing is buffered or on its way: a batch
+        taken but not sent yet counts, so a flush never returns ahead of it."""
         with self._lock:
-            if self._state is _State.STOPPED or not (self._pending or self._dropped):
+            if self._state is _State.STOPPED or not (self._pending or self._dropped or self._sending):
                 return False
             self._flush_waiters.append(waiter)
             return True
@@ -105,9 +107,20 @@ class OutputBuffer:
                 data += dropped_notice(self._dropped)
             self._pending.clear()
             self._since, self._dropped = None, 0
+            self._sending = True
             waiters, self._flush_waiters = self._flush_waiters, []
         pieces = [data[at : at + APPEND_MAX_BYTES] for at in range(0, len(data), APPEND_MAX_BYTES)]
         return pieces, waiters
+
+    def sent(self) -> list[Any]:
+        """The batch `take` gave is sent (or given up on): the flush waiters that asked while
+        it was on its way with nothing more written, which it settles too."""
+        with self._lock:
+            self._sending = False
+            if self._pending or self._dropped:
+                return []  # the next batch, due at once for them, settles them
+            waiters, self._flush_waiters = self._flush_waiters, []
+        return waiters
 
     def seconds_until_due(self, now: float) -> float | None:
         """How long until the next batch is due: 0.0 now, None while nothing waits."""

@@ -94,3 +94,26 @@ def test_a_stopped_buffer_takes_nothing_and_hands_its_waiters_over() -> None:
     assert buffer.ask_flush("late") is False
     assert buffer.take(clock() + 1) == ([], [])
     assert buffer.drain_waiters() == ["waiter"] and buffer.drain_waiters() == []
+
+
+def test_a_flush_asked_while_a_batch_is_on_its_way_waits_for_that_batch() -> None:
+    buffer = OutputBuffer()
+    buffer.write(b"last line\n", 0.0)
+    pieces, waiters = buffer.take(FLUSH_SECONDS)
+    assert pieces == [b"last line\n"] and waiters == []
+    # Nothing is buffered now, but the batch is not sent: a flush (before the claim
+    # finishes) must wait for it, not return ahead of it.
+    assert buffer.ask_flush("before-finish")
+    assert buffer.sent() == ["before-finish"]
+    assert not buffer.ask_flush("after"), "nothing buffered or on its way"
+
+
+def test_a_flush_asked_during_a_send_with_more_written_is_settled_by_the_next_batch() -> None:
+    buffer = OutputBuffer()
+    buffer.write(b"one\n", 0.0)
+    buffer.take(FLUSH_SECONDS)
+    buffer.write(b"two\n", 0.1)
+    assert buffer.ask_flush("waiter")
+    assert buffer.sent() == [], "what was written after the batch is not sent yet"
+    assert buffer.seconds_until_due(0.1) == 0.0
+    assert buffer.take(0.1) == ([b"two\n"], ["waiter"])

@@ -80,7 +80,7 @@ class ClaimOutput:
                 for piece in pieces:
                     if not await self._send(piece):
                         break
-                _settle(waiters)
+                _settle(waiters + self._buffer.sent())
                 continue
             await self._pump.wait(self._buffer.seconds_until_due(time.monotonic()))
         _settle(self._buffer.drain_waiters())
