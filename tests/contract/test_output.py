@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
 
 from corral.v1 import corral_pb2 as pb
 
-from .wire import STREAM_TIMEOUT_S, SessionStream, Stream, assert_status, rpc_error, spec
+from .wire import STREAM_TIMEOUT_S, SessionStream, Stream, assert_op_status, assert_status, rpc_error, spec
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -224,15 +223,8 @@ def _check(error, code: grpc.StatusCode, **details) -> None:
     """`assert_status` for a unary call's error or a Session op's status."""
     if isinstance(error, grpc.RpcError):
         assert_status(error, code, **details)
-        return
-    assert error.code == code.value[0], error
-    for detail in error.details:
-        for kind, key in ((error_details_pb2.ErrorInfo, "reason"), (error_details_pb2.BadRequest, "field")):
-            if key in details and detail.Is(kind.DESCRIPTOR):
-                value = kind()
-                detail.Unpack(value)
-                found = value.reason if key == "reason" else [v.field for v in value.field_violations]
-                assert details[key] == found or details[key] in found, (details, value)
+    else:
+        assert_op_status(error, code, **details)
 
 
 def test_appends_past_the_output_limit_are_refused_whole(corrald):

@@ -81,11 +81,13 @@ def bearer(token: str) -> list[tuple[str, str]]:
 
 def status_details(error: grpc.RpcError) -> dict[str, Any]:
     """ErrorInfo / BadRequest / RetryInfo from the google.rpc.Status of a failed call."""
-    found: dict[str, Any] = {}
     status = rpc_status.from_call(error)
-    if status is None:
-        return found
-    for detail in status.details:
+    return {} if status is None else _unpacked(status.details)
+
+
+def _unpacked(details) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for detail in details:
         for kind, name in (
             (error_details_pb2.ErrorInfo, "error_info"),
             (error_details_pb2.BadRequest, "bad_request"),
@@ -104,17 +106,27 @@ def assert_status(
     """Checks the code and, when given, the ErrorInfo reason and a BadRequest field violation."""
     assert error.code() == code, f"expected {code.name}, got {error.code().name}: {error.details()}"
     found = status_details(error)
+    _assert_details(found, code, error.details(), reason, field)
+    return found
+
+
+def assert_op_status(status, code: grpc.StatusCode, *, reason: str | None = None, field: str | None = None) -> None:
+    """`assert_status` for a Session op's result (its google.rpc.Status)."""
+    assert status.code == code.value[0], f"expected {code.name}, got {status}"
+    _assert_details(_unpacked(status.details), code, status.message, reason, field)
+
+
+def _assert_details(found: dict[str, Any], code: grpc.StatusCode, text, reason: str | None, field: str | None) -> None:
     if reason is not None:
         info = found.get("error_info")
-        assert info is not None, f"no google.rpc.ErrorInfo on {code.name}: {error.details()}"
+        assert info is not None, f"no google.rpc.ErrorInfo on {code.name}: {text}"
         assert info.domain == "corral", info
-        assert info.reason == reason, f"expected reason {reason}, got {info.reason}: {error.details()}"
+        assert info.reason == reason, f"expected reason {reason}, got {info.reason}: {text}"
     if field is not None:
         bad = found.get("bad_request")
-        assert bad is not None, f"no google.rpc.BadRequest on INVALID_ARGUMENT: {error.details()}"
+        assert bad is not None, f"no google.rpc.BadRequest on INVALID_ARGUMENT: {text}"
         fields = [v.field for v in bad.field_violations]
-        assert field in fields, f"expected a field violation on {field!r}, got {fields}: {error.details()}"
-    return found
+        assert field in fields, f"expected a field violation on {field!r}, got {fields}: {text}"
 
 
 def rpc_error(function: Callable, *args, **kwargs) -> grpc.RpcError:
