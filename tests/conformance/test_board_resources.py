@@ -201,8 +201,8 @@ def test_a_restart_rebuilds_what_is_held_from_the_tasks_in_progress(team):
     assert team.claim("w2").task.id == "b"
 
 
-def test_a_plain_board_reads_no_more_than_before(team):
-    """A claim whose first ready task has no resources takes it at once: no scan, no lookup."""
+def test_a_task_without_resources_is_taken_first_and_holds_nothing(team):
+    """A first ready task without resources is the pick, ahead of one with them, and holds nothing."""
     team.create(spec("plain"), spec("leased", resources=["repo:web"]))
     grant = team.claim("w1")
     assert grant.task.id == "plain" and grant.task.resources == ()
@@ -249,7 +249,11 @@ def test_bad_resources_are_refused_naming_the_field_and_nothing_is_written(team,
 
 
 def test_a_resource_may_carry_a_scheme_and_be_200_characters():
-    validate.normalize_spec(0, spec("t", resources=["repo:web/" + "a" * 191], shared_resources=["db:x"]), Limits(), 0)
+    longest = "repo:web/" + "a" * 191
+    checked = validate.normalize_spec(0, spec("t", resources=[longest], shared_resources=["db:x"]), Limits(), 0)
+    assert (tuple(checked.resources), tuple(checked.shared_resources)) == ((longest,), ("db:x",))
+    with pytest.raises(errors.InvalidArgument):
+        validate.normalize_spec(0, spec("t", resources=[longest + "a"]), Limits(), 0)
 
 
 def test_no_conflicting_tasks_are_ever_in_progress_at_once_under_20_teammates(board):
@@ -303,7 +307,7 @@ def test_no_conflicting_tasks_are_ever_in_progress_at_once_under_20_teammates(bo
     assert not any(thread.is_alive() for thread in threads)
     resources = {s.id: [(p, True) for p in s.resources] + [(p, False) for p in s.shared_resources] for s in specs}
     running: dict[str, list] = {}
-    starts = 0
+    starts = together = 0
     for (data,) in board.rows("SELECT data FROM events WHERE kind = 'task_changed' ORDER BY seq"):
         event = json.loads(data)
         task_id, state = event["id"], event["state"]
@@ -313,11 +317,13 @@ def test_no_conflicting_tasks_are_ever_in_progress_at_once_under_20_teammates(bo
                     for other_path, other_exclusive in held:
                         conflict = overlap(path, other_path) and (exclusive or other_exclusive)
                         assert not conflict, f"{task_id} ({path}) started while {other} held {other_path}"
+            together += bool(running)
             running[task_id] = resources[task_id]
             starts += 1
         else:
             running.pop(task_id, None)
     assert starts == 300, "each task was claimed once"
+    assert together > 0, "no task ever started beside another: the check above saw no concurrency"
     ends = board.rows("SELECT count(*), count(DISTINCT task_seq) FROM claims WHERE outcome = 'completed'")
     assert ends == [(300, 300)]
     assert board.rows("SELECT count(*) FROM held_resources") == [(0,)]
