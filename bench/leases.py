@@ -107,6 +107,8 @@ def run(sizes, runs: int, log) -> dict:
         try:
             for measured in alternate_claims(boards, "leased", runs, count):
                 measured["held_at_end"] = _held_count(boards["leased"])
+                if measured["held_at_end"] < held:  # else the leased board measured a plain one
+                    raise RuntimeError(f"the leased board holds {measured['held_at_end']} resources, not {held}+")
                 rounds.append(measured)
                 log(
                     f"leases      claim job p50 plain {measured['plain']['p50_ms']:.3f} ms, with resources"

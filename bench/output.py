@@ -35,6 +35,7 @@ import corral
 import corral.aio
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc as pb_grpc
+from tests.support import wait_until_async
 
 from . import dags, teamworker
 from .daemon import CHANNEL_OPTIONS, Daemon, Lead, bearer, cpu_seconds, duration, lead_call, session_refusal
@@ -44,6 +45,7 @@ LOG_ROLE = "log"
 LOAD = "session"
 VARIANTS = ("plain", "sdk", "unary")
 LOG_LEASE_S = 3600  # the appenders' tasks outlive any run: no renewals in the way
+HOLD_WITHIN_S = 120.0  # the writers' claims of their long tasks
 FIELDS = {
     "throughput": "cycles/s",
     "p50_ms": "ms",
@@ -99,7 +101,12 @@ async def _sdk_writer(address: str, token: str, text: str, every_s: float, stop,
     # The teammate keeps the SDK's own poll interval (a short one would add a check of the
     # board per poll to what is measured); once its handler has returned, it is stopped.
     runner = asyncio.ensure_future(corral.aio.run_teammate(handler, address=address, token=token))
-    await returned.wait()
+    ended = asyncio.ensure_future(returned.wait())
+    await asyncio.wait({runner, ended}, return_when=asyncio.FIRST_COMPLETED)
+    if runner.done():  # ended before its handler did: say why instead of hanging
+        ended.cancel()
+        runner.result()
+        raise RuntimeError("a writer's run_teammate ended before its handler returned")
     runner.cancel()
     with contextlib.suppress(asyncio.CancelledError, corral.CorralError):
         await runner
@@ -109,8 +116,7 @@ async def _appenders(kind: str, address: str, tokens: list[str], size: int, ever
     tally = {"holding": 0, "appends": 0, "writes": 0, "errors": 0}
 
     async def report_holding() -> None:
-        while tally["holding"] < len(tokens):
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: tally["holding"] >= len(tokens), HOLD_WITHIN_S, "every writer holding its task")
         tally["writes"] = tally["appends"] = 0  # count from here: every writer holds its task
         holding.set()
         begun = time.monotonic()
