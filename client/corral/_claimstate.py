@@ -21,6 +21,7 @@ from corral._errors import (
     Overloaded,
     TaskCanceled,
 )
+from corral._outputbuffer import APPEND_MAX_BYTES
 from corral._primitives import Flag
 from corral._retry import is_transient
 from corral._types import (
@@ -74,17 +75,13 @@ def check_progress(text: str, fraction: float | None) -> None:
         _refuse("progress_fraction", f"{fraction} is outside [0, 1]")
 
 
-# The daemon refuses a bigger append (AppendOutputRequest.data).
-OUTPUT_APPEND_MAX_BYTES = 64 * 1024
-
-
 def check_output(data: bytes) -> None:
     """Refuse, before any call, an append the daemon would refuse (InvalidArgument):
-    empty, or longer than OUTPUT_APPEND_MAX_BYTES."""
+    empty, or longer than APPEND_MAX_BYTES."""
     if not data:
         _refuse("data", "must not be empty")
-    if len(data) > OUTPUT_APPEND_MAX_BYTES:
-        _refuse("data", f"longer than {OUTPUT_APPEND_MAX_BYTES} bytes of UTF-8")
+    if len(data) > APPEND_MAX_BYTES:
+        _refuse("data", f"longer than {APPEND_MAX_BYTES} bytes of UTF-8")
 
 
 # The daemon refuses a longer question (AskQuestionRequest.question).

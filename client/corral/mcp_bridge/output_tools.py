@@ -11,6 +11,7 @@ import pydantic
 
 import corral
 from corral import aio
+from corral._outputbuffer import APPEND_MAX_BYTES
 
 from .errors import ToolFailure
 from .registry import BOOLEAN, INTEGER, STRING, Arguments, Count, Outcome, Progress, ToolSpec, obj
@@ -19,7 +20,6 @@ if TYPE_CHECKING:
     from .teammate_link import TeammateLink
 
 __all__ = [
-    "OUTPUT_APPEND_MAX_BYTES",
     "READ_OUTPUT_MAX_BYTES",
     "append_output_tool",
     "attempt_author",
@@ -27,7 +27,6 @@ __all__ = [
 ]
 
 # The daemon's limit on one append: refused here first, naming the field.
-OUTPUT_APPEND_MAX_BYTES = 64 * 1024
 # The most output one read_output answer carries: what fits the model-visible text of a
 # result (32 KiB, rendering.py) beside the rest of the answer. Page on with next_offset.
 READ_OUTPUT_MAX_BYTES = 24 * 1024
@@ -38,7 +37,7 @@ Attempt = Annotated[int, pydantic.Field(ge=0, le=2**31 - 1)]
 
 class AppendOutputArgs(Arguments):
     task_id: TaskId
-    text: Annotated[str, pydantic.Field(min_length=1, max_length=OUTPUT_APPEND_MAX_BYTES)]
+    text: Annotated[str, pydantic.Field(min_length=1, max_length=APPEND_MAX_BYTES)]
 
 
 class ReadOutputArgs(Arguments):
@@ -52,7 +51,7 @@ def append_output_tool(link: TeammateLink) -> ToolSpec:
 
     async def append_output(args: AppendOutputArgs, progress: Progress) -> Outcome:
         size = len(args.text.encode("utf-8"))
-        if size > OUTPUT_APPEND_MAX_BYTES:
+        if size > APPEND_MAX_BYTES:
             raise ToolFailure(
                 "INVALID_ARGUMENT", f"text: {size} bytes is over the 64 KiB limit of one append; send it in parts"
             )
