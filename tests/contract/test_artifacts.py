@@ -171,13 +171,14 @@ def test_fifty_mib_round_trips_with_its_sha256_and_survives_a_restart(corrald):
 # ---------------------------------------------------------------- dead claims
 
 
-def test_an_upload_whose_claim_is_revoked_mid_way_is_refused_and_its_bytes_go_at_restart(corrald):
+def test_an_upload_whose_task_is_canceled_mid_way_is_refused_and_its_bytes_go_at_restart(corrald):
     daemon = corrald()
     ann = daemon.add_teammate("ann")
     daemon.create_tasks(spec("kept"), spec("a"))
     stream = ann.idle(slots=2)
     claims = {c.task.id: c for c in (stream.next_event("claim", timeout=5.0) for _ in range(2))}
     before = put(ann, claims["kept"], b"committed before", name="kept.txt")
+    files_before = _board_rows(daemon)[1]
     sent_some = threading.Event()
     go_on = threading.Event()
 
@@ -192,7 +193,8 @@ def test_an_upload_whose_claim_is_revoked_mid_way_is_refused_and_its_bytes_go_at
     call = threading.Thread(target=lambda: outcome.append(rpc_error(ann.teammate.PutArtifact, requests(), timeout=60)))
     call.start()
     assert sent_some.wait(10)
-    # The upload's first bytes are stored, then the Lead cancels the task.
+    # The upload's first bytes are stored (past the header's check), then the Lead cancels the task.
+    wait_until(lambda: set(_board_rows(daemon)[1]) != set(files_before), 20, "the upload's first stored bytes")
     daemon.lead.lead.CancelTasks(pb.CancelTasksRequest(ids=["a"]))
     go_on.set()
     call.join(60)
