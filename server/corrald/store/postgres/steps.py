@@ -41,7 +41,7 @@ def claim_first_ready(tx: Txn, roles: tuple[str, ...], token: str, teammate: str
     if row is None:
         return None
     if row[-2] is None:  # not claimed: the first ready task has resources
-        picked = pick_ready(tx.conn, roles, first_leased=True)
+        picked = pick_ready(tx.conn, roles, probe_first=False)  # this statement read it
         if picked is None:
             return None
         row = tx.conn.execute(fused.claim_first_ready(fused.READY_BY_SEQ), (picked[0], *claim_params)).fetchone()

@@ -25,7 +25,8 @@ from .queries import CLAIM_TASK, FREE_DEPENDENTS, INSERT_CLAIM, OPEN_GATES, VIEW
 
 
 def claim_first_ready(tx: Txn, roles: tuple[str, ...], token: str, teammate: str) -> ClaimTaken | None:
-    picked = pick_ready(tx.conn, roles)
+    # A SQLite cursor reads the scan's rows as they are asked for: its first row is the probe.
+    picked = pick_ready(tx.conn, roles, probe_first=False)
     if picked is None:
         return None
     seq, failures, last_attempt = picked

@@ -139,16 +139,17 @@ def ready_query(
 
 
 def pick_ready(
-    conn: sqlite3.Connection, roles: Iterable[str], *, first_leased: bool = False
+    conn: sqlite3.Connection, roles: Iterable[str], *, probe_first: bool = True
 ) -> tuple[int, int, int] | None:
     """(seq, failures, last claim's attempt) of the first ready task a teammate with `roles`
-    may take now: its key not full, and its resources free (store/leases.py). `first_leased`:
-    the caller found the first ready task has resources.
+    may take now: its key not full, and its resources free (store/leases.py).
 
-    The first ready task is read alone: when it has no resources (always, on a board without
-    them) it is the pick, and the scan of store/leases.py runs only when it has."""
+    With `probe_first`, the first ready task is read alone: when it has no resources
+    (always, on a board without them) it is the pick, and the scan of store/leases.py runs
+    only when it has. A driver passes False when the scan costs no more than that read
+    (SQLite's cursor reads rows as they are asked for) or it has read it already."""
     roles = tuple(roles)
-    if not first_leased:
+    if probe_first:
         first = conn.execute(*ready_query(conn, roles)).fetchone()
         if first is None or not first[3]:
             return None if first is None else (first[0], first[1], first[2])
