@@ -14,7 +14,7 @@ the steps of the store's verbs each driver takes its own way (its connection's `
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -105,6 +105,9 @@ class DriverSteps(Protocol):
         """Holds, until the transaction ends, the right to add dependencies to tasks on the
         board (AddDependencies, a split): two such edits checked for cycles side by side
         could each pass and close one together."""
+
+    def inserted_seqs(self, conn: Any, ids: list[str]) -> Iterable[tuple[str, int]]:
+        """(id, seq) of the tasks `ids`, just inserted in this order by this transaction."""
 
 
 class Rerun(Exception):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from ...leasepaths import probes
 from ...model import ClaimOutcome, Completion, DeliveryView, OpCompletion, TaskRecord
@@ -21,7 +21,7 @@ from ...txn import Txn
 from .. import keys, leases, ops
 from ..driver import ClaimTaken, CompletedAtOnce, GatesOpened
 from ..tasks.claims import pick_ready, ready_query
-from ..tasks.rows import TASK_WIDTH, task_record
+from ..tasks.rows import TASK_WIDTH, rows_by_id, task_record
 from ..team import delivery_view_with_claims
 from . import fused
 from .lease_queries import ANY_CONFLICT
@@ -165,3 +165,8 @@ def held_conflict(conn, wants: Sequence[tuple[str, bool]]) -> bool:
 def lock_graph(tx: Txn) -> None:
     """Waits for the other writers' edits of the graph (of this daemon or another) to commit."""
     tx.conn.execute(_GRAPH_LOCK)
+
+
+def inserted_seqs(conn, ids: list[str]) -> Iterable[tuple[str, int]]:
+    """Other daemons' writers insert beside this one, so the seqs are read back."""
+    return ((task_id, row.seq) for task_id, row in rows_by_id(conn, ids).items())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from ...leasepaths import DESCENDANTS_END, ancestors_and_self
 from ...model import ClaimOutcome, Completion, DeliveryView, TaskRecord
@@ -85,3 +85,9 @@ def _held_over_or_under(depth: int) -> str:
 
 def lock_graph(tx: Txn) -> None:
     """Nothing to take: the board's one writer runs one edit at a time."""
+
+
+def inserted_seqs(conn: sqlite3.Connection, ids: list[str]) -> Iterable[tuple[str, int]]:
+    """The board's one writer inserted them alone: AUTOINCREMENT gave the rows consecutive seqs."""
+    (last,) = conn.execute("SELECT last_insert_rowid()").fetchone()
+    return zip(ids, range(last - len(ids) + 1, last + 1), strict=True)

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from ... import errors
 from ...model import CreatedBatch, CreatedTask, TaskSpec, TaskState
 from ...txn import Txn
 from ...validate import PreparedBatch
 from .. import leases
-from ..dialect import insert_rows, sql
+from ..dialect import insert_rows, sql, steps
 from .rows import BoardRow, rows_by_id, task_events
 from .timegates import gate_shut
 
@@ -135,7 +134,7 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "", origin: Or
             if gated:
                 assert spec.not_before_ms is not None
                 gate_shut(tx, spec.not_before_ms)
-        seq_of.update(_inserted_seqs(conn, [spec.id for _, spec in new_specs]))
+        seq_of.update(steps(conn).inserted_seqs(conn, [spec.id for _, spec in new_specs]))
         seq_of.update((task_id, row.seq) for task_id, row in outside.items())
         insert_rows(
             conn,
@@ -164,15 +163,6 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "", origin: Or
         for spec in specs
     ]
     return CreatedBatch(created, unchanged)
-
-
-def _inserted_seqs(conn: sqlite3.Connection, ids: list[str]) -> Iterable[tuple[str, int]]:
-    """The seqs the tasks `ids`, just inserted in this order, were given."""
-    if isinstance(conn, sqlite3.Connection):
-        # SQLite's one writer: AUTOINCREMENT gave the rows consecutive seqs.
-        (last,) = conn.execute("SELECT last_insert_rowid()").fetchone()
-        return zip(ids, range(last - len(ids) + 1, last + 1), strict=True)
-    return ((task_id, row.seq) for task_id, row in rows_by_id(conn, ids).items())
 
 
 def _created(task_id: str, row: BoardRow) -> CreatedTask:
