@@ -103,5 +103,6 @@ def test_errors_are_one_line_and_write_no_file(cli, lead, start_teammate, error_
     assert missing.exit_code == 1 and "ARTIFACT_NOT_FOUND" in error_line(missing)
     assert not (tmp_path / "nope.txt").exists()
     assert sorted(os.listdir(tmp_path)) == ["state"], "no temporary file left"
-    assert "ARTIFACT_NOT_FOUND" in error_line(cli("artifacts", "get", "t", "nope.txt"))
+    to_stdout = cli("artifacts", "get", "t", "nope.txt")
+    assert "ARTIFACT_NOT_FOUND" in error_line(to_stdout) and to_stdout.stdout_bytes == b""
     assert cli("artifacts", "get", "t").exit_code == 2  # usage: NAME is missing

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -11,6 +13,8 @@ from corral._terminal.artifacts import artifact_json, artifacts_table
 from corral._terminal.output import console, emit_json
 
 from ._connect import connection_options, lead_session
+
+_COPY_CHUNK = 1 << 20
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 
@@ -58,6 +62,10 @@ def get_command(ctx: click.Context, task_id: str, name: str, to: Path | None) ->
         if to is not None:
             lead.get_artifact(task_id, name, to=to)
             return
-        data = lead.get_artifact(task_id, name)
-    sys.stdout.buffer.write(data)
+        # Through a temporary file, so an artifact of any size is never held in memory,
+        # and stdout gets no byte of a download that fails part way.
+        with tempfile.TemporaryDirectory(prefix="corral-artifact-") as scratch:
+            whole = lead.get_artifact(task_id, name, to=Path(scratch) / "artifact")
+            with whole.open("rb") as source:
+                shutil.copyfileobj(source, sys.stdout.buffer, _COPY_CHUNK)
     sys.stdout.buffer.flush()
