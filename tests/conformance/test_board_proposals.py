@@ -159,8 +159,11 @@ def test_proposals_are_refused_with_nothing_written(team):
 def test_at_most_so_many_proposals_wait_from_one_teammate(team):
     for start in range(0, PROPOSALS_WAITING_MAX, 100):
         team.propose("w1", *[spec(f"p{i}") for i in range(start, start + 100)])
-    with pytest.raises(errors.FailedPrecondition):
+    before = team.snapshot()
+    with pytest.raises(errors.FailedPrecondition) as full:
         team.propose("w1", spec("one-more"))
+    assert full.value.metadata["field"] == "tasks"
+    assert team.snapshot() == before
     assert team.propose("w2", spec("theirs")).tasks[0].state is TaskState.PROPOSED
 
 
@@ -251,10 +254,15 @@ def test_a_proposal_from_a_claim_that_is_not_live_writes_nothing(team, clock):
     }
     for task_id, error in refused.items():
         for block in (False, True):
-            with pytest.raises(error):
+            with pytest.raises(error) as dead:
                 team.propose("w1", spec(f"from-{task_id}"), task_id=task_id, token=grants[task_id].token, block=block)
-    with pytest.raises(errors.ClaimTokenMismatch):  # another teammate's token
+            assert dead.value.metadata["field"] == "claim_token", (task_id, block)
+    with pytest.raises(errors.ClaimTokenMismatch) as stolen:  # another teammate's token
         team.propose("w2", spec("stolen"), task_id="exp", token=grants["exp"].token)
+    assert stolen.value.metadata["field"] == "claim_token"
+    with pytest.raises(errors.TaskNotFound) as unknown:
+        team.propose("w1", spec("from-nowhere"), task_id="nowhere", token=grants["exp"].token, block=True)
+    assert unknown.value.metadata["field"] == "task_id"
     assert team.snapshot() == before
 
 
@@ -292,6 +300,11 @@ def _decide_job(board, task_ids: list[str], approve: bool, feedback: str = ""):
     return board.call(lambda tx: proposals.decide(tx, task_ids, approve, feedback))
 
 
+def _create_job(board, specs):
+    batch = validate.prepare_batch(specs, board.limits, board.clock.now_ms())
+    return board.call(lambda tx: tasks.create_batch(tx, batch))
+
+
 def _edges(board) -> dict[str, set[str]]:
     rows = board.rows(
         "SELECT t.id, d.id FROM deps AS e JOIN tasks AS t ON t.seq = e.task_seq JOIN tasks AS d ON d.seq = e.dep_seq"
@@ -326,6 +339,7 @@ SEEDED = 48
 STEPS_MAX = 400  # a teammate's loop, bounded
 PROPOSALS_EACH = 4  # the proposals a teammate makes at most
 EDGES_MAX = 40  # the lead's AddDependencies that succeed, at most
+CREATED_BATCHES = 24  # CreateTasks calls from a caller of its own, each on tasks of the board
 UNFINISHED = "SELECT count(*) FROM tasks WHERE state NOT IN (3, 4, 5)"
 
 
@@ -333,7 +347,8 @@ UNFINISHED = "SELECT count(*) FROM tasks WHERE state NOT IN (3, 4, 5)"
 def test_many_teammates_propose_and_split_while_the_lead_decides_and_adds_dependencies(board):
     """Teammates claim, propose (some from their claim, some splitting it, some on tasks of
     the board) and complete; a lead thread approves or rejects what waits and adds
-    dependencies between tasks as it goes. Afterwards, from the claims table and the event
+    dependencies between tasks as it goes, while another caller creates tasks on tasks of
+    the board (CreateTasks). Afterwards, from the claims table and the event
     log: no PROPOSED task was ever claimed, no task (a split one either) was claimed before
     its dependencies completed, the graph is acyclic, and the attempts and outcomes are those
     the threads saw."""
@@ -352,6 +367,8 @@ def test_many_teammates_propose_and_split_while_the_lead_decides_and_adds_depend
     completed: list[str] = []
     splits: list[str] = []
     rejected: set[str] = set()
+    created_all = threading.Event()  # until then, no unfinished task is no reason to stop
+    created: list[str] = []
 
     def unfinished() -> int:
         return board.scalar(UNFINISHED)
@@ -365,7 +382,7 @@ def test_many_teammates_propose_and_split_while_the_lead_decides_and_adds_depend
                     return
                 grant = board.claim(name)
                 if grant is None:
-                    if unfinished() == 0:
+                    if created_all.is_set() and unfinished() == 0:
                         return
                     done.wait(0.005)  # nothing ready: the lead has proposals to decide
                     continue
@@ -421,20 +438,42 @@ def test_many_teammates_propose_and_split_while_the_lead_decides_and_adds_depend
                             added += 1
                         except (errors.FailedPrecondition, errors.InvalidArgument):
                             pass  # claimed meanwhile, a cycle, or a dependency canceled meanwhile
-                if not waiting and unfinished() == 0:
+                if not waiting and created_all.is_set() and unfinished() == 0:
                     return
                 done.wait(0.002)
         except Exception as error:  # noqa: BLE001
             problems.append(f"lead: {error!r}")
             done.set()
 
+    def creator() -> None:
+        local = random.Random(11)
+        try:
+            for n in range(CREATED_BATCHES):
+                if done.is_set():
+                    return
+                alive = [t for (t,) in board.rows("SELECT id FROM tasks WHERE state NOT IN (4, 5)")]
+                ids = [f"c{n}.{k}" for k in range(local.randint(1, 2))]
+                on_board = local.sample(alive, min(len(alive), local.randint(1, 2)))
+                try:
+                    _create_job(board, [spec(ids[0], *on_board), *(spec(i, ids[0]) for i in ids[1:])])
+                except errors.InvalidArgument:
+                    continue  # a dependency canceled meanwhile
+                created.extend(ids)
+                done.wait(0.01)
+        except Exception as error:  # noqa: BLE001
+            problems.append(f"creator: {error!r}")
+            done.set()
+        finally:
+            created_all.set()
+
     targets = [(name, lambda name=name, n=n: teammate(name, n)) for n, name in enumerate(names)]
-    _run_threads([*targets, ("lead", lead)], timeout=100)
+    _run_threads([*targets, ("lead", lead), ("creator", creator)], timeout=100)
     done.set()
     assert not problems, problems[:5]
     assert unfinished() == 0, "every task ended"
     proposed_ids = {t for (t,) in board.rows("SELECT id FROM tasks WHERE proposed_by != ''")}
     assert proposed_ids and splits, "the run proposed and split"
+    assert created, "the run created tasks as it went"
 
     changes = _state_changes(board)
     # A PROPOSED task is never claimed: a claim always follows PENDING, and a rejected one has none.

@@ -67,7 +67,11 @@ def propose(
         raise errors.PermissionDenied(f"teammate {teammate!r} may not propose tasks (the lead's policy: deny)")
     source = None
     if task_id:
-        source = live_claim(tx, teammate, task_id, token)
+        try:
+            source = live_claim(tx, teammate, task_id, token)
+        except (errors.TaskNotFound, errors.ClaimError) as exc:  # named in the field that is wrong
+            exc.metadata["field"] = "task_id" if isinstance(exc, errors.TaskNotFound) else "claim_token"
+            raise
         if source.reviewing and block:
             raise errors.InvalidArgument(
                 "block_claimed_task", f"task {task_id!r} is under your review: it cannot be split"
