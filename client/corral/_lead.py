@@ -282,7 +282,7 @@ class Lead(BoardClient):
     def decide_proposals(self, task_ids: Iterable[str], approve: bool, feedback: str = "") -> list[Task]:
         """Decide tasks teammates proposed (PROPOSED; 1 to 1,000 ids): approved, they
         are PENDING and claimed like any task once ready; rejected, they are CANCELED
-        with error "proposal rejected: <feedback>", their PROPOSED dependents with them,
+        with error "proposal rejected: <feedback>", their dependents with them (as a cancel),
         and a task split on one drops that dependency and is ready again (its next
         claim's `previous_attempt.error` says the split was rejected and why). Each
         proposer's stream gets a `ProposalsDecided`. Returns the tasks decided, the

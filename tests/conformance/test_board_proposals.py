@@ -115,6 +115,26 @@ def test_a_rejected_split_drops_the_dependency_and_says_why(team):
     assert "proposal rejected: not needed" in again.previous_attempt.error
 
 
+def test_a_rejection_cancels_what_depends_on_it_proposed_or_not(team):
+    """A rejected proposal will never complete: as a cancel does, it takes its unfinished
+    dependents with it, a teammate's proposal on it and the Lead's own tasks that wait for it
+    (created on it, or given it with AddDependencies); only a split's edge is dropped instead."""
+    team.propose("w1", spec("p"))
+    team.propose("w2", spec("q", "p"))
+    team.create(spec("uses", "p"), spec("later"), spec("free"))
+    team.depend("later", "p")
+    decided = team.decide("p", approve=False, feedback="no")
+    assert [(t.id, t.state) for t in decided] == [
+        ("p", TaskState.CANCELED),
+        ("q", TaskState.CANCELED),
+        ("uses", TaskState.CANCELED),
+        ("later", TaskState.CANCELED),
+    ]
+    assert team.task("p").error == "proposal rejected: no"
+    assert {team.task(t).error for t in ("q", "uses", "later")} == {"dependency 'p' was canceled"}
+    assert team.claim("w1").task.id == "free"
+
+
 def test_a_rejection_frees_only_the_split_it_reaches_first(team):
     """b's split waits for pb, which waits for a; a's split waits for pa. Rejecting pa frees
     a (its split's edge goes), and with it pb's dependency is a task ready again: b keeps

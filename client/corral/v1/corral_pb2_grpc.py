@@ -232,7 +232,7 @@ class LeadServiceServicer:
     def DecideProposals(self, request, context):
         """Approves PROPOSED tasks (PENDING: claimed like any task once ready) or
         rejects them (CANCELED, error "proposal rejected: <feedback>", with their
-        PROPOSED dependents; a task split on a rejected one drops that dependency).
+        dependents, as a cancel; a task split on a rejected one drops that dependency).
         A task not PROPOSED: FAILED_PRECONDITION, nothing decided.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -144,7 +144,7 @@ def _sent_before(
 
 def decide(tx: Txn, task_ids: Sequence[str], approve: bool, feedback: str) -> list[int]:
     """The Lead approves PROPOSED tasks (PENDING: ready once their dependencies are) or
-    rejects them (CANCELED with their PROPOSED dependents; a task split on one drops that
+    rejects them (CANCELED with their dependents; a task split on one drops that
     dependency and is ready again once the rest are met). Refuses, deciding nothing, an
     id not on the board or not PROPOSED. Returns the seqs changed, the named ones first."""
     conn = tx.conn
