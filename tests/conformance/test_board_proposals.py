@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import json
+import pathlib
 import random
 import threading
 import time
@@ -598,3 +599,58 @@ def test_retrying_a_dependency_does_not_bring_back_a_rejected_proposal(team):
     retried, count = team.run(team.board.retry_tasks(["base"], False))
     assert ([t.id for t in retried], count) == (["base"], 1)
     assert team.state("extra") is TaskState.CANCELED
+
+
+def test_only_the_leads_decision_makes_a_proposal_claimable_a_retry_does_not(team):
+    """A proposal canceled before the Lead decided it (with its dependency, or by the Lead)
+    comes back PROPOSED when it is retried, still waiting for a decision; one the Lead
+    approved comes back PENDING, and so does one it rejected and now retries by name."""
+    team.create(spec("x"))
+    team.propose("w1", spec("q", "x"))
+    team.propose("w1", spec("ok", "x"))
+    team.decide("ok")
+    team.propose("w2", spec("lone"))
+    team.cancel("x", "lone")
+    assert {t: team.state(t) for t in ("q", "ok", "lone")} == dict.fromkeys(("q", "ok", "lone"), TaskState.CANCELED)
+    team.restart()  # what is undecided is stored
+    retried, count = team.run(team.board.retry_tasks(["x", "lone"], False))
+    assert [(t.id, t.state) for t in retried] == [
+        ("x", TaskState.PENDING),
+        ("lone", TaskState.PROPOSED),
+        ("q", TaskState.PROPOSED),
+        ("ok", TaskState.PENDING),
+    ]
+    grant = team.claim("w1")
+    assert grant.task.id == "x"
+    team.complete("w1", "x", grant.token)
+    assert team.claim("w2").task.id == "ok"
+    assert team.claim("w2") is None, "q and lone wait for the Lead"
+    assert [t.id for t in team.decide("q", "lone")] == ["q", "lone"]
+    assert {team.claim("w1").task.id, team.claim("w2").task.id} == {"q", "lone"}
+
+    team.propose("w1", spec("no"))
+    team.decide("no", approve=False, feedback="not now")
+    retried, _ = team.run(team.board.retry_tasks(["no"], False))
+    assert [(t.id, t.state) for t in retried] == [("no", TaskState.PENDING)], "the Lead takes its rejection back"
+
+
+def test_a_board_from_before_undecided_proposals_were_stored_keeps_its_waiting_ones_waiting(team):
+    """A board whose schema predates the column: its PROPOSED tasks are undecided after the
+    migration, so a retry after their dependency was canceled brings them back PROPOSED."""
+    from corrald.store.postgres import schema as pg_schema
+    from corrald.store.sqlite import schema as lite_schema
+
+    team.create(spec("x"))
+    team.propose("w1", spec("q", "x"))
+    on_sqlite = isinstance(team.path, pathlib.Path)
+    older = (lite_schema if on_sqlite else pg_schema).SCHEMA_VERSION - 1
+    to_older = (
+        ["ALTER TABLE tasks DROP COLUMN undecided", f"PRAGMA user_version = {older}"]
+        if on_sqlite
+        else ["ALTER TABLE tasks DROP COLUMN undecided", f"UPDATE schema_version SET version = {older}"]
+    )
+    team.call(lambda tx: [tx.conn.execute(statement) for statement in to_older])
+    team.restart()
+    team.cancel("x")
+    retried, _ = team.run(team.board.retry_tasks(["x"], False))
+    assert [(t.id, t.state) for t in retried] == [("x", TaskState.PENDING), ("q", TaskState.PROPOSED)]

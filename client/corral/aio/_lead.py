@@ -232,6 +232,8 @@ class Lead(BoardClient):
         """Send FAILED or CANCELED tasks back to PENDING, with the dependents that
         were canceled because of them (each once nothing else it needs has failed or
         been canceled); returns them, the named ones first (at most 3 MiB of them).
+        A teammate's proposal canceled before you decided it comes back PROPOSED,
+        still waiting for `decide_proposals`.
         With `reset_attempts` their attempt counts start again from zero; otherwise
         each has one attempt more. A name not on the board raises NotFound; one not
         FAILED or CANCELED, or one with a FAILED or CANCELED dependency that this call

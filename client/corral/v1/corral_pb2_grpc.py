@@ -161,7 +161,8 @@ class LeadServiceServicer:
 
     def RetryTasks(self, request, context):
         """Sends FAILED or CANCELED tasks back to PENDING, with the dependents that
-        were canceled because of them.
+        were canceled because of them; a teammate's proposal canceled before the
+        Lead decided it comes back PROPOSED, still waiting for DecideProposals.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

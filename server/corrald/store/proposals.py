@@ -160,6 +160,7 @@ def decide(tx: Txn, task_ids: Sequence[str], approve: bool, feedback: str) -> li
                 f"task {task_id!r} is {state.name}: only a PROPOSED task is approved or rejected", id=task_id
             )
     named = [rows[task_id][0] for task_id in wanted]
+    conn.execute(statements.graph.DECIDED, (json.dumps(named),))
     if approve:
         changed = named
         for seq in named:
