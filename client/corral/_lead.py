@@ -232,6 +232,8 @@ class Lead(BoardClient):
         """Send FAILED or CANCELED tasks back to PENDING, with the dependents that
         were canceled because of them (each once nothing else it needs has failed or
         been canceled); returns them, the named ones first (at most 3 MiB of them).
+        A teammate's proposal canceled before you decided it comes back PROPOSED,
+        still waiting for `decide_proposals`.
         With `reset_attempts` their attempt counts start again from zero; otherwise
         each has one attempt more. A name not on the board raises NotFound; one not
         FAILED or CANCELED, or one with a FAILED or CANCELED dependency that this call
@@ -282,7 +284,7 @@ class Lead(BoardClient):
     def decide_proposals(self, task_ids: Iterable[str], approve: bool, feedback: str = "") -> list[Task]:
         """Decide tasks teammates proposed (PROPOSED; 1 to 1,000 ids): approved, they
         are PENDING and claimed like any task once ready; rejected, they are CANCELED
-        with error "proposal rejected: <feedback>", their PROPOSED dependents with them,
+        with error "proposal rejected: <feedback>", their dependents with them (as a cancel),
         and a task split on one drops that dependency and is ready again (its next
         claim's `previous_attempt.error` says the split was rejected and why). Each
         proposer's stream gets a `ProposalsDecided`. Returns the tasks decided, the

@@ -877,7 +877,7 @@ class TasksProposed:
 @dataclass(frozen=True)
 class ProposalsDecidedEvent:
     """The Lead decided proposed tasks (from any client): approved, PENDING;
-    rejected, CANCELED with their proposed dependents (the proposer's stream gets
+    rejected, CANCELED with their dependents (the proposer's stream gets
     a `ProposalsDecided`)."""
 
     seq: int

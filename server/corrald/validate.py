@@ -432,8 +432,9 @@ def normalize_batch(raw_specs: Sequence[TaskSpec], limits: Limits, now_ms: int) 
 
 
 def _refuse_cycles(specs: list[TaskSpec], positions: dict[str, int]) -> None:
-    # Tasks already on the board cannot depend on new ones, so a cycle can
-    # only run through this batch: Kahn's algorithm over the batch edges.
+    # No task on the board depends on one of this batch (AddDependencies only names
+    # tasks on the board already), so a cycle through the batch's edges runs within
+    # it: Kahn's algorithm over the batch edges.
     waiting_on = [sum(1 for dep in spec.depends_on if dep in positions) for spec in specs]
     dependents: dict[int, list[int]] = {}
     for i, spec in enumerate(specs):

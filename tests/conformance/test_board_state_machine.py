@@ -109,6 +109,7 @@ class MTask:
     author: str = ""  # whose result is IN_REVIEW
     unanswered: bool = False  # the last one has no answer (NEEDS_INPUT, or canceled while it was)
     discovered_from: str = ""  # a proposed task's: the task whose claim it came from
+    undecided: bool = False  # a proposal the Lead has not decided (PROPOSED, or canceled before)
     resources: tuple[str, ...] = ()  # exclusive path leases
     shared_resources: tuple[str, ...] = ()
 
@@ -275,7 +276,8 @@ class Model:
         ordered = list(dict.fromkeys(roots)) + sorted(revived - set(roots), key=lambda t: self.tasks[t].order)
         for task_id in ordered:
             task = self.tasks[task_id]
-            task.state, task.owner, task.result, task.canceled_by_lead = PENDING, "", None, False
+            back = PROPOSED if task.undecided else PENDING  # only the Lead's decision makes a proposal claimable
+            task.state, task.owner, task.result, task.canceled_by_lead = back, "", None, False
             task.failures = 0 if reset else task.failures
             if task.not_before is not None and task.not_before > now:
                 task.gate = task.not_before
@@ -978,6 +980,7 @@ class BoardMachine(ArtifactRules, RuleBasedStateMachine):
                 1000,
                 state=state,
                 discovered_from=from_id,
+                undecided=state is PROPOSED,
             )
         if block:
             self.model.end_claim(source, "split")
@@ -1004,6 +1007,8 @@ class BoardMachine(ArtifactRules, RuleBasedStateMachine):
         # their own say so); the checks that follow see claims only.
         for name, seq in self.board.rows("SELECT recipient, max(seq) FROM inbox GROUP BY recipient"):
             self.board.ack(name, seq)
+        for task_id in ids:
+            self.model.tasks[task_id].undecided = False
         if approve:
             for task_id in ids:
                 self.model.tasks[task_id].state = PENDING

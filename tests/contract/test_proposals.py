@@ -257,22 +257,42 @@ def test_bad_proposals_are_refused_naming_the_field_and_nothing_is_written(daemo
         found = assert_status(rpc_error(ann.teammate.ProposeTasks, request), code, reason=reason)
         fields = [v.field for v in found["bad_request"].field_violations] if "bad_request" in found else []
         assert field in fields or field in str(found["error_info"].metadata), (field, found)
-    # Without a live claim: a released one, another teammate's.
-    for request, who in (
-        (pb.ProposeTasksRequest(tasks=[spec("n")], task_id="b", claim_token=held["b"].claim_token), ann),
+    # Without a live claim: a released one, another teammate's (the token is what is wrong);
+    # a task not on the board.
+    for request, who, code, reason, field in (
+        (
+            pb.ProposeTasksRequest(tasks=[spec("n")], task_id="b", claim_token=held["b"].claim_token),
+            ann,
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "CLAIM_TOKEN_MISMATCH",
+            "claim_token",
+        ),
         (
             pb.ProposeTasksRequest(
                 tasks=[spec("n")], task_id="b", claim_token=held["b"].claim_token, block_claimed_task=True
             ),
             ann,
-        ),
-        (pb.ProposeTasksRequest(tasks=[spec("n")], task_id="a", claim_token=token, block_claimed_task=True), bob),
-    ):
-        assert_status(
-            rpc_error(who.teammate.ProposeTasks, request),
             grpc.StatusCode.FAILED_PRECONDITION,
-            reason="CLAIM_TOKEN_MISMATCH",
-        )
+            "CLAIM_TOKEN_MISMATCH",
+            "claim_token",
+        ),
+        (
+            pb.ProposeTasksRequest(tasks=[spec("n")], task_id="a", claim_token=token, block_claimed_task=True),
+            bob,
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "CLAIM_TOKEN_MISMATCH",
+            "claim_token",
+        ),
+        (
+            pb.ProposeTasksRequest(tasks=[spec("n")], task_id="nope", claim_token=token, block_claimed_task=True),
+            ann,
+            grpc.StatusCode.NOT_FOUND,
+            "TASK_NOT_FOUND",
+            "task_id",
+        ),
+    ):
+        found = assert_status(rpc_error(who.teammate.ProposeTasks, request), code, reason=reason)
+        assert found["error_info"].metadata["field"] == field, (request, found)
     assert _board(daemon) == before
     assert _task(daemon, "a").owner == "ann", "the claim is still live"
     stream.cancel()
@@ -284,7 +304,9 @@ def test_over_a_thousand_waiting_proposals_is_failed_precondition(daemon):
         ann.teammate.ProposeTasks(pb.ProposeTasksRequest(tasks=[spec(f"p{i}") for i in range(start, start + 100)]))
     before = _board(daemon)
     error = rpc_error(ann.teammate.ProposeTasks, pb.ProposeTasksRequest(tasks=[spec("one-more")]))
-    assert_status(error, grpc.StatusCode.FAILED_PRECONDITION, reason="FAILED_PRECONDITION")
+    found = assert_status(error, grpc.StatusCode.FAILED_PRECONDITION, reason="FAILED_PRECONDITION")
+    assert found["error_info"].metadata["field"] == "tasks"
+    assert "1000 proposed tasks waiting" in error.details()
     assert _board(daemon) == before
     assert bob.teammate.ProposeTasks(pb.ProposeTasksRequest(tasks=[spec("theirs")])).tasks[0].id == "theirs"
     # Deciding some makes room again.
@@ -403,3 +425,73 @@ def test_the_lead_calls_retried_with_a_request_id_answer_as_before(daemon):
         grpc.StatusCode.FAILED_PRECONDITION,
         grpc.StatusCode.ALREADY_EXISTS,
     )
+
+
+def _stored_tasks(daemon) -> dict[str, pb.Task]:
+    """The board's tasks as stored: less what they wait for (who is online is not stored)."""
+    tasks = {}
+    for task in daemon.all_tasks():
+        task.ClearField("waiting_for")
+        tasks[task.id] = task
+    return tasks
+
+
+def test_policies_proposals_a_split_and_an_unacknowledged_decision_survive_a_restart(corrald):
+    """Killed after a split was rejected and before its proposer acknowledged the decision:
+    the restarted daemon has every policy, proposal and outcome, sends the decision again
+    ahead of any claim, and the split task's next claim says why, on the same attempt."""
+    first = corrald()
+    ann, bob = first.add_teammate("ann"), first.add_teammate("bob")
+    lead = first.lead.lead
+    lead.SetTaskCreation(pb.SetTaskCreationRequest(teammate="*", policy=pb.TASK_CREATION_POLICY_ALLOW))
+    lead.SetTaskCreation(pb.SetTaskCreationRequest(teammate="ann", policy=pb.TASK_CREATION_POLICY_PROPOSE))
+    first.create_tasks(spec("big", priority=5, max_attempts=1))
+    stream = _open(ann, "idle")
+    held = _next(stream, "claim")
+    split = pb.ProposeTasksRequest(
+        tasks=[spec("prep", priority=5)], task_id="big", claim_token=held.claim_token, block_claimed_task=True
+    )
+    _propose(ann, stream, split)
+    ann.teammate.ProposeTasks(pb.ProposeTasksRequest(tasks=[spec("later")]))
+    lead.DecideProposals(pb.DecideProposalsRequest(task_ids=["prep"], approve=False, feedback="not needed"))
+    notice = _next(stream, "proposals_decided")  # not acknowledged
+    tasks_before = _stored_tasks(first)
+    first.kill()
+    stream.cancel()
+
+    after = corrald(first.state_dir)
+    assert _stored_tasks(after) == tasks_before
+    later, prep, big = (after.get_task(i) for i in ("later", "prep", "big"))
+    assert (later.state, later.proposed_by, later.discovered_from) == (pb.TASK_STATE_PROPOSED, "ann", "")
+    assert (prep.state, prep.error, prep.discovered_from) == (
+        pb.TASK_STATE_CANCELED,
+        "proposal rejected: not needed",
+        "big",
+    )
+    assert (big.state, list(big.depends_on)) == (pb.TASK_STATE_PENDING, [])
+    assert (after.teammate("ann").task_creation, after.teammate("bob").task_creation) == (
+        pb.TASK_CREATION_POLICY_PROPOSE,
+        pb.TASK_CREATION_POLICY_ALLOW,
+    ), "its own policy, and the '*' default"
+    bob_again = after.client(bob.token, "bob")
+    (added,) = bob_again.teammate.ProposeTasks(pb.ProposeTasksRequest(tasks=[spec("bobs")])).tasks
+    assert added.state == pb.TASK_STATE_PENDING, "the '*' default still lets bob's in"
+
+    ann_again = after.client(ann.token, "ann")
+    resumed = _open(ann_again, "session")
+    again = _next(resumed, "proposals_decided")
+    assert (again.seq, list(again.task_ids), again.approve, again.feedback) == (
+        notice.seq,
+        ["prep"],
+        False,
+        "not needed",
+    )
+    _ack(ann_again, resumed, again.seq)
+    claim = _next(resumed, "claim")
+    assert claim.task.id == "big" and claim.attempt == held.attempt, "a split uses no attempt, restart or not"
+    assert claim.previous_attempt.outcome == pb.ATTEMPT_OUTCOME_SPLIT
+    assert claim.previous_attempt.error == "split rejected: proposal rejected: not needed"
+    _complete(ann_again, resumed, claim, b"done")
+    outcomes = [a.outcome for a in after.lead.board.GetTask(pb.GetTaskRequest(task_id="big")).attempts]
+    assert outcomes == [pb.ATTEMPT_OUTCOME_SPLIT, pb.ATTEMPT_OUTCOME_COMPLETED]
+    resumed.cancel()

@@ -57,7 +57,7 @@ def approve_command(ctx: click.Context, task_ids: tuple[str, ...], as_json: bool
 @click.pass_context
 def reject_command(ctx: click.Context, task_ids: tuple[str, ...], feedback: str, as_json: bool) -> None:
     """Reject proposed TASK_IDS: they are CANCELED ("proposal rejected: FEEDBACK"), with
-    their proposed dependents; a task split on one of them drops it and is ready again."""
+    their dependents; a task split on one of them drops it and is ready again."""
     decided = _decide(ctx, task_ids, approve=False, feedback=feedback)
     if as_json:
         emit_json([task_json(task) for task in decided])

@@ -179,7 +179,7 @@ def proposal_lead_tools(lead: aio.Lead) -> list[ToolSpec]:
             "decide_proposals",
             "Decide tasks teammates proposed (PROPOSED; board_summary lists them in proposals_waiting, "
             "watch_events shows tasks_proposed): approve=true makes them PENDING; approve=false cancels them "
-            "with their proposed dependents (error 'proposal rejected: <feedback>'), and a task split on one is "
+            "with their dependents (error 'proposal rejected: <feedback>'), and a task split on one is "
             "ready again without it. The proposer's next_item brings the decision. Returns every task changed.",
             DecideProposalsArgs,
             obj(["tasks"], tasks=array(ANY_OBJECT)),

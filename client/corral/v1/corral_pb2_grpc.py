@@ -161,7 +161,8 @@ class LeadServiceServicer:
 
     def RetryTasks(self, request, context):
         """Sends FAILED or CANCELED tasks back to PENDING, with the dependents that
-        were canceled because of them.
+        were canceled because of them; a teammate's proposal canceled before the
+        Lead decided it comes back PROPOSED, still waiting for DecideProposals.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -232,7 +233,7 @@ class LeadServiceServicer:
     def DecideProposals(self, request, context):
         """Approves PROPOSED tasks (PENDING: claimed like any task once ready) or
         rejects them (CANCELED, error "proposal rejected: <feedback>", with their
-        PROPOSED dependents; a task split on a rejected one drops that dependency).
+        dependents, as a cancel; a task split on a rejected one drops that dependency).
         A task not PROPOSED: FAILED_PRECONDITION, nothing decided.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -67,7 +67,11 @@ def propose(
         raise errors.PermissionDenied(f"teammate {teammate!r} may not propose tasks (the lead's policy: deny)")
     source = None
     if task_id:
-        source = live_claim(tx, teammate, task_id, token)
+        try:
+            source = live_claim(tx, teammate, task_id, token)
+        except (errors.TaskNotFound, errors.ClaimError) as exc:  # named in the field that is wrong
+            exc.metadata["field"] = "task_id" if isinstance(exc, errors.TaskNotFound) else "claim_token"
+            raise
         if source.reviewing and block:
             raise errors.InvalidArgument(
                 "block_claimed_task", f"task {task_id!r} is under your review: it cannot be split"
@@ -140,7 +144,7 @@ def _sent_before(
 
 def decide(tx: Txn, task_ids: Sequence[str], approve: bool, feedback: str) -> list[int]:
     """The Lead approves PROPOSED tasks (PENDING: ready once their dependencies are) or
-    rejects them (CANCELED with their PROPOSED dependents; a task split on one drops that
+    rejects them (CANCELED with their dependents; a task split on one drops that
     dependency and is ready again once the rest are met). Refuses, deciding nothing, an
     id not on the board or not PROPOSED. Returns the seqs changed, the named ones first."""
     conn = tx.conn
@@ -156,6 +160,7 @@ def decide(tx: Txn, task_ids: Sequence[str], approve: bool, feedback: str) -> li
                 f"task {task_id!r} is {state.name}: only a PROPOSED task is approved or rejected", id=task_id
             )
     named = [rows[task_id][0] for task_id in wanted]
+    conn.execute(statements.graph.DECIDED, (json.dumps(named),))
     if approve:
         changed = named
         for seq in named:

@@ -30,6 +30,10 @@ PROPOSALS_BY_ID = (
     "SELECT t.id, t.seq, t.state, t.proposed_by, t.discovered_from FROM json_array_elements_text(%s::json)"
     " AS w(value) JOIN tasks AS t ON t.id = w.value ORDER BY t.seq FOR UPDATE OF t"
 )
+# The named proposals are decided: a retry of one the Lead rejected brings it back PENDING.
+DECIDED = (
+    "UPDATE tasks SET undecided = 0 WHERE seq IN (SELECT CAST(value AS BIGINT) FROM json_array_elements_text(%s::json))"
+)
 APPROVE_PROPOSED = (
     f"UPDATE tasks SET state = {_PENDING} WHERE seq = %s AND state = {_PROPOSED} RETURNING required_role, unmet_deps"
 )

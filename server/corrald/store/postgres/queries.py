@@ -180,10 +180,12 @@ RETRY_TARGETS = (
     "SELECT down.seq, d.dep_seq, dep.state, dep.id FROM down LEFT JOIN deps AS d ON d.task_seq = "
     "down.seq LEFT JOIN tasks AS dep ON dep.seq = d.dep_seq ORDER BY down.seq, d.position"
 )
-REVIVED_GATE = "SELECT not_before_ms, required_role FROM tasks WHERE seq = %s"
+REVIVED_GATE = "SELECT not_before_ms, required_role, undecided FROM tasks WHERE seq = %s"
 REVIVE = (
-    f"UPDATE tasks SET state = {_PENDING}, owner = '', error = '', result = NULL, finish_ms = NULL, live_fence = "
-    "NULL, lease_expire_ms = NULL, unmet_deps = %s, gate_shut = %s, ready_ms = CASE WHEN %s = 1 THEN %s "
+    # A proposal the Lead has not decided comes back PROPOSED (sqlite/schema.py's migration 22).
+    f"UPDATE tasks SET state = CASE WHEN undecided = 1 THEN {_PROPOSED} ELSE {_PENDING} END, owner = '', error = '',"
+    " result = NULL, finish_ms = NULL, live_fence = NULL, lease_expire_ms = NULL, unmet_deps = %s, gate_shut = %s,"
+    " ready_ms = CASE WHEN %s = 1 THEN %s "
     "WHEN ready_ms > %s THEN NULL ELSE ready_ms END, failures = CASE WHEN %s = 1 THEN 0 ELSE failures "
     "END, review_rounds = CASE WHEN %s = 1 THEN 0 ELSE review_rounds END WHERE seq = %s"
 )

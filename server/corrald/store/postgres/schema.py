@@ -334,6 +334,11 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (path, task_seq)
     );
     """,
+    # 11: undecided proposals (store/sqlite/schema.py's migration 22).
+    """
+    ALTER TABLE tasks ADD COLUMN undecided BIGINT NOT NULL DEFAULT 0;
+    UPDATE tasks SET undecided = 1 WHERE state = 8;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -29,6 +29,8 @@ PROPOSALS_BY_ID = (
     "SELECT t.id, t.seq, t.state, t.proposed_by, t.discovered_from FROM json_each(?) AS w"
     " JOIN tasks AS t ON t.id = w.value ORDER BY t.seq"
 )
+# The named proposals are decided: a retry of one the Lead rejected brings it back PENDING.
+DECIDED = "UPDATE tasks SET undecided = 0 WHERE seq IN (SELECT CAST(value AS BIGINT) FROM json_each(?))"
 APPROVE_PROPOSED = (
     f"UPDATE tasks SET state = {_PENDING} WHERE seq = ? AND state = {_PROPOSED} RETURNING required_role, unmet_deps"
 )

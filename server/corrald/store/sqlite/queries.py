@@ -175,10 +175,11 @@ RETRY_TARGETS = (
     " SELECT down.seq, d.dep_seq, dep.state, dep.id FROM down LEFT JOIN deps AS d ON d.task_seq = down.seq"
     " LEFT JOIN tasks AS dep ON dep.seq = d.dep_seq ORDER BY down.seq, d.position"
 )
-REVIVED_GATE = "SELECT not_before_ms, required_role FROM tasks WHERE seq = ?"
+REVIVED_GATE = "SELECT not_before_ms, required_role, undecided FROM tasks WHERE seq = ?"
+# A proposal the Lead has not decided comes back PROPOSED (schema migration 22).
 REVIVE = (
-    f"UPDATE tasks SET state = {_PENDING}, owner = '', error = '', result = NULL, finish_ms = NULL, live_fence = NULL,"
-    " lease_expire_ms = NULL, unmet_deps = ?, gate_shut = ?,"
+    f"UPDATE tasks SET state = CASE WHEN undecided = 1 THEN {_PROPOSED} ELSE {_PENDING} END, owner = '', error = '',"
+    " result = NULL, finish_ms = NULL, live_fence = NULL, lease_expire_ms = NULL, unmet_deps = ?, gate_shut = ?,"
     # A retry skips what is left of a backoff: a gate still ahead is dropped.
     " ready_ms = CASE WHEN ? = 1 THEN ? WHEN ready_ms > ? THEN NULL ELSE ready_ms END,"
     " failures = CASE WHEN ? = 1 THEN 0 ELSE failures END,"

@@ -351,6 +351,13 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (path, task_seq)
     ) WITHOUT ROWID;
     """,
+    # 22: a teammate's proposal the Lead has not decided (`undecided` 1: PROPOSED, or
+    # canceled with a dependency before a decision). RetryTasks brings it back PROPOSED:
+    # only the Lead's decision makes a proposal claimable.
+    """
+    ALTER TABLE tasks ADD COLUMN undecided INTEGER NOT NULL DEFAULT 0;
+    UPDATE tasks SET undecided = 1 WHERE state = 8;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

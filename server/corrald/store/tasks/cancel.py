@@ -44,9 +44,9 @@ REJECTED_PROPOSAL = "proposal rejected"
 
 
 def retry(tx: Txn, task_ids: Sequence[str], reset_attempts: bool) -> list[int]:
-    """Sends the named FAILED or CANCELED tasks back to PENDING, with their transitive
-    dependents that were canceled because of a dependency (not by the lead, nor a
-    proposal the lead rejected) once
+    """Sends the named FAILED or CANCELED tasks back to PENDING (a proposal the Lead has
+    not decided to PROPOSED), with their transitive dependents that were canceled
+    because of a dependency (not by the lead, nor a proposal the lead rejected) once
     every other dependency of theirs is COMPLETED or unfinished; returns the seqs
     changed, the named ones first. Refuses, writing nothing, a name that is not on
     the board or not FAILED or CANCELED, and a named task with a FAILED or CANCELED
@@ -102,10 +102,11 @@ def retry(tx: Txn, task_ids: Sequence[str], reset_attempts: bool) -> list[int]:
 
 
 def _revive(tx: Txn, seq: int, *, unmet: int, reset_attempts: bool) -> None:
-    """One FAILED or CANCELED task PENDING again, behind its unmet dependencies and
-    its not_before (if still ahead); its result and error are cleared, and with
-    `reset_attempts` its failures and its review's rejections too."""
-    (not_before, role) = tx.conn.execute(sql(tx.conn).REVIVED_GATE, (seq,)).fetchone()
+    """One FAILED or CANCELED task PENDING again (PROPOSED, a proposal the Lead has not
+    decided), behind its unmet dependencies and its not_before (if still ahead); its
+    result and error are cleared, and with `reset_attempts` its failures and its
+    review's rejections too."""
+    (not_before, role, undecided) = tx.conn.execute(sql(tx.conn).REVIVED_GATE, (seq,)).fetchone()
     shut = not_before is not None and not_before > tx.now_ms
     tx.conn.execute(
         sql(tx.conn).REVIVE,
@@ -113,5 +114,5 @@ def _revive(tx: Txn, seq: int, *, unmet: int, reset_attempts: bool) -> None:
     )
     if shut:
         gate_shut(tx, not_before)
-    elif unmet == 0:
+    elif unmet == 0 and not undecided:
         tx.wakes.ready_roles[role] += 1

@@ -42,6 +42,7 @@ NEW_TASK_COLUMNS = (
     "proposed_by",
     "discovered_from",
     "resources",
+    "undecided",
 )
 
 
@@ -126,6 +127,7 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "", origin: Or
                     origin.proposed_by,
                     origin.discovered_from,
                     leases.stored(spec.resources, spec.shared_resources),
+                    int(origin.needs_decision),
                 )
                 for (index, spec), count, gated in zip(new_specs, unmet, shut, strict=True)
             ],
