@@ -70,8 +70,9 @@ def live_claim(tx: Txn, teammate: str, task_id: str, token: str, *, completed_ok
 
 def end_claim(tx: Txn, fence: int, outcome: ClaimOutcome, error: str = "", *, key: str) -> None:
     """Ends the live claim `fence` of a task whose concurrency key is `key` ('' for none),
-    freeing what it holds: its key's slot, its resources."""
+    freeing what it holds: its key's slot, its resources; its output's followers read to its end."""
     tx.conn.execute(sql(tx.conn).END_CLAIM, (outcome.value, tx.now_ms, error, fence))
+    tx.wakes.output.add(fence)
     if key:
         keys.freed(tx, key)
     leases.freed_by_claim(tx, fence)
@@ -182,6 +183,7 @@ def cancel_seqs(tx: Txn, roots: list[tuple[int, str]]) -> list[int]:
         sql(conn).END_DOOMED_CLAIM,
         [(ClaimOutcome.CANCELED.value, tx.now_ms, reasons[seq], fence) for seq, fence, _ in held],
     )
+    tx.wakes.output.update(fence for _, fence, _ in held)
     conn.executemany(
         sql(conn).FINISH_DOOMED,
         [(int(TaskState.CANCELED), tx.now_ms, reasons[seq], seq) for seq, *_ in doomed],
