@@ -1,6 +1,6 @@
-"""The board's artifacts (PutArtifact, GetArtifact): the claim checked, bytes stored
-by the driver's blob store off the event loop, the attach a writer job, reads on the
-reader pool. `Board` takes them from here."""
+"""The board's artifacts (PutArtifact, GetArtifact): the claim checked on the reader
+pool, bytes stored by the driver's blob store off the event loop, the attach a writer
+job, reads on the reader pool. `Board` takes them from here."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from .store import artifacts
 from .store.artifacts import Uploaded  # what an upload stored, as the service hands it over
 
 if TYPE_CHECKING:
+    from .clock import Clock
     from .config import Limits
     from .readers import ReaderPool
     from .writer import Writer
@@ -22,6 +23,7 @@ class BoardArtifacts:
     """What the board does for artifacts; `blobs` is the driver's blob store
     (store/sqlite/blobs.py, store/postgres/blobs.py)."""
 
+    clock: Clock
     limits: Limits
     readers: ReaderPool | None
     writer: Writer
@@ -30,8 +32,11 @@ class BoardArtifacts:
 
     async def check_artifact_claim(self, name: str, task_id: str, token: str) -> None:
         """Raises as a stale call is refused unless the caller's claim is live: an upload's
-        header is checked before any of its bytes are read."""
-        await self.writer.run(lambda tx: artifacts.check_claim(tx, name, task_id, token))
+        header is checked before any of its bytes are read. A read, not a writer job: the
+        attach checks the claim again in the writer, so an upload whose claim ends while
+        its bytes arrive is refused there."""
+        now_ms = self.clock.now_ms()
+        await self.read(lambda conn: artifacts.check_claim(conn, now_ms, name, task_id, token))
 
     async def begin_upload(self) -> Any:
         """A new upload of the blob store (its write, finish and abort block: call them

@@ -60,6 +60,11 @@ class _BoardCollector(Collector):
         )
         yield GaugeMetricFamily("corral_idle_streams_open", "Open Idle streams.", value=self._hub.open_streams)
         yield CounterMetricFamily(
+            "corral_output_follower_wakeups",
+            "TailOutput followers woken by a commit that grew or ended their claim's output.",
+            value=self._hub.output_wakeups,
+        )
+        yield CounterMetricFamily(
             "corral_refused_calls", "Calls refused by per-identity limits.", value=self._lanes.refused
         )
         yield GaugeMetricFamily(

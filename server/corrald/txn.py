@@ -41,7 +41,8 @@ class Wakes:
     # stream there ends), and whether a credential was removed: for those daemons only.
     streams_opened: set[str] = dataclasses.field(default_factory=set)
     credentials: bool = False
-    # Claims (by fence) whose output grew: their TailOutput followers read on.
+    # Claims (by fence) whose output grew or that ended: their TailOutput followers, and
+    # theirs alone, read on (to the end chunk, for an ended one).
     output: set[int] = dataclasses.field(default_factory=set)
 
     def note(self, event: str, **fields: object) -> None:

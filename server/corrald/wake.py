@@ -34,6 +34,7 @@ class WakeHub:
         self._board_moved = asyncio.Event()
         # TailOutput followers, by claim fence: an event while any follower holds it.
         self._output_moved: weakref.WeakValueDictionary[int, asyncio.Event] = weakref.WeakValueDictionary()
+        self.output_wakeups = 0  # followers' events set since the daemon started (metrics)
         self._closed = asyncio.Event()
 
     @property
@@ -101,9 +102,10 @@ class WakeHub:
         return self._board_moved
 
     def output_moved(self, fence: int) -> asyncio.Event:
-        """An event set once the output of claim `fence` grows, or anything else commits that
-        may have ended the claim (a task's event), or the daemon drains (check `closing`).
-        Take it before reading, so nothing committed in between is missed."""
+        """An event set once the output of claim `fence` grows or the claim ends (a commit's
+        `Wakes.output` names it), after a gap in what this daemon heard of other daemons'
+        commits (`Wakes.everyone`), or when the daemon drains (check `closing`). Take it
+        before reading, so nothing committed in between is missed."""
         moved = self._output_moved.get(fence)
         if moved is None:
             moved = self._output_moved[fence] = asyncio.Event()
@@ -115,6 +117,7 @@ class WakeHub:
             moved = self._output_moved.pop(fence, None)
             if moved is not None:
                 moved.set()
+                self.output_wakeups += 1
 
     # ------------------------------------------------------------ wake-ups
 
@@ -160,9 +163,9 @@ class WakeHub:
         if wakes.events:
             self._board_moved.set()
             self._board_moved = asyncio.Event()
-        if self._output_moved and (wakes.output or wakes.events or wakes.everyone):
-            # A claim ends in a job that logs its task's event: every follower looks again.
-            self._wake_output(wakes.output if not (wakes.events or wakes.everyone) else None)
+        if self._output_moved and (wakes.output or wakes.everyone):
+            # Only the claims whose output grew or that ended; after a gap, every follower looks.
+            self._wake_output(None if wakes.everyone else wakes.output)
         if wakes.next_deadline_ms is not None:
             self._on_deadline(wakes.next_deadline_ms)
         if wakes.activity and self._on_activity is not None:

@@ -22,7 +22,7 @@ from corrald import errors
 from corrald.config import Limits
 from corrald.model import ArtifactRecord
 from corrald.store import artifacts
-from tests.support.boardkit import SyncBoard, spec
+from tests.support.boardkit import Blocker, SyncBoard, spec
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -108,6 +108,27 @@ def team(board):
 
 
 # ---------------------------------------------------------------- attach and supersede
+
+
+def test_the_headers_check_is_a_read_that_answers_while_the_writer_is_busy(team):
+    team.create(spec("a"), spec("b"))
+    live = team.claim("w1")
+    done = team.claim("w2")
+    team.complete("w2", done.task.id, done.token)
+    jobs = team.board.writer.stats().jobs
+    blocker = Blocker()
+    held = blocker.hold(team.board.writer)  # any writer job would wait behind it
+    try:
+        assert team.run(team.board.check_artifact_claim("w1", live.task.id, live.token)) is None
+        with pytest.raises(errors.ClaimTokenMismatch):
+            team.run(team.board.check_artifact_claim("w2", done.task.id, done.token))
+        with pytest.raises(errors.TaskNotFound):
+            team.run(team.board.check_artifact_claim("w1", "nope", live.token))
+        assert not held.done(), "the checks waited for the writer until the blocker gave up"
+    finally:
+        blocker.release()
+        held.result(10)
+    assert team.board.writer.stats().jobs == jobs + 1, "a job besides the blocker"
 
 
 def test_a_later_attempt_supersedes_a_name_and_the_history_keeps_every_row(team):
@@ -205,6 +226,8 @@ def test_a_dead_claim_attaches_nothing_and_its_bytes_go_at_restart(team, clock):
     clock.advance(LEASE)
     with pytest.raises(errors.LeaseExpired):
         team.attach("w1", "exp", grants["exp"].token, "late", b"expired")
+    with pytest.raises(errors.LeaseExpired):  # on the board's clock, the reaper not yet run
+        team.run(team.board.check_artifact_claim("w1", "exp", grants["exp"].token))
     assert _written(team) == before
     team.reap()  # logs the expiry
     reaped = _written(team)

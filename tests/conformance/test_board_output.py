@@ -1,19 +1,24 @@
 """A task's live output, on both stores: appends from the live claim alone, kept per attempt
 within the limits, nothing stored of a refused one, read back from any offset after a
-restart; which claim an attempt number names; who may read it."""
+restart; which claim an attempt number names; who may read it; which claims a commit
+names for their followers to look again (every way a claim ends, and nothing else)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import hashlib
+from collections.abc import Callable
 
 import pytest
 
 from corrald import errors
 from corrald.config import Limits
-from corrald.model import ReviewPolicy, Verdict
+from corrald.model import ClaimGrant, ReviewPolicy, TaskCreation, TaskState, Usage, Verdict
 from corrald.requestids import OpKey
 from corrald.store import output
+from corrald.txn import Wakes
 from tests.support.boardkit import spec
 
 pytestmark = pytest.mark.timeout(60)
@@ -238,3 +243,74 @@ def test_concurrent_appends_tile_the_output(make_board):
         at += len(bytes(data))
     assert at == max(d.size for d in done) == board.scalar("SELECT output_bytes FROM claims") <= 300
     assert len(rows) == len(done)
+
+
+def _named(board, act: Callable[[], object]) -> set[int]:
+    """The claims (by fence) whose followers the commits of `act()` wake (`Wakes.output`)."""
+    heard: list[Wakes] = []
+    board.board.writer.on_commit = heard.append  # on the writer thread, before the call returns
+    try:
+        act()
+    finally:
+        board.board.writer.on_commit = None
+    return {fence for wakes in heard for fence in wakes.output}
+
+
+def test_every_way_a_claim_ends_wakes_the_followers_of_that_claim_alone(team, clock):
+    team.add("w3")
+    team.add("rita", roles=("rev",))
+    team.set_creation("*", TaskCreation.ALLOW)
+    team.create(spec("other", lease_ms=1000 * LEASE))
+    other = team.claim("w2")  # live throughout: no commit below may name it
+
+    def claimed(task_spec, name: str = "w1") -> ClaimGrant:
+        team.create(task_spec)
+        grant = team.claim(name)
+        assert grant is not None and grant.task.id == task_spec.id
+        return grant
+
+    def ends(grant: ClaimGrant, act: Callable[[], object], how: str) -> None:
+        named = _named(team, act)
+        assert grant.fence in named, f"{how}: its followers sleep on"
+        assert other.fence not in named, f"{how}: woke another claim's followers"
+        if team.state(grant.task.id) is TaskState.PENDING:
+            team.cancel(grant.task.id)  # out of the way of the next claim
+
+    grant = claimed(spec("done"))
+    assert other.fence not in _named(team, lambda: _append(team, "w1", "done", grant.token, b"x"))
+    ends(grant, lambda: team.complete("w1", "done", grant.token), "completed")
+    grant = claimed(spec("spent"))
+    ends(grant, lambda: team.complete("w1", "spent", grant.token, usage=Usage(1, 2, 3, "m")), "completed, with usage")
+    grant = claimed(spec("retried", max_attempts=2))
+    ends(grant, lambda: team.fail("w1", "retried", grant.token), "failed, to be retried")
+    grant = claimed(spec("failed"))
+    ends(grant, lambda: team.fail("w1", "failed", grant.token, retryable=False), "failed")
+    grant = claimed(spec("given"))
+    ends(grant, lambda: team.release("w1", "given", grant.token), "released")
+    grant = claimed(spec("revoked"))
+    ends(grant, lambda: team.revoke("revoked"), "revoked")
+    grant = claimed(spec("canceled"))
+    ends(grant, lambda: team.cancel("canceled"), "canceled")
+    grant = claimed(spec("asked"))
+    ends(grant, lambda: team.ask("w1", "asked", grant.token), "asked a question")
+    grant = claimed(spec("split"))
+    ends(grant, lambda: team.propose("w1", spec("part"), task_id="split", token=grant.token, block=True), "split")
+    team.cancel("part")
+    grant = claimed(spec("removed"), "w3")
+    ends(grant, lambda: team.run(team.board.remove_teammate("w3")), "its holder removed")
+    grant = claimed(spec("expired", lease_ms=LEASE))
+    clock.advance(LEASE)
+    ends(grant, team.reap, "expired")
+    timed = dataclasses.replace(spec("timed", lease_ms=LEASE), attempt_timeout_ms=LEASE // 2)
+    grant = claimed(timed)
+    clock.advance(LEASE // 2)
+    ends(grant, team.reap, "timed out")
+    for task_id, decide in (
+        ("approved", lambda review: team.complete("rita", "approved", review.token, b"", verdict=Verdict(True))),
+        ("taken", lambda review: team.review("taken", True)),  # the Lead decides: the review's claim is revoked
+    ):
+        work = claimed(spec(task_id, review=ReviewPolicy("rev", 0)))
+        ends(work, functools.partial(team.complete, "w1", task_id, work.token, b"draft"), "completed for review")
+        review = team.claim("rita")
+        assert review is not None and review.task.id == task_id
+        ends(review, functools.partial(decide, review), f"review {task_id}")

@@ -21,7 +21,7 @@ from corrald.model import ClaimGrant, TaskState
 from corrald.requestids import OpKey
 from corrald.store.postgres.storage import BENCH_SWITCHES_ENV
 from corrald.stream import ParkedStreams, StreamState
-from corrald.txn import OpOutcome
+from corrald.txn import OpOutcome, Wakes
 from corrald.writer import CommitFailed, job_owner
 from tests.support.boardkit import Blocker, spec
 
@@ -107,6 +107,8 @@ def test_completions_queued_together_end_as_if_run_one_by_one(make_board, store,
     board.create(*(spec(task_id) for task_id in "abcdef"), spec("ab", "a", "b"), spec("c2", "c"))
     held = team_holding(board, 6)
     before = run_together(board)
+    heard: list[Wakes] = []
+    board.board.writer.on_commit = heard.append
 
     answers = complete_together(board, [(name, f"done-{task}", task, token) for name, task, token in held])
 
@@ -117,6 +119,10 @@ def test_completions_queued_together_end_as_if_run_one_by_one(make_board, store,
     # handed to exactly one of the completing teammates.
     given = sorted(task_id for _, _, delivery in answers for task_id in handed(delivery))
     assert given == ["ab", "c2"]
+    # Each ended claim is named for its output's followers; the claims handed over are not.
+    fences = dict(board.rows("SELECT token, fence FROM claims"))
+    named = {fence for wakes in heard for fence in wakes.output}
+    assert named == {fences[token] for _, _, token in held}
     assert board.rows("SELECT id, unmet_deps, state FROM tasks WHERE id IN ('ab', 'c2') ORDER BY id") == [
         ("ab", 0, int(TaskState.IN_PROGRESS)),
         ("c2", 0, int(TaskState.IN_PROGRESS)),

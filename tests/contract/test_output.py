@@ -2,7 +2,8 @@
 the live claim, TailOutput following from before the first append agrees with it byte for
 byte and offset for offset and ends when the attempt does; a tail resumed at an offset
 neither skips nor repeats; the limits, bad input and dead claims are refused with the right
-status and store nothing; who may tail which task."""
+status and store nothing; who may tail which task; a follower is woken by its own claim's
+appends and end alone."""
 
 from __future__ import annotations
 
@@ -304,3 +305,38 @@ def test_a_follower_waits_quietly_then_gets_the_next_append(daemon):
     assert (chunk.offset, chunk.data, chunk.end) == (3, b"two", False)
     tail.cancel()
     stream.cancel()
+
+
+def follower_wakeups(daemon) -> float:
+    """How many times the daemon has woken a TailOutput follower."""
+    return daemon.metrics()["corral_output_follower_wakeups_total"]
+
+
+def test_a_follower_is_woken_by_its_own_claims_appends_and_end_alone(corrald):
+    daemon = corrald(extra_args=["--metrics", "127.0.0.1:0"])
+    ann, bob = daemon.add_teammate("ann"), daemon.add_teammate("bob")
+    daemon.create_tasks(spec("a"), spec("b"))
+    ann_stream = ann.idle()
+    mine = ann_stream.next_event("claim", timeout=5.0)
+    bob_stream = bob.idle()  # once ann holds "a": bob's claim is the other one
+    theirs = bob_stream.next_event("claim", timeout=5.0)
+    assert (mine.task.id, theirs.task.id) == ("a", "b")
+    tail = _tail(daemon.lead, "a")
+    _append(ann, ann_stream, mine, b"a1")
+    assert tail.next(5).data == b"a1"  # sent: from here on the follower holds its claim's event
+    before = follower_wakeups(daemon)
+    # The rest of the board works: another claim's appends and end, and other events.
+    for n in range(20):
+        _append(bob, bob_stream, theirs, f"b{n} ".encode())
+    bob.teammate.RenewLease(pb.RenewLeaseRequest(task_id="b", claim_token=theirs.claim_token, progress="half"))
+    daemon.create_tasks(spec("c", required_role="nobody"))
+    bob.complete(theirs)
+    _append(ann, ann_stream, mine, b"a2")
+    assert tail.next(5) == pb.OutputChunk(attempt=1, offset=2, data=b"a2")
+    assert follower_wakeups(daemon) - before == 1, "woken by another claim's work, or not by its own append"
+    ann.complete(mine)
+    assert tail.next(5) == pb.OutputChunk(attempt=1, offset=4, end=True)
+    assert tail.wait_end(5)[0] == grpc.StatusCode.OK
+    assert follower_wakeups(daemon) - before == 2, "its claim's end woke it once"
+    ann_stream.cancel()
+    bob_stream.cancel()

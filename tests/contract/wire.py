@@ -25,6 +25,7 @@ import pathlib
 import queue
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -32,6 +33,7 @@ import grpc
 from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
+from prometheus_client.parser import text_string_to_metric_families
 
 from corral.v1 import corral_pb2 as pb
 from corral.v1 import corral_pb2_grpc
@@ -470,6 +472,12 @@ class Daemon(support.Daemon):
 
     def stats(self) -> pb.GetStatsResponse:
         return self.lead.board.GetStats(pb.GetStatsRequest())
+
+    def metrics(self) -> dict[str, float]:
+        """Each sample of the metrics endpoint (started with `--metrics HOST:0`), by name."""
+        with urllib.request.urlopen(f"http://{self.ready['metrics']}/metrics", timeout=10) as response:
+            text = response.read().decode("utf-8")
+        return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
 
     def teammate(self, name: str) -> pb.Teammate:
         for mate in self.lead.board.ListTeammates(pb.ListTeammatesRequest()).teammates:

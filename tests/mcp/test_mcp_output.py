@@ -1,7 +1,7 @@
 """A task's live output through the bridge, in-process against a real daemon: a
 teammate appends to the output of a task it holds (append_output), the Lead reads it a
-page at a time (read_output); bad input and the output limit are isError results, and
-a refused append stores nothing."""
+page at a time (read_output), reading the task once a call to label it; bad input and
+the output limit are isError results, and a refused append stores nothing."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import corral
+from corral import aio
 from corral.mcp_bridge.output_tools import READ_OUTPUT_MAX_BYTES
 
 from .mcpkit import Secrets, bridge_agent
@@ -53,6 +54,42 @@ def test_a_teammate_appends_and_the_lead_reads_it_to_the_end(board, secrets, min
             await mate.ok("complete_task", task_id=task_id, result="built")
             done = await lead.ok("read_output", task_id=task_id, offset=17, attempt=1)
             assert (done["output"]["text"], done["next_offset"], done["ended"]) == ("é\n", 20, True)
+
+    asyncio.run(scenario())
+
+
+def test_each_read_output_reads_the_task_once(board, secrets, mint, monkeypatch) -> None:
+    name, token = mint(roles=["once"])
+    task_id = f"{name}-once"
+    board.create_tasks([corral.TaskSpec(task_id, required_role="once")])
+    fetched: list[str] = []
+    get_task = aio.Lead.get_task
+
+    async def counted(self: aio.Lead, task_id: str) -> corral.Task:
+        fetched.append(task_id)
+        return await get_task(self, task_id)
+
+    monkeypatch.setattr(aio.Lead, "get_task", counted)  # the Lead bridge's reads, counted
+
+    async def read(lead, **args) -> tuple:
+        fetched.clear()
+        page = await lead.ok("read_output", task_id=task_id, **args)
+        assert fetched == [task_id], f"{args}: the task was read {len(fetched)} times"
+        assert page["output"]["from"] == name
+        return page["attempt"], page["offset"], page["next_offset"], page["ended"], page["output"]["text"]
+
+    async def scenario() -> None:
+        async with (
+            bridge_agent(board.address, token, secrets) as mate,
+            bridge_agent(board.address, board.token, secrets) as lead,
+        ):
+            await mate.ok("next_item", wait_seconds=5)
+            await mate.ok("append_output", task_id=task_id, text="abc")
+            assert await read(lead) == (1, 0, 3, False, "abc")  # the attempt the chunks named
+            assert await read(lead, offset=3) == (1, 3, 3, False, "")  # none read: the task's latest
+            assert await read(lead, offset=1, attempt=1) == (1, 1, 3, False, "bc")
+            await mate.ok("complete_task", task_id=task_id, result="")
+            assert await read(lead, offset=3) == (1, 3, 3, True, "")  # the end chunk names it
 
     asyncio.run(scenario())
 

@@ -231,3 +231,32 @@ def test_claim_ended_reaches_only_the_holders_open_stream_even_as_it_ends():
         assert other.mailbox.notices == [] and not other.event.is_set()
 
     run(test)
+
+
+def test_an_output_follower_wakes_for_its_own_claim_alone():
+    async def test(hub, _):
+        mine, theirs = hub.output_moved(1), hub.output_moved(2)
+        assert hub.output_moved(1) is mine, "followers of one claim share its event"
+        # Another claim's appends and end, and any commit that names no claim: not woken.
+        for wakes in (
+            Wakes(output={2}),
+            Wakes(events=True),
+            Wakes(events=True, output={2, 3}),
+            Wakes(teammates={"w1"}, may_claim={"w1"}, ready_roles=collections.Counter({"": 1})),
+            Wakes(claims_ended={"w1": [ClaimEnd("b", "tok", ClaimEndReason.TASK_CANCELED, "")]}),
+        ):
+            hub.apply(wakes)
+            assert not mine.is_set(), wakes
+            theirs = hub.output_moved(2)  # as its follower takes the event again
+        assert hub.output_wakeups == 2, "claim 2's followers, woken twice"
+        hub.apply(Wakes(events=True, output={1}))  # its append, or its end
+        assert mine.is_set() and hub.output_wakeups == 3
+        again = hub.output_moved(1)
+        assert again is not mine and not again.is_set(), "a follower that looks again waits for the next"
+        hub.apply(Wakes(everyone=True))  # a gap in what was heard of other daemons: all look
+        assert again.is_set() and theirs.is_set() and hub.output_wakeups == 5
+        last = hub.output_moved(1)
+        hub.close("draining")
+        assert last.is_set() and hub.closing
+
+    run(test)

@@ -15,7 +15,7 @@ from corral import aio
 from corral._artifacts import DEFAULT_MEDIA_TYPE, media_type_for
 
 from .errors import ToolFailure
-from .output_tools import attempt_author
+from .output_tools import author_of
 from .registry import INTEGER, STRING, Arguments, Outcome, Progress, ToolSpec, obj
 from .views import artifact_view
 
@@ -144,7 +144,7 @@ def get_artifact_tool(lead: aio.Lead) -> ToolSpec:
                 f"download it with `corral artifacts get {args.task_id} {args.name} -o FILE`",
             )
         data = await lead.get_artifact(args.task_id, args.name, sha256=found.sha256)
-        author = await attempt_author(lead, args.task_id, found.attempt)
+        author = author_of(task, found.attempt)
         content: dict[str, Any] = {"from": author, "role": "teammate"}
         text = _as_text(data) if is_textual(found.media_type) else None
         if text is not None:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "READ_OUTPUT_MAX_BYTES",
     "append_output_tool",
-    "attempt_author",
+    "author_of",
     "read_output_tool",
 ]
 
@@ -82,7 +82,14 @@ def read_output_tool(lead: aio.Lead) -> ToolSpec:
         page, attempt, ended = await _read_page(lead, args)
         whole = _whole_characters(page, more=not ended)
         next_offset = args.offset + len(whole)
-        author = await attempt_author(lead, args.task_id, attempt)
+        # The task once a call: the attempt it names when none was read, and its author.
+        task: corral.Task | None
+        if attempt == 0:  # nothing stored from the offset yet: name the attempt all the same
+            task = await lead.get_task(args.task_id)
+            attempt = _latest_attempt(task)
+        else:
+            task = await _task_if_any(lead, args.task_id)
+        author = author_of(task, attempt)
         content = {
             "task_id": args.task_id,
             "attempt": attempt,
@@ -120,7 +127,7 @@ def read_output_tool(lead: aio.Lead) -> ToolSpec:
 
 async def _read_page(lead: aio.Lead, args: ReadOutputArgs) -> tuple[bytes, int, bool]:
     """Up to READ_OUTPUT_MAX_BYTES of stored output from the offset, the attempt it
-    belongs to, and whether the attempt ended with it (the end read)."""
+    belongs to (0 when nothing was read), and whether the attempt ended with it (the end read)."""
     page = bytearray()
     attempt, ended = args.attempt, False
     chunks = lead.tail_output(args.task_id, attempt=args.attempt, offset=args.offset, follow=False, reconnect_timeout=0)
@@ -132,8 +139,6 @@ async def _read_page(lead: aio.Lead, args: ReadOutputArgs) -> tuple[bytes, int, 
                 break
     if len(page) > READ_OUTPUT_MAX_BYTES:
         return bytes(page[:READ_OUTPUT_MAX_BYTES]), attempt, False
-    if attempt == 0:  # nothing stored from the offset yet: name the attempt all the same
-        attempt = await _latest_attempt(lead, args.task_id)
     return bytes(page), attempt, ended
 
 
@@ -152,16 +157,18 @@ def _whole_characters(page: bytes, *, more: bool) -> bytes:
     return page
 
 
-async def _latest_attempt(lead: aio.Lead, task_id: str) -> int:
-    task = await lead.get_task(task_id)
+def _latest_attempt(task: corral.Task) -> int:
     return max((entry.attempt for entry in task.attempts), default=task.attempt)
 
 
-async def attempt_author(lead: aio.Lead, task_id: str, attempt: int) -> str:
-    """The teammate whose claim has this attempt number (the latest such)."""
+async def _task_if_any(lead: aio.Lead, task_id: str) -> corral.Task | None:
+    """The task, or None when it cannot be read now (its author is then just "teammate")."""
     with contextlib.suppress(corral.CorralError):
-        task = await lead.get_task(task_id)
-        owners = [entry.owner for entry in task.attempts if entry.attempt == attempt]
-        if owners:
-            return owners[-1]
-    return "teammate"
+        return await lead.get_task(task_id)
+    return None
+
+
+def author_of(task: corral.Task | None, attempt: int) -> str:
+    """The teammate whose claim of `task` has this attempt number (the latest such)."""
+    owners = [entry.owner for entry in task.attempts if entry.attempt == attempt] if task is not None else []
+    return owners[-1] if owners else "teammate"

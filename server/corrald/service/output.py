@@ -5,9 +5,9 @@ The shape of Watch: take the wake hub's event for the claim, read, send what was
 there, and wait on the event only when nothing was. Each read is at most one chunk
 (`CHUNK_BYTES`) and the next is made only once the stream has sent it, so a slow
 reader holds one chunk in the daemon, never the attempt's whole output. The event is
-set after the COMMIT of an append to that claim (on a PostgreSQL board, another
-daemon's too: its NOTIFY names the claim) and of any job that logs a task's event,
-which every way a claim ends does.
+set after the COMMIT of an append to that claim or of the job that ended it (on a
+PostgreSQL board, another daemon's too: its NOTIFY names the claim), and of no other
+commit: a follower of one task sleeps through the rest of the board's work.
 """
 
 from __future__ import annotations

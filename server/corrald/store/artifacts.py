@@ -22,7 +22,7 @@ from ..txn import Txn
 from .dialect import sql
 from .events import emit
 from .output import may_tail
-from .tasks.ends import live_claim
+from .tasks.ends import live_claim, live_claim_at
 
 
 class Uploaded(NamedTuple):
@@ -35,9 +35,10 @@ class Uploaded(NamedTuple):
     sha256: str
 
 
-def check_claim(tx: Txn, teammate: str, task_id: str, token: str) -> None:
-    """Raises as any stale call about a claim is refused, unless the caller's claim is live."""
-    live_claim(tx, teammate, task_id, token)
+def check_claim(conn: sqlite3.Connection, now_ms: int, teammate: str, task_id: str, token: str) -> None:
+    """Raises as any stale call about a claim is refused, unless the caller's claim is live
+    as of `now_ms` (a read: `attach` checks it again)."""
+    live_claim_at(conn, now_ms, teammate, task_id, token)
 
 
 def attach(tx: Txn, teammate: str, task_id: str, token: str, upload: Uploaded, quota: int) -> ArtifactRecord:

@@ -7,7 +7,8 @@ append checks the claim is live and under the limit, and moves the count, in one
 of the claim's row: on PostgreSQL that row's lock orders it against whatever ends the
 claim on another writer, so no byte lands after the end a reader was told of. An
 append writes no event (Watch is not flooded); the wake hub hears of it by fence
-(`Wakes.output`), and of a claim's end by its task's event.
+(`Wakes.output`), and so of a claim's end: each job that ends a claim names its fence
+there, so only that claim's followers look again.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ class WebBoard:
         self.tickets = Tickets()
         self.limiter = LoginLimiter()
         self.outputs = OutputStreams(board, hub, config)
-        self.feed = Feed(board, hub, config, self.outputs.clients)
+        self.feed = Feed(board, hub, config, self.outputs.streams)
         self._hub = hub
         self._actions = Actions(lead)
         self._runner: web.AppRunner | None = None
@@ -237,7 +237,7 @@ class WebBoard:
                 "plans": view.plans,
                 "teammates": [shapes.teammate(t, view.last_activity_ms.get(t.name)) for t in view.teammates],
                 "stats": shapes.stats(
-                    overview.stats, self._hub.open_streams, self.feed.client_count, len(self.outputs.clients)
+                    overview.stats, self._hub.open_streams, self.feed.client_count, len(self.outputs.streams)
                 ),
                 "now_ms": self._board.clock.now_ms(),
                 "session": {

@@ -11,14 +11,16 @@ page resumes from its last id.
 
 Streams are bounded per identity (see config and `slots`): each viewer's, all
 viewers' together below the whole, so the lead's board always finds a free slot.
+What the feed shares with a drawer's output stream (the slots, the response, the pump's
+task and its end) is `sse`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
-import logging
 from collections.abc import Sized
 
 from aiohttp import web
@@ -32,13 +34,9 @@ from . import shapes
 from .config import WebConfig
 from .guard import json_error
 from .recent import RecentEvents
-from .slots import StreamSlots
+from .sse import RECONNECT_MS, SEND_TIMEOUT_S, SseStreams, resumed_from
 
-log = logging.getLogger("corrald.web")
-
-SEND_TIMEOUT_S = 5.0
 STATS_INTERVAL_S = 1.0
-RECONNECT_MS = 1000  # how soon a browser whose stream broke tries again
 
 
 class StatsTicker:
@@ -77,11 +75,9 @@ class Feed:
     def __init__(self, board: Board, hub: WakeHub, config: WebConfig, outputs: Sized) -> None:
         self._board = board
         self._hub = hub
-        self._config = config
-        self._clients: dict[EventSourceResponse, Identity] = {}
-        self._slots = StreamSlots(config, "boards")
+        self._streams = SseStreams(config, "boards", "board event stream", "corrald-web-feed", drop_on_failure=True)
         # The drawers' output streams are counted in the stats (see `output`).
-        self._stats = StatsTicker(board, hub, self._clients, outputs)
+        self._stats = StatsTicker(board, hub, self._streams, outputs)
         self._recent = RecentEvents(board, hub)
 
     async def history(self, before: int, limit: int) -> tuple[list[tuple[int, str]], int | None]:
@@ -90,20 +86,18 @@ class Feed:
 
     @property
     def client_count(self) -> int:
-        return len(self._clients)
+        return len(self._streams)
 
     def end_for(self, identity: Identity | None = None) -> None:
         """Ends the open streams of `identity` (every stream with None)."""
-        for stream, holder in list(self._clients.items()):
-            if identity is None or holder == identity:
-                stream.stop_streaming()
+        self._streams.end_for(identity)
 
     async def close(self) -> None:
         self.end_for(None)
         await self._stats.close()
 
     async def _start_after(self, request: web.Request) -> int | web.Response:
-        text = request.headers.get("Last-Event-ID") or request.query.get("after", "0")
+        text = resumed_from(request) or request.query.get("after", "0")
         if not (text.isascii() and text.isdigit() and len(text) <= 18):
             return json_error(400, "after (or Last-Event-ID) must be a non-negative integer")
         after = int(text)
@@ -115,54 +109,29 @@ class Feed:
         after = await self._start_after(request)
         if isinstance(after, web.Response):
             return after
-        refusal = self._slots.refusal(identity)
-        if refusal is not None:
-            return refusal
-        with self._slots.held(identity):
-            return await self._stream(request, identity, after)
-
-    async def _stream(self, request: web.Request, identity: Identity, after: int) -> web.StreamResponse:
-        stream = EventSourceResponse(ping_interval=self._config.heartbeat_s, send_timeout=SEND_TIMEOUT_S)
-        await stream.prepare(request)
-        self._clients[stream] = identity
-        self._stats.ensure_running()
-        pump = asyncio.create_task(self._pump(stream, after, identity), name="corrald-web-feed")
-        try:
-            await stream.wait()
-        finally:
-            pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pump
-            self._clients.pop(stream, None)
-        return stream
+        pump = functools.partial(self._pump, after=after, identity=identity)
+        return await self._streams.serve(request, identity, pump, on_open=self._stats.ensure_running)
 
     async def _pump(self, stream: EventSourceResponse, after: int, identity: Identity) -> None:
         sent_point = f"web_event_sent:{identity.name}"  # a failpoint per caller, as for writer jobs
-        try:
-            await stream.send(json.dumps({"after": after}), event="hello", retry=RECONNECT_MS)
-            look = True
-            while not self._hub.closing:
-                moved = self._hub.board_moved()  # taken before reading, so no change slips between
-                if look:
-                    events, more = await self._recent.after(after)
-                    if events:
-                        for _ in events:
-                            failpoints.hit(sent_point)
-                        await _send_all(stream, events)
-                        after = events[-1][0]
-                    if more:
-                        continue
-                tick = self._stats.tick
-                await self._wait(moved, tick)
-                look = moved.is_set()  # a stats tick alone brings no event
-                if tick.is_set() and self._stats.latest:
-                    await stream.send(self._stats.latest, event="stats")
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:  # noqa: BLE001 (a client gone, a send timed out, a failed read)
-            log.info("ended a board event stream: %s", type(error).__name__)
-            _abort(stream)
-        stream.stop_streaming()
+        await stream.send(json.dumps({"after": after}), event="hello", retry=RECONNECT_MS)
+        look = True
+        while not self._hub.closing:
+            moved = self._hub.board_moved()  # taken before reading, so no change slips between
+            if look:
+                events, more = await self._recent.after(after)
+                if events:
+                    for _ in events:
+                        failpoints.hit(sent_point)
+                    await _send_all(stream, events)
+                    after = events[-1][0]
+                if more:
+                    continue
+            tick = self._stats.tick
+            await self._wait(moved, tick)
+            look = moved.is_set()  # a stats tick alone brings no event
+            if tick.is_set() and self._stats.latest:
+                await stream.send(self._stats.latest, event="stats")
 
     async def _wait(self, moved: asyncio.Event, tick: asyncio.Event) -> None:
         waits = [asyncio.ensure_future(moved.wait()), asyncio.ensure_future(tick.wait())]
@@ -181,10 +150,3 @@ async def _send_all(stream: EventSourceResponse, events: list[tuple[int, str]]) 
     frames = "".join(f"id: {seq}\r\nevent: board\r\ndata: {text}\r\n\r\n" for seq, text in events)
     async with asyncio.timeout(SEND_TIMEOUT_S):
         await stream.write(frames.encode())
-
-
-def _abort(stream: EventSourceResponse) -> None:
-    """Drops the connection, so the browser reconnects (with its Last-Event-ID)."""
-    request = stream._req  # the response's own request: aiohttp keeps it while the stream is open
-    if request is not None and request.transport is not None:
-        request.transport.abort()

@@ -19,16 +19,16 @@ Events: `start` {attempt, offset, omitted}: where the text begins (without an of
 at most the last `WINDOW_BYTES` stored; `omitted` counts the bytes before it);
 `output` {text}, id `ATTEMPT:OFFSET`; `end` {attempt, offset} once the attempt has
 ended, and the stream ends. `?attempt=N` (0, the default: the latest) and
-`?offset=N` choose where; a browser's `Last-Event-ID` overrides both.
+`?offset=N` choose where; a browser's `Last-Event-ID` overrides both. The slots, the
+response, the pump's task and its end are the event feed's too (`sse`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import codecs
 import contextlib
+import functools
 import json
-import logging
 from collections.abc import AsyncGenerator
 from typing import cast
 
@@ -45,13 +45,9 @@ from ..wake import WakeHub
 from .actions import http_status
 from .config import WebConfig
 from .guard import is_count, json_error
-from .slots import StreamSlots
-
-log = logging.getLogger("corrald.web")
+from .sse import RECONNECT_MS, SseStreams, resumed_from
 
 WINDOW_BYTES = 256 * 1024  # what a drawer opened on a long output starts with, at most
-SEND_TIMEOUT_S = 5.0
-RECONNECT_MS = 1000
 ATTEMPT_MAX = 2**31 - 1  # an attempt number is an int32 on the wire
 
 
@@ -65,7 +61,7 @@ def _continuation_bytes(data: bytes) -> int:
 
 def _position(request: web.Request) -> tuple[int, int | None] | web.Response:
     """The attempt (0: the latest) and the offset asked for (None: the window's start)."""
-    resumed = request.headers.get("Last-Event-ID")
+    resumed = resumed_from(request)
     if resumed:
         attempt_text, colon, offset_text = resumed.partition(":")
         if not (colon and is_count(attempt_text) and is_count(offset_text)) or int(attempt_text) > ATTEMPT_MAX:
@@ -83,15 +79,13 @@ class OutputStreams:
     def __init__(self, board: Board, hub: WakeHub, config: WebConfig) -> None:
         self._board = board
         self._hub = hub
-        self._config = config
-        self.clients: dict[EventSourceResponse, Identity] = {}
-        self._slots = StreamSlots(config, "output streams")
+        self.streams = SseStreams(
+            config, "output streams", "task output stream", "corrald-web-output", drop_on_failure=False
+        )
 
     def end_for(self, identity: Identity | None = None) -> None:
         """Ends the open streams of `identity` (every stream with None)."""
-        for stream, holder in list(self.clients.items()):
-            if identity is None or holder == identity:
-                stream.stop_streaming()
+        self.streams.end_for(identity)
 
     async def serve(self, request: web.Request, identity: Identity) -> web.StreamResponse:
         position = _position(request)
@@ -108,30 +102,11 @@ class OutputStreams:
                 400, f"offset is past the end of attempt {found.attempt}'s output ({found.size} bytes stored)"
             )
         start = max(0, found.size - WINDOW_BYTES) if offset is None else offset
-        refusal = self._slots.refusal(identity)
-        if refusal is not None:
-            return refusal
-        with self._slots.held(identity):
-            tailed = pb.TailOutputRequest(
-                task_id=request.match_info["task_id"], attempt=found.attempt, offset=start, follow=True
-            )
-            return await self._stream(request, identity, tailed, omitted=start if offset is None else 0)
-
-    async def _stream(
-        self, request: web.Request, identity: Identity, tailed: pb.TailOutputRequest, omitted: int
-    ) -> web.StreamResponse:
-        stream = EventSourceResponse(ping_interval=self._config.heartbeat_s, send_timeout=SEND_TIMEOUT_S)
-        await stream.prepare(request)
-        self.clients[stream] = identity
-        pump = asyncio.create_task(self._pump(stream, tailed, identity, omitted), name="corrald-web-output")
-        try:
-            await stream.wait()
-        finally:
-            pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pump
-            self.clients.pop(stream, None)
-        return stream
+        tailed = pb.TailOutputRequest(
+            task_id=request.match_info["task_id"], attempt=found.attempt, offset=start, follow=True
+        )
+        pump = functools.partial(self._pump, tailed=tailed, identity=identity, omitted=start if offset is None else 0)
+        return await self.streams.serve(request, identity, pump)
 
     async def _pump(
         self, stream: EventSourceResponse, tailed: pb.TailOutputRequest, identity: Identity, omitted: int
@@ -140,28 +115,22 @@ class OutputStreams:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         # A window may begin inside a character: the rest of it is not shown.
         skip = omitted > 0
-        try:
-            start = {"attempt": attempt, "offset": tailed.offset, "omitted": omitted}
-            await stream.send(json.dumps(start), event="start", retry=RECONNECT_MS)
-            # `tail` is an async generator: closing it here ends its wait on the wake hub.
-            follower = cast(AsyncGenerator[pb.OutputChunk, None], tail(self._board, self._hub, tailed, identity))
-            async with contextlib.aclosing(follower) as chunks:
-                async for chunk in chunks:
-                    data = bytes(chunk.data)
-                    if skip and data:
-                        data, skip = data[_continuation_bytes(data) :], False
-                    text = decoder.decode(data, final=chunk.end)
-                    # The bytes of a character not yet whole are sent with the append that ends it.
-                    decoded_to = chunk.offset + len(chunk.data) - len(decoder.getstate()[0])
-                    if text:
-                        payload = json.dumps({"text": text}, ensure_ascii=False)
-                        await stream.send(payload, id=f"{attempt}:{decoded_to}", event="output")
-                    if chunk.end:
-                        ended = json.dumps({"attempt": attempt, "offset": chunk.offset})
-                        await stream.send(ended, id=f"{attempt}:{chunk.offset}", event="end")
-                        break
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:  # noqa: BLE001 (a client gone, a send timed out, a failed read)
-            log.info("ended a task output stream: %s", type(error).__name__)
-        stream.stop_streaming()
+        start = {"attempt": attempt, "offset": tailed.offset, "omitted": omitted}
+        await stream.send(json.dumps(start), event="start", retry=RECONNECT_MS)
+        # `tail` is an async generator: closing it here ends its wait on the wake hub.
+        follower = cast(AsyncGenerator[pb.OutputChunk, None], tail(self._board, self._hub, tailed, identity))
+        async with contextlib.aclosing(follower) as chunks:
+            async for chunk in chunks:
+                data = bytes(chunk.data)
+                if skip and data:
+                    data, skip = data[_continuation_bytes(data) :], False
+                text = decoder.decode(data, final=chunk.end)
+                # The bytes of a character not yet whole are sent with the append that ends it.
+                decoded_to = chunk.offset + len(chunk.data) - len(decoder.getstate()[0])
+                if text:
+                    payload = json.dumps({"text": text}, ensure_ascii=False)
+                    await stream.send(payload, id=f"{attempt}:{decoded_to}", event="output")
+                if chunk.end:
+                    ended = json.dumps({"attempt": attempt, "offset": chunk.offset})
+                    await stream.send(ended, id=f"{attempt}:{chunk.offset}", event="end")
+                    break

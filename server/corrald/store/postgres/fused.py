@@ -122,7 +122,7 @@ def complete_if_live(recording: bool, beside: str | None) -> str:
         " ended AS (UPDATE claims SET outcome = %s, end_ms = %s, error = %s WHERE fence = (SELECT fence FROM live)),"
         f" done AS ({DONE} WHERE seq = (SELECT seq FROM live) RETURNING {TASK_COLUMNS}),"
         f" freed AS ({free_dependents('(SELECT seq FROM live)')}), logged AS ({event_insert('task_changed')} done AS t)"
-        f" SELECT {record_seq}, done.*, (SELECT key FROM live), {_FREED_JSON}{read}"
+        f" SELECT {record_seq}, done.*, (SELECT key FROM live), {_FREED_JSON}, (SELECT fence FROM live){read}"
         f" FROM (SELECT 1) AS one LEFT JOIN done ON true{join} WHERE {wrote}"
     )
 
@@ -155,7 +155,7 @@ def complete_many(beside: str) -> str:
         " RETURNING met.met_n AS freed_n, seq, required_role, unmet_deps, state),"
         f" logged AS ({event_insert('task_changed', '%(now)s')} done AS t ORDER BY t.done_n)"
         " SELECT r.r_n, op.op_seq, done.*, live.l_key, (SELECT json_agg(json_build_array(f.seq, f.required_role,"
-        " f.unmet_deps, f.state)) FROM freed AS f WHERE f.freed_n = r.r_n), beside.*"
+        " f.unmet_deps, f.state)) FROM freed AS f WHERE f.freed_n = r.r_n), live.l_fence, beside.*"
         " FROM r LEFT JOIN op ON op.op_teammate = r.r_teammate LEFT JOIN live ON live.l_n = r.r_n"
         f" LEFT JOIN done ON done.done_n = r.r_n LEFT JOIN LATERAL ({beside}) AS beside ON true ORDER BY r.r_n"
     )

@@ -27,8 +27,9 @@ from . import fused
 from .lease_queries import ANY_CONFLICT
 
 # A completion's row after the op record's seq: the task's columns (one of them the
-# dependency list), its concurrency key, its freed dependents; then the view, if read.
-_COMPLETED_WIDTH = TASK_WIDTH + 2
+# dependency list), its concurrency key, its freed dependents, the ended claim's fence;
+# then the view, if read.
+_COMPLETED_WIDTH = TASK_WIDTH + 3
 
 
 def claim_first_ready(tx: Txn, roles: tuple[str, ...], token: str, teammate: str) -> ClaimTaken | None:
@@ -86,6 +87,7 @@ def complete_if_live(tx: Txn, completion: Completion, *, view_after: bool) -> Co
         return None
     task_row, key, dependents = row[1 : TASK_WIDTH + 1], row[TASK_WIDTH + 1], row[TASK_WIDTH + 2] or []
     tx.wakes.events = True
+    tx.wakes.output.add(row[TASK_WIDTH + 3])  # the claim ended: its output's followers read to its end
     if key:
         keys.freed(tx, key)
     task = task_record(task_row)
@@ -110,6 +112,7 @@ def complete_live_claim(
         (ClaimOutcome.COMPLETED.value, tx.now_ms, "", fence, *done_params, seq, tx.now_ms),
     ).fetchone()
     tx.wakes.events = True
+    tx.wakes.output.add(fence)  # the claim ended: its output's followers read to its end
     if key:
         keys.freed(tx, key)
     task = task_record(row[:-1])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import sqlite3
 from typing import NamedTuple
 
 from ... import errors
@@ -38,10 +39,17 @@ def live_claim(tx: Txn, teammate: str, task_id: str, token: str, *, completed_ok
     With `completed_ok`, the token that completed the task returns fence 0
     instead of raising (a repeated CompleteTask is answered from the store).
     """
+    return live_claim_at(tx.conn, tx.now_ms, teammate, task_id, token, completed_ok=completed_ok)
+
+
+def live_claim_at(
+    conn: sqlite3.Connection, now_ms: int, teammate: str, task_id: str, token: str, *, completed_ok: bool = False
+) -> LiveClaim:
+    """`live_claim` on any connection (a reader's too), as of `now_ms`."""
     # One statement for the task and the token's claim (if any): the writer
     # gives up the GIL on every statement and may wait to get it back.
-    row = tx.conn.execute(
-        sql(tx.conn).LIVE_CLAIM,
+    row = conn.execute(
+        sql(conn).LIVE_CLAIM,
         (token, task_id),
     ).fetchone()
     if row is None:
@@ -50,7 +58,7 @@ def live_claim(tx: Txn, teammate: str, task_id: str, token: str, *, completed_ok
     if fence is None or claim_task != seq or holder != teammate:
         raise errors.ClaimTokenMismatch(f"token is not your claim on task {task_id!r}", id=task_id)
     if outcome is None and fence == live_fence:
-        if tx.now_ms >= lease_end:
+        if now_ms >= lease_end:
             if attempt_deadline is not None and lease_end >= attempt_deadline:
                 raise errors.AttemptTimedOut(f"attempt on task {task_id!r} ran past its attempt_timeout", id=task_id)
             raise errors.LeaseExpired(f"lease on task {task_id!r} ended", id=task_id)
@@ -70,8 +78,9 @@ def live_claim(tx: Txn, teammate: str, task_id: str, token: str, *, completed_ok
 
 def end_claim(tx: Txn, fence: int, outcome: ClaimOutcome, error: str = "", *, key: str) -> None:
     """Ends the live claim `fence` of a task whose concurrency key is `key` ('' for none),
-    freeing what it holds: its key's slot, its resources."""
+    freeing what it holds: its key's slot, its resources; its output's followers read to its end."""
     tx.conn.execute(sql(tx.conn).END_CLAIM, (outcome.value, tx.now_ms, error, fence))
+    tx.wakes.output.add(fence)
     if key:
         keys.freed(tx, key)
     leases.freed_by_claim(tx, fence)
@@ -182,6 +191,7 @@ def cancel_seqs(tx: Txn, roots: list[tuple[int, str]]) -> list[int]:
         sql(conn).END_DOOMED_CLAIM,
         [(ClaimOutcome.CANCELED.value, tx.now_ms, reasons[seq], fence) for seq, fence, _ in held],
     )
+    tx.wakes.output.update(fence for _, fence, _ in held)
     conn.executemany(
         sql(conn).FINISH_DOOMED,
         [(int(TaskState.CANCELED), tx.now_ms, reasons[seq], seq) for seq, *_ in doomed],

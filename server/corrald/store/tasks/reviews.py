@@ -103,6 +103,7 @@ def answer(tx: Txn, reviewer: str, held: LiveClaim, verdict: Verdict, *, status_
     """A review's claim answered with its verdict (`status_after`: as `tasks.complete_claim`)."""
     end = ClaimOutcome.APPROVED if verdict.approve else ClaimOutcome.REJECTED
     tx.conn.execute(sql(tx.conn).END_REVIEW_CLAIM, (end.value, tx.now_ms, verdict.feedback, held.fence))
+    tx.wakes.output.add(held.fence)  # its output's followers read to its end
     if held.key:
         keys.freed(tx, held.key)
     slot_freed(tx, reviewer, status_after=status_after)
