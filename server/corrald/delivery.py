@@ -50,7 +50,9 @@ def next_for_teammate(
     if checked.found is not None:
         return checked.found
     # 4. Claim while this teammate holds fewer claims than its slots.
-    last_expiry = max(checked.teammate.last_expiry_ms, tasks.reclaim_expired(tx).get(name, 0))
+    last_expiry = checked.teammate.last_expiry_ms
+    if not tx.leases.none_due(tx.now_ms):  # a lease may have run out: reclaimed first (claim_next may not)
+        last_expiry = max(last_expiry, tasks.reclaim_expired(tx).get(name, 0))
     alive_ms = stream.last_alive_ms
     if _claims_paused(alive_ms, last_expiry, tx.now_ms):
         return Delivery([], checked.live, can_claim=False, claims_paused=True, alive_ms=alive_ms)
@@ -225,7 +227,8 @@ def _before_claim(
         return _Checked(Delivery(items, live), teammate, held, live)
     # 3. The gates sit before the claim: control always beats the task board.
     shut = _Checked(Delivery([], live, can_claim=False), teammate, held, live)
-    if teammate.shutdown_pending or gates.protocol_unacked(conn, name, acked, teammate.last_seq):
+    # Only an item after `acked` can be an unacknowledged protocol message: none, no read.
+    if teammate.shutdown_pending or (teammate.last_seq > acked and gates.protocol_unacked(conn, name, acked)):
         return shut
     if teammate.require_plan and not gates.plan_approved(conn, name, acked):
         return shut

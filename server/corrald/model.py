@@ -229,12 +229,12 @@ def attempts_used(state: int, failures: int) -> int:
     """The attempts a task has used that count toward its max_attempts: its claims
     ended by failure or expiry (`failures`, which a retry with reset_attempts sets to
     0), plus the live claim or the one that completed it. A release or a cancel uses none."""
-    return failures + 1 if state in _USING_AN_ATTEMPT else failures
+    return failures + 1 if state in USING_AN_ATTEMPT else failures
 
 
-_USING_AN_ATTEMPT = frozenset(
-    (int(TaskState.IN_PROGRESS), int(TaskState.COMPLETED), int(TaskState.IN_REVIEW))
-)  # plain ints: read per row
+# The states whose task's live or completing claim uses an attempt (`attempts_used`);
+# plain ints, read per row (a task's row applies the rule in place: store/tasks/rows.py).
+USING_AN_ATTEMPT = frozenset((int(TaskState.IN_PROGRESS), int(TaskState.COMPLETED), int(TaskState.IN_REVIEW)))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -3,23 +3,21 @@ steps, and how it inserts a batch of rows."""
 
 from __future__ import annotations
 
+import operator
 import sqlite3
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-
-def sql(conn: sqlite3.Connection) -> types.ModuleType:
-    """The statements of the connection's driver (`store/sqlite/queries.py` or
-    `store/postgres/queries.py`: the same names, each in its database's dialect; the
-    groups `.artifacts`, `.graph`, `.output` and `.usage` are modules of their own beside it)."""
-    return conn.sql  # type: ignore[attr-defined]  # SqliteConnection's, PgConnection's
-
-
-def steps(conn: sqlite3.Connection) -> types.ModuleType:
-    """The driver's steps (`store.driver.DriverSteps`: `store/sqlite/steps.py` or
-    `store/postgres/steps.py`), which take the same steps each in its own way."""
-    return conn.steps  # type: ignore[attr-defined]
+# `sql(conn)`: the statements of the connection's driver (`store/sqlite/queries.py` or
+# `store/postgres/queries.py`: the same names, each in its database's dialect; the groups
+# `.artifacts`, `.graph`, `.output` and `.usage` are modules of their own beside it).
+# `steps(conn)`: the driver's steps (`store.driver.DriverSteps`: `store/sqlite/steps.py`
+# or `store/postgres/steps.py`), which take the same steps each in its own way.
+# Both read an attribute of SqliteConnection and PgConnection; every statement of the
+# store asks, so each is the attribute's getter itself, not a function around it.
+sql: Callable[[sqlite3.Connection], types.ModuleType] = operator.attrgetter("sql")
+steps: Callable[[sqlite3.Connection], types.ModuleType] = operator.attrgetter("steps")
 
 
 def insert_rows(conn: sqlite3.Connection, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

@@ -28,13 +28,8 @@ def protocol_pending(conn: sqlite3.Connection, name: str) -> bool:
     return bool(row[0])
 
 
-def protocol_unacked(conn: sqlite3.Connection, name: str, acked: int, last: int) -> bool:
+def protocol_unacked(conn: sqlite3.Connection, name: str, acked: int) -> bool:
     """A protocol message after `acked` waits (the delivery check, which read the
-    teammate's sequence numbers and shutdown state with its row)."""
-    return last > acked and (
-        conn.execute(
-            sql(conn).PROTOCOL_UNACKED,
-            (name, acked),
-        ).fetchone()
-        is not None
-    )
+    teammate's sequence numbers and shutdown state with its row, asks only when an
+    item after `acked` is in the inbox)."""
+    return conn.execute(sql(conn).PROTOCOL_UNACKED, (name, acked)).fetchone() is not None

@@ -37,12 +37,10 @@ def charge(tx: Txn, teammate: str, task_seq: int, usage: Usage) -> None:
     charge_teammate(tx, teammate, usage)
 
 
-def task_sums(conn: sqlite3.Connection, usage: Usage | None) -> tuple[str, tuple]:
+def task_sums(conn: sqlite3.Connection, usage: Usage) -> tuple[str, tuple]:
     """The SET items (with a leading comma) and parameters that add a report to a
-    task's sums, for the caller's own UPDATE of the task; nothing for no report.
-    A renewal or completion carrying usage then updates the task row once."""
-    if usage is None:
-        return "", ()
+    task's sums, for the caller's own UPDATE of the task (which, for no report, adds
+    none: "" and ()). A renewal or completion carrying usage then updates the task row once."""
     return ", " + sql(conn).usage.USAGE_SUMS, _sum_params(usage)
 
 

@@ -411,6 +411,7 @@ def held_claims(owner: str = "%s", now: str = "%s") -> str:
 
 HELD_CLAIMS = held_claims() + " ORDER BY c.fence"
 END_CLAIM = "UPDATE claims SET outcome = %s, end_ms = %s, error = %s WHERE fence = %s"
+END_CLAIM_LEASED = END_CLAIM + " RETURNING (SELECT t.resources <> '' FROM tasks AS t WHERE t.seq = claims.task_seq)"
 # A renewal's lease, never past the attempt's time limit (parameter: the new end, twice).
 _RENEWED = "lease_expire_ms = CASE WHEN attempt_deadline_ms < %s THEN attempt_deadline_ms ELSE %s END"
 

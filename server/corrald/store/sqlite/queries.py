@@ -399,6 +399,9 @@ HELD_CLAIMS = (
     " ORDER BY c.fence"
 )
 END_CLAIM = "UPDATE claims SET outcome = ?, end_ms = ?, error = ? WHERE fence = ?"
+# A claim's end by itself, saying whether its task has resources: only then did the claim
+# hold any (store/leases.py), so only then is a statement run to free them.
+END_CLAIM_LEASED = END_CLAIM + " RETURNING (SELECT t.resources != '' FROM tasks AS t WHERE t.seq = claims.task_seq)"
 # A renewal's lease, never past the attempt's time limit (parameter: the new end, twice).
 _RENEWED = "lease_expire_ms = CASE WHEN attempt_deadline_ms < ? THEN attempt_deadline_ms ELSE ? END"
 

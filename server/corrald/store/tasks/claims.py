@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
 import secrets
 import sqlite3
+import types
 from collections.abc import Iterable
 
 from ...config import DEPENDENCY_RESULTS_MAX_BYTES
@@ -41,12 +44,17 @@ def claim_next(
     With `busy`, the teammate's status is stored busy already (a completion's
     handoff: it held the claim it just completed) and is not written again.
     """
-    if not reclaimed:
+    # Each look below is skipped where it has nothing to do: a lease or a time gate not
+    # due yet by what the writer knows (`DeadlineWatch`), a review for a teammate holding
+    # no role (a review needs one).
+    if not reclaimed and not tx.leases.none_due(tx.now_ms):
         reclaim_expired(tx)
-    open_due_gates(tx)
+    if not tx.gates.none_due(tx.now_ms):
+        open_due_gates(tx)
     token = secrets.token_urlsafe(24)  # 192 bits; UNIQUE in claims makes reuse impossible
     roles = tuple(roles)
-    review = reviews.claim_first(tx, teammate, roles, token)  # a review before new work: it unblocks a result
+    # A review before new work: it unblocks a result.
+    review = reviews.claim_first(tx, teammate, roles, token) if roles else None
     if review is not None:
         task, fence, item = review
         return _granted(tx, teammate, task, token, fence, busy, review=item)
@@ -103,9 +111,13 @@ def _granted(
         tx.wakes.note("review_claimed", task=task.id, teammate=teammate, round=review.round, fence=fence)
     if review is not None:
         return ClaimGrant(task, token, lease_end, task.attempt, fence, review=review)
-    results, omitted = dependency_results(tx.conn, task)
     if previous is not None:  # a first claim has no artifacts yet: only a later one reads them
         task = with_artifacts(tx.conn, [task])[0]
+    if not task.depends_on:  # nothing of dependencies to read
+        return ClaimGrant(
+            task, token, lease_end, task.attempt, fence, previous, answers=answers, rejected_result=rejected
+        )
+    results, omitted = dependency_results(tx.conn, task)
     return ClaimGrant(
         task,
         token,
@@ -130,12 +142,18 @@ def ready_query(
     passing over the tasks whose concurrency key is at its limit (and, `without_resources`,
     those with resources)."""
     allowed = ["", *roles]
+    return _ready_text(sql(conn), len(allowed), limit, without_resources), allowed
+
+
+@functools.lru_cache(maxsize=256)
+def _ready_text(statements: types.ModuleType, allowed: int, limit: int, without_resources: bool) -> str:
+    """`ready_query`'s text, written once per driver and shape: every claim asks for it."""
     plain = " AND resources = ''" if without_resources else ""
     return (
         f"SELECT seq, failures, attempt, resources FROM tasks WHERE state = {PENDING} AND unmet_deps = 0"
-        f" AND required_role IN ({sql(conn).marks(len(allowed))}){keys.FULL_KEYS}{plain}"
+        f" AND required_role IN ({statements.marks(allowed)}){keys.FULL_KEYS}{plain}"
         f" ORDER BY priority DESC, seq LIMIT {limit}"
-    ), allowed
+    )
 
 
 def pick_ready(
@@ -146,15 +164,23 @@ def pick_ready(
 
     With `probe_first`, the first ready task is read alone: when it has no resources
     (always, on a board without them) it is the pick, and the scan of store/leases.py runs
-    only when it has. A driver passes False when the scan costs no more than that read
-    (SQLite's cursor reads rows as they are asked for) or it has read it already."""
+    only when it has. Without it the scan's first row is that probe, read the same way,
+    so a driver passes False when the scan costs no more than that read (SQLite's cursor
+    reads rows as they are asked for) or it has read it already."""
     roles = tuple(roles)
     if probe_first:
         first = conn.execute(*ready_query(conn, roles)).fetchone()
         if first is None or not first[3]:
             return None if first is None else (first[0], first[1], first[2])
     scan, allowed = ready_query(conn, roles, limit=leases.SCAN_BOUND)
-    picked, read = leases.first_free(conn, conn.execute(scan, allowed))
+    cursor = conn.execute(scan, allowed)
+    rows: Iterable[tuple] = cursor
+    if not probe_first:
+        first = cursor.fetchone()
+        if first is None or not first[3]:
+            return None if first is None else (first[0], first[1], first[2])
+        rows = itertools.chain((first,), cursor)
+    picked, read = leases.first_free(conn, rows)
     if picked is None and read == leases.SCAN_BOUND:  # past the scan, what conflicts with nothing
         query, allowed = ready_query(conn, roles, without_resources=True)
         row = conn.execute(query, allowed).fetchone()
@@ -271,7 +297,7 @@ def renew(
     if usage is not None:
         spending.charge_teammate(tx, teammate, usage)
     statements = sql(tx.conn)
-    sums, sum_params = spending.task_sums(tx.conn, usage)
+    sums, sum_params = spending.task_sums(tx.conn, usage) if usage is not None else ("", ())
     # Never past the attempt's time limit: the holder learns of it from the lease end.
     lease_end = tx.now_ms + lease_ms
     if progress is None:

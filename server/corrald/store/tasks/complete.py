@@ -63,7 +63,7 @@ def complete_claim(
         return ClaimCompleted(reviews.answer(tx, teammate, held, completion.verdict, status_after=status_after), True)
     if usage is not None:
         spending.charge_teammate(tx, teammate, usage)
-    sums, sum_params = spending.task_sums(tx.conn, usage)
+    sums, sum_params = spending.task_sums(tx.conn, usage) if usage is not None else ("", ())
     if held.review_role is not None:  # the result waits for its review
         task = reviews.submit(tx, teammate, held, completion.result, sums, sum_params)
         slot_freed(tx, teammate, status_after=status_after)

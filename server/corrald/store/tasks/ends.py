@@ -78,12 +78,14 @@ def live_claim_at(
 
 def end_claim(tx: Txn, fence: int, outcome: ClaimOutcome, error: str = "", *, key: str) -> None:
     """Ends the live claim `fence` of a task whose concurrency key is `key` ('' for none),
-    freeing what it holds: its key's slot, its resources; its output's followers read to its end."""
-    tx.conn.execute(sql(tx.conn).END_CLAIM, (outcome.value, tx.now_ms, error, fence))
+    freeing what it holds: its key's slot, its resources (none, for a task without any);
+    its output's followers read to its end."""
+    leased = tx.conn.execute(sql(tx.conn).END_CLAIM_LEASED, (outcome.value, tx.now_ms, error, fence)).fetchone()
     tx.wakes.output.add(fence)
     if key:
         keys.freed(tx, key)
-    leases.freed_by_claim(tx, fence)
+    if leased is not None and leased[0]:
+        leases.freed_by_claim(tx, fence)
 
 
 def slot_freed(tx: Txn, teammate: str, *, status_after: bool = True) -> None:

@@ -11,7 +11,9 @@ verdict leaves the review to be offered again (`ends.back_to_pending`).
 
 from __future__ import annotations
 
+import functools
 import secrets
+import types
 from collections.abc import Iterable
 
 from ... import errors
@@ -52,9 +54,13 @@ def ready_query(conn, roles: Iterable[str]) -> tuple[str, list[str]] | None:
     roles = list(roles)
     if not roles:
         return None
-    statements = sql(conn)
-    query = statements.REVIEW_READY.format(roles=statements.marks(len(roles)), full_keys=keys.FULL_KEYS)
-    return query, roles
+    return _ready_text(sql(conn), len(roles)), roles
+
+
+@functools.lru_cache(maxsize=64)
+def _ready_text(statements: types.ModuleType, roles: int) -> str:
+    """`ready_query`'s text, written once per driver and number of roles."""
+    return statements.REVIEW_READY.format(roles=statements.marks(roles), full_keys=keys.FULL_KEYS)
 
 
 def any_for(conn, roles: Iterable[str], teammate: str) -> bool:

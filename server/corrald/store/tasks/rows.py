@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 
 from ... import errors
 from ...model import (
+    USING_AN_ATTEMPT,
     AttemptRecord,
     ClaimOutcome,
     QuestionAnswer,
@@ -21,7 +22,6 @@ from ...model import (
     TeammateAvailability,
     Usage,
     WaitingFor,
-    attempts_used,
 )
 from ...txn import Txn
 from .. import keys, leases
@@ -43,27 +43,29 @@ def task_record(row: tuple) -> TaskRecord:
     """A TaskRecord from a row of `TASK_COLUMNS`, built as a tuple (binding 29 keywords
     costs more): the columns are in TaskRecord's field order but for
     depends_on (the last column), state (an int), result (NULL until completed) and
-    usage (four columns), and `failures` (read as the attempts used)."""
-    depends_on = row[39]
+    usage (four columns), and `failures` (read as the attempts used). The rules of
+    `model.attempts_used` and of the resources' column are applied in place: every
+    claim and completion builds a record, and a call per field costs more."""
+    depends_on, state, failures, resources = row[39], row[9], row[31], row[38]
     return TaskRecord._make(
         (
             *row[0:5],  # seq .. payload
             tuple(depends_on.split("\n")) if depends_on else (),
             *row[5:9],  # priority .. lease_ms
-            _STATES[row[9]],
+            _STATES[state],
             row[10],  # owner
             row[11],  # attempt
             row[12] or b"",  # result
             *row[13:26],  # error .. concurrency_key
             Usage._make(row[26:30]),
             row[30],  # attempt_timeout_ms
-            attempts_used(row[9], row[31]),
+            failures + 1 if state in USING_AN_ATTEMPT else failures,
             row[32],  # question
             None if row[33] is None else _review_policy(row[33], row[34]),
             row[35],  # review_rounds
             row[36],  # proposed_by
             row[37],  # discovered_from
-            *_resources(row[38]),
+            *(_resources(resources) if resources else _NO_RESOURCES),
             (),  # artifacts: read apart, by the reads that show them
         )
     )
@@ -73,9 +75,7 @@ _NO_RESOURCES: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
 
 def _resources(stored: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """A task's exclusive and shared resources from `tasks.resources` ('' : none)."""
-    if not stored:
-        return _NO_RESOURCES
+    """A task's exclusive and shared resources from `tasks.resources` (not '')."""
     exclusive, shared = json.loads(stored)
     return tuple(exclusive), tuple(shared)
 
