@@ -465,10 +465,10 @@ class Board(BoardReads, BoardArtifacts):
         if op is None:
             return await self.writer.run(body)
         # The completion's step writes the op's record (store/ops.py); without usage to
-        # charge, the driver may run it with the completions queued beside it.
-        merge = None
-        if spent is None and verdict is None:
-            merge = self.driver.merged_completion(OpCompletion(op.op_id, op.digest, completion), delivery.views_touched)
+        # charge, a driver that merges completions may run it with those queued beside it.
+        merge, merged = None, self.driver.merged_completion
+        if merged is not None and spent is None and verdict is None:
+            merge = merged(OpCompletion(op.op_id, op.digest, completion), delivery.views_touched)
         return await self._once(
             name, op, body, lambda tx, _: Completed(tasks.get_task(tx.conn, task_id), None), True, merge
         )

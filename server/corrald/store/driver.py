@@ -22,6 +22,9 @@ from ..clock import Clock
 from ..model import Completion, DeliveryView, OpCompletion, TaskRecord
 from ..txn import DeadlineWatch, Mergeable, Txn, Wakes
 
+# A driver's way of merging a Session completion with those queued beside it (`BoardDriver`).
+MergedCompletion = Callable[[OpCompletion, Callable[[Wakes], Collection[str] | None]], Mergeable]
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class DatabaseHealth:
@@ -245,9 +248,9 @@ class BoardDriver(Protocol):
     def health(self, conn: Any) -> DatabaseHealth | None:
         """The database's side of GetStats (None: a board this daemon serves alone)."""
 
-    def merged_completion(
-        self, request: OpCompletion, touched: Callable[[Wakes], Collection[str] | None]
-    ) -> Mergeable | None:
+    @property
+    def merged_completion(self) -> MergedCompletion | None:
         """How a Session completion without usage may run with the completions queued beside
-        it (`Mergeable`; `touched`: whose delivery views a job's wake-ups changed), or None
-        where each runs its own steps."""
+        it: `merged_completion(request, touched)` is its `Mergeable` (`touched`: whose
+        delivery views a job's wake-ups changed). None where each runs its own steps, and
+        then the completion asks nothing of it."""

@@ -6,12 +6,11 @@ import dataclasses
 import logging
 import pathlib
 import sqlite3
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 
 from ...clock import Clock
 from ...config import WriterConfig
-from ...model import OpCompletion
-from ...txn import Mergeable, Txn, Wakes
+from ...txn import Txn
 from .. import tasks
 from ..driver import DatabaseHealth
 from .blobs import FileBlobs
@@ -32,6 +31,7 @@ class SqliteBoard:
     shared = False  # a file this daemon alone serves
     daemon_id = ""
     reader_begin = "BEGIN"
+    merged_completion = None  # each job's statements cost only their work: none runs for several
 
     def writer_storage(self) -> SqliteStorage:
         return SqliteStorage()
@@ -63,8 +63,3 @@ class SqliteBoard:
 
     def health(self, conn: sqlite3.Connection) -> DatabaseHealth | None:
         return None
-
-    def merged_completion(
-        self, request: OpCompletion, touched: Callable[[Wakes], Collection[str] | None]
-    ) -> Mergeable | None:
-        return None  # each job's statements cost only their work: none runs for several
