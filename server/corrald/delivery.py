@@ -35,7 +35,7 @@ from .model import (
     TeammateView,
     Usage,
 )
-from .store import gates, inbox, status, tasks, team, usage
+from .store import gates, inbox, status, tasks, usage
 from .stream import Delivery, ParkedStreams, StreamItem, StreamView
 from .txn import Txn, Wakes
 
@@ -138,7 +138,7 @@ def after_completion(
 
 
 def views_touched(wakes: Wakes) -> set[str] | None:
-    """Whose delivery views (`team.view_for_delivery`) a job may have changed, as its
+    """Whose delivery views (`tasks.view_for_delivery`) a job may have changed, as its
     wake-ups show: their inbox, claims, gates or streams; None for anyone's."""
     if wakes.everyone:
         return None
@@ -208,7 +208,7 @@ def _before_claim(
     conn: sqlite3.Connection, name: str, stream: StreamView, now_ms: int, view: DeliveryView | None = None
 ) -> _Checked:
     """Steps 1–3, on `view` if the caller read it already."""
-    teammate, held = view if view is not None else team.view_for_delivery(conn, name, now_ms)
+    teammate, held = view if view is not None else tasks.view_for_delivery(conn, name, now_ms)
     live = frozenset(ref.token for ref in held)
     if stream.epoch is not None and teammate.stream_epoch != stream.epoch:
         # A newer stream opened, perhaps on another daemon that has not told this one

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import sqlite3
 
@@ -10,20 +9,17 @@ from .. import errors
 from ..model import (
     ClaimEndReason,
     ClaimOutcome,
-    ClaimRef,
-    DeliveryView,
     TaskCreation,
     TeammateRecord,
     TeammateStatus,
-    TeammateView,
 )
 from ..txn import Txn
 from . import usage
 from .claim_ends import removal_note
-from .dialect import sql, steps
+from .dialect import sql
 from .events import emit
 from .status import refresh_status
-from .tasks import release_all, work_waited_for
+from .tasks import release_all, stored_roles, work_waited_for
 
 
 def add_teammate(tx: Txn, name: str, roles: tuple[str, ...], require_plan: bool, token_hash: bytes) -> TeammateRecord:
@@ -49,13 +45,6 @@ def rotate_token(tx: Txn, name: str, token_hash: bytes) -> None:
     tx.wakes.note("credential_replaced", teammate=name)
 
 
-@functools.lru_cache(maxsize=1024)
-def _roles(stored: str) -> tuple[str, ...]:
-    """A teammate's roles from their stored JSON: every delivery check reads them, and
-    a team has few distinct role lists."""
-    return tuple(json.loads(stored))
-
-
 def teammate_row(conn: sqlite3.Connection, name: str, *, lock: bool = False) -> tuple:
     """(roles, require_plan, removed, online, status, acked_seq, last_seq); TeammateNotFound if none.
     `lock`: the transaction is about to change what the teammate may receive (its inbox, its
@@ -71,7 +60,7 @@ def get_teammate(conn: sqlite3.Connection, name: str) -> TeammateRecord:
     roles, require_plan, _, _, status, _, _ = teammate_row(conn, name)
     (served_by,) = conn.execute(sql(conn).SERVED_BY, (name,)).fetchone()
     held = tuple(r[0] for r in conn.execute(sql(conn).HELD_TASK_IDS, (name,)))
-    role_list = _roles(roles)
+    role_list = stored_roles(roles)
     waiting_for = tuple(work_waited_for(conn, name, role_list)) if status == TeammateStatus.WAITING else ()
     spent, budget = usage.of_teammate(conn, name)
     (policy,) = conn.execute(sql(conn).graph.TASK_CREATION_OF, (name,)).fetchone()
@@ -101,38 +90,7 @@ def list_teammates(conn: sqlite3.Connection, after: int = 0, limit: int = -1) ->
 
 
 def roles_of(conn: sqlite3.Connection, name: str) -> tuple[str, ...]:
-    return _roles(teammate_row(conn, name)[0])
-
-
-def view_for_delivery(conn: sqlite3.Connection, name: str, now_ms: int) -> DeliveryView:
-    """The teammate's delivery view; Unauthenticated once it is removed. One step of the
-    driver's (`DriverSteps.view_for_delivery`): one statement where each is a round trip."""
-    return steps(conn).view_for_delivery(conn, name, now_ms)
-
-
-def delivery_view_with_claims(name: str, row: tuple | None) -> DeliveryView:
-    """A delivery view from a row of the view's columns and, last, its held claims as a
-    list of ClaimRef fields (a driver's step that reads both at once)."""
-    view = delivery_view(name, row)  # raises for a teammate that is not there
-    assert row is not None
-    return DeliveryView(view, [ClaimRef(*held) for held in row[-1] or ()])
-
-
-def delivery_view(name: str, row: tuple | None) -> TeammateView:
-    """A teammate's view from a row of the drivers' `VIEW_COLUMNS`."""
-    if row is None or row[2]:
-        raise errors.Unauthenticated(f"teammate {name!r} was removed")
-    roles, require_plan, _, acked, last, last_expiry, shutdown_pending, budget_spent, epoch = row[:9]
-    return TeammateView(
-        _roles(roles),
-        bool(require_plan),
-        acked,
-        last,
-        last_expiry,
-        bool(shutdown_pending),
-        bool(budget_spent),
-        epoch,
-    )
+    return stored_roles(teammate_row(conn, name)[0])
 
 
 def credentials(conn: sqlite3.Connection) -> list[tuple[bytes, str, bool]]:

@@ -20,9 +20,8 @@ from ...model import ClaimOutcome, Completion, DeliveryView, OpCompletion, TaskR
 from ...txn import Txn
 from .. import keys, leases, ops
 from ..driver import ClaimTaken, CompletedAtOnce, GatesOpened
-from ..tasks.claims import pick_ready, ready_query
+from ..tasks.claims import delivery_view_with_claims, pick_ready, ready_query
 from ..tasks.rows import TASK_WIDTH, rows_by_id, task_record
-from ..team import delivery_view_with_claims
 from . import fused
 from .lease_queries import ANY_CONFLICT
 

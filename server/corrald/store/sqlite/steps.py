@@ -16,10 +16,9 @@ from ...leasepaths import DESCENDANTS_END, ancestors_and_self
 from ...model import ClaimOutcome, Completion, DeliveryView, TaskRecord
 from ...txn import Txn
 from ..driver import ClaimTaken, CompletedAtOnce, GatesOpened
-from ..tasks.claims import held_claim_refs, pick_ready
+from ..tasks.claims import delivery_view, held_claim_refs, pick_ready
 from ..tasks.ends import end_claim
 from ..tasks.rows import earliest_gate, task_changed, task_record
-from ..team import delivery_view
 from .lease_queries import HELD_OVER_OR_UNDER
 from .queries import CLAIM_TASK, FREE_DEPENDENTS, INSERT_CLAIM, OPEN_GATES, VIEW_FOR_DELIVERY, complete_task
 

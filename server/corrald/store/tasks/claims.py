@@ -1,24 +1,30 @@
-"""Claiming the next ready task, the claims a teammate holds, and renewing one."""
+"""A teammate's claims: what a delivery check reads of it (its delivery view: the
+columns its gates need and the claims it holds), claiming the next ready task for it,
+and renewing a claim."""
 
 from __future__ import annotations
 
 import functools
 import itertools
+import json
 import secrets
 import sqlite3
 import types
 from collections.abc import Iterable
 
+from ... import errors
 from ...config import DEPENDENCY_RESULTS_MAX_BYTES
 from ...model import (
     AttemptRecord,
     ClaimGrant,
     ClaimRef,
+    DeliveryView,
     Progress,
     QuestionAnswer,
     ReviewItem,
     TaskRecord,
     TaskState,
+    TeammateView,
     Usage,
 )
 from ...txn import Txn
@@ -222,6 +228,44 @@ def work_waited_for(conn: sqlite3.Connection, teammate: str, roles: Iterable[str
 def any_lease_ended(conn: sqlite3.Connection, now_ms: int) -> bool:
     """Whether some claim's lease is over and awaits reclaiming."""
     return conn.execute(sql(conn).ANY_LEASE_ENDED, (now_ms,)).fetchone() is not None
+
+
+def view_for_delivery(conn: sqlite3.Connection, name: str, now_ms: int) -> DeliveryView:
+    """The teammate's delivery view; Unauthenticated once it is removed. One step of the
+    driver's (`DriverSteps.view_for_delivery`): one statement where each is a round trip."""
+    return steps(conn).view_for_delivery(conn, name, now_ms)
+
+
+def delivery_view_with_claims(name: str, row: tuple | None) -> DeliveryView:
+    """A delivery view from a row of the view's columns and, last, its held claims as a
+    list of ClaimRef fields (a driver's step that reads both at once)."""
+    view = delivery_view(name, row)  # raises for a teammate that is not there
+    assert row is not None
+    return DeliveryView(view, [ClaimRef(*held) for held in row[-1] or ()])
+
+
+def delivery_view(name: str, row: tuple | None) -> TeammateView:
+    """A teammate's view from a row of the drivers' `VIEW_COLUMNS`."""
+    if row is None or row[2]:
+        raise errors.Unauthenticated(f"teammate {name!r} was removed")
+    roles, require_plan, _, acked, last, last_expiry, shutdown_pending, budget_spent, epoch = row[:9]
+    return TeammateView(
+        stored_roles(roles),
+        bool(require_plan),
+        acked,
+        last,
+        last_expiry,
+        bool(shutdown_pending),
+        bool(budget_spent),
+        epoch,
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def stored_roles(stored: str) -> tuple[str, ...]:
+    """A teammate's roles from their stored JSON: every delivery check reads them, and
+    a team has few distinct role lists."""
+    return tuple(json.loads(stored))
 
 
 def held_claim_refs(conn: sqlite3.Connection, teammate: str, now_ms: int) -> list[ClaimRef]:
