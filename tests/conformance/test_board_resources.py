@@ -209,6 +209,29 @@ def test_a_task_without_resources_is_taken_first_and_holds_nothing(team):
     assert _held(team) == []
 
 
+@pytest.mark.sqlite_only  # counts statements through SQLite's trace callback
+def test_a_claim_and_its_end_run_no_statement_of_held_resources_for_a_task_without_any(team):
+    """A board without resources pays nothing for path leases: neither the claim nor the
+    claim's end of a task without resources touches `held_resources`; one with them does."""
+    team.create(spec("plain"), spec("leased", resources=["repo:web"]))
+    statements: list[str] = []
+    team.call(lambda tx: tx.conn.set_trace_callback(statements.append))
+    try:
+        plain = team.claim("w1")
+        team.complete("w1", "plain", plain.token)
+        of_plain = [s for s in statements if "held_resources" in s]
+        statements.clear()
+        leased = team.claim("w1")
+        team.complete("w1", "leased", leased.token)
+    finally:
+        team.call(lambda tx: tx.conn.set_trace_callback(None))
+    assert (plain.task.id, leased.task.id) == ("plain", "leased")
+    assert of_plain == []
+    of_leased = [s.split()[0] for s in statements if "held_resources" in s]
+    assert "INSERT" in of_leased and "DELETE" in of_leased, statements
+    assert _held(team) == []
+
+
 def test_resources_are_part_of_the_spec(team):
     team.create(spec("t", resources=["a/b"], shared_resources=["c"]))
     record = team.task("t")
