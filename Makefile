@@ -88,7 +88,7 @@ TIMED_TESTS := tests/e2e/test_sdk_claim_ended.py $(patsubst %,tests/contract/tes
 	tests/mcp/test_mcp_teammate.py tests/web/test_web_http.py tests/web/test_web_live.py tests/web/test_web_artifacts_http.py \
 	$(patsubst %,tests/reliability/test_rel_%.py,chaos crash)
 LOAD_TESTS := tests/reliability/test_rel_load.py
-PAIRED_TESTS := $(filter-out $(addsuffix /,$(PARALLEL_TESTS)) tests/artifacts/,$(sort $(wildcard tests/*/))) $(TIMED_TESTS)
+PAIRED_TESTS := $(filter-out $(addsuffix /,$(PARALLEL_TESTS)) tests/artifacts/ tests/__pycache__/,$(sort $(wildcard tests/*/))) $(TIMED_TESTS)
 
 # The wire contract suite's files that time nothing (but the full disk, which is SQLite's, and undecodable bytes, health and
 # reflection, which no store touches; the hypothesis run of Sessions takes 200 examples
@@ -115,6 +115,12 @@ POSTGRES_TESTS := $(patsubst %,tests/contract/test_%.py,$(POSTGRES_CONTRACT)) \
 POSTGRES_TIMED := $(patsubst %,tests/contract/test_%.py,big_batches big_cancels claim_ended idle_timeout leases \
 	session_races session_waiters) $(patsubst %,tests/reliability/test_rel_%.py,chaos crash)
 
+# Python writes its bytecode caches for the tests whatever the environment says
+# (PYTHONDONTWRITEBYTECODE, which many container images set): else each of the over a
+# thousand daemons the tests start compiles corrald and the SDK from source, and each
+# pytest worker rewrites the asserts of every test module again (the PostgreSQL run took
+# 215 s of CPU so, 155 s with the caches). They go to __pycache__ directories, which git ignores.
+test: export PYTHONDONTWRITEBYTECODE :=
 test: $(STAMP) check-protos check-unasync check-vendor-web lint-proto lint browser postgres
 	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=10 \
 		$(addprefix --ignore=,$(TIMED_TESTS) $(LOAD_TESTS)) $(PARALLEL_TESTS)
