@@ -9,10 +9,10 @@ import pytest
 
 STORES = ("sqlite", "postgres")
 
-# The files that take longest, about longest first. With `--dist loadfile` they are handed
-# to the workers first (`make test` keeps the order collected: --no-loadscope-reorder), so
-# that no long file of one or two tests starts near the end of a run and holds it while
-# the other workers have nothing left to do.
+# The files that take longest, about longest first. With --no-loadscope-reorder (pytest-xdist
+# then hands out the files in the order collected, as `make test` runs it) they are collected
+# first, so that no long file of one or two tests starts near the end of a run and holds it
+# while the other workers have nothing left to do.
 LONG_FILES = (
     "tests/bench/test_bench_smoke.py",
     "tests/contract/test_session_races.py",
@@ -67,8 +67,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """On PostgreSQL, the tests of SQLite's own machinery are not collected (deselected, and
     counted as such in pytest's summary): they have nothing to test there. The conformance
     suite picks its store by parametrisation instead (tests/conformance/conftest.py).
-    Distributed by file, the LONG_FILES come first."""
-    if config.getoption("dist", "no") == "loadfile":
+    With --no-loadscope-reorder, the LONG_FILES come first."""
+    if not config.getoption("loadscopereorder", True):  # pytest-xdist's: the workers, which collect, have it
         rank = {path: place for place, path in enumerate(LONG_FILES)}
         # A stable sort: the other files stay in the order collected.
         items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))
