@@ -88,7 +88,7 @@ TIMED_TESTS := tests/e2e/test_sdk_claim_ended.py $(patsubst %,tests/contract/tes
 	tests/mcp/test_mcp_teammate.py tests/web/test_web_http.py tests/web/test_web_live.py tests/web/test_web_artifacts_http.py \
 	$(patsubst %,tests/reliability/test_rel_%.py,chaos crash)
 LOAD_TESTS := tests/reliability/test_rel_load.py
-PAIRED_TESTS := $(filter-out $(addsuffix /,$(PARALLEL_TESTS)) tests/artifacts/,$(sort $(wildcard tests/*/))) $(TIMED_TESTS)
+PAIRED_TESTS := $(filter-out $(addsuffix /,$(PARALLEL_TESTS)) tests/artifacts/ tests/__pycache__/,$(sort $(wildcard tests/*/))) $(TIMED_TESTS)
 
 # The wire contract suite's files that time nothing (but the full disk, which is SQLite's, and undecodable bytes, health and
 # reflection, which no store touches; the hypothesis run of Sessions takes 200 examples
@@ -115,14 +115,27 @@ POSTGRES_TESTS := $(patsubst %,tests/contract/test_%.py,$(POSTGRES_CONTRACT)) \
 POSTGRES_TIMED := $(patsubst %,tests/contract/test_%.py,big_batches big_cancels claim_ended idle_timeout leases \
 	session_races session_waiters) $(patsubst %,tests/reliability/test_rel_%.py,chaos crash)
 
+# Files go out to the workers in the order collected (--no-loadscope-reorder), in which
+# the files that take longest come first (tests/conftest.py's LONG_FILES): pytest-xdist
+# would hand out the files with the most tests first, so a long file of one or two tests
+# (a hypothesis run, a race of forty teammates, the bench) started last and held the
+# run's end while the other workers had nothing left to do.
+DIST := --dist loadfile --no-loadscope-reorder
+
+# Python writes its bytecode caches for the tests whatever the environment says
+# (PYTHONDONTWRITEBYTECODE, which many container images set): else each of the over a
+# thousand daemons the tests start compiles corrald and the SDK from source, and each
+# pytest worker rewrites the asserts of every test module again (the PostgreSQL run took
+# 215 s of CPU so, 155 s with the caches). They go to __pycache__ directories, which git ignores.
+test: export PYTHONDONTWRITEBYTECODE :=
 test: $(STAMP) check-protos check-unasync check-vendor-web lint-proto lint browser postgres
-	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=10 \
+	$(PY) -m pytest -q -p no:cacheprovider -n 3 $(DIST) --durations=10 \
 		$(addprefix --ignore=,$(TIMED_TESTS) $(LOAD_TESTS)) $(PARALLEL_TESTS)
-	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=10 --store postgres \
+	$(PY) -m pytest -q -p no:cacheprovider -n 3 $(DIST) --durations=10 --store postgres \
 		$(addprefix --ignore=,$(TIMED_TESTS)) $(POSTGRES_TESTS)
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=25 \
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 $(DIST) --durations=25 \
 		$(addprefix --ignore=,$(POSTGRES_UNTIMED)) $(PAIRED_TESTS)
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=10 --store postgres $(POSTGRES_TIMED)
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 $(DIST) --durations=10 --store postgres $(POSTGRES_TIMED)
 	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(LOAD_TESTS)
 
 # The PostgreSQL server the tests will use: CORRAL_TEST_PG_DSN, else 127.0.0.1:5432, else

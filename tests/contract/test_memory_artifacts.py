@@ -30,7 +30,12 @@ from .wire import Client, Daemon, spec
 
 MIB = 1024 * 1024
 BIG = 256 * MIB  # the largest artifact a daemon takes by default
-MEDIUM = 16 * MIB  # one attempt's output at its default limit; an artifact that size
+# What each slow reader reads: 64 chunks. A reader is bounded by what it holds, a few chunks,
+# whatever the size read: one that held its whole artifact or output (or read far ahead)
+# would cost the daemon 400 MiB for the hundred, one that held 1 MiB 100 MiB, past the
+# limit either way. (16 MiB, the default limit of one attempt's output, tells no more and
+# sent 1.6 GB over the connections per case: 12-18 s of a paired run.)
+MEDIUM = 4 * MIB
 READERS = 100
 # How long each slow reader holds its stream after its first chunk: the daemon's part
 # of it (what it reads ahead and what gRPC holds) is in place well before that.
@@ -196,8 +201,8 @@ def test_100_slow_get_artifact_readers_grow_the_daemon_by_less_than_64_mib(corra
     request = pb.GetArtifactRequest(task_id="medium", name="medium")
     memory, read = slow_readers(daemon, lambda client: client.board.GetArtifact(request, timeout=180), summary)
     assert read == {(MEDIUM, answer.sha256)}, "every reader got the whole artifact"
-    growth = report_readers(f"{READERS} slow GetArtifact readers of 16 MiB", memory)
-    assert growth < GROWTH_LIMIT_MIB, f"{READERS} slow readers of a 16 MiB artifact grew RSS by {growth:.0f} MiB"
+    growth = report_readers(f"{READERS} slow GetArtifact readers of {MEDIUM // MIB} MiB", memory)
+    assert growth < GROWTH_LIMIT_MIB, f"{READERS} slow readers of an artifact grew RSS by {growth:.0f} MiB"
 
 
 @pytest.mark.timeout(240)
@@ -223,5 +228,5 @@ def test_100_slow_tail_output_readers_grow_the_daemon_by_less_than_64_mib(corral
     request = pb.TailOutputRequest(task_id="out")
     memory, read = slow_readers(daemon, lambda client: client.board.TailOutput(request, timeout=180), summary)
     assert read == {(MEDIUM, True, digest_of(block, MEDIUM))}, "every reader got the whole output, then its end"
-    growth = report_readers(f"{READERS} slow TailOutput readers of 16 MiB", memory)
-    assert growth < GROWTH_LIMIT_MIB, f"{READERS} slow readers of a 16 MiB output grew RSS by {growth:.0f} MiB"
+    growth = report_readers(f"{READERS} slow TailOutput readers of {MEDIUM // MIB} MiB", memory)
+    assert growth < GROWTH_LIMIT_MIB, f"{READERS} slow readers of an output grew RSS by {growth:.0f} MiB"

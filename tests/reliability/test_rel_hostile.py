@@ -564,6 +564,9 @@ def test_hostile_strings_round_trip_byte_exact(daemon, figures):
             payload=payload,
             required_role=hostile_id,
             depends_on=[_IDS[i - 1]] if i else [],
+            # Retried at once after the FailTask below: the retry's claim is checked, not the
+            # wait before it (1 s by default, a second per id of the run).
+            retry_backoff=dur(0),
         )
         expected_tasks[hostile_id] = spec
         created = lead.create([spec], request_id=hostile_id)[0]

@@ -228,7 +228,7 @@ _FINGERPRINT_SQL = """
 SELECT md5(coalesce(string_agg(item, ',' ORDER BY item), '')) FROM (
     SELECT c.relname || ':' || c.relkind::text || ':' || coalesce(a.attname || ' '
         || format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull::text || ' ' || a.attcollation::text
-        || ' ' || coalesce(pg_get_expr(d.adbin, d.adrelid), ''), '') AS item
+        || ' ' || coalesce(replace(pg_get_expr(d.adbin, d.adrelid), %(schema)s || '.', ''), ''), '') AS item
     FROM pg_class c
     LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
     LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
