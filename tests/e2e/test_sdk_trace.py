@@ -14,6 +14,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.util._once import Once
 
 import corral
 
@@ -24,11 +25,20 @@ _EXPORTER = InMemorySpanExporter()
 
 @pytest.fixture(scope="module")
 def spans() -> Iterator[InMemorySpanExporter]:
-    """The process's tracer provider (OpenTelemetry allows one), recording in memory."""
+    """The process's tracer provider (OpenTelemetry allows one), recording in memory; after
+    the module none is set again, as OpenTelemetry's own test utilities reset it: the later
+    tests of this process would run under it otherwise (the MCP SDK, in process in the
+    tests/mcp bridge, then opens a recording span per request, so a create_tasks sent
+    twice with one request_id carried two trace parents and was refused as another batch)."""
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
     trace.set_tracer_provider(provider)
-    yield _EXPORTER
+    try:
+        yield _EXPORTER
+    finally:
+        provider.shutdown()
+        trace._TRACER_PROVIDER_SET_ONCE = Once()  # private, as opentelemetry-test-utils resets it
+        trace._TRACER_PROVIDER = None
 
 
 def test_a_handler_span_is_the_child_of_the_span_that_created_the_task(
