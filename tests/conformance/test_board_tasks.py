@@ -160,6 +160,29 @@ def test_a_task_is_not_claimed_before_its_dependencies_complete(team):
     assert team.claim("w1").task.id == "c"
 
 
+@pytest.mark.sqlite_only  # counts statements through SQLite's trace callback
+def test_a_leaf_tasks_completion_runs_no_statement_for_dependents(team):
+    """Most tasks are leaves: completing one asks nothing of its dependents, while
+    completing a task others wait on frees each of them (and only them)."""
+    team.create(spec("leaf"), spec("a"), spec("b", "a"), spec("c", "a"))
+    statements: list[str] = []
+    team.call(lambda tx: tx.conn.set_trace_callback(statements.append))
+    try:
+        for _ in range(2):
+            grant = team.claim("w1")
+            statements.clear()
+            team.complete("w1", grant.task.id, grant.token)
+            frees = [s for s in statements if "unmet_deps = unmet_deps - 1" in s]
+            if grant.task.id == "a":
+                assert len(frees) == 1, statements
+            else:
+                assert grant.task.id == "leaf"
+                assert frees == [], statements
+    finally:
+        team.call(lambda tx: tx.conn.set_trace_callback(None))
+    assert sorted(g.task.id for g in (team.claim("w1"), team.claim("w2"))) == ["b", "c"]
+
+
 def test_fences_strictly_increase_and_tokens_never_repeat(team):
     team.create(*[spec(f"t{i}", max_attempts=100) for i in range(5)])
     fences, tokens = [], set()

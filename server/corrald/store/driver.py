@@ -93,6 +93,10 @@ class DriverSteps(Protocol):
         """Ends the live claim `fence` of task `seq` (concurrency key `key`) as completed and
         completes the task (`done_params`, with the usage `sums`): the task and its dependents."""
 
+    def record_op(self, conn: Any, params: tuple) -> int | None:
+        """Inserts a Session op's record (`ops.PendingOpRecord.params`): its seq, or None
+        when the op id is taken (nothing written)."""
+
     def open_due_gates(self, tx: Txn) -> GatesOpened:
         """Opens every time gate whose instant has come."""
 

@@ -30,7 +30,7 @@ from typing import Generic, TypeVar
 
 from .. import errors
 from ..txn import OpOutcome, PendingOpRecord, Txn
-from .dialect import sql
+from .dialect import sql, steps
 
 KEEP_MS = 24 * 3600 * 1000
 KEEP_PER_TEAMMATE = 10_000
@@ -130,10 +130,10 @@ def record_written(tx: Txn, seq: int | None) -> None:
 
 def _write(tx: Txn, record: PendingOpRecord) -> bool:
     """Writes the record; False if the op id is taken."""
-    inserted = tx.conn.execute(sql(tx.conn).RECORD_OP, record.params).fetchone()
-    if inserted is None:
+    seq = steps(tx.conn).record_op(tx.conn, record.params)
+    if seq is None:
         return False
-    record.seq, record.changes = inserted[0], tx.conn.total_changes
+    record.seq, record.changes = seq, tx.conn.total_changes
     return True
 
 

@@ -24,6 +24,7 @@ from ..tasks.claims import delivery_view_with_claims, pick_ready, ready_query
 from ..tasks.rows import TASK_WIDTH, rows_by_id, task_record
 from . import fused
 from .lease_queries import ANY_CONFLICT
+from .queries import RECORD_OP
 
 # A completion's row after the op record's seq: the task's columns (one of them the
 # dependency list), its concurrency key, its freed dependents, the ended claim's fence;
@@ -118,6 +119,11 @@ def complete_live_claim(
     if task.resources or task.shared_resources:
         leases.freed_by_task(tx, seq)
     return task, row[-1] or []
+
+
+def record_op(conn: sqlite3.Connection, params: tuple) -> int | None:
+    inserted = conn.execute(RECORD_OP, params).fetchone()
+    return None if inserted is None else inserted[0]
 
 
 def open_due_gates(tx: Txn) -> GatesOpened:

@@ -93,9 +93,9 @@ EARLIEST_LEASE = f"SELECT min(lease_expire_ms) FROM tasks WHERE state IN {_HELD}
 EARLIEST_GRACE = "SELECT min(deadline_ms) FROM shutdowns WHERE answered = 0"
 CREATE_REQUEST = "SELECT digest, task_ids FROM create_requests WHERE request_id = ?"
 INSERT_CREATE_REQUEST = "INSERT INTO create_requests (request_id, digest, task_ids) VALUES (?, ?, ?)"
-INSERT_CLAIM = (
-    "INSERT INTO claims (token, task_seq, teammate, attempt, claim_ms) VALUES (?, ?, ?, ?, ?) RETURNING fence"
-)
+# Without RETURNING, which costs SQLite as much again as the insert: the fence is the
+# cursor's lastrowid (as the op record's seq is, below).
+INSERT_CLAIM = "INSERT INTO claims (token, task_seq, teammate, attempt, claim_ms) VALUES (?, ?, ?, ?, ?)"
 DEPENDENCY_RESULTS = (
     "SELECT dep.id, CASE WHEN sum(coalesce(length(dep.result), 0)) OVER (ORDER BY d.position) <= ?"
     " THEN coalesce(dep.result, x'') END FROM deps AS d JOIN tasks AS dep ON dep.seq = d.dep_seq"
@@ -431,16 +431,18 @@ def renew_with_progress(sums: str) -> str:
 
 @functools.cache
 def complete_task(sums: str) -> str:
-    """A task completed: its result and finish, a usage report's `sums` added."""
+    """A task completed: its result and finish, a usage report's `sums` added. It returns
+    the task's row and, after it, whether any task depends on it: most tasks are leaves,
+    and a leaf's completion then runs no FREE_DEPENDENTS."""
     return (
         f"UPDATE tasks SET state = {_COMPLETED}, result = ?, finish_ms = ?, live_fence = NULL, lease_expire_ms = NULL"
-        f"{sums} WHERE seq = ? RETURNING {TASK_COLUMNS}"
+        f"{sums} WHERE seq = ? RETURNING {TASK_COLUMNS}, EXISTS (SELECT 1 FROM deps WHERE deps.dep_seq = tasks.seq)"
     )
 
 
 FREE_DEPENDENTS = (
-    "UPDATE tasks SET unmet_deps = unmet_deps - 1 WHERE seq IN (SELECT task_seq FROM deps WHERE dep_seq = ?)"
-    " RETURNING seq, required_role, unmet_deps, state"
+    "UPDATE tasks SET unmet_deps = unmet_deps - 1 FROM deps WHERE deps.dep_seq = ? AND tasks.seq = deps.task_seq"
+    " RETURNING tasks.seq, required_role, unmet_deps, state"
 )
 OPEN_GATES = (
     "UPDATE tasks SET gate_shut = 0, unmet_deps = unmet_deps - 1 WHERE gate_shut = 1 AND ready_ms <= ?"
@@ -501,10 +503,7 @@ PROBLEM_ROWS = f"SELECT {_ROW} FROM tasks WHERE state IN (?, ?) ORDER BY finish_
 
 
 # ---------------------------------------------------------------- ops
-RECORD_OP = (
-    "INSERT INTO session_ops (teammate, op_id, digest, done_ms) VALUES (?, ?, ?, ?)"
-    " ON CONFLICT DO NOTHING RETURNING seq"
-)
+RECORD_OP = "INSERT INTO session_ops (teammate, op_id, digest, done_ms) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"
 
 
 # ---------------------------------------------------------------- reviews

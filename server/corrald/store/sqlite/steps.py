@@ -18,9 +18,17 @@ from ...txn import Txn
 from ..driver import ClaimTaken, CompletedAtOnce, GatesOpened
 from ..tasks.claims import delivery_view, held_claim_refs, pick_ready
 from ..tasks.ends import end_claim
-from ..tasks.rows import earliest_gate, task_changed, task_record
+from ..tasks.rows import TASK_WIDTH, earliest_gate, task_changed, task_record
 from .lease_queries import HELD_OVER_OR_UNDER
-from .queries import CLAIM_TASK, FREE_DEPENDENTS, INSERT_CLAIM, OPEN_GATES, VIEW_FOR_DELIVERY, complete_task
+from .queries import (
+    CLAIM_TASK,
+    FREE_DEPENDENTS,
+    INSERT_CLAIM,
+    OPEN_GATES,
+    RECORD_OP,
+    VIEW_FOR_DELIVERY,
+    complete_task,
+)
 
 
 def claim_first_ready(tx: Txn, roles: tuple[str, ...], token: str, teammate: str) -> ClaimTaken | None:
@@ -29,7 +37,8 @@ def claim_first_ready(tx: Txn, roles: tuple[str, ...], token: str, teammate: str
     if picked is None:
         return None
     seq, failures, last_attempt = picked
-    (fence,) = tx.conn.execute(INSERT_CLAIM, (token, seq, teammate, failures + 1, tx.now_ms)).fetchone()
+    fence = tx.conn.execute(INSERT_CLAIM, (token, seq, teammate, failures + 1, tx.now_ms)).lastrowid
+    assert fence is not None  # an INSERT's
     now = tx.now_ms
     claimed = tx.conn.execute(CLAIM_TASK, (teammate, fence, now, now, now, seq)).fetchall()
     if len(claimed) != 1:
@@ -47,11 +56,20 @@ def complete_if_live(tx: Txn, completion: Completion, *, view_after: bool) -> Co
 def complete_live_claim(
     tx: Txn, seq: int, fence: int, key: str, sums: str, done_params: tuple
 ) -> tuple[TaskRecord, list[tuple]]:
-    end_claim(tx, fence, ClaimOutcome.COMPLETED, key=key)
+    # The task's row says whether it holds resources and has dependents: the claim's end
+    # and the freeing of dependents run only the statements those call for.
     (row,) = tx.conn.execute(complete_task(sums), done_params).fetchall()
-    dependents = tx.conn.execute(FREE_DEPENDENTS, (seq,)).fetchall()
+    task = task_record(row)
+    end_claim(tx, fence, ClaimOutcome.COMPLETED, key=key, leased=bool(task.resources or task.shared_resources))
+    dependents = tx.conn.execute(FREE_DEPENDENTS, (seq,)).fetchall() if row[TASK_WIDTH] else []
     task_changed(tx, seq)
-    return task_record(row), dependents
+    return task, dependents
+
+
+def record_op(conn: sqlite3.Connection, params: tuple) -> int | None:
+    # Without RETURNING, which costs SQLite as much again as the insert itself.
+    inserted = conn.execute(RECORD_OP, params)
+    return inserted.lastrowid if inserted.rowcount == 1 else None
 
 
 def open_due_gates(tx: Txn) -> GatesOpened:

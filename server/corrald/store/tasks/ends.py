@@ -76,15 +76,23 @@ def live_claim_at(
     raise errors.ClaimTokenMismatch(f"claim on task {task_id!r} already ended ({outcome})", id=task_id)
 
 
-def end_claim(tx: Txn, fence: int, outcome: ClaimOutcome, error: str = "", *, key: str) -> None:
+def end_claim(
+    tx: Txn, fence: int, outcome: ClaimOutcome, error: str = "", *, key: str, leased: bool | None = None
+) -> None:
     """Ends the live claim `fence` of a task whose concurrency key is `key` ('' for none),
     freeing what it holds: its key's slot, its resources (none, for a task without any);
-    its output's followers read to its end."""
-    leased = tx.conn.execute(sql(tx.conn).END_CLAIM_LEASED, (outcome.value, tx.now_ms, error, fence)).fetchone()
+    its output's followers read to its end. `leased`: whether the task has resources, when
+    the caller has its row (None: the claim's end statement reads it)."""
+    params = (outcome.value, tx.now_ms, error, fence)
+    if leased is None:
+        row = tx.conn.execute(sql(tx.conn).END_CLAIM_LEASED, params).fetchone()
+        leased = row is not None and bool(row[0])
+    else:
+        tx.conn.execute(sql(tx.conn).END_CLAIM, params)
     tx.wakes.output.add(fence)
     if key:
         keys.freed(tx, key)
-    if leased is not None and leased[0]:
+    if leased:
         leases.freed_by_claim(tx, fence)
 
 
