@@ -401,16 +401,22 @@ class PreparedBatch:
     specs: list[TaskSpec]
     spec_digests: list[bytes]
     digest: bytes  # of the whole batch, for request_id replays
+    limits: Limits  # those the digests were made with (spec_digest_with_trace)
 
 
 def prepare_batch(raw_specs: Sequence[TaskSpec], limits: Limits, now_ms: int) -> PreparedBatch:
     """Checks and digests a batch; CPU work that stays off the writer thread."""
     specs = normalize_batch(raw_specs, limits, now_ms)
     digests = [spec_digest(spec, limits) for spec in specs]
+    return PreparedBatch(specs, digests, batch_digest(digests), limits)
+
+
+def batch_digest(spec_digests: Sequence[bytes]) -> bytes:
+    """What makes two batches sent with one request id the same: their specs, in order."""
     whole = hashlib.sha256()
-    for digest in digests:
+    for digest in spec_digests:
         whole.update(digest)
-    return PreparedBatch(specs, digests, whole.digest())
+    return whole.digest()
 
 
 def normalize_batch(raw_specs: Sequence[TaskSpec], limits: Limits, now_ms: int) -> list[TaskSpec]:
@@ -477,7 +483,20 @@ def _one_cycle(specs: list[TaskSpec], positions: dict[str, int], waiting_on: lis
 def spec_digest(spec: TaskSpec, limits: Limits = Limits()) -> bytes:
     """What makes two specs of one id the same. The time gates count only when they
     differ from the defaults, and the concurrency key only when set, so a spec created
-    before they existed keeps its digest."""
+    before they existed keeps its digest. The trace context does not count: it says
+    where the request came from, not what the task is, so a spec sent again from
+    another span is the same spec (the task keeps the trace context it was created with)."""
+    return _digest(_spec_fields(spec, limits, ""))
+
+
+def spec_digest_with_trace(spec: TaskSpec, trace_parent: str, limits: Limits = Limits()) -> bytes:
+    """The digest earlier versions of the daemon stored for a spec created with
+    `trace_parent`, when the trace context counted (in its place after the time gates).
+    The spec's own trace context is ignored; `trace_parent` is the one stored with the task."""
+    return _digest(_spec_fields(spec, limits, trace_parent))
+
+
+def _spec_fields(spec: TaskSpec, limits: Limits, trace_parent: str) -> list:
     fields: list = [
         spec.id,
         spec.title,
@@ -493,8 +512,8 @@ def spec_digest(spec: TaskSpec, limits: Limits = Limits()) -> bytes:
     gates = [spec.not_before_ms, spec.retry_backoff_ms, spec.retry_backoff_max_ms]
     if gates != [None, backoff, backoff * limits.retry_backoff_growth_max]:
         fields.append(gates)
-    if spec.trace_parent:
-        fields.append({"trace_parent": spec.trace_parent})
+    if trace_parent:
+        fields.append({"trace_parent": trace_parent})
     if spec.concurrency_key:  # likewise: a spec from before keys keeps its digest
         fields.append({"concurrency_key": spec.concurrency_key})
     if spec.attempt_timeout_ms is not None:  # appended only when set: older specs keep their digest
@@ -503,5 +522,9 @@ def spec_digest(spec: TaskSpec, limits: Limits = Limits()) -> bytes:
         fields.append({"review": [spec.review.reviewer_role, spec.review.max_rounds]})
     if spec.resources or spec.shared_resources:  # likewise
         fields.append({"resources": list(spec.resources), "shared_resources": list(spec.shared_resources)})
+    return fields
+
+
+def _digest(fields: list) -> bytes:
     canonical = json.dumps(fields, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).digest()

@@ -1,6 +1,7 @@
 """Trace context through a real daemon and the SDK: with OpenTelemetry, a task
 created inside a span carries it, and the teammate's handler runs in a child
-span of it; without OpenTelemetry, nothing of it is needed."""
+span of it; a batch sent again from another span is the same batch; without
+OpenTelemetry, nothing of it is needed."""
 
 from __future__ import annotations
 
@@ -11,12 +12,10 @@ from pathlib import Path
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.util._once import Once
 
 import corral
+from tests.support.tracing import recording_provider
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -25,20 +24,9 @@ _EXPORTER = InMemorySpanExporter()
 
 @pytest.fixture(scope="module")
 def spans() -> Iterator[InMemorySpanExporter]:
-    """The process's tracer provider (OpenTelemetry allows one), recording in memory; after
-    the module none is set again, as OpenTelemetry's own test utilities reset it: the later
-    tests of this process would run under it otherwise (the MCP SDK, in process in the
-    tests/mcp bridge, then opens a recording span per request, so a create_tasks sent
-    twice with one request_id carried two trace parents and was refused as another batch)."""
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-    trace.set_tracer_provider(provider)
-    try:
-        yield _EXPORTER
-    finally:
-        provider.shutdown()
-        trace._TRACER_PROVIDER_SET_ONCE = Once()  # private, as opentelemetry-test-utils resets it
-        trace._TRACER_PROVIDER = None
+    """A recording tracer provider for this module, unset after it."""
+    with recording_provider(_EXPORTER) as exporter:
+        yield exporter
 
 
 def test_a_handler_span_is_the_child_of_the_span_that_created_the_task(
@@ -65,6 +53,27 @@ def test_a_handler_span_is_the_child_of_the_span_that_created_the_task(
     assert work.parent is not None and work.parent.span_id == context.span_id
     assert work.context.trace_id == context.trace_id
     assert work.attributes is not None and work.attributes["corral.task_id"] == "build"
+
+
+def test_a_batch_sent_again_from_another_span_with_its_request_id_is_the_same_batch(
+    lead: corral.Lead, spans: InMemorySpanExporter
+) -> None:
+    tracer = trace.get_tracer("lead")
+    batch = [corral.TaskSpec("fetch"), corral.TaskSpec("build", depends_on=("fetch",))]
+    with tracer.start_as_current_span("first try") as first_span:
+        first = lead.create_tasks(batch, request_id="release-1")
+    with tracer.start_as_current_span("second try") as second_span:
+        again, unchanged = lead._create_batch(batch, request_id="release-1")
+    assert first_span.get_span_context().span_id != second_span.get_span_context().span_id
+    assert unchanged == ("fetch", "build"), "answered as the batch sent before"
+    assert [(t.seq, t.create_time) for t in again] == [(t.seq, t.create_time) for t in first]
+    assert [t.id for t in lead.list_tasks()] == ["fetch", "build"], "nothing new written"
+    context = first_span.get_span_context()
+    for task_id in ("fetch", "build"):
+        assert lead.get_task(task_id).trace_parent.startswith(f"00-{context.trace_id:032x}-{context.span_id:016x}-")
+    with tracer.start_as_current_span("without a request id"):
+        _, unchanged = lead._create_batch(batch, request_id=None)
+    assert unchanged == ("fetch", "build"), "the same ids with the same specs"
 
 
 def test_an_explicit_trace_parent_is_kept(lead: corral.Lead, spans: InMemorySpanExporter) -> None:

@@ -179,10 +179,12 @@ class Lead(BoardClient):
 
         A retry with the same `request_id` returns the same tasks instead of
         failing; raises InvalidArgument (cycles, unknown deps, bad values) or
-        AlreadyExists (an id taken by a different spec). The returned tasks
-        are the specs sent, with where each stands on the board (seq, state,
-        times, the defaults applied); owner, attempt, result and error of a
-        task that was there already come from `get_task`.
+        AlreadyExists (an id taken by a different spec; the trace context is
+        not part of a spec, so a retry from another span is the same batch).
+        The returned tasks are the specs sent, with where each stands on the
+        board (seq, state, times, the defaults applied); owner, attempt, result,
+        error and the trace context it was created under of a task that was
+        there already come from `get_task`.
 
         A batch bigger than one request may carry (6 MiB: a few specs with
         megabyte payloads) is sent in parts, each task after the ones it

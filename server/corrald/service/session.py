@@ -118,6 +118,9 @@ class SessionOps:
                 raise errors.InvalidArgument("op", "names no op this server knows")
             self._hub.alive(self._name)
             body = getattr(request, kind)
+            # The body as sent, a propose's trace contexts included: an op sent again is the
+            # message its client kept, byte for byte. Work tried again is a new op, and a
+            # proposal's answer to it ignores the trace context (validate.spec_digest).
             digest = hashlib.sha256(kind.encode() + body.SerializeToString(deterministic=True)).digest()
             return await self._table[kind](OpKey(op_id, digest), body, stream)
         except errors.CorralError as error:

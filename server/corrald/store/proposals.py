@@ -15,7 +15,7 @@ from .dialect import sql, steps
 from .events import emit
 from .inbox import enqueue
 from .tasks.cancel import REJECTED_PROPOSAL
-from .tasks.create import Origin, create_batch
+from .tasks.create import Origin, changed_specs, create_batch
 from .tasks.ends import cancel_seqs, end_claim, live_claim, slot_freed
 from .tasks.graph import link, refuse_cycle
 from .tasks.rows import records_by_seq, rows_by_id, task_by_seq, task_changed, task_events
@@ -131,9 +131,7 @@ def _sent_before(
     """The answer to this very proposal made before: every task on the board with the same
     spec, proposed by this teammate from the same task. None when it is not that."""
     specs = batch.specs
-    if len(on_board) != len(specs) or any(
-        on_board[spec.id].spec_digest != digest for spec, digest in zip(specs, batch.spec_digests, strict=True)
-    ):
+    if len(on_board) != len(specs) or changed_specs(tx.conn, batch, on_board):
         return None
     records = {record.id: record for record in records_by_seq(tx.conn, [on_board[spec.id].seq for spec in specs])}
     if any(record.proposed_by != teammate or record.discovered_from != task_id for record in records.values()):

@@ -385,6 +385,12 @@ ROWS_BY_ID = (
     "SELECT t.id, t.seq, t.spec_digest, t.state, t.create_ms, t.finish_ms, t.max_attempts, t.lease_ms"
     " FROM json_array_elements_text(%s::json) AS wanted(value) JOIN tasks AS t ON t.id = wanted.value"
 )
+# The trace contexts stored with the tasks among the ids that have one: an earlier
+# version counted it in the spec's digest (store/tasks/create.py, `changed_specs`).
+TRACE_PARENTS_BY_ID = (
+    "SELECT t.id, t.trace_parent FROM json_array_elements_text(%s::json) AS wanted(value)"
+    " JOIN tasks AS t ON t.id = wanted.value WHERE t.trace_parent <> ''"
+)
 # Claiming the first ready task: the task's new state, from the row as it was (the
 # lease never outlives the attempt: its end is where the time limit bites, and
 # the progress notes belonged to the previous attempt). Parameters: the owner,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+import sqlite3
 
 from ... import errors
 from ...model import CreatedBatch, CreatedTask, TaskSpec, TaskState
 from ...txn import Txn
-from ...validate import PreparedBatch
+from ...validate import PreparedBatch, batch_digest, spec_digest_with_trace
 from .. import leases
 from ..dialect import insert_rows, sql, steps
 from .rows import BoardRow, rows_by_id, task_events
@@ -71,16 +71,16 @@ def create_batch(tx: Txn, batch: PreparedBatch, request_id: str = "", origin: Or
     if request_id:
         row = conn.execute(sql(conn).CREATE_REQUEST, (request_id,)).fetchone()
         if row is not None:
-            if row[0] != batch.digest:
+            ids = json.loads(row[1])
+            on_board = rows_by_id(conn, ids)
+            if bytes(row[0]) != batch.digest and not _recorded_with_traces(conn, batch, bytes(row[0]), ids, on_board):
                 raise errors.AlreadyExists(
                     f"request_id {request_id!r} was used for a different batch", field="request_id"
                 )
-            ids = json.loads(row[1])
-            on_board = rows_by_id(conn, ids)
             return CreatedBatch([_created(task_id, on_board[task_id]) for task_id in ids], tuple(ids))
     specs = batch.specs
     on_board = rows_by_id(conn, [spec.id for spec in specs])
-    _refuse_changed_specs(specs, batch.spec_digests, on_board)
+    _refuse_changed_specs(changed_specs(conn, batch, on_board))
     new_specs = [(index, spec) for index, spec in enumerate(specs) if spec.id not in on_board]
     new_ids = {spec.id for _, spec in new_specs}
     # The dependencies' rows stay as read until this transaction ends: a completion of one
@@ -171,13 +171,47 @@ def _created(task_id: str, row: BoardRow) -> CreatedTask:
     return CreatedTask(task_id, row.seq, row.state, row.create_ms, row.finish_ms, row.max_attempts, row.lease_ms)
 
 
-def _refuse_changed_specs(specs: Sequence[TaskSpec], digests: Sequence[bytes], on_board: dict[str, BoardRow]) -> None:
-    """Refuses, naming every one, when an id of the batch is on the board with a different spec."""
+def changed_specs(
+    conn: sqlite3.Connection, batch: PreparedBatch, on_board: dict[str, BoardRow]
+) -> list[tuple[int, str]]:
+    """The specs of the batch whose id is on the board with a different spec, as (index, id).
+
+    The trace context is not part of a spec (validate.spec_digest), but earlier versions
+    counted it: a task they created with one keeps a digest of its spec with that trace
+    context, the one stored with it. Such a digest is made again before a spec is called
+    different; only a digest that differs is looked at, so a plain resend reads nothing more.
+    """
     differing = [
         (index, spec.id)
-        for index, (spec, digest) in enumerate(zip(specs, digests, strict=True))
+        for index, (spec, digest) in enumerate(zip(batch.specs, batch.spec_digests, strict=True))
         if spec.id in on_board and on_board[spec.id].spec_digest != digest
     ]
+    if not differing:
+        return []
+    traced = dict(conn.execute(sql(conn).TRACE_PARENTS_BY_ID, (json.dumps([task_id for _, task_id in differing]),)))
+    return [
+        (index, task_id)
+        for index, task_id in differing
+        if task_id not in traced
+        or spec_digest_with_trace(batch.specs[index], traced[task_id], batch.limits) != on_board[task_id].spec_digest
+    ]
+
+
+def _recorded_with_traces(
+    conn: sqlite3.Connection, batch: PreparedBatch, recorded: bytes, ids: list[str], on_board: dict[str, BoardRow]
+) -> bool:
+    """Whether a request id recorded by an earlier version, whose batch digest counted the
+    trace contexts, names this very batch. That digest was made of its specs' digests, which
+    are the ones stored on the tasks it names (each was created by it, or was on the board
+    with the same digest): it is made again from those, and each spec must be the same."""
+    if ids != [spec.id for spec in batch.specs] or len(on_board) != len(ids):
+        return False
+    stored = batch_digest([on_board[task_id].spec_digest for task_id in ids])
+    return stored == recorded and not changed_specs(conn, batch, on_board)
+
+
+def _refuse_changed_specs(differing: list[tuple[int, str]]) -> None:
+    """Refuses, naming every one, when an id of the batch is on the board with a different spec."""
     if differing:
         shown = ", ".join(repr(task_id) for _, task_id in differing[:20])
         more = f" and {len(differing) - 20} more" if len(differing) > 20 else ""
