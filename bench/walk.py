@@ -37,6 +37,7 @@ INFRASTRUCTURE = frozenset(
         "overload/queue_bound.py",
         "store/sqlite/storage.py",
         "store/guard.py",
+        "store/boardclock.py",
         "clock.py",
         "failpoints.py",
         "looplag.py",

@@ -50,6 +50,7 @@ from .readers import ReaderPool
 from .requestids import OpKey, RequestKey
 from .stats import PostgresHealth as PostgresHealth  # GetStats' conversion names it here
 from .store import artifacts, inbox, keys, leases, ops, output, proposals, protocol, status, tasks, team, usage, viewers
+from .store.boardclock import stamp_clock
 from .store.driver import BoardDriver
 from .store.sqlite.driver import SqliteBoard
 from .stream import ParkedStreams, StreamView
@@ -97,7 +98,7 @@ class Board(BoardReads, BoardArtifacts):
             self.driver.open_writer,
             clock,
             writer_config,
-            epilogue=tasks.stamp_clock,
+            epilogue=stamp_clock,
             storage=self.driver.writer_storage(),
         )
         self.blobs = self.driver.blob_store()  # artifacts' bytes (board_artifacts.py)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from ...clock import Clock
 from ...config import WriterConfig
 from ...txn import Txn
-from .. import tasks
+from .. import boardclock
 from ..driver import DatabaseHealth
 from .blobs import FileBlobs
 from .storage import SqliteStorage, open_reader, open_writer
@@ -51,7 +51,7 @@ class SqliteBoard:
         # previous daemon got (stepped back between runs), this daemon carries on from
         # there, so no stored lease end, grace or expiry lies ahead of its "now" and the
         # restart rule sees a clock that never went back.
-        behind_ms = clock.not_before(call(lambda tx: tasks.clock_reached(tx.conn)))
+        behind_ms = clock.not_before(call(lambda tx: boardclock.clock_reached(tx.conn)))
         if behind_ms:
             log.warning("wall clock %.3f s behind this board's clock; carrying on from the board's", behind_ms / 1000)
 

@@ -2,7 +2,7 @@
 
 Modules, each importing only those before it: `rows` (reads and events),
 `timegates`, `create`, `ends` (how a claim ends and where its task goes),
-`reclaim` (leases run out, the clock), `claims`, `complete` (and fail, release,
+`reclaim` (leases run out), `claims`, `complete` (and fail, release,
 revoke), `questions` (to the Lead), `reviews`, `cancel` (and retry), `graph`
 (AddDependencies and the cycle check; store/proposals.py, above this package, holds
 the rest of discovered work). The rest of the daemon
@@ -11,6 +11,7 @@ uses the names below (`store.tasks.claim_next`, ...).
 
 from __future__ import annotations
 
+from ..boardclock import clock_reached, note_clock, stamp_clock
 from .cancel import cancel, retry
 from .claims import (
     PROGRESS_EVENT_SPACING_MS,
@@ -34,7 +35,7 @@ from .create import create_batch
 from .ends import RETRY_JITTER, retry_wait_ms
 from .graph import add_dependencies
 from .questions import QUESTIONS_PER_TASK_MAX, answer_question, ask_question
-from .reclaim import clock_reached, extend_live_leases, note_clock, reclaim_expired, stamp_clock
+from .reclaim import extend_live_leases, reclaim_expired
 from .reviews import lead_decides as review_task
 from .rows import (
     ATTEMPTS_SHOWN,

@@ -1,12 +1,10 @@
-"""Leases that ran out, and the board's clock across restarts."""
+"""Leases that ran out, and on a restart those that did not."""
 
 from __future__ import annotations
 
-import sqlite3
-
-from ...errors import ClaimError
 from ...model import ClaimEnd, ClaimEndReason, ClaimOutcome, TaskState
 from ...txn import Txn
+from ..boardclock import clock_reached
 from ..dialect import sql
 from ..status import refresh_status
 from .ends import back_to_pending, count_failure, end_claim, slot_freed
@@ -68,25 +66,6 @@ def reclaim_expired(tx: Txn) -> dict[str, int]:
 
 def _seconds(ms: int) -> str:
     return f"{ms / 1000:g} s"
-
-
-def note_clock(conn: sqlite3.Connection, now_ms: int) -> None:
-    """Records how far the daemon clock got; never goes back."""
-    conn.execute(sql(conn).NOTE_CLOCK, (now_ms,))
-
-
-def stamp_clock(conn: sqlite3.Connection, now_ms: int, changed: bool, failures: list[BaseException]) -> None:
-    """The writer's epilogue: records how far the daemon clock got whenever a transaction
-    wrote or told a caller its claim was dead, so a restart never revives such a lease. A
-    gated Idle check does neither, and so still writes nothing."""
-    if changed or any(isinstance(error, ClaimError) for error in failures):
-        note_clock(conn, now_ms)
-
-
-def clock_reached(conn: sqlite3.Connection) -> int:
-    """The last instant a daemon on this board recorded (0 on a new board)."""
-    (last_ms,) = conn.execute("SELECT value FROM meta WHERE key = 'clock_ms'").fetchone()
-    return int(last_ms)
 
 
 def extend_live_leases(tx: Txn) -> int:
