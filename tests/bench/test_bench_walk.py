@@ -22,7 +22,7 @@ def test_the_walk_records_a_completion_and_its_handoff():
     files, followed = walked["files"], walked["followed"]
     # The op, the completion's step, and the handoff's claim of the next task were all seen.
     assert "SessionOps._complete" in files["service/session.py"]
-    assert "complete_claim" in files["store/tasks/complete.py"]
+    assert "complete_claim" in files["store/tasks/ends.py"]
     assert "claim_next" in files["store/tasks/claims.py"]
     assert followed[0] == "service/session.py"
     assert "writer.py" in files and "writer.py" not in followed

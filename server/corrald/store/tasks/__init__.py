@@ -1,9 +1,10 @@
 """Tasks: create, claim, renew, complete, fail, release, ask, cancel, reclaim.
 
 Modules, each importing only those before it: `rows` (reads and events),
-`timegates`, `create`, `ends` (how a claim ends and where its task goes),
-`reclaim` (leases run out), `claims`, `complete` (and fail, release,
-revoke), `questions` (to the Lead), `reviews`, `cancel` (and retry), `graph`
+`timegates`, `create`, `ends` (how a claim is checked and ended: complete, a
+review's verdict, fail, release; and where its task goes), `reclaim` (leases run
+out, revoke), `claims`, `questions` (to the Lead), `reviews` (offered to a
+reviewer, the Lead's decision), `cancel` (and retry), `graph`
 (AddDependencies and the cycle check; store/proposals.py, above this package, holds
 the rest of discovered work). The rest of the daemon
 uses the names below (`store.tasks.claim_next`, ...).
@@ -30,12 +31,20 @@ from .claims import (
     view_for_delivery,
     work_waited_for,
 )
-from .complete import ClaimCompleted, complete, complete_claim, fail, release, release_all, revoke
 from .create import create_batch
-from .ends import RETRY_JITTER, retry_wait_ms
+from .ends import (
+    RETRY_JITTER,
+    ClaimCompleted,
+    complete,
+    complete_claim,
+    fail,
+    release,
+    release_all,
+    retry_wait_ms,
+)
 from .graph import add_dependencies
 from .questions import QUESTIONS_PER_TASK_MAX, answer_question, ask_question
-from .reclaim import extend_live_leases, reclaim_expired
+from .reclaim import extend_live_leases, reclaim_expired, revoke
 from .reviews import lead_decides as review_task
 from .rows import (
     ATTEMPTS_SHOWN,

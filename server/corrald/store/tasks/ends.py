@@ -1,25 +1,48 @@
-"""How a live claim is checked and ended, and where its task goes next: back to PENDING
-(after a backoff), FAILED, or with its dependents CANCELED."""
+"""How a live claim is checked and ended, and where its task goes next.
+
+A holder ends its claim by a completion (a work claim's result: the task COMPLETED,
+or IN_REVIEW under a review policy; a review's claim, by its verdict), a failure or a
+release; the task is then COMPLETED, back to PENDING (after a backoff), or FAILED with
+its dependents CANCELED. The claim's other ends take the same steps: a lease that ran
+out and the lead's revoke (`reclaim`), the lead's decision on a review (`reviews`), a
+teammate's removal (`release_all`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import sqlite3
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from ... import errors
-from ...model import ClaimEnd, ClaimEndReason, ClaimOutcome, TaskState
+from ...model import (
+    ClaimEnd,
+    ClaimEndReason,
+    ClaimOutcome,
+    Completion,
+    DeliveryView,
+    TaskRecord,
+    TaskState,
+    Usage,
+    Verdict,
+)
 from ...txn import Txn
-from .. import keys, leases
-from ..dialect import sql
+from .. import keys, leases, ops
+from .. import usage as spending
+from ..dialect import sql, steps
+from ..events import emit
 from ..status import refresh_status
-from .rows import task_changed, task_events
+from .rows import PENDING, task_by_seq, task_changed, task_events, task_record
 from .timegates import gate_shut
 
 _IN_REVIEW = int(TaskState.IN_REVIEW)
 # A claim that ended by its holder's completion: a work claim's, or a review's verdict.
 _COMPLETING = (ClaimOutcome.COMPLETED, ClaimOutcome.APPROVED, ClaimOutcome.REJECTED)
+
+LEAD = "lead"  # the reviewer a Lead's decision names
 
 
 class LiveClaim(NamedTuple):
@@ -102,6 +125,206 @@ def slot_freed(tx: Txn, teammate: str, *, status_after: bool = True) -> None:
     tx.wakes.may_claim.add(teammate)
     if status_after:
         refresh_status(tx, teammate)
+
+
+def complete(tx: Txn, completion: Completion, usage: Usage | None = None) -> TaskRecord:
+    return complete_claim(tx, completion, usage=usage).task
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClaimCompleted:
+    """What `complete_claim` did: the task as completed (or as it stands), whether this call
+    ended the claim (False: the token completed it before), and the teammate's delivery
+    view as the completion left it, if the completion's step read it (`view_after`)."""
+
+    task: TaskRecord
+    ended_claim: bool
+    view: DeliveryView | None = None
+
+
+def complete_claim(
+    tx: Txn, completion: Completion, *, status_after: bool = True, usage: Usage | None = None, view_after: bool = False
+) -> ClaimCompleted:
+    """Completes the task, adding `usage` to the sums. Completed before by this token, the
+    stored task is returned, its usage already counted. Without `status_after` the
+    teammate's status is left to the caller, which decides its next claim in the same job
+    (a handoff keeps it busy, unless the usage closed its budget gate).
+
+    The driver may check the claim and complete the task in one step (`DriverSteps.
+    complete_if_live`), reading the teammate's delivery view too with `view_after`; when it
+    does not, the general path checks the claim, says why it is not live, or finds the task
+    completed by this token."""
+    teammate = completion.teammate
+    driver = steps(tx.conn)
+    if usage is None and completion.verdict is None:
+        done = driver.complete_if_live(tx, completion, view_after=view_after)
+        if done is not None:
+            task = _completed(tx, teammate, completion.task_id, done.task, done.dependents, status_after)
+            return ClaimCompleted(task, True, done.view)
+    ops.write_pending_record(tx)
+    held = live_claim(tx, teammate, completion.task_id, completion.token, completed_ok=True)
+    if not held.fence:
+        return ClaimCompleted(task_by_seq(tx.conn, held.seq), False)  # completed once: the stored result
+    _check_verdict(held, completion)
+    if held.reviewing:
+        assert completion.verdict is not None
+        if usage is not None:
+            spending.charge(tx, teammate, held.seq, usage)
+        return ClaimCompleted(_review_answered(tx, teammate, held, completion.verdict, status_after=status_after), True)
+    if usage is not None:
+        spending.charge_teammate(tx, teammate, usage)
+    sums, sum_params = spending.task_sums(tx.conn, usage) if usage is not None else ("", ())
+    if held.review_role is not None:  # the result waits for its review
+        task = _submitted_for_review(tx, teammate, held, completion.result, sums, sum_params)
+        slot_freed(tx, teammate, status_after=status_after)
+        return ClaimCompleted(task, True)
+    done_params = (completion.result, tx.now_ms, *sum_params, held.seq)
+    task, dependents = driver.complete_live_claim(tx, held.seq, held.fence, held.key, sums, done_params)
+    return ClaimCompleted(_completed(tx, teammate, completion.task_id, task, dependents, status_after), True)
+
+
+def _check_verdict(held: LiveClaim, completion: Completion) -> None:
+    """A review's claim takes a verdict and no result; any other claim, no verdict."""
+    if held.reviewing and completion.verdict is None:
+        raise errors.InvalidArgument("verdict", "a review's claim is completed with a verdict (approve or reject)")
+    if not held.reviewing and completion.verdict is not None:
+        raise errors.InvalidArgument("verdict", "only a review's claim (Claim.review) takes a verdict")
+    if held.reviewing and completion.result:
+        raise errors.InvalidArgument("result", "a review leaves the result under review as it is: send none")
+
+
+def _completed(
+    tx: Txn, teammate: str, task_id: str, task: TaskRecord, dependents: Iterable[Sequence], status_after: bool
+) -> TaskRecord:
+    """What a completion tells: the dependents it made ready, the freed slot, the note."""
+    ready = [(dependent, role) for dependent, role, unmet, state in dependents if unmet == 0 and state == PENDING]
+    tx.wakes.ready_roles.update(role for _, role in ready)
+    tx.made_ready.update(dependent for dependent, _ in ready)
+    tx.wakes.tally["completions"] += 1
+    slot_freed(tx, teammate, status_after=status_after)
+    tx.wakes.note("completed", task=task_id, teammate=teammate)
+    return task
+
+
+def _submitted_for_review(
+    tx: Txn, teammate: str, held: LiveClaim, result: bytes, sums: str, sum_params: tuple
+) -> TaskRecord:
+    """A work claim's completion of a task that needs a review: the claim ends COMPLETED,
+    and the result waits IN_REVIEW for a reviewer holding the role (woken here) or the
+    Lead. Nothing downstream is freed."""
+    end_claim(tx, held.fence, ClaimOutcome.COMPLETED, key=held.key)
+    role, *row = tx.conn.execute(
+        sql(tx.conn).submit_for_review(sums), (result, teammate, *sum_params, held.seq)
+    ).fetchone()
+    task = task_record(tuple(row))
+    if role:
+        tx.wakes.ready_roles[role] += 1
+        tx.made_ready.add(held.seq)  # a waiting reviewer served in this job wakes no one else
+    task_changed(tx, held.seq)
+    tx.wakes.note("submitted_for_review", task=task.id, teammate=teammate, reviewer=role or LEAD)
+    return task
+
+
+def _review_answered(
+    tx: Txn, reviewer: str, held: LiveClaim, verdict: Verdict, *, status_after: bool = True
+) -> TaskRecord:
+    """A review's claim answered with its verdict (`status_after`: as `tasks.complete_claim`)."""
+    end = ClaimOutcome.APPROVED if verdict.approve else ClaimOutcome.REJECTED
+    tx.conn.execute(sql(tx.conn).END_REVIEW_CLAIM, (end.value, tx.now_ms, verdict.feedback, held.fence))
+    tx.wakes.output.add(held.fence)  # its output's followers read to its end
+    if held.key:
+        keys.freed(tx, held.key)
+    slot_freed(tx, reviewer, status_after=status_after)
+    return decide_review(tx, held.seq, reviewer, verdict)
+
+
+def decide_review(tx: Txn, seq: int, reviewer: str, verdict: Verdict) -> TaskRecord:
+    """The verdict on the task `seq` IN_REVIEW, by `reviewer` (a teammate's review, or
+    LEAD): approved, it is COMPLETED and its dependents counted down; rejected, it goes
+    back for rework, or is FAILED (its dependents CANCELED) at the policy's max_rounds."""
+    statements = sql(tx.conn)
+    task_id, rounds, max_rounds, author = tx.conn.execute(statements.REVIEW_POLICY, (seq,)).fetchone()
+    round_number = rounds + 1
+    if verdict.approve:
+        (row,) = tx.conn.execute(statements.APPROVE, (tx.now_ms, seq)).fetchall()
+        for dependent, role, unmet, state in tx.conn.execute(statements.FREE_DEPENDENTS, (seq,)).fetchall():
+            if unmet == 0 and state == int(TaskState.PENDING):
+                tx.wakes.ready_roles[role] += 1
+                tx.made_ready.add(dependent)
+        tx.wakes.tally["completions"] += 1
+    elif round_number >= max_rounds:
+        why = f"review rejected {round_number} times: {verdict.feedback}"
+        tx.conn.execute(statements.REJECT_FINALLY, (int(TaskState.FAILED), round_number, tx.now_ms, why, seq))
+        dependents = tx.conn.execute(statements.DEPENDENT_SEQS, (seq,)).fetchall()
+        cancel_seqs(tx, [(dependent, f"dependency {task_id!r} failed") for (dependent,) in dependents])
+        tx.wakes.tally["failures"] += 1
+    else:
+        (role,) = tx.conn.execute(statements.REJECT, (round_number, seq)).fetchone()
+        tx.wakes.ready_roles[role] += 1
+    task_changed(tx, seq)
+    emit(
+        tx,
+        "review_decided",
+        {
+            "task_id": task_id,
+            "approve": verdict.approve,
+            "feedback": verdict.feedback,
+            "reviewer": reviewer,
+            "round": round_number,
+        },
+    )
+    decided = "approved" if verdict.approve else "rejected"
+    tx.wakes.note("review_decided", task=task_id, reviewer=reviewer, verdict=decided, author=author)
+    return task_by_seq(tx.conn, seq)
+
+
+def fail(
+    tx: Txn, teammate: str, task_id: str, token: str, error: str, retryable: bool, usage: Usage | None = None
+) -> TaskRecord:
+    """Ends the claim FAILED: the task is retried or FAILED. A review's claim that fails
+    costs the task nothing: the review is offered again."""
+    held = live_claim(tx, teammate, task_id, token)
+    seq = held.seq
+    if usage is not None:
+        spending.charge(tx, teammate, seq, usage)
+    end_claim(tx, held.fence, ClaimOutcome.FAILED, error, key=held.key)
+    tx.wakes.tally["failures"] += 1
+    if held.reviewing:
+        back_to_pending(tx, seq)
+    else:
+        count_failure(tx, seq, error, final=not retryable)
+    slot_freed(tx, teammate)
+    task = task_by_seq(tx.conn, seq)
+    tx.wakes.note("failed", task=task_id, teammate=teammate, final=task.state is TaskState.FAILED, error=error[:200])
+    return task
+
+
+def release(tx: Txn, teammate: str, task_id: str, token: str) -> TaskRecord:
+    held = live_claim(tx, teammate, task_id, token)
+    seq = held.seq
+    end_claim(tx, held.fence, ClaimOutcome.RELEASED, key=held.key)
+    tx.wakes.tally["releases"] += 1
+    back_to_pending(tx, seq)
+    slot_freed(tx, teammate)
+    tx.wakes.note("released", task=task_id, teammate=teammate)
+    return task_by_seq(tx.conn, seq)
+
+
+def release_all(
+    tx: Txn, teammate: str, outcome: ClaimOutcome, error: str = "", *, notice: ClaimEndReason | None = None
+) -> None:
+    """Returns every live claim of a teammate to PENDING without using an attempt;
+    `error` is what each claim's history says of it. With `notice`, the teammate's
+    open stream is told each claim ended, and why."""
+    rows = tx.conn.execute(
+        sql(tx.conn).HELD_CLAIMS_OF,
+        (teammate,),
+    ).fetchall()
+    for seq, fence, task_id, token, key in rows:
+        end_claim(tx, fence, outcome, error, key=key)
+        back_to_pending(tx, seq)
+        if notice is not None:
+            tx.wakes.claim_ended(teammate, ClaimEnd(task_id, token, notice, error))
 
 
 def back_to_pending(tx: Txn, seq: int, wait_ms: int = 0) -> None:

@@ -1,15 +1,16 @@
-"""Leases that ran out, and on a restart those that did not."""
+"""Claims taken back from their holders: leases that ran out (and, on a restart, those
+that did not), and the lead's revoke."""
 
 from __future__ import annotations
 
-from ...model import ClaimEnd, ClaimEndReason, ClaimOutcome, TaskState
+from ... import errors
+from ...model import ClaimEnd, ClaimEndReason, ClaimOutcome, TaskRecord, TaskState
 from ...txn import Txn
 from ..boardclock import clock_reached
 from ..dialect import sql
 from ..status import refresh_status
 from .ends import back_to_pending, count_failure, end_claim, slot_freed
-
-_IN_REVIEW = int(TaskState.IN_REVIEW)
+from .rows import IN_PROGRESS, IN_REVIEW, task_by_seq
 
 
 def reclaim_expired(tx: Txn) -> dict[str, int]:
@@ -50,7 +51,7 @@ def reclaim_expired(tx: Txn) -> dict[str, int]:
         tx.wakes.tally["lease_expirations"] += 1
         tx.wakes.note("lease_expired", task=task_id, teammate=owner, attempt=attempt)
         tx.wakes.claim_ended(owner, ClaimEnd(task_id, token, ClaimEndReason.LEASE_EXPIRED, why))
-        if state == _IN_REVIEW:
+        if state == IN_REVIEW:
             back_to_pending(tx, seq)  # a review's lease: the review is offered again, at no cost
         else:
             count_failure(tx, seq, why, final=False)
@@ -62,6 +63,31 @@ def reclaim_expired(tx: Txn) -> dict[str, int]:
     # Each lease that ended left state 2, and reclaiming grants none.
     tx.leases.learned(earliest_left)
     return expired
+
+
+def revoke(tx: Txn, task_id: str, reason: str) -> TaskRecord:
+    """The Lead takes the task's live claim away: the claim ends REVOKED (an ended
+    attempt in the history, not a failure: it uses up none of `max_attempts`), the task
+    is PENDING and ready again, and its holder's open stream is told. A lease that ran
+    out is reclaimed first: that claim is no longer live to revoke."""
+    reclaim_expired(tx)
+    row = tx.conn.execute(
+        sql(tx.conn).LIVE_CLAIM_OF_TASK,
+        (task_id,),
+    ).fetchone()
+    if row is None:
+        raise errors.TaskNotFound(f"no task {task_id!r}", id=task_id)
+    seq, state, owner, fence, token, key = row
+    if state not in (IN_PROGRESS, IN_REVIEW) or fence is None:
+        raise errors.FailedPrecondition(f"task {task_id!r} has no live claim ({TaskState(state).name})", id=task_id)
+    why = reason or "revoked by the lead"
+    end_claim(tx, fence, ClaimOutcome.REVOKED, why, key=key)
+    back_to_pending(tx, seq)
+    slot_freed(tx, owner)
+    tx.wakes.tally["revocations"] += 1
+    tx.wakes.claim_ended(owner, ClaimEnd(task_id, token, ClaimEndReason.REVOKED, why))
+    tx.wakes.note("revoked", task=task_id, teammate=owner, reason=why[:200])
+    return task_by_seq(tx.conn, seq)
 
 
 def _seconds(ms: int) -> str:

@@ -7,6 +7,10 @@ reach the policy's `max_rounds`.
 A review's claim is a claim like any other (token, fence, lease, renewed, released,
 expiring): the task is held IN_REVIEW while it lives, and one that ends without a
 verdict leaves the review to be offered again (`ends.back_to_pending`).
+
+This module offers a review to a reviewer and takes the Lead's decision; a completion
+that submits a result and a review's verdict end a claim, and so are `ends`'
+(`ends.decide_review` decides a review for both).
 """
 
 from __future__ import annotations
@@ -21,28 +25,8 @@ from ...model import ClaimEnd, ClaimEndReason, ClaimOutcome, ReviewItem, TaskRec
 from ...txn import Txn
 from .. import keys
 from ..dialect import sql
-from ..events import emit
-from .ends import LiveClaim, cancel_seqs, end_claim, slot_freed
-from .rows import IN_REVIEW, task_by_seq, task_changed, task_record
-
-LEAD = "lead"  # the reviewer a Lead's decision names
-
-
-def submit(tx: Txn, teammate: str, held: LiveClaim, result: bytes, sums: str, sum_params: tuple) -> TaskRecord:
-    """A work claim's completion of a task that needs a review: the claim ends COMPLETED,
-    and the result waits IN_REVIEW for a reviewer holding the role (woken here) or the
-    Lead. Nothing downstream is freed."""
-    end_claim(tx, held.fence, ClaimOutcome.COMPLETED, key=held.key)
-    role, *row = tx.conn.execute(
-        sql(tx.conn).submit_for_review(sums), (result, teammate, *sum_params, held.seq)
-    ).fetchone()
-    task = task_record(tuple(row))
-    if role:
-        tx.wakes.ready_roles[role] += 1
-        tx.made_ready.add(held.seq)  # a waiting reviewer served in this job wakes no one else
-    task_changed(tx, held.seq)
-    tx.wakes.note("submitted_for_review", task=task.id, teammate=teammate, reviewer=role or LEAD)
-    return task
+from .ends import LEAD, decide_review, end_claim, slot_freed
+from .rows import IN_REVIEW, task_changed, task_record
 
 
 def ready_query(conn, roles: Iterable[str]) -> tuple[str, list[str]] | None:
@@ -105,17 +89,6 @@ def rejected_result(conn, task: TaskRecord) -> bytes:
     return bytes(rejected) if rejected is not None else b""
 
 
-def answer(tx: Txn, reviewer: str, held: LiveClaim, verdict: Verdict, *, status_after: bool = True) -> TaskRecord:
-    """A review's claim answered with its verdict (`status_after`: as `tasks.complete_claim`)."""
-    end = ClaimOutcome.APPROVED if verdict.approve else ClaimOutcome.REJECTED
-    tx.conn.execute(sql(tx.conn).END_REVIEW_CLAIM, (end.value, tx.now_ms, verdict.feedback, held.fence))
-    tx.wakes.output.add(held.fence)  # its output's followers read to its end
-    if held.key:
-        keys.freed(tx, held.key)
-    slot_freed(tx, reviewer, status_after=status_after)
-    return _decide(tx, held.seq, reviewer, verdict)
-
-
 def lead_decides(tx: Txn, task_id: str, verdict: Verdict) -> TaskRecord:
     """ReviewTask: the Lead decides a task IN_REVIEW, taking a review a teammate holds
     away first (claim_ended REVOKED); FailedPrecondition for a task in any other state."""
@@ -140,41 +113,4 @@ def lead_decides(tx: Txn, task_id: str, verdict: Verdict) -> TaskRecord:
         statements.LEAD_REVIEW,
         (secrets.token_urlsafe(24), seq, attempt, now, rounds + 1, now, end.value, verdict.feedback),
     )
-    return _decide(tx, seq, LEAD, verdict)
-
-
-def _decide(tx: Txn, seq: int, reviewer: str, verdict: Verdict) -> TaskRecord:
-    statements = sql(tx.conn)
-    task_id, rounds, max_rounds, author = tx.conn.execute(statements.REVIEW_POLICY, (seq,)).fetchone()
-    round_number = rounds + 1
-    if verdict.approve:
-        (row,) = tx.conn.execute(statements.APPROVE, (tx.now_ms, seq)).fetchall()
-        for dependent, role, unmet, state in tx.conn.execute(statements.FREE_DEPENDENTS, (seq,)).fetchall():
-            if unmet == 0 and state == int(TaskState.PENDING):
-                tx.wakes.ready_roles[role] += 1
-                tx.made_ready.add(dependent)
-        tx.wakes.tally["completions"] += 1
-    elif round_number >= max_rounds:
-        why = f"review rejected {round_number} times: {verdict.feedback}"
-        tx.conn.execute(statements.REJECT_FINALLY, (int(TaskState.FAILED), round_number, tx.now_ms, why, seq))
-        dependents = tx.conn.execute(statements.DEPENDENT_SEQS, (seq,)).fetchall()
-        cancel_seqs(tx, [(dependent, f"dependency {task_id!r} failed") for (dependent,) in dependents])
-        tx.wakes.tally["failures"] += 1
-    else:
-        (role,) = tx.conn.execute(statements.REJECT, (round_number, seq)).fetchone()
-        tx.wakes.ready_roles[role] += 1
-    task_changed(tx, seq)
-    emit(
-        tx,
-        "review_decided",
-        {
-            "task_id": task_id,
-            "approve": verdict.approve,
-            "feedback": verdict.feedback,
-            "reviewer": reviewer,
-            "round": round_number,
-        },
-    )
-    decided = "approved" if verdict.approve else "rejected"
-    tx.wakes.note("review_decided", task=task_id, reviewer=reviewer, verdict=decided, author=author)
-    return task_by_seq(tx.conn, seq)
+    return decide_review(tx, seq, LEAD, verdict)
