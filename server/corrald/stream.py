@@ -342,6 +342,14 @@ class StreamState:
         if self.claims is Claims.PAUSED:
             self.ask_check(claim_likely=True)
 
+    def finished(self, token: str, *, check: bool = True) -> None:
+        """The teammate ended its claim `token` itself (completed, failed, released, asked
+        about, split): the stream forgets having sent it, as its next check would (a stream
+        fed by handoffs may see no check for a long time, and would otherwise carry every
+        token it ever sent into each snapshot), and its slot is free."""
+        self.sent_tokens.discard(token)
+        self.free_slot(token, check=check)
+
     def free_slot(self, token: str, *, check: bool = True) -> None:
         """The teammate freed the slot of `token` (FreeSlot, or it finished the claim itself):
         with `check`, the stream looks for a claim again. Any other token changes nothing."""

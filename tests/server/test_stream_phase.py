@@ -128,6 +128,37 @@ def test_an_ended_stream_leaves_the_line_of_waiting_streams():
     assert line.snapshot() == [] and stream.line is None
 
 
+def test_a_stream_fed_by_handoffs_forgets_each_claim_its_teammate_ends():
+    """A Session cycling complete-then-handoff may see no check for a long time: each
+    claim the teammate ends itself is forgotten then, so the stream's snapshot holds its
+    live claims only, not every token it ever sent."""
+    loop = asyncio.new_event_loop()  # StreamState's event wants one to exist
+    asyncio.set_event_loop(loop)
+    try:
+        stream = StreamState("w1", slots=1, opened_ms=0)
+        stream.mark_sent([claim_grant("c0", task_id="c0")])
+        for n in range(1, 200):
+            previous, token = f"c{n - 1}", f"c{n}"
+            assert stream.view(finishing=previous).sent_tokens == {previous}
+            stream.finished(previous, check=False)
+            stream.hand(Delivery([claim_grant(token, task_id=token)], frozenset(), can_claim=False))
+            stream.mark_sent(stream.take_handed())
+        assert stream.view().sent_tokens == {"c199"}
+        assert stream.held_tokens() == {"c199"}
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+def test_freeing_a_slot_alone_keeps_the_claim_as_sent():
+    """FreeSlot frees a slot of a claim that may still be live: its end is still to be told."""
+    stream = StreamState("w1", slots=1, opened_ms=0)
+    stream.hold_slots = True  # opened with hold_slots_until_freed
+    stream.mark_sent([claim_grant("c0", task_id="c0")])
+    stream.free_slot("c0", check=False)
+    assert stream.sent_tokens == {"c0"} and stream.view().busy_tokens == frozenset()
+
+
 TOKENS = [f"t{i}" for i in range(6)]
 
 
@@ -201,6 +232,11 @@ class StreamMachine(RuleBasedStateMachine):
         self.stream.hand(
             Delivery([claim_grant(token, task_id=token)], frozenset(), can_claim=can_claim, claims_paused=False)
         )
+
+    @rule(token=st.sampled_from(TOKENS))
+    def the_teammate_ends_its_claim(self, token):
+        self.stream.finished(token)
+        assert token not in self.stream.sent_tokens and token not in self.stream.view().sent_tokens
 
     @rule(token=st.sampled_from(TOKENS))
     def a_claim_ends_under_it(self, token):

@@ -159,7 +159,7 @@ class SessionOps:
             waiters=self._hub.parked,
             op=op,
         )
-        stream.free_slot(body.claim_token, check=False)  # the handoff looked already
+        stream.finished(body.claim_token, check=False)  # the handoff looked already
         response = _result(op.op_id)
         convert.fill_task(response.op_result.task, done.task)
         response.op_result.result = done.task.result
@@ -175,17 +175,17 @@ class SessionOps:
             convert.reported_usage(body),
             op=op,
         )
-        stream.free_slot(body.claim_token)
+        stream.finished(body.claim_token)
         return _with_task(op.op_id, task), None
 
     async def _release(self, op: OpKey, body: pb.ReleaseTaskRequest, stream: StreamState):
         task = await self._board.release(self._name, body.task_id, body.claim_token, op=op)
-        stream.free_slot(body.claim_token)
+        stream.finished(body.claim_token)
         return _with_task(op.op_id, task), None
 
     async def _ask(self, op: OpKey, body: pb.AskQuestionRequest, stream: StreamState):
         task = await self._board.ask_question(self._name, body.task_id, body.claim_token, body.question, op=op)
-        stream.free_slot(body.claim_token)
+        stream.finished(body.claim_token)
         return _with_task(op.op_id, task), None
 
     async def _propose(self, op: OpKey, body: pb.ProposeTasksRequest, stream: StreamState):
@@ -194,7 +194,7 @@ class SessionOps:
         answer = convert.proposed(proposed)
         response.op_result.proposed_tasks.extend(answer.tasks)
         if proposed.split_task is not None:
-            stream.free_slot(body.claim_token)
+            stream.finished(body.claim_token)
             response.op_result.task.CopyFrom(answer.claimed_task)
         return response, None
 

@@ -133,7 +133,7 @@ class TeammateServicer(pb_grpc.TeammateServiceServicer):
             stream=view,
             waiters=self._hub.parked,
         )
-        stream.free_slot(request.claim_token, check=False)  # the handoff looked already
+        stream.finished(request.claim_token, check=False)  # the handoff looked already
         assert done.handoff is not None  # a completion with its stream's snapshot hands off
         stream.hand(done.handoff)
         return pb.CompleteTaskResponse(task=convert.task(done.task))
