@@ -100,8 +100,12 @@ class PgConnection:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor:
         # Results in binary: a blob arrives as its bytes, not as hex text of twice the size.
-        with self.round_trip():
+        # The round trip is marked inline (as `round_trip` does): every statement passes here.
+        self.waiting_since = time.monotonic()
+        try:
             cursor = self.raw.execute(sql, _parameters(params), binary=True)
+        finally:
+            self.waiting_since = None
         status = cursor.statusmessage or ""
         if status.startswith(_CHANGES) and cursor.rowcount > 0:
             self.total_changes += cursor.rowcount
