@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from ..clock import Clock
-from ..model import Completion, DeliveryView, OpCompletion, TaskRecord
+from ..model import Completion, DeliveryView, OpCompletion, TaskRecord, TaskState
 from ..txn import DeadlineWatch, Mergeable, Txn, Wakes
 
 # A driver's way of merging a Session completion with those queued beside it (`BoardDriver`).
@@ -41,6 +41,25 @@ class DatabaseHealth:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ReadyCandidate:
+    """A task one of whose conditions a step just met (a dependency completed, its time gate
+    opened), as the step left it: its role, what it still waits for (unmet dependencies and
+    a shut gate) and its state. It is ready once nothing is unmet, if it is still pending."""
+
+    seq: int
+    role: str
+    unmet: int
+    state: int
+
+    @property
+    def ready(self) -> bool:
+        return self.unmet == 0 and self.state == _PENDING
+
+
+_PENDING = int(TaskState.PENDING)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ClaimTaken:
     """A claim just written: the task as claimed, the claim's fence, and the task's attempt
     before it (0 for a first claim)."""
@@ -52,21 +71,21 @@ class ClaimTaken:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CompletedAtOnce:
-    """A completion checked and done in one step: the task, its dependents' rows (seq,
-    role, unmet dependencies, state) after it, and the teammate's delivery view as the
-    completion left it (None when it was not asked for, or is not the board's now)."""
+    """A completion checked and done in one step: the task, its dependents as it left
+    them, and the teammate's delivery view as the completion left it (None when it was
+    not asked for, or is not the board's now)."""
 
     task: TaskRecord
-    dependents: list[tuple[int, str, int, int]]
+    dependents: list[ReadyCandidate]
     view: DeliveryView | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class GatesOpened:
-    """The time gates a step opened (seq, role, unmet dependencies, state of each task) and
-    the earliest gate still shut (None: none is)."""
+    """The tasks whose time gates a step opened and the earliest gate still shut (None:
+    none is)."""
 
-    opened: list[tuple[int, str, int, int]]
+    opened: list[ReadyCandidate]
     earliest_ms: int | None
 
 

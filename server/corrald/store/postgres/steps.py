@@ -19,7 +19,7 @@ from ...leasepaths import probes
 from ...model import ClaimOutcome, Completion, DeliveryView, OpCompletion, TaskRecord
 from ...txn import Txn
 from .. import keys, leases, ops
-from ..driver import ClaimTaken, CompletedAtOnce, GatesOpened
+from ..driver import ClaimTaken, CompletedAtOnce, GatesOpened, ReadyCandidate
 from ..tasks.claims import delivery_view_with_claims, pick_ready, ready_query
 from ..tasks.rows import TASK_WIDTH, rows_by_id, task_record
 from . import fused
@@ -85,7 +85,7 @@ def complete_if_live(tx: Txn, completion: Completion, *, view_after: bool) -> Co
         ops.record_written(tx, row[0] if row is not None else None)  # raises if the op ran before
     if row is None or row[1] is None:
         return None
-    task_row, key, dependents = row[1 : TASK_WIDTH + 1], row[TASK_WIDTH + 1], row[TASK_WIDTH + 2] or []
+    task_row, key, dependents = row[1 : TASK_WIDTH + 1], row[TASK_WIDTH + 1], _freed(row[TASK_WIDTH + 2])
     tx.wakes.events = True
     tx.wakes.output.add(row[TASK_WIDTH + 3])  # the claim ended: its output's followers read to its end
     if key:
@@ -97,6 +97,11 @@ def complete_if_live(tx: Txn, completion: Completion, *, view_after: bool) -> Co
     return CompletedAtOnce(task, dependents, view)
 
 
+def _freed(rows: list[list] | None) -> list[ReadyCandidate]:
+    """The dependents a statement freed, from its JSON list of their rows (`fused._FREED_JSON`; NULL: none)."""
+    return [ReadyCandidate(*freed) for freed in rows] if rows else []
+
+
 def _view_read(name: str, row: tuple) -> DeliveryView | None:
     """The delivery view a completion's statement read, or None if it read none (or found no row)."""
     if not row or all(value is None for value in row):
@@ -106,7 +111,7 @@ def _view_read(name: str, row: tuple) -> DeliveryView | None:
 
 def complete_live_claim(
     tx: Txn, seq: int, fence: int, key: str, sums: str, done_params: tuple
-) -> tuple[TaskRecord, list[tuple]]:
+) -> tuple[TaskRecord, list[ReadyCandidate]]:
     row = tx.conn.execute(
         fused.complete_claim(sums),
         (ClaimOutcome.COMPLETED.value, tx.now_ms, "", fence, *done_params, seq, tx.now_ms),
@@ -118,7 +123,7 @@ def complete_live_claim(
     task = task_record(row[:-1])
     if task.resources or task.shared_resources:
         leases.freed_by_task(tx, seq)
-    return task, row[-1] or []
+    return task, _freed(row[-1])
 
 
 def record_op(conn: sqlite3.Connection, params: tuple) -> int | None:
@@ -129,7 +134,7 @@ def record_op(conn: sqlite3.Connection, params: tuple) -> int | None:
 def open_due_gates(tx: Txn) -> GatesOpened:
     # Every row carries the earliest gate left, the row of no gate opened too.
     rows = tx.conn.execute(fused.OPEN_GATES_AND_EARLIEST, (tx.now_ms, tx.now_ms)).fetchall()
-    return GatesOpened([row[:4] for row in rows if row[0] is not None], rows[0][4])
+    return GatesOpened([ReadyCandidate(*row[:4]) for row in rows if row[0] is not None], rows[0][4])
 
 
 def view_for_delivery(conn: sqlite3.Connection, name: str, now_ms: int) -> DeliveryView:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from ...leasepaths import DESCENDANTS_END, ancestors_and_self
 from ...model import ClaimOutcome, Completion, DeliveryView, TaskRecord
 from ...txn import Txn
-from ..driver import ClaimTaken, CompletedAtOnce, GatesOpened
+from ..driver import ClaimTaken, CompletedAtOnce, GatesOpened, ReadyCandidate
 from ..tasks.claims import delivery_view, held_claim_refs, pick_ready
 from ..tasks.ends import end_claim
 from ..tasks.rows import TASK_WIDTH, earliest_gate, task_changed, task_record
@@ -55,13 +55,15 @@ def complete_if_live(tx: Txn, completion: Completion, *, view_after: bool) -> Co
 
 def complete_live_claim(
     tx: Txn, seq: int, fence: int, key: str, sums: str, done_params: tuple
-) -> tuple[TaskRecord, list[tuple]]:
+) -> tuple[TaskRecord, list[ReadyCandidate]]:
     # The task's row says whether it holds resources and has dependents: the claim's end
     # and the freeing of dependents run only the statements those call for.
     (row,) = tx.conn.execute(complete_task(sums), done_params).fetchall()
     task = task_record(row)
     end_claim(tx, fence, ClaimOutcome.COMPLETED, key=key, leased=bool(task.resources or task.shared_resources))
-    dependents = tx.conn.execute(FREE_DEPENDENTS, (seq,)).fetchall() if row[TASK_WIDTH] else []
+    dependents = []
+    if row[TASK_WIDTH]:
+        dependents = [ReadyCandidate(*freed) for freed in tx.conn.execute(FREE_DEPENDENTS, (seq,))]
     task_changed(tx, seq)
     return task, dependents
 
@@ -73,7 +75,7 @@ def record_op(conn: sqlite3.Connection, params: tuple) -> int | None:
 
 
 def open_due_gates(tx: Txn) -> GatesOpened:
-    opened = tx.conn.execute(OPEN_GATES, (tx.now_ms,)).fetchall()
+    opened = [ReadyCandidate(*row) for row in tx.conn.execute(OPEN_GATES, (tx.now_ms,))]
     return GatesOpened(opened, earliest_gate(tx.conn))  # what follows writes events only
 
 

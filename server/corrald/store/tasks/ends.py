@@ -14,7 +14,6 @@ import dataclasses
 import json
 import random
 import sqlite3
-from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from ... import errors
@@ -33,9 +32,10 @@ from ...txn import Txn
 from .. import keys, leases, ops
 from .. import usage as spending
 from ..dialect import sql, steps
+from ..driver import ReadyCandidate
 from ..events import emit
 from ..status import refresh_status
-from .rows import PENDING, task_by_seq, task_changed, task_events, task_record
+from .rows import task_by_seq, task_changed, task_events, task_record
 from .timegates import gate_shut
 
 _IN_REVIEW = int(TaskState.IN_REVIEW)
@@ -194,16 +194,21 @@ def _check_verdict(held: LiveClaim, completion: Completion) -> None:
 
 
 def _completed(
-    tx: Txn, teammate: str, task_id: str, task: TaskRecord, dependents: Iterable[Sequence], status_after: bool
+    tx: Txn, teammate: str, task_id: str, task: TaskRecord, dependents: list[ReadyCandidate], status_after: bool
 ) -> TaskRecord:
     """What a completion tells: the dependents it made ready, the freed slot, the note."""
-    ready = [(dependent, role) for dependent, role, unmet, state in dependents if unmet == 0 and state == PENDING]
-    tx.wakes.ready_roles.update(role for _, role in ready)
-    tx.made_ready.update(dependent for dependent, _ in ready)
+    _made_ready(tx, dependents)
     tx.wakes.tally["completions"] += 1
     slot_freed(tx, teammate, status_after=status_after)
     tx.wakes.note("completed", task=task_id, teammate=teammate)
     return task
+
+
+def _made_ready(tx: Txn, dependents: list[ReadyCandidate]) -> None:
+    for dependent in dependents:
+        if dependent.ready:
+            tx.wakes.ready_roles[dependent.role] += 1
+            tx.made_ready.add(dependent.seq)
 
 
 def _submitted_for_review(
@@ -247,10 +252,7 @@ def decide_review(tx: Txn, seq: int, reviewer: str, verdict: Verdict) -> TaskRec
     round_number = rounds + 1
     if verdict.approve:
         (row,) = tx.conn.execute(statements.APPROVE, (tx.now_ms, seq)).fetchall()
-        for dependent, role, unmet, state in tx.conn.execute(statements.FREE_DEPENDENTS, (seq,)).fetchall():
-            if unmet == 0 and state == int(TaskState.PENDING):
-                tx.wakes.ready_roles[role] += 1
-                tx.made_ready.add(dependent)
+        _made_ready(tx, [ReadyCandidate(*freed) for freed in tx.conn.execute(statements.FREE_DEPENDENTS, (seq,))])
         tx.wakes.tally["completions"] += 1
     elif round_number >= max_rounds:
         why = f"review rejected {round_number} times: {verdict.feedback}"
