@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from ..clock import Clock
-from ..model import Completion, DeliveryView, OpCompletion, TaskRecord, TaskState
+from ..model import Completion, DeliveryView, OpCompletion, TaskRecord, TaskState, Usage
 from ..txn import DeadlineWatch, Mergeable, Txn, Wakes
 
 # A driver's way of merging a Session completion with those queued beside it (`BoardDriver`).
@@ -81,6 +81,27 @@ class CompletedAtOnce:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ClaimToComplete:
+    """A live claim (`fence`) of task `seq`, whose concurrency key is `key` ('' for none),
+    checked by the caller, to end as completed with the task's `result`; `usage`, a
+    report the completion carries, is added to the task's sums."""
+
+    seq: int
+    fence: int
+    key: str
+    result: bytes
+    usage: Usage | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskCompleted:
+    """A task just completed, and its dependents as the completion left them."""
+
+    task: TaskRecord
+    dependents: list[ReadyCandidate]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class GatesOpened:
     """The tasks whose time gates a step opened and the earliest gate still shut (None:
     none is)."""
@@ -106,11 +127,9 @@ class DriverSteps(Protocol):
         the general path costs no more. With `view_after`, reads the teammate's delivery
         view too, if it can in the same step."""
 
-    def complete_live_claim(
-        self, tx: Txn, seq: int, fence: int, key: str, sums: str, done_params: tuple
-    ) -> tuple[TaskRecord, list[tuple[int, str, int, int]]]:
-        """Ends the live claim `fence` of task `seq` (concurrency key `key`) as completed and
-        completes the task (`done_params`, with the usage `sums`): the task and its dependents."""
+    def complete_live_claim(self, tx: Txn, claim: ClaimToComplete) -> TaskCompleted:
+        """Ends the live claim as completed and completes its task, adding the usage to the
+        task's sums (the teammate's are the caller's)."""
 
     def record_op(self, conn: Any, params: tuple) -> int | None:
         """Inserts a Session op's record (`ops.PendingOpRecord.params`): its seq, or None

@@ -16,15 +16,17 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 
 from ...leasepaths import probes
-from ...model import ClaimOutcome, Completion, DeliveryView, OpCompletion, TaskRecord
+from ...model import ClaimOutcome, Completion, DeliveryView, OpCompletion
 from ...txn import Txn
 from .. import keys, leases, ops
-from ..driver import ClaimTaken, CompletedAtOnce, GatesOpened, ReadyCandidate
+from .. import usage as spending
+from ..driver import ClaimTaken, ClaimToComplete, CompletedAtOnce, GatesOpened, ReadyCandidate, TaskCompleted
 from ..tasks.claims import delivery_view_with_claims, pick_ready, ready_query
 from ..tasks.rows import TASK_WIDTH, rows_by_id, task_record
 from . import fused
 from .lease_queries import ANY_CONFLICT
 from .queries import RECORD_OP
+from .usage_queries import USAGE_SUMS
 
 # A completion's row after the op record's seq: the task's columns (one of them the
 # dependency list), its concurrency key, its freed dependents, the ended claim's fence;
@@ -109,12 +111,12 @@ def _view_read(name: str, row: tuple) -> DeliveryView | None:
     return delivery_view_with_claims(name, row)
 
 
-def complete_live_claim(
-    tx: Txn, seq: int, fence: int, key: str, sums: str, done_params: tuple
-) -> tuple[TaskRecord, list[ReadyCandidate]]:
+def complete_live_claim(tx: Txn, claim: ClaimToComplete) -> TaskCompleted:
+    seq, fence, key, usage, now = claim.seq, claim.fence, claim.key, claim.usage, tx.now_ms
+    sums, sum_params = ("", ()) if usage is None else (_USAGE_SUMS, spending.sum_params(usage))
     row = tx.conn.execute(
         fused.complete_claim(sums),
-        (ClaimOutcome.COMPLETED.value, tx.now_ms, "", fence, *done_params, seq, tx.now_ms),
+        (ClaimOutcome.COMPLETED.value, now, "", fence, claim.result, now, *sum_params, seq, seq, now),
     ).fetchone()
     tx.wakes.events = True
     tx.wakes.output.add(fence)  # the claim ended: its output's followers read to its end
@@ -123,7 +125,11 @@ def complete_live_claim(
     task = task_record(row[:-1])
     if task.resources or task.shared_resources:
         leases.freed_by_task(tx, seq)
-    return task, _freed(row[-1])
+    return TaskCompleted(task, _freed(row[-1]))
+
+
+# A usage report's SET items, after the completion's own (`usage.sum_params`).
+_USAGE_SUMS = ", " + USAGE_SUMS
 
 
 def record_op(conn: sqlite3.Connection, params: tuple) -> int | None:

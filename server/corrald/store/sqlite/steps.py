@@ -13,9 +13,10 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 
 from ...leasepaths import DESCENDANTS_END, ancestors_and_self
-from ...model import ClaimOutcome, Completion, DeliveryView, TaskRecord
+from ...model import ClaimOutcome, Completion, DeliveryView
 from ...txn import Txn
-from ..driver import ClaimTaken, CompletedAtOnce, GatesOpened, ReadyCandidate
+from .. import usage as spending
+from ..driver import ClaimTaken, ClaimToComplete, CompletedAtOnce, GatesOpened, ReadyCandidate, TaskCompleted
 from ..tasks.claims import delivery_view, held_claim_refs, pick_ready
 from ..tasks.ends import end_claim
 from ..tasks.rows import TASK_WIDTH, earliest_gate, task_changed, task_record
@@ -29,6 +30,7 @@ from .queries import (
     VIEW_FOR_DELIVERY,
     complete_task,
 )
+from .usage_queries import USAGE_SUMS
 
 
 def claim_first_ready(tx: Txn, roles: tuple[str, ...], token: str, teammate: str) -> ClaimTaken | None:
@@ -53,19 +55,25 @@ def complete_if_live(tx: Txn, completion: Completion, *, view_after: bool) -> Co
     return None
 
 
-def complete_live_claim(
-    tx: Txn, seq: int, fence: int, key: str, sums: str, done_params: tuple
-) -> tuple[TaskRecord, list[ReadyCandidate]]:
+def complete_live_claim(tx: Txn, claim: ClaimToComplete) -> TaskCompleted:
+    seq, usage = claim.seq, claim.usage
+    sums, sum_params = ("", ()) if usage is None else (_USAGE_SUMS, spending.sum_params(usage))
     # The task's row says whether it holds resources and has dependents: the claim's end
     # and the freeing of dependents run only the statements those call for.
-    (row,) = tx.conn.execute(complete_task(sums), done_params).fetchall()
+    (row,) = tx.conn.execute(complete_task(sums), (claim.result, tx.now_ms, *sum_params, seq)).fetchall()
     task = task_record(row)
-    end_claim(tx, fence, ClaimOutcome.COMPLETED, key=key, leased=bool(task.resources or task.shared_resources))
+    end_claim(
+        tx, claim.fence, ClaimOutcome.COMPLETED, key=claim.key, leased=bool(task.resources or task.shared_resources)
+    )
     dependents = []
     if row[TASK_WIDTH]:
         dependents = [ReadyCandidate(*freed) for freed in tx.conn.execute(FREE_DEPENDENTS, (seq,))]
     task_changed(tx, seq)
-    return task, dependents
+    return TaskCompleted(task, dependents)
+
+
+# A usage report's SET items, after the completion's own (`usage.sum_params`).
+_USAGE_SUMS = ", " + USAGE_SUMS
 
 
 def record_op(conn: sqlite3.Connection, params: tuple) -> int | None:

@@ -32,7 +32,7 @@ from ...txn import Txn
 from .. import keys, leases, ops
 from .. import usage as spending
 from ..dialect import sql, steps
-from ..driver import ReadyCandidate
+from ..driver import ClaimToComplete, ReadyCandidate
 from ..events import emit
 from ..status import refresh_status
 from .rows import task_by_seq, task_changed, task_events, task_record
@@ -173,14 +173,12 @@ def complete_claim(
         return ClaimCompleted(_review_answered(tx, teammate, held, completion.verdict, status_after=status_after), True)
     if usage is not None:
         spending.charge_teammate(tx, teammate, usage)
-    sums, sum_params = spending.task_sums(tx.conn, usage) if usage is not None else ("", ())
     if held.review_role is not None:  # the result waits for its review
-        task = _submitted_for_review(tx, teammate, held, completion.result, sums, sum_params)
+        task = _submitted_for_review(tx, teammate, held, completion.result, usage)
         slot_freed(tx, teammate, status_after=status_after)
         return ClaimCompleted(task, True)
-    done_params = (completion.result, tx.now_ms, *sum_params, held.seq)
-    task, dependents = driver.complete_live_claim(tx, held.seq, held.fence, held.key, sums, done_params)
-    return ClaimCompleted(_completed(tx, teammate, completion.task_id, task, dependents, status_after), True)
+    done = driver.complete_live_claim(tx, ClaimToComplete(held.seq, held.fence, held.key, completion.result, usage))
+    return ClaimCompleted(_completed(tx, teammate, completion.task_id, done.task, done.dependents, status_after), True)
 
 
 def _check_verdict(held: LiveClaim, completion: Completion) -> None:
@@ -211,13 +209,12 @@ def _made_ready(tx: Txn, dependents: list[ReadyCandidate]) -> None:
             tx.made_ready.add(dependent.seq)
 
 
-def _submitted_for_review(
-    tx: Txn, teammate: str, held: LiveClaim, result: bytes, sums: str, sum_params: tuple
-) -> TaskRecord:
+def _submitted_for_review(tx: Txn, teammate: str, held: LiveClaim, result: bytes, usage: Usage | None) -> TaskRecord:
     """A work claim's completion of a task that needs a review: the claim ends COMPLETED,
     and the result waits IN_REVIEW for a reviewer holding the role (woken here) or the
     Lead. Nothing downstream is freed."""
     end_claim(tx, held.fence, ClaimOutcome.COMPLETED, key=held.key)
+    sums, sum_params = spending.task_sums(tx.conn, usage) if usage is not None else ("", ())
     role, *row = tx.conn.execute(
         sql(tx.conn).submit_for_review(sums), (result, teammate, *sum_params, held.seq)
     ).fetchone()
