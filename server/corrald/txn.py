@@ -193,10 +193,14 @@ class RanAhead:
 @dataclasses.dataclass(slots=True)
 class PendingOpRecord:
     """A Session op's record, written by the first statement of the op's body instead of
-    a statement of its own (store/ops.py `run_once`): `params` go to store/postgres/fused.py's `RECORD_CLAUSE`.
-    `seq` is the record's once written, and `changes` the connection's count of rows
-    changed then (what the body wrote after it is what `run_once` must not lose)."""
+    a statement of its own (store/ops.py `run_once`; on PostgreSQL, fused.py's
+    `RECORD_CLAUSE`), or by `DriverSteps.record_op`. `seq` is the record's once written,
+    and `changes` the connection's count of rows changed then (what the body wrote after
+    it is what `run_once` must not lose)."""
 
-    params: tuple[str, str, bytes, int]
+    teammate: str
+    op_id: str
+    digest: bytes
+    done_ms: int
     seq: int | None = None
     changes: int = 0

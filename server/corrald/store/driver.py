@@ -14,13 +14,15 @@ the steps of the store's verbs each driver takes its own way (its connection's `
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Iterable, Sequence
+import sqlite3
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from ..clock import Clock
+from ..leasepaths import WantedPath
 from ..model import Completion, DeliveryView, OpCompletion, TaskRecord, TaskState, Usage
-from ..txn import DeadlineWatch, Mergeable, Txn, Wakes
+from ..txn import DeadlineWatch, Mergeable, PendingOpRecord, Txn, Wakes
 
 # A driver's way of merging a Session completion with those queued beside it (`BoardDriver`).
 MergedCompletion = Callable[[OpCompletion, Callable[[Wakes], Collection[str] | None]], Mergeable]
@@ -131,19 +133,19 @@ class DriverSteps(Protocol):
         """Ends the live claim as completed and completes its task, adding the usage to the
         task's sums (the teammate's are the caller's)."""
 
-    def record_op(self, conn: Any, params: tuple) -> int | None:
-        """Inserts a Session op's record (`ops.PendingOpRecord.params`): its seq, or None
-        when the op id is taken (nothing written)."""
+    def record_op(self, conn: sqlite3.Connection, record: PendingOpRecord) -> int | None:
+        """Inserts a Session op's record: its seq, or None when the op id is taken (nothing
+        written). The record is left as it was (`ops.run_once` notes the seq)."""
 
     def open_due_gates(self, tx: Txn) -> GatesOpened:
         """Opens every time gate whose instant has come."""
 
-    def view_for_delivery(self, conn: Any, name: str, now_ms: int) -> DeliveryView:
+    def view_for_delivery(self, conn: sqlite3.Connection, name: str, now_ms: int) -> DeliveryView:
         """The teammate's delivery view and its live claims; Unauthenticated once it is removed."""
 
-    def held_conflict(self, conn: Any, wants: Sequence[tuple[str, bool]]) -> bool:
-        """Whether a held resource conflicts with one of `wants` ((path, exclusive) pairs):
-        an overlapping path held exclusively, or any overlapping one when it is wanted so."""
+    def held_conflict(self, conn: sqlite3.Connection, wants: Sequence[WantedPath]) -> bool:
+        """Whether a held resource conflicts with one of `wants`: an overlapping path held
+        exclusively, or any overlapping one when it is wanted so."""
         ...
 
     def lock_graph(self, tx: Txn) -> None:
@@ -151,8 +153,8 @@ class DriverSteps(Protocol):
         board (AddDependencies, a split): two such edits checked for cycles side by side
         could each pass and close one together."""
 
-    def inserted_seqs(self, conn: Any, ids: list[str]) -> Iterable[tuple[str, int]]:
-        """(id, seq) of the tasks `ids`, just inserted in this order by this transaction."""
+    def inserted_seqs(self, conn: sqlite3.Connection, ids: list[str]) -> dict[str, int]:
+        """The seq of each of the tasks `ids` (by id), just inserted in this order by this transaction."""
 
 
 class Rerun(Exception):

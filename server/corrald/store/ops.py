@@ -83,7 +83,7 @@ def run_once(
     The same op id with another `digest` (a different op) is INVALID_ARGUMENT.
     """
     conn = tx.conn
-    record = PendingOpRecord((teammate, op_id, digest, tx.now_ms))
+    record = PendingOpRecord(teammate, op_id, digest, tx.now_ms)
     if record_in_body:
         tx.op_record = record
     elif not _write(tx, record):
@@ -130,7 +130,7 @@ def record_written(tx: Txn, seq: int | None) -> None:
 
 def _write(tx: Txn, record: PendingOpRecord) -> bool:
     """Writes the record; False if the op id is taken."""
-    seq = steps(tx.conn).record_op(tx.conn, record.params)
+    seq = steps(tx.conn).record_op(tx.conn, record)
     if seq is None:
         return False
     record.seq, record.changes = seq, tx.conn.total_changes

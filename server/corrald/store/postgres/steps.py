@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-from ...leasepaths import probes
+from ...leasepaths import WantedPath, probes
 from ...model import ClaimOutcome, Completion, DeliveryView, OpCompletion
-from ...txn import Txn
+from ...txn import PendingOpRecord, Txn
 from .. import keys, leases, ops
 from .. import usage as spending
 from ..driver import ClaimTaken, ClaimToComplete, CompletedAtOnce, GatesOpened, ReadyCandidate, TaskCompleted
@@ -64,8 +64,7 @@ def complete_if_live(tx: Txn, completion: Completion, *, view_after: bool) -> Co
     record = tx.op_record if tx.op_record is not None and tx.op_record.seq is None else None
     if tx.ahead is not None:  # the writer ran this statement already, for a run of jobs (`complete_many`)
         assert record is not None, "a run's completions are Session ops"
-        _, op_id, digest, _ = record.params
-        assert tx.ahead.request == OpCompletion(op_id, digest, completion), "not this job's"
+        assert tx.ahead.request == OpCompletion(record.op_id, record.digest, completion), "not this job's"
         row = tx.ahead.row
         if not view_after or not tx.ahead.fresh:
             row = row[: 1 + _COMPLETED_WIDTH]  # what it read of the view is not the board's now
@@ -74,7 +73,7 @@ def complete_if_live(tx: Txn, completion: Completion, *, view_after: bool) -> Co
         now = tx.now_ms
         name = completion.teammate
         params = (
-            *(record.params if record is not None else ()),
+            *(_record_params(record) if record is not None else ()),
             *(completion.task_id, completion.token, name, now),  # live
             *(ClaimOutcome.COMPLETED.value, now, ""),  # ended
             *(completion.result, now),  # done
@@ -97,6 +96,11 @@ def complete_if_live(tx: Txn, completion: Completion, *, view_after: bool) -> Co
         leases.freed_by_task(tx, task.seq)
     view = _view_read(completion.teammate, row[1 + _COMPLETED_WIDTH :])
     return CompletedAtOnce(task, dependents, view)
+
+
+def _record_params(record: PendingOpRecord) -> tuple[str, str, bytes, int]:
+    """A Session op's record as `INSERT_OP`'s parameters (`RECORD_OP`, fused.RECORD_CLAUSE)."""
+    return record.teammate, record.op_id, record.digest, record.done_ms
 
 
 def _freed(rows: list[list] | None) -> list[ReadyCandidate]:
@@ -132,8 +136,8 @@ def complete_live_claim(tx: Txn, claim: ClaimToComplete) -> TaskCompleted:
 _USAGE_SUMS = ", " + USAGE_SUMS
 
 
-def record_op(conn: sqlite3.Connection, params: tuple) -> int | None:
-    inserted = conn.execute(RECORD_OP, params).fetchone()
+def record_op(conn: sqlite3.Connection, record: PendingOpRecord) -> int | None:
+    inserted = conn.execute(RECORD_OP, _record_params(record)).fetchone()
     return None if inserted is None else inserted[0]
 
 
@@ -176,7 +180,7 @@ def complete_many(conn: sqlite3.Connection, now_ms: int, requests: Sequence[OpCo
 _GRAPH_LOCK = "SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':graph'))"
 
 
-def held_conflict(conn, wants: Sequence[tuple[str, bool]]) -> bool:
+def held_conflict(conn: sqlite3.Connection, wants: Sequence[WantedPath]) -> bool:
     """One statement for all of a task's paths (each statement is a round trip)."""
     return conn.execute(ANY_CONFLICT, (json.dumps(probes(wants)),)).fetchone() is not None
 
@@ -186,6 +190,6 @@ def lock_graph(tx: Txn) -> None:
     tx.conn.execute(_GRAPH_LOCK)
 
 
-def inserted_seqs(conn, ids: list[str]) -> Iterable[tuple[str, int]]:
+def inserted_seqs(conn: sqlite3.Connection, ids: list[str]) -> dict[str, int]:
     """Other daemons' writers insert beside this one, so the seqs are read back."""
-    return ((task_id, row.seq) for task_id, row in rows_by_id(conn, ids).items())
+    return {task_id: row.seq for task_id, row in rows_by_id(conn, ids).items()}

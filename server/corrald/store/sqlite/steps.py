@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-from ...leasepaths import DESCENDANTS_END, ancestors_and_self
+from ...leasepaths import DESCENDANTS_END, WantedPath, ancestors_and_self
 from ...model import ClaimOutcome, Completion, DeliveryView
-from ...txn import Txn
+from ...txn import PendingOpRecord, Txn
 from .. import usage as spending
 from ..driver import ClaimTaken, ClaimToComplete, CompletedAtOnce, GatesOpened, ReadyCandidate, TaskCompleted
 from ..tasks.claims import delivery_view, held_claim_refs, pick_ready
@@ -76,9 +76,9 @@ def complete_live_claim(tx: Txn, claim: ClaimToComplete) -> TaskCompleted:
 _USAGE_SUMS = ", " + USAGE_SUMS
 
 
-def record_op(conn: sqlite3.Connection, params: tuple) -> int | None:
+def record_op(conn: sqlite3.Connection, record: PendingOpRecord) -> int | None:
     # Without RETURNING, which costs SQLite as much again as the insert itself.
-    inserted = conn.execute(RECORD_OP, params)
+    inserted = conn.execute(RECORD_OP, (record.teammate, record.op_id, record.digest, record.done_ms))
     return inserted.lastrowid if inserted.rowcount == 1 else None
 
 
@@ -92,7 +92,7 @@ def view_for_delivery(conn: sqlite3.Connection, name: str, now_ms: int) -> Deliv
     return DeliveryView(delivery_view(name, row), held_claim_refs(conn, name, now_ms))
 
 
-def held_conflict(conn: sqlite3.Connection, wants: Sequence[tuple[str, bool]]) -> bool:
+def held_conflict(conn: sqlite3.Connection, wants: Sequence[WantedPath]) -> bool:
     """A statement per wanted path, which costs no round trip here: its ancestors' (and its
     own) equality lookups and its descendants' range, both served by the held table's key;
     it measured a third of the time of ANY_CONFLICT, one statement for all the paths."""
@@ -114,7 +114,7 @@ def lock_graph(tx: Txn) -> None:
     """Nothing to take: the board's one writer runs one edit at a time."""
 
 
-def inserted_seqs(conn: sqlite3.Connection, ids: list[str]) -> Iterable[tuple[str, int]]:
+def inserted_seqs(conn: sqlite3.Connection, ids: list[str]) -> dict[str, int]:
     """The board's one writer inserted them alone: AUTOINCREMENT gave the rows consecutive seqs."""
     (last,) = conn.execute("SELECT last_insert_rowid()").fetchone()
-    return zip(ids, range(last - len(ids) + 1, last + 1), strict=True)
+    return dict(zip(ids, range(last - len(ids) + 1, last + 1), strict=True))
