@@ -25,7 +25,7 @@ from ..model import Completion, DeliveryView, OpCompletion, TaskRecord, TaskStat
 from ..txn import DeadlineWatch, Mergeable, PendingOpRecord, Txn, Wakes
 
 # A driver's way of merging a Session completion with those queued beside it (`BoardDriver`).
-MergedCompletion = Callable[[OpCompletion, Callable[[Wakes], Collection[str] | None]], Mergeable]
+MergedCompletion = Callable[[OpCompletion, Callable[[Wakes], Collection[str] | None]], Mergeable[OpCompletion, object]]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
