@@ -155,8 +155,6 @@ class Txn:
     # Tasks this job's completions made ready (by seq): a claim of one of them in
     # the same job wakes no other stream for it.
     made_ready: set[int] = dataclasses.field(default_factory=set)
-    # A Session op's record that the op's first statement is to write (store/ops.py).
-    op_record: PendingOpRecord | None = None
     # The job's first statement, run already by the writer for a run of jobs (`Mergeable`);
     # the job sets it back to None as it takes it (a job that did not fails: see writer.py).
     ahead: RanAhead[object, object] | None = None
@@ -198,9 +196,9 @@ class RanAhead(typing.Generic[RequestT_co, RowT_co]):
 
 @dataclasses.dataclass(slots=True)
 class PendingOpRecord:
-    """A Session op's record, written by the first statement of the op's body instead of
-    a statement of its own (store/ops.py `run_once`; on PostgreSQL, fused.py's
-    `RECORD_CLAUSE`), or by `DriverSteps.record_op`. `seq` is the record's once written,
+    """A Session op's record, written by `DriverSteps.record_op` or by the first statement
+    of the op's body instead of a statement of its own (store/ops.py `RecordingBody`; on
+    PostgreSQL, fused.py's `RECORD_CLAUSE`). `seq` is the record's once written,
     and `changes` the connection's count of rows changed then (what the body wrote after
     it is what `run_once` must not lose)."""
 

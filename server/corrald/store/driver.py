@@ -122,9 +122,12 @@ class DriverSteps(Protocol):
         """Claims the first ready task a teammate with `roles` may take
         (`tasks.claims.pick_ready`), for `teammate` under `token`; None if there is none."""
 
-    def complete_if_live(self, tx: Txn, completion: Completion, *, view_after: bool) -> CompletedAtOnce | None:
+    def complete_if_live(
+        self, tx: Txn, completion: Completion, record: PendingOpRecord | None, *, view_after: bool
+    ) -> CompletedAtOnce | None:
         """Completes the task if the completion's token holds its live claim, in one step,
-        writing a Session op's pending record with it (`ops.record_written`); None when it
+        writing a Session op's `record` with it if it is not written yet (`ops.record_written`,
+        which raises `ops.OpAlreadyRan` when the op id is taken); None when it
         did not (the general path then checks the claim and says why), always None where
         the general path costs no more. With `view_after`, reads the teammate's delivery
         view too, if it can in the same step."""

@@ -82,14 +82,16 @@ def claim_first_ready(tx: Txn, roles: tuple[str, ...], token: str, teammate: str
     return ClaimTaken(task_record(row[:TASK_WIDTH]), row[-2], row[-1])
 
 
-def complete_if_live(tx: Txn, completion: Completion, *, view_after: bool) -> CompletedAtOnce | None:
+def complete_if_live(
+    tx: Txn, completion: Completion, op_record: PendingOpRecord | None, *, view_after: bool
+) -> CompletedAtOnce | None:
     """A completion without usage, checked and done in one statement; None if the token
     holds no live claim of the task (then nothing but a Session op's record is written,
     and the general path says why). A Session op's record not written yet is written by
     the same statement, and the op is found to have run before if it is taken. With
     `view_after`, the statement also reads the teammate's delivery view as the completion
     leaves it."""
-    record = tx.op_record if tx.op_record is not None and tx.op_record.seq is None else None
+    record = op_record if op_record is not None and op_record.seq is None else None
     read: CompletionRead | None
     ahead = tx.ahead
     if ahead is not None:  # the writer ran this statement already, for a run of jobs (`complete_many`)
@@ -116,7 +118,7 @@ def complete_if_live(tx: Txn, completion: Completion, *, view_after: bool) -> Co
         read = None if row is None else _completion_read(row[0], row[1:])
         view_columns = () if read is None else read.view_columns
     if record is not None:
-        ops.record_written(tx, read.op_seq if read is not None else None)  # raises if the op ran before
+        ops.record_written(tx, record, read.op_seq if read is not None else None)  # raises if the op ran before
     if read is None or read.task is None:
         return None
     task = read.task

@@ -49,7 +49,9 @@ def claim_first_ready(tx: Txn, roles: tuple[str, ...], token: str, teammate: str
     return ClaimTaken(task_record(claimed[0]), fence, last_attempt)
 
 
-def complete_if_live(tx: Txn, completion: Completion, *, view_after: bool) -> CompletedAtOnce | None:
+def complete_if_live(
+    tx: Txn, completion: Completion, record: PendingOpRecord | None, *, view_after: bool
+) -> CompletedAtOnce | None:
     """None: here the check that the claim is live and the completion are the general
     path's statements (`tasks.complete_claim`), which cost no more taken in turn."""
     return None

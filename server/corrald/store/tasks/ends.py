@@ -28,7 +28,7 @@ from ...model import (
     Usage,
     Verdict,
 )
-from ...txn import Txn
+from ...txn import PendingOpRecord, Txn
 from .. import keys, leases, ops
 from .. import usage as spending
 from ..dialect import sql, steps
@@ -143,7 +143,13 @@ class ClaimCompleted:
 
 
 def complete_claim(
-    tx: Txn, completion: Completion, *, status_after: bool = True, usage: Usage | None = None, view_after: bool = False
+    tx: Txn,
+    completion: Completion,
+    *,
+    status_after: bool = True,
+    usage: Usage | None = None,
+    view_after: bool = False,
+    op_record: PendingOpRecord | None = None,
 ) -> ClaimCompleted:
     """Completes the task, adding `usage` to the sums. Completed before by this token, the
     stored task is returned, its usage already counted. Without `status_after` the
@@ -157,11 +163,11 @@ def complete_claim(
     teammate = completion.teammate
     driver = steps(tx.conn)
     if usage is None and completion.verdict is None:
-        done = driver.complete_if_live(tx, completion, view_after=view_after)
+        done = driver.complete_if_live(tx, completion, op_record, view_after=view_after)
         if done is not None:
             task = _completed(tx, teammate, completion.task_id, done.task, done.dependents, status_after)
             return ClaimCompleted(task, True, done.view)
-    ops.write_pending_record(tx)
+    ops.write_pending_record(tx, op_record)
     held = live_claim(tx, teammate, completion.task_id, completion.token, completed_ok=True)
     if not held.fence:
         return ClaimCompleted(task_by_seq(tx.conn, held.seq), False)  # completed once: the stored result
