@@ -54,7 +54,7 @@ from .store.boardclock import stamp_clock
 from .store.driver import BoardDriver
 from .store.sqlite.driver import SqliteBoard
 from .stream import ParkedStreams, StreamView
-from .txn import Mergeable, OpOutcome, Txn
+from .txn import Mergeable, OpOutcome, PendingOpRecord, Txn
 from .writer import CommitFailed, Writer
 
 if TYPE_CHECKING:
@@ -460,18 +460,18 @@ class Board(BoardReads, BoardArtifacts):
             task = await self.writer.run(lambda tx: tasks.complete(tx, completion, spent))
             return Completed(task, None)
 
-        def body(tx: Txn) -> Completed:
-            return Completed(*delivery.complete_then_next(tx, completion, stream, waiters, spent))
+        def body(tx: Txn, record: PendingOpRecord | None) -> Completed:
+            return Completed(*delivery.complete_then_next(tx, completion, stream, waiters, spent, record))
 
         if op is None:
-            return await self.writer.run(body)
+            return await self.writer.run(lambda tx: body(tx, None))
         # The completion's step writes the op's record (store/ops.py); without usage to
         # charge, a driver that merges completions may run it with those queued beside it.
         merge, merged = None, self.driver.merged_completion
         if merged is not None and spent is None and verdict is None:
             merge = merged(OpCompletion(op.op_id, op.digest, completion), delivery.views_touched)
         return await self._once(
-            name, op, body, lambda tx, _: Completed(tasks.get_task(tx.conn, task_id), None), True, merge
+            name, op, ops.RecordingBody(body), lambda tx, _: Completed(tasks.get_task(tx.conn, task_id), None), merge
         )
 
     async def fail(
@@ -542,9 +542,8 @@ class Board(BoardReads, BoardArtifacts):
         self,
         name: str,
         op: OpKey,
-        body: Callable[[Txn], T],
+        body: Callable[[Txn], T] | ops.RecordingBody[T],
         again: Callable[[Txn, OpOutcome], T],
-        record_in_body: bool = False,
         merge: Mergeable | None = None,
         *,
         recorded_as: Callable[[T], OpOutcome] | None = None,
@@ -552,9 +551,7 @@ class Board(BoardReads, BoardArtifacts):
         """Runs `body` as the Session op `op`, once: sent again, `again` answers from its record."""
 
         def job(tx: Txn) -> ops.OpRun[T]:
-            run = ops.run_once(
-                tx, name, op.op_id, op.digest, body, recorded_as=recorded_as, record_in_body=record_in_body
-            )
+            run = ops.run_once(tx, name, op.op_id, op.digest, body, recorded_as=recorded_as)
             if run.ran or run.outcome.error is not None:
                 return run
             return ops.OpRun(run.outcome, False, again(tx, run.outcome))

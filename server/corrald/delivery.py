@@ -37,7 +37,7 @@ from .model import (
 )
 from .store import gates, inbox, status, tasks, usage
 from .stream import Delivery, ParkedStreams, StreamItem, StreamView
-from .txn import Txn, Wakes
+from .txn import PendingOpRecord, Txn, Wakes
 
 
 def next_for_teammate(
@@ -67,14 +67,16 @@ def complete_then_next(
     stream: StreamView,
     waiters: ParkedStreams | None,
     spent: Usage | None = None,
+    op_record: PendingOpRecord | None = None,
 ) -> tuple[TaskRecord, Delivery]:
     """A completion and its handoff, in one job: the streams waiting for work (their
     snapshots as the line holds them when the job runs) first, then the teammate's next
     item, decided from `stream`, its stream's snapshot. Its usage is counted first, so a
-    completion that spends the budget hands off nothing."""
+    completion that spends the budget hands off nothing. `op_record`: the Session op's
+    record, which the completion writes (`ops.RecordingBody`)."""
     # The teammate's delivery view comes with the completion where the driver reads it in
     # the completion's own step (PostgreSQL), so the handoff reads it for free.
-    done = tasks.complete_claim(tx, completion, status_after=False, usage=spent, view_after=True)
+    done = tasks.complete_claim(tx, completion, status_after=False, usage=spent, view_after=True, op_record=op_record)
     waiting = waiters.snapshot() if waiters is not None else []
     handoff = after_completion(tx, completion.teammate, stream, waiting, ended_claim=done.ended_claim, view=done.view)
     return done.task, handoff

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from .errors import InvalidArgument
 
@@ -70,7 +71,14 @@ def ancestors_and_self(path: str) -> list[str]:
     return ["/".join(parts[: depth + 1]) for depth in range(len(parts))]
 
 
-def probes(wanted: Iterable[tuple[str, bool]]) -> list[list]:
+class WantedPath(NamedTuple):
+    """A resource a task holds while claimed: a path, held exclusively or shared."""
+
+    path: str
+    exclusive: bool
+
+
+def probes(wanted: Iterable[WantedPath]) -> list[list]:
     """The ranges of held paths that may conflict with `wanted` (path, exclusive) pairs, for
     the store's one-statement check: [wanted path, low, high, exclusive], a held path in
     [low, high) overlapping it. Its ancestors and itself are exact ranges, its descendants one."""
@@ -100,7 +108,7 @@ class PathSet:
         elif exclusive:
             self._exclusive[path] = True
 
-    def add_all(self, wanted: Iterable[tuple[str, bool]]) -> None:
+    def add_all(self, wanted: Iterable[WantedPath]) -> None:
         for path, exclusive in wanted:
             self.add(path, exclusive)
 
@@ -116,5 +124,5 @@ class PathSet:
             return end > start
         return any(self._exclusive[self._sorted[i]] for i in range(start, end))
 
-    def conflicts_any(self, wanted: Iterable[tuple[str, bool]]) -> bool:
+    def conflicts_any(self, wanted: Iterable[WantedPath]) -> bool:
         return any(self.conflicts(path, exclusive) for path, exclusive in wanted)

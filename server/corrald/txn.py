@@ -155,18 +155,22 @@ class Txn:
     # Tasks this job's completions made ready (by seq): a claim of one of them in
     # the same job wakes no other stream for it.
     made_ready: set[int] = dataclasses.field(default_factory=set)
-    # A Session op's record that the op's first statement is to write (store/ops.py).
-    op_record: PendingOpRecord | None = None
     # The job's first statement, run already by the writer for a run of jobs (`Mergeable`);
     # the job sets it back to None as it takes it (a job that did not fails: see writer.py).
-    ahead: RanAhead | None = None
+    ahead: RanAhead[object, object] | None = None
+
+
+RequestT = typing.TypeVar("RequestT")
+RequestT_co = typing.TypeVar("RequestT_co", covariant=True)
+RowT_co = typing.TypeVar("RowT_co", covariant=True)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Mergeable:
+class Mergeable(typing.Generic[RequestT, RowT_co]):
     """What a job's first statement needs, for a writer that runs that statement once for
     a run of such jobs queued one after another (`run_many(conn, now_ms, requests)`: one
-    result per request, in order) and gives each job its result (`Txn.ahead`).
+    result per request, in order) and gives each job its result (`Txn.ahead`, where the
+    job checks it is its own and of the type it expects).
 
     The jobs of a run act as if each had run its first statement when the run did, ahead
     of the rest of the jobs queued before it: so a run holds one job per `subject` (whose
@@ -174,29 +178,33 @@ class Mergeable:
     are not once a job run since changed its subject's rows; `touched` says whose rows a
     job's wake-ups show it changed (None: anyone's may have)."""
 
-    run_many: typing.Callable[[typing.Any, int, list[typing.Any]], list[typing.Any]]
-    request: typing.Any
+    run_many: typing.Callable[[sqlite3.Connection, int, list[RequestT]], typing.Sequence[RowT_co]]
+    request: RequestT
     subject: str
     touched: typing.Callable[[Wakes], typing.Collection[str] | None]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class RanAhead:
+class RanAhead(typing.Generic[RequestT_co, RowT_co]):
     """A job's result of its first statement, run for its run of jobs (see `Mergeable`).
     `fresh`: what it read of the job's subject is still what the board holds."""
 
-    request: typing.Any
-    row: typing.Any
+    request: RequestT_co
+    row: RowT_co
     fresh: bool
 
 
 @dataclasses.dataclass(slots=True)
 class PendingOpRecord:
-    """A Session op's record, written by the first statement of the op's body instead of
-    a statement of its own (store/ops.py `run_once`): `params` go to store/postgres/fused.py's `RECORD_CLAUSE`.
-    `seq` is the record's once written, and `changes` the connection's count of rows
-    changed then (what the body wrote after it is what `run_once` must not lose)."""
+    """A Session op's record, written by `DriverSteps.record_op` or by the first statement
+    of the op's body instead of a statement of its own (store/ops.py `RecordingBody`; on
+    PostgreSQL, fused.py's `RECORD_CLAUSE`). `seq` is the record's once written,
+    and `changes` the connection's count of rows changed then (what the body wrote after
+    it is what `run_once` must not lose)."""
 
-    params: tuple[str, str, bytes, int]
+    teammate: str
+    op_id: str
+    digest: bytes
+    done_ms: int
     seq: int | None = None
     changes: int = 0

@@ -101,10 +101,12 @@ def _functions(module) -> set[str]:
 
 def test_both_drivers_take_every_step_and_the_store_asks_for_no_other():
     """A driver's steps are the protocol's, and nothing else shared (PostgreSQL's run of
-    completions is its writer's batching strategy, which its board offers)."""
+    completions, with what it reads for each, is its writer's batching strategy, which its
+    board offers)."""
     protocol = {name for name in vars(DriverSteps) if not name.startswith("_")}
     assert {name for name in _functions(sqlite_steps) if not name.startswith("_")} == protocol
-    assert {name for name in _functions(postgres_steps) if not name.startswith("_")} == protocol | {"complete_many"}
+    run_of_completions = {"complete_many", "CompletionRead"}
+    assert {name for name in _functions(postgres_steps) if not name.startswith("_")} == protocol | run_of_completions
     asked = _asked("steps")
     assert asked and asked <= protocol
 

@@ -14,16 +14,18 @@ the steps of the store's verbs each driver takes its own way (its connection's `
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Iterable, Sequence
+import sqlite3
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from ..clock import Clock
-from ..model import Completion, DeliveryView, OpCompletion, TaskRecord
-from ..txn import DeadlineWatch, Mergeable, Txn, Wakes
+from ..leasepaths import WantedPath
+from ..model import Completion, DeliveryView, OpCompletion, TaskRecord, TaskState, Usage
+from ..txn import DeadlineWatch, Mergeable, PendingOpRecord, Txn, Wakes
 
 # A driver's way of merging a Session completion with those queued beside it (`BoardDriver`).
-MergedCompletion = Callable[[OpCompletion, Callable[[Wakes], Collection[str] | None]], Mergeable]
+MergedCompletion = Callable[[OpCompletion, Callable[[Wakes], Collection[str] | None]], Mergeable[OpCompletion, object]]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -41,6 +43,25 @@ class DatabaseHealth:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ReadyCandidate:
+    """A task one of whose conditions a step just met (a dependency completed, its time gate
+    opened), as the step left it: its role, what it still waits for (unmet dependencies and
+    a shut gate) and its state. It is ready once nothing is unmet, if it is still pending."""
+
+    seq: int
+    role: str
+    unmet: int
+    state: int
+
+    @property
+    def ready(self) -> bool:
+        return self.unmet == 0 and self.state == _PENDING
+
+
+_PENDING = int(TaskState.PENDING)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ClaimTaken:
     """A claim just written: the task as claimed, the claim's fence, and the task's attempt
     before it (0 for a first claim)."""
@@ -52,21 +73,42 @@ class ClaimTaken:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CompletedAtOnce:
-    """A completion checked and done in one step: the task, its dependents' rows (seq,
-    role, unmet dependencies, state) after it, and the teammate's delivery view as the
-    completion left it (None when it was not asked for, or is not the board's now)."""
+    """A completion checked and done in one step: the task, its dependents as it left
+    them, and the teammate's delivery view as the completion left it (None when it was
+    not asked for, or is not the board's now)."""
 
     task: TaskRecord
-    dependents: list[tuple[int, str, int, int]]
+    dependents: list[ReadyCandidate]
     view: DeliveryView | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class GatesOpened:
-    """The time gates a step opened (seq, role, unmet dependencies, state of each task) and
-    the earliest gate still shut (None: none is)."""
+class ClaimToComplete:
+    """A live claim (`fence`) of task `seq`, whose concurrency key is `key` ('' for none),
+    checked by the caller, to end as completed with the task's `result`; `usage`, a
+    report the completion carries, is added to the task's sums."""
 
-    opened: list[tuple[int, str, int, int]]
+    seq: int
+    fence: int
+    key: str
+    result: bytes
+    usage: Usage | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskCompleted:
+    """A task just completed, and its dependents as the completion left them."""
+
+    task: TaskRecord
+    dependents: list[ReadyCandidate]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GatesOpened:
+    """The tasks whose time gates a step opened and the earliest gate still shut (None:
+    none is)."""
+
+    opened: list[ReadyCandidate]
     earliest_ms: int | None
 
 
@@ -80,32 +122,33 @@ class DriverSteps(Protocol):
         """Claims the first ready task a teammate with `roles` may take
         (`tasks.claims.pick_ready`), for `teammate` under `token`; None if there is none."""
 
-    def complete_if_live(self, tx: Txn, completion: Completion, *, view_after: bool) -> CompletedAtOnce | None:
+    def complete_if_live(
+        self, tx: Txn, completion: Completion, record: PendingOpRecord | None, *, view_after: bool
+    ) -> CompletedAtOnce | None:
         """Completes the task if the completion's token holds its live claim, in one step,
-        writing a Session op's pending record with it (`ops.record_written`); None when it
+        writing a Session op's `record` with it if it is not written yet (`ops.record_written`,
+        which raises `ops.OpAlreadyRan` when the op id is taken); None when it
         did not (the general path then checks the claim and says why), always None where
         the general path costs no more. With `view_after`, reads the teammate's delivery
         view too, if it can in the same step."""
 
-    def complete_live_claim(
-        self, tx: Txn, seq: int, fence: int, key: str, sums: str, done_params: tuple
-    ) -> tuple[TaskRecord, list[tuple[int, str, int, int]]]:
-        """Ends the live claim `fence` of task `seq` (concurrency key `key`) as completed and
-        completes the task (`done_params`, with the usage `sums`): the task and its dependents."""
+    def complete_live_claim(self, tx: Txn, claim: ClaimToComplete) -> TaskCompleted:
+        """Ends the live claim as completed and completes its task, adding the usage to the
+        task's sums (the teammate's are the caller's)."""
 
-    def record_op(self, conn: Any, params: tuple) -> int | None:
-        """Inserts a Session op's record (`ops.PendingOpRecord.params`): its seq, or None
-        when the op id is taken (nothing written)."""
+    def record_op(self, conn: sqlite3.Connection, record: PendingOpRecord) -> int | None:
+        """Inserts a Session op's record: its seq, or None when the op id is taken (nothing
+        written). The record is left as it was (`ops.run_once` notes the seq)."""
 
     def open_due_gates(self, tx: Txn) -> GatesOpened:
         """Opens every time gate whose instant has come."""
 
-    def view_for_delivery(self, conn: Any, name: str, now_ms: int) -> DeliveryView:
+    def view_for_delivery(self, conn: sqlite3.Connection, name: str, now_ms: int) -> DeliveryView:
         """The teammate's delivery view and its live claims; Unauthenticated once it is removed."""
 
-    def held_conflict(self, conn: Any, wants: Sequence[tuple[str, bool]]) -> bool:
-        """Whether a held resource conflicts with one of `wants` ((path, exclusive) pairs):
-        an overlapping path held exclusively, or any overlapping one when it is wanted so."""
+    def held_conflict(self, conn: sqlite3.Connection, wants: Sequence[WantedPath]) -> bool:
+        """Whether a held resource conflicts with one of `wants`: an overlapping path held
+        exclusively, or any overlapping one when it is wanted so."""
         ...
 
     def lock_graph(self, tx: Txn) -> None:
@@ -113,8 +156,8 @@ class DriverSteps(Protocol):
         board (AddDependencies, a split): two such edits checked for cycles side by side
         could each pass and close one together."""
 
-    def inserted_seqs(self, conn: Any, ids: list[str]) -> Iterable[tuple[str, int]]:
-        """(id, seq) of the tasks `ids`, just inserted in this order by this transaction."""
+    def inserted_seqs(self, conn: sqlite3.Connection, ids: list[str]) -> dict[str, int]:
+        """The seq of each of the tasks `ids` (by id), just inserted in this order by this transaction."""
 
 
 class Rerun(Exception):

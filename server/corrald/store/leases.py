@@ -22,7 +22,7 @@ import json
 import sqlite3
 from collections.abc import Iterable, Sequence
 
-from ..leasepaths import PathSet, overlap, probes
+from ..leasepaths import PathSet, WantedPath, overlap, probes
 from ..model import HeldResource, ResourceWait, TaskRecord
 from ..txn import Txn
 from .dialect import sql, steps
@@ -37,7 +37,7 @@ WAKE_BOUND = 4 * SCAN_BOUND
 WAITS_SHOWN = 32
 HELD_SHOWN = 1000
 
-Wanted = Sequence[tuple[str, bool]]  # (path, exclusive)
+Wanted = Sequence[WantedPath]
 
 
 def stored(exclusive: Sequence[str], shared: Sequence[str]) -> str:
@@ -48,11 +48,11 @@ def stored(exclusive: Sequence[str], shared: Sequence[str]) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def wanted(resources: str) -> tuple[tuple[str, bool], ...]:
+def wanted(resources: str) -> tuple[WantedPath, ...]:
     """A task's resources, from `tasks.resources` (not ''). Cached: the same first ready
     tasks are read by claim after claim and by each freed resource's wake-up check."""
     exclusive, shared = json.loads(resources)
-    return tuple((path, True) for path in exclusive) + tuple((path, False) for path in shared)
+    return tuple(WantedPath(path, True) for path in exclusive) + tuple(WantedPath(path, False) for path in shared)
 
 
 def first_free(conn: sqlite3.Connection, rows: Iterable[tuple]) -> tuple[tuple[int, int, int] | None, int]:
@@ -109,7 +109,7 @@ def freed_by_task(tx: Txn, seq: int) -> None:
 
 def _freed(tx: Txn, rows: list[tuple]) -> None:
     if rows:
-        _wake_for(tx, [(path, bool(exclusive)) for path, exclusive in rows])
+        _wake_for(tx, [WantedPath(path, bool(exclusive)) for path, exclusive in rows])
 
 
 def _wake_for(tx: Txn, freed: Wanted) -> None:

@@ -9,7 +9,7 @@ with a domain error has written nothing (every store function checks before it
 writes), so its error is recorded as its outcome; one that wrote and then
 failed is undone whole, record and all, like any failed job.
 
-A body may write the record itself (`record_in_body`): where statements are round
+A body may write the record itself (`RecordingBody`): where statements are round
 trips (PostgreSQL), in its own first statement, as a WITH clause (`RECORD_CLAUSE` of
 store/postgres/fused.py) that every other write of that statement depends on. Until
 that statement runs, the body has written nothing; if the op id is taken, the
@@ -66,31 +66,36 @@ class OpRun(Generic[T]):
 NOTHING = OpOutcome()  # an op whose record keeps no outcome beyond having run
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordingBody(Generic[T]):
+    """An op's body that writes the op's record itself (see the module's doc): `run` is
+    handed the record, to write in its first statement (`record_written`) or before its
+    first write of another kind (`write_pending_record`)."""
+
+    run: Callable[[Txn, PendingOpRecord], T]
+
+
 def run_once(
     tx: Txn,
     teammate: str,
     op_id: str,
     digest: bytes,
-    body: Callable[[Txn], T],
+    body: Callable[[Txn], T] | RecordingBody[T],
     *,
     recorded_as: Callable[[T], OpOutcome] | None = None,
-    record_in_body: bool = False,
 ) -> OpRun[T]:
     """Runs `body` unless `op_id` already ran; its record keeps `recorded_as(value)` (by
-    default, nothing but that it ran). With `record_in_body`, the body writes the record
-    (see the module's doc).
+    default, nothing but that it ran). A `RecordingBody` writes the record itself.
 
     The same op id with another `digest` (a different op) is INVALID_ARGUMENT.
     """
     conn = tx.conn
-    record = PendingOpRecord((teammate, op_id, digest, tx.now_ms))
-    if record_in_body:
-        tx.op_record = record
-    elif not _write(tx, record):
+    record = PendingOpRecord(teammate, op_id, digest, tx.now_ms)
+    if not isinstance(body, RecordingBody) and not _write(tx, record):
         return OpRun(_recorded(conn, teammate, op_id, digest), False)
     value: T | None = None
     try:
-        value = body(tx)
+        value = body.run(tx, record) if isinstance(body, RecordingBody) else body(tx)
         outcome = NOTHING if recorded_as is None else recorded_as(value)
     except OpAlreadyRan:
         return OpRun(_recorded(conn, teammate, op_id, digest), False)
@@ -100,8 +105,6 @@ def run_once(
         if conn.total_changes != record.changes:
             raise  # it wrote before it failed: the job is undone whole
         outcome = OpOutcome(error=error)
-    finally:
-        tx.op_record = None
     if record.seq is None:
         raise AssertionError(f"the body of op {op_id!r} wrote no record")
     if outcome.value is not None or outcome.flag or outcome.error is not None or outcome.response is not None:
@@ -111,26 +114,24 @@ def run_once(
     return OpRun(outcome, True, value)
 
 
-def write_pending_record(tx: Txn) -> None:
-    """Writes the record a body was to write in its first statement, before the body's
-    first write of another kind; raises OpAlreadyRan if the op id is taken."""
-    record = tx.op_record
+def write_pending_record(tx: Txn, record: PendingOpRecord | None) -> None:
+    """Writes the record (if any) a body was to write in its first statement, before the
+    body's first write of another kind; raises OpAlreadyRan if the op id is taken."""
     if record is not None and record.seq is None and not _write(tx, record):
         raise OpAlreadyRan
 
 
-def record_written(tx: Txn, seq: int | None) -> None:
+def record_written(tx: Txn, record: PendingOpRecord, seq: int | None) -> None:
     """What the body's statement with the record clause returned of `op`: the record's seq,
     or None when it found the op id taken (and so wrote nothing)."""
-    assert tx.op_record is not None
     if seq is None:
         raise OpAlreadyRan
-    tx.op_record.seq, tx.op_record.changes = seq, tx.conn.total_changes
+    record.seq, record.changes = seq, tx.conn.total_changes
 
 
 def _write(tx: Txn, record: PendingOpRecord) -> bool:
     """Writes the record; False if the op id is taken."""
-    seq = steps(tx.conn).record_op(tx.conn, record.params)
+    seq = steps(tx.conn).record_op(tx.conn, record)
     if seq is None:
         return False
     record.seq, record.changes = seq, tx.conn.total_changes

@@ -38,7 +38,7 @@ class MergedRuns:
         self._is_storage_error = is_storage_error
         self._merging = merging  # False: the benchmark's "merge" switch is off
         self._until = 0  # the batch's jobs before this index are in a run, or not mergeable
-        self._results: dict[int, Any] = {}
+        self._results: dict[int, object] = {}
         self._shares: dict[int, float] = {}  # by job index: its share of its run's statement
         self._touched: set[str] | None = set()  # None: anyone's rows may have changed
         self.together = 0  # jobs that took a run's result
@@ -97,7 +97,7 @@ class MergedRuns:
         self.together += len(run)
         return run
 
-    def _take(self, queued: Queued, index: int) -> RanAhead | None:
+    def _take(self, queued: Queued, index: int) -> RanAhead[object, object] | None:
         merge = queued.merge
         if index not in self._results or merge is None:
             return None

@@ -11,25 +11,55 @@ the writer.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-from ...leasepaths import probes
+from ...leasepaths import WantedPath, probes
 from ...model import ClaimOutcome, Completion, DeliveryView, OpCompletion, TaskRecord
-from ...txn import Txn
+from ...txn import PendingOpRecord, Txn
 from .. import keys, leases, ops
-from ..driver import ClaimTaken, CompletedAtOnce, GatesOpened
+from .. import usage as spending
+from ..driver import ClaimTaken, ClaimToComplete, CompletedAtOnce, GatesOpened, ReadyCandidate, TaskCompleted
 from ..tasks.claims import delivery_view_with_claims, pick_ready, ready_query
 from ..tasks.rows import TASK_WIDTH, rows_by_id, task_record
 from . import fused
 from .lease_queries import ANY_CONFLICT
 from .queries import RECORD_OP
+from .usage_queries import USAGE_SUMS
 
-# A completion's row after the op record's seq: the task's columns (one of them the
-# dependency list), its concurrency key, its freed dependents, the ended claim's fence;
-# then the view, if read.
-_COMPLETED_WIDTH = TASK_WIDTH + 3
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CompletionRead:
+    """What a Session completion's statement returned (`complete_if_live`'s own, or the
+    job's row of `complete_many`'s): the op record's seq (None: the op id was taken); the
+    task it completed (None: the token held no live claim of it) with its concurrency
+    key, its freed dependents and the ended claim's fence; and the columns of the
+    teammate's delivery view read beside it (read into a view only when it is wanted and
+    still the board's: a removed teammate's raises)."""
+
+    op_seq: int | None
+    task: TaskRecord | None
+    key: str
+    dependents: list[ReadyCandidate]
+    fence: int
+    view_columns: tuple[object, ...]
+
+
+def _completion_read(op_seq: int | None, done: tuple) -> CompletionRead:
+    """From a completion's row after the op record's seq: the task's columns (one of them
+    the dependency list), its concurrency key, its freed dependents, the ended claim's
+    fence; then the view, if read."""
+    completed = done[0] is not None
+    return CompletionRead(
+        op_seq,
+        task_record(done[:TASK_WIDTH]) if completed else None,
+        done[TASK_WIDTH] or "",
+        _freed(done[TASK_WIDTH + 1]),
+        done[TASK_WIDTH + 2] or 0,
+        tuple(done[TASK_WIDTH + 3 :]),
+    )
 
 
 def claim_first_ready(tx: Txn, roles: tuple[str, ...], token: str, teammate: str) -> ClaimTaken | None:
@@ -52,27 +82,31 @@ def claim_first_ready(tx: Txn, roles: tuple[str, ...], token: str, teammate: str
     return ClaimTaken(task_record(row[:TASK_WIDTH]), row[-2], row[-1])
 
 
-def complete_if_live(tx: Txn, completion: Completion, *, view_after: bool) -> CompletedAtOnce | None:
+def complete_if_live(
+    tx: Txn, completion: Completion, op_record: PendingOpRecord | None, *, view_after: bool
+) -> CompletedAtOnce | None:
     """A completion without usage, checked and done in one statement; None if the token
     holds no live claim of the task (then nothing but a Session op's record is written,
     and the general path says why). A Session op's record not written yet is written by
     the same statement, and the op is found to have run before if it is taken. With
     `view_after`, the statement also reads the teammate's delivery view as the completion
     leaves it."""
-    record = tx.op_record if tx.op_record is not None and tx.op_record.seq is None else None
-    if tx.ahead is not None:  # the writer ran this statement already, for a run of jobs (`complete_many`)
+    record = op_record if op_record is not None and op_record.seq is None else None
+    read: CompletionRead | None
+    ahead = tx.ahead
+    if ahead is not None:  # the writer ran this statement already, for a run of jobs (`complete_many`)
         assert record is not None, "a run's completions are Session ops"
-        _, op_id, digest, _ = record.params
-        assert tx.ahead.request == OpCompletion(op_id, digest, completion), "not this job's"
-        row = tx.ahead.row
-        if not view_after or not tx.ahead.fresh:
-            row = row[: 1 + _COMPLETED_WIDTH]  # what it read of the view is not the board's now
+        assert ahead.request == OpCompletion(record.op_id, record.digest, completion), "not this job's"
+        assert isinstance(ahead.row, CompletionRead)
+        read = ahead.row
+        # Unless asked for and still the board's, what it read of the view is not used.
+        view_columns = read.view_columns if view_after and ahead.fresh else ()
         tx.ahead = None  # taken (the writer checks)
     else:
         now = tx.now_ms
         name = completion.teammate
         params = (
-            *(record.params if record is not None else ()),
+            *(_record_params(record) if record is not None else ()),
             *(completion.task_id, completion.token, name, now),  # live
             *(ClaimOutcome.COMPLETED.value, now, ""),  # ended
             *(completion.result, now),  # done
@@ -81,35 +115,45 @@ def complete_if_live(tx: Txn, completion: Completion, *, view_after: bool) -> Co
         )
         statement = fused.complete_if_live(record is not None, fused.VIEW_BESIDE_COMPLETION if view_after else None)
         row = tx.conn.execute(statement, params).fetchone()
+        read = None if row is None else _completion_read(row[0], row[1:])
+        view_columns = () if read is None else read.view_columns
     if record is not None:
-        ops.record_written(tx, row[0] if row is not None else None)  # raises if the op ran before
-    if row is None or row[1] is None:
+        ops.record_written(tx, record, read.op_seq if read is not None else None)  # raises if the op ran before
+    if read is None or read.task is None:
         return None
-    task_row, key, dependents = row[1 : TASK_WIDTH + 1], row[TASK_WIDTH + 1], row[TASK_WIDTH + 2] or []
+    task = read.task
     tx.wakes.events = True
-    tx.wakes.output.add(row[TASK_WIDTH + 3])  # the claim ended: its output's followers read to its end
-    if key:
-        keys.freed(tx, key)
-    task = task_record(task_row)
+    tx.wakes.output.add(read.fence)  # the claim ended: its output's followers read to its end
+    if read.key:
+        keys.freed(tx, read.key)
     if task.resources or task.shared_resources:
         leases.freed_by_task(tx, task.seq)
-    view = _view_read(completion.teammate, row[1 + _COMPLETED_WIDTH :])
-    return CompletedAtOnce(task, dependents, view)
+    return CompletedAtOnce(task, read.dependents, _view_read(completion.teammate, view_columns))
 
 
-def _view_read(name: str, row: tuple) -> DeliveryView | None:
+def _record_params(record: PendingOpRecord) -> tuple[str, str, bytes, int]:
+    """A Session op's record as `INSERT_OP`'s parameters (`RECORD_OP`, fused.RECORD_CLAUSE)."""
+    return record.teammate, record.op_id, record.digest, record.done_ms
+
+
+def _freed(rows: list[list] | None) -> list[ReadyCandidate]:
+    """The dependents a statement freed, from its JSON list of their rows (`fused._FREED_JSON`; NULL: none)."""
+    return [ReadyCandidate(*freed) for freed in rows] if rows else []
+
+
+def _view_read(name: str, columns: tuple[object, ...]) -> DeliveryView | None:
     """The delivery view a completion's statement read, or None if it read none (or found no row)."""
-    if not row or all(value is None for value in row):
+    if not columns or all(value is None for value in columns):
         return None
-    return delivery_view_with_claims(name, row)
+    return delivery_view_with_claims(name, columns)
 
 
-def complete_live_claim(
-    tx: Txn, seq: int, fence: int, key: str, sums: str, done_params: tuple
-) -> tuple[TaskRecord, list[tuple]]:
+def complete_live_claim(tx: Txn, claim: ClaimToComplete) -> TaskCompleted:
+    seq, fence, key, usage, now = claim.seq, claim.fence, claim.key, claim.usage, tx.now_ms
+    sums, sum_params = ("", ()) if usage is None else (_USAGE_SUMS, spending.sum_params(usage))
     row = tx.conn.execute(
         fused.complete_claim(sums),
-        (ClaimOutcome.COMPLETED.value, tx.now_ms, "", fence, *done_params, seq, tx.now_ms),
+        (ClaimOutcome.COMPLETED.value, now, "", fence, claim.result, now, *sum_params, seq, seq, now),
     ).fetchone()
     tx.wakes.events = True
     tx.wakes.output.add(fence)  # the claim ended: its output's followers read to its end
@@ -118,18 +162,22 @@ def complete_live_claim(
     task = task_record(row[:-1])
     if task.resources or task.shared_resources:
         leases.freed_by_task(tx, seq)
-    return task, row[-1] or []
+    return TaskCompleted(task, _freed(row[-1]))
 
 
-def record_op(conn: sqlite3.Connection, params: tuple) -> int | None:
-    inserted = conn.execute(RECORD_OP, params).fetchone()
+# A usage report's SET items, after the completion's own (`usage.sum_params`).
+_USAGE_SUMS = ", " + USAGE_SUMS
+
+
+def record_op(conn: sqlite3.Connection, record: PendingOpRecord) -> int | None:
+    inserted = conn.execute(RECORD_OP, _record_params(record)).fetchone()
     return None if inserted is None else inserted[0]
 
 
 def open_due_gates(tx: Txn) -> GatesOpened:
     # Every row carries the earliest gate left, the row of no gate opened too.
     rows = tx.conn.execute(fused.OPEN_GATES_AND_EARLIEST, (tx.now_ms, tx.now_ms)).fetchall()
-    return GatesOpened([row[:4] for row in rows if row[0] is not None], rows[0][4])
+    return GatesOpened([ReadyCandidate(*row[:4]) for row in rows if row[0] is not None], rows[0][4])
 
 
 def view_for_delivery(conn: sqlite3.Connection, name: str, now_ms: int) -> DeliveryView:
@@ -137,11 +185,11 @@ def view_for_delivery(conn: sqlite3.Connection, name: str, now_ms: int) -> Deliv
     return delivery_view_with_claims(name, row)
 
 
-def complete_many(conn: sqlite3.Connection, now_ms: int, requests: Sequence[OpCompletion]) -> list[tuple]:
-    """`complete_if_live` for each Session completion of a run at once, each writing its
-    op's record and reading its teammate's view: one row per request, in order, shaped as
-    that statement's (the `Mergeable.run_many` of `PostgresBoard.merged_completion`). The
-    requests' teammates are distinct."""
+def complete_many(conn: sqlite3.Connection, now_ms: int, requests: list[OpCompletion]) -> list[CompletionRead]:
+    """`complete_if_live`'s statement for each Session completion of a run at once, each
+    writing its op's record and reading its teammate's view: what it read for each
+    request, in order (the `Mergeable.run_many` of `PostgresBoard.merged_completion`).
+    The requests' teammates are distinct."""
     completions = [request.completion for request in requests]
     rows = conn.execute(
         fused.complete_many(fused.VIEW_BESIDE_COMPLETIONS),
@@ -157,7 +205,7 @@ def complete_many(conn: sqlite3.Connection, now_ms: int, requests: Sequence[OpCo
         },
     ).fetchall()
     assert [row[0] for row in rows] == list(range(1, len(requests) + 1)), "one row per request, in order"
-    return [(op_seq, *rest) for _, op_seq, _done_n, *rest in rows]
+    return [_completion_read(row[1], row[3:]) for row in rows]  # after the request's number: the op's, done's
 
 
 # The advisory lock of the board's dependency graph: one number per schema is enough,
@@ -165,7 +213,7 @@ def complete_many(conn: sqlite3.Connection, now_ms: int, requests: Sequence[OpCo
 _GRAPH_LOCK = "SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':graph'))"
 
 
-def held_conflict(conn, wants: Sequence[tuple[str, bool]]) -> bool:
+def held_conflict(conn: sqlite3.Connection, wants: Sequence[WantedPath]) -> bool:
     """One statement for all of a task's paths (each statement is a round trip)."""
     return conn.execute(ANY_CONFLICT, (json.dumps(probes(wants)),)).fetchone() is not None
 
@@ -175,6 +223,6 @@ def lock_graph(tx: Txn) -> None:
     tx.conn.execute(_GRAPH_LOCK)
 
 
-def inserted_seqs(conn, ids: list[str]) -> Iterable[tuple[str, int]]:
+def inserted_seqs(conn: sqlite3.Connection, ids: list[str]) -> dict[str, int]:
     """Other daemons' writers insert beside this one, so the seqs are read back."""
-    return ((task_id, row.seq) for task_id, row in rows_by_id(conn, ids).items())
+    return {task_id: row.seq for task_id, row in rows_by_id(conn, ids).items()}

@@ -94,7 +94,9 @@ class PgBoard:
             connections_cut=WATCHDOG.cut,
         )
 
-    def merged_completion(self, request: OpCompletion, touched: Callable[[Wakes], Collection[str] | None]) -> Mergeable:
+    def merged_completion(
+        self, request: OpCompletion, touched: Callable[[Wakes], Collection[str] | None]
+    ) -> Mergeable[OpCompletion, steps.CompletionRead]:
         # A run of them is one statement (runs.py): a statement costs more to start and finish than to run.
         return Mergeable(steps.complete_many, request, request.completion.teammate, touched)
 

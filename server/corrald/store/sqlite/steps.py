@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-from ...leasepaths import DESCENDANTS_END, ancestors_and_self
-from ...model import ClaimOutcome, Completion, DeliveryView, TaskRecord
-from ...txn import Txn
-from ..driver import ClaimTaken, CompletedAtOnce, GatesOpened
+from ...leasepaths import DESCENDANTS_END, WantedPath, ancestors_and_self
+from ...model import ClaimOutcome, Completion, DeliveryView
+from ...txn import PendingOpRecord, Txn
+from .. import usage as spending
+from ..driver import ClaimTaken, ClaimToComplete, CompletedAtOnce, GatesOpened, ReadyCandidate, TaskCompleted
 from ..tasks.claims import delivery_view, held_claim_refs, pick_ready
 from ..tasks.ends import end_claim
 from ..tasks.rows import TASK_WIDTH, earliest_gate, task_changed, task_record
@@ -29,6 +30,7 @@ from .queries import (
     VIEW_FOR_DELIVERY,
     complete_task,
 )
+from .usage_queries import USAGE_SUMS
 
 
 def claim_first_ready(tx: Txn, roles: tuple[str, ...], token: str, teammate: str) -> ClaimTaken | None:
@@ -47,33 +49,43 @@ def claim_first_ready(tx: Txn, roles: tuple[str, ...], token: str, teammate: str
     return ClaimTaken(task_record(claimed[0]), fence, last_attempt)
 
 
-def complete_if_live(tx: Txn, completion: Completion, *, view_after: bool) -> CompletedAtOnce | None:
+def complete_if_live(
+    tx: Txn, completion: Completion, record: PendingOpRecord | None, *, view_after: bool
+) -> CompletedAtOnce | None:
     """None: here the check that the claim is live and the completion are the general
     path's statements (`tasks.complete_claim`), which cost no more taken in turn."""
     return None
 
 
-def complete_live_claim(
-    tx: Txn, seq: int, fence: int, key: str, sums: str, done_params: tuple
-) -> tuple[TaskRecord, list[tuple]]:
+def complete_live_claim(tx: Txn, claim: ClaimToComplete) -> TaskCompleted:
+    seq, usage = claim.seq, claim.usage
+    sums, sum_params = ("", ()) if usage is None else (_USAGE_SUMS, spending.sum_params(usage))
     # The task's row says whether it holds resources and has dependents: the claim's end
     # and the freeing of dependents run only the statements those call for.
-    (row,) = tx.conn.execute(complete_task(sums), done_params).fetchall()
+    (row,) = tx.conn.execute(complete_task(sums), (claim.result, tx.now_ms, *sum_params, seq)).fetchall()
     task = task_record(row)
-    end_claim(tx, fence, ClaimOutcome.COMPLETED, key=key, leased=bool(task.resources or task.shared_resources))
-    dependents = tx.conn.execute(FREE_DEPENDENTS, (seq,)).fetchall() if row[TASK_WIDTH] else []
+    end_claim(
+        tx, claim.fence, ClaimOutcome.COMPLETED, key=claim.key, leased=bool(task.resources or task.shared_resources)
+    )
+    dependents = []
+    if row[TASK_WIDTH]:
+        dependents = [ReadyCandidate(*freed) for freed in tx.conn.execute(FREE_DEPENDENTS, (seq,))]
     task_changed(tx, seq)
-    return task, dependents
+    return TaskCompleted(task, dependents)
 
 
-def record_op(conn: sqlite3.Connection, params: tuple) -> int | None:
+# A usage report's SET items, after the completion's own (`usage.sum_params`).
+_USAGE_SUMS = ", " + USAGE_SUMS
+
+
+def record_op(conn: sqlite3.Connection, record: PendingOpRecord) -> int | None:
     # Without RETURNING, which costs SQLite as much again as the insert itself.
-    inserted = conn.execute(RECORD_OP, params)
+    inserted = conn.execute(RECORD_OP, (record.teammate, record.op_id, record.digest, record.done_ms))
     return inserted.lastrowid if inserted.rowcount == 1 else None
 
 
 def open_due_gates(tx: Txn) -> GatesOpened:
-    opened = tx.conn.execute(OPEN_GATES, (tx.now_ms,)).fetchall()
+    opened = [ReadyCandidate(*row) for row in tx.conn.execute(OPEN_GATES, (tx.now_ms,))]
     return GatesOpened(opened, earliest_gate(tx.conn))  # what follows writes events only
 
 
@@ -82,7 +94,7 @@ def view_for_delivery(conn: sqlite3.Connection, name: str, now_ms: int) -> Deliv
     return DeliveryView(delivery_view(name, row), held_claim_refs(conn, name, now_ms))
 
 
-def held_conflict(conn: sqlite3.Connection, wants: Sequence[tuple[str, bool]]) -> bool:
+def held_conflict(conn: sqlite3.Connection, wants: Sequence[WantedPath]) -> bool:
     """A statement per wanted path, which costs no round trip here: its ancestors' (and its
     own) equality lookups and its descendants' range, both served by the held table's key;
     it measured a third of the time of ANY_CONFLICT, one statement for all the paths."""
@@ -104,7 +116,7 @@ def lock_graph(tx: Txn) -> None:
     """Nothing to take: the board's one writer runs one edit at a time."""
 
 
-def inserted_seqs(conn: sqlite3.Connection, ids: list[str]) -> Iterable[tuple[str, int]]:
+def inserted_seqs(conn: sqlite3.Connection, ids: list[str]) -> dict[str, int]:
     """The board's one writer inserted them alone: AUTOINCREMENT gave the rows consecutive seqs."""
     (last,) = conn.execute("SELECT last_insert_rowid()").fetchone()
-    return zip(ids, range(last - len(ids) + 1, last + 1), strict=True)
+    return dict(zip(ids, range(last - len(ids) + 1, last + 1), strict=True))

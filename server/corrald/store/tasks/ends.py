@@ -14,7 +14,6 @@ import dataclasses
 import json
 import random
 import sqlite3
-from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from ... import errors
@@ -29,13 +28,14 @@ from ...model import (
     Usage,
     Verdict,
 )
-from ...txn import Txn
+from ...txn import PendingOpRecord, Txn
 from .. import keys, leases, ops
 from .. import usage as spending
 from ..dialect import sql, steps
+from ..driver import ClaimToComplete, ReadyCandidate
 from ..events import emit
 from ..status import refresh_status
-from .rows import PENDING, task_by_seq, task_changed, task_events, task_record
+from .rows import task_by_seq, task_changed, task_events, task_record
 from .timegates import gate_shut
 
 _IN_REVIEW = int(TaskState.IN_REVIEW)
@@ -143,7 +143,13 @@ class ClaimCompleted:
 
 
 def complete_claim(
-    tx: Txn, completion: Completion, *, status_after: bool = True, usage: Usage | None = None, view_after: bool = False
+    tx: Txn,
+    completion: Completion,
+    *,
+    status_after: bool = True,
+    usage: Usage | None = None,
+    view_after: bool = False,
+    op_record: PendingOpRecord | None = None,
 ) -> ClaimCompleted:
     """Completes the task, adding `usage` to the sums. Completed before by this token, the
     stored task is returned, its usage already counted. Without `status_after` the
@@ -157,11 +163,11 @@ def complete_claim(
     teammate = completion.teammate
     driver = steps(tx.conn)
     if usage is None and completion.verdict is None:
-        done = driver.complete_if_live(tx, completion, view_after=view_after)
+        done = driver.complete_if_live(tx, completion, op_record, view_after=view_after)
         if done is not None:
             task = _completed(tx, teammate, completion.task_id, done.task, done.dependents, status_after)
             return ClaimCompleted(task, True, done.view)
-    ops.write_pending_record(tx)
+    ops.write_pending_record(tx, op_record)
     held = live_claim(tx, teammate, completion.task_id, completion.token, completed_ok=True)
     if not held.fence:
         return ClaimCompleted(task_by_seq(tx.conn, held.seq), False)  # completed once: the stored result
@@ -173,14 +179,12 @@ def complete_claim(
         return ClaimCompleted(_review_answered(tx, teammate, held, completion.verdict, status_after=status_after), True)
     if usage is not None:
         spending.charge_teammate(tx, teammate, usage)
-    sums, sum_params = spending.task_sums(tx.conn, usage) if usage is not None else ("", ())
     if held.review_role is not None:  # the result waits for its review
-        task = _submitted_for_review(tx, teammate, held, completion.result, sums, sum_params)
+        task = _submitted_for_review(tx, teammate, held, completion.result, usage)
         slot_freed(tx, teammate, status_after=status_after)
         return ClaimCompleted(task, True)
-    done_params = (completion.result, tx.now_ms, *sum_params, held.seq)
-    task, dependents = driver.complete_live_claim(tx, held.seq, held.fence, held.key, sums, done_params)
-    return ClaimCompleted(_completed(tx, teammate, completion.task_id, task, dependents, status_after), True)
+    done = driver.complete_live_claim(tx, ClaimToComplete(held.seq, held.fence, held.key, completion.result, usage))
+    return ClaimCompleted(_completed(tx, teammate, completion.task_id, done.task, done.dependents, status_after), True)
 
 
 def _check_verdict(held: LiveClaim, completion: Completion) -> None:
@@ -194,25 +198,29 @@ def _check_verdict(held: LiveClaim, completion: Completion) -> None:
 
 
 def _completed(
-    tx: Txn, teammate: str, task_id: str, task: TaskRecord, dependents: Iterable[Sequence], status_after: bool
+    tx: Txn, teammate: str, task_id: str, task: TaskRecord, dependents: list[ReadyCandidate], status_after: bool
 ) -> TaskRecord:
     """What a completion tells: the dependents it made ready, the freed slot, the note."""
-    ready = [(dependent, role) for dependent, role, unmet, state in dependents if unmet == 0 and state == PENDING]
-    tx.wakes.ready_roles.update(role for _, role in ready)
-    tx.made_ready.update(dependent for dependent, _ in ready)
+    _made_ready(tx, dependents)
     tx.wakes.tally["completions"] += 1
     slot_freed(tx, teammate, status_after=status_after)
     tx.wakes.note("completed", task=task_id, teammate=teammate)
     return task
 
 
-def _submitted_for_review(
-    tx: Txn, teammate: str, held: LiveClaim, result: bytes, sums: str, sum_params: tuple
-) -> TaskRecord:
+def _made_ready(tx: Txn, dependents: list[ReadyCandidate]) -> None:
+    for dependent in dependents:
+        if dependent.ready:
+            tx.wakes.ready_roles[dependent.role] += 1
+            tx.made_ready.add(dependent.seq)
+
+
+def _submitted_for_review(tx: Txn, teammate: str, held: LiveClaim, result: bytes, usage: Usage | None) -> TaskRecord:
     """A work claim's completion of a task that needs a review: the claim ends COMPLETED,
     and the result waits IN_REVIEW for a reviewer holding the role (woken here) or the
     Lead. Nothing downstream is freed."""
     end_claim(tx, held.fence, ClaimOutcome.COMPLETED, key=held.key)
+    sums, sum_params = spending.task_sums(tx.conn, usage) if usage is not None else ("", ())
     role, *row = tx.conn.execute(
         sql(tx.conn).submit_for_review(sums), (result, teammate, *sum_params, held.seq)
     ).fetchone()
@@ -247,10 +255,7 @@ def decide_review(tx: Txn, seq: int, reviewer: str, verdict: Verdict) -> TaskRec
     round_number = rounds + 1
     if verdict.approve:
         (row,) = tx.conn.execute(statements.APPROVE, (tx.now_ms, seq)).fetchall()
-        for dependent, role, unmet, state in tx.conn.execute(statements.FREE_DEPENDENTS, (seq,)).fetchall():
-            if unmet == 0 and state == int(TaskState.PENDING):
-                tx.wakes.ready_roles[role] += 1
-                tx.made_ready.add(dependent)
+        _made_ready(tx, [ReadyCandidate(*freed) for freed in tx.conn.execute(statements.FREE_DEPENDENTS, (seq,))])
         tx.wakes.tally["completions"] += 1
     elif round_number >= max_rounds:
         why = f"review rejected {round_number} times: {verdict.feedback}"

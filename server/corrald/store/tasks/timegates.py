@@ -22,13 +22,13 @@ def open_due_gates(tx: Txn) -> None:
     if tx.gates.none_due(tx.now_ms):
         return
     gates = steps(tx.conn).open_due_gates(tx)
-    for seq, role, unmet, state in gates.opened:
-        if state != PENDING:
+    for opened in gates.opened:
+        if opened.state != PENDING:
             continue  # canceled while it waited
-        if unmet == 0:
-            tx.wakes.ready_roles[role] += 1
-            tx.made_ready.add(seq)
-        task_changed(tx, seq)
+        if opened.unmet == 0:
+            tx.wakes.ready_roles[opened.role] += 1
+            tx.made_ready.add(opened.seq)
+        task_changed(tx, opened.seq)
     tx.gates.learned(gates.earliest_ms)
 
 
