@@ -23,7 +23,7 @@ import sqlite3
 from google.rpc import error_details_pb2
 
 from tests.reliability.rel_history import Recorder, check
-from tests.support.boards import read_board
+from tests.support.boards import one_snapshot, read_board
 
 TASK_IN_PROGRESS = 2
 
@@ -105,5 +105,5 @@ def shutdown_gate_breaches(conn: sqlite3.Connection) -> list[str]:
 
 def board_history(recorder: Recorder, daemon) -> tuple[dict, list[str]]:
     """The reliability history checker over `recorder`'s records and the daemon's final board."""
-    with board_db(daemon) as conn:
+    with board_db(daemon) as conn, one_snapshot(conn):  # its streams may still be ending
         return check(recorder.events, conn)

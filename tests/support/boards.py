@@ -75,6 +75,19 @@ def read_board(state_dir: pathlib.Path) -> Iterator[Any]:
         lite.close()
 
 
+@contextlib.contextmanager
+def one_snapshot(conn: Any) -> Iterator[None]:
+    """Every read inside sees the same commit, though the daemon may still be writing: a
+    check that reads a table twice must not take a claim committed between the two reads
+    for a broken invariant. SQLite: one read transaction; PostgreSQL: REPEATABLE READ."""
+    postgres = not isinstance(conn, sqlite3.Connection)
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if postgres else "BEGIN")
+    try:
+        yield
+    finally:
+        conn.execute("COMMIT")
+
+
 def board_schema(state_dir: pathlib.Path) -> list[tuple]:
     """The board's tables, columns, indexes and triggers as stored, to compare before and after."""
     with read_board(state_dir) as conn:
