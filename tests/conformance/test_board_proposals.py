@@ -11,7 +11,7 @@ import pytest
 
 from corrald import errors
 from corrald.model import ClaimOutcome, TaskCreation, TaskState
-from corrald.store import tasks
+from corrald.store import boardclock
 from corrald.store.proposals import PROPOSALS_WAITING_MAX
 from tests.support.boardkit import spec
 
@@ -258,7 +258,7 @@ def test_a_proposal_from_a_claim_that_is_not_live_writes_nothing(team, clock):
     team.complete("w1", "done", grants["done"].token)
     clock.advance(10_000)
     # A refusal for a dead claim notes the clock the writer reached: noted here first.
-    team.call(lambda tx: tasks.note_clock(tx.conn, tx.now_ms))
+    team.call(lambda tx: boardclock.note_clock(tx.conn, tx.now_ms))
     before = team.snapshot()
     refused = {
         "exp": errors.LeaseExpired,

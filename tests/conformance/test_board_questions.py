@@ -11,7 +11,7 @@ import pytest
 
 from corrald import errors
 from corrald.model import ClaimOutcome, Completion, TaskState
-from corrald.store import tasks
+from corrald.store import boardclock, tasks
 from corrald.store.tasks import QUESTIONS_PER_TASK_MAX
 from tests.support.boardkit import spec
 
@@ -77,7 +77,7 @@ def test_a_question_from_a_claim_that_is_not_live_changes_nothing(team, clock):
     clock.advance(LEASE)
     # A refusal for a dead claim notes the clock the writer reached (so a restart never
     # revives that lease): noted here first, the refusals change nothing more.
-    team.call(lambda tx: tasks.note_clock(tx.conn, tx.now_ms))
+    team.call(lambda tx: boardclock.note_clock(tx.conn, tx.now_ms))
     before = team.dump()
     refused = {
         "exp": errors.LeaseExpired,

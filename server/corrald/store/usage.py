@@ -33,15 +33,17 @@ def _standing(row: tuple) -> tuple[str, Usage, Budget]:
 
 def charge(tx: Txn, teammate: str, task_seq: int, usage: Usage) -> None:
     """Adds a report to the task's and the teammate's sums (`charge_teammate`)."""
-    tx.conn.execute(sql(tx.conn).usage.CHARGE_TASK, (*sum_params(usage), task_seq))
+    tx.conn.execute(sql(tx.conn).usage.CHARGE_TASK, (*_sum_params(usage), task_seq))
     charge_teammate(tx, teammate, usage)
 
 
-def task_sums(conn: sqlite3.Connection, usage: Usage) -> tuple[str, tuple]:
+def task_sums(conn: sqlite3.Connection, usage: Usage | None) -> tuple[str, tuple]:
     """The SET items (with a leading comma) and parameters that add a report to a
-    task's sums, for the caller's own UPDATE of the task (which, for no report, adds
-    none: "" and ()). A renewal or completion carrying usage then updates the task row once."""
-    return ", " + sql(conn).usage.USAGE_SUMS, sum_params(usage)
+    task's sums, for the caller's own UPDATE of the task; nothing for no report. A
+    renewal, completion or review submission carrying usage then updates the task row once."""
+    if usage is None:
+        return "", ()
+    return ", " + sql(conn).usage.USAGE_SUMS, _sum_params(usage)
 
 
 def charge_teammate(tx: Txn, teammate: str, usage: Usage) -> None:
@@ -53,7 +55,7 @@ def charge_teammate(tx: Txn, teammate: str, usage: Usage) -> None:
     # what it was (the gate may have closed before this report), so then the sums
     # are read first: a second statement only for a report that reaches the cap.
     statements = sql(tx.conn)
-    row = tx.conn.execute(statements.usage.CHARGE_BELOW_CAP, (*sum_params(usage), teammate, *counts)).fetchone()
+    row = tx.conn.execute(statements.usage.CHARGE_BELOW_CAP, (*_sum_params(usage), teammate, *counts)).fetchone()
     if row is not None:
         _, spent, budget = _standing(row)
         before = Usage(
@@ -63,13 +65,13 @@ def charge_teammate(tx: Txn, teammate: str, usage: Usage) -> None:
         )
     else:
         _, before, _ = _standing(tx.conn.execute(statements.usage.STANDING, (teammate,)).fetchone())
-        row = tx.conn.execute(statements.usage.CHARGE, (*sum_params(usage), teammate)).fetchone()
+        row = tx.conn.execute(statements.usage.CHARGE, (*_sum_params(usage), teammate)).fetchone()
         _, spent, budget = _standing(row)
     if budget.spent_by(spent) and not budget.spent_by(before):
         _exhausted(tx, BudgetExhausted(teammate, spent, budget))
 
 
-def sum_params(usage: Usage) -> tuple[int | str, ...]:
+def _sum_params(usage: Usage) -> tuple[int | str, ...]:
     """The parameters of a driver's `USAGE_SUMS` for a report."""
     counts = (usage.input_tokens, usage.output_tokens, usage.cost_micros)
     return (*(count for count in counts for _ in range(2)), usage.model, usage.model)

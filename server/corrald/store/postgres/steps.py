@@ -27,7 +27,6 @@ from ..tasks.rows import TASK_WIDTH, rows_by_id, task_record
 from . import fused
 from .lease_queries import ANY_CONFLICT
 from .queries import RECORD_OP
-from .usage_queries import USAGE_SUMS
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -121,14 +120,19 @@ def complete_if_live(
         ops.record_written(tx, record, read.op_seq if read is not None else None)  # raises if the op ran before
     if read is None or read.task is None:
         return None
-    task = read.task
+    _claim_completed(tx, read.task, read.fence, read.key)
+    return CompletedAtOnce(read.task, read.dependents, _view_read(completion.teammate, view_columns))
+
+
+def _claim_completed(tx: Txn, task: TaskRecord, fence: int, key: str) -> None:
+    """What a completion's statement (which ended claim `fence`, completed `task` and logged
+    its event) leaves to tell: the event, the output's followers, the freed key and resources."""
     tx.wakes.events = True
-    tx.wakes.output.add(read.fence)  # the claim ended: its output's followers read to its end
-    if read.key:
-        keys.freed(tx, read.key)
+    tx.wakes.output.add(fence)  # its output's followers read to its end
+    if key:
+        keys.freed(tx, key)
     if task.resources or task.shared_resources:
         leases.freed_by_task(tx, task.seq)
-    return CompletedAtOnce(task, read.dependents, _view_read(completion.teammate, view_columns))
 
 
 def _record_params(record: PendingOpRecord) -> tuple[str, str, bytes, int]:
@@ -150,23 +154,14 @@ def _view_read(name: str, columns: tuple[object, ...]) -> DeliveryView | None:
 
 def complete_live_claim(tx: Txn, claim: ClaimToComplete) -> TaskCompleted:
     seq, fence, key, usage, now = claim.seq, claim.fence, claim.key, claim.usage, tx.now_ms
-    sums, sum_params = ("", ()) if usage is None else (_USAGE_SUMS, spending.sum_params(usage))
+    sums, sum_params = spending.task_sums(tx.conn, usage)
     row = tx.conn.execute(
         fused.complete_claim(sums),
         (ClaimOutcome.COMPLETED.value, now, "", fence, claim.result, now, *sum_params, seq, seq, now),
     ).fetchone()
-    tx.wakes.events = True
-    tx.wakes.output.add(fence)  # the claim ended: its output's followers read to its end
-    if key:
-        keys.freed(tx, key)
     task = task_record(row[:-1])
-    if task.resources or task.shared_resources:
-        leases.freed_by_task(tx, seq)
+    _claim_completed(tx, task, fence, key)
     return TaskCompleted(task, _freed(row[-1]))
-
-
-# A usage report's SET items, after the completion's own (`usage.sum_params`).
-_USAGE_SUMS = ", " + USAGE_SUMS
 
 
 def record_op(conn: sqlite3.Connection, record: PendingOpRecord) -> int | None:

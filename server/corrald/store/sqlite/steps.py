@@ -30,7 +30,6 @@ from .queries import (
     VIEW_FOR_DELIVERY,
     complete_task,
 )
-from .usage_queries import USAGE_SUMS
 
 
 def claim_first_ready(tx: Txn, roles: tuple[str, ...], token: str, teammate: str) -> ClaimTaken | None:
@@ -59,7 +58,7 @@ def complete_if_live(
 
 def complete_live_claim(tx: Txn, claim: ClaimToComplete) -> TaskCompleted:
     seq, usage = claim.seq, claim.usage
-    sums, sum_params = ("", ()) if usage is None else (_USAGE_SUMS, spending.sum_params(usage))
+    sums, sum_params = spending.task_sums(tx.conn, usage)
     # The task's row says whether it holds resources and has dependents: the claim's end
     # and the freeing of dependents run only the statements those call for.
     (row,) = tx.conn.execute(complete_task(sums), (claim.result, tx.now_ms, *sum_params, seq)).fetchall()
@@ -72,10 +71,6 @@ def complete_live_claim(tx: Txn, claim: ClaimToComplete) -> TaskCompleted:
         dependents = [ReadyCandidate(*freed) for freed in tx.conn.execute(FREE_DEPENDENTS, (seq,))]
     task_changed(tx, seq)
     return TaskCompleted(task, dependents)
-
-
-# A usage report's SET items, after the completion's own (`usage.sum_params`).
-_USAGE_SUMS = ", " + USAGE_SUMS
 
 
 def record_op(conn: sqlite3.Connection, record: PendingOpRecord) -> int | None:

@@ -12,7 +12,6 @@ uses the names below (`store.tasks.claim_next`, ...).
 
 from __future__ import annotations
 
-from ..boardclock import clock_reached, note_clock, stamp_clock
 from .cancel import cancel, retry
 from .claims import (
     PROGRESS_EVENT_SPACING_MS,
@@ -93,10 +92,7 @@ __all__ = [
     "create_batch",
     "RETRY_JITTER",
     "retry_wait_ms",
-    "clock_reached",
     "extend_live_leases",
-    "note_clock",
-    "stamp_clock",
     "reclaim_expired",
     "ClaimCompleted",
     "ClaimRef",

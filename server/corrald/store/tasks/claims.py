@@ -341,7 +341,7 @@ def renew(
     if usage is not None:
         spending.charge_teammate(tx, teammate, usage)
     statements = sql(tx.conn)
-    sums, sum_params = spending.task_sums(tx.conn, usage) if usage is not None else ("", ())
+    sums, sum_params = spending.task_sums(tx.conn, usage)
     # Never past the attempt's time limit: the holder learns of it from the lease end.
     lease_end = tx.now_ms + lease_ms
     if progress is None:

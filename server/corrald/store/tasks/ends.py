@@ -220,7 +220,7 @@ def _submitted_for_review(tx: Txn, teammate: str, held: LiveClaim, result: bytes
     and the result waits IN_REVIEW for a reviewer holding the role (woken here) or the
     Lead. Nothing downstream is freed."""
     end_claim(tx, held.fence, ClaimOutcome.COMPLETED, key=held.key)
-    sums, sum_params = spending.task_sums(tx.conn, usage) if usage is not None else ("", ())
+    sums, sum_params = spending.task_sums(tx.conn, usage)
     role, *row = tx.conn.execute(
         sql(tx.conn).submit_for_review(sums), (result, teammate, *sum_params, held.seq)
     ).fetchone()
