@@ -5,8 +5,6 @@ cycles, rejections and restarts."""
 
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 
 from corrald import errors
@@ -339,7 +337,7 @@ def test_only_the_leads_decision_makes_a_proposal_claimable_a_retry_does_not(tea
     assert [(t.id, t.state) for t in retried] == [("no", TaskState.PENDING)], "the Lead takes its rejection back"
 
 
-def test_a_board_from_before_undecided_proposals_were_stored_keeps_its_waiting_ones_waiting(team):
+def test_a_board_from_before_undecided_proposals_were_stored_keeps_its_waiting_ones_waiting(team, store):
     """A board whose schema predates the column: its PROPOSED tasks are undecided after the
     migration, so a retry after their dependency was canceled brings them back PROPOSED."""
     from corrald.store.postgres import schema as pg_schema
@@ -347,7 +345,7 @@ def test_a_board_from_before_undecided_proposals_were_stored_keeps_its_waiting_o
 
     team.create(spec("x"))
     team.propose("w1", spec("q", "x"))
-    on_sqlite = isinstance(team.path, pathlib.Path)
+    on_sqlite = store == "sqlite"
     older = (lite_schema if on_sqlite else pg_schema).SCHEMA_VERSION - 1
     to_older = (
         ["ALTER TABLE tasks DROP COLUMN undecided", f"PRAGMA user_version = {older}"]

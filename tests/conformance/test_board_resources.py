@@ -214,17 +214,13 @@ def test_a_claim_and_its_end_run_no_statement_of_held_resources_for_a_task_witho
     """A board without resources pays nothing for path leases: neither the claim nor the
     claim's end of a task without resources touches `held_resources`; one with them does."""
     team.create(spec("plain"), spec("leased", resources=["repo:web"]))
-    statements: list[str] = []
-    team.call(lambda tx: tx.conn.set_trace_callback(statements.append))
-    try:
+    with team.traced_statements() as statements:
         plain = team.claim("w1")
         team.complete("w1", "plain", plain.token)
         of_plain = [s for s in statements if "held_resources" in s]
         statements.clear()
         leased = team.claim("w1")
         team.complete("w1", "leased", leased.token)
-    finally:
-        team.call(lambda tx: tx.conn.set_trace_callback(None))
     assert (plain.task.id, leased.task.id) == ("plain", "leased")
     assert of_plain == []
     of_leased = [s.split()[0] for s in statements if "held_resources" in s]

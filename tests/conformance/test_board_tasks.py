@@ -162,12 +162,12 @@ def test_a_task_is_not_claimed_before_its_dependencies_complete(team):
 
 @pytest.mark.sqlite_only  # counts statements through SQLite's trace callback
 def test_a_leaf_tasks_completion_runs_no_statement_for_dependents(team):
-    """Most tasks are leaves: completing one asks nothing of its dependents, while
-    completing a task others wait on frees each of them (and only them)."""
+    """Most tasks are leaves: on SQLite, where each statement is a step of its own,
+    completing one runs no statement for dependents, while completing a task others wait
+    on frees each of them (and only them). (PostgreSQL frees them inside the completion's
+    one statement.)"""
     team.create(spec("leaf"), spec("a"), spec("b", "a"), spec("c", "a"))
-    statements: list[str] = []
-    team.call(lambda tx: tx.conn.set_trace_callback(statements.append))
-    try:
+    with team.traced_statements() as statements:
         for _ in range(2):
             grant = team.claim("w1")
             statements.clear()
@@ -178,8 +178,6 @@ def test_a_leaf_tasks_completion_runs_no_statement_for_dependents(team):
             else:
                 assert grant.task.id == "leaf"
                 assert frees == [], statements
-    finally:
-        team.call(lambda tx: tx.conn.set_trace_callback(None))
     assert sorted(g.task.id for g in (team.claim("w1"), team.claim("w2"))) == ["b", "c"]
 
 

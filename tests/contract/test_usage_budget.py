@@ -6,13 +6,9 @@ and raising the budget reopens it; bad input writes nothing; a restart keeps it 
 
 from __future__ import annotations
 
-import socket
-import urllib.request
-
 import grpc
 import pytest
 from google.rpc import code_pb2, error_details_pb2
-from prometheus_client.parser import text_string_to_metric_families
 
 from corral.v1 import corral_pb2 as pb
 
@@ -222,21 +218,8 @@ def test_set_budget_refuses_bad_input_and_teammates(daemon):
     assert daemon.teammate("ann").budget == pb.Budget()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _scrape(port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode("utf-8")
-    return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
-
-
 def test_sums_and_budgets_survive_a_restart_and_show_in_metrics(corrald):
-    port = _free_port()
-    first = corrald(extra_args=["--metrics", f"127.0.0.1:{port}"])
+    first = corrald(extra_args=["--metrics", "127.0.0.1:0"])
     first.create_tasks(spec("a"), spec("b"))
     ann = first.add_teammate("ann")
     _set_budget(first, "ann", cost=50)
@@ -247,8 +230,7 @@ def test_sums_and_budgets_survive_a_restart_and_show_in_metrics(corrald):
     idle.next_event("budget_exhausted")
     idle.cancel()
     first.kill()
-    port = _free_port()
-    second = corrald(first.state_dir, extra_args=["--metrics", f"127.0.0.1:{port}"])
+    second = corrald(first.state_dir, extra_args=["--metrics", "127.0.0.1:0"])
     assert second.get_task("a").usage == _usage(20, 10, 50, "m")
     mate = second.teammate("ann")
     assert (mate.usage, mate.budget) == (_usage(20, 10, 50, "m"), pb.Budget(max_cost_micros=50))
@@ -263,7 +245,7 @@ def test_sums_and_budgets_survive_a_restart_and_show_in_metrics(corrald):
     # Raised, the budget lets b be claimed: the claim is the next item.
     assert idle.expect_quiet(0.5, then=lambda: _set_budget(second, "ann", cost=100), arrives="claim").task.id == "b"
     idle.cancel()
-    samples = _scrape(port)
+    samples = second.metrics()
     assert samples["corral_usage_input_tokens_total"] == 20
     assert samples["corral_usage_output_tokens_total"] == 10
     assert samples["corral_usage_cost_micros_total"] == 50

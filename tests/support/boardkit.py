@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import hashlib
 import pathlib
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from corrald.board import Board
@@ -184,6 +185,17 @@ class SyncBoard:
         """Runs a store job through the writer, synchronously."""
         assert self.board is not None
         return self.board.writer.call(job, timeout=CALL_TIMEOUT)
+
+    @contextlib.contextmanager
+    def traced_statements(self) -> Iterator[list[str]]:
+        """The statements the writer runs while inside, as SQLite's trace callback gives
+        them (a SQLite board's: the tests that count statements are `sqlite_only`)."""
+        statements: list[str] = []
+        self.call(lambda tx: tx.conn.set_trace_callback(statements.append))
+        try:
+            yield statements
+        finally:
+            self.call(lambda tx: tx.conn.set_trace_callback(None))
 
     # ------------------------------------------------------------ board operations
 
